@@ -1,0 +1,233 @@
+//! Byte classes and small grammar helpers shared by the request, chunked and
+//! response modules (RFC 9110 section 5.6, RFC 3986 section 3.2).
+//!
+//! Owns: which bytes are a token, a field value, a URI authority; decimal
+//! parsing for Content-Length. Must not: know anything about whole messages.
+
+/// `tchar` from RFC 9110 section 5.6.2.
+pub(crate) fn is_tchar(b: u8) -> bool {
+    matches!(b,
+        b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9'
+        | b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+'
+        | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
+}
+
+/// `token = 1*tchar` (RFC 9110 section 5.6.2).
+pub(crate) fn is_token(bytes: &[u8]) -> bool {
+    !bytes.is_empty() && bytes.iter().all(|&b| is_tchar(b))
+}
+
+/// One byte of `field-value` (RFC 9110 section 5.5): HTAB, SP, VCHAR or
+/// obs-text. Every other control byte (NUL, CR, LF, DEL, ...) is refused.
+pub(crate) fn is_field_value_byte(b: u8) -> bool {
+    b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80
+}
+
+/// Whether every byte may appear in a field value.
+pub(crate) fn is_field_value(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| is_field_value_byte(b))
+}
+
+/// Optional whitespace, `OWS` (RFC 9110 section 5.6.3).
+pub(crate) fn is_ows(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+/// The bytes without leading and trailing OWS.
+pub(crate) fn trim_ows(mut bytes: &[u8]) -> &[u8] {
+    while let [first, rest @ ..] = bytes {
+        if !is_ows(*first) {
+            break;
+        }
+        bytes = rest;
+    }
+    while let [rest @ .., last] = bytes {
+        if !is_ows(*last) {
+            break;
+        }
+        bytes = rest;
+    }
+    bytes
+}
+
+/// Parses `1*DIGIT` as a u64: no sign, no whitespace, no list, no overflow
+/// (RFC 9110 section 8.6). Leading zeros are allowed by the grammar.
+pub(crate) fn parse_decimal(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |acc, &b| {
+        let digit = (b as char).to_digit(10)?;
+        acc.checked_mul(10)?.checked_add(u64::from(digit))
+    })
+}
+
+/// Splits a comma-separated list field (RFC 9110 section 5.6.1) into its
+/// elements without OWS. Empty elements are kept so callers can refuse them.
+pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|&b| b == b',').map(trim_ows)
+}
+
+/// `unreserved / sub-delims` from RFC 3986 section 2, the bytes of a
+/// `reg-name` besides pct-encoded triples.
+fn is_reg_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'-' | b'.'
+                | b'_'
+                | b'~'
+                | b'!'
+                | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'*'
+                | b'+'
+                | b','
+                | b';'
+                | b'='
+        )
+}
+
+/// Why a port has at most 5 digits: 65535 is the largest TCP port, and a
+/// longer run of digits is only useful to confuse a parser downstream.
+const MAX_PORT_DIGITS: usize = 5;
+
+/// Checks `uri-host [ ":" port ]` (RFC 3986 section 3.2.2 and 3.2.3), the
+/// shape of the Host field, of an absolute-form authority and (with
+/// `require_port`) of the CONNECT authority-form. The host must not be empty
+/// (RFC 9110 section 4.2.1). Userinfo (`@`) is refused: RFC 9110 section 4.2.4
+/// asks recipients to treat it as an error.
+pub(crate) fn is_valid_authority(bytes: &[u8], require_port: bool) -> bool {
+    let (host_ok, rest) = if let Some(inner) = bytes.strip_prefix(b"[") {
+        // IP-literal: only IPv6 addresses (hex, ':' and '.' for an embedded
+        // IPv4 tail); IPvFuture is not accepted.
+        match memchr::memchr(b']', inner) {
+            Some(end) => {
+                let addr = &inner[..end];
+                let ok = !addr.is_empty()
+                    && addr
+                        .iter()
+                        .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.');
+                (ok, &inner[end + 1..])
+            }
+            None => (false, &inner[..0]),
+        }
+    } else {
+        let end = memchr::memchr(b':', bytes).unwrap_or(bytes.len());
+        (is_reg_name(&bytes[..end]), &bytes[end..])
+    };
+    if !host_ok {
+        return false;
+    }
+    match rest {
+        [] => !require_port,
+        [b':', port @ ..] => {
+            port.len() <= MAX_PORT_DIGITS
+                && port.iter().all(u8::is_ascii_digit)
+                && !(require_port && port.is_empty())
+        }
+        _ => false,
+    }
+}
+
+/// A non-empty `reg-name` (IPv4 addresses are a subset of it).
+fn is_reg_name(bytes: &[u8]) -> bool {
+    if bytes.is_empty() {
+        return false;
+    }
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let triple_ok = bytes.len() >= i + 3
+                && bytes[i + 1].is_ascii_hexdigit()
+                && bytes[i + 2].is_ascii_hexdigit();
+            if !triple_ok {
+                return false;
+            }
+            i += 3;
+        } else if is_reg_name_byte(bytes[i]) {
+            i += 1;
+        } else {
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_plain_decimals_and_refuses_everything_else() {
+        assert_eq!(parse_decimal(b"0"), Some(0));
+        assert_eq!(parse_decimal(b"0005"), Some(5));
+        assert_eq!(parse_decimal(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [
+            &b""[..],
+            b"18446744073709551616",
+            b"+1",
+            b"-0",
+            b"1 ",
+            b"0x1",
+            b"1,1",
+            b"0_1",
+        ] {
+            assert_eq!(parse_decimal(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn trims_only_spaces_and_tabs() {
+        assert_eq!(trim_ows(b" \t a b \t"), b"a b");
+        assert_eq!(trim_ows(b" \t "), b"");
+        assert_eq!(trim_ows(b"\r"), b"\r");
+    }
+
+    #[test]
+    fn accepts_common_authorities() {
+        for ok in [
+            &b"example.com"[..],
+            b"example.com:443",
+            b"0.0.0.0=5000",
+            b"[::1]:8080",
+            b"a%20b",
+            b"h:",
+        ] {
+            assert!(is_valid_authority(ok, false), "{ok:?}");
+        }
+        assert!(is_valid_authority(b"[::1]:443", true));
+    }
+
+    #[test]
+    fn refuses_malformed_authorities() {
+        for bad in [
+            &b""[..],
+            b":80",
+            b"user@host",
+            b"a b",
+            b"host:80:80",
+            b"host:123456",
+            b"]ufd",
+            b"[::1",
+            b"[]",
+            b"[::1]x",
+            b"a%2",
+            b"a/b",
+            b"host:8a",
+        ] {
+            assert!(!is_valid_authority(bad, false), "{bad:?}");
+        }
+        assert!(!is_valid_authority(b"example.com", true));
+        assert!(!is_valid_authority(b"example.com:", true));
+    }
+
+    #[test]
+    fn splits_lists_keeping_empty_elements() {
+        let parts: Vec<&[u8]> = list_elements(b"gzip , chunked,,").collect();
+        assert_eq!(parts, [&b"gzip"[..], b"chunked", b"", b""]);
+    }
+}
