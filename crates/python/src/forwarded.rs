@@ -1,0 +1,135 @@
+//! `forwarded_allow_ips`: which peers may set the client address and scheme through
+//! `X-Forwarded-For` / `X-Forwarded-Proto`.
+//!
+//! Only a trusted peer's headers are believed; the client address is the right-most entry of
+//! `X-Forwarded-For` that is not itself a trusted proxy (entries to its left could be forged
+//! by the client). Unix-socket peers are trusted (only a local proxy can reach them), as in
+//! gunicorn. The RFC 7239 `Forwarded` header is not read yet (docs/settings.md says so).
+
+use std::net::IpAddr;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::PyResult;
+
+/// One allowed network (an address and a prefix length).
+#[derive(Clone, Debug)]
+pub struct Network {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Network {
+    fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(self.prefix)) };
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            (IpAddr::V6(_), IpAddr::V4(ip)) => self.contains(IpAddr::V6(ip.to_ipv6_mapped())),
+            (IpAddr::V4(_), IpAddr::V6(ip)) => ip.to_ipv4_mapped().is_some_and(|v4| self.contains(IpAddr::V4(v4))),
+        }
+    }
+}
+
+/// The parsed `forwarded_allow_ips` setting.
+#[derive(Clone, Debug)]
+pub enum TrustedProxies {
+    /// `*`: every peer.
+    Any,
+    /// These networks only (possibly none).
+    Networks(Vec<Network>),
+}
+
+impl TrustedProxies {
+    /// Parses entries like `127.0.0.1`, `10.0.0.0/8`, `::1`, `*`.
+    pub fn parse(entries: &[String]) -> PyResult<TrustedProxies> {
+        let mut networks = Vec::new();
+        for entry in entries {
+            let entry = entry.trim();
+            if entry.is_empty() {
+                continue;
+            }
+            if entry == "*" {
+                return Ok(TrustedProxies::Any);
+            }
+            let (addr, prefix) = match entry.split_once('/') {
+                Some((addr, prefix)) => (addr, Some(prefix)),
+                None => (entry, None),
+            };
+            let addr: IpAddr = addr
+                .parse()
+                .map_err(|_| PyValueError::new_err(format!("forwarded_allow_ips: '{entry}' is not an IP address or network")))?;
+            let max = if addr.is_ipv4() { 32 } else { 128 };
+            let prefix = match prefix {
+                Some(text) => text
+                    .parse::<u8>()
+                    .ok()
+                    .filter(|&p| p <= max)
+                    .ok_or_else(|| PyValueError::new_err(format!("forwarded_allow_ips: bad prefix in '{entry}'")))?,
+                None => max,
+            };
+            networks.push(Network { addr, prefix });
+        }
+        Ok(TrustedProxies::Networks(networks))
+    }
+
+    /// Whether `ip` is a trusted proxy.
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        match self {
+            TrustedProxies::Any => true,
+            TrustedProxies::Networks(networks) => networks.iter().any(|network| network.contains(ip)),
+        }
+    }
+
+    /// True when no peer is trusted (the common fast path: skip header inspection).
+    pub fn is_empty(&self) -> bool {
+        matches!(self, TrustedProxies::Networks(networks) if networks.is_empty())
+    }
+
+    /// The client address from an `X-Forwarded-For` value: the right-most untrusted entry.
+    pub fn client_from<'v>(&self, forwarded_for: &'v str) -> Option<&'v str> {
+        let mut last = None;
+        for entry in forwarded_for.rsplit(',').map(str::trim).filter(|e| !e.is_empty()) {
+            last = Some(entry);
+            match entry.parse::<IpAddr>() {
+                Ok(ip) if self.trusts(ip) => continue,
+                _ => return Some(entry),
+            }
+        }
+        last
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proxies(list: &[&str]) -> TrustedProxies {
+        TrustedProxies::parse(&list.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+    }
+
+    #[test]
+    fn trusts_addresses_inside_allowed_networks_only() {
+        let trusted = proxies(&["10.0.0.0/8", "::1"]);
+        assert!(trusted.trusts("10.1.2.3".parse().unwrap()));
+        assert!(!trusted.trusts("11.0.0.1".parse().unwrap()));
+        assert!(trusted.trusts("::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn client_is_the_rightmost_untrusted_forwarded_entry() {
+        let trusted = proxies(&["10.0.0.0/8"]);
+        assert_eq!(trusted.client_from("6.6.6.6, 1.2.3.4, 10.0.0.2"), Some("1.2.3.4"));
+        assert_eq!(trusted.client_from("10.0.0.3"), Some("10.0.0.3"));
+    }
+
+    #[test]
+    fn rejects_malformed_entries() {
+        assert!(TrustedProxies::parse(&["nope".to_string()]).is_err());
+        assert!(TrustedProxies::parse(&["10.0.0.0/33".to_string()]).is_err());
+    }
+}

@@ -1,0 +1,25 @@
+//! `tines._core`: the only crate that touches Python.
+//!
+//! It exposes the scoreboard to the master, the worker entry point (`run_worker`), and the
+//! WSGI layer: environ, `wsgi.input`, `start_response`, `wsgi.file_wrapper`. Everything below
+//! it (`tines-server`, `tines-proto`) knows nothing of Python; the GIL is taken only here.
+
+use pyo3::prelude::*;
+
+mod forwarded;
+mod scoreboard;
+mod settings;
+mod worker;
+mod wsgi;
+
+/// The extension module.
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<scoreboard::PyScoreboard>()?;
+    m.add_class::<wsgi::file_wrapper::FileWrapper>()?;
+    m.add_class::<wsgi::input::Input>()?;
+    m.add_class::<wsgi::start_response::StartResponse>()?;
+    m.add_function(wrap_pyfunction!(worker::run_worker, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! Reads the worker settings dict (built by `tines.config`, the one registry of settings)
+//! into the server's typed `WorkerConfig`. Every key is required: defaults live in the
+//! registry only.
+
+use std::time::Duration;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tines_proto::Limits;
+use tines_server::{Mpm, WorkerConfig};
+
+fn get<'py, T: FromPyObjectOwned<'py>>(settings: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
+    let value = settings
+        .get_item(key)?
+        .ok_or_else(|| PyValueError::new_err(format!("worker settings lack '{key}'")))?;
+    value.extract::<T>().map_err(|err| {
+        let err: PyErr = err.into();
+        PyValueError::new_err(format!("worker setting '{key}': {err}"))
+    })
+}
+
+fn seconds(settings: &Bound<'_, PyDict>, key: &str) -> PyResult<Duration> {
+    let value: f64 = get(settings, key)?;
+    Duration::try_from_secs_f64(value).map_err(|_| PyValueError::new_err(format!("worker setting '{key}' must be >= 0 seconds")))
+}
+
+/// Builds the worker's configuration from the settings dict.
+pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
+    let mpm_name: String = get(settings, "mpm")?;
+    let mpm = Mpm::parse(&mpm_name).ok_or_else(|| PyValueError::new_err(format!("unknown mpm '{mpm_name}'")))?;
+    let server_header: String = get(settings, "server_header")?;
+    let log_level: String = get(settings, "log_level")?;
+    Ok(WorkerConfig {
+        mpm,
+        threads: get::<usize>(settings, "threads")?.max(1),
+        keepalive_timeout: seconds(settings, "keepalive_timeout")?,
+        max_keepalive_requests: get(settings, "max_keepalive_requests")?,
+        header_timeout: seconds(settings, "header_timeout")?,
+        body_timeout: seconds(settings, "body_timeout")?,
+        send_timeout: seconds(settings, "send_timeout")?,
+        limits: Limits {
+            max_request_line: get(settings, "max_request_line")?,
+            max_headers: get(settings, "max_headers")?,
+            max_head_size: get(settings, "max_head_size")?,
+        },
+        max_body_drain: get(settings, "max_body_drain")?,
+        server_header: server_header.into_bytes(),
+        access_log: get(settings, "access_log")?,
+        max_requests: get(settings, "max_requests")?,
+        max_requests_jitter: get(settings, "max_requests_jitter")?,
+        debug: log_level.eq_ignore_ascii_case("debug"),
+    })
+}

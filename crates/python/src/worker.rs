@@ -1,0 +1,41 @@
+//! `run_worker`: the worker process's entry into Rust, called by `tines.worker` after fork and
+//! app loading. The GIL is released for the worker's whole life; slot threads re-take it per
+//! request (see `wsgi::WsgiApp::run_slot_thread`).
+
+use std::sync::Arc;
+
+use pyo3::exceptions::PyOSError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tines_server::{run_worker as run, WorkerSpec};
+
+use crate::scoreboard::PyScoreboard;
+use crate::settings::worker_config;
+use crate::wsgi::WsgiApp;
+
+/// Runs the MPM named by `settings["mpm"]` until the worker is told to stop; returns why it
+/// stopped: "graceful", "quick", "master_gone" or "max_requests".
+#[pyfunction]
+#[pyo3(signature = (app, settings, listeners, scoreboard, slot, life_fd=None))]
+pub fn run_worker(
+    py: Python<'_>,
+    app: Py<PyAny>,
+    settings: &Bound<'_, PyDict>,
+    listeners: Vec<i32>,
+    scoreboard: &Bound<'_, PyScoreboard>,
+    slot: usize,
+    life_fd: Option<i32>,
+) -> PyResult<&'static str> {
+    let config = worker_config(settings)?;
+    let wsgi = WsgiApp::new(py, app, settings, &config)?;
+    let spec = WorkerSpec {
+        config,
+        listeners,
+        scoreboard: Arc::clone(&scoreboard.get().inner),
+        slot,
+        life_fd,
+    };
+    let app: Arc<dyn tines_server::App> = Arc::new(wsgi);
+    let result = py.detach(move || run(app, spec));
+    result.map(|reason| reason.name()).map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))
+}

@@ -1,0 +1,83 @@
+//! Sending the app's response body: a list or tuple (length known, so Content-Length and one
+//! write), a `wsgi.file_wrapper` over a regular file (sendfile), or any iterable (chunked for
+//! HTTP/1.1). Writes happen with the GIL released unless the bytes fit the output buffer.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use super::file_wrapper::FileWrapper;
+use super::input::{io_error, Input};
+use super::start_response::StartResponse;
+
+fn as_bytes<'a, 'py>(item: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyBytes>> {
+    item.cast::<PyBytes>().map_err(|_| {
+        let kind = item.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        PyTypeError::new_err(format!("the response body must yield bytes, got {kind}"))
+    })
+}
+
+fn write(py: Python<'_>, input: &Input, data: &[u8]) -> PyResult<()> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    if input.with(py, |exchange| exchange.buffer_body(data))? {
+        return Ok(());
+    }
+    input.with_detached(py, |exchange| exchange.write_body(data))?.map_err(io_error)
+}
+
+fn finish(py: Python<'_>, input: &Input) -> PyResult<()> {
+    input.with_detached(py, |exchange| exchange.finish())?.map_err(io_error)
+}
+
+/// Sends a body whose items are all known up front (a list or tuple): the total length goes
+/// in Content-Length, and small bodies leave in one write with the head.
+fn send_items<'py>(
+    py: Python<'py>,
+    len: usize,
+    item: impl Fn(usize) -> PyResult<Bound<'py, PyAny>>,
+    start: &Bound<'py, StartResponse>,
+    input: &Input,
+) -> PyResult<()> {
+    let mut total = 0u64;
+    for index in 0..len {
+        total += as_bytes(&item(index)?)?.as_bytes().len() as u64;
+    }
+    start.borrow().begin(py, Some(total))?;
+    for index in 0..len {
+        write(py, input, as_bytes(&item(index)?)?.as_bytes())?;
+    }
+    finish(py, input)
+}
+
+/// Sends the body of `iterable` as the response to the request in `input`.
+pub fn send<'py>(py: Python<'py>, iterable: &Bound<'py, PyAny>, start: &Bound<'py, StartResponse>, input: &Input) -> PyResult<()> {
+    if let Ok(list) = iterable.cast_exact::<PyList>() {
+        return send_items(py, list.len(), |i| list.get_item(i), start, input);
+    }
+    if let Ok(tuple) = iterable.cast_exact::<PyTuple>() {
+        return send_items(py, tuple.len(), |i| tuple.get_item(i), start, input);
+    }
+    if let Ok(wrapper) = iterable.cast::<FileWrapper>() {
+        if let Some(span) = wrapper.get().span(py) {
+            start.borrow().begin(py, Some(span.length))?;
+            let sent = input.with_detached(py, |exchange| exchange.send_file(span.fd, span.offset, span.length))?;
+            sent.map_err(io_error)?;
+            return finish(py, input);
+        }
+    }
+    for item in iterable.try_iter()? {
+        let item = item?;
+        let bytes = as_bytes(&item)?.as_bytes();
+        if bytes.is_empty() {
+            continue;
+        }
+        // Borrowed only for the call: the app's generator may call start_response again
+        // (with exc_info) between items.
+        start.borrow().begin(py, None)?;
+        write(py, input, bytes)?;
+    }
+    start.borrow().begin(py, Some(0))?;
+    finish(py, input)
+}

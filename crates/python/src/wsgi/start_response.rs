@@ -1,0 +1,160 @@
+//! `start_response` and the `write()` callable it returns (PEP 3333).
+//!
+//! The status and headers are checked for type at the call (TypeError at the app's line) and
+//! for content (token names, no CR/LF/NUL, no hop-by-hop) when the head is encoded, which
+//! happens at the first non-empty body write or at the end of the body, as PEP 3333 requires.
+
+use std::borrow::Cow;
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use super::input::{io_error, Input};
+
+/// A header name or value, as bytes: borrowed from the Python str when it is ASCII (the
+/// common case, no copy), encoded to latin-1 otherwise.
+enum HeaderText {
+    Ascii(PyBackedStr),
+    Latin1(Vec<u8>),
+}
+
+impl HeaderText {
+    fn new(text: PyBackedStr, what: &str) -> PyResult<HeaderText> {
+        if text.is_ascii() {
+            return Ok(HeaderText::Ascii(text));
+        }
+        let bytes = text
+            .chars()
+            .map(|c| u8::try_from(u32::from(c)))
+            .collect::<Result<Vec<u8>, _>>()
+            .map_err(|_| PyValueError::new_err(format!("{what} {:?} is not latin-1 (PEP 3333)", &*text)))?;
+        Ok(HeaderText::Latin1(bytes))
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            HeaderText::Ascii(text) => text.as_bytes(),
+            HeaderText::Latin1(bytes) => bytes,
+        }
+    }
+}
+
+/// The `start_response` callable given to the app.
+#[pyclass(module = "tines._core")]
+pub struct StartResponse {
+    input: Py<Input>,
+    status: Option<HeaderText>,
+    headers: Vec<(HeaderText, HeaderText)>,
+}
+
+impl StartResponse {
+    /// A `start_response` for the request held by `input`.
+    pub fn new(input: Py<Input>) -> Self {
+        StartResponse { input, status: None, headers: Vec::new() }
+    }
+
+    /// Whether the app called it.
+    pub fn called(&self) -> bool {
+        self.status.is_some()
+    }
+
+    /// Encodes the response head (if not done yet) with the stored status and headers;
+    /// `body_length` is the body's length when known.
+    pub fn begin(&self, py: Python<'_>, body_length: Option<u64>) -> PyResult<()> {
+        let input = self.input.get();
+        if input.with(py, |exchange| exchange.response_started())? {
+            return Ok(());
+        }
+        let status = self
+            .status
+            .as_ref()
+            .ok_or_else(|| PyRuntimeError::new_err("the app returned a body without calling start_response"))?;
+        let headers = self.headers.iter().map(|(name, value)| (name.bytes(), value.bytes()));
+        input
+            .with(py, |exchange| exchange.begin_response(status.bytes(), headers, body_length))?
+            .map_err(|err| PyValueError::new_err(err.to_string()))
+    }
+}
+
+fn status_text(status: &Bound<'_, PyAny>) -> PyResult<HeaderText> {
+    let text: PyBackedStr = status
+        .extract()
+        .map_err(|_| PyTypeError::new_err(format!("status must be a str, got {}", type_name(status))))?;
+    HeaderText::new(text, "status")
+}
+
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value.get_type().name().map(|name| name.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+fn header_list(headers: &Bound<'_, PyAny>) -> PyResult<Vec<(HeaderText, HeaderText)>> {
+    let list = headers
+        .cast::<PyList>()
+        .map_err(|_| PyTypeError::new_err(format!("headers must be a list, got {}", type_name(headers))))?;
+    let mut out = Vec::with_capacity(list.len());
+    for item in list.iter() {
+        let pair = item
+            .cast::<PyTuple>()
+            .ok()
+            .filter(|tuple| tuple.len() == 2)
+            .ok_or_else(|| PyTypeError::new_err(format!("each header must be a (name, value) tuple, got {}", type_name(&item))))?;
+        let name: PyBackedStr = pair.get_item(0)?.extract().map_err(|_| PyTypeError::new_err("header names must be str"))?;
+        let value: PyBackedStr = pair.get_item(1)?.extract().map_err(|_| PyTypeError::new_err("header values must be str"))?;
+        out.push((HeaderText::new(name, "header name")?, HeaderText::new(value, "header value")?));
+    }
+    Ok(out)
+}
+
+#[pymethods]
+impl StartResponse {
+    #[pyo3(signature = (status, headers, exc_info=None))]
+    fn __call__<'py>(
+        slf: &Bound<'py, Self>,
+        status: &Bound<'py, PyAny>,
+        headers: &Bound<'py, PyAny>,
+        exc_info: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let exc_info = exc_info.filter(|info| !info.is_none());
+        {
+            let this = slf.borrow();
+            if let Some(info) = exc_info {
+                let input = this.input.get();
+                if input.with(py, |exchange| exchange.response_committed())? {
+                    // PEP 3333: headers already sent, so re-raise the app's exception.
+                    let value = info.get_item(1)?;
+                    return Err(PyErr::from_value(value));
+                }
+                input.with(py, |exchange| exchange.reset_response())?;
+            } else if this.called() {
+                return Err(PyRuntimeError::new_err(
+                    "start_response was already called (pass exc_info to replace the response)",
+                ));
+            }
+        }
+        let status = status_text(status)?;
+        let headers = header_list(headers)?;
+        {
+            let mut this = slf.borrow_mut();
+            this.status = Some(status);
+            this.headers = headers;
+        }
+        slf.getattr("write")
+    }
+
+    /// The PEP 3333 `write()` callable: sends `data` before returning.
+    fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let bytes = data
+            .cast::<PyBytes>()
+            .map_err(|_| PyTypeError::new_err(format!("write() takes bytes, got {}", type_name(data))))?;
+        self.begin(py, None)?;
+        let data: &[u8] = bytes.as_bytes();
+        let data: Cow<'_, [u8]> = Cow::Borrowed(data);
+        self.input
+            .get()
+            .with_detached(py, |exchange| exchange.write_body(&data).and_then(|()| exchange.flush()))?
+            .map_err(io_error)
+    }
+}

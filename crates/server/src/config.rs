@@ -1,0 +1,79 @@
+//! The worker's settings, as the Rust core sees them: one typed value built once per worker
+//! from the settings registry (Python `tines.config`), never restated per MPM.
+
+use std::time::Duration;
+use tines_proto::Limits;
+
+/// Which multi-processing module a worker runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mpm {
+    /// One thread per process; the app runs inline on the poller thread.
+    Prefork,
+    /// A poller thread plus `threads` app threads per process.
+    Thread,
+}
+
+impl Mpm {
+    /// Parses the registry value.
+    pub fn parse(name: &str) -> Option<Mpm> {
+        match name {
+            "prefork" => Some(Mpm::Prefork),
+            "thread" => Some(Mpm::Thread),
+            _ => None,
+        }
+    }
+}
+
+/// Everything the worker runtime needs to know; see docs/settings.md for each meaning.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// The MPM to run.
+    pub mpm: Mpm,
+    /// App threads per process (thread MPM).
+    pub threads: usize,
+    /// Idle time allowed between requests on a keep-alive connection (zero disables keep-alive).
+    pub keepalive_timeout: Duration,
+    /// Requests per connection before it is closed (0 = unlimited).
+    pub max_keepalive_requests: u32,
+    /// Time allowed for a whole request head to arrive.
+    pub header_timeout: Duration,
+    /// Longest wait for the next bytes of a request body.
+    pub body_timeout: Duration,
+    /// Longest wait for a client to accept response bytes.
+    pub send_timeout: Duration,
+    /// Request-head size limits.
+    pub limits: Limits,
+    /// Unread request-body bytes drained after a response to keep the connection (else closed).
+    pub max_body_drain: u64,
+    /// Value of the `Server` header (empty: omitted).
+    pub server_header: Vec<u8>,
+    /// Access log destination: `None` off, `Some("-")` stdout, else a file path.
+    pub access_log: Option<String>,
+    /// Requests before the worker recycles itself (0 = never).
+    pub max_requests: u64,
+    /// Random extra requests added to `max_requests`, so workers do not recycle together.
+    pub max_requests_jitter: u64,
+    /// True when debug logging is on (the Rust side logs per-connection faults at debug).
+    pub debug: bool,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            mpm: Mpm::Prefork,
+            threads: 1,
+            keepalive_timeout: Duration::from_secs(5),
+            max_keepalive_requests: 1000,
+            header_timeout: Duration::from_secs(20),
+            body_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(30),
+            limits: Limits::default(),
+            max_body_drain: 64 * 1024,
+            server_header: b"tines".to_vec(),
+            access_log: None,
+            max_requests: 0,
+            max_requests_jitter: 0,
+            debug: false,
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! One client connection and its state: the state machine every MPM drives.
+//!
+//! ```text
+//! ReadingHead --head complete--> Dispatched --app responds--> Writing --+--> KeepAlive --> ReadingHead
+//!                                                                       +--> Closed
+//!                                                  (Upgraded: reserved for WebSocket, later)
+//! ```
+//! The poller owns a connection in `ReadingHead` / `KeepAlive`; a slot (the prefork process's
+//! thread or an app thread) owns it from `Dispatched` until it is parked again or closed.
+//! MPMs decide who runs a connection and when; this module and `exchange` decide how HTTP works.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::Instant;
+
+use tines_proto::{parse_request_head, HeadStatus, Limits, ParseError, RequestHead};
+
+use crate::io::read_nonblocking;
+use crate::listener::Peer;
+
+/// Where a connection is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnState {
+    /// Waiting for (the rest of) a request head, in the poller.
+    ReadingHead,
+    /// A complete head was handed to a slot; the app runs.
+    Dispatched,
+    /// The response is being written.
+    Writing,
+    /// Between requests, idle in the poller.
+    KeepAlive,
+    /// Switched protocols (WebSocket): the HTTP/1.1 machine no longer reads it. Reserved: no
+    /// code path enters it until WebSocket support lands.
+    Upgraded,
+    /// Done; the fd is closed when the value drops.
+    Closed,
+}
+
+/// What reading a readable connection produced.
+#[derive(Debug)]
+pub enum Readiness {
+    /// A whole request head is buffered and parsed: hand the connection to a slot.
+    HeadComplete,
+    /// More bytes are needed; park it again (the socket was drained).
+    Pending,
+    /// The peer closed or the socket failed: drop the connection.
+    Closed,
+    /// The head is malformed or over a limit: answer with the error's status and close.
+    Rejected(ParseError),
+}
+
+/// The first read buffer of a connection. 8 KiB holds the head of nearly every request
+/// (browsers send 0.5–2 KiB) and a small body; larger heads grow it up to `max_head_size`.
+const INITIAL_BUFFER: usize = 8 * 1024;
+
+/// A client connection: its socket, read buffer and the parsed head of the current request.
+pub struct Connection {
+    fd: OwnedFd,
+    /// Read buffer; bytes `[0, filled)` are valid. The current request's head starts at 0.
+    pub(crate) buf: Vec<u8>,
+    /// How many bytes of `buf` hold data.
+    pub(crate) filled: usize,
+    /// The parsed head of the current request (spans index into `buf`).
+    pub(crate) head: RequestHead,
+    /// See [`ConnState`].
+    pub state: ConnState,
+    /// Requests completed on this connection.
+    pub served: u32,
+    /// Who is on the other end.
+    pub peer: Peer,
+    /// Index of the listener that accepted it.
+    pub listener: usize,
+    /// When the first byte of the current head arrived (header timeout), if any has.
+    pub head_started: Option<Instant>,
+}
+
+impl Connection {
+    /// Wraps a freshly accepted, non-blocking socket.
+    pub fn new(fd: OwnedFd, peer: Peer, listener: usize) -> Self {
+        Connection {
+            fd,
+            buf: Vec::new(),
+            filled: 0,
+            head: RequestHead::new(),
+            state: ConnState::ReadingHead,
+            served: 0,
+            peer,
+            listener,
+            head_started: None,
+        }
+    }
+
+    /// The socket's fd.
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// The current request's parsed head.
+    pub fn head(&self) -> &RequestHead {
+        &self.head
+    }
+
+    /// The read buffer (the head's spans index into it).
+    pub fn buffer(&self) -> &[u8] {
+        &self.buf[..self.filled]
+    }
+
+    /// True when no byte of a next request has arrived (an idle keep-alive connection).
+    pub fn is_idle(&self) -> bool {
+        self.filled == 0
+    }
+
+    /// Reads what the socket has (until it would block, the buffer holds a whole head, or the
+    /// head limit is reached) and parses. Must be called when the poller reports the fd
+    /// readable, and before parking a connection (edge-triggered readiness).
+    pub fn on_readable(&mut self, limits: &Limits) -> Readiness {
+        if self.filled > 0 {
+            // Pipelined bytes may already hold a whole head.
+            match self.parse(limits) {
+                Readiness::Pending => {}
+                other => return other,
+            }
+        }
+        let cap = limits.max_head_size + 1;
+        loop {
+            if self.buf.is_empty() {
+                self.buf.resize(INITIAL_BUFFER, 0);
+            }
+            if self.filled == self.buf.len() {
+                if self.buf.len() >= cap {
+                    // Full up to the limit: the parser reports 431 or 414.
+                    return self.parse(limits);
+                }
+                let grown = (self.buf.len() * 2).min(cap).max(self.filled + 1);
+                self.buf.resize(grown, 0);
+            }
+            let space = self.buf.len() - self.filled;
+            match read_nonblocking(self.fd(), &mut self.buf[self.filled..]) {
+                Ok(Some(0)) => return Readiness::Closed,
+                Ok(Some(n)) => {
+                    if self.head_started.is_none() {
+                        self.head_started = Some(Instant::now());
+                    }
+                    self.filled += n;
+                    if n < space {
+                        // A short read drained the socket: the next arrival raises a new edge.
+                        return self.parse(limits);
+                    }
+                }
+                Ok(None) => return self.parse(limits),
+                Err(_) => return Readiness::Closed,
+            }
+        }
+    }
+
+    fn parse(&mut self, limits: &Limits) -> Readiness {
+        if self.filled == 0 {
+            return Readiness::Pending;
+        }
+        match parse_request_head(&self.buf[..self.filled], limits, &mut self.head) {
+            Ok(HeadStatus::Complete) => Readiness::HeadComplete,
+            Ok(HeadStatus::Partial) => Readiness::Pending,
+            Err(err) => Readiness::Rejected(err),
+        }
+    }
+
+    /// Ends the current request: keeps the `leftover` bytes (the start of a pipelined next
+    /// request) at the front of the buffer.
+    pub(crate) fn next_request(&mut self, leftover: std::ops::Range<usize>) {
+        let len = leftover.len();
+        if len > 0 {
+            self.buf.copy_within(leftover, 0);
+        }
+        self.filled = len;
+        self.head.clear();
+        self.served += 1;
+        self.head_started = if len > 0 { Some(Instant::now()) } else { None };
+        self.state = ConnState::KeepAlive;
+        if len == 0 && self.buf.len() > INITIAL_BUFFER {
+            // A large head grew the buffer: give the memory back while idle.
+            self.buf = Vec::new();
+        }
+    }
+
+    /// Writes a complete error response without waiting (best effort: the connection is
+    /// closed right after, so a client that is not reading simply loses it).
+    pub fn reject(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.state = ConnState::Closed;
+        crate::io::write_all(self.fd(), &[bytes], std::time::Duration::from_millis(0)).or(Ok(()))
+    }
+}

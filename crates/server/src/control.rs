@@ -1,0 +1,158 @@
+//! Worker control: signals and the life pipe, as fds the poller watches.
+//!
+//! CPython runs Python signal handlers only between bytecodes on the main thread, and a worker
+//! spends its life inside Rust, so Rust owns the worker's signals (ARCHITECTURE.md section 4).
+//! signal-hook sets an atomic flag per signal and writes a byte to a self-pipe; the poller
+//! watches the pipe's read end and the life pipe (EOF: the master is gone).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1};
+
+/// Why a worker's loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// TERM: stopped accepting, drained in-flight requests.
+    Graceful,
+    /// INT or QUIT: left at once.
+    Quick,
+    /// The life pipe closed: the master died; drained like a graceful stop.
+    MasterGone,
+    /// `max_requests` reached: drained, to be replaced by the master.
+    MaxRequests,
+}
+
+impl StopReason {
+    /// The name returned to Python by `run_worker`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::Graceful => "graceful",
+            StopReason::Quick => "quick",
+            StopReason::MasterGone => "master_gone",
+            StopReason::MaxRequests => "max_requests",
+        }
+    }
+}
+
+/// What the control fds asked for, once drained.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Requests {
+    /// TERM arrived.
+    pub graceful: bool,
+    /// INT or QUIT arrived.
+    pub quick: bool,
+    /// USR1 arrived: reopen log files.
+    pub reopen_logs: bool,
+}
+
+/// The installed signal handlers plus the life pipe.
+pub struct Control {
+    pipe_read: OwnedFd,
+    _pipe_write: OwnedFd,
+    graceful: Arc<AtomicBool>,
+    quick: Arc<AtomicBool>,
+    reopen: Arc<AtomicBool>,
+    hup: Arc<AtomicBool>,
+    life_fd: Option<RawFd>,
+    signal_ids: Vec<signal_hook::SigId>,
+}
+
+fn pipe_nonblocking() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-element array for pipe2 to fill.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds are fresh and owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+impl Control {
+    /// Installs the worker's signal handlers (TERM, INT, QUIT, USR1; HUP is ignored in workers:
+    /// the master reloads) and adopts the life pipe's read end, if any.
+    pub fn install(life_fd: Option<RawFd>) -> io::Result<Control> {
+        let (pipe_read, pipe_write) = pipe_nonblocking()?;
+        let graceful = Arc::new(AtomicBool::new(false));
+        let quick = Arc::new(AtomicBool::new(false));
+        let reopen = Arc::new(AtomicBool::new(false));
+        let hup = Arc::new(AtomicBool::new(false));
+        let mut signal_ids = Vec::new();
+        let table: [(i32, &Arc<AtomicBool>); 5] =
+            [(SIGTERM, &graceful), (SIGINT, &quick), (SIGQUIT, &quick), (SIGUSR1, &reopen), (SIGHUP, &hup)];
+        for (signal, flag) in table {
+            signal_ids.push(signal_hook::flag::register(signal, Arc::clone(flag))?);
+            let write_end = pipe_write.try_clone()?;
+            signal_ids.push(signal_hook::low_level::pipe::register(signal, write_end)?);
+        }
+        if let Some(fd) = life_fd {
+            set_nonblocking(fd)?;
+        }
+        Ok(Control { pipe_read, _pipe_write: pipe_write, graceful, quick, reopen, hup, life_fd, signal_ids })
+    }
+
+    /// The self-pipe's read end, to register level-triggered.
+    pub fn signal_fd(&self) -> RawFd {
+        self.pipe_read.as_raw_fd()
+    }
+
+    /// The life pipe's read end, if the master gave one.
+    pub fn life_fd(&self) -> Option<RawFd> {
+        self.life_fd
+    }
+
+    /// Drains the self-pipe and returns (and clears) the pending requests.
+    pub fn take_requests(&self) -> Requests {
+        let mut scratch = [0u8; 64];
+        loop {
+            // SAFETY: reads into a valid local buffer of the given length.
+            let n = unsafe { libc::read(self.pipe_read.as_raw_fd(), scratch.as_mut_ptr().cast(), scratch.len()) };
+            if n <= 0 {
+                break;
+            }
+        }
+        self.hup.store(false, Ordering::Relaxed);
+        Requests {
+            graceful: self.graceful.swap(false, Ordering::Relaxed),
+            quick: self.quick.swap(false, Ordering::Relaxed),
+            reopen_logs: self.reopen.swap(false, Ordering::Relaxed),
+        }
+    }
+
+    /// True when the life pipe reports EOF (the master is gone). Call when it is readable.
+    pub fn master_gone(&self) -> bool {
+        let Some(fd) = self.life_fd else { return false };
+        let mut byte = [0u8; 16];
+        // SAFETY: reads into a valid local buffer.
+        let n = unsafe { libc::read(fd, byte.as_mut_ptr().cast(), byte.len()) };
+        if n == 0 {
+            return true;
+        }
+        n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        for id in self.signal_ids.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
+/// Sets O_NONBLOCK on an fd.
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a caller-provided fd with integer arguments only.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! Socket I/O with deadlines over non-blocking fds.
+//!
+//! Connection fds stay non-blocking for their whole life (the poller needs that). A slot that
+//! owns a connection while it serves a request waits with `poll(2)` on that one fd when a read
+//! or write would block, up to the phase's deadline. Writes use `sendmsg(MSG_NOSIGNAL)` so a
+//! peer that went away is an `EPIPE` error, never a SIGPIPE.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Instant;
+
+/// The error returned when a deadline passes.
+pub fn timed_out(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, format!("{what} timed out"))
+}
+
+/// Waits until `fd` is readable (`write == false`) or writable, or `deadline` passes.
+pub fn wait_fd(fd: RawFd, write: bool, deadline: Instant, what: &str) -> io::Result<()> {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(timed_out(what));
+        }
+        let ms = (deadline - now).as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        let mut pfd = libc::pollfd { fd, events: if write { libc::POLLOUT } else { libc::POLLIN }, revents: 0 };
+        // SAFETY: one valid pollfd for the duration of the call.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if rc > 0 {
+            return Ok(());
+        }
+        if rc < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+    }
+}
+
+/// One non-blocking `read`. `Ok(None)` means it would block.
+pub fn read_nonblocking(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    loop {
+        // SAFETY: buf is valid for writes of buf.len() bytes.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(Some(n as usize));
+        }
+        let err = io::Error::last_os_error();
+        match err.kind() {
+            io::ErrorKind::WouldBlock => return Ok(None),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(err),
+        }
+    }
+}
+
+/// Reads at least one byte (or EOF: `Ok(0)`), waiting up to `deadline`.
+pub fn read_with_deadline(fd: RawFd, buf: &mut [u8], deadline: Instant, what: &str) -> io::Result<usize> {
+    loop {
+        if let Some(n) = read_nonblocking(fd, buf)? {
+            return Ok(n);
+        }
+        wait_fd(fd, false, deadline, what)?;
+    }
+}
+
+/// Writes every byte of `parts`, in order, with as few `sendmsg` calls as the kernel allows.
+/// `deadline` bounds each wait for the peer to accept more (the send timeout).
+pub fn write_all(fd: RawFd, parts: &[&[u8]], timeout: std::time::Duration) -> io::Result<()> {
+    let mut index = 0;
+    let mut offset = 0;
+    // Vectored writes of at most 8 parts: responses have a head, a body and a chunk trailer.
+    const MAX_PARTS: usize = 8;
+    while index < parts.len() {
+        if parts[index].len() == offset {
+            index += 1;
+            offset = 0;
+            continue;
+        }
+        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_PARTS];
+        let mut count = 0;
+        for (i, part) in parts[index..].iter().enumerate().take(MAX_PARTS) {
+            let start = if i == 0 { offset } else { 0 };
+            iov[count] = libc::iovec { iov_base: part[start..].as_ptr() as *mut _, iov_len: part.len() - start };
+            count += 1;
+        }
+        // SAFETY: a zeroed msghdr is a valid empty header; we then point it at `iov`.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = count as _;
+        // SAFETY: msg points at `count` iovecs that reference live slices of `parts`.
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            match err.kind() {
+                io::ErrorKind::WouldBlock => {
+                    wait_fd(fd, true, Instant::now() + timeout, "send")?;
+                    continue;
+                }
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(err),
+            }
+        }
+        let mut written = n as usize;
+        while written > 0 && index < parts.len() {
+            let left = parts[index].len() - offset;
+            if written >= left {
+                written -= left;
+                index += 1;
+                offset = 0;
+            } else {
+                offset += written;
+                written = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sends `count` bytes of file `file_fd` from `offset` with `sendfile(2)`. Returns the bytes
+/// sent, which is less than `count` only when the file is shorter than announced.
+pub fn send_file(fd: RawFd, file_fd: RawFd, offset: u64, count: u64, timeout: std::time::Duration) -> io::Result<u64> {
+    let mut off = offset as libc::off_t;
+    let mut sent = 0u64;
+    while sent < count {
+        // Linux caps one sendfile at about 2 GiB; ask for at most 1 GiB a call.
+        let want = (count - sent).min(1 << 30) as usize;
+        // SAFETY: `off` is a valid out-pointer; both fds belong to the caller.
+        let n = unsafe { libc::sendfile(fd, file_fd, &mut off, want) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            match err.kind() {
+                io::ErrorKind::WouldBlock => {
+                    wait_fd(fd, true, Instant::now() + timeout, "send")?;
+                    continue;
+                }
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(err),
+            }
+        }
+        if n == 0 {
+            break;
+        }
+        sent += n as u64;
+    }
+    Ok(sent)
+}

@@ -1,0 +1,44 @@
+//! The Tines worker runtime: everything a worker process does once the app is loaded, with
+//! no knowledge of Python. The `python` crate implements [`App`] for WSGI.
+//!
+//! Layers: [`poller`] (epoll), [`listener`] (accept), [`control`] (signals, life pipe),
+//! [`connection`] (the per-connection state machine), [`exchange`] (one request/response:
+//! body decoding, response framing, keep-alive), [`reactor`] (the poller loop shared by the
+//! MPMs), [`mpm`] (prefork, thread), [`scoreboard`], [`access_log`], [`worker`] (entry point).
+
+pub mod access_log;
+pub mod config;
+pub mod connection;
+pub mod control;
+pub mod exchange;
+pub mod io;
+pub mod listener;
+pub mod log;
+pub mod mpm;
+pub mod poller;
+pub mod reactor;
+pub mod scoreboard;
+mod slot;
+pub mod worker;
+
+pub use config::{Mpm, WorkerConfig};
+pub use control::StopReason;
+pub use exchange::{Exchange, ResponseError};
+pub use listener::{Local, Peer};
+pub use scoreboard::{Scoreboard, WorkerState};
+pub use worker::{run_worker, WorkerSpec};
+
+/// An application the worker serves. Implemented by the `python` crate for WSGI; tests
+/// implement it in Rust.
+pub trait App: Send + Sync + 'static {
+    /// Serves one request: reads the body from and writes the response to `exchange`, then
+    /// returns it. Called on a slot thread (the prefork process's thread or an app thread).
+    fn serve(&self, exchange: Exchange) -> Exchange;
+
+    /// Runs `body` for a slot thread's whole life. The Python implementation attaches the
+    /// thread to the interpreter once here and detaches while `body` waits, so each request
+    /// re-takes the GIL cheaply instead of creating a thread state.
+    fn run_slot_thread(&self, body: &mut dyn FnMut()) {
+        body()
+    }
+}

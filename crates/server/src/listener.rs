@@ -1,0 +1,152 @@
+//! Listening sockets shared by every worker, and accept.
+//!
+//! The master binds (Python, `tines.sockets`) and every worker inherits the same sockets.
+//! Accept is level-triggered and takes at most `ACCEPT_BATCH` connections per wake-up, so one
+//! worker cannot swallow a burst that its siblings are awake to share (ADR 0002).
+
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+/// The address a connection came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// A TCP peer.
+    Tcp(SocketAddr),
+    /// A Unix-socket peer (no address).
+    Unix,
+}
+
+/// What a listener is bound to, for SERVER_NAME / SERVER_PORT.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Local {
+    /// A TCP address.
+    Tcp(SocketAddr),
+    /// A Unix socket path (may be empty for abstract or unknown).
+    Unix(String),
+}
+
+/// One inherited listening socket.
+pub struct Listener {
+    fd: RawFd,
+    /// Where it is bound.
+    pub local: Local,
+    tcp: bool,
+}
+
+/// At most this many accepts per listener per wake-up: enough to keep up with a burst, few
+/// enough that the sibling workers woken by the same readiness get their share.
+pub const ACCEPT_BATCH: usize = 8;
+
+fn sockaddr_to_std(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match storage.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family says this storage holds a sockaddr_in.
+            let sin = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this storage holds a sockaddr_in6.
+            let sin6 = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+impl Listener {
+    /// Adopts an inherited listening fd (not owned: the master keeps it open; the worker's
+    /// copy closes when the process exits). Makes it non-blocking.
+    pub fn from_fd(fd: RawFd) -> io::Result<Listener> {
+        crate::control::set_nonblocking(fd)?;
+        // SAFETY: a zeroed sockaddr_storage is valid; len is its size.
+        let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: storage/len are valid out-pointers of the right size.
+        if unsafe { libc::getsockname(fd, (&mut storage as *mut libc::sockaddr_storage).cast(), &mut len) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let (local, tcp) = match sockaddr_to_std(&storage) {
+            Some(addr) => (Local::Tcp(addr), true),
+            None => {
+                // SAFETY: not inet, so (for a listener we were given) a sockaddr_un.
+                let sun = unsafe { &*(&storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_un>() };
+                let bytes: Vec<u8> = sun.sun_path.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+                (Local::Unix(String::from_utf8_lossy(&bytes).into_owned()), false)
+            }
+        };
+        Ok(Listener { fd, local, tcp })
+    }
+
+    /// The raw fd, to register with the poller.
+    pub fn fd(&self) -> RawFd {
+        self.fd
+    }
+
+    /// Accepts one connection: non-blocking, close-on-exec, TCP_NODELAY for TCP.
+    /// `Ok(None)` when there is nothing to accept.
+    pub fn accept(&self) -> io::Result<Option<(OwnedFd, Peer)>> {
+        // SAFETY: a zeroed sockaddr_storage is valid.
+        let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        loop {
+            // SAFETY: storage/len are valid out-pointers; flags are plain integers.
+            let fd = unsafe {
+                libc::accept4(
+                    self.fd,
+                    (&mut storage as *mut libc::sockaddr_storage).cast(),
+                    &mut len,
+                    libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                let err = io::Error::last_os_error();
+                match err.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(None),
+                    io::ErrorKind::Interrupted => continue,
+                    // The peer gave up between SYN and accept: not our error, try the next.
+                    _ if err.raw_os_error() == Some(libc::ECONNABORTED) => continue,
+                    _ => return Err(err),
+                }
+            }
+            // SAFETY: accept4 returned a fresh fd that we now own.
+            let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+            if self.tcp {
+                let one: libc::c_int = 1;
+                // SAFETY: setsockopt with a valid int option value and its size. Failure is
+                // harmless (latency only), so the result is ignored.
+                unsafe {
+                    libc::setsockopt(
+                        fd,
+                        libc::IPPROTO_TCP,
+                        libc::TCP_NODELAY,
+                        (&one as *const libc::c_int).cast(),
+                        std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                    );
+                }
+                let peer = sockaddr_to_std(&storage).map(Peer::Tcp).unwrap_or(Peer::Unix);
+                return Ok(Some((owned, peer)));
+            }
+            return Ok(Some((owned, Peer::Unix)));
+        }
+    }
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit (ARCHITECTURE.md, listeners).
+pub fn raise_fd_limit() {
+    // SAFETY: a zeroed rlimit is valid; getrlimit fills it.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 && limit.rlim_cur < limit.rlim_max {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: valid in-pointer; failure leaves the old limit, which is fine.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    }
+}

@@ -1,0 +1,47 @@
+//! `prefork`: one thread per process. The poller thread runs the app inline once a head is
+//! complete, writes the response and parks the connection again. A crash or a leak touches
+//! one process; `max_requests = 1` gives "a process per request".
+
+use std::io;
+use std::sync::Arc;
+
+use crate::connection::Connection;
+use crate::control::StopReason;
+use crate::exchange::SlotContext;
+use crate::reactor::{Dispatch, Driver, Reactor};
+use crate::slot::serve_connection;
+use crate::worker::WorkerShared;
+use crate::App;
+
+struct Inline {
+    app: Arc<dyn App>,
+    shared: Arc<WorkerShared>,
+    ctx: Option<SlotContext>,
+}
+
+impl Driver for Inline {
+    fn dispatch(&mut self, _token: usize, conn: Connection) -> Dispatch {
+        let ctx = self.ctx.take().unwrap_or_default();
+        let (kept, ctx) = serve_connection(conn, ctx, &*self.app, &self.shared);
+        self.ctx = Some(ctx);
+        Dispatch::Served(kept)
+    }
+
+    fn collect(&mut self, _into: &mut Vec<(usize, Option<Connection>)>) {}
+
+    fn in_flight(&self) -> usize {
+        0
+    }
+
+    fn waker_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
+/// Runs the prefork MPM on the calling thread.
+pub fn run(mut reactor: Reactor, app: Arc<dyn App>, shared: Arc<WorkerShared>) -> io::Result<StopReason> {
+    let mut driver = Inline { app: Arc::clone(&app), shared, ctx: Some(SlotContext::new()) };
+    let mut result = None;
+    app.run_slot_thread(&mut || result = Some(reactor.run(&mut driver)));
+    result.unwrap_or_else(|| Err(io::Error::other("the app's slot thread did not run the loop")))
+}

@@ -1,0 +1,444 @@
+//! The poller loop every MPM runs: it owns the listeners, the control fds and every connection
+//! that waits for bytes (idle keep-alive or a partial head), with their timers. When a head is
+//! complete it hands the connection to the MPM's [`Driver`], which serves it inline (prefork)
+//! or on an app thread (thread) and gives it back.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tines_proto::response::encode_error_response;
+use tines_proto::{DateCache, ParseError};
+
+use crate::config::WorkerConfig;
+use crate::connection::{ConnState, Connection, Readiness};
+use crate::control::{Control, StopReason};
+use crate::exchange::SlotContext;
+use crate::listener::{Listener, ACCEPT_BATCH};
+use crate::poller::{Event, Poller, Token, Trigger};
+use crate::scoreboard::now_ms;
+use crate::worker::WorkerShared;
+
+const SIGNAL_TOKEN: u64 = u64::MAX;
+const LIFE_TOKEN: u64 = u64::MAX - 1;
+const WAKER_TOKEN: u64 = u64::MAX - 2;
+/// Listener `i` has token `LISTENER_BASE - i`.
+const LISTENER_BASE: u64 = u64::MAX - 16;
+
+/// The longest the loop sleeps: the heartbeat period written to the scoreboard.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// A throttled worker looks again after this long: short enough not to leave connections in
+/// the backlog when every worker is over its share, long enough not to spin.
+const THROTTLE_PAUSE: Duration = Duration::from_millis(5);
+
+/// What a driver did with a ready connection.
+pub(crate) enum Dispatch {
+    /// Served inline: the connection if it stays open.
+    Served(Option<Connection>),
+    /// Handed to another thread; it comes back through [`Driver::collect`].
+    Handed,
+}
+
+/// The MPM-specific part: who serves a connection whose head is complete.
+pub(crate) trait Driver {
+    /// Serves or hands off the connection registered under `token`.
+    fn dispatch(&mut self, token: usize, conn: Connection) -> Dispatch;
+    /// Moves connections handed back since the last call into `into`.
+    fn collect(&mut self, into: &mut Vec<(usize, Option<Connection>)>);
+    /// Connections currently handed off.
+    fn in_flight(&self) -> usize;
+    /// The fd that wakes the poller when connections come back, if any.
+    fn waker_fd(&self) -> Option<RawFd>;
+}
+
+enum Entry {
+    Vacant,
+    Parked { conn: Connection, epoch: u64 },
+    Dispatched,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum TimerKind {
+    Idle,
+    Header,
+}
+
+/// The poller loop's state.
+pub struct Reactor {
+    poller: Poller,
+    events: Vec<Event>,
+    listeners: Vec<Listener>,
+    listening: bool,
+    throttled_until: Option<Instant>,
+    control: Control,
+    entries: Vec<Entry>,
+    free: Vec<usize>,
+    open: usize,
+    timers: BinaryHeap<Reverse<(Instant, TimerKind, usize, u64)>>,
+    next_epoch: u64,
+    shared: Arc<WorkerShared>,
+    stop: Option<StopReason>,
+    ctx: SlotContext,
+    returned: Vec<(usize, Option<Connection>)>,
+}
+
+/// Writes the error response for a rejected head and marks the connection closed.
+pub(crate) fn reject(conn: &mut Connection, err: &ParseError, config: &WorkerConfig, ctx: &mut SlotContext) {
+    crate::log::debug(&format!("rejected request ({}): {}", err.status(), err.reason()));
+    write_error(conn, err.status(), config, &mut ctx.date, &mut ctx.out);
+}
+
+fn write_error(conn: &mut Connection, code: u16, config: &WorkerConfig, date: &mut DateCache, out: &mut Vec<u8>) {
+    out.clear();
+    encode_error_response(out, code, date.now(), &config.server_header);
+    let _ = conn.reject(out);
+    out.clear();
+}
+
+impl Reactor {
+    /// Creates the poller and registers the listeners and control fds.
+    pub fn new(listeners: Vec<Listener>, control: Control, shared: Arc<WorkerShared>) -> io::Result<Reactor> {
+        let poller = Poller::new()?;
+        for (index, listener) in listeners.iter().enumerate() {
+            poller.register(listener.fd(), Token(LISTENER_BASE - index as u64), Trigger::Level)?;
+        }
+        poller.register(control.signal_fd(), Token(SIGNAL_TOKEN), Trigger::Level)?;
+        if let Some(fd) = control.life_fd() {
+            poller.register(fd, Token(LIFE_TOKEN), Trigger::Level)?;
+        }
+        Ok(Reactor {
+            poller,
+            events: Vec::with_capacity(256),
+            listeners,
+            listening: true,
+            throttled_until: None,
+            control,
+            entries: Vec::new(),
+            free: Vec::new(),
+            open: 0,
+            timers: BinaryHeap::new(),
+            next_epoch: 0,
+            shared,
+            stop: None,
+            ctx: SlotContext::new(),
+            returned: Vec::new(),
+        })
+    }
+
+    /// Runs until the worker must stop; returns why.
+    pub(crate) fn run(&mut self, driver: &mut dyn Driver) -> io::Result<StopReason> {
+        if let Some(fd) = driver.waker_fd() {
+            self.poller.register(fd, Token(WAKER_TOKEN), Trigger::Level)?;
+        }
+        loop {
+            if let Some(reason) = self.stop {
+                if reason == StopReason::Quick || (self.open == 0 && driver.in_flight() == 0) {
+                    return Ok(reason);
+                }
+            }
+            let timeout = self.next_timeout();
+            let mut events = std::mem::take(&mut self.events);
+            self.poller.wait(&mut events, Some(timeout))?;
+            for event in &events {
+                match event.token.0 {
+                    SIGNAL_TOKEN => self.on_control(),
+                    LIFE_TOKEN => {
+                        if self.control.master_gone() {
+                            crate::log::info("master is gone: stopping");
+                            self.begin_stop(StopReason::MasterGone);
+                        }
+                    }
+                    WAKER_TOKEN => self.on_returned(driver),
+                    token if token >= LISTENER_BASE - self.listeners.len() as u64 + 1 => {
+                        self.on_acceptable((LISTENER_BASE - token) as usize, driver);
+                    }
+                    token => self.on_connection_event(token as usize, driver),
+                }
+            }
+            self.events = events;
+            self.expire_timers();
+            self.manage_throttle();
+            let slot = self.shared.slot();
+            slot.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
+            if self.shared.recycle_requested() && self.stop.is_none() {
+                crate::log::info("max_requests reached: recycling this worker");
+                self.begin_stop(StopReason::MaxRequests);
+            }
+            if let Some(log) = &self.shared.access_log {
+                log.flush();
+            }
+        }
+    }
+
+    fn next_timeout(&self) -> Duration {
+        let now = Instant::now();
+        let mut timeout = HEARTBEAT;
+        if let Some(Reverse((deadline, ..))) = self.timers.peek() {
+            timeout = timeout.min(deadline.saturating_duration_since(now));
+        }
+        if let Some(until) = self.throttled_until {
+            timeout = timeout.min(until.saturating_duration_since(now));
+        }
+        timeout
+    }
+
+    fn on_control(&mut self) {
+        let requests = self.control.take_requests();
+        if requests.reopen_logs {
+            if let Some(log) = &self.shared.access_log {
+                log.reopen();
+            }
+        }
+        if requests.quick {
+            self.begin_stop(StopReason::Quick);
+        } else if requests.graceful {
+            self.begin_stop(StopReason::Graceful);
+        }
+    }
+
+    /// Starts the stop sequence: accept what is already queued, stop listening, close idle
+    /// connections; in-flight requests finish with `Connection: close`.
+    fn begin_stop(&mut self, reason: StopReason) {
+        if reason == StopReason::Quick {
+            self.stop = Some(reason);
+            return;
+        }
+        if self.stop.is_some() {
+            return;
+        }
+        self.stop = Some(reason);
+        self.shared.set_stopping();
+        // Accept what the listener already queued, so that it is served rather than reset when
+        // the master closes the listener; then stop accepting.
+        for index in 0..self.listeners.len() {
+            self.accept_from(index, usize::MAX);
+        }
+        if self.listening {
+            for listener in &self.listeners {
+                let _ = self.poller.deregister(listener.fd());
+            }
+            self.listening = false;
+        }
+        for token in 0..self.entries.len() {
+            if let Entry::Parked { conn, .. } = &self.entries[token] {
+                if conn.is_idle() {
+                    self.close(token);
+                }
+            }
+        }
+    }
+
+    fn over_fair_share(&self) -> bool {
+        let mine = self.open as u64;
+        if mine < ACCEPT_BATCH as u64 {
+            return false;
+        }
+        let (total, live) = self.shared.scoreboard().accept_totals();
+        live > 1 && mine * live > 2 * total
+    }
+
+    fn manage_throttle(&mut self) {
+        if self.stop.is_some() {
+            return;
+        }
+        if let Some(until) = self.throttled_until {
+            if Instant::now() >= until && !self.over_fair_share() {
+                for (index, listener) in self.listeners.iter().enumerate() {
+                    let _ = self.poller.register(listener.fd(), Token(LISTENER_BASE - index as u64), Trigger::Level);
+                }
+                self.listening = true;
+                self.throttled_until = None;
+            } else if Instant::now() >= until {
+                self.throttled_until = Some(Instant::now() + THROTTLE_PAUSE);
+            }
+        }
+    }
+
+    fn on_acceptable(&mut self, index: usize, driver: &mut dyn Driver) {
+        if !self.listening {
+            return;
+        }
+        if self.over_fair_share() {
+            // Level-triggered: stop watching the listeners for a moment, or we would spin.
+            for listener in &self.listeners {
+                let _ = self.poller.deregister(listener.fd());
+            }
+            self.listening = false;
+            self.throttled_until = Some(Instant::now() + THROTTLE_PAUSE);
+            return;
+        }
+        let accepted = self.accept_from(index, ACCEPT_BATCH);
+        for token in accepted {
+            if let Entry::Parked { .. } = self.entries[token] {
+                let Entry::Parked { conn, .. } = std::mem::replace(&mut self.entries[token], Entry::Dispatched) else {
+                    unreachable!()
+                };
+                self.advance(token, conn, driver);
+            }
+        }
+    }
+
+    /// Accepts up to `limit` connections and registers them; returns their tokens.
+    fn accept_from(&mut self, index: usize, limit: usize) -> Vec<usize> {
+        let mut tokens = Vec::new();
+        while tokens.len() < limit {
+            match self.listeners[index].accept() {
+                Ok(Some((fd, peer))) => {
+                    let conn = Connection::new(fd, peer, index);
+                    let token = self.insert(conn);
+                    match &self.entries[token] {
+                        Entry::Parked { conn, .. } => {
+                            if let Err(err) = self.poller.register(conn.fd(), Token(token as u64), Trigger::Edge) {
+                                crate::log::error(&format!("cannot watch a new connection: {err}"));
+                                self.close(token);
+                                continue;
+                            }
+                        }
+                        _ => unreachable!(),
+                    }
+                    self.shared.slot().accepted.fetch_add(1, Ordering::Relaxed);
+                    tokens.push(token);
+                }
+                Ok(None) => break,
+                Err(err) => {
+                    // EMFILE/ENFILE/ENOMEM: the connection stays queued; back off briefly by
+                    // pausing accept (the throttle timer re-enables it) instead of spinning.
+                    crate::log::error(&format!("accept failed: {err}"));
+                    if self.listening && self.stop.is_none() {
+                        for listener in &self.listeners {
+                            let _ = self.poller.deregister(listener.fd());
+                        }
+                        self.listening = false;
+                        self.throttled_until = Some(Instant::now() + Duration::from_millis(100));
+                    }
+                    break;
+                }
+            }
+        }
+        tokens
+    }
+
+    fn insert(&mut self, conn: Connection) -> usize {
+        self.open += 1;
+        self.shared.slot().connections.fetch_add(1, Ordering::Relaxed);
+        self.next_epoch += 1;
+        let entry = Entry::Parked { conn, epoch: self.next_epoch };
+        match self.free.pop() {
+            Some(token) => {
+                self.entries[token] = entry;
+                token
+            }
+            None => {
+                self.entries.push(entry);
+                self.entries.len() - 1
+            }
+        }
+    }
+
+    fn close(&mut self, token: usize) {
+        if let Some(entry) = self.entries.get_mut(token) {
+            if !matches!(entry, Entry::Vacant) {
+                // Dropping the connection closes its fd, which also removes it from epoll.
+                *entry = Entry::Vacant;
+                self.free.push(token);
+                self.open -= 1;
+                self.shared.slot().connections.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn on_connection_event(&mut self, token: usize, driver: &mut dyn Driver) {
+        let Some(entry) = self.entries.get_mut(token) else { return };
+        if let Entry::Parked { .. } = entry {
+            let Entry::Parked { conn, .. } = std::mem::replace(entry, Entry::Dispatched) else { unreachable!() };
+            self.advance(token, conn, driver);
+        }
+        // Dispatched: the slot owns it and reads for itself; it is re-read when it comes back.
+    }
+
+    /// Reads and parses; dispatches complete heads (again and again while a prefork slot
+    /// serves pipelined requests inline); parks or closes the connection otherwise.
+    fn advance(&mut self, token: usize, mut conn: Connection, driver: &mut dyn Driver) {
+        loop {
+            match conn.on_readable(&self.shared.config.limits) {
+                Readiness::HeadComplete => {
+                    conn.state = ConnState::Dispatched;
+                    match driver.dispatch(token, conn) {
+                        Dispatch::Handed => return,
+                        Dispatch::Served(Some(kept)) => conn = kept,
+                        Dispatch::Served(None) => return self.close(token),
+                    }
+                }
+                Readiness::Pending => return self.park(token, conn),
+                Readiness::Closed => return self.close(token),
+                Readiness::Rejected(err) => {
+                    reject(&mut conn, &err, &self.shared.config, &mut self.ctx);
+                    return self.close(token);
+                }
+            }
+        }
+    }
+
+    fn park(&mut self, token: usize, conn: Connection) {
+        if self.stop.is_some() && conn.is_idle() {
+            return self.close(token);
+        }
+        self.next_epoch += 1;
+        let epoch = self.next_epoch;
+        let config = &self.shared.config;
+        let (kind, deadline) = match conn.head_started {
+            Some(started) if !conn.is_idle() => (TimerKind::Header, started + config.header_timeout),
+            _ => (TimerKind::Idle, Instant::now() + config.keepalive_timeout),
+        };
+        let deadline = if conn.served == 0 && conn.is_idle() {
+            // A new connection that has sent nothing yet gets the header timeout.
+            Instant::now() + config.header_timeout
+        } else {
+            deadline
+        };
+        self.timers.push(Reverse((deadline, kind, token, epoch)));
+        self.entries[token] = Entry::Parked { conn, epoch };
+    }
+
+    fn expire_timers(&mut self) {
+        let now = Instant::now();
+        while let Some(Reverse((deadline, kind, token, epoch))) = self.timers.peek().copied() {
+            if deadline > now {
+                break;
+            }
+            self.timers.pop();
+            let live = matches!(&self.entries.get(token), Some(Entry::Parked { epoch: e, .. }) if *e == epoch);
+            if !live {
+                continue;
+            }
+            if kind == TimerKind::Header {
+                if let Entry::Parked { conn, .. } = &mut self.entries[token] {
+                    if !conn.is_idle() {
+                        // RFC 9110 15.5.9: 408 tells the client the server closes an unused connection.
+                        write_error(conn, 408, &self.shared.config, &mut self.ctx.date, &mut self.ctx.out);
+                    }
+                }
+            }
+            self.close(token);
+        }
+    }
+
+    fn on_returned(&mut self, driver: &mut dyn Driver) {
+        let mut returned = std::mem::take(&mut self.returned);
+        driver.collect(&mut returned);
+        for (token, conn) in returned.drain(..) {
+            match conn {
+                // Re-read before parking: bytes that arrived while the slot had it raised an
+                // edge the poller could not act on.
+                Some(conn) => self.advance(token, conn, driver),
+                None => self.close(token),
+            }
+        }
+        self.returned = returned;
+    }
+}

@@ -1,0 +1,41 @@
+//! What a slot does with a connection whose head is complete: serve requests on it (several
+//! when pipelined) until it must close or waits for more bytes. Both MPMs call this; they only
+//! decide which thread runs it.
+
+use std::sync::Arc;
+
+use crate::connection::{Connection, Readiness};
+use crate::exchange::{Exchange, SlotContext};
+use crate::worker::WorkerShared;
+use crate::App;
+
+/// Serves the ready request on `conn` and any complete pipelined ones after it. Returns the
+/// connection when it stays open (to be parked), and the slot's context.
+pub(crate) fn serve_connection(
+    mut conn: Connection,
+    mut ctx: SlotContext,
+    app: &dyn App,
+    shared: &Arc<WorkerShared>,
+) -> (Option<Connection>, SlotContext) {
+    loop {
+        shared.request_started();
+        let exchange = app.serve(Exchange::new(conn, ctx, Arc::clone(shared)));
+        let (kept, returned) = exchange.complete();
+        ctx = returned;
+        shared.request_finished();
+        let Some(mut next) = kept else { return (None, ctx) };
+        if next.is_idle() || shared.recycle_requested() {
+            return (Some(next), ctx);
+        }
+        // Pipelined bytes are buffered: serve the next request now if its head is complete.
+        match next.on_readable(&shared.config.limits) {
+            Readiness::HeadComplete => conn = next,
+            Readiness::Pending => return (Some(next), ctx),
+            Readiness::Closed => return (None, ctx),
+            Readiness::Rejected(err) => {
+                crate::reactor::reject(&mut next, &err, &shared.config, &mut ctx);
+                return (None, ctx);
+            }
+        }
+    }
+}
