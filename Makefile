@@ -1,0 +1,59 @@
+# Tines: every set-up step lives here, so a fresh machine needs only `make serve` / `make test`.
+# Needs: python3 (3.10+) with venv and pip, and a Rust toolchain (cargo).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+STAMP  := $(VENV)/.deps-stamp
+RUST_SOURCES := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
+
+.PHONY: all build serve test test-rust test-python bench fmt lint clean docs
+
+all: build
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# Development dependencies (maturin to build, pytest & co. to test, Flask for the blog).
+$(STAMP): $(PY) pyproject.toml
+	$(PIP) install --quiet "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" "httpx>=0.27" "flask>=3" "mypy>=1.10"
+	touch $(STAMP)
+
+# The extension, built in release mode and installed (editable) into the virtualenv; it also
+# puts the `tines` command on the venv's PATH.
+$(VENV)/.build-stamp: $(STAMP) $(RUST_SOURCES)
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release --quiet
+	touch $@
+
+build: $(VENV)/.build-stamp
+
+serve: build
+	$(VENV)/bin/tines serve examples/blog/app.py:app --bind $(HOST):$(PORT)
+
+test: build test-rust test-python
+
+test-rust:
+	cargo test --workspace --release --quiet
+
+test-python: build
+	$(PY) -m pytest -q
+
+docs: build
+	$(PY) tools/gen_settings_doc.py
+
+bench: build
+	$(PY) benches/run.py
+
+fmt:
+	cargo fmt --all
+
+lint: build
+	cargo clippy --workspace --all-targets -- -D warnings
+	$(VENV)/bin/mypy --strict python/tines
+
+clean:
+	rm -rf $(VENV) target
