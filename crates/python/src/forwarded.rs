@@ -22,15 +22,25 @@ impl Network {
     fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - u32::from(self.prefix))
+                };
                 u32::from(net) & mask == u32::from(ip) & mask
             }
             (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(self.prefix)) };
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(self.prefix))
+                };
                 u128::from(net) & mask == u128::from(ip) & mask
             }
             (IpAddr::V6(_), IpAddr::V4(ip)) => self.contains(IpAddr::V6(ip.to_ipv6_mapped())),
-            (IpAddr::V4(_), IpAddr::V6(ip)) => ip.to_ipv4_mapped().is_some_and(|v4| self.contains(IpAddr::V4(v4))),
+            (IpAddr::V4(_), IpAddr::V6(ip)) => ip
+                .to_ipv4_mapped()
+                .is_some_and(|v4| self.contains(IpAddr::V4(v4))),
         }
     }
 }
@@ -60,16 +70,22 @@ impl TrustedProxies {
                 Some((addr, prefix)) => (addr, Some(prefix)),
                 None => (entry, None),
             };
-            let addr: IpAddr = addr
-                .parse()
-                .map_err(|_| PyValueError::new_err(format!("forwarded_allow_ips: '{entry}' is not an IP address or network")))?;
+            let addr: IpAddr = addr.parse().map_err(|_| {
+                PyValueError::new_err(format!(
+                    "forwarded_allow_ips: '{entry}' is not an IP address or network"
+                ))
+            })?;
             let max = if addr.is_ipv4() { 32 } else { 128 };
             let prefix = match prefix {
                 Some(text) => text
                     .parse::<u8>()
                     .ok()
                     .filter(|&p| p <= max)
-                    .ok_or_else(|| PyValueError::new_err(format!("forwarded_allow_ips: bad prefix in '{entry}'")))?,
+                    .ok_or_else(|| {
+                        PyValueError::new_err(format!(
+                            "forwarded_allow_ips: bad prefix in '{entry}'"
+                        ))
+                    })?,
                 None => max,
             };
             networks.push(Network { addr, prefix });
@@ -81,7 +97,9 @@ impl TrustedProxies {
     pub fn trusts(&self, ip: IpAddr) -> bool {
         match self {
             TrustedProxies::Any => true,
-            TrustedProxies::Networks(networks) => networks.iter().any(|network| network.contains(ip)),
+            TrustedProxies::Networks(networks) => {
+                networks.iter().any(|network| network.contains(ip))
+            }
         }
     }
 
@@ -93,7 +111,11 @@ impl TrustedProxies {
     /// The client address from an `X-Forwarded-For` value: the right-most untrusted entry.
     pub fn client_from<'v>(&self, forwarded_for: &'v str) -> Option<&'v str> {
         let mut last = None;
-        for entry in forwarded_for.rsplit(',').map(str::trim).filter(|e| !e.is_empty()) {
+        for entry in forwarded_for
+            .rsplit(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+        {
             last = Some(entry);
             match entry.parse::<IpAddr>() {
                 Ok(ip) if self.trusts(ip) => continue,
@@ -123,7 +145,10 @@ mod tests {
     #[test]
     fn client_is_the_rightmost_untrusted_forwarded_entry() {
         let trusted = proxies(&["10.0.0.0/8"]);
-        assert_eq!(trusted.client_from("6.6.6.6, 1.2.3.4, 10.0.0.2"), Some("1.2.3.4"));
+        assert_eq!(
+            trusted.client_from("6.6.6.6, 1.2.3.4, 10.0.0.2"),
+            Some("1.2.3.4")
+        );
         assert_eq!(trusted.client_from("10.0.0.3"), Some("10.0.0.3"));
     }
 

@@ -27,8 +27,11 @@ fn check(ok: bool, slot: usize) -> PyResult<()> {
 impl PyScoreboard {
     #[new]
     fn new(slots: usize) -> PyResult<Self> {
-        let inner = Scoreboard::new(slots).map_err(|err| PyOSError::new_err(format!("cannot create the scoreboard: {err}")))?;
-        Ok(PyScoreboard { inner: Arc::new(inner) })
+        let inner = Scoreboard::new(slots)
+            .map_err(|err| PyOSError::new_err(format!("cannot create the scoreboard: {err}")))?;
+        Ok(PyScoreboard {
+            inner: Arc::new(inner),
+        })
     }
 
     /// How many slots there are.
@@ -50,7 +53,10 @@ impl PyScoreboard {
     /// A dict snapshot of `slot`: pid, generation, state, active, requests, accepted,
     /// connections, heartbeat and request_start (Unix seconds as floats; 0 when none).
     fn read<'py>(&self, py: Python<'py>, slot: usize) -> PyResult<Bound<'py, PyDict>> {
-        let reading = self.inner.read(slot).ok_or_else(|| PyIndexError::new_err(format!("no scoreboard slot {slot}")))?;
+        let reading = self
+            .inner
+            .read(slot)
+            .ok_or_else(|| PyIndexError::new_err(format!("no scoreboard slot {slot}")))?;
         let dict = PyDict::new(py);
         dict.set_item("pid", reading.pid)?;
         dict.set_item("generation", reading.generation)?;

@@ -22,13 +22,15 @@ fn get<'py, T: FromPyObjectOwned<'py>>(settings: &Bound<'py, PyDict>, key: &str)
 
 fn seconds(settings: &Bound<'_, PyDict>, key: &str) -> PyResult<Duration> {
     let value: f64 = get(settings, key)?;
-    Duration::try_from_secs_f64(value).map_err(|_| PyValueError::new_err(format!("worker setting '{key}' must be >= 0 seconds")))
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| PyValueError::new_err(format!("worker setting '{key}' must be >= 0 seconds")))
 }
 
 /// Builds the worker's configuration from the settings dict.
 pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
     let mpm_name: String = get(settings, "mpm")?;
-    let mpm = Mpm::parse(&mpm_name).ok_or_else(|| PyValueError::new_err(format!("unknown mpm '{mpm_name}'")))?;
+    let mpm = Mpm::parse(&mpm_name)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown mpm '{mpm_name}'")))?;
     let server_header: String = get(settings, "server_header")?;
     let log_level: String = get(settings, "log_level")?;
     Ok(WorkerConfig {

@@ -37,5 +37,7 @@ pub fn run_worker(
     };
     let app: Arc<dyn tines_server::App> = Arc::new(wsgi);
     let result = py.detach(move || run(app, spec));
-    result.map(|reason| reason.name()).map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))
+    result
+        .map(|reason| reason.name())
+        .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))
 }

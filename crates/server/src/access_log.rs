@@ -61,14 +61,25 @@ impl AccessLog {
         let destination = if spec == "-" {
             Destination::Stdout
         } else {
-            Destination::File { path: spec.to_string(), file: open_append(spec)? }
+            Destination::File {
+                path: spec.to_string(),
+                file: open_append(spec)?,
+            }
         };
-        Ok(AccessLog { sink: Mutex::new(Sink { destination, buffer: Vec::with_capacity(FLUSH_AT * 2) }) })
+        Ok(AccessLog {
+            sink: Mutex::new(Sink {
+                destination,
+                buffer: Vec::with_capacity(FLUSH_AT * 2),
+            }),
+        })
     }
 
     /// Appends one formatted line (written out once the buffer is large enough).
     pub fn append(&self, line: &[u8]) {
-        let mut sink = self.sink.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut sink = self
+            .sink
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         sink.buffer.extend_from_slice(line);
         if sink.buffer.len() >= FLUSH_AT {
             sink.write_out();
@@ -77,12 +88,18 @@ impl AccessLog {
 
     /// Writes out whatever is buffered.
     pub fn flush(&self) {
-        self.sink.lock().unwrap_or_else(|poison| poison.into_inner()).write_out();
+        self.sink
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .write_out();
     }
 
     /// Flushes, then reopens the file (USR1, after log rotation).
     pub fn reopen(&self) {
-        let mut sink = self.sink.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut sink = self
+            .sink
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         sink.write_out();
         if let Destination::File { path, file } = &mut sink.destination {
             match open_append(path) {
@@ -100,7 +117,9 @@ pub struct LogClock {
     text: Vec<u8>,
 }
 
-const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
 
 /// Converts days since 1970-01-01 to (year, month 1-12, day 1-31) (Howard Hinnant's
 /// `civil_from_days`).
@@ -120,7 +139,10 @@ pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
 impl LogClock {
     /// `22/Nov/2026:10:20:00 +0000` for now.
     pub fn now(&mut self) -> &[u8] {
-        let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let secs = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
         if secs != self.second || self.text.is_empty() {
             self.second = secs;
             let (year, month, day) = civil_from_days((secs / 86_400) as i64);
@@ -152,7 +174,10 @@ fn push_escaped(line: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 fn header<'a>(exchange: &'a Exchange, name: &[u8]) -> Option<&'a [u8]> {
-    exchange.headers().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v)
+    exchange
+        .headers()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v)
 }
 
 /// Formats one `combined` line (with the trailing newline) for a finished exchange.

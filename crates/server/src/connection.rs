@@ -72,6 +72,10 @@ pub struct Connection {
     pub listener: usize,
     /// When the first byte of the current head arrived (header timeout), if any has.
     pub head_started: Option<Instant>,
+    /// The last read filled its whole buffer, so the socket may hold more bytes that no new
+    /// edge-triggered event will announce: read again before parking. False after a short
+    /// read or `EAGAIN`, which saves a `read` that would only say `EAGAIN` after each response.
+    pub(crate) maybe_more: bool,
 }
 
 impl Connection {
@@ -87,6 +91,7 @@ impl Connection {
             peer,
             listener,
             head_started: None,
+            maybe_more: false,
         }
     }
 
@@ -108,6 +113,12 @@ impl Connection {
     /// True when no byte of a next request has arrived (an idle keep-alive connection).
     pub fn is_idle(&self) -> bool {
         self.filled == 0
+    }
+
+    /// True when the connection can be parked without reading first: nothing is buffered and
+    /// the socket was drained by the last read (any later bytes raise a new edge).
+    pub(crate) fn drained(&self) -> bool {
+        self.filled == 0 && !self.maybe_more
     }
 
     /// Reads what the socket has (until it would block, the buffer holds a whole head, or the
@@ -142,12 +153,16 @@ impl Connection {
                         self.head_started = Some(Instant::now());
                     }
                     self.filled += n;
+                    self.maybe_more = n == space;
                     if n < space {
                         // A short read drained the socket: the next arrival raises a new edge.
                         return self.parse(limits);
                     }
                 }
-                Ok(None) => return self.parse(limits),
+                Ok(None) => {
+                    self.maybe_more = false;
+                    return self.parse(limits);
+                }
                 Err(_) => return Readiness::Closed,
             }
         }

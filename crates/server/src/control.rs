@@ -81,8 +81,13 @@ impl Control {
         let reopen = Arc::new(AtomicBool::new(false));
         let hup = Arc::new(AtomicBool::new(false));
         let mut signal_ids = Vec::new();
-        let table: [(i32, &Arc<AtomicBool>); 5] =
-            [(SIGTERM, &graceful), (SIGINT, &quick), (SIGQUIT, &quick), (SIGUSR1, &reopen), (SIGHUP, &hup)];
+        let table: [(i32, &Arc<AtomicBool>); 5] = [
+            (SIGTERM, &graceful),
+            (SIGINT, &quick),
+            (SIGQUIT, &quick),
+            (SIGUSR1, &reopen),
+            (SIGHUP, &hup),
+        ];
         for (signal, flag) in table {
             signal_ids.push(signal_hook::flag::register(signal, Arc::clone(flag))?);
             let write_end = pipe_write.try_clone()?;
@@ -91,7 +96,16 @@ impl Control {
         if let Some(fd) = life_fd {
             set_nonblocking(fd)?;
         }
-        Ok(Control { pipe_read, _pipe_write: pipe_write, graceful, quick, reopen, hup, life_fd, signal_ids })
+        Ok(Control {
+            pipe_read,
+            _pipe_write: pipe_write,
+            graceful,
+            quick,
+            reopen,
+            hup,
+            life_fd,
+            signal_ids,
+        })
     }
 
     /// The self-pipe's read end, to register level-triggered.
@@ -109,7 +123,13 @@ impl Control {
         let mut scratch = [0u8; 64];
         loop {
             // SAFETY: reads into a valid local buffer of the given length.
-            let n = unsafe { libc::read(self.pipe_read.as_raw_fd(), scratch.as_mut_ptr().cast(), scratch.len()) };
+            let n = unsafe {
+                libc::read(
+                    self.pipe_read.as_raw_fd(),
+                    scratch.as_mut_ptr().cast(),
+                    scratch.len(),
+                )
+            };
             if n <= 0 {
                 break;
             }

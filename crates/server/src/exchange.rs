@@ -39,7 +39,12 @@ pub struct SlotContext {
 impl SlotContext {
     /// A fresh context for one slot thread.
     pub fn new() -> Self {
-        SlotContext { out: Vec::with_capacity(OUT_BUFFER_LIMIT), date: DateCache::new(), log_line: Vec::with_capacity(256), log_clock: Default::default() }
+        SlotContext {
+            out: Vec::with_capacity(OUT_BUFFER_LIMIT),
+            date: DateCache::new(),
+            log_line: Vec::with_capacity(256),
+            log_clock: Default::default(),
+        }
     }
 }
 
@@ -104,7 +109,9 @@ pub enum ResponseError {
 impl std::fmt::Display for ResponseError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ResponseError::Header(kind, detail) => write!(f, "invalid response header ({kind:?}): {detail}"),
+            ResponseError::Header(kind, detail) => {
+                write!(f, "invalid response header ({kind:?}): {detail}")
+            }
             ResponseError::AlreadyStarted => write!(f, "the response was already started"),
         }
     }
@@ -144,9 +151,15 @@ impl Exchange {
         let body = match conn.head.body {
             BodyFraming::None | BodyFraming::Length(0) => Body::Done,
             BodyFraming::Length(n) => Body::Length(n),
-            BodyFraming::Chunked => Body::Chunked(ChunkedDecoder::new(shared.config.limits.max_head_size)),
+            BodyFraming::Chunked => {
+                Body::Chunked(ChunkedDecoder::new(shared.config.limits.max_head_size))
+            }
         };
-        let expect = if conn.head.expect_continue && !matches!(body, Body::Done) { Continue::Pending } else { Continue::Settled };
+        let expect = if conn.head.expect_continue && !matches!(body, Body::Done) {
+            Continue::Pending
+        } else {
+            Continue::Settled
+        };
         let is_head = conn.head.method_is(&conn.buf, b"HEAD");
         let raw = head_len..conn.filled;
         let mut exchange = Exchange {
@@ -200,7 +213,11 @@ impl Exchange {
     /// The request headers, in order, as sent.
     pub fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         let buf = &self.conn.buf;
-        self.conn.head.headers.iter().map(move |(name, value)| (name.of(buf), value.of(buf)))
+        self.conn
+            .head
+            .headers
+            .iter()
+            .map(move |(name, value)| (name.of(buf), value.of(buf)))
     }
 
     /// The client's address.
@@ -222,7 +239,11 @@ impl Exchange {
         if self.expect == Continue::Pending {
             self.expect = Continue::Settled;
             if self.phase == Phase::NotStarted || self.phase == Phase::Buffered {
-                write_all(self.conn.fd(), &[b"HTTP/1.1 100 Continue\r\n\r\n"], self.shared.config.send_timeout)?;
+                write_all(
+                    self.conn.fd(),
+                    &[b"HTTP/1.1 100 Continue\r\n\r\n"],
+                    self.shared.config.send_timeout,
+                )?;
             }
         }
         Ok(())
@@ -241,9 +262,19 @@ impl Exchange {
         }
         let deadline = Instant::now() + self.shared.config.body_timeout;
         let fd = self.conn.fd();
-        let n = read_with_deadline(fd, &mut self.conn.buf[start..], deadline, "request body read")?;
+        let space = self.conn.buf.len() - start;
+        let n = read_with_deadline(
+            fd,
+            &mut self.conn.buf[start..],
+            deadline,
+            "request body read",
+        )?;
+        self.conn.maybe_more = n == space;
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "client closed the connection before the request body ended"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "client closed the connection before the request body ended",
+            ));
         }
         self.conn.filled = start + n;
         self.raw = base..start + n;
@@ -333,13 +364,26 @@ impl Exchange {
                 }
                 let want = (out.len() as u64).min(remaining) as usize;
                 let deadline = Instant::now() + self.shared.config.body_timeout;
-                let n = match read_with_deadline(self.conn.fd(), &mut out[..want], deadline, "request body read") {
-                    Ok(0) => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "client closed the connection before the request body ended")),
+                let n = match read_with_deadline(
+                    self.conn.fd(),
+                    &mut out[..want],
+                    deadline,
+                    "request body read",
+                ) {
+                    Ok(0) => Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "client closed the connection before the request body ended",
+                    )),
                     other => other,
                 };
                 let n = n.inspect_err(|_| self.body = Body::Failed)?;
+                self.conn.maybe_more = n == want;
                 let left = remaining - n as u64;
-                self.body = if left == 0 { Body::Done } else { Body::Length(left) };
+                self.body = if left == 0 {
+                    Body::Done
+                } else {
+                    Body::Length(left)
+                };
                 return Ok(n);
             }
         }
@@ -355,15 +399,24 @@ impl Exchange {
     /// Starts the response: validates the app's status and headers (nothing is written when
     /// they are bad), decides the framing and encodes the head into the output buffer.
     /// `body_length` is the body's length when the caller knows it (a WSGI list body).
-    pub fn begin_response<'h, I>(&mut self, status: &[u8], headers: I, body_length: Option<u64>) -> Result<(), ResponseError>
+    pub fn begin_response<'h, I>(
+        &mut self,
+        status: &[u8],
+        headers: I,
+        body_length: Option<u64>,
+    ) -> Result<(), ResponseError>
     where
         I: IntoIterator<Item = (&'h [u8], &'h [u8])>,
     {
         if self.phase != Phase::NotStarted {
             return Err(ResponseError::AlreadyStarted);
         }
-        let code = parse_status(status)
-            .map_err(|kind| ResponseError::Header(kind, format!("status {:?}", String::from_utf8_lossy(status))))?;
+        let code = parse_status(status).map_err(|kind| {
+            ResponseError::Header(
+                kind,
+                format!("status {:?}", String::from_utf8_lossy(status)),
+            )
+        })?;
         let out = &mut self.ctx.out;
         out.clear();
         encode_status_line(out, Version::Http11, status);
@@ -373,7 +426,11 @@ impl Exchange {
             let fail = |kind| {
                 ResponseError::Header(
                     kind,
-                    format!("{:?}: {:?}", String::from_utf8_lossy(name), String::from_utf8_lossy(value)),
+                    format!(
+                        "{:?}: {:?}",
+                        String::from_utf8_lossy(name),
+                        String::from_utf8_lossy(value)
+                    ),
                 )
             };
             match check_app_header(name, value).map_err(fail)? {
@@ -442,14 +499,17 @@ impl Exchange {
         let config = &self.shared.config;
         let body_reusable = match self.body {
             Body::Done => true,
-            Body::Length(remaining) => self.expect == Continue::Settled && remaining <= config.max_body_drain,
+            Body::Length(remaining) => {
+                self.expect == Continue::Settled && remaining <= config.max_body_drain
+            }
             Body::Chunked(_) | Body::Failed => false,
         };
         self.conn.head.keep_alive()
             && body_reusable
             && framing != ResponseFraming::CloseDelimited
             && !config.keepalive_timeout.is_zero()
-            && (config.max_keepalive_requests == 0 || self.conn.served + 1 < config.max_keepalive_requests)
+            && (config.max_keepalive_requests == 0
+                || self.conn.served + 1 < config.max_keepalive_requests)
             && !self.shared.is_stopping()
     }
 
@@ -520,7 +580,9 @@ impl Exchange {
     /// Writes body bytes (framed as the head announced), waiting for the client as needed.
     pub fn write_body(&mut self, data: &[u8]) -> io::Result<()> {
         if self.phase == Phase::NotStarted || self.phase == Phase::Finished {
-            return Err(io::Error::other("write_body before begin_response or after finish"));
+            return Err(io::Error::other(
+                "write_body before begin_response or after finish",
+            ));
         }
         if self.buffer_body(data) {
             return Ok(());
@@ -545,7 +607,11 @@ impl Exchange {
         if self.ctx.out.is_empty() || matches!(self.phase, Phase::NotStarted | Phase::Finished) {
             return Ok(());
         }
-        let result = write_all(self.conn.fd(), &[&self.ctx.out], self.shared.config.send_timeout);
+        let result = write_all(
+            self.conn.fd(),
+            &[&self.ctx.out],
+            self.shared.config.send_timeout,
+        );
         self.ctx.out.clear();
         self.phase = Phase::Committed;
         result.inspect_err(|_| self.keep_alive = false)
@@ -553,9 +619,16 @@ impl Exchange {
 
     /// Sends `count` bytes of an open file from `offset` with sendfile (the body must have
     /// been announced with a length). Returns the bytes sent.
-    pub fn send_file(&mut self, file_fd: std::os::fd::RawFd, offset: u64, count: u64) -> io::Result<u64> {
+    pub fn send_file(
+        &mut self,
+        file_fd: std::os::fd::RawFd,
+        offset: u64,
+        count: u64,
+    ) -> io::Result<u64> {
         if self.phase == Phase::NotStarted || self.phase == Phase::Finished {
-            return Err(io::Error::other("send_file before begin_response or after finish"));
+            return Err(io::Error::other(
+                "send_file before begin_response or after finish",
+            ));
         }
         if self.discards_body() {
             return Ok(0);
@@ -570,7 +643,8 @@ impl Exchange {
         if chunked && count > 0 {
             encode_chunk_size(&mut self.ctx.out, count as usize);
         }
-        let result = write_all(fd, &[&self.ctx.out], timeout).and_then(|()| send_file(fd, file_fd, offset, count, timeout));
+        let result = write_all(fd, &[&self.ctx.out], timeout)
+            .and_then(|()| send_file(fd, file_fd, offset, count, timeout));
         self.ctx.out.clear();
         self.phase = Phase::Committed;
         let sent = result.inspect_err(|_| self.keep_alive = false)?;
@@ -604,7 +678,11 @@ impl Exchange {
         if self.framing == ResponseFraming::CloseDelimited {
             self.keep_alive = false;
         }
-        let result = write_all(self.conn.fd(), &[&self.ctx.out], self.shared.config.send_timeout);
+        let result = write_all(
+            self.conn.fd(),
+            &[&self.ctx.out],
+            self.shared.config.send_timeout,
+        );
         self.ctx.out.clear();
         self.phase = Phase::Finished;
         result.inspect_err(|_| self.keep_alive = false)
@@ -637,7 +715,10 @@ impl Exchange {
             let length = body.len() as u64;
             self.keep_alive = false;
             let headers: [(&[u8], &[u8]); 1] = [(b"Content-Type", b"text/plain; charset=utf-8")];
-            if self.begin_response(status.as_bytes(), headers, Some(length)).is_ok() {
+            if self
+                .begin_response(status.as_bytes(), headers, Some(length))
+                .is_ok()
+            {
                 self.keep_alive = false;
                 self.buffer_body(body.as_bytes());
                 let _ = self.finish();
@@ -697,5 +778,4 @@ impl Exchange {
             }
         }
     }
-
 }

@@ -21,8 +21,15 @@ pub fn wait_fd(fd: RawFd, write: bool, deadline: Instant, what: &str) -> io::Res
         if now >= deadline {
             return Err(timed_out(what));
         }
-        let ms = (deadline - now).as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-        let mut pfd = libc::pollfd { fd, events: if write { libc::POLLOUT } else { libc::POLLIN }, revents: 0 };
+        let ms = (deadline - now)
+            .as_micros()
+            .div_ceil(1000)
+            .min(i32::MAX as u128) as i32;
+        let mut pfd = libc::pollfd {
+            fd,
+            events: if write { libc::POLLOUT } else { libc::POLLIN },
+            revents: 0,
+        };
         // SAFETY: one valid pollfd for the duration of the call.
         let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
         if rc > 0 {
@@ -55,7 +62,12 @@ pub fn read_nonblocking(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> 
 }
 
 /// Reads at least one byte (or EOF: `Ok(0)`), waiting up to `deadline`.
-pub fn read_with_deadline(fd: RawFd, buf: &mut [u8], deadline: Instant, what: &str) -> io::Result<usize> {
+pub fn read_with_deadline(
+    fd: RawFd,
+    buf: &mut [u8],
+    deadline: Instant,
+    what: &str,
+) -> io::Result<usize> {
     loop {
         if let Some(n) = read_nonblocking(fd, buf)? {
             return Ok(n);
@@ -77,11 +89,17 @@ pub fn write_all(fd: RawFd, parts: &[&[u8]], timeout: std::time::Duration) -> io
             offset = 0;
             continue;
         }
-        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_PARTS];
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX_PARTS];
         let mut count = 0;
         for (i, part) in parts[index..].iter().enumerate().take(MAX_PARTS) {
             let start = if i == 0 { offset } else { 0 };
-            iov[count] = libc::iovec { iov_base: part[start..].as_ptr() as *mut _, iov_len: part.len() - start };
+            iov[count] = libc::iovec {
+                iov_base: part[start..].as_ptr() as *mut _,
+                iov_len: part.len() - start,
+            };
             count += 1;
         }
         // SAFETY: a zeroed msghdr is a valid empty header; we then point it at `iov`.
@@ -119,7 +137,13 @@ pub fn write_all(fd: RawFd, parts: &[&[u8]], timeout: std::time::Duration) -> io
 
 /// Sends `count` bytes of file `file_fd` from `offset` with `sendfile(2)`. Returns the bytes
 /// sent, which is less than `count` only when the file is shorter than announced.
-pub fn send_file(fd: RawFd, file_fd: RawFd, offset: u64, count: u64, timeout: std::time::Duration) -> io::Result<u64> {
+pub fn send_file(
+    fd: RawFd,
+    file_fd: RawFd,
+    offset: u64,
+    count: u64,
+    timeout: std::time::Duration,
+) -> io::Result<u64> {
     let mut off = offset as libc::off_t;
     let mut sent = 0u64;
     while sent < count {

@@ -42,13 +42,19 @@ fn sockaddr_to_std(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match storage.ss_family as i32 {
         libc::AF_INET => {
             // SAFETY: the family says this storage holds a sockaddr_in.
-            let sin = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let sin =
+                unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
             let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(sin.sin_port),
+            )))
         }
         libc::AF_INET6 => {
             // SAFETY: the family says this storage holds a sockaddr_in6.
-            let sin6 = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let sin6 = unsafe {
+                &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
             let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
             Some(SocketAddr::V6(SocketAddrV6::new(
                 ip,
@@ -70,16 +76,33 @@ impl Listener {
         let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         // SAFETY: storage/len are valid out-pointers of the right size.
-        if unsafe { libc::getsockname(fd, (&mut storage as *mut libc::sockaddr_storage).cast(), &mut len) } < 0 {
+        if unsafe {
+            libc::getsockname(
+                fd,
+                (&mut storage as *mut libc::sockaddr_storage).cast(),
+                &mut len,
+            )
+        } < 0
+        {
             return Err(io::Error::last_os_error());
         }
         let (local, tcp) = match sockaddr_to_std(&storage) {
             Some(addr) => (Local::Tcp(addr), true),
             None => {
                 // SAFETY: not inet, so (for a listener we were given) a sockaddr_un.
-                let sun = unsafe { &*(&storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_un>() };
-                let bytes: Vec<u8> = sun.sun_path.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
-                (Local::Unix(String::from_utf8_lossy(&bytes).into_owned()), false)
+                let sun = unsafe {
+                    &*(&storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_un>()
+                };
+                let bytes: Vec<u8> = sun
+                    .sun_path
+                    .iter()
+                    .take_while(|&&c| c != 0)
+                    .map(|&c| c as u8)
+                    .collect();
+                (
+                    Local::Unix(String::from_utf8_lossy(&bytes).into_owned()),
+                    false,
+                )
             }
         };
         Ok(Listener { fd, local, tcp })
@@ -131,7 +154,9 @@ impl Listener {
                         std::mem::size_of::<libc::c_int>() as libc::socklen_t,
                     );
                 }
-                let peer = sockaddr_to_std(&storage).map(Peer::Tcp).unwrap_or(Peer::Unix);
+                let peer = sockaddr_to_std(&storage)
+                    .map(Peer::Tcp)
+                    .unwrap_or(Peer::Unix);
                 return Ok(Some((owned, peer)));
             }
             return Ok(Some((owned, Peer::Unix)));
@@ -144,7 +169,9 @@ pub fn raise_fd_limit() {
     // SAFETY: a zeroed rlimit is valid; getrlimit fills it.
     let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
     // SAFETY: valid out-pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 && limit.rlim_cur < limit.rlim_max {
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0
+        && limit.rlim_cur < limit.rlim_max
+    {
         limit.rlim_cur = limit.rlim_max;
         // SAFETY: valid in-pointer; failure leaves the old limit, which is fine.
         unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };

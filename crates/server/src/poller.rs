@@ -61,7 +61,10 @@ impl Poller {
     }
 
     fn control(&self, op: libc::c_int, fd: RawFd, token: Token, events: u32) -> io::Result<()> {
-        let mut event = libc::epoll_event { events, u64: token.0 };
+        let mut event = libc::epoll_event {
+            events,
+            u64: token.0,
+        };
         // SAFETY: `event` is a valid epoll_event that lives across the call; the kernel copies it.
         let rc = unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut event) };
         if rc < 0 {
@@ -87,8 +90,19 @@ impl Poller {
     }
 
     /// Changes what `fd` is watched for.
-    pub fn reregister(&self, fd: RawFd, token: Token, trigger: Trigger, writable: bool) -> io::Result<()> {
-        self.control(libc::EPOLL_CTL_MOD, fd, token, Self::mask(trigger, writable))
+    pub fn reregister(
+        &self,
+        fd: RawFd,
+        token: Token,
+        trigger: Trigger,
+        writable: bool,
+    ) -> io::Result<()> {
+        self.control(
+            libc::EPOLL_CTL_MOD,
+            fd,
+            token,
+            Self::mask(trigger, writable),
+        )
     }
 
     /// Stops watching `fd` (closing the fd does this too, when no duplicate exists).
@@ -107,7 +121,12 @@ impl Poller {
         };
         // SAFETY: `raw` has EVENTS_PER_WAIT initialised entries and the kernel writes at most that many.
         let n = unsafe {
-            libc::epoll_wait(self.epoll.as_raw_fd(), self.raw.as_mut_ptr(), EVENTS_PER_WAIT as i32, ms)
+            libc::epoll_wait(
+                self.epoll.as_raw_fd(),
+                self.raw.as_mut_ptr(),
+                EVENTS_PER_WAIT as i32,
+                ms,
+            )
         };
         if n < 0 {
             let err = io::Error::last_os_error();
@@ -143,7 +162,9 @@ impl Waker {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: a fresh descriptor owned by nothing else.
-        Ok(Waker { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(Waker {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
     }
 
     /// Wakes the poller that watches this waker.

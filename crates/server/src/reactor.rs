@@ -58,8 +58,14 @@ pub(crate) trait Driver {
 
 enum Entry {
     Vacant,
-    Parked { conn: Connection, epoch: u64 },
-    Dispatched,
+    Parked {
+        conn: Connection,
+        epoch: u64,
+    },
+    /// A slot owns the connection; `readable` records an event that arrived meanwhile.
+    Dispatched {
+        readable: bool,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -88,12 +94,27 @@ pub struct Reactor {
 }
 
 /// Writes the error response for a rejected head and marks the connection closed.
-pub(crate) fn reject(conn: &mut Connection, err: &ParseError, config: &WorkerConfig, ctx: &mut SlotContext) {
-    crate::log::debug(&format!("rejected request ({}): {}", err.status(), err.reason()));
+pub(crate) fn reject(
+    conn: &mut Connection,
+    err: &ParseError,
+    config: &WorkerConfig,
+    ctx: &mut SlotContext,
+) {
+    crate::log::debug(&format!(
+        "rejected request ({}): {}",
+        err.status(),
+        err.reason()
+    ));
     write_error(conn, err.status(), config, &mut ctx.date, &mut ctx.out);
 }
 
-fn write_error(conn: &mut Connection, code: u16, config: &WorkerConfig, date: &mut DateCache, out: &mut Vec<u8>) {
+fn write_error(
+    conn: &mut Connection,
+    code: u16,
+    config: &WorkerConfig,
+    date: &mut DateCache,
+    out: &mut Vec<u8>,
+) {
     out.clear();
     encode_error_response(out, code, date.now(), &config.server_header);
     let _ = conn.reject(out);
@@ -102,10 +123,18 @@ fn write_error(conn: &mut Connection, code: u16, config: &WorkerConfig, date: &m
 
 impl Reactor {
     /// Creates the poller and registers the listeners and control fds.
-    pub fn new(listeners: Vec<Listener>, control: Control, shared: Arc<WorkerShared>) -> io::Result<Reactor> {
+    pub fn new(
+        listeners: Vec<Listener>,
+        control: Control,
+        shared: Arc<WorkerShared>,
+    ) -> io::Result<Reactor> {
         let poller = Poller::new()?;
         for (index, listener) in listeners.iter().enumerate() {
-            poller.register(listener.fd(), Token(LISTENER_BASE - index as u64), Trigger::Level)?;
+            poller.register(
+                listener.fd(),
+                Token(LISTENER_BASE - index as u64),
+                Trigger::Level,
+            )?;
         }
         poller.register(control.signal_fd(), Token(SIGNAL_TOKEN), Trigger::Level)?;
         if let Some(fd) = control.life_fd() {
@@ -133,7 +162,8 @@ impl Reactor {
     /// Runs until the worker must stop; returns why.
     pub(crate) fn run(&mut self, driver: &mut dyn Driver) -> io::Result<StopReason> {
         if let Some(fd) = driver.waker_fd() {
-            self.poller.register(fd, Token(WAKER_TOKEN), Trigger::Level)?;
+            self.poller
+                .register(fd, Token(WAKER_TOKEN), Trigger::Level)?;
         }
         loop {
             if let Some(reason) = self.stop {
@@ -154,7 +184,7 @@ impl Reactor {
                         }
                     }
                     WAKER_TOKEN => self.on_returned(driver),
-                    token if token >= LISTENER_BASE - self.listeners.len() as u64 + 1 => {
+                    token if token > LISTENER_BASE - self.listeners.len() as u64 => {
                         self.on_acceptable((LISTENER_BASE - token) as usize, driver);
                     }
                     token => self.on_connection_event(token as usize, driver),
@@ -249,7 +279,11 @@ impl Reactor {
         if let Some(until) = self.throttled_until {
             if Instant::now() >= until && !self.over_fair_share() {
                 for (index, listener) in self.listeners.iter().enumerate() {
-                    let _ = self.poller.register(listener.fd(), Token(LISTENER_BASE - index as u64), Trigger::Level);
+                    let _ = self.poller.register(
+                        listener.fd(),
+                        Token(LISTENER_BASE - index as u64),
+                        Trigger::Level,
+                    );
                 }
                 self.listening = true;
                 self.throttled_until = None;
@@ -275,7 +309,10 @@ impl Reactor {
         let accepted = self.accept_from(index, ACCEPT_BATCH);
         for token in accepted {
             if let Entry::Parked { .. } = self.entries[token] {
-                let Entry::Parked { conn, .. } = std::mem::replace(&mut self.entries[token], Entry::Dispatched) else {
+                let Entry::Parked { conn, .. } = std::mem::replace(
+                    &mut self.entries[token],
+                    Entry::Dispatched { readable: false },
+                ) else {
                     unreachable!()
                 };
                 self.advance(token, conn, driver);
@@ -293,7 +330,10 @@ impl Reactor {
                     let token = self.insert(conn);
                     match &self.entries[token] {
                         Entry::Parked { conn, .. } => {
-                            if let Err(err) = self.poller.register(conn.fd(), Token(token as u64), Trigger::Edge) {
+                            if let Err(err) =
+                                self.poller
+                                    .register(conn.fd(), Token(token as u64), Trigger::Edge)
+                            {
                                 crate::log::error(&format!("cannot watch a new connection: {err}"));
                                 self.close(token);
                                 continue;
@@ -325,9 +365,15 @@ impl Reactor {
 
     fn insert(&mut self, conn: Connection) -> usize {
         self.open += 1;
-        self.shared.slot().connections.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .slot()
+            .connections
+            .fetch_add(1, Ordering::Relaxed);
         self.next_epoch += 1;
-        let entry = Entry::Parked { conn, epoch: self.next_epoch };
+        let entry = Entry::Parked {
+            conn,
+            epoch: self.next_epoch,
+        };
         match self.free.pop() {
             Some(token) => {
                 self.entries[token] = entry;
@@ -347,18 +393,31 @@ impl Reactor {
                 *entry = Entry::Vacant;
                 self.free.push(token);
                 self.open -= 1;
-                self.shared.slot().connections.fetch_sub(1, Ordering::Relaxed);
+                self.shared
+                    .slot()
+                    .connections
+                    .fetch_sub(1, Ordering::Relaxed);
             }
         }
     }
 
     fn on_connection_event(&mut self, token: usize, driver: &mut dyn Driver) {
-        let Some(entry) = self.entries.get_mut(token) else { return };
-        if let Entry::Parked { .. } = entry {
-            let Entry::Parked { conn, .. } = std::mem::replace(entry, Entry::Dispatched) else { unreachable!() };
-            self.advance(token, conn, driver);
+        let Some(entry) = self.entries.get_mut(token) else {
+            return;
+        };
+        match entry {
+            Entry::Parked { .. } => {
+                let Entry::Parked { conn, .. } =
+                    std::mem::replace(entry, Entry::Dispatched { readable: false })
+                else {
+                    unreachable!()
+                };
+                self.advance(token, conn, driver);
+            }
+            // The slot owns it and reads for itself; remember the edge for when it comes back.
+            Entry::Dispatched { readable } => *readable = true,
+            Entry::Vacant => {}
         }
-        // Dispatched: the slot owns it and reads for itself; it is re-read when it comes back.
     }
 
     /// Reads and parses; dispatches complete heads (again and again while a prefork slot
@@ -369,7 +428,14 @@ impl Reactor {
                 Readiness::HeadComplete => {
                     conn.state = ConnState::Dispatched;
                     match driver.dispatch(token, conn) {
-                        Dispatch::Handed => return,
+                        Dispatch::Handed => {
+                            self.entries[token] = Entry::Dispatched { readable: false };
+                            return;
+                        }
+                        // Served inline: any bytes that arrive from now on raise a new event.
+                        Dispatch::Served(Some(kept)) if kept.drained() => {
+                            return self.park(token, kept)
+                        }
                         Dispatch::Served(Some(kept)) => conn = kept,
                         Dispatch::Served(None) => return self.close(token),
                     }
@@ -392,7 +458,9 @@ impl Reactor {
         let epoch = self.next_epoch;
         let config = &self.shared.config;
         let (kind, deadline) = match conn.head_started {
-            Some(started) if !conn.is_idle() => (TimerKind::Header, started + config.header_timeout),
+            Some(started) if !conn.is_idle() => {
+                (TimerKind::Header, started + config.header_timeout)
+            }
             _ => (TimerKind::Idle, Instant::now() + config.keepalive_timeout),
         };
         let deadline = if conn.served == 0 && conn.is_idle() {
@@ -420,7 +488,13 @@ impl Reactor {
                 if let Entry::Parked { conn, .. } = &mut self.entries[token] {
                     if !conn.is_idle() {
                         // RFC 9110 15.5.9: 408 tells the client the server closes an unused connection.
-                        write_error(conn, 408, &self.shared.config, &mut self.ctx.date, &mut self.ctx.out);
+                        write_error(
+                            conn,
+                            408,
+                            &self.shared.config,
+                            &mut self.ctx.date,
+                            &mut self.ctx.out,
+                        );
                     }
                 }
             }
@@ -432,9 +506,14 @@ impl Reactor {
         let mut returned = std::mem::take(&mut self.returned);
         driver.collect(&mut returned);
         for (token, conn) in returned.drain(..) {
+            let edge_seen = matches!(
+                self.entries.get(token),
+                Some(Entry::Dispatched { readable: true })
+            );
             match conn {
-                // Re-read before parking: bytes that arrived while the slot had it raised an
-                // edge the poller could not act on.
+                // Bytes that arrived while the slot had it raised an edge the poller could not
+                // act on: read before parking.
+                Some(conn) if conn.drained() && !edge_seen => self.park(token, conn),
                 Some(conn) => self.advance(token, conn, driver),
                 None => self.close(token),
             }

@@ -109,14 +109,20 @@ unsafe impl Sync for Scoreboard {}
 
 /// Milliseconds since the Unix epoch, the scoreboard's time unit.
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 impl Scoreboard {
     /// Maps a zeroed region for `slots` slots.
     pub fn new(slots: usize) -> io::Result<Self> {
         if slots == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a scoreboard needs at least one slot"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a scoreboard needs at least one slot",
+            ));
         }
         let len = slots * std::mem::size_of::<Slot>();
         // SAFETY: an anonymous shared mapping with no address hint; the result is checked.
@@ -160,7 +166,9 @@ impl Scoreboard {
 
     /// Claims a slot for a newly forked worker (called by the master).
     pub fn claim(&self, index: usize, pid: u32, generation: u32) -> bool {
-        let Some(slot) = self.slot(index) else { return false };
+        let Some(slot) = self.slot(index) else {
+            return false;
+        };
         slot.requests.store(0, Ordering::Relaxed);
         slot.accepted.store(0, Ordering::Relaxed);
         slot.active.store(0, Ordering::Relaxed);
@@ -168,15 +176,19 @@ impl Scoreboard {
         slot.request_start_ms.store(0, Ordering::Relaxed);
         slot.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
         slot.generation.store(generation, Ordering::Relaxed);
-        slot.state.store(WorkerState::Booting as u32, Ordering::Relaxed);
+        slot.state
+            .store(WorkerState::Booting as u32, Ordering::Relaxed);
         slot.pid.store(pid, Ordering::Release);
         true
     }
 
     /// Frees a slot after its worker was reaped.
     pub fn clear(&self, index: usize) -> bool {
-        let Some(slot) = self.slot(index) else { return false };
-        slot.state.store(WorkerState::Free as u32, Ordering::Relaxed);
+        let Some(slot) = self.slot(index) else {
+            return false;
+        };
+        slot.state
+            .store(WorkerState::Free as u32, Ordering::Relaxed);
         slot.active.store(0, Ordering::Relaxed);
         slot.connections.store(0, Ordering::Relaxed);
         slot.request_start_ms.store(0, Ordering::Relaxed);
@@ -241,8 +253,15 @@ mod tests {
         let board = Scoreboard::new(3).unwrap();
         assert!(board.claim(1, 4242, 7));
         let reading = board.read(1).unwrap();
-        assert_eq!((reading.pid, reading.generation, reading.state), (4242, 7, WorkerState::Booting));
-        board.slot(1).unwrap().requests.fetch_add(5, Ordering::Relaxed);
+        assert_eq!(
+            (reading.pid, reading.generation, reading.state),
+            (4242, 7, WorkerState::Booting)
+        );
+        board
+            .slot(1)
+            .unwrap()
+            .requests
+            .fetch_add(5, Ordering::Relaxed);
         assert_eq!(board.read(1).unwrap().requests, 5);
         assert!(board.clear(1));
         assert_eq!(board.read(1).unwrap().state, WorkerState::Free);

@@ -23,7 +23,9 @@ pub(crate) fn serve_connection(
         let (kept, returned) = exchange.complete();
         ctx = returned;
         shared.request_finished();
-        let Some(mut next) = kept else { return (None, ctx) };
+        let Some(mut next) = kept else {
+            return (None, ctx);
+        };
         if next.is_idle() || shared.recycle_requested() {
             return (Some(next), ctx);
         }

@@ -37,12 +37,16 @@ impl WorkerShared {
 
     pub(crate) fn set_stopping(&self) {
         self.stopping.store(true, Ordering::Relaxed);
-        self.slot().state.store(WorkerState::Stopping as u32, Ordering::Relaxed);
+        self.slot()
+            .state
+            .store(WorkerState::Stopping as u32, Ordering::Relaxed);
     }
 
     /// This worker's scoreboard slot.
     pub fn slot(&self) -> &Slot {
-        self.scoreboard.slot(self.slot).expect("worker slot index checked at start")
+        self.scoreboard
+            .slot(self.slot)
+            .expect("worker slot index checked at start")
     }
 
     /// The whole scoreboard (for the fair-share accept throttle).
@@ -56,7 +60,8 @@ impl WorkerShared {
         if slot.active.fetch_add(1, Ordering::Relaxed) == 0 {
             slot.request_start_ms.store(now_ms(), Ordering::Relaxed);
             if !self.is_stopping() {
-                slot.state.store(WorkerState::Busy as u32, Ordering::Relaxed);
+                slot.state
+                    .store(WorkerState::Busy as u32, Ordering::Relaxed);
             }
         }
     }
@@ -68,10 +73,13 @@ impl WorkerShared {
         if slot.active.fetch_sub(1, Ordering::Relaxed) == 1 {
             slot.request_start_ms.store(0, Ordering::Relaxed);
             if !self.is_stopping() {
-                slot.state.store(WorkerState::Idle as u32, Ordering::Relaxed);
+                slot.state
+                    .store(WorkerState::Idle as u32, Ordering::Relaxed);
             }
         }
-        if self.budget.load(Ordering::Relaxed) != u64::MAX && self.budget.fetch_sub(1, Ordering::Relaxed) == 1 {
+        if self.budget.load(Ordering::Relaxed) != u64::MAX
+            && self.budget.fetch_sub(1, Ordering::Relaxed) == 1
+        {
             self.recycle.store(true, Ordering::Relaxed);
         }
     }
@@ -113,17 +121,29 @@ pub struct WorkerSpec {
 /// Runs the worker until it is told to stop; returns why it stopped.
 pub fn run_worker(app: Arc<dyn App>, spec: WorkerSpec) -> io::Result<StopReason> {
     if spec.scoreboard.slot(spec.slot).is_none() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "scoreboard slot out of range"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "scoreboard slot out of range",
+        ));
     }
     if spec.listeners.is_empty() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "a worker needs at least one listener"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a worker needs at least one listener",
+        ));
     }
     raise_fd_limit();
     crate::log::set_debug(spec.config.debug);
-    let listeners = spec.listeners.iter().map(|&fd| Listener::from_fd(fd)).collect::<io::Result<Vec<_>>>()?;
+    let listeners = spec
+        .listeners
+        .iter()
+        .map(|&fd| Listener::from_fd(fd))
+        .collect::<io::Result<Vec<_>>>()?;
     let control = Control::install(spec.life_fd)?;
     let access_log = match &spec.config.access_log {
-        Some(path) => Some(AccessLog::open(path).map_err(|err| io::Error::new(err.kind(), format!("cannot open access log {path}: {err}")))?),
+        Some(path) => Some(AccessLog::open(path).map_err(|err| {
+            io::Error::new(err.kind(), format!("cannot open access log {path}: {err}"))
+        })?),
         None => None,
     };
     let budget = if spec.config.max_requests == 0 {
@@ -132,7 +152,10 @@ pub fn run_worker(app: Arc<dyn App>, spec: WorkerSpec) -> io::Result<StopReason>
         spec.config.max_requests + random_below(spec.config.max_requests_jitter)
     };
     let shared = Arc::new(WorkerShared {
-        locals: listeners.iter().map(|listener| listener.local.clone()).collect(),
+        locals: listeners
+            .iter()
+            .map(|listener| listener.local.clone())
+            .collect(),
         config: spec.config,
         access_log,
         scoreboard: spec.scoreboard,
@@ -141,8 +164,14 @@ pub fn run_worker(app: Arc<dyn App>, spec: WorkerSpec) -> io::Result<StopReason>
         recycle: AtomicBool::new(false),
         budget: AtomicU64::new(budget),
     });
-    shared.slot().state.store(WorkerState::Idle as u32, Ordering::Relaxed);
-    shared.slot().heartbeat_ms.store(now_ms(), Ordering::Relaxed);
+    shared
+        .slot()
+        .state
+        .store(WorkerState::Idle as u32, Ordering::Relaxed);
+    shared
+        .slot()
+        .heartbeat_ms
+        .store(now_ms(), Ordering::Relaxed);
     let reactor = crate::reactor::Reactor::new(listeners, control, Arc::clone(&shared))?;
     let reason = match shared.config.mpm {
         Mpm::Prefork => crate::mpm::prefork::run(reactor, app, shared.clone()),

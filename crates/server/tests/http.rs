@@ -22,9 +22,18 @@ fn keeps_http11_connections_alive_and_answers_in_order() {
         let server = TestServer::start(test_config(mpm), Echo);
         let mut stream = server.connect();
         for i in 0..3 {
-            let response = exchange(&mut stream, format!("GET /n/{i} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes()).unwrap();
+            let response = exchange(
+                &mut stream,
+                format!("GET /n/{i} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes(),
+            )
+            .unwrap();
             assert_eq!(response.status, 200);
-            assert!(response.body.starts_with(format!("GET /n/{i}\n").as_bytes()), "{mpm:?}");
+            assert!(
+                response
+                    .body
+                    .starts_with(format!("GET /n/{i}\n").as_bytes()),
+                "{mpm:?}"
+            );
             assert!(response.header("date").is_some());
             assert_eq!(response.header("server"), Some("tines"));
             assert_eq!(response.header("connection"), None);
@@ -40,13 +49,21 @@ fn answers_pipelined_requests_in_order() {
         let mut stream = server.connect();
         let mut batch = Vec::new();
         for i in 0..5 {
-            batch.extend_from_slice(format!("POST /p/{i} HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nab{i}").as_bytes());
+            batch.extend_from_slice(
+                format!("POST /p/{i} HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nab{i}")
+                    .as_bytes(),
+            );
         }
         stream.write_all(&batch).unwrap();
         let mut pending = Vec::new();
         for i in 0..5 {
             let response = read_response(&mut stream, &mut pending, false).unwrap();
-            assert!(response.body.starts_with(format!("POST /p/{i}\n").as_bytes()), "{mpm:?}");
+            assert!(
+                response
+                    .body
+                    .starts_with(format!("POST /p/{i}\n").as_bytes()),
+                "{mpm:?}"
+            );
             assert!(response.body.ends_with(format!("\nab{i}").as_bytes()));
         }
     });
@@ -61,7 +78,11 @@ fn closes_http10_connections_unless_keep_alive_is_asked() {
         assert_eq!(response.header("connection"), Some("close"));
         assert!(closed(&mut stream));
         let mut stream = server.connect();
-        let response = exchange(&mut stream, b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").unwrap();
+        let response = exchange(
+            &mut stream,
+            b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+        )
+        .unwrap();
         assert_eq!(response.header("connection"), Some("keep-alive"));
         let again = exchange(&mut stream, b"GET /2 HTTP/1.0\r\n\r\n").unwrap();
         assert_eq!(again.status, 200);
@@ -73,7 +94,11 @@ fn honours_connection_close_from_the_client() {
     each_mpm(|mpm| {
         let server = TestServer::start(test_config(mpm), Echo);
         let mut stream = server.connect();
-        let response = exchange(&mut stream, b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").unwrap();
+        let response = exchange(
+            &mut stream,
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
         assert_eq!(response.header("connection"), Some("close"));
         assert!(closed(&mut stream));
     });
@@ -86,7 +111,11 @@ fn decodes_chunked_request_bodies_with_trailers() {
         let mut stream = server.connect();
         let request = b"POST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n";
         let response = exchange(&mut stream, request).unwrap();
-        assert!(response.body.ends_with(b"\n\nhello world"), "{mpm:?}: {:?}", String::from_utf8_lossy(&response.body));
+        assert!(
+            response.body.ends_with(b"\n\nhello world"),
+            "{mpm:?}: {:?}",
+            String::from_utf8_lossy(&response.body)
+        );
         let next = exchange(&mut stream, b"GET /after HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
         assert!(next.body.starts_with(b"GET /after\n"));
     });
@@ -97,7 +126,11 @@ fn sends_100_continue_before_reading_the_body() {
     each_mpm(|mpm| {
         let server = TestServer::start(test_config(mpm), Echo);
         let mut stream = server.connect();
-        stream.write_all(b"PUT /up HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n").unwrap();
+        stream
+            .write_all(
+                b"PUT /up HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n",
+            )
+            .unwrap();
         let mut pending = Vec::new();
         let interim = read_response(&mut stream, &mut pending, false).unwrap();
         assert_eq!(interim.status, 100, "{mpm:?}");
@@ -127,7 +160,12 @@ fn rejects_smuggling_framing_with_400_and_closes() {
         }
         // The worker lives on.
         let mut stream = server.connect();
-        assert_eq!(exchange(&mut stream, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap().status, 200);
+        assert_eq!(
+            exchange(&mut stream, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+                .unwrap()
+                .status,
+            200
+        );
     });
 }
 
@@ -139,7 +177,11 @@ fn answers_head_with_headers_only() {
         let response = exchange(&mut stream, b"HEAD /h HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
         assert_eq!(response.status, 200);
         let next = exchange(&mut stream, b"GET /g HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
-        assert!(next.body.starts_with(b"GET /g\n"), "HEAD must not send a body: {:?}", String::from_utf8_lossy(&next.body));
+        assert!(
+            next.body.starts_with(b"GET /g\n"),
+            "HEAD must not send a body: {:?}",
+            String::from_utf8_lossy(&next.body)
+        );
     });
 }
 
@@ -162,7 +204,13 @@ impl App for WrongLength {
 #[test]
 fn truncates_a_body_longer_than_its_content_length_and_closes() {
     each_mpm(|mpm| {
-        let server = TestServer::start(test_config(mpm), WrongLength { declared: b"3", body: b"abcdef" });
+        let server = TestServer::start(
+            test_config(mpm),
+            WrongLength {
+                declared: b"3",
+                body: b"abcdef",
+            },
+        );
         let mut stream = server.connect();
         let response = exchange(&mut stream, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
         assert_eq!(response.body, b"abc");
@@ -173,9 +221,17 @@ fn truncates_a_body_longer_than_its_content_length_and_closes() {
 #[test]
 fn closes_after_a_body_shorter_than_its_content_length() {
     each_mpm(|mpm| {
-        let server = TestServer::start(test_config(mpm), WrongLength { declared: b"10", body: b"abc" });
+        let server = TestServer::start(
+            test_config(mpm),
+            WrongLength {
+                declared: b"10",
+                body: b"abc",
+            },
+        );
         let mut stream = server.connect();
-        stream.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
         let response = read_response(&mut stream, &mut Vec::new(), false).unwrap();
         assert_eq!(response.body, b"abc", "{mpm:?}");
     });
@@ -186,7 +242,9 @@ struct Streaming;
 
 impl App for Streaming {
     fn serve(&self, mut exchange: Exchange) -> Exchange {
-        exchange.begin_response(b"200 OK", std::iter::empty(), None).unwrap();
+        exchange
+            .begin_response(b"200 OK", std::iter::empty(), None)
+            .unwrap();
         for part in [&b"one,"[..], b"two,", b"three"] {
             exchange.write_body(part).unwrap();
         }
@@ -206,7 +264,11 @@ fn streams_unknown_lengths_chunked_for_http11_and_close_delimited_for_http10() {
         let again = exchange(&mut stream, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
         assert_eq!(again.body, b"one,two,three", "{mpm:?}");
         let mut old = server.connect();
-        let response = exchange(&mut old, b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").unwrap();
+        let response = exchange(
+            &mut old,
+            b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+        )
+        .unwrap();
         assert_eq!(response.header("connection"), Some("close"));
         assert_eq!(response.body, b"one,two,three");
     });
@@ -217,7 +279,9 @@ fn drains_an_unread_small_body_and_keeps_the_connection() {
     struct Ignores;
     impl App for Ignores {
         fn serve(&self, mut exchange: Exchange) -> Exchange {
-            exchange.begin_response(b"204 No Content", std::iter::empty(), None).unwrap();
+            exchange
+                .begin_response(b"204 No Content", std::iter::empty(), None)
+                .unwrap();
             let _ = exchange.finish();
             exchange
         }
@@ -225,7 +289,11 @@ fn drains_an_unread_small_body_and_keeps_the_connection() {
     each_mpm(|mpm| {
         let server = TestServer::start(test_config(mpm), Ignores);
         let mut stream = server.connect();
-        let response = exchange(&mut stream, b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello").unwrap();
+        let response = exchange(
+            &mut stream,
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
+        )
+        .unwrap();
         assert_eq!(response.status, 204);
         let again = exchange(&mut stream, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
         assert_eq!(again.status, 204, "{mpm:?}");
@@ -239,7 +307,12 @@ fn closes_idle_keep_alive_connections_at_the_timeout() {
         config.keepalive_timeout = Duration::from_millis(200);
         let server = TestServer::start(config, Echo);
         let mut stream = server.connect();
-        assert_eq!(exchange(&mut stream, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap().status, 200);
+        assert_eq!(
+            exchange(&mut stream, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+                .unwrap()
+                .status,
+            200
+        );
         // The read blocks until the server closes the idle connection (read timeout is 10 s).
         assert!(closed(&mut stream), "{mpm:?}");
     });
@@ -264,7 +337,9 @@ fn stops_when_the_master_goes_away_after_finishing_in_flight_requests() {
     each_mpm(|mpm| {
         let mut server = TestServer::start(test_config(mpm), Echo);
         let mut stream = server.connect();
-        stream.write_all(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nab").unwrap();
+        stream
+            .write_all(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nab")
+            .unwrap();
         // Wait until the app holds the request (it is blocked reading the rest of the body).
         while server.scoreboard.read(0).unwrap().active == 0 {
             std::thread::yield_now();
@@ -305,7 +380,12 @@ fn recycles_after_max_requests() {
         let server = TestServer::start(config, Echo);
         for _ in 0..3 {
             let mut stream = server.connect();
-            assert_eq!(exchange(&mut stream, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap().status, 200);
+            assert_eq!(
+                exchange(&mut stream, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+                    .unwrap()
+                    .status,
+                200
+            );
         }
         assert_eq!(server.wait(), StopReason::MaxRequests, "{mpm:?}");
     });

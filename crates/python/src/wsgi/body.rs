@@ -12,7 +12,11 @@ use super::start_response::StartResponse;
 
 fn as_bytes<'a, 'py>(item: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyBytes>> {
     item.cast::<PyBytes>().map_err(|_| {
-        let kind = item.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        let kind = item
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
         PyTypeError::new_err(format!("the response body must yield bytes, got {kind}"))
     })
 }
@@ -24,11 +28,15 @@ fn write(py: Python<'_>, input: &Input, data: &[u8]) -> PyResult<()> {
     if input.with(py, |exchange| exchange.buffer_body(data))? {
         return Ok(());
     }
-    input.with_detached(py, |exchange| exchange.write_body(data))?.map_err(io_error)
+    input
+        .with_detached(py, |exchange| exchange.write_body(data))?
+        .map_err(io_error)
 }
 
 fn finish(py: Python<'_>, input: &Input) -> PyResult<()> {
-    input.with_detached(py, |exchange| exchange.finish())?.map_err(io_error)
+    input
+        .with_detached(py, |exchange| exchange.finish())?
+        .map_err(io_error)
 }
 
 /// Sends a body whose items are all known up front (a list or tuple): the total length goes
@@ -52,7 +60,12 @@ fn send_items<'py>(
 }
 
 /// Sends the body of `iterable` as the response to the request in `input`.
-pub fn send<'py>(py: Python<'py>, iterable: &Bound<'py, PyAny>, start: &Bound<'py, StartResponse>, input: &Input) -> PyResult<()> {
+pub fn send<'py>(
+    py: Python<'py>,
+    iterable: &Bound<'py, PyAny>,
+    start: &Bound<'py, StartResponse>,
+    input: &Input,
+) -> PyResult<()> {
     if let Ok(list) = iterable.cast_exact::<PyList>() {
         return send_items(py, list.len(), |i| list.get_item(i), start, input);
     }
@@ -62,7 +75,9 @@ pub fn send<'py>(py: Python<'py>, iterable: &Bound<'py, PyAny>, start: &Bound<'p
     if let Ok(wrapper) = iterable.cast::<FileWrapper>() {
         if let Some(span) = wrapper.get().span(py) {
             start.borrow().begin(py, Some(span.length))?;
-            let sent = input.with_detached(py, |exchange| exchange.send_file(span.fd, span.offset, span.length))?;
+            let sent = input.with_detached(py, |exchange| {
+                exchange.send_file(span.fd, span.offset, span.length)
+            })?;
             sent.map_err(io_error)?;
             return finish(py, input);
         }

@@ -82,11 +82,21 @@ fn header_key<'py>(py: Python<'py>, name: &[u8], scratch: &mut String) -> Bound<
         7 if name.eq_ignore_ascii_case(b"referer") => Some(intern!(py, "HTTP_REFERER")),
         10 if name.eq_ignore_ascii_case(b"user-agent") => Some(intern!(py, "HTTP_USER_AGENT")),
         10 if name.eq_ignore_ascii_case(b"connection") => Some(intern!(py, "HTTP_CONNECTION")),
-        13 if name.eq_ignore_ascii_case(b"cache-control") => Some(intern!(py, "HTTP_CACHE_CONTROL")),
-        13 if name.eq_ignore_ascii_case(b"authorization") => Some(intern!(py, "HTTP_AUTHORIZATION")),
-        15 if name.eq_ignore_ascii_case(b"accept-encoding") => Some(intern!(py, "HTTP_ACCEPT_ENCODING")),
-        15 if name.eq_ignore_ascii_case(b"accept-language") => Some(intern!(py, "HTTP_ACCEPT_LANGUAGE")),
-        15 if name.eq_ignore_ascii_case(b"x-forwarded-for") => Some(intern!(py, "HTTP_X_FORWARDED_FOR")),
+        13 if name.eq_ignore_ascii_case(b"cache-control") => {
+            Some(intern!(py, "HTTP_CACHE_CONTROL"))
+        }
+        13 if name.eq_ignore_ascii_case(b"authorization") => {
+            Some(intern!(py, "HTTP_AUTHORIZATION"))
+        }
+        15 if name.eq_ignore_ascii_case(b"accept-encoding") => {
+            Some(intern!(py, "HTTP_ACCEPT_ENCODING"))
+        }
+        15 if name.eq_ignore_ascii_case(b"accept-language") => {
+            Some(intern!(py, "HTTP_ACCEPT_LANGUAGE"))
+        }
+        15 if name.eq_ignore_ascii_case(b"x-forwarded-for") => {
+            Some(intern!(py, "HTTP_X_FORWARDED_FOR"))
+        }
         _ => None,
     };
     if let Some(key) = known {
@@ -95,7 +105,11 @@ fn header_key<'py>(py: Python<'py>, name: &[u8], scratch: &mut String) -> Bound<
     scratch.clear();
     scratch.push_str("HTTP_");
     for &b in name {
-        scratch.push(if b == b'-' { '_' } else { b.to_ascii_uppercase() as char });
+        scratch.push(if b == b'-' {
+            '_'
+        } else {
+            b.to_ascii_uppercase() as char
+        });
     }
     PyString::new(py, scratch)
 }
@@ -183,8 +197,16 @@ pub fn build<'py>(
         match env.get_item(&key)? {
             Some(existing) => {
                 // RFC 9110 5.3: repeated fields combine with ", "; Cookie uses "; " (RFC 6265 5.4).
-                let separator = if name.eq_ignore_ascii_case(b"cookie") { "; " } else { ", " };
-                let merged = format!("{}{separator}{}", existing.extract::<String>()?, value.to_str()?);
+                let separator = if name.eq_ignore_ascii_case(b"cookie") {
+                    "; "
+                } else {
+                    ", "
+                };
+                let merged = format!(
+                    "{}{separator}{}",
+                    existing.extract::<String>()?,
+                    value.to_str()?
+                );
                 env.set_item(key, merged)?;
             }
             None => env.set_item(key, value)?,
@@ -197,9 +219,16 @@ pub fn build<'py>(
                 Local::Tcp(addr) => addr.port().to_string(),
                 Local::Unix(_) => "80".to_string(),
             };
-            (latin1(py, name), port.map(|p| latin1(py, p)).unwrap_or_else(|| PyString::new(py, &default_port)))
+            (
+                latin1(py, name),
+                port.map(|p| latin1(py, p))
+                    .unwrap_or_else(|| PyString::new(py, &default_port)),
+            )
         }
-        (None, Local::Tcp(addr)) => (PyString::new(py, &addr.ip().to_string()), PyString::new(py, &addr.port().to_string())),
+        (None, Local::Tcp(addr)) => (
+            PyString::new(py, &addr.ip().to_string()),
+            PyString::new(py, &addr.port().to_string()),
+        ),
         (None, Local::Unix(path)) => (PyString::new(py, path), PyString::new(py, "")),
     };
     env.set_item(intern!(py, "SERVER_NAME"), server_name)?;
@@ -214,13 +243,23 @@ pub fn build<'py>(
         Peer::Unix => None,
     };
     if trusted {
-        if let Some(client) = forwarded_for.and_then(|v| std::str::from_utf8(v).ok()).and_then(|v| context.proxies.client_from(v)) {
+        if let Some(client) = forwarded_for
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| context.proxies.client_from(v))
+        {
             if client.parse::<IpAddr>().is_ok() {
-                remote = Some((client.to_string(), remote.map(|(_, port)| port).unwrap_or_default()));
+                remote = Some((
+                    client.to_string(),
+                    remote.map(|(_, port)| port).unwrap_or_default(),
+                ));
             }
         }
         if let Some(proto) = forwarded_proto {
-            let proto = proto.split(|&b| b == b',').next().unwrap_or(b"").trim_ascii();
+            let proto = proto
+                .split(|&b| b == b',')
+                .next()
+                .unwrap_or(b"")
+                .trim_ascii();
             if proto.eq_ignore_ascii_case(b"https") {
                 env.set_item(intern!(py, "wsgi.url_scheme"), intern!(py, "https"))?;
             } else if proto.eq_ignore_ascii_case(b"http") {
@@ -257,8 +296,14 @@ mod tests {
 
     #[test]
     fn splits_host_and_port() {
-        assert_eq!(host_and_port(b"example.com:8080"), (&b"example.com"[..], Some(&b"8080"[..])));
-        assert_eq!(host_and_port(b"[::1]:80"), (&b"[::1]"[..], Some(&b"80"[..])));
+        assert_eq!(
+            host_and_port(b"example.com:8080"),
+            (&b"example.com"[..], Some(&b"8080"[..]))
+        );
+        assert_eq!(
+            host_and_port(b"[::1]:80"),
+            (&b"[::1]"[..], Some(&b"80"[..]))
+        );
         assert_eq!(host_and_port(b"example.com"), (&b"example.com"[..], None));
     }
 }

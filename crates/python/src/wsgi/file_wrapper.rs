@@ -33,16 +33,22 @@ impl FileWrapper {
         // SAFETY: a zeroed stat is a valid out-buffer for fstat.
         let mut stat: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fd belongs to the file object, which outlives this call; stat is valid.
-        if unsafe { libc::fstat(fd, &mut stat) } != 0 || (stat.st_mode & libc::S_IFMT) != libc::S_IFREG {
+        if unsafe { libc::fstat(fd, &mut stat) } != 0
+            || (stat.st_mode & libc::S_IFMT) != libc::S_IFREG
+        {
             return None;
         }
         // Python's buffered file objects may have read ahead; `tell()` is the logical position.
-        let offset: u64 = match filelike.call_method0("tell").and_then(|pos| pos.extract()) {
-            Ok(pos) => pos,
-            Err(_) => 0,
-        };
+        let offset: u64 = filelike
+            .call_method0("tell")
+            .and_then(|pos| pos.extract())
+            .unwrap_or_default();
         let size = stat.st_size as u64;
-        Some(FileSpan { fd, offset, length: size.saturating_sub(offset) })
+        Some(FileSpan {
+            fd,
+            offset,
+            length: size.saturating_sub(offset),
+        })
     }
 }
 
@@ -51,7 +57,10 @@ impl FileWrapper {
     #[new]
     #[pyo3(signature = (filelike, block_size=8192))]
     fn new(filelike: Py<PyAny>, block_size: usize) -> Self {
-        FileWrapper { filelike, block_size: block_size.max(1) }
+        FileWrapper {
+            filelike,
+            block_size: block_size.max(1),
+        }
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -59,7 +68,10 @@ impl FileWrapper {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let data = self.filelike.bind(py).call_method1("read", (self.block_size,))?;
+        let data = self
+            .filelike
+            .bind(py)
+            .call_method1("read", (self.block_size,))?;
         let empty = match data.cast::<PyBytes>() {
             Ok(bytes) => bytes.as_bytes().is_empty(),
             Err(_) => data.len()? == 0,

@@ -31,13 +31,17 @@ pub fn io_error(err: io::Error) -> PyErr {
 }
 
 fn request_over() -> PyErr {
-    PyValueError::new_err("the request is over: wsgi.input and write() work only during the request")
+    PyValueError::new_err(
+        "the request is over: wsgi.input and write() work only during the request",
+    )
 }
 
 impl Input {
     /// An input with no exchange yet.
     pub fn empty() -> Self {
-        Input { exchange: Mutex::new(None) }
+        Input {
+            exchange: Mutex::new(None),
+        }
     }
 
     fn lock<'a>(&'a self, py: Python<'_>) -> MutexGuard<'a, Option<Exchange>> {
@@ -70,7 +74,11 @@ impl Input {
     }
 
     /// Runs a blocking operation on the exchange with the GIL released.
-    pub fn with_detached<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Exchange) -> R + Send) -> PyResult<R> {
+    pub fn with_detached<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Exchange) -> R + Send,
+    ) -> PyResult<R> {
         let mut guard = self.lock(py);
         let exchange = guard.as_mut().ok_or_else(request_over)?;
         Ok(py.detach(move || f(exchange)))

@@ -12,7 +12,7 @@ pub mod input;
 pub mod start_response;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyList, PyTuple};
 use tines_server::{App, Exchange, Mpm, WorkerConfig};
 
 use crate::forwarded::TrustedProxies;
@@ -35,13 +35,21 @@ unsafe impl Send for SameThread<'_> {}
 
 impl WsgiApp {
     /// Prepares the per-worker environ template and the error logger.
-    pub fn new(py: Python<'_>, app: Py<PyAny>, settings: &Bound<'_, PyDict>, config: &WorkerConfig) -> PyResult<WsgiApp> {
+    pub fn new(
+        py: Python<'_>,
+        app: Py<PyAny>,
+        settings: &Bound<'_, PyDict>,
+        config: &WorkerConfig,
+    ) -> PyResult<WsgiApp> {
         let sys = py.import("sys")?;
         let template = PyDict::new(py);
         template.set_item("wsgi.version", PyTuple::new(py, [1, 0])?)?;
         template.set_item("wsgi.url_scheme", "http")?;
         template.set_item("wsgi.errors", sys.getattr("stderr")?)?;
-        template.set_item("wsgi.multithread", config.mpm == Mpm::Thread && config.threads > 1)?;
+        template.set_item(
+            "wsgi.multithread",
+            config.mpm == Mpm::Thread && config.threads > 1,
+        )?;
         let workers: usize = match settings.get_item("workers")? {
             Some(value) => value.extract()?,
             None => 1,
@@ -49,26 +57,43 @@ impl WsgiApp {
         template.set_item("wsgi.multiprocess", workers > 1)?;
         template.set_item("wsgi.run_once", false)?;
         template.set_item("wsgi.input_terminated", true)?;
-        template.set_item("wsgi.file_wrapper", py.get_type::<file_wrapper::FileWrapper>())?;
-        template.set_item("SERVER_SOFTWARE", format!("tines/{}", env!("CARGO_PKG_VERSION")))?;
+        template.set_item(
+            "wsgi.file_wrapper",
+            py.get_type::<file_wrapper::FileWrapper>(),
+        )?;
+        template.set_item(
+            "SERVER_SOFTWARE",
+            format!("tines/{}", env!("CARGO_PKG_VERSION")),
+        )?;
         template.set_item("SCRIPT_NAME", "")?;
         let allowed: Vec<String> = match settings.get_item("forwarded_allow_ips")? {
             Some(value) => value.extract()?,
             None => Vec::new(),
         };
-        let logger = py.import("logging")?.call_method1("getLogger", ("tines.error",))?;
+        let logger = py
+            .import("logging")?
+            .call_method1("getLogger", ("tines.error",))?;
         Ok(WsgiApp {
             app,
-            environ: EnvironContext { template: template.unbind(), proxies: TrustedProxies::parse(&allowed)? },
+            environ: EnvironContext {
+                template: template.unbind(),
+                proxies: TrustedProxies::parse(&allowed)?,
+            },
             logger: logger.unbind(),
         })
     }
 
     fn call_app(&self, py: Python<'_>, input: &Bound<'_, Input>) -> PyResult<()> {
-        let environ = input.get().with(py, |exchange| environ::build(py, &self.environ, exchange, input))??;
+        let environ = input.get().with(py, |exchange| {
+            environ::build(py, &self.environ, exchange, input)
+        })??;
         let start_response = Bound::new(py, StartResponse::new(input.clone().unbind()))?;
         let iterable = self.app.bind(py).call1((environ, &start_response))?;
         let sent = body::send(py, &iterable, &start_response, input.get());
+        if iterable.is_exact_instance_of::<PyList>() || iterable.is_exact_instance_of::<PyTuple>() {
+            // Lists and tuples have no close(); asking would build an AttributeError each time.
+            return sent;
+        }
         // PEP 3333: close() is called whatever happened while sending.
         let closed = match iterable.hasattr(pyo3::intern!(py, "close")) {
             Ok(true) => iterable.call_method0(pyo3::intern!(py, "close")).map(drop),
@@ -81,14 +106,22 @@ impl WsgiApp {
     fn on_error(&self, py: Python<'_>, input: &Input, err: PyErr) {
         let request = input
             .with(py, |exchange| {
-                format!("{} {}", String::from_utf8_lossy(exchange.method()), String::from_utf8_lossy(exchange.target()))
+                format!(
+                    "{} {}",
+                    String::from_utf8_lossy(exchange.method()),
+                    String::from_utf8_lossy(exchange.target())
+                )
             })
             .unwrap_or_default();
         let kwargs = PyDict::new(py);
         let exc_info = (err.get_type(py), err.value(py), err.traceback(py));
-        let logged = kwargs
-            .set_item("exc_info", exc_info)
-            .and_then(|()| self.logger.bind(py).call_method("error", ("Error handling request %s", request), Some(&kwargs)));
+        let logged = kwargs.set_item("exc_info", exc_info).and_then(|()| {
+            self.logger.bind(py).call_method(
+                "error",
+                ("Error handling request %s", request),
+                Some(&kwargs),
+            )
+        });
         if logged.is_err() {
             err.print(py);
         }
@@ -115,7 +148,10 @@ impl WsgiApp {
         if let Err(err) = self.call_app(py, &input) {
             self.on_error(py, input.get(), err);
         }
-        input.get().take(py).expect("only serve() takes the exchange out of its Input")
+        input
+            .get()
+            .take(py)
+            .expect("only serve() takes the exchange out of its Input")
     }
 }
 

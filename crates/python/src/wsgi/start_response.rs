@@ -29,7 +29,9 @@ impl HeaderText {
             .chars()
             .map(|c| u8::try_from(u32::from(c)))
             .collect::<Result<Vec<u8>, _>>()
-            .map_err(|_| PyValueError::new_err(format!("{what} {:?} is not latin-1 (PEP 3333)", &*text)))?;
+            .map_err(|_| {
+                PyValueError::new_err(format!("{what} {:?} is not latin-1 (PEP 3333)", &*text))
+            })?;
         Ok(HeaderText::Latin1(bytes))
     }
 
@@ -52,7 +54,11 @@ pub struct StartResponse {
 impl StartResponse {
     /// A `start_response` for the request held by `input`.
     pub fn new(input: Py<Input>) -> Self {
-        StartResponse { input, status: None, headers: Vec::new() }
+        StartResponse {
+            input,
+            status: None,
+            headers: Vec::new(),
+        }
     }
 
     /// Whether the app called it.
@@ -67,42 +73,67 @@ impl StartResponse {
         if input.with(py, |exchange| exchange.response_started())? {
             return Ok(());
         }
-        let status = self
-            .status
-            .as_ref()
-            .ok_or_else(|| PyRuntimeError::new_err("the app returned a body without calling start_response"))?;
-        let headers = self.headers.iter().map(|(name, value)| (name.bytes(), value.bytes()));
+        let status = self.status.as_ref().ok_or_else(|| {
+            PyRuntimeError::new_err("the app returned a body without calling start_response")
+        })?;
+        let headers = self
+            .headers
+            .iter()
+            .map(|(name, value)| (name.bytes(), value.bytes()));
         input
-            .with(py, |exchange| exchange.begin_response(status.bytes(), headers, body_length))?
+            .with(py, |exchange| {
+                exchange.begin_response(status.bytes(), headers, body_length)
+            })?
             .map_err(|err| PyValueError::new_err(err.to_string()))
     }
 }
 
 fn status_text(status: &Bound<'_, PyAny>) -> PyResult<HeaderText> {
-    let text: PyBackedStr = status
-        .extract()
-        .map_err(|_| PyTypeError::new_err(format!("status must be a str, got {}", type_name(status))))?;
+    let text: PyBackedStr = status.extract().map_err(|_| {
+        PyTypeError::new_err(format!("status must be a str, got {}", type_name(status)))
+    })?;
     HeaderText::new(text, "status")
 }
 
 fn type_name(value: &Bound<'_, PyAny>) -> String {
-    value.get_type().name().map(|name| name.to_string()).unwrap_or_else(|_| "?".into())
+    value
+        .get_type()
+        .name()
+        .map(|name| name.to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 fn header_list(headers: &Bound<'_, PyAny>) -> PyResult<Vec<(HeaderText, HeaderText)>> {
-    let list = headers
-        .cast::<PyList>()
-        .map_err(|_| PyTypeError::new_err(format!("headers must be a list, got {}", type_name(headers))))?;
+    let list = headers.cast::<PyList>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "headers must be a list, got {}",
+            type_name(headers)
+        ))
+    })?;
     let mut out = Vec::with_capacity(list.len());
     for item in list.iter() {
         let pair = item
             .cast::<PyTuple>()
             .ok()
             .filter(|tuple| tuple.len() == 2)
-            .ok_or_else(|| PyTypeError::new_err(format!("each header must be a (name, value) tuple, got {}", type_name(&item))))?;
-        let name: PyBackedStr = pair.get_item(0)?.extract().map_err(|_| PyTypeError::new_err("header names must be str"))?;
-        let value: PyBackedStr = pair.get_item(1)?.extract().map_err(|_| PyTypeError::new_err("header values must be str"))?;
-        out.push((HeaderText::new(name, "header name")?, HeaderText::new(value, "header value")?));
+            .ok_or_else(|| {
+                PyTypeError::new_err(format!(
+                    "each header must be a (name, value) tuple, got {}",
+                    type_name(&item)
+                ))
+            })?;
+        let name: PyBackedStr = pair
+            .get_item(0)?
+            .extract()
+            .map_err(|_| PyTypeError::new_err("header names must be str"))?;
+        let value: PyBackedStr = pair
+            .get_item(1)?
+            .extract()
+            .map_err(|_| PyTypeError::new_err("header values must be str"))?;
+        out.push((
+            HeaderText::new(name, "header name")?,
+            HeaderText::new(value, "header value")?,
+        ));
     }
     Ok(out)
 }
@@ -146,15 +177,17 @@ impl StartResponse {
 
     /// The PEP 3333 `write()` callable: sends `data` before returning.
     fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        let bytes = data
-            .cast::<PyBytes>()
-            .map_err(|_| PyTypeError::new_err(format!("write() takes bytes, got {}", type_name(data))))?;
+        let bytes = data.cast::<PyBytes>().map_err(|_| {
+            PyTypeError::new_err(format!("write() takes bytes, got {}", type_name(data)))
+        })?;
         self.begin(py, None)?;
         let data: &[u8] = bytes.as_bytes();
         let data: Cow<'_, [u8]> = Cow::Borrowed(data);
         self.input
             .get()
-            .with_detached(py, |exchange| exchange.write_body(&data).and_then(|()| exchange.flush()))?
+            .with_detached(py, |exchange| {
+                exchange.write_body(&data).and_then(|()| exchange.flush())
+            })?
             .map_err(io_error)
     }
 }

@@ -39,9 +39,21 @@ impl Driver for Inline {
 }
 
 /// Runs the prefork MPM on the calling thread.
-pub fn run(mut reactor: Reactor, app: Arc<dyn App>, shared: Arc<WorkerShared>) -> io::Result<StopReason> {
-    let mut driver = Inline { app: Arc::clone(&app), shared, ctx: Some(SlotContext::new()) };
+pub fn run(
+    mut reactor: Reactor,
+    app: Arc<dyn App>,
+    shared: Arc<WorkerShared>,
+) -> io::Result<StopReason> {
+    let mut driver = Inline {
+        app: Arc::clone(&app),
+        shared,
+        ctx: Some(SlotContext::new()),
+    };
     let mut result = None;
     app.run_slot_thread(&mut || result = Some(reactor.run(&mut driver)));
-    result.unwrap_or_else(|| Err(io::Error::other("the app's slot thread did not run the loop")))
+    result.unwrap_or_else(|| {
+        Err(io::Error::other(
+            "the app's slot thread did not run the loop",
+        ))
+    })
 }

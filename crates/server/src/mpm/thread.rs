@@ -36,7 +36,11 @@ struct Pool {
 
 impl Driver for Pool {
     fn dispatch(&mut self, token: usize, conn: Connection) -> Dispatch {
-        let mut jobs = self.shared.jobs.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut jobs = self
+            .shared
+            .jobs
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         jobs.queue.push_back((token, conn));
         drop(jobs);
         self.shared.ready.notify_one();
@@ -46,7 +50,11 @@ impl Driver for Pool {
 
     fn collect(&mut self, into: &mut Vec<(usize, Option<Connection>)>) {
         self.shared.waker.reset();
-        let mut returned = self.shared.returned.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut returned = self
+            .shared
+            .returned
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         self.in_flight -= returned.len();
         into.append(&mut returned);
     }
@@ -66,7 +74,10 @@ fn app_thread(app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
         let mut ctx = SlotContext::new();
         loop {
             let job = {
-                let mut jobs = pool.jobs.lock().unwrap_or_else(|poison| poison.into_inner());
+                let mut jobs = pool
+                    .jobs
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner());
                 loop {
                     if let Some(job) = jobs.queue.pop_front() {
                         break Some(job);
@@ -74,22 +85,35 @@ fn app_thread(app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
                     if jobs.shutdown {
                         break None;
                     }
-                    jobs = pool.ready.wait(jobs).unwrap_or_else(|poison| poison.into_inner());
+                    jobs = pool
+                        .ready
+                        .wait(jobs)
+                        .unwrap_or_else(|poison| poison.into_inner());
                 }
             };
             let Some((token, conn)) = job else { return };
             let (kept, returned) = serve_connection(conn, ctx, &*app_ref, &worker);
             ctx = returned;
-            pool.returned.lock().unwrap_or_else(|poison| poison.into_inner()).push((token, kept));
+            pool.returned
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner())
+                .push((token, kept));
             pool.waker.wake();
         }
     });
 }
 
 /// Runs the thread MPM: the calling thread polls, `threads` app threads serve.
-pub fn run(mut reactor: Reactor, app: Arc<dyn App>, worker: Arc<WorkerShared>) -> io::Result<StopReason> {
+pub fn run(
+    mut reactor: Reactor,
+    app: Arc<dyn App>,
+    worker: Arc<WorkerShared>,
+) -> io::Result<StopReason> {
     let shared = Arc::new(Shared {
-        jobs: Mutex::new(Jobs { queue: VecDeque::new(), shutdown: false }),
+        jobs: Mutex::new(Jobs {
+            queue: VecDeque::new(),
+            shutdown: false,
+        }),
         ready: Condvar::new(),
         returned: Mutex::new(Vec::new()),
         waker: Waker::new()?,
@@ -103,10 +127,18 @@ pub fn run(mut reactor: Reactor, app: Arc<dyn App>, worker: Arc<WorkerShared>) -
                 .spawn(move || app_thread(app, worker, pool))?,
         );
     }
-    let mut pool = Pool { shared, threads, in_flight: 0 };
+    let mut pool = Pool {
+        shared,
+        threads,
+        in_flight: 0,
+    };
     let result = reactor.run(&mut pool);
     let quick = matches!(result, Ok(StopReason::Quick));
-    pool.shared.jobs.lock().unwrap_or_else(|poison| poison.into_inner()).shutdown = true;
+    pool.shared
+        .jobs
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner())
+        .shutdown = true;
     pool.shared.ready.notify_all();
     if !quick {
         for thread in pool.threads.drain(..) {

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tines_server::{run_worker, App, Exchange, Mpm, Scoreboard, StopReason, WorkerConfig, WorkerSpec};
+use tines_server::{
+    run_worker, App, Exchange, Mpm, Scoreboard, StopReason, WorkerConfig, WorkerSpec,
+};
 
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -53,12 +55,20 @@ impl TestServer {
         };
         let app: Arc<dyn App> = Arc::new(app);
         let handle = std::thread::spawn(move || run_worker(app, spec));
-        TestServer { addr, scoreboard, life: Some(write), listener_fd, handle: Some(handle) }
+        TestServer {
+            addr,
+            scoreboard,
+            life: Some(write),
+            listener_fd,
+            handle: Some(handle),
+        }
     }
 
     pub fn connect(&self) -> TcpStream {
         let stream = TcpStream::connect(self.addr).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         stream
     }
 
@@ -75,8 +85,7 @@ impl TestServer {
     /// Stops the worker the way a dead master would, and returns why it stopped.
     pub fn stop(mut self) -> StopReason {
         self.life.take();
-        let reason = self.handle.take().unwrap().join().unwrap().unwrap();
-        reason
+        self.handle.take().unwrap().join().unwrap().unwrap()
     }
 }
 
@@ -113,7 +122,10 @@ impl App for Echo {
         out.push(b' ');
         out.extend_from_slice(exchange.target());
         out.push(b'\n');
-        let headers: Vec<(Vec<u8>, Vec<u8>)> = exchange.headers().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+        let headers: Vec<(Vec<u8>, Vec<u8>)> = exchange
+            .headers()
+            .map(|(n, v)| (n.to_vec(), v.to_vec()))
+            .collect();
         for (name, value) in headers {
             out.extend_from_slice(&name);
             out.extend_from_slice(b": ");
@@ -123,7 +135,9 @@ impl App for Echo {
         out.push(b'\n');
         out.extend_from_slice(&body);
         let ct: [(&[u8], &[u8]); 1] = [(b"Content-Type", b"text/plain")];
-        exchange.begin_response(b"200 OK", ct, Some(out.len() as u64)).unwrap();
+        exchange
+            .begin_response(b"200 OK", ct, Some(out.len() as u64))
+            .unwrap();
         exchange.write_body(&out).unwrap();
         let _ = exchange.finish();
         exchange
@@ -140,13 +154,20 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
 /// Reads one response from `stream` (Content-Length, chunked, or until EOF), leaving any
 /// following bytes in `pending`. `head_only` for responses to HEAD.
-pub fn read_response(stream: &mut TcpStream, pending: &mut Vec<u8>, head_only: bool) -> Option<Response> {
+pub fn read_response(
+    stream: &mut TcpStream,
+    pending: &mut Vec<u8>,
+    head_only: bool,
+) -> Option<Response> {
     let mut buf = [0u8; 8192];
     let head_end = loop {
         if let Some(pos) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -169,7 +190,11 @@ pub fn read_response(stream: &mut TcpStream, pending: &mut Vec<u8>, head_only: b
             (n.trim().to_ascii_lowercase(), v.trim().to_string())
         })
         .collect();
-    let mut response = Response { status, headers, body: Vec::new() };
+    let mut response = Response {
+        status,
+        headers,
+        body: Vec::new(),
+    };
     if head_only || status == 204 || status == 304 || status / 100 == 1 {
         return Some(response);
     }
@@ -195,7 +220,9 @@ pub fn read_response(stream: &mut TcpStream, pending: &mut Vec<u8>, head_only: b
                 }
             }
             let pos = pending.windows(2).position(|w| w == b"\r\n").unwrap();
-            let size = usize::from_str_radix(std::str::from_utf8(&pending[..pos]).unwrap().trim(), 16).unwrap();
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&pending[..pos]).unwrap().trim(), 16)
+                    .unwrap();
             pending.drain(..pos + 2);
             fill(pending, size + 2);
             if size == 0 {
