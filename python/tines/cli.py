@@ -1,0 +1,154 @@
+"""The ``tines`` command: argument parsing generated from the settings registry.
+
+Owns: the subcommands (``serve``, ``check-config``), turning argv into a ``Config`` through
+``tines.config.load``, and the exit-status contract: 0 on success, 2 with exactly one line
+``tines: error: <message>`` on stderr for a usage, config or app-loading error.
+
+Must not: declare settings (they come from ``tines.config.SETTINGS``) or run the server itself
+(``tines.arbiter`` does, imported only when ``serve`` runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from tines import __version__
+from tines.config import SECTIONS, SETTINGS, Config, format_value, load
+from tines.errors import AppLoadError, ConfigError
+
+EXIT_USAGE = 2
+"""Exit status for a bad command line, config or APP (argparse's convention)."""
+
+APP_FORMS = "module:attr or path/to/file.py:attr"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line, ``tines: error: <message>``, exit 2.
+
+    argparse prints the whole usage block before an error; with dozens of flags that buries the
+    message. ``--help`` still shows the usage.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"tines: error: {message}\n")
+
+
+def _add_settings(parser: argparse.ArgumentParser) -> None:
+    """Add ``-c/--config`` and one option per setting, grouped by section.
+
+    Every option defaults to ``argparse.SUPPRESS`` so the namespace holds only what was typed
+    (``load`` treats a present key as given). Values stay strings: ``load`` converts them, so
+    the messages are the same as for the environment and the file.
+    """
+    parser.add_argument("-c", "--config", metavar="PATH", default=argparse.SUPPRESS,
+                        help="config file (TOML; default: $TINES_CONFIG, else ./tines.toml "
+                             "when it exists)")
+    for section in SECTIONS:
+        group = parser.add_argument_group(section)
+        for setting in SETTINGS.values():
+            if setting.section != section or not setting.flags:
+                continue
+            default = (setting.default_text if setting.default_text is not None
+                       else format_value(setting.default))
+            help_text = f"{_plain(setting.description)} (default: {default}; env {setting.env})"
+            if setting.is_flag:
+                group.add_argument(*setting.flags, dest=setting.name,
+                                   action=argparse.BooleanOptionalAction,
+                                   default=argparse.SUPPRESS, help=help_text)
+                continue
+            metavar = "{" + ",".join(setting.choices) + "}" if setting.choices else setting.metavar
+            group.add_argument(*setting.flags, dest=setting.name, metavar=metavar,
+                               action="append" if setting.multiple else "store",
+                               default=argparse.SUPPRESS, help=help_text)
+
+
+def _plain(doc: str) -> str:
+    """Docs use Markdown backticks; ``--help`` does not. Also escape % for argparse."""
+    return doc.replace("`", "").replace("%", "%%")
+
+
+def build_parser() -> ArgumentParser:
+    """The ``tines`` parser with its subcommands."""
+    parser = ArgumentParser(
+        prog="tines", allow_abbrev=False,
+        description="Tines: an application server for Python web apps (WSGI) with a Rust core.")
+    parser.add_argument("--version", action="version", version=f"tines {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    serve = commands.add_parser(
+        "serve", help="run the server for a WSGI app", allow_abbrev=False,
+        description=f"Run the server for the WSGI app APP ({APP_FORMS}). Settings come from "
+                    "the command line, then TINES_* environment variables, then the config "
+                    "file, then the defaults.")
+    serve.add_argument("app", nargs="?", metavar="APP", default=argparse.SUPPRESS,
+                       help=f"the WSGI app: {APP_FORMS} (or the config key 'app')")
+    _add_settings(serve)
+
+    check = commands.add_parser(
+        "check-config", help="print every resolved setting and where it came from",
+        allow_abbrev=False,
+        description="Resolve the settings as 'serve' would, print each one with its value and "
+                    "source, and exit 0; exit 2 with the error when the config is invalid.")
+    check.add_argument("app", nargs="?", metavar="APP", default=argparse.SUPPRESS,
+                       help=f"the WSGI app: {APP_FORMS}")
+    _add_settings(check)
+    return parser
+
+
+def _unknown_message(unknown: list[str]) -> str:
+    """Name the first unknown option, with the closest known flag when there is one."""
+    options = [word.partition("=")[0] for word in unknown if word.startswith("-")]
+    if not options:
+        return "unrecognized arguments: " + " ".join(unknown)
+    flags = ["--config", "--help", "--version"]
+    for setting in SETTINGS.values():
+        flags += [flag for flag in setting.flags if flag.startswith("--")]
+        flags += [f"--no-{flag[2:]}" for flag in setting.flags if setting.is_flag and flag.startswith("--")]
+    matches = difflib.get_close_matches(options[0], flags, n=1)
+    hint = f" (did you mean {matches[0]!r}?)" if matches else ""
+    return f"unknown option {options[0]!r}{hint}"
+
+
+def format_table(cfg: Config) -> str:
+    """The check-config table: setting, value, source, in aligned columns."""
+    rows = [("setting", "value", "source"), *cfg.rows()]
+    name_width = max(len(row[0]) for row in rows)
+    value_width = max(len(row[1]) for row in rows)
+    return "".join(f"{name:<{name_width}}  {value:<{value_width}}  {source}\n"
+                   for name, value, source in rows)
+
+
+def serve(cfg: Config) -> int:
+    """Run the arbiter until it stops; its return value is the exit status."""
+    if cfg.app is None:
+        raise ConfigError(f"serve needs APP ({APP_FORMS})")
+    from tines.arbiter import Arbiter
+
+    return int(Arbiter(cfg).run())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``tines`` and ``python -m tines``; returns the exit status."""
+    parser = build_parser()
+    arguments, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.error(_unknown_message(unknown))
+    if arguments.command is None:
+        parser.error("missing COMMAND (serve or check-config); see tines --help")
+    try:
+        cfg = load(arguments)
+        if arguments.command == "check-config":
+            sys.stdout.write(format_table(cfg))
+            return 0
+        return serve(cfg)
+    except (ConfigError, AppLoadError) as error:
+        print(f"tines: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

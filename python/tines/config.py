@@ -1,0 +1,726 @@
+"""The settings registry: every setting is declared once, here.
+
+Owns: the declaration of each setting (``SETTINGS``), converting and validating raw values,
+resolving them from the command line, the environment, the config file and the defaults
+(``load``), and the Markdown reference generated from the registry (``render_markdown``).
+The CLI (``tines.cli``) and the dict handed to the Rust worker (``Config.worker_settings``) are
+derived from the registry; nothing else restates a setting.
+
+Must not: import ``tines._core`` or anything heavy, touch sockets or fork, or keep mutable
+module state (``SETTINGS`` is a read-only mapping of frozen records).
+
+Over the ~600-line soft cap because the registry (one record per setting) and the Markdown
+renderer that must stay beside it are together the single source of truth for settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import grp
+import ipaddress
+import math
+import os
+import pwd
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from tines.errors import ConfigError
+
+DEFAULT_CONFIG_FILE = "tines.toml"
+"""Read from the current directory when neither ``--config`` nor ``TINES_CONFIG`` is given."""
+
+CONFIG_ENV = "TINES_CONFIG"
+"""Environment variable naming the config file (the ``-c/--config`` flag wins over it)."""
+
+SECTIONS = ("Server", "Workers", "HTTP", "Timeouts", "Limits", "Logging", "Process")
+"""Order of the sections in ``--help`` and in docs/settings.md."""
+
+
+# --- converters --------------------------------------------------------------------------------
+# A converter takes one raw value (a str from the command line or the environment, or whatever
+# type TOML produced) and returns the converted value, or raises ValueError whose message is the
+# rest of the sentence after the setting's name ("must be a positive integer"). The loader adds
+# the name, the offending value and where it came from.
+
+
+def _integer(raw: object, minimum: int, expected: str) -> int:
+    if isinstance(raw, bool):
+        raise ValueError(expected)
+    if isinstance(raw, int):
+        value = raw
+    elif isinstance(raw, str) and re.fullmatch(r"\s*[0-9]+\s*", raw):
+        value = int(raw)
+    else:
+        raise ValueError(expected)
+    if value < minimum:
+        raise ValueError(expected)
+    return value
+
+
+def positive_int(raw: object) -> int:
+    """An integer >= 1."""
+    return _integer(raw, 1, "must be a positive integer")
+
+
+def non_negative_int(raw: object) -> int:
+    """An integer >= 0."""
+    return _integer(raw, 0, "must be an integer >= 0")
+
+
+def optional_non_negative_int(raw: object) -> int | None:
+    """An integer >= 0, or None (``""`` also means None)."""
+    if raw is None or raw == "":
+        return None
+    return _integer(raw, 0, "must be an integer >= 0")
+
+
+def _seconds(raw: object, allow_zero: bool) -> float:
+    expected = "must be a number of seconds >= 0" if allow_zero else "must be a number of seconds > 0"
+    if isinstance(raw, bool):
+        raise ValueError(expected)
+    try:
+        value = float(raw) if isinstance(raw, (int, float, str)) else math.nan
+    except ValueError:
+        raise ValueError(expected) from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(expected)
+    return value
+
+
+def positive_seconds(raw: object) -> float:
+    """A finite number of seconds > 0, as float."""
+    return _seconds(raw, allow_zero=False)
+
+
+def non_negative_seconds(raw: object) -> float:
+    """A finite number of seconds >= 0, as float."""
+    return _seconds(raw, allow_zero=True)
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def boolean(raw: object) -> bool:
+    """A bool, or one of 1/0, true/false, yes/no, on/off (any case)."""
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str):
+        word = raw.strip().lower()
+        if word in _TRUE:
+            return True
+        if word in _FALSE:
+            return False
+    raise ValueError("must be one of 1/0, true/false, yes/no, on/off")
+
+
+def text(raw: object) -> str:
+    """Any string."""
+    if not isinstance(raw, str):
+        raise ValueError("must be a string")
+    return raw
+
+
+def optional_text(raw: object) -> str | None:
+    """A non-empty string, or None (``""`` also means None)."""
+    if raw is None or raw == "":
+        return None
+    return text(raw)
+
+
+def header_value(raw: object) -> str:
+    """A string that can be sent as an HTTP header value: printable ASCII, no CR or LF."""
+    if not isinstance(raw, str) or not all(" " <= char <= "~" for char in raw):
+        raise ValueError("must be printable ASCII (no CR, LF or control characters)")
+    return raw
+
+
+def directory(raw: object) -> str | None:
+    """An existing directory, or None (``""`` also means None)."""
+    path = optional_text(raw)
+    if path is not None and not os.path.isdir(path):
+        raise ValueError("must be an existing directory")
+    return path
+
+
+def user_id(raw: object) -> int | None:
+    """A user name (resolved to its uid now) or a numeric uid; None (or ``""``) means unset."""
+    return _account_id(raw, "user", lambda name: pwd.getpwnam(name).pw_uid)
+
+
+def group_id(raw: object) -> int | None:
+    """A group name (resolved to its gid now) or a numeric gid; None (or ``""``) means unset."""
+    return _account_id(raw, "group", lambda name: grp.getgrnam(name).gr_gid)
+
+
+def _account_id(raw: object, kind: str, lookup: Callable[[str], int]) -> int | None:
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
+        return raw
+    if isinstance(raw, str) and raw.strip().isdigit():
+        return int(raw)
+    if isinstance(raw, str):
+        try:
+            return lookup(raw.strip())
+        except KeyError:
+            raise ValueError(f"must be an existing {kind} name or a numeric id") from None
+    raise ValueError(f"must be a {kind} name or a numeric id")
+
+
+def umask(raw: object) -> int | None:
+    """An octal string such as ``"022"`` or an int, in 0..0o777; None (or ``""``) means unset."""
+    expected = "must be an octal number in 000..777, such as 022"
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str) and re.fullmatch(r"\s*(0o)?[0-7]+\s*", raw):
+        value = int(raw.strip().removeprefix("0o"), 8)
+    else:
+        raise ValueError(expected)
+    if not 0 <= value <= 0o777:
+        raise ValueError(expected)
+    return value
+
+
+def bind_address(raw: object) -> str:
+    """One listen address: ``HOST:PORT``, ``[IPv6]:PORT``, ``unix:/path`` or ``fd://N``.
+
+    Returned as given (stripped); ``tines.sockets`` turns it into a socket.
+    """
+    expected = "must be HOST:PORT, [IPv6]:PORT, unix:/path or fd://N"
+    if not isinstance(raw, str):
+        raise ValueError(expected)
+    address = raw.strip()
+    if address.startswith("unix:"):
+        if not address[len("unix:") :]:
+            raise ValueError("unix: needs a path")
+        return address
+    if address.startswith("fd://"):
+        if not address[len("fd://") :].isdigit():
+            raise ValueError("fd:// needs a file descriptor number")
+        return address
+    host, colon, port = address.rpartition(":")
+    if not colon or not host:
+        raise ValueError(expected)
+    if host.startswith("["):
+        if not host.endswith("]"):
+            raise ValueError(expected)
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ValueError("needs a valid IPv6 address between brackets") from None
+    elif ":" in host:
+        raise ValueError("needs brackets around an IPv6 address, as in [::1]:8000")
+    if not port.isdigit() or int(port) > 65535:
+        raise ValueError("port must be a number in 0..65535")
+    return address
+
+
+def network(raw: object) -> str:
+    """``*`` or an IP address or network (CIDR), returned as given."""
+    if isinstance(raw, str):
+        item = raw.strip()
+        if item == "*":
+            return item
+        try:
+            ipaddress.ip_network(item, strict=False)
+            return item
+        except ValueError:
+            pass
+    raise ValueError("must be IP addresses or networks (CIDR), or *")
+
+
+# --- the registry ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: how it is spelled in each source, converted, defaulted and documented.
+
+    ``convert`` takes one raw value (for ``multiple`` settings: one item) and returns the
+    converted value or raises ValueError. ``default`` is the value itself, or a zero-argument
+    callable for a default computed at load time (then ``default_text`` describes it for the
+    docs, so they read the same on every machine). ``worker`` marks the settings the Rust worker
+    receives (``Config.worker_settings``). A ``multiple`` setting is a tuple: its flag may be
+    repeated, and any string value is split on commas (so its items cannot contain commas);
+    ``min_items`` is the fewest items it accepts (``bind`` needs one).
+    ``show`` formats a set value for ``check-config`` when TOML's spelling would mislead (umask).
+    """
+
+    name: str
+    section: str
+    doc: str
+    convert: Callable[[object], object]
+    default: object
+    flags: tuple[str, ...] = ()
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+    worker: bool = False
+    multiple: bool = False
+    min_items: int = 0
+    default_text: str | None = None
+    show: Callable[[Any], str] | None = None
+
+    @property
+    def env(self) -> str:
+        """The environment variable: ``TINES_`` + the name in upper case."""
+        return "TINES_" + self.name.upper()
+
+    @property
+    def toml_key(self) -> str:
+        """The top-level key in the config file (the setting's name)."""
+        return self.name
+
+    @property
+    def is_flag(self) -> bool:
+        """True for on/off settings (``--x/--no-x`` on the command line)."""
+        return self.convert is boolean
+
+    @property
+    def description(self) -> str:
+        """The doc, plus a note for flags that may be repeated."""
+        return self.doc + (" The flag may be repeated." if self.multiple and self.flags else "")
+
+    def default_value(self) -> object:
+        """The default, computing it when it is a callable."""
+        return self.default() if callable(self.default) else self.default
+
+    def to_value(self, raw: object) -> object:
+        """Convert a raw value from any source; raise ValueError("must be ...") when invalid.
+
+        For ``multiple`` settings a ValueError carries the offending item as its second arg.
+        """
+        if self.multiple:
+            items = _split_items(raw)
+            converted = []
+            for item in items:
+                try:
+                    converted.append(self.convert(item))
+                except ValueError as error:
+                    raise ValueError(str(error), item) from None
+            if len(converted) < self.min_items:
+                raise ValueError("must not be empty")
+            return tuple(converted)
+        if self.choices:
+            word = raw.strip().lower() if isinstance(raw, str) else raw
+            if word not in self.choices:
+                raise ValueError("must be one of " + ", ".join(self.choices))
+            return word
+        return self.convert(raw)
+
+
+def _split_items(raw: object) -> list[object]:
+    """Items of a multiple setting: strings are split on commas, lists/tuples flattened."""
+    if isinstance(raw, str):
+        return [item.strip() for item in raw.split(",") if item.strip()]
+    if isinstance(raw, (list, tuple)):
+        items: list[object] = []
+        for element in raw:
+            items.extend(_split_items(element) if isinstance(element, str) else [element])
+        return items
+    return [raw]
+
+
+def _default_workers() -> int:
+    return 2 * (os.cpu_count() or 1)
+
+
+_REGISTRY = (
+    # Server
+    Setting("app", "Server", "The WSGI app: `module:attr`, `package.module:attr`, `path/to/file.py:attr`, or `module` (then `application` or `app`). On the command line it is the positional APP.",
+            optional_text, None, metavar="APP"),
+    Setting("bind", "Server", "Address to listen on: `HOST:PORT`, `[IPv6]:PORT`, `unix:/path` or `fd://N` (an inherited socket).",
+            bind_address, ("127.0.0.1:8000",), ("-b", "--bind"), "ADDRESS", multiple=True, min_items=1),
+    Setting("backlog", "Server", "Length of each listening socket's queue of connections not yet accepted.",
+            positive_int, 2048, ("--backlog",), "N"),
+    Setting("preload", "Server", "Load the app in the master before forking, so workers share its memory and import errors stop the start.",
+            boolean, False, ("--preload",)),
+    Setting("factory", "Server", "APP names a factory: call it with no arguments to get the WSGI app.",
+            boolean, False, ("--factory",)),
+    # Workers
+    Setting("workers", "Workers", "Number of worker processes.",
+            positive_int, _default_workers, ("-w", "--workers"), "N", default_text="2 x CPU cores"),
+    Setting("mpm", "Workers", "How a worker runs requests: `prefork` (one at a time, on the worker's only thread) or `thread` (on a pool of app threads, see `threads`). See docs/mpm.md.",
+            text, "prefork", ("--mpm",), choices=("prefork", "thread"), worker=True),
+    Setting("threads", "Workers", "App threads per worker with the `thread` MPM (ignored by `prefork`).",
+            positive_int, 1, ("--threads",), "N", worker=True),
+    Setting("max_requests", "Workers", "Recycle a worker gracefully after it has served this many requests; 0 never recycles.",
+            non_negative_int, 0, ("--max-requests",), "N", worker=True),
+    Setting("max_requests_jitter", "Workers", "Add a random 0..N to each worker's `max_requests`, so workers do not all recycle at once.",
+            non_negative_int, 0, ("--max-requests-jitter",), "N", worker=True),
+    Setting("boot_failure_limit", "Workers", "Crash-loop guard: the master gives up after this many consecutive workers die before they are ready.",
+            positive_int, 5, ("--boot-failure-limit",), "N"),
+    # HTTP
+    Setting("max_keepalive_requests", "HTTP", "Requests served on one keep-alive connection before it is closed; 0 means no limit.",
+            non_negative_int, 1000, ("--max-keepalive-requests",), "N", worker=True),
+    Setting("forwarded_allow_ips", "HTTP", "Peers trusted to set `X-Forwarded-*`/`Forwarded` (client address and scheme): IP addresses or networks, comma-separated, or `*` for any.",
+            network, ("127.0.0.1", "::1"), ("--forwarded-allow-ips",), "IPS", worker=True, multiple=True),
+    Setting("server_header", "HTTP", "Value of the `Server` response header; an empty string omits the header.",
+            header_value, "tines", ("--server-header",), "TEXT", worker=True),
+    # Timeouts
+    Setting("keepalive_timeout", "Timeouts", "Seconds an idle keep-alive connection is kept open; 0 disables keep-alive.",
+            non_negative_seconds, 5.0, ("--keepalive-timeout",), "SECONDS", worker=True),
+    Setting("header_timeout", "Timeouts", "Seconds within which the whole request head must arrive (else 408 and close).",
+            positive_seconds, 20.0, ("--header-timeout",), "SECONDS", worker=True),
+    Setting("body_timeout", "Timeouts", "Longest wait, in seconds, for the next bytes of a request body.",
+            positive_seconds, 30.0, ("--body-timeout",), "SECONDS", worker=True),
+    Setting("send_timeout", "Timeouts", "Longest wait, in seconds, for a client to accept more response bytes.",
+            positive_seconds, 30.0, ("--send-timeout",), "SECONDS", worker=True),
+    Setting("graceful_timeout", "Timeouts", "Seconds the master waits for workers to finish in-flight requests on stop or reload before killing them.",
+            positive_seconds, 30.0, ("--graceful-timeout",), "SECONDS"),
+    # Limits
+    Setting("max_request_line", "Limits", "Longest request line (method, target, version), in bytes.",
+            positive_int, 8190, ("--max-request-line",), "BYTES", worker=True),
+    Setting("max_headers", "Limits", "Most header fields in one request.",
+            positive_int, 100, ("--max-headers",), "N", worker=True),
+    Setting("max_head_size", "Limits", "Largest request head (request line and headers), in bytes.",
+            positive_int, 32768, ("--max-head-size",), "BYTES", worker=True),
+    Setting("max_body_drain", "Limits", "Request body the app did not read is drained up to this many bytes to keep the connection; beyond it the connection is closed.",
+            non_negative_int, 65536, ("--max-body-drain",), "BYTES", worker=True),
+    # Logging
+    Setting("access_log", "Logging", "Access log in the combined format: a file path, or `-` for stdout. Off when unset.",
+            optional_text, None, ("--access-log",), "PATH", worker=True, default_text="off"),
+    Setting("error_log", "Logging", "Error log: a file path, or `-` for stderr.",
+            text, "-", ("--error-log",), "PATH"),
+    Setting("log_level", "Logging", "Least severe level written to the error log.",
+            text, "info", ("--log-level",), choices=("debug", "info", "warning", "error", "critical"), worker=True),
+    # Process
+    Setting("user", "Process", "Switch to this user (name or uid) after binding the sockets.",
+            user_id, None, ("--user",), "USER"),
+    Setting("group", "Process", "Switch to this group (name or gid) after binding the sockets.",
+            group_id, None, ("--group",), "GROUP"),
+    Setting("chdir", "Process", "Change to this directory before loading the app.",
+            directory, None, ("--chdir",), "DIR"),
+    Setting("umask", "Process", "File mode creation mask (octal, e.g. `022`; in TOML write it as a string), applied at start; it also sets unix socket permissions.",
+            umask, None, ("--umask",), "MASK", show=lambda mask: f"{mask:03o}"),
+    Setting("ready_fd", "Process", "When every worker is ready, write one JSON line to this inherited file descriptor.",
+            optional_non_negative_int, None, ("--ready-fd",), "FD"),
+)
+
+SETTINGS: Mapping[str, Setting] = MappingProxyType({setting.name: setting for setting in _REGISTRY})
+"""Every setting, by name, in documentation order within each section. Read-only."""
+
+
+# --- resolved configuration --------------------------------------------------------------------
+
+
+class Config:
+    """The resolved value of every setting and where it came from. Immutable.
+
+    ``cfg.<name>`` is the converted value of a setting (``cfg.workers``, ``cfg.app``); multiple
+    settings are tuples; unset optional settings are None. ``config_file`` is the path of the
+    file that was read (as given), or None.
+    """
+
+    __slots__ = ("_values", "_sources", "config_file")
+    _values: Mapping[str, object]
+    _sources: Mapping[str, str]
+    config_file: str | None
+
+    def __init__(self, values: Mapping[str, object], sources: Mapping[str, str],
+                 config_file: str | None = None) -> None:
+        """``values`` and ``sources`` must both have a key for every name in ``SETTINGS``."""
+        missing = set(SETTINGS) - set(values)
+        if missing or set(values) - set(SETTINGS) or set(sources) != set(SETTINGS):
+            raise ValueError(f"Config needs exactly the registry's settings (missing {sorted(missing)})")
+        object.__setattr__(self, "_values", MappingProxyType(dict(values)))
+        object.__setattr__(self, "_sources", MappingProxyType(dict(sources)))
+        object.__setattr__(self, "config_file", config_file)
+
+    def __getattr__(self, name: str) -> Any:
+        values: Mapping[str, object] = object.__getattribute__(self, "_values")
+        try:
+            return values[name]
+        except KeyError:
+            raise AttributeError(f"no setting named {name!r}") from None
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Config is immutable")
+
+    def __repr__(self) -> str:
+        return "Config(" + ", ".join(f"{name}={value!r}" for name, value in self._values.items()) + ")"
+
+    def value(self, name: str) -> object:
+        """The converted value of setting ``name``; KeyError when there is no such setting."""
+        return self._values[name]
+
+    def source(self, name: str) -> str:
+        """Where the value came from: ``cli``, ``env TINES_X``, ``file PATH`` or ``default``."""
+        return self._sources[name]
+
+    def worker_settings(self) -> dict[str, object]:
+        """A new dict of every ``worker=True`` setting, for ``tines._core.run_worker``.
+
+        Values are converted (seconds as float, sizes as int); tuples become lists.
+        """
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in self._values.items()
+            if SETTINGS[name].worker
+        }
+
+    def rows(self) -> Iterator[tuple[str, str, str]]:
+        """(name, value formatted for people, source) for every setting, in registry order."""
+        for name, value in self._values.items():
+            show = SETTINGS[name].show
+            shown = show(value) if show is not None and value is not None else format_value(value)
+            yield name, shown, self._sources[name]
+
+
+def format_value(value: object) -> str:
+    """A value as TOML would spell it; None (unset) as ``(unset)``."""
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(format_value(item) for item in value) + "]"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
+         environ: Mapping[str, str] | None = None) -> Config:
+    """Resolve every setting: command line > environment > config file > default.
+
+    ``overrides`` holds the command-line values by setting name (raw strings as typed, lists for
+    repeated flags, bools for on/off flags, or already-typed values), plus ``config`` for the
+    config file path; a key that is present counts as given. An ``argparse.Namespace`` may be
+    passed: its attributes that are not settings (``command`` ...) are ignored, so parsers must
+    leave flags that were not given out of it (``default=argparse.SUPPRESS``).
+    ``environ`` defaults to ``os.environ``; unknown ``TINES_*`` variables are ignored.
+
+    The config file is ``overrides["config"]``, else ``$TINES_CONFIG``, else ``./tines.toml``
+    when it exists. Every value from every source is validated, even one a higher source
+    overrides. Raises ConfigError with a one-line message on the first problem.
+    """
+    environ = os.environ if environ is None else environ
+    given = _command_line(overrides)
+    config_path = given.pop("config", None)
+    if config_path is None:
+        config_path = environ.get(CONFIG_ENV) or (
+            DEFAULT_CONFIG_FILE if os.path.isfile(DEFAULT_CONFIG_FILE) else None)
+    if config_path is not None and not isinstance(config_path, str):
+        raise ConfigError(f"config must be a path, got {config_path!r}")
+
+    values: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    layers: list[tuple[Mapping[str, object], str, str]] = []
+    if config_path is not None:
+        layers.append((_read_config_file(config_path), f"file {config_path}", f"{config_path}: "))
+    for setting in SETTINGS.values():
+        if setting.env in environ:
+            layers.append(({setting.name: environ[setting.env]}, f"env {setting.env}", f"{setting.env}: "))
+    layers.append((given, "cli", ""))
+
+    for raw_values, source, prefix in layers:
+        for name, raw in raw_values.items():
+            values[name] = _convert(SETTINGS[name], raw, prefix)
+            sources[name] = source
+    for setting in SETTINGS.values():
+        if setting.name not in values:
+            values[setting.name] = setting.default_value()
+            sources[setting.name] = "default"
+    ordered = {name: values[name] for name in SETTINGS}
+    return Config(ordered, {name: sources[name] for name in SETTINGS}, config_path)
+
+
+def _command_line(overrides: Mapping[str, object] | argparse.Namespace | None) -> dict[str, object]:
+    if overrides is None:
+        return {}
+    if isinstance(overrides, argparse.Namespace):
+        return {name: value for name, value in vars(overrides).items()
+                if name in SETTINGS or name == "config"}
+    for name in overrides:
+        if name not in SETTINGS and name != "config":
+            raise ConfigError(f"unknown setting {name!r}{_suggestion(name)}")
+    return dict(overrides)
+
+
+def _convert(setting: Setting, raw: object, prefix: str) -> object:
+    try:
+        return setting.to_value(raw)
+    except ValueError as error:
+        reason = str(error.args[0])
+        shown = error.args[1] if len(error.args) > 1 else raw
+        raise ConfigError(f"{prefix}{setting.name} {reason}, got {shown!r}") from None
+
+
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column \d+\)$")
+
+
+def _read_config_file(path: str) -> dict[str, object]:
+    """The file's top-level table, keys checked against the registry."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {path!r}: [Errno {error.errno}] {error.strerror}") from None
+    try:
+        table = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"cannot read config file {path!r}: not UTF-8 ({error.reason} at byte {error.start})") from None
+    except tomllib.TOMLDecodeError as error:
+        message = str(error)
+        position = _TOML_POSITION.search(message)
+        if position is None:
+            raise ConfigError(f"config file {path!r}: {message}") from None
+        raise ConfigError(f"config file {path!r} line {position.group(1)}: {message[: position.start()]}") from None
+    for key in table:
+        if key not in SETTINGS:
+            raise ConfigError(f"unknown setting {key!r} in {path!r}{_suggestion(key)}")
+    return table
+
+
+def _suggestion(name: str) -> str:
+    """`` (did you mean 'x'?)`` for the closest setting name, or an empty string."""
+    normalized = name.strip().lower().replace("-", "_").removeprefix("tines_")
+    if normalized in SETTINGS:
+        return f" (did you mean {normalized!r}?)"
+    matches = difflib.get_close_matches(normalized, list(SETTINGS), n=1)
+    return f" (did you mean {matches[0]!r}?)" if matches else ""
+
+
+# --- documentation -----------------------------------------------------------------------------
+
+EQUIVALENTS: tuple[tuple[str, str, str], ...] = (
+    ("Apache", "`Listen`", "`bind`"),
+    ("Apache", "`StartServers`, `MaxRequestWorkers` (prefork)", "`workers` (fixed: no spare-server scaling)"),
+    ("Apache", "`MinSpareServers`, `MaxSpareServers`", "none: the worker count is fixed"),
+    ("Apache", "`ThreadsPerChild` (worker/event)", "`threads` with `mpm = \"thread\"`"),
+    ("Apache", "`MaxConnectionsPerChild`", "`max_requests` (counts requests, not connections)"),
+    ("Apache", "`KeepAliveTimeout`", "`keepalive_timeout`"),
+    ("Apache", "`KeepAlive Off`", "`keepalive_timeout = 0`"),
+    ("Apache", "`MaxKeepAliveRequests`", "`max_keepalive_requests`"),
+    ("Apache", "`ListenBacklog`", "`backlog`"),
+    ("Apache", "`RequestReadTimeout header=`, `body=`", "`header_timeout`, `body_timeout`"),
+    ("Apache", "`Timeout` (sending)", "`send_timeout`"),
+    ("Apache", "`LimitRequestLine`", "`max_request_line`"),
+    ("Apache", "`LimitRequestFields`", "`max_headers`"),
+    ("Apache", "`LimitRequestFieldSize`", "`max_head_size` (limits the whole head)"),
+    ("Apache", "`User`, `Group`", "`user`, `group`"),
+    ("Apache", "`CustomLog`, `ErrorLog`, `LogLevel`", "`access_log`, `error_log`, `log_level`"),
+    ("Apache", "`ServerTokens`", "`server_header`"),
+    ("gunicorn", "`bind`, `backlog`, `workers`, `threads`", "same names"),
+    ("gunicorn", "`max_requests`, `max_requests_jitter`", "same names"),
+    ("gunicorn", "`keepalive`", "`keepalive_timeout`"),
+    ("gunicorn", "`graceful_timeout`", "`graceful_timeout`"),
+    ("gunicorn", "`timeout` (worker silent for N seconds is killed)", "none yet (a later issue)"),
+    ("gunicorn", "`limit_request_line`, `limit_request_fields`", "`max_request_line`, `max_headers`"),
+    ("gunicorn", "`forwarded_allow_ips`, `preload_app`", "`forwarded_allow_ips`, `preload`"),
+    ("gunicorn", "`accesslog`, `errorlog`, `loglevel`", "`access_log`, `error_log`, `log_level`"),
+    ("gunicorn", "`user`, `group`, `chdir`, `umask`", "same names"),
+    ("uWSGI", "`http-socket`, `socket`", "`bind`"),
+    ("uWSGI", "`processes`, `threads`", "`workers`, `threads`"),
+    ("uWSGI", "`max-requests`", "`max_requests`"),
+    ("uWSGI", "`listen`", "`backlog`"),
+    ("uWSGI", "`lazy-apps` (uWSGI preloads unless it is set)", "`preload = false` (our default)"),
+    ("uWSGI", "`harakiri`", "none yet (a later issue)"),
+    ("uWSGI", "`reload-on-rss`", "none yet (a later issue)"),
+    ("uWSGI", "`cheaper`", "none: the worker count is fixed"),
+    ("uWSGI", "`uid`, `gid`, `chdir`, `umask`", "`user`, `group`, `chdir`, `umask`"),
+)
+"""(server, their setting, ours) rows for the "coming from another server" table."""
+
+
+def _cell(value: str) -> str:
+    return value.replace("|", "\\|")
+
+
+def _default_cell(setting: Setting) -> str:
+    if setting.default_text is not None:
+        return setting.default_text
+    if setting.default is None:
+        return "unset"
+    return "`" + format_value(setting.default) + "`"
+
+
+def render_markdown() -> str:
+    """docs/settings.md, generated from the registry (deterministic on every machine)."""
+    lines = [
+        "# Settings",
+        "",
+        "<!-- Generated by tools/gen_settings_doc.py from python/tines/config.py. Do not edit. -->",
+        "",
+        "Every setting can be given on the command line, in the environment, or in the config file.",
+        "When a setting is given in several places, the **command line wins over the environment,",
+        "which wins over the config file, which wins over the default**. Each value is validated",
+        "wherever it comes from, even when a higher source overrides it.",
+        "`tines check-config` prints every setting, its value and where it came from.",
+        "",
+        "## Where settings come from",
+        "",
+        "- **Command line**: the flags below. `tines serve --help` lists them.",
+        "- **Environment**: `TINES_` followed by the name in upper case (`TINES_WORKERS=4`).",
+        "  On/off settings take `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`. List settings take",
+        "  comma-separated values. Unknown `TINES_*` variables are ignored.",
+        f"- **Config file**: a TOML file with the settings as top-level keys. It is the file given by",
+        f"  `-c/--config PATH`, else by `{CONFIG_ENV}`, else `./{DEFAULT_CONFIG_FILE}` when it exists.",
+        "  List settings take a TOML array or a comma-separated string. An unknown key is an error.",
+        "",
+        "```toml",
+        '# tines.toml',
+        'app = "myproject.wsgi:application"',
+        'bind = ["0.0.0.0:8000", "unix:/run/myproject.sock"]',
+        "workers = 4",
+        'access_log = "-"',
+        "```",
+        "",
+        "For optional settings (default unset), an empty string in the environment or the file",
+        "means unset.",
+    ]
+    for section in SECTIONS:
+        lines += ["", f"## {section}", "",
+                  "| setting | command line | environment | default | description |",
+                  "| --- | --- | --- | --- | --- |"]
+        for setting in SETTINGS.values():
+            if setting.section != section:
+                continue
+            if setting.name == "app":
+                flag = "`APP` (positional)"
+            elif setting.is_flag:
+                flag = " ".join(f"`{f}`" for f in setting.flags) + " / " + " ".join(
+                    f"`--no-{f[2:]}`" for f in setting.flags if f.startswith("--"))
+            else:
+                metavar = "{" + ",".join(setting.choices) + "}" if setting.choices else setting.metavar
+                flag = ", ".join(f"`{f} {metavar}`" for f in setting.flags)
+            lines.append(f"| `{setting.toml_key}` | {_cell(flag)} | `{setting.env}` | "
+                         f"{_cell(_default_cell(setting))} | {_cell(setting.description)} |")
+    lines += ["", "## Coming from another server", "",
+              "| server | their setting | Tines |", "| --- | --- | --- |"]
+    lines += [f"| {server} | {_cell(theirs)} | {_cell(ours)} |" for server, theirs, ours in EQUIVALENTS]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tines.config --markdown`` prints docs/settings.md."""
+    parser = argparse.ArgumentParser(prog="python -m tines.config")
+    parser.add_argument("--markdown", action="store_true", help="print the settings reference")
+    arguments = parser.parse_args(argv)
+    if not arguments.markdown:
+        parser.print_help()
+        return 2
+    sys.stdout.write(render_markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

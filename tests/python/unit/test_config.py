@@ -1,0 +1,364 @@
+"""tines.config and the CLI around it: precedence, sources, conversion and error messages."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tines import config
+from tines.config import SETTINGS, load
+from tines.errors import ConfigError
+
+PYTHON_DIR = str(Path(__file__).resolve().parents[3] / "python")
+
+
+@pytest.fixture(autouse=True)
+def in_empty_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test runs where no ./tines.toml exists unless it writes one."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def error_of(*args: object, **kwargs: object) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load(*args, **kwargs)  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+# --- precedence and sources ----------------------------------------------------------------------
+
+
+def test_defaults_apply_when_nothing_is_given() -> None:
+    cfg = load({}, {})
+    assert cfg.workers == 2 * (os.cpu_count() or 1)
+    assert cfg.bind == ("127.0.0.1:8000",)
+    assert cfg.keepalive_timeout == 5.0
+    assert cfg.access_log is None
+    assert cfg.app is None
+    assert cfg.config_file is None
+    assert all(cfg.source(name) == "default" for name in SETTINGS)
+
+
+def test_command_line_wins_over_env_which_wins_over_file(tmp_path: Path) -> None:
+    path = write(tmp_path / "x.toml", "workers = 3\nthreads = 4\nbacklog = 10\n")
+    cfg = load({"config": path, "workers": "7"}, {"TINES_WORKERS": "5", "TINES_THREADS": "6"})
+    assert (cfg.workers, cfg.threads, cfg.backlog, cfg.max_headers) == (7, 6, 10, 100)
+    assert cfg.source("workers") == "cli"
+    assert cfg.source("threads") == "env TINES_THREADS"
+    assert cfg.source("backlog") == f"file {path}"
+    assert cfg.source("max_headers") == "default"
+    assert cfg.config_file == path
+
+
+def test_tines_toml_in_the_current_directory_is_read_by_default(in_empty_directory: Path) -> None:
+    write(in_empty_directory / "tines.toml", 'app = "site:app"\n')
+    cfg = load({}, {})
+    assert cfg.app == "site:app"
+    assert cfg.source("app") == "file tines.toml"
+
+
+def test_tines_config_env_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path / "other.toml", "workers = 9\n")
+    write(tmp_path / "tines.toml", "workers = 1\n")
+    assert load({}, {"TINES_CONFIG": path}).workers == 9
+
+
+def test_config_flag_wins_over_tines_config_env(tmp_path: Path) -> None:
+    flag = write(tmp_path / "flag.toml", "workers = 2\n")
+    env = write(tmp_path / "env.toml", "workers = 3\n")
+    assert load({"config": flag}, {"TINES_CONFIG": env}).workers == 2
+
+
+def test_a_value_overridden_by_a_higher_source_is_still_validated(tmp_path: Path) -> None:
+    path = write(tmp_path / "x.toml", "workers = 0\n")
+    assert error_of({"config": path, "workers": "2"}, {}) == f"{path}: workers must be a positive integer, got 0"
+
+
+def test_unknown_env_vars_are_ignored() -> None:
+    assert load({}, {"TINES_WOKERS": "3", "TINES_": "x"}).workers == 2 * (os.cpu_count() or 1)
+
+
+def test_argparse_namespace_keeps_only_settings() -> None:
+    import argparse
+
+    cfg = load(argparse.Namespace(command="serve", workers="3", app="a:b"), {})
+    assert (cfg.workers, cfg.app, cfg.source("app")) == (3, "a:b", "cli")
+
+
+def test_worker_settings_hold_only_worker_settings_as_plain_values() -> None:
+    settings = load({"forwarded_allow_ips": "10.0.0.0/8", "keepalive_timeout": "2"}, {}).worker_settings()
+    assert set(settings) == {name for name, setting in SETTINGS.items() if setting.worker}
+    assert "workers" not in settings and "bind" not in settings
+    assert settings["forwarded_allow_ips"] == ["10.0.0.0/8"]
+    assert settings["keepalive_timeout"] == 2.0 and isinstance(settings["keepalive_timeout"], float)
+    assert settings["mpm"] == "prefork" and settings["log_level"] == "info"
+
+
+def test_config_is_immutable() -> None:
+    cfg = load({}, {})
+    with pytest.raises(AttributeError):
+        cfg.workers = 3
+    with pytest.raises(AttributeError):
+        cfg.no_such_setting  # noqa: B018
+
+
+def test_every_setting_derives_env_and_toml_names() -> None:
+    for name, setting in SETTINGS.items():
+        assert setting.env == "TINES_" + name.upper()
+        assert setting.toml_key == name
+        assert setting.section in config.SECTIONS
+        assert setting.doc.endswith(".")
+
+
+# --- conversion ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("word, expected", [
+    ("1", True), ("true", True), ("YES", True), ("on", True),
+    ("0", False), ("false", False), ("No", False), ("off", False),
+])
+def test_env_booleans_accept_the_usual_words(word: str, expected: bool) -> None:
+    assert load({}, {"TINES_PRELOAD": word}).preload is expected
+
+
+def test_env_boolean_rejects_other_words() -> None:
+    assert error_of({}, {"TINES_PRELOAD": "maybe"}) == (
+        "TINES_PRELOAD: preload must be one of 1/0, true/false, yes/no, on/off, got 'maybe'")
+
+
+def test_toml_booleans_and_numbers_keep_their_types(tmp_path: Path) -> None:
+    path = write(tmp_path / "x.toml", "preload = true\nkeepalive_timeout = 0\nheader_timeout = 0.5\n")
+    cfg = load({"config": path}, {})
+    assert cfg.preload is True and cfg.keepalive_timeout == 0.0 and cfg.header_timeout == 0.5
+
+
+@pytest.mark.parametrize("address", [
+    "127.0.0.1:8000", "localhost:0", "0.0.0.0:65535", "[::1]:8000", "[::]:80",
+    "unix:/tmp/tines.sock", "fd://3",
+])
+def test_bind_accepts_each_address_form(address: str) -> None:
+    assert load({"bind": [address]}, {}).bind == (address,)
+
+
+@pytest.mark.parametrize("address, reason", [
+    ("127.0.0.1", "must be HOST:PORT, [IPv6]:PORT, unix:/path or fd://N"),
+    (":8000", "must be HOST:PORT, [IPv6]:PORT, unix:/path or fd://N"),
+    ("127.0.0.1:65536", "port must be a number in 0..65535"),
+    ("127.0.0.1:http", "port must be a number in 0..65535"),
+    ("::1:8000", "needs brackets around an IPv6 address, as in [::1]:8000"),
+    ("[::g]:80", "needs a valid IPv6 address between brackets"),
+    ("unix:", "unix: needs a path"),
+    ("fd://x", "fd:// needs a file descriptor number"),
+])
+def test_bind_rejects_malformed_addresses(address: str, reason: str) -> None:
+    assert error_of({"bind": ["127.0.0.1:1", address]}, {}) == f"bind {reason}, got {address!r}"
+
+
+def test_bind_is_repeatable_and_comma_separated_in_env_and_toml(tmp_path: Path) -> None:
+    assert load({"bind": ["a:1", "b:2"]}, {}).bind == ("a:1", "b:2")
+    assert load({}, {"TINES_BIND": "a:1, [::1]:2"}).bind == ("a:1", "[::1]:2")
+    path = write(tmp_path / "x.toml", 'bind = ["a:1", "unix:/s"]\n')
+    assert load({"config": path}, {}).bind == ("a:1", "unix:/s")
+
+
+def test_bind_cannot_be_empty() -> None:
+    assert error_of({}, {"TINES_BIND": ""}) == "TINES_BIND: bind must not be empty, got ''"
+
+
+def test_forwarded_allow_ips_accepts_networks_and_star() -> None:
+    assert load({"forwarded_allow_ips": "10.0.0.0/8,::1"}, {}).forwarded_allow_ips == ("10.0.0.0/8", "::1")
+    assert load({}, {"TINES_FORWARDED_ALLOW_IPS": "*"}).forwarded_allow_ips == ("*",)
+    assert error_of({"forwarded_allow_ips": "10.0.0.300"}, {}) == (
+        "forwarded_allow_ips must be IP addresses or networks (CIDR), or *, got '10.0.0.300'")
+
+
+def test_choices_are_case_insensitive_and_listed_when_wrong() -> None:
+    assert load({"mpm": "THREAD", "log_level": "Debug"}, {}).mpm == "thread"
+    assert error_of({"mpm": "event"}, {}) == "mpm must be one of prefork, thread, got 'event'"
+
+
+def test_umask_is_octal() -> None:
+    assert load({"umask": "022"}, {}).umask == 0o22
+    assert load({"umask": 0o27}, {}).umask == 0o27
+    assert error_of({"umask": "999"}, {}) == "umask must be an octal number in 000..777, such as 022, got '999'"
+
+
+def test_optional_settings_take_an_empty_string_as_unset() -> None:
+    cfg = load({}, {"TINES_ACCESS_LOG": "", "TINES_READY_FD": ""})
+    assert cfg.access_log is None and cfg.ready_fd is None
+
+
+def test_numeric_user_and_group_are_taken_as_ids() -> None:
+    cfg = load({"user": "1234", "group": "0"}, {})
+    assert (cfg.user, cfg.group) == (1234, 0)
+
+
+def test_user_name_must_exist() -> None:
+    assert error_of({"user": "no-such-user-tines"}, {}) == (
+        "user must be an existing user name or a numeric id, got 'no-such-user-tines'")
+
+
+def test_server_header_rejects_line_breaks() -> None:
+    assert load({"server_header": ""}, {}).server_header == ""
+    assert error_of({"server_header": "a\r\nX: y"}, {}).startswith("server_header must be printable ASCII")
+
+
+# --- error messages --------------------------------------------------------------------------------
+
+
+def test_bad_value_on_the_command_line_has_no_prefix() -> None:
+    assert error_of({"workers": "x"}, {}) == "workers must be a positive integer, got 'x'"
+
+
+def test_bad_value_in_the_environment_names_the_variable() -> None:
+    assert error_of({}, {"TINES_WORKERS": "x"}) == "TINES_WORKERS: workers must be a positive integer, got 'x'"
+
+
+def test_bad_value_in_the_default_file_names_it(in_empty_directory: Path) -> None:
+    write(in_empty_directory / "tines.toml", "workers = 'x'\n")
+    assert error_of({}, {}) == "tines.toml: workers must be a positive integer, got 'x'"
+
+
+def test_wrong_toml_type_is_reported_with_the_value(in_empty_directory: Path) -> None:
+    write(in_empty_directory / "tines.toml", 'threads = "abc"\n')
+    assert error_of({}, {}) == "tines.toml: threads must be a positive integer, got 'abc'"
+
+
+def test_toml_bool_is_not_an_integer(in_empty_directory: Path) -> None:
+    write(in_empty_directory / "tines.toml", "workers = true\n")
+    assert error_of({}, {}) == "tines.toml: workers must be a positive integer, got True"
+
+
+def test_seconds_reject_negative_and_zero_where_not_allowed() -> None:
+    assert error_of({"keepalive_timeout": "-1"}, {}) == "keepalive_timeout must be a number of seconds >= 0, got '-1'"
+    assert error_of({"graceful_timeout": "0"}, {}) == "graceful_timeout must be a number of seconds > 0, got '0'"
+    assert error_of({"header_timeout": "nan"}, {}) == "header_timeout must be a number of seconds > 0, got 'nan'"
+
+
+def test_unreadable_config_file() -> None:
+    assert error_of({"config": "x.toml"}, {}) == (
+        "cannot read config file 'x.toml': [Errno 2] No such file or directory")
+
+
+def test_toml_syntax_error_gives_the_line(in_empty_directory: Path) -> None:
+    write(in_empty_directory / "x.toml", "workers = 2\nthreads = 1\nmpm = = 3\n")
+    assert error_of({"config": "x.toml"}, {}) == "config file 'x.toml' line 3: Invalid value"
+
+
+def test_toml_error_at_the_end_of_the_file_keeps_the_parser_message(in_empty_directory: Path) -> None:
+    write(in_empty_directory / "x.toml", "bind = [\n")
+    assert error_of({"config": "x.toml"}, {}).startswith("config file 'x.toml': ")
+
+
+def test_unknown_key_suggests_the_closest_setting(in_empty_directory: Path) -> None:
+    write(in_empty_directory / "x.toml", "wokers = 3\n")
+    assert error_of({"config": "x.toml"}, {}) == "unknown setting 'wokers' in 'x.toml' (did you mean 'workers'?)"
+
+
+def test_unknown_key_with_dashes_suggests_the_underscored_name(in_empty_directory: Path) -> None:
+    write(in_empty_directory / "x.toml", "keepalive-timeout = 3\n")
+    assert error_of({"config": "x.toml"}, {}) == (
+        "unknown setting 'keepalive-timeout' in 'x.toml' (did you mean 'keepalive_timeout'?)")
+
+
+def test_unknown_key_without_a_close_match(in_empty_directory: Path) -> None:
+    write(in_empty_directory / "x.toml", "zzzzzz = 3\n")
+    assert error_of({"config": "x.toml"}, {}) == "unknown setting 'zzzzzz' in 'x.toml'"
+
+
+def test_unknown_override_key_is_an_error() -> None:
+    assert error_of({"wrokers": 3}, {}) == "unknown setting 'wrokers' (did you mean 'workers'?)"
+
+
+# --- the command line (subprocess) -----------------------------------------------------------------
+
+
+def run_tines(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("TINES_")}
+    environment["PYTHONPATH"] = PYTHON_DIR + os.pathsep + environment.get("PYTHONPATH", "")
+    environment.update(env or {})
+    return subprocess.run([sys.executable, "-m", "tines", *args], cwd=cwd, env=environment,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_check_config_prints_values_and_sources(in_empty_directory: Path) -> None:
+    write(in_empty_directory / "tines.toml", "threads = 4\n")
+    result = run_tines("check-config", "-w", "3", "-b", "[::1]:9000", "--preload", "web:app",
+                       cwd=in_empty_directory, env={"TINES_BACKLOG": "64"})
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line.split(None, 1)[1].strip() for line in result.stdout.splitlines()}
+    assert rows["setting"].split() == ["value", "source"]
+    assert rows["workers"].split() == ["3", "cli"]
+    assert rows["bind"].split() == ['["[::1]:9000"]', "cli"]
+    assert rows["preload"].split() == ["true", "cli"]
+    assert rows["app"].split() == ['"web:app"', "cli"]
+    assert rows["backlog"].split() == ["64", "env", "TINES_BACKLOG"]
+    assert rows["threads"].split() == ["4", "file", "tines.toml"]
+    assert rows["mpm"].split() == ['"prefork"', "default"]
+    assert set(rows) == {"setting", *SETTINGS}
+    # Aligned: every value column starts at the same offset.
+    assert len({line.index(line.split()[1]) for line in result.stdout.splitlines()}) == 1
+
+
+def test_check_config_with_a_bad_value_prints_one_line_and_exits_2(in_empty_directory: Path) -> None:
+    result = run_tines("check-config", "--workers", "x", cwd=in_empty_directory)
+    assert result.returncode == 2
+    assert result.stderr == "tines: error: workers must be a positive integer, got 'x'\n"
+    assert result.stdout == ""
+
+
+def test_check_config_with_a_bad_file_exits_2(in_empty_directory: Path) -> None:
+    write(in_empty_directory / "tines.toml", "wokers = 2\n")
+    result = run_tines("check-config", cwd=in_empty_directory)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "tines: error: unknown setting 'wokers' in 'tines.toml' (did you mean 'workers'?)\n")
+
+
+def test_unknown_flag_is_one_line_without_usage(in_empty_directory: Path) -> None:
+    result = run_tines("serve", "--wokers", "3", "app:app", cwd=in_empty_directory)
+    assert result.returncode == 2
+    assert result.stderr == "tines: error: unknown option '--wokers' (did you mean '--workers'?)\n"
+
+
+def test_serve_without_app_explains_the_forms(in_empty_directory: Path) -> None:
+    result = run_tines("serve", cwd=in_empty_directory)
+    assert result.returncode == 2
+    assert result.stderr == "tines: error: serve needs APP (module:attr or path/to/file.py:attr)\n"
+
+
+def test_missing_command_is_an_error(in_empty_directory: Path) -> None:
+    result = run_tines(cwd=in_empty_directory)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("tines: error: ")
+
+
+def test_help_lists_commands_and_serve_help_lists_every_flag(in_empty_directory: Path) -> None:
+    top = run_tines("--help", cwd=in_empty_directory)
+    assert top.returncode == 0
+    assert "serve" in top.stdout and "check-config" in top.stdout
+    serve = run_tines("serve", "--help", cwd=in_empty_directory)
+    assert serve.returncode == 0
+    for setting in SETTINGS.values():
+        for flag in setting.flags:
+            assert flag in serve.stdout
+    for section in config.SECTIONS:
+        assert f"\n{section}:\n" in serve.stdout
+    assert "(default: 2 x CPU cores; env TINES_WORKERS)" in " ".join(serve.stdout.split())
+
+
+def test_version(in_empty_directory: Path) -> None:
+    result = run_tines("--version", cwd=in_empty_directory)
+    assert result.returncode == 0
+    assert result.stdout.startswith("tines ")
