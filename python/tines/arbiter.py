@@ -1,0 +1,490 @@
+"""The master process: binds, forks the workers, supervises them, stops them.
+
+Owns: the master loop (the gunicorn ``Arbiter.run`` / nginx master-cycle shape: signal
+handlers only queue the signal and wake the loop, ``handle_<signal>()`` methods act), spawning
+and reaping workers, the crash-loop guard, readiness, and the stop sequences.
+
+Must not: start a thread (it forks; see docs/adr/0001-fork-safety.md), or touch a request.
+The signal table is in docs/signals.md.
+"""
+
+from __future__ import annotations
+
+import errno
+import gc
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tines import logs
+from tines import worker as worker_process
+from tines.app_loader import load_app
+from tines.config import Config
+from tines.errors import AppLoadError, ConfigError
+from tines.sockets import Listener, bind_all
+
+HANDLED_SIGNALS = ("CHLD", "TERM", "INT", "QUIT", "HUP", "TTIN", "TTOU", "USR1", "WINCH")
+
+SIGNAL_QUEUE_LIMIT = 8
+"""Signals queued beyond this are dropped (a burst of the same signal means the same thing)."""
+
+LOOP_TIMEOUT = 1.0
+"""The longest the master sleeps without a signal or a message (it re-checks its duties)."""
+
+BACKOFF_START = 0.1
+BACKOFF_MAX = 5.0
+"""Respawn delay after a worker died before ready: 0.1 s, doubling, at most 5 s."""
+
+QUICK_STOP_WAIT = 2.0
+"""How long INT/QUIT waits for workers before SIGKILL (or graceful_timeout if shorter)."""
+
+EXIT_OK = 0
+EXIT_BOOT_FAILURES = 3
+"""Exit status when workers keep dying before ready (gunicorn's WORKER_BOOT_ERROR)."""
+
+log = logs.get("arbiter")
+
+
+@dataclass
+class Worker:
+    """The master's record of one worker process."""
+
+    pid: int
+    slot: int
+    generation: int
+    born: float = field(default_factory=time.monotonic)
+    ready: bool = False
+    stopping: bool = False
+
+
+class Stop(Exception):
+    """Raised inside the loop to leave it with an exit status."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class Arbiter:
+    """The master. ``Arbiter(cfg).run()`` returns the process exit status."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.pid = os.getpid()
+        self.num_workers: int = cfg.workers
+        self.listeners: list[Listener] = []
+        self.workers: dict[int, Worker] = {}
+        self.generation = 1
+        self.signals: deque[int] = deque()
+        self.app: Callable[..., object] | None = None
+        self.ever_ready = False
+        self.announced = False
+        self.boot_failures = 0
+        self.next_spawn = 0.0
+        self.notify_buffer = bytearray()
+        self.warned_threads = False
+        self.scoreboard: object = None
+        self.wake_read = self.wake_write = -1
+        self.notify_read = self.notify_write = -1
+        self.life_read = self.life_write = -1
+
+    # ----- start -----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Start, supervise until told to stop, stop; return the exit status.
+
+        Raises ConfigError / AppLoadError (one-line messages, exit 2 in the CLI) for a bad
+        bind, a bad app at preload, or an app whose first workers cannot boot.
+        """
+        logs.configure(self.cfg.error_log, self.cfg.log_level)
+        try:
+            self.start()
+            status = self.loop()
+        finally:
+            self.shutdown()
+        return status
+
+    def start(self) -> None:
+        """Everything before the first fork."""
+        cfg = self.cfg
+        if cfg.chdir:
+            os.chdir(cfg.chdir)
+        if cfg.umask is not None:
+            os.umask(cfg.umask)
+        self.listeners = bind_all(list(cfg.bind), cfg.backlog)
+        if cfg.preload:
+            self.app = load_app(cfg.app, cfg.factory)
+            # Objects the app made at import time stay shared copy-on-write: keep the cyclic
+            # collector from touching (and so copying) them in the workers.
+            gc.freeze()
+        self.drop_privileges()
+        from tines import _core
+
+        self.scoreboard = _core.Scoreboard(max(self.num_workers * 2, self.num_workers + 8))
+        self.wake_read, self.wake_write = self.pipe()
+        self.notify_read, self.notify_write = self.pipe()
+        self.life_read, self.life_write = self.pipe()
+        os.set_blocking(self.notify_write, True)
+        signal.set_wakeup_fd(self.wake_write, warn_on_full_buffer=False)
+        for name in HANDLED_SIGNALS:
+            signal.signal(getattr(signal, f"SIG{name}"), self.on_signal)
+        for listener in self.listeners:
+            scheme = "unix" if listener.address.startswith("unix:") else "http"
+            where = listener.address if scheme == "unix" else f"http://{listener.address}"
+            log.info("Listening at: %s (%d)", where, self.pid)
+        log.info("Using mpm %s with %d workers", cfg.mpm, self.num_workers)
+
+    @staticmethod
+    def pipe() -> tuple[int, int]:
+        """A close-on-exec pipe whose ends are non-blocking."""
+        read, write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        return read, write
+
+    def drop_privileges(self) -> None:
+        """Switch to --group / --user after binding (so privileged ports can be bound)."""
+        if self.cfg.group is not None:
+            os.setgid(self.cfg.group)
+            os.setgroups([self.cfg.group])
+        if self.cfg.user is not None:
+            os.setuid(self.cfg.user)
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        """The only work done in signal context: queue it (the wake-up fd wakes the loop)."""
+        if len(self.signals) < SIGNAL_QUEUE_LIMIT:
+            self.signals.append(signum)
+
+    # ----- the loop --------------------------------------------------------------------------
+
+    def loop(self) -> int:
+        """Act on queued signals and worker messages; keep the worker count right."""
+        try:
+            self.manage_workers()
+            while True:
+                while self.signals:
+                    self.dispatch(self.signals.popleft())
+                self.sleep(self.loop_timeout())
+                self.read_notifications()
+                self.manage_workers()
+        except Stop as stop:
+            return stop.status
+
+    def dispatch(self, signum: int) -> None:
+        """Call ``handle_<name>()`` for a signal."""
+        name = signal.Signals(signum).name[3:].lower()
+        getattr(self, f"handle_{name}")()
+
+    def loop_timeout(self) -> float:
+        """Sleep until the next due respawn, at most LOOP_TIMEOUT."""
+        if len(self.live_workers()) < self.num_workers and self.next_spawn:
+            return max(0.0, min(LOOP_TIMEOUT, self.next_spawn - time.monotonic()))
+        return LOOP_TIMEOUT
+
+    def sleep(self, timeout: float) -> None:
+        """Wait for a signal (wake-up fd) or a worker message, at most ``timeout``."""
+        if self.signals:
+            return
+        try:
+            ready, _, _ = select.select([self.wake_read, self.notify_read], [], [], timeout)
+        except InterruptedError:
+            return
+        if self.wake_read in ready:
+            try:
+                while os.read(self.wake_read, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+
+    def read_notifications(self) -> None:
+        """Handle every complete ready / boot_error message from the workers."""
+        try:
+            while True:
+                chunk = os.read(self.notify_read, 65536)
+                if not chunk:
+                    break
+                self.notify_buffer += chunk
+        except BlockingIOError:
+            pass
+        for kind, pid, slot, text in worker_process.decode(self.notify_buffer):
+            if kind == "ready":
+                self.on_ready(pid)
+            else:
+                self.on_boot_error(pid, slot, text)
+
+    def on_ready(self, pid: int) -> None:
+        """A worker loaded the app and is accepting."""
+        worker = self.workers.get(pid)
+        if worker is None:
+            return
+        worker.ready = True
+        self.boot_failures = 0
+        self.ever_ready = True
+        took = (time.monotonic() - worker.born) * 1000
+        log.info("worker %d (slot %d) ready in %.1f ms", pid, worker.slot, took)
+        self.retire_old_generation()
+        if not self.announced and sum(w.ready for w in self.live_workers()) >= self.num_workers:
+            self.announce_ready()
+
+    def announce_ready(self) -> None:
+        """Log and (with --ready-fd) write the machine-readable ready line, once."""
+        self.announced = True
+        binds = [listener.address for listener in self.listeners]
+        log.info("ready: %d workers, mpm=%s", self.num_workers, self.cfg.mpm)
+        if self.cfg.ready_fd is not None:
+            line = json.dumps({"event": "ready", "pid": self.pid, "workers": self.num_workers,
+                               "mpm": self.cfg.mpm, "binds": binds})
+            try:
+                os.write(self.cfg.ready_fd, line.encode() + b"\n")
+                os.close(self.cfg.ready_fd)
+            except OSError as error:
+                log.warning("cannot write to --ready-fd %d: %s", self.cfg.ready_fd, error)
+
+    def on_boot_error(self, pid: int, slot: int, message: str) -> None:
+        """A worker could not load the app. On the first boot that is fatal (exit 2)."""
+        log.error("worker %d (slot %d) failed to boot: %s", pid, slot, message)
+        if not self.ever_ready:
+            raise AppLoadError(message)
+
+    # ----- workers ---------------------------------------------------------------------------
+
+    def live_workers(self) -> list[Worker]:
+        """Workers of the current generation that are not being stopped."""
+        return [w for w in self.workers.values() if not w.stopping and w.generation == self.generation]
+
+    def free_slot(self) -> int | None:
+        """The lowest scoreboard slot no worker holds."""
+        taken = {w.slot for w in self.workers.values()}
+        for slot in range(self.scoreboard.slots):  # type: ignore[attr-defined]
+            if slot not in taken:
+                return slot
+        return None
+
+    def manage_workers(self) -> None:
+        """Spawn up to the wanted count (after any backoff); stop extra workers."""
+        live = self.live_workers()
+        while len(live) < self.num_workers and time.monotonic() >= self.next_spawn:
+            if not self.spawn_worker():
+                break
+            live = self.live_workers()
+        extra = len(live) - self.num_workers
+        for worker in sorted(live, key=lambda w: w.born, reverse=True)[:max(extra, 0)]:
+            self.stop_worker(worker, signal.SIGTERM)
+
+    def spawn_worker(self) -> bool:
+        """Fork one worker into a free slot; False when no slot is free."""
+        slot = self.free_slot()
+        if slot is None:
+            log.warning("no free scoreboard slot: running %d workers, not %d",
+                        len(self.live_workers()), self.num_workers)
+            return False
+        if threading.active_count() != 1 and not self.warned_threads:
+            self.warned_threads = True
+            log.warning("the master has %d threads before fork (a preloaded app started them?): "
+                        "threads do not survive fork, and locks they hold stay locked in workers",
+                        threading.active_count())
+        context = worker_process.WorkerContext(
+            cfg=self.cfg, slot=slot, generation=self.generation,
+            listeners=[listener.fileno() for listener in self.listeners],
+            scoreboard=self.scoreboard, life_read=self.life_read, notify_write=self.notify_write,
+            close_in_child=[self.life_write, self.notify_read, self.wake_read, self.wake_write],
+            master_pid=self.pid, app=self.app,
+        )
+        pid = os.fork()
+        if pid == 0:
+            worker_process.run(context)  # never returns
+        self.scoreboard.claim(slot, pid, self.generation)  # type: ignore[attr-defined]
+        self.workers[pid] = Worker(pid, slot, self.generation)
+        log.debug("spawned worker %d (slot %d)", pid, slot)
+        return True
+
+    def stop_worker(self, worker: Worker, signum: int) -> None:
+        """Signal one worker (ignoring one that is already gone)."""
+        worker.stopping = True
+        try:
+            os.kill(worker.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def signal_workers(self, signum: int) -> None:
+        """Signal every worker."""
+        for worker in list(self.workers.values()):
+            self.stop_worker(worker, signum) if signum != signal.SIGUSR1 else self._send(worker, signum)
+
+    @staticmethod
+    def _send(worker: Worker, signum: int) -> None:
+        try:
+            os.kill(worker.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def retire_old_generation(self) -> None:
+        """After a reload: stop old workers once the new generation is ready."""
+        ready_new = sum(w.ready for w in self.live_workers())
+        for worker in list(self.workers.values()):
+            if worker.generation < self.generation and not worker.stopping and ready_new > 0:
+                self.stop_worker(worker, signal.SIGTERM)
+                ready_new -= 1
+
+    def reap_workers(self) -> None:
+        """Collect every exited worker, log why it ended, free its slot."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            worker = self.workers.pop(pid, None)
+            if worker is None:
+                continue
+            self.scoreboard.clear(worker.slot)  # type: ignore[attr-defined]
+            self.log_exit(worker, status)
+            if not worker.ready and not worker.stopping:
+                self.on_death_before_ready(worker, status)
+
+    def log_exit(self, worker: Worker, status: int) -> None:
+        """One line saying how a worker ended."""
+        if os.WIFSIGNALED(status):
+            name = signal.Signals(os.WTERMSIG(status)).name
+            level = log.info if worker.stopping and name in ("SIGKILL", "SIGTERM") else log.error
+            level("worker %d (slot %d) was killed by signal %s", worker.pid, worker.slot, name)
+        else:
+            code = os.WEXITSTATUS(status)
+            expected = worker.stopping or code == 0
+            (log.info if expected else log.error)(
+                "worker %d (slot %d) exited with code %d", worker.pid, worker.slot, code)
+
+    def on_death_before_ready(self, worker: Worker, status: int) -> None:
+        """The crash-loop guard: count deaths before ready, back off, give up at the limit."""
+        if not self.ever_ready and os.WIFEXITED(status) \
+                and os.WEXITSTATUS(status) == worker_process.EXIT_BOOT_ERROR:
+            # Its boot_error message says why; read it now if it is still in the pipe.
+            self.read_notifications()
+        self.boot_failures += 1
+        if self.boot_failures >= self.cfg.boot_failure_limit:
+            log.error("workers keep dying before they are ready (%d in a row): giving up",
+                      self.boot_failures)
+            raise Stop(EXIT_BOOT_FAILURES)
+        delay = min(BACKOFF_START * 2 ** (self.boot_failures - 1), BACKOFF_MAX)
+        self.next_spawn = time.monotonic() + delay
+        log.warning("worker died before ready (%d in a row): next start in %.1f s",
+                    self.boot_failures, delay)
+
+    # ----- signal handlers -------------------------------------------------------------------
+
+    def handle_chld(self) -> None:
+        """A worker exited: reap it (the loop respawns at once)."""
+        self.reap_workers()
+
+    def handle_term(self) -> None:
+        """Graceful stop: workers finish in-flight requests, then the master exits."""
+        log.info("TERM: graceful stop")
+        self.stop(graceful=True)
+
+    def handle_int(self) -> None:
+        """Quick stop."""
+        log.info("INT: quick stop")
+        self.stop(graceful=False)
+
+    def handle_quit(self) -> None:
+        """Quick stop."""
+        log.info("QUIT: quick stop")
+        self.stop(graceful=False)
+
+    def handle_hup(self) -> None:
+        """Reload: start a new generation of workers; old ones stop once the new are ready.
+
+        Listeners stay open throughout, so no connection is refused. With --preload the app
+        object is the master's, so code changes need a restart (as with gunicorn).
+        """
+        self.generation += 1
+        log.info("HUP: starting worker generation %d", self.generation)
+        self.manage_workers()
+
+    def handle_ttin(self) -> None:
+        """One worker more."""
+        self.num_workers += 1
+        log.info("TTIN: %d workers", self.num_workers)
+
+    def handle_ttou(self) -> None:
+        """One worker fewer (at least one stays)."""
+        self.num_workers = max(1, self.num_workers - 1)
+        log.info("TTOU: %d workers", self.num_workers)
+
+    def handle_usr1(self) -> None:
+        """Reopen log files here and in the workers (their access logs)."""
+        logs.reopen(self.cfg.error_log)
+        self.signal_workers(signal.SIGUSR1)
+
+    def handle_winch(self) -> None:
+        """Ignored (sent by terminals on resize)."""
+
+    # ----- stop ------------------------------------------------------------------------------
+
+    def stop(self, graceful: bool) -> None:
+        """Stop every worker (TERM and wait up to graceful_timeout, or QUIT and a short wait),
+        then SIGKILL whatever is left; leave the loop with status 0."""
+        signum = signal.SIGTERM if graceful else signal.SIGQUIT
+        timeout = self.cfg.graceful_timeout if graceful else min(QUICK_STOP_WAIT, self.cfg.graceful_timeout)
+        self.wait_for_workers(signum, timeout)
+        raise Stop(EXIT_OK)
+
+    def wait_for_workers(self, signum: int, timeout: float) -> None:
+        """Signal every worker, reap until none is left or the deadline passes, then KILL."""
+        self.signal_workers(signum)
+        deadline = time.monotonic() + timeout
+        while self.workers:
+            self.reap_workers()
+            remaining = deadline - time.monotonic()
+            if not self.workers or remaining <= 0:
+                break
+            # A second INT/QUIT during a graceful stop makes it quick.
+            while self.signals:
+                queued = self.signals.popleft()
+                if queued in (signal.SIGINT, signal.SIGQUIT) and signum == signal.SIGTERM:
+                    signum = signal.SIGQUIT
+                    self.signal_workers(signum)
+                    deadline = min(deadline, time.monotonic() + QUICK_STOP_WAIT)
+            self.sleep(min(remaining, 0.5))
+        if self.workers:
+            log.warning("killing %d worker(s) that did not stop in time", len(self.workers))
+        self.kill_all()
+
+    def kill_all(self) -> None:
+        """SIGKILL and reap every remaining worker (no zombie, no orphan)."""
+        for worker in list(self.workers.values()):
+            self._send(worker, signal.SIGKILL)
+        for worker in list(self.workers.values()):
+            try:
+                os.waitpid(worker.pid, 0)
+            except ChildProcessError:
+                pass
+            self.workers.pop(worker.pid, None)
+
+    def shutdown(self) -> None:
+        """Last: kill what is left, close listeners (unlinking Unix sockets) and pipes."""
+        if self.workers:
+            self.kill_all()
+        for listener in self.listeners:
+            listener.close()
+        self.listeners = []
+        try:
+            signal.set_wakeup_fd(-1)
+        except ValueError:
+            pass
+        for fd in (self.wake_read, self.wake_write, self.notify_read, self.notify_write,
+                   self.life_read, self.life_write):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError as error:
+                    if error.errno != errno.EBADF:
+                        raise
+        log.info("master %d exiting", self.pid)
+        sys.stderr.flush()

@@ -1,0 +1,61 @@
+"""Logging set-up for the master and the workers.
+
+Owns: the error-log format, which the Rust core writes too
+(``[2026-11-22 10:20:00 +0000] [pid] [LEVEL] message``, UTC), and where lines go.
+
+The error log is file descriptor 2 in every process: with ``--error-log PATH`` the master opens
+the file (append mode) and puts it on fd 2 before forking, so Python tracebacks, Rust error
+lines and anything a C extension prints all land in one place. ``reopen()`` (USR1) does that
+again after log rotation. No handler threads, no queue: the master starts no threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+
+FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s"
+DATE_FORMAT = "%Y-%m-%d %H:%M:%S +0000"
+
+LOGGER_NAME = "tines"
+"""Parent of every Tines logger (``tines.arbiter``, ``tines.worker``, ``tines.error``)."""
+
+
+class _UTCFormatter(logging.Formatter):
+    converter = time.gmtime
+
+
+def _point_stderr_at(path: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        sys.stderr.flush()
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+
+
+def configure(error_log: str, level: str) -> None:
+    """Send Tines' log records to fd 2 (after pointing it at ``error_log`` unless it is "-")."""
+    if error_log != "-":
+        _point_stderr_at(error_log)
+    logger = logging.getLogger(LOGGER_NAME)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_UTCFormatter(FORMAT, DATE_FORMAT))
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
+def reopen(error_log: str) -> None:
+    """Reopen the error-log file (USR1, after rotation); nothing to do for stderr."""
+    if error_log != "-":
+        _point_stderr_at(error_log)
+
+
+def get(name: str) -> logging.Logger:
+    """The logger ``tines.<name>``."""
+    return logging.getLogger(f"{LOGGER_NAME}.{name}")

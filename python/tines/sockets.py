@@ -1,0 +1,145 @@
+"""Listening sockets: bound once by the master and shared by every worker.
+
+Owns: parsing a bind address (``HOST:PORT``, ``[IPv6]:PORT``, ``unix:/path``, ``fd://N``),
+binding with ``SO_REUSEADDR`` and the configured backlog, systemd socket activation
+(``LISTEN_PID``/``LISTEN_FDS``: fds 3.. are used instead of binding), the address actually
+bound (port 0 works), and removing Unix socket files at exit.
+
+Errors are ``ConfigError`` with one line, e.g.
+``cannot bind 127.0.0.1:8000: [Errno 98] Address already in use``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from dataclasses import dataclass
+
+from tines.errors import ConfigError
+
+SD_LISTEN_FDS_START = 3
+"""The first fd systemd passes (sd_listen_fds(3))."""
+
+
+@dataclass
+class Listener:
+    """A bound, listening socket."""
+
+    sock: socket.socket
+    address: str
+    """What was bound, as a bind string: ``127.0.0.1:43123``, ``[::1]:80``, ``unix:/run/x.sock``."""
+    unlink: str | None = None
+    """A Unix socket path to remove at exit (only for sockets we bound ourselves)."""
+
+    def fileno(self) -> int:
+        """The listening fd."""
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        """Close the socket and remove its file if we created it."""
+        self.sock.close()
+        if self.unlink:
+            try:
+                os.unlink(self.unlink)
+            except FileNotFoundError:
+                pass
+
+
+def describe(sock: socket.socket) -> str:
+    """The bind string for a socket's local address."""
+    if sock.family == socket.AF_UNIX:
+        name = sock.getsockname()
+        return f"unix:{name.decode() if isinstance(name, bytes) else name}"
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if sock.family == socket.AF_INET6 else f"{host}:{port}"
+
+
+def _split_host_port(address: str) -> tuple[str, int]:
+    if address.startswith("["):
+        host, _, port = address[1:].partition("]:")
+    else:
+        host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+def _bind_unix(path: str, backlog: int) -> Listener:
+    try:
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            os.unlink(path)  # a stale socket from a previous run
+    except FileNotFoundError:
+        pass
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        sock.listen(backlog)
+    except OSError as error:
+        sock.close()
+        raise ConfigError(f"cannot bind unix:{path}: {error}") from None
+    return Listener(sock, f"unix:{path}", unlink=path)
+
+
+def _bind_inet(address: str, backlog: int) -> Listener:
+    host, port = _split_host_port(address)
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise ConfigError(f"cannot bind {address}: {error}") from None
+    family, kind, proto, _, sockaddr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(sockaddr)
+        sock.listen(backlog)
+    except OSError as error:
+        sock.close()
+        raise ConfigError(f"cannot bind {address}: {error}") from None
+    return Listener(sock, describe(sock))
+
+
+def _adopt(fd: int, backlog: int, what: str) -> Listener:
+    try:
+        sock = socket.socket(fileno=fd)
+        sock.listen(backlog)
+    except OSError as error:
+        raise ConfigError(f"cannot use {what}: {error}") from None
+    return Listener(sock, describe(sock))
+
+
+def systemd_fds(environ: dict[str, str] | None = None) -> list[int]:
+    """The fds passed by systemd socket activation to this process, or []."""
+    env = os.environ if environ is None else environ
+    if env.get("LISTEN_PID") != str(os.getpid()):
+        return []
+    try:
+        count = int(env.get("LISTEN_FDS", "0"))
+    except ValueError:
+        return []
+    return list(range(SD_LISTEN_FDS_START, SD_LISTEN_FDS_START + count))
+
+
+def bind_all(binds: tuple[str, ...] | list[str], backlog: int) -> list[Listener]:
+    """Bind (or adopt) every listener; close the ones already bound if one fails."""
+    listeners: list[Listener] = []
+    try:
+        inherited = systemd_fds()
+        if inherited:
+            for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+                os.environ.pop(name, None)
+            return [_adopt(fd, backlog, f"systemd socket fd {fd}") for fd in inherited]
+        for address in binds:
+            if address.startswith("unix:"):
+                listeners.append(_bind_unix(address[len("unix:"):], backlog))
+            elif address.startswith("fd://"):
+                listeners.append(_adopt(int(address[len("fd://"):]), backlog, address))
+            else:
+                listeners.append(_bind_inet(address, backlog))
+    except BaseException:
+        for listener in listeners:
+            listener.close()
+        raise
+    for listener in listeners:
+        listener.sock.set_inheritable(True)
+    return listeners

@@ -1,0 +1,179 @@
+"""What a worker process does between ``os.fork()`` and the Rust MPM loop.
+
+Owns: the child side of the fork (signal reset, closing the master's fds, the parent-death
+signal), loading the app, telling the master ``ready`` or ``boot_error`` through the notify
+pipe, and handing over to ``tines._core.run_worker``. It never returns into the master's code:
+the process ends with ``os._exit``.
+
+Notify-pipe messages (one ``write`` each, at most PIPE_BUF = 4096 bytes, so atomic):
+
+- ready:      ``b"R" + struct.pack("<ii", pid, slot)``
+- boot error: ``b"E" + struct.pack("<iiH", pid, slot, n) + <n bytes of UTF-8 message>``
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import os
+import random
+import signal
+import struct
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from tines import logs
+from tines.app_loader import load_app
+from tines.config import Config
+from tines.errors import AppLoadError
+
+READY = b"R"
+BOOT_ERROR = b"E"
+READY_FORMAT = "<ii"
+ERROR_FORMAT = "<iiH"
+PIPE_BUF = 4096
+
+EXIT_BOOT_ERROR = 3
+"""Exit status of a worker whose app failed to load (gunicorn's WORKER_BOOT_ERROR)."""
+
+RESET_SIGNALS = (
+    signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1,
+    signal.SIGUSR2, signal.SIGCHLD, signal.SIGTTIN, signal.SIGTTOU, signal.SIGWINCH,
+)
+"""The master's handlers, reset in the child (Rust installs the worker's own)."""
+
+PR_SET_PDEATHSIG = 1
+
+log = logs.get("worker")
+
+
+@dataclass
+class WorkerContext:
+    """What the master hands a freshly forked worker."""
+
+    cfg: Config
+    slot: int
+    generation: int
+    listeners: list[int]
+    scoreboard: Any
+    life_read: int
+    notify_write: int
+    close_in_child: list[int]
+    master_pid: int
+    app: Callable[..., object] | None
+    """The preloaded app, or None to load it in the worker."""
+
+
+def encode_ready(pid: int, slot: int) -> bytes:
+    """The ready message."""
+    return READY + struct.pack(READY_FORMAT, pid, slot)
+
+
+def encode_boot_error(pid: int, slot: int, message: str) -> bytes:
+    """The boot-error message (the text is cut to fit one atomic pipe write)."""
+    header = 1 + struct.calcsize(ERROR_FORMAT)
+    data = message.encode("utf-8", "replace")[: PIPE_BUF - header]
+    return BOOT_ERROR + struct.pack(ERROR_FORMAT, pid, slot, len(data)) + data
+
+
+def decode(buffer: bytearray) -> list[tuple[str, int, int, str]]:
+    """Take every complete message off the front of ``buffer``: (kind, pid, slot, text)."""
+    messages = []
+    while buffer:
+        kind = bytes(buffer[:1])
+        if kind == READY:
+            size = 1 + struct.calcsize(READY_FORMAT)
+            if len(buffer) < size:
+                break
+            pid, slot = struct.unpack_from(READY_FORMAT, buffer, 1)
+            messages.append(("ready", pid, slot, ""))
+        elif kind == BOOT_ERROR:
+            head = 1 + struct.calcsize(ERROR_FORMAT)
+            if len(buffer) < head:
+                break
+            pid, slot, length = struct.unpack_from(ERROR_FORMAT, buffer, 1)
+            size = head + length
+            if len(buffer) < size:
+                break
+            messages.append(("boot_error", pid, slot, buffer[head:size].decode("utf-8", "replace")))
+        else:
+            # Not a message we know: drop the byte rather than stall the stream.
+            size = 1
+        del buffer[:size]
+    return messages
+
+
+def _set_parent_death_signal() -> None:
+    """Ask the kernel to SIGKILL this worker if the master dies (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _write(fd: int, data: bytes) -> None:
+    try:
+        os.write(fd, data)
+    except OSError:
+        pass  # the master is gone: the life pipe will end us
+
+
+def run(context: WorkerContext) -> NoReturn:
+    """The worker's whole life after fork. Never returns."""
+    status = 1
+    try:
+        status = _serve(context)
+    except BaseException:  # noqa: BLE001 - the last resort before os._exit
+        log.error("worker crashed:\n%s", traceback.format_exc())
+        status = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(status)
+
+
+def _serve(context: WorkerContext) -> int:
+    for signum in RESET_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    for fd in context.close_in_child:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _set_parent_death_signal()
+    if os.getppid() != context.master_pid:
+        return 0  # the master died before we set the death signal
+    random.seed()
+    pid = os.getpid()
+    app = context.app
+    if app is None:
+        try:
+            app = load_app(context.cfg.app, context.cfg.factory)
+        except AppLoadError as error:
+            if error.traceback:
+                log.error("cannot load the app:\n%s", error.traceback.rstrip())
+            _write(context.notify_write, encode_boot_error(pid, context.slot, str(error)))
+            return EXIT_BOOT_ERROR
+        except BaseException as error:  # noqa: BLE001 - report anything the app raised
+            log.error("cannot load the app:\n%s", traceback.format_exc().rstrip())
+            message = f"error while loading the app: {type(error).__name__}: {error}"
+            _write(context.notify_write, encode_boot_error(pid, context.slot, message))
+            return EXIT_BOOT_ERROR
+        # What the app allocated at import time is long-lived: keep the collector off it.
+        gc.freeze()
+    settings = context.cfg.worker_settings()
+    settings["workers"] = context.cfg.workers
+    _write(context.notify_write, encode_ready(pid, context.slot))
+    from tines import _core
+
+    reason = _core.run_worker(app, settings, context.listeners, context.scoreboard, context.slot,
+                              context.life_read)
+    log.debug("worker %d (slot %d) stopped: %s", pid, context.slot, reason)
+    return 0
