@@ -51,6 +51,7 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         access_log: get(settings, "access_log")?,
         max_requests: get(settings, "max_requests")?,
         max_requests_jitter: get(settings, "max_requests_jitter")?,
+        workers: get::<usize>(settings, "workers")?.max(1),
         debug: log_level.eq_ignore_ascii_case("debug"),
     })
 }

@@ -53,6 +53,8 @@ pub struct WorkerConfig {
     pub max_requests: u64,
     /// Random extra requests added to `max_requests`, so workers do not recycle together.
     pub max_requests_jitter: u64,
+    /// Worker processes sharing the listeners (accept fairness matters only when > 1).
+    pub workers: usize,
     /// True when debug logging is on (the Rust side logs per-connection faults at debug).
     pub debug: bool,
 }
@@ -73,6 +75,7 @@ impl Default for WorkerConfig {
             access_log: None,
             max_requests: 0,
             max_requests_jitter: 0,
+            workers: 1,
             debug: false,
         }
     }

@@ -115,6 +115,13 @@ impl Connection {
         self.filled == 0
     }
 
+    /// True between requests on a kept-alive connection (it served one, and no byte of the
+    /// next has arrived). A stopping worker closes these; a new connection that has sent
+    /// nothing yet is not idle: it gets the header timeout.
+    pub fn is_idle_keepalive(&self) -> bool {
+        self.served > 0 && self.filled == 0
+    }
+
     /// True when the connection can be parked without reading first: nothing is buffered and
     /// the socket was drained by the last read (any later bytes raise a new edge).
     pub(crate) fn drained(&self) -> bool {

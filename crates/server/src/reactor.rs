@@ -256,7 +256,7 @@ impl Reactor {
         }
         for token in 0..self.entries.len() {
             if let Entry::Parked { conn, .. } = &self.entries[token] {
-                if conn.is_idle() {
+                if conn.is_idle_keepalive() {
                     self.close(token);
                 }
             }
@@ -307,6 +307,19 @@ impl Reactor {
             return;
         }
         let accepted = self.accept_from(index, ACCEPT_BATCH);
+        if !accepted.is_empty() && self.shared.config.workers > 1 {
+            // All idle workers wake for a new connection, in the order they sit in the
+            // listener's wait queue, and the first one woken usually wins the accept. Moving
+            // to the back of that queue after accepting gives each worker its turn (a fair
+            // share of connections), at the cost of two epoll_ctl calls per accepting wake-up.
+            let fd = self.listeners[index].fd();
+            let token = Token(LISTENER_BASE - index as u64);
+            if self.poller.deregister(fd).is_ok() {
+                if let Err(err) = self.poller.register(fd, token, Trigger::Level) {
+                    crate::log::error(&format!("cannot watch the listener again: {err}"));
+                }
+            }
+        }
         for token in accepted {
             if let Entry::Parked { .. } = self.entries[token] {
                 let Entry::Parked { conn, .. } = std::mem::replace(
@@ -451,7 +464,7 @@ impl Reactor {
     }
 
     fn park(&mut self, token: usize, conn: Connection) {
-        if self.stop.is_some() && conn.is_idle() {
+        if self.stop.is_some() && conn.is_idle_keepalive() {
             return self.close(token);
         }
         self.next_epoch += 1;

@@ -1,0 +1,169 @@
+"""Fixtures that run real Tines servers.
+
+``tines_server(app_spec, *args, env=None)`` starts ``python -m tines serve APP -b 127.0.0.1:0
+--ready-fd W`` in its own process group, waits for the master's JSON ready line on the pipe
+(never a sleep), and returns a ``Server``. Every server is killed (SIGKILL to its process
+group) when the test ends, whatever happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+APPS = Path(__file__).resolve().parent / "e2e" / "apps"
+READY_DEADLINE = 30.0
+"""Generous: a loaded CI machine may take seconds to import Flask in every worker."""
+
+
+def wait_until(predicate: Callable[[], object], deadline: float = 20.0, what: str = "condition") -> object:
+    """Poll ``predicate`` (a cheap check of state the test observes) until it is truthy."""
+    end = time.monotonic() + deadline
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry))
+    return sorted(found)
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Server:
+    """A running ``tines serve``."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path, ready: dict[str, object]) -> None:
+        self.proc = proc
+        self.log_path = log_path
+        self.ready = ready
+        self.pid = proc.pid
+        bind = str(ready["binds"][0])  # type: ignore[index]
+        self.host, _, port = bind.rpartition(":")
+        self.port = int(port)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        """Everything the server wrote to stderr so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, pattern: str, deadline: float = 20.0, count: int = 1) -> list[re.Match[str]]:
+        """Wait until ``pattern`` matches ``count`` times in the log; return the matches."""
+        regex = re.compile(pattern)
+
+        def matches() -> list[re.Match[str]] | None:
+            found = list(regex.finditer(self.log_text()))
+            return found if len(found) >= count else None
+
+        return wait_until(matches, deadline, f"log line {pattern!r}")  # type: ignore[return-value]
+
+    def worker_pids(self) -> list[int]:
+        """The master's live child processes."""
+        return children(self.pid)
+
+    def signal(self, signum: int) -> None:
+        """Send a signal to the master."""
+        os.kill(self.pid, signum)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        """Wait for the master to exit; its status."""
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group and reap the master."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def start_server(app: str, *args: str, env: dict[str, str] | None = None, log_path: Path,
+                 cwd: Path = ROOT) -> Server:
+    """Start a server and wait for its ready line; raise with the log if it does not come."""
+    read_fd, write_fd = os.pipe()
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(APPS), environment.get("PYTHONPATH", "")]))
+    environment.update(env or {})
+    command = [sys.executable, "-m", "tines", "serve", app, "-b", "127.0.0.1:0",
+               "--ready-fd", str(write_fd), *args]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                pass_fds=(write_fd,), start_new_session=True, env=environment, cwd=cwd)
+    os.close(write_fd)
+    try:
+        data = b""
+        end = time.monotonic() + READY_DEADLINE
+        while not data.endswith(b"\n"):
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError("no ready line in time")
+            readable, _, _ = select.select([read_fd], [], [], remaining)
+            if not readable:
+                continue
+            chunk = os.read(read_fd, 4096)
+            if not chunk:
+                raise AssertionError(f"the server exited before ready (status {proc.wait(10)})")
+            data += chunk
+    except BaseException as error:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
+        raise AssertionError(f"{error}; log:\n{log_path.read_text(errors='replace')}") from None
+    finally:
+        os.close(read_fd)
+    return Server(proc, log_path, json.loads(data))
+
+
+@pytest.fixture
+def tines_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    """Factory: ``tines_server(app_spec, *args, env=None)``; every server is killed at the end."""
+    servers: list[Server] = []
+
+    def start(app: str, *args: str, env: dict[str, str] | None = None) -> Server:
+        server = start_server(app, *args, env=env, log_path=tmp_path / f"server-{len(servers)}.log")
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.kill()
