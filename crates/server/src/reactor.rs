@@ -3,8 +3,6 @@
 //! complete it hands the connection to the MPM's [`Driver`], which serves it inline (prefork)
 //! or on an app thread (thread) and gives it back.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
@@ -58,9 +56,11 @@ pub(crate) trait Driver {
 
 enum Entry {
     Vacant,
+    /// Waiting in the poller for bytes, until `deadline` (under the `kind` of timeout).
     Parked {
         conn: Connection,
-        epoch: u64,
+        deadline: Instant,
+        kind: TimerKind,
     },
     /// A slot owns the connection; `readable` records an event that arrived meanwhile.
     Dispatched {
@@ -68,9 +68,13 @@ enum Entry {
     },
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// Which timeout a parked connection waits under.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum TimerKind {
+    /// Between requests: `keepalive_timeout`, then a silent close.
     Idle,
+    /// A head has started (or nothing came yet on a new connection): `header_timeout`, then
+    /// 408 (if any byte came) and close.
     Header,
 }
 
@@ -85,8 +89,10 @@ pub struct Reactor {
     entries: Vec<Entry>,
     free: Vec<usize>,
     open: usize,
-    timers: BinaryHeap<Reverse<(Instant, TimerKind, usize, u64)>>,
-    next_epoch: u64,
+    /// No parked connection's deadline is earlier than this (it may be stale-early: the
+    /// sweep then finds nothing and recomputes it). Timers cost nothing per park: each parked
+    /// entry keeps its deadline, and one sweep over the entries runs when this passes.
+    next_deadline: Option<Instant>,
     shared: Arc<WorkerShared>,
     stop: Option<StopReason>,
     ctx: SlotContext,
@@ -150,8 +156,7 @@ impl Reactor {
             entries: Vec::new(),
             free: Vec::new(),
             open: 0,
-            timers: BinaryHeap::new(),
-            next_epoch: 0,
+            next_deadline: None,
             shared,
             stop: None,
             ctx: SlotContext::new(),
@@ -208,7 +213,7 @@ impl Reactor {
     fn next_timeout(&self) -> Duration {
         let now = Instant::now();
         let mut timeout = HEARTBEAT;
-        if let Some(Reverse((deadline, ..))) = self.timers.peek() {
+        if let Some(deadline) = self.next_deadline {
             timeout = timeout.min(deadline.saturating_duration_since(now));
         }
         if let Some(until) = self.throttled_until {
@@ -382,10 +387,13 @@ impl Reactor {
             .slot()
             .connections
             .fetch_add(1, Ordering::Relaxed);
-        self.next_epoch += 1;
+        // Parked until its first bytes arrive; the caller reads it at once or parks it again.
+        let deadline = Instant::now() + self.shared.config.header_timeout;
+        self.note_deadline(deadline);
         let entry = Entry::Parked {
             conn,
-            epoch: self.next_epoch,
+            deadline,
+            kind: TimerKind::Header,
         };
         match self.free.pop() {
             Some(token) => {
@@ -467,52 +475,63 @@ impl Reactor {
         if self.stop.is_some() && conn.is_idle_keepalive() {
             return self.close(token);
         }
-        self.next_epoch += 1;
-        let epoch = self.next_epoch;
         let config = &self.shared.config;
         let (kind, deadline) = match conn.head_started {
             Some(started) if !conn.is_idle() => {
                 (TimerKind::Header, started + config.header_timeout)
             }
+            // A new connection that has sent nothing yet gets the header timeout.
+            _ if conn.served == 0 => (TimerKind::Header, Instant::now() + config.header_timeout),
             _ => (TimerKind::Idle, Instant::now() + config.keepalive_timeout),
         };
-        let deadline = if conn.served == 0 && conn.is_idle() {
-            // A new connection that has sent nothing yet gets the header timeout.
-            Instant::now() + config.header_timeout
-        } else {
-            deadline
+        self.note_deadline(deadline);
+        self.entries[token] = Entry::Parked {
+            conn,
+            deadline,
+            kind,
         };
-        self.timers.push(Reverse((deadline, kind, token, epoch)));
-        self.entries[token] = Entry::Parked { conn, epoch };
     }
 
+    fn note_deadline(&mut self, deadline: Instant) {
+        if self.next_deadline.is_none_or(|next| deadline < next) {
+            self.next_deadline = Some(deadline);
+        }
+    }
+
+    /// Closes parked connections whose deadline passed (408 for a started head) and works out
+    /// the next deadline. Runs only when the earliest known deadline has passed.
     fn expire_timers(&mut self) {
         let now = Instant::now();
-        while let Some(Reverse((deadline, kind, token, epoch))) = self.timers.peek().copied() {
-            if deadline > now {
-                break;
-            }
-            self.timers.pop();
-            let live = matches!(&self.entries.get(token), Some(Entry::Parked { epoch: e, .. }) if *e == epoch);
-            if !live {
+        if self.next_deadline.is_none_or(|next| now < next) {
+            return;
+        }
+        let mut next: Option<Instant> = None;
+        for token in 0..self.entries.len() {
+            let Entry::Parked {
+                conn,
+                deadline,
+                kind,
+            } = &mut self.entries[token]
+            else {
+                continue;
+            };
+            if *deadline > now {
+                next = Some(next.map_or(*deadline, |n| n.min(*deadline)));
                 continue;
             }
-            if kind == TimerKind::Header {
-                if let Entry::Parked { conn, .. } = &mut self.entries[token] {
-                    if !conn.is_idle() {
-                        // RFC 9110 15.5.9: 408 tells the client the server closes an unused connection.
-                        write_error(
-                            conn,
-                            408,
-                            &self.shared.config,
-                            &mut self.ctx.date,
-                            &mut self.ctx.out,
-                        );
-                    }
-                }
+            if *kind == TimerKind::Header && !conn.is_idle() {
+                // RFC 9110 15.5.9: 408 tells the client the server closes an unused connection.
+                write_error(
+                    conn,
+                    408,
+                    &self.shared.config,
+                    &mut self.ctx.date,
+                    &mut self.ctx.out,
+                );
             }
             self.close(token);
         }
+        self.next_deadline = next;
     }
 
     fn on_returned(&mut self, driver: &mut dyn Driver) {
