@@ -10,7 +10,7 @@ PORT   ?= 8000
 STAMP  := $(VENV)/.deps-stamp
 RUST_SOURCES := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
-.PHONY: all build serve test test-rust test-python bench fmt lint clean docs
+.PHONY: all build serve test test-rust test-python typecheck bench fmt lint clean docs
 
 all: build
 
@@ -34,7 +34,10 @@ build: $(VENV)/.build-stamp
 serve: build
 	$(VENV)/bin/tines serve examples/blog/app.py:app --bind $(HOST):$(PORT)
 
-test: build test-rust test-python
+test: build test-rust test-python typecheck
+
+typecheck: build
+	$(VENV)/bin/mypy --strict python/tines
 
 test-rust:
 	cargo test --workspace --release --quiet
@@ -53,7 +56,6 @@ fmt:
 
 lint: build
 	cargo clippy --workspace --all-targets -- -D warnings
-	$(VENV)/bin/mypy --strict python/tines
 
 clean:
 	rm -rf $(VENV) target

@@ -125,7 +125,7 @@ class Arbiter:
             # collector from touching (and so copying) them in the workers.
             gc.freeze()
         self.drop_privileges()
-        from tines import _core
+        import tines._core as _core
 
         self.scoreboard = _core.Scoreboard(max(self.num_workers * 2, self.num_workers + 8))
         self.wake_read, self.wake_write = self.pipe()

@@ -24,7 +24,8 @@ LOGGER_NAME = "tines"
 
 
 class _UTCFormatter(logging.Formatter):
-    converter = time.gmtime
+    # The Rust core writes UTC; so does Python (logging's documented way to switch).
+    converter = time.gmtime  # type: ignore[assignment]
 
 
 def _point_stderr_at(path: str) -> None:

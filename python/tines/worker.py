@@ -171,7 +171,7 @@ def _serve(context: WorkerContext) -> int:
     settings = context.cfg.worker_settings()
     settings["workers"] = context.cfg.workers
     _write(context.notify_write, encode_ready(pid, context.slot))
-    from tines import _core
+    import tines._core as _core
 
     reason = _core.run_worker(app, settings, context.listeners, context.scoreboard, context.slot,
                               context.life_read)
