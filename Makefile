@@ -34,7 +34,7 @@ build: $(VENV)/.build-stamp
 serve: build
 	$(VENV)/bin/tines serve examples/blog/app.py:app --bind $(HOST):$(PORT)
 
-test: build test-rust test-python typecheck
+test: build typecheck test-rust test-python
 
 typecheck: build
 	$(VENV)/bin/mypy --strict python/tines
