@@ -222,3 +222,15 @@ def test_accept_is_spread_across_workers(tines_server: Any, mpm: str) -> None:
     assert sum(counts.values()) == total
     assert len(counts) == workers, counts
     assert min(counts.values()) >= total / workers / 2, counts
+
+
+def test_workers_that_keep_dying_before_ready_make_the_master_give_up(tines_server: Any, tmp_path: Path) -> None:
+    marker = tmp_path / "fail"
+    server = tines_server("fragile:app", "-w", "1", "--boot-failure-limit", "3",
+                          env={"FRAGILE_MARKER": str(marker)})
+    assert get(server.port)[0] == 200
+    marker.touch()
+    server.signal(signal.SIGHUP)  # the new generation cannot boot
+    server.wait_for_log(r"worker died before ready \(2 in a row\): next start in 0\.2 s")
+    server.wait_for_log(r"workers keep dying before they are ready \(3 in a row\): giving up")
+    assert server.wait() == 3
