@@ -387,6 +387,8 @@ _REGISTRY = (
             positive_int, 100, ("--max-headers",), "N", worker=True),
     Setting("max_head_size", "Limits", "Largest request head (request line and headers), in bytes.",
             positive_int, 32768, ("--max-head-size",), "BYTES", worker=True),
+    Setting("max_body_size", "Limits", "Largest request body, in bytes: a larger Content-Length gets 413 before the app runs, and a chunked body that grows past it fails the read (413). 0 means no limit. Bodies stream through `wsgi.input`, so this bounds what one request may send, not memory.",
+            non_negative_int, 104857600, ("--max-body-size",), "BYTES", worker=True, default_text="104857600 (100 MiB)"),
     Setting("max_body_drain", "Limits", "Request body the app did not read is drained up to this many bytes to keep the connection; beyond it the connection is closed.",
             non_negative_int, 65536, ("--max-body-drain",), "BYTES", worker=True),
     # Logging

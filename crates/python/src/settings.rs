@@ -46,6 +46,7 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
             max_headers: get(settings, "max_headers")?,
             max_head_size: get(settings, "max_head_size")?,
         },
+        max_body_size: get(settings, "max_body_size")?,
         max_body_drain: get(settings, "max_body_drain")?,
         server_header: server_header.into_bytes(),
         access_log: get(settings, "access_log")?,

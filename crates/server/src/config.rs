@@ -43,6 +43,8 @@ pub struct WorkerConfig {
     pub send_timeout: Duration,
     /// Request-head size limits.
     pub limits: Limits,
+    /// Largest request body accepted (0 = no limit): 413 beyond it.
+    pub max_body_size: u64,
     /// Unread request-body bytes drained after a response to keep the connection (else closed).
     pub max_body_drain: u64,
     /// Value of the `Server` header (empty: omitted).
@@ -70,6 +72,7 @@ impl Default for WorkerConfig {
             body_timeout: Duration::from_secs(30),
             send_timeout: Duration::from_secs(30),
             limits: Limits::default(),
+            max_body_size: 100 * 1024 * 1024,
             max_body_drain: 64 * 1024,
             server_header: b"tines".to_vec(),
             access_log: None,

@@ -137,6 +137,11 @@ pub struct Exchange {
     status: u16,
     keep_alive: bool,
     is_head: bool,
+    /// Decoded chunked-body bytes so far (for `max_body_size`).
+    chunked_received: u64,
+    /// The status the request's own fault calls for (413, 400, 408), when reading its body
+    /// failed because of it; the app layer answers with it instead of 500.
+    fault: Option<u16>,
     /// When the slot took the request.
     pub started: Instant,
 }
@@ -177,6 +182,8 @@ impl Exchange {
             status: 0,
             keep_alive: false,
             is_head,
+            chunked_received: 0,
+            fault: None,
             started: Instant::now(),
         };
         exchange.conn.state = ConnState::Dispatched;
@@ -287,10 +294,30 @@ impl Exchange {
         if self.avail.is_empty() {
             if let Err(err) = self.produce_body() {
                 self.body = Body::Failed;
+                if self.fault.is_none() {
+                    self.fault = match err.kind() {
+                        io::ErrorKind::TimedOut => Some(408),
+                        io::ErrorKind::InvalidData => Some(400),
+                        _ => None,
+                    };
+                }
                 return Err(err);
             }
         }
         Ok(&self.conn.buf[self.avail.clone()])
+    }
+
+    /// The error status the request itself earned while its body was read (413 body too
+    /// large, 400 bad chunked framing, 408 too slow), if any.
+    pub fn fault(&self) -> Option<u16> {
+        self.fault
+    }
+
+    /// True when the request announces a body larger than `max_body_size` (answered 413
+    /// before the app runs).
+    pub(crate) fn body_too_large(&self) -> bool {
+        let limit = self.shared.config.max_body_size;
+        matches!(self.conn.head.body, BodyFraming::Length(n) if limit > 0 && n > limit)
     }
 
     fn produce_body(&mut self) -> io::Result<()> {
@@ -325,6 +352,14 @@ impl Exchange {
                     self.raw.start += consumed;
                     match event {
                         ChunkedEvent::Data(range) => {
+                            self.chunked_received += range.len() as u64;
+                            let limit = self.shared.config.max_body_size;
+                            if limit > 0 && self.chunked_received > limit {
+                                self.fault = Some(413);
+                                return Err(invalid_data(
+                                    "the chunked request body is larger than max_body_size",
+                                ));
+                            }
                             self.avail = base + range.start..base + range.end;
                             if !self.avail.is_empty() {
                                 return Ok(());

@@ -19,7 +19,14 @@ pub(crate) fn serve_connection(
 ) -> (Option<Connection>, SlotContext) {
     loop {
         shared.request_started();
-        let exchange = app.serve(Exchange::new(conn, ctx, Arc::clone(shared)));
+        let mut exchange = Exchange::new(conn, ctx, Arc::clone(shared));
+        let exchange = if exchange.body_too_large() {
+            // RFC 9110 15.5.14: refuse before reading (and before any 100 Continue).
+            exchange.fail(413);
+            exchange
+        } else {
+            app.serve(exchange)
+        };
         let (kept, returned) = exchange.complete();
         ctx = returned;
         shared.request_finished();

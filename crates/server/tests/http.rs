@@ -390,3 +390,58 @@ fn recycles_after_max_requests() {
         assert_eq!(server.wait(), StopReason::MaxRequests, "{mpm:?}");
     });
 }
+
+#[test]
+fn refuses_a_content_length_over_max_body_size_with_413_before_the_app_runs() {
+    struct Panics;
+    impl App for Panics {
+        fn serve(&self, _exchange: Exchange) -> Exchange {
+            panic!("the app must not run for a body over the limit");
+        }
+    }
+    each_mpm(|mpm| {
+        let mut config = test_config(mpm);
+        config.max_body_size = 10;
+        let server = TestServer::start(config, Panics);
+        let mut stream = server.connect();
+        let response = exchange(
+            &mut stream,
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\nExpect: 100-continue\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(response.status, 413, "{mpm:?}");
+        assert_eq!(response.header("connection"), Some("close"));
+    });
+}
+
+#[test]
+fn fails_a_chunked_body_that_grows_past_max_body_size_with_413() {
+    struct ReadsAll;
+    impl App for ReadsAll {
+        fn serve(&self, mut exchange: Exchange) -> Exchange {
+            let mut buf = [0u8; 64];
+            loop {
+                match exchange.read_body(&mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => continue,
+                    Err(_) => {
+                        let status = exchange.fault().unwrap_or(500);
+                        exchange.fail(status);
+                        return exchange;
+                    }
+                }
+            }
+            exchange.fail(500);
+            exchange
+        }
+    }
+    each_mpm(|mpm| {
+        let mut config = test_config(mpm);
+        config.max_body_size = 10;
+        let server = TestServer::start(config, ReadsAll);
+        let mut stream = server.connect();
+        let request = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nabcdef\r\n6\r\nghijkl\r\n0\r\n\r\n";
+        let response = exchange(&mut stream, request).unwrap();
+        assert_eq!(response.status, 413, "{mpm:?}");
+    });
+}

@@ -129,7 +129,8 @@ impl WsgiApp {
             if exchange.response_committed() {
                 exchange.abort();
             } else {
-                exchange.fail(500);
+                // A body the client got wrong (too large, bad chunks, too slow) is its fault.
+                exchange.fail(exchange.fault().unwrap_or(500));
             }
         });
     }
