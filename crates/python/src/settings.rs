@@ -39,7 +39,10 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         keepalive_timeout: seconds(settings, "keepalive_timeout")?,
         max_keepalive_requests: get(settings, "max_keepalive_requests")?,
         header_timeout: seconds(settings, "header_timeout")?,
+        header_timeout_max: seconds(settings, "header_timeout_max")?,
+        header_min_rate: get(settings, "header_min_rate")?,
         body_timeout: seconds(settings, "body_timeout")?,
+        body_min_rate: get(settings, "body_min_rate")?,
         send_timeout: seconds(settings, "send_timeout")?,
         limits: Limits {
             max_request_line: get(settings, "max_request_line")?,

@@ -35,10 +35,17 @@ pub struct WorkerConfig {
     pub keepalive_timeout: Duration,
     /// Requests per connection before it is closed (0 = unlimited).
     pub max_keepalive_requests: u32,
-    /// Time allowed for a whole request head to arrive.
+    /// Time allowed for a request head to arrive, before extensions.
     pub header_timeout: Duration,
-    /// Longest wait for the next bytes of a request body.
+    /// The most `header_timeout` is extended to for a client that keeps sending.
+    pub header_timeout_max: Duration,
+    /// Head bytes per second that earn one more second (0: no extension).
+    pub header_min_rate: u64,
+    /// Time allowed for the request body, before extensions (with `body_min_rate` 0: the
+    /// longest wait for the next bytes).
     pub body_timeout: Duration,
+    /// Body bytes per second that earn one more second (0: `body_timeout` is per wait).
+    pub body_min_rate: u64,
     /// Longest wait for a client to accept response bytes.
     pub send_timeout: Duration,
     /// Request-head size limits.
@@ -61,6 +68,40 @@ pub struct WorkerConfig {
     pub debug: bool,
 }
 
+impl WorkerConfig {
+    /// The header deadline for a head that started at `started` and has `received` bytes so
+    /// far: `header_timeout`, plus a second per `header_min_rate` bytes, at most
+    /// `header_timeout_max` (mod_reqtimeout's `header=20-40,MinRate=500`).
+    pub fn header_deadline(
+        &self,
+        started: std::time::Instant,
+        received: usize,
+    ) -> std::time::Instant {
+        started
+            + extended(self.header_timeout, self.header_min_rate, received as u64)
+                .min(self.header_timeout_max.max(self.header_timeout))
+    }
+
+    /// The body deadline for a body whose reading started at `started` with `received` bytes
+    /// read so far; `None` when the body timeout is a per-wait idle timeout.
+    pub fn body_deadline(
+        &self,
+        started: std::time::Instant,
+        received: u64,
+    ) -> Option<std::time::Instant> {
+        (self.body_min_rate > 0)
+            .then(|| started + extended(self.body_timeout, self.body_min_rate, received))
+    }
+}
+
+/// `base` plus one second per `rate` bytes of `received` (none when `rate` is 0).
+fn extended(base: Duration, rate: u64, received: u64) -> Duration {
+    if rate == 0 {
+        return base;
+    }
+    base + Duration::from_secs_f64(received as f64 / rate as f64)
+}
+
 impl Default for WorkerConfig {
     fn default() -> Self {
         WorkerConfig {
@@ -69,7 +110,10 @@ impl Default for WorkerConfig {
             keepalive_timeout: Duration::from_secs(5),
             max_keepalive_requests: 1000,
             header_timeout: Duration::from_secs(20),
+            header_timeout_max: Duration::from_secs(40),
+            header_min_rate: 500,
             body_timeout: Duration::from_secs(30),
+            body_min_rate: 500,
             send_timeout: Duration::from_secs(30),
             limits: Limits::default(),
             max_body_size: 100 * 1024 * 1024,

@@ -139,6 +139,10 @@ pub struct Exchange {
     is_head: bool,
     /// Decoded chunked-body bytes so far (for `max_body_size`).
     chunked_received: u64,
+    /// When the first body read started, and the raw body bytes read from the socket since
+    /// (for `body_min_rate`).
+    body_started: Option<Instant>,
+    body_received: u64,
     /// The status the request's own fault calls for (413, 400, 408), when reading its body
     /// failed because of it; the app layer answers with it instead of 500.
     fault: Option<u16>,
@@ -183,6 +187,8 @@ impl Exchange {
             keep_alive: false,
             is_head,
             chunked_received: 0,
+            body_started: None,
+            body_received: 0,
             fault: None,
             started: Instant::now(),
         };
@@ -256,6 +262,17 @@ impl Exchange {
         Ok(())
     }
 
+    /// When the next body read must have data: a per-wait idle deadline, or (with
+    /// `body_min_rate`) the whole body's allowance, extended by what was received.
+    fn body_deadline(&mut self) -> Instant {
+        let now = Instant::now();
+        let started = *self.body_started.get_or_insert(now);
+        let config = &self.shared.config;
+        config
+            .body_deadline(started, self.body_received)
+            .unwrap_or(now + config.body_timeout)
+    }
+
     fn read_more_raw(&mut self) -> io::Result<()> {
         let base = self.conn.head.head_len;
         // Keep undecoded leftovers (a partial chunk-size line) at the front of the body area.
@@ -267,7 +284,7 @@ impl Exchange {
         if self.conn.buf.len() < start + BODY_READ_CHUNK {
             self.conn.buf.resize(start + BODY_READ_CHUNK, 0);
         }
-        let deadline = Instant::now() + self.shared.config.body_timeout;
+        let deadline = self.body_deadline();
         let fd = self.conn.fd();
         let space = self.conn.buf.len() - start;
         let n = read_with_deadline(
@@ -277,6 +294,7 @@ impl Exchange {
             "request body read",
         )?;
         self.conn.maybe_more = n == space;
+        self.body_received += n as u64;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -398,7 +416,7 @@ impl Exchange {
                     return Err(err);
                 }
                 let want = (out.len() as u64).min(remaining) as usize;
-                let deadline = Instant::now() + self.shared.config.body_timeout;
+                let deadline = self.body_deadline();
                 let n = match read_with_deadline(
                     self.conn.fd(),
                     &mut out[..want],
@@ -413,6 +431,7 @@ impl Exchange {
                 };
                 let n = n.inspect_err(|_| self.body = Body::Failed)?;
                 self.conn.maybe_more = n == want;
+                self.body_received += n as u64;
                 let left = remaining - n as u64;
                 self.body = if left == 0 {
                     Body::Done

@@ -478,7 +478,7 @@ impl Reactor {
         let config = &self.shared.config;
         let (kind, deadline) = match conn.head_started {
             Some(started) if !conn.is_idle() => {
-                (TimerKind::Header, started + config.header_timeout)
+                (TimerKind::Header, config.header_deadline(started, conn.filled))
             }
             // A new connection that has sent nothing yet gets the header timeout.
             _ if conn.served == 0 => (TimerKind::Header, Instant::now() + config.header_timeout),

@@ -445,3 +445,57 @@ fn fails_a_chunked_body_that_grows_past_max_body_size_with_413() {
         assert_eq!(response.status, 413, "{mpm:?}");
     });
 }
+
+#[test]
+fn a_head_sent_at_the_minimum_rate_earns_more_time_than_the_header_timeout() {
+    each_mpm(|mpm| {
+        let mut config = test_config(mpm);
+        config.header_timeout = Duration::from_millis(300);
+        config.header_timeout_max = Duration::from_secs(30);
+        // 100 bytes earn 10 s: the head below completes long before its extended deadline.
+        config.header_min_rate = 10;
+        let server = TestServer::start(config, Echo);
+        let mut stream = server.connect();
+        stream.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\nX-Padding: 0123456789012345678901234567890123456789012345678901234567890123456789\r\n").unwrap();
+        // Outlast the plain header timeout (0.3 s; the earned extension is 10 s): the worker
+        // must still hold the connection.
+        std::thread::sleep(Duration::from_millis(600));
+        let response = exchange(&mut stream, b"\r\n").unwrap();
+        assert_eq!(response.status, 200, "{mpm:?}");
+    });
+}
+
+#[test]
+fn a_body_that_stalls_gets_408() {
+    struct ReadsAll;
+    impl App for ReadsAll {
+        fn serve(&self, mut exchange: Exchange) -> Exchange {
+            let mut buf = [0u8; 64];
+            loop {
+                match exchange.read_body(&mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => continue,
+                    Err(_) => {
+                        let status = exchange.fault().unwrap_or(500);
+                        exchange.fail(status);
+                        return exchange;
+                    }
+                }
+            }
+            exchange.fail(500);
+            exchange
+        }
+    }
+    each_mpm(|mpm| {
+        let mut config = test_config(mpm);
+        config.body_timeout = Duration::from_millis(200);
+        let server = TestServer::start(config, ReadsAll);
+        let mut stream = server.connect();
+        let response = exchange(
+            &mut stream,
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\nonly a few bytes",
+        )
+        .unwrap();
+        assert_eq!(response.status, 408, "{mpm:?}");
+    });
+}
