@@ -582,6 +582,10 @@ impl Exchange {
         if self.phase == Phase::Buffered {
             self.ctx.out.clear();
             self.phase = Phase::NotStarted;
+            self.body_sent = 0;
+            self.declared = None;
+            self.framing = ResponseFraming::NoBody;
+            self.status = 0;
             return true;
         }
         self.phase == Phase::NotStarted

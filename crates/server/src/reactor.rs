@@ -477,9 +477,10 @@ impl Reactor {
         }
         let config = &self.shared.config;
         let (kind, deadline) = match conn.head_started {
-            Some(started) if !conn.is_idle() => {
-                (TimerKind::Header, config.header_deadline(started, conn.filled))
-            }
+            Some(started) if !conn.is_idle() => (
+                TimerKind::Header,
+                config.header_deadline(started, conn.filled),
+            ),
             // A new connection that has sent nothing yet gets the header timeout.
             _ if conn.served == 0 => (TimerKind::Header, Instant::now() + config.header_timeout),
             _ => (TimerKind::Idle, Instant::now() + config.keepalive_timeout),

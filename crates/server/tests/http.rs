@@ -499,3 +499,26 @@ fn a_body_that_stalls_gets_408() {
         assert_eq!(response.status, 408, "{mpm:?}");
     });
 }
+
+#[test]
+fn a_500_that_replaces_a_buffered_body_is_complete() {
+    struct FailsAfterBuffering;
+    impl App for FailsAfterBuffering {
+        fn serve(&self, mut exchange: Exchange) -> Exchange {
+            exchange
+                .begin_response(b"200 OK", std::iter::empty(), None)
+                .unwrap();
+            assert!(exchange.buffer_body(b"partial body"));
+            // The app fails before anything reached the socket.
+            exchange.fail(500);
+            exchange
+        }
+    }
+    each_mpm(|mpm| {
+        let server = TestServer::start(test_config(mpm), FailsAfterBuffering);
+        let mut stream = server.connect();
+        let response = exchange(&mut stream, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        assert_eq!(response.status, 500, "{mpm:?}");
+        assert_eq!(response.body, b"Internal Server Error\n");
+    });
+}
