@@ -68,3 +68,23 @@ def test_an_idle_keep_alive_connection_is_closed_at_the_keepalive_timeout(tines_
         sock.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
         data = read_until_eof(sock)
     assert data.startswith(b"HTTP/1.1 200 OK") and data.endswith(b"OK")
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "thread"])
+def test_a_client_that_stops_reading_is_cut_off_at_the_send_timeout(tines_server: Any, mpm: str) -> None:
+    # One worker, one slot: the stuck client holds it until the send timeout frees it.
+    server = tines_server("big_body:app", "-w", "1", "--mpm", mpm, "--threads", "1", "--send-timeout", "1")
+    stuck = socket.socket()
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stuck.connect(("127.0.0.1", server.port))
+    try:
+        stuck.sendall(b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
+        normal = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        normal.request("GET", "/small")
+        response = normal.getresponse()
+        assert (response.status, response.read()) == (200, b"small")
+        normal.close()
+        received = read_until_eof(stuck)
+        assert 0 < len(received) < 8 << 20, "the stuck client got a cut response, then the close"
+    finally:
+        stuck.close()
