@@ -1,0 +1,119 @@
+"""What the benchmark needs on the machine, and the facts recorded next to its results.
+
+Owns installing wrk (apt-get) and the peers' venv ``benches/.venv-peers`` (gunicorn, Granian,
+and the blog's packages pinned to the dev venv's versions, so every server runs the same app
+code), and collecting machine information and versions. Every install step is idempotent.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+PEERS_VENV = REPO / "benches" / ".venv-peers"
+# Packages the blog needs in the peers' venv, pinned to the dev venv's versions.
+BLOG_PACKAGES = ("flask", "werkzeug", "jinja2", "markupsafe", "itsdangerous", "click", "blinker")
+
+
+def run_quiet(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd``, capturing its output as text; never raises for a non-zero exit."""
+    return subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+
+
+def ensure_wrk() -> None:
+    """Install wrk with apt-get if it is missing (``apt-get update`` only if the install fails)."""
+    if shutil.which("wrk"):
+        return
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    print("bench: installing wrk (apt-get)", file=sys.stderr)
+    install = sudo + ["apt-get", "install", "-y", "wrk"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    if run_quiet(install, env=env).returncode != 0:
+        run_quiet(sudo + ["apt-get", "update"], env=env)
+        result = run_quiet(install, env=env)
+        if result.returncode != 0:
+            sys.exit(f"bench: cannot install wrk: {result.stderr.strip()[-500:]}")
+
+
+def blog_pins() -> list[str]:
+    """``name==version`` for the blog's packages as installed in this (the dev) venv."""
+    pins = []
+    for name in BLOG_PACKAGES:
+        try:
+            pins.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return pins
+
+
+def peer_versions(packages: list[str]) -> dict[str, str]:
+    """Installed versions of ``packages`` in the peers' venv (missing ones are left out)."""
+    code = ("import importlib.metadata as m, json, sys\n"
+            "out = {}\n"
+            "for n in sys.argv[1:]:\n"
+            "    try: out[n] = m.version(n)\n"
+            "    except m.PackageNotFoundError: pass\n"
+            "print(json.dumps(out))")
+    result = run_quiet([str(PEERS_VENV / "bin" / "python"), "-c", code, *packages])
+    return json.loads(result.stdout) if result.returncode == 0 else {}
+
+
+def ensure_peers() -> None:
+    """Create ``benches/.venv-peers`` with gunicorn, Granian and the blog's pinned packages."""
+    python = PEERS_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"bench: creating {PEERS_VENV.relative_to(REPO)}", file=sys.stderr)
+        # From inside a venv, ``-m venv`` builds on the base interpreter: the same Python.
+        subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
+    pins = blog_pins()
+    wanted = {p.split("==")[0]: p.split("==")[1] for p in pins}
+    have = peer_versions(["gunicorn", "granian", *wanted])
+    missing = [n for n in ("gunicorn", "granian") if n not in have]
+    missing += [f"{n}=={v}" for n, v in wanted.items() if have.get(n) != v]
+    if missing:
+        print(f"bench: installing into the peers' venv: {' '.join(missing)}", file=sys.stderr)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *missing], check=True)
+
+def first_line(cmd: list[str]) -> str:
+    """First line of what ``cmd`` prints (stdout, else stderr), or "unknown"."""
+    try:
+        result = run_quiet(cmd, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    text = (result.stdout or result.stderr).strip()
+    return text.splitlines()[0] if text else "unknown"
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU count and model, kernel, and the load average when the benchmark starts."""
+    model = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    return {"nproc": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
+            "load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+
+
+def versions(tines: Path) -> dict[str, str]:
+    """Versions of everything measured; ``tines`` is the tines executable."""
+    commit = first_line(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
+    dirty = run_quiet(["git", "-C", str(REPO), "status", "--porcelain"]).stdout.strip()
+    peers = peer_versions(["gunicorn", "granian", "flask"])
+    return {
+        "python": platform.python_version(),
+        "tines": f"{first_line([str(tines), '--version'])} "
+                 f"(git {commit}{'+dirty' if dirty else ''})",
+        "gunicorn": peers.get("gunicorn", "missing"),
+        "granian": peers.get("granian", "missing"),
+        "flask": peers.get("flask", "missing"),
+        "wrk": first_line(["wrk", "-v"]),
+    }
