@@ -10,7 +10,7 @@ PORT   ?= 8000
 STAMP  := $(VENV)/.deps-stamp
 RUST_SOURCES := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
-.PHONY: all build serve test test-rust test-python typecheck bench fmt lint clean docs
+.PHONY: all build serve test test-rust test-python typecheck bench fuzz fmt lint clean docs
 
 all: build
 
@@ -50,6 +50,11 @@ docs: build
 
 bench: build
 	$(PY) benches/run.py
+
+# Each fuzz target for FUZZ_SECONDS (default 60) on nightly; the corpora are replayed by
+# `make test` on stable (crates/proto/tests/fuzz_corpus.rs).
+fuzz:
+	fuzz/run.sh
 
 fmt:
 	cargo fmt --all

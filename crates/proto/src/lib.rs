@@ -12,6 +12,7 @@
 
 pub mod chunked;
 pub mod date;
+pub mod fuzzing;
 pub mod request;
 pub mod response;
 pub mod status;

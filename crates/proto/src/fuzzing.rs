@@ -1,0 +1,139 @@
+//! Invariant checks shared by the cargo-fuzz targets (`fuzz/`) and the ordinary test that
+//! replays their corpora (`tests/fuzz_corpus.rs`), so both check exactly the same things.
+//!
+//! Each function takes arbitrary bytes and panics when an invariant breaks; it must never
+//! panic for any other reason. They assert properties, not just "no crash".
+
+use crate::chunked::{ChunkedDecoder, ChunkedError, ChunkedEvent};
+use crate::request::{parse_request_head, HeadStatus, Limits, RequestHead};
+use crate::response::{check_app_header, encode_header, parse_status};
+
+/// Small limits, so that the fuzzer reaches the 414 and 431 paths with short inputs.
+const TINY: Limits = Limits {
+    max_request_line: 32,
+    max_headers: 4,
+    max_head_size: 128,
+};
+
+/// `parse_request_head` never panics; a Complete head lies within the input, its spans within
+/// the head, and it parses the same on its own; no strict prefix of it is Complete; errors
+/// carry one of the statuses the server answers with.
+pub fn check_request_head(input: &[u8]) {
+    for limits in [Limits::default(), TINY] {
+        let mut head = RequestHead::new();
+        match parse_request_head(input, &limits, &mut head) {
+            Ok(HeadStatus::Complete) => {
+                let len = head.head_len;
+                assert!(len <= input.len(), "head_len past the input");
+                assert!(!head.method.is_empty() && !head.target.is_empty());
+                let spans = [head.method, head.target]
+                    .into_iter()
+                    .chain(head.headers.iter().flat_map(|(n, v)| [*n, *v]));
+                for span in spans {
+                    assert!(
+                        span.start <= span.end && span.end as usize <= len,
+                        "a span outside the head"
+                    );
+                }
+                let mut again = RequestHead::new();
+                assert_eq!(
+                    parse_request_head(&input[..len], &limits, &mut again),
+                    Ok(HeadStatus::Complete)
+                );
+                assert_eq!(again.head_len, len);
+                assert_eq!(again.headers.len(), head.headers.len());
+                let mut shorter = RequestHead::new();
+                assert_ne!(
+                    parse_request_head(&input[..len - 1], &limits, &mut shorter),
+                    Ok(HeadStatus::Complete),
+                    "a strict prefix of a head parsed as complete"
+                );
+            }
+            Ok(HeadStatus::Partial) => {}
+            Err(err) => assert!(
+                matches!(err.status(), 400 | 414 | 431 | 501 | 505),
+                "status {}",
+                err.status()
+            ),
+        }
+    }
+}
+
+/// What feeding a chunked body in windows of `step` bytes produced: the decoded data, the bytes
+/// consumed, and whether the body ended.
+type Decoded = Result<(Vec<u8>, usize, bool), ChunkedError>;
+
+fn decode_in_steps(data: &[u8], step: usize) -> Decoded {
+    let mut decoder = ChunkedDecoder::new(1024);
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < data.len() {
+        let window = &data[pos..(pos + step).min(data.len())];
+        let (consumed, event) = decoder.decode(window)?;
+        assert!(consumed <= window.len(), "consumed more than given");
+        match event {
+            ChunkedEvent::Data(range) => {
+                assert!(
+                    range.start < range.end && range.end <= consumed,
+                    "a data range outside what was consumed"
+                );
+                out.extend_from_slice(&window[range]);
+            }
+            ChunkedEvent::NeedMore => {
+                assert_eq!(consumed, window.len(), "NeedMore left input unconsumed")
+            }
+            ChunkedEvent::End => {
+                pos += consumed;
+                let (after, event) = decoder.decode(&data[pos..])?;
+                assert_eq!(
+                    (after, event),
+                    (0, ChunkedEvent::End),
+                    "bytes consumed after the end"
+                );
+                return Ok((out, pos, true));
+            }
+        }
+        pos += consumed;
+    }
+    Ok((out, pos, false))
+}
+
+/// The chunked decoder gives the same data, end and error whether a body arrives whole or in
+/// small pieces (the first input byte picks the piece size); it never consumes more than it
+/// was given, and nothing after the last chunk.
+pub fn check_chunked(input: &[u8]) {
+    let Some((&seed, data)) = input.split_first() else {
+        return;
+    };
+    let whole = decode_in_steps(data, data.len().max(1));
+    let pieces = decode_in_steps(data, usize::from(seed % 7) + 1);
+    match (&whole, &pieces) {
+        (Ok(a), Ok(b)) => assert_eq!(a, b, "the split changed the decoded body"),
+        (Err(_), Err(_)) => {}
+        _ => panic!("the split changed the outcome: whole {whole:?}, pieces {pieces:?}"),
+    }
+}
+
+/// A header the app may send never puts CR, LF or NUL on the wire except the line's own CRLF;
+/// an accepted status line is a code from 100 to 599 with no line break.
+pub fn check_response_header(input: &[u8]) {
+    if let Ok(code) = parse_status(input) {
+        assert!((100..=599).contains(&code));
+        assert!(!input.contains(&b'\r') && !input.contains(&b'\n') && !input.contains(&0));
+    }
+    let Some((&seed, rest)) = input.split_first() else {
+        return;
+    };
+    let cut = usize::from(seed).min(rest.len());
+    let (name, value) = rest.split_at(cut);
+    if check_app_header(name, value).is_ok() {
+        let mut out = Vec::new();
+        encode_header(&mut out, name, value);
+        assert!(out.ends_with(b"\r\n"));
+        let line = &out[..out.len() - 2];
+        assert!(
+            !line.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0),
+            "an accepted header injects a line break or NUL"
+        );
+    }
+}
