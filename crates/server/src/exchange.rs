@@ -311,18 +311,24 @@ impl Exchange {
     pub fn fill_body(&mut self) -> io::Result<&[u8]> {
         if self.avail.is_empty() {
             if let Err(err) = self.produce_body() {
-                self.body = Body::Failed;
-                if self.fault.is_none() {
-                    self.fault = match err.kind() {
-                        io::ErrorKind::TimedOut => Some(408),
-                        io::ErrorKind::InvalidData => Some(400),
-                        _ => None,
-                    };
-                }
+                self.body_failed(&err);
                 return Err(err);
             }
         }
         Ok(&self.conn.buf[self.avail.clone()])
+    }
+
+    /// Marks the body unreadable and records whose fault it was.
+    fn body_failed(&mut self, err: &io::Error) {
+        self.body = Body::Failed;
+        if self.fault.is_none() {
+            self.fault = match err.kind() {
+                io::ErrorKind::TimedOut => Some(408),
+                // The client's fault: bad framing, or it hung up mid-body.
+                io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => Some(400),
+                _ => None,
+            };
+        }
     }
 
     /// The error status the request itself earned while its body was read (413 body too
@@ -429,7 +435,7 @@ impl Exchange {
                     )),
                     other => other,
                 };
-                let n = n.inspect_err(|_| self.body = Body::Failed)?;
+                let n = n.inspect_err(|err| self.body_failed(err))?;
                 self.conn.maybe_more = n == want;
                 self.body_received += n as u64;
                 let left = remaining - n as u64;

@@ -123,7 +123,15 @@ fn write_error(
 ) {
     out.clear();
     encode_error_response(out, code, date.now(), &config.server_header);
-    let _ = conn.reject(out);
+    // RFC 9110 9.3.2: a response to HEAD has no body, even an error response (the head
+    // failed to parse, but its first bytes say whether it was a HEAD).
+    let mut bytes = &out[..];
+    if conn.buffer().starts_with(b"HEAD ") {
+        if let Some(end) = out.windows(4).position(|w| w == b"\r\n\r\n") {
+            bytes = &out[..end + 4];
+        }
+    }
+    let _ = conn.reject(bytes);
     out.clear();
 }
 

@@ -522,3 +522,20 @@ fn a_500_that_replaces_a_buffered_body_is_complete() {
         assert_eq!(response.body, b"Internal Server Error\n");
     });
 }
+
+#[test]
+fn an_error_response_to_head_has_no_body() {
+    each_mpm(|mpm| {
+        let server = TestServer::start(test_config(mpm), Echo);
+        let mut stream = server.connect();
+        stream.write_all(b"HEAD / HTTP/1.1\r\n\r\n").unwrap();
+        let mut reply = Vec::new();
+        std::io::Read::read_to_end(&mut stream, &mut reply).unwrap();
+        assert!(reply.starts_with(b"HTTP/1.1 400 "), "{mpm:?}");
+        assert!(
+            reply.ends_with(b"\r\n\r\n"),
+            "{mpm:?}: {:?}",
+            String::from_utf8_lossy(&reply)
+        );
+    });
+}

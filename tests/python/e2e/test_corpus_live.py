@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,3 +150,76 @@ def test_every_invalid_case_is_refused_closed_and_never_reaches_the_app(live: tu
             failures.append(f"{case.name}: the app was called for a refused head")
     assert not failures, "\n".join(failures)
     assert server.worker_pids() == worker, "no case may kill the worker"
+
+
+LLHTTP_CASES = CORPUS.parents[1].parent / "shared" / "corpus" / "llhttp" / "cases.json"
+
+
+HOST_LINE = re.compile(rb"(?im)^host:")
+
+
+def with_host(data: bytes) -> bytes:
+    """llhttp does not require Host; RFC 9112 3.2 does (400 without it), so, as the Rust runner
+    does for gunicorn's corpus, HTTP/1.1 heads of a case with no Host line get one."""
+    if HOST_LINE.search(data):
+        return data
+    return re.sub(rb"( HTTP/1\.1\r\n)", rb"\1Host: llhttp.test\r\n", data)
+
+
+def llhttp_disagreements(port: int) -> dict[str, str]:
+    """The llhttp request cases where this server disagrees with llhttp, each with what
+    happened. llhttp's verdict covers the first ``messages_complete`` messages (all fine) and,
+    for an error case, the message after them (refused); bytes after that (a truncated tail)
+    are not judged."""
+    cases = json.loads(LLHTTP_CASES.read_text())["cases"]
+    found = {}
+    for case in cases:
+        if case["type"] != "request":
+            continue
+        data = with_host(base64.b64decode(case["raw_b64"]))
+        heads = [data.startswith(b"HEAD ")]
+        statuses = [status for status, _ in split_responses(exchange(port, data), heads)]
+        done = case["messages_complete"]
+        first_ok = len(statuses) >= done and all(200 <= status < 300 for status in statuses[:done])
+        refused_next = len(statuses) <= done or not 200 <= statuses[done] < 300
+        agrees = first_ok and (refused_next if expected_llhttp_outcome(case) == "error" else True)
+        if not agrees:
+            found[case["id"]] = f"statuses {statuses}"
+    return found
+
+
+def expected_llhttp_outcome(case: dict[str, Any]) -> str:
+    # llhttp "pauses" on Upgrade/CONNECT/PRI to hand the connection over: not a rejection.
+    if case["outcome"] == "error" and case["error_name"].startswith("HPE_PAUSED"):
+        return "ok"
+    return str(case["outcome"])
+
+
+LLHTTP_DIFFERENCES = {
+    "request/content-length.md:447": "llhttp's harness skips the body from a callback; a server must read all 123 bytes, "
+                                     "and the input ends first: 400",
+    "request/invalid.md:69": "ANNOUNCE is a valid token method for us (RFC 9110 9.1); llhttp has a fixed method list",
+    "request/invalid.md:359": "MKCOLA is a valid token method (RFC 9110 9.1), as invalid.md:69",
+    "request/method.md:138": "asterisk-form is for OPTIONS only (RFC 9112 3.2.4): M-SEARCH * is 400",
+    "request/method.md:375": "ICE/1.0 is not HTTP: 400",
+    "request/method.md:405": "RTSP/1.0 is not HTTP: 400",
+    "request/method.md:433": "RTSP/1.0 is not HTTP: 400",
+    "request/sample.md:317": "an HTTP/0.9 request line (no version) is 400",
+    "request/transfer-encoding.md:331": "a chunk extension `;` with no name is tolerated (the size is unambiguous); "
+                                        "llhttp's strict mode refuses it",
+    "request/transfer-encoding.md:754": "deflate before chunked: we decode no coding but chunked, 501 (RFC 9112 6.1)",
+    "request/transfer-encoding.md:796": "deflate before chunked across two fields: 501, as transfer-encoding.md:754",
+    "request/uri.md:225": "userinfo in an http URI is an error (RFC 9110 4.2.4): 400",
+}
+
+
+@pytest.mark.skipif(not LLHTTP_CASES.exists(), reason="../shared/corpus/llhttp is not beside the repository")
+def test_llhttp_request_cases_agree_except_the_documented_differences(live: tuple[Any, Path]) -> None:
+    server, _ = live
+    worker = server.worker_pids()
+    found = llhttp_disagreements(server.port)
+    unexplained = {case: what for case, what in found.items() if case not in LLHTTP_DIFFERENCES}
+    stale = sorted(set(LLHTTP_DIFFERENCES) - set(found))
+    assert not unexplained, f"disagreements with llhttp without a documented reason: {unexplained}"
+    assert not stale, f"listed as differences but now agree (update the list): {stale}"
+    assert server.worker_pids() == worker
