@@ -11,6 +11,7 @@ pub mod config;
 pub mod connection;
 pub mod control;
 pub mod exchange;
+pub mod fuzzing;
 pub mod io;
 pub mod listener;
 pub mod log;

@@ -30,6 +30,26 @@ pub struct WorkerShared {
 }
 
 impl WorkerShared {
+    pub(crate) fn new(
+        config: WorkerConfig,
+        locals: Vec<Local>,
+        access_log: Option<AccessLog>,
+        scoreboard: Arc<Scoreboard>,
+        slot: usize,
+        budget: u64,
+    ) -> WorkerShared {
+        WorkerShared {
+            config,
+            locals,
+            access_log,
+            scoreboard,
+            slot,
+            stopping: AtomicBool::new(false),
+            recycle: AtomicBool::new(false),
+            budget: AtomicU64::new(budget),
+        }
+    }
+
     /// True once the worker is draining: responses close their connections.
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Relaxed)
@@ -151,19 +171,18 @@ pub fn run_worker(app: Arc<dyn App>, spec: WorkerSpec) -> io::Result<StopReason>
     } else {
         spec.config.max_requests + random_below(spec.config.max_requests_jitter)
     };
-    let shared = Arc::new(WorkerShared {
-        locals: listeners
-            .iter()
-            .map(|listener| listener.local.clone())
-            .collect(),
-        config: spec.config,
+    let locals = listeners
+        .iter()
+        .map(|listener| listener.local.clone())
+        .collect();
+    let shared = Arc::new(WorkerShared::new(
+        spec.config,
+        locals,
         access_log,
-        scoreboard: spec.scoreboard,
-        slot: spec.slot,
-        stopping: AtomicBool::new(false),
-        recycle: AtomicBool::new(false),
-        budget: AtomicU64::new(budget),
-    });
+        spec.scoreboard,
+        spec.slot,
+        budget,
+    ));
     shared
         .slot()
         .state

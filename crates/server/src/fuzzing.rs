@@ -1,0 +1,142 @@
+//! Drives one whole connection (the state machine, exchange, body decoding, response
+//! framing, keep-alive and pipelining) over a socketpair with an echo app: the cargo-fuzz
+//! `connection` target and the test that replays its corpus call [`drive_connection`].
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::connection::{Connection, Readiness};
+use crate::exchange::{Exchange, SlotContext};
+use crate::listener::{Local, Peer};
+use crate::scoreboard::Scoreboard;
+use crate::slot::serve_connection;
+use crate::worker::WorkerShared;
+use crate::{App, WorkerConfig};
+
+/// Inputs are cut to this size so the client's whole input fits the socket buffer.
+pub const MAX_INPUT: usize = 64 * 1024;
+
+/// Reads the whole body and answers with it (the body error's status when reading fails).
+struct Echo;
+
+impl App for Echo {
+    fn serve(&self, mut exchange: Exchange) -> Exchange {
+        let mut body = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match exchange.read_body(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => body.extend_from_slice(&buf[..n]),
+                Err(_) => {
+                    let status = exchange.fault().unwrap_or(500);
+                    exchange.fail(status);
+                    return exchange;
+                }
+            }
+        }
+        let headers: [(&[u8], &[u8]); 1] = [(b"Content-Type", b"application/octet-stream")];
+        if exchange
+            .begin_response(b"200 OK", headers, Some(body.len() as u64))
+            .is_ok()
+        {
+            let _ = exchange.write_body(&body);
+            let _ = exchange.finish();
+        }
+        exchange
+    }
+}
+
+fn socketpair() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-element array for socketpair to fill.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    assert_eq!(rc, 0, "socketpair failed");
+    // SAFETY: both fds are fresh and owned by nobody else.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+/// Sends `input` (cut to [`MAX_INPUT`]) as a client that then half-closes, and serves the
+/// connection until it closes. Panics if a response on the wire is not an HTTP/1.1 status line
+/// or if the server leaves the connection open after the client's input ended.
+pub fn drive_connection(input: &[u8]) {
+    let input = &input[..input.len().min(MAX_INPUT)];
+    let (client, server) = socketpair();
+    let mut client = std::os::unix::net::UnixStream::from(client);
+    std::io::Write::write_all(&mut client, input).expect("the input fits the socket buffer");
+    client
+        .shutdown(std::net::Shutdown::Write)
+        .expect("half-close");
+    crate::control::set_nonblocking(server.as_raw_fd()).expect("non-blocking");
+    let config = WorkerConfig {
+        header_timeout: Duration::from_millis(20),
+        body_timeout: Duration::from_millis(20),
+        send_timeout: Duration::from_millis(20),
+        keepalive_timeout: Duration::from_millis(20),
+        ..WorkerConfig::default()
+    };
+    let limits = config.limits;
+    let scoreboard = Arc::new(Scoreboard::new(1).expect("scoreboard"));
+    let shared = Arc::new(WorkerShared::new(
+        config,
+        vec![Local::Unix(String::new())],
+        None,
+        scoreboard,
+        0,
+        u64::MAX,
+    ));
+    serve_until_closed(Connection::new(server, Peer::Unix, 0), &shared, limits);
+    let mut output = Vec::new();
+    let _ = client.read_to_end(&mut output);
+    if !output.is_empty() {
+        assert!(
+            output.starts_with(b"HTTP/1.1 "),
+            "the first bytes on the wire are not a status line"
+        );
+    }
+}
+
+/// Serves `conn` until it closes; the connection is dropped (its fd closed) on return.
+fn serve_until_closed(
+    mut conn: Connection,
+    shared: &Arc<WorkerShared>,
+    limits: tines_proto::Limits,
+) {
+    let mut ctx = SlotContext::new();
+    let mut pending_in_a_row = 0;
+    loop {
+        match conn.on_readable(&limits) {
+            Readiness::HeadComplete => {
+                pending_in_a_row = 0;
+                let (kept, returned) = serve_connection(conn, ctx, &Echo, shared);
+                ctx = returned;
+                match kept {
+                    Some(next) => conn = next,
+                    None => break,
+                }
+            }
+            Readiness::Pending => {
+                // The client half-closed after writing everything, so reading again reaches
+                // EOF: the machine must never keep waiting for bytes that cannot come.
+                pending_in_a_row += 1;
+                assert!(
+                    pending_in_a_row < 3,
+                    "the connection waits for bytes after the client's EOF"
+                );
+            }
+            Readiness::Closed => break,
+            Readiness::Rejected(err) => {
+                crate::reactor::reject(&mut conn, &err, &shared.config, &mut ctx);
+                break;
+            }
+        }
+    }
+}
