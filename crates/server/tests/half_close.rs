@@ -56,7 +56,10 @@ fn a_whole_head_before_the_eof_is_complete_whatever_its_size() {
     for size in [100, 8191, 8192, 8193, 16384, 32768] {
         let (mut conn, _client) = connection_after(&head_of(size));
         assert!(
-            matches!(conn.on_readable(&Limits::default()), Readiness::HeadComplete),
+            matches!(
+                conn.on_readable(&Limits::default()),
+                Readiness::HeadComplete
+            ),
             "{size}-byte head"
         );
     }
@@ -111,7 +114,10 @@ fn a_live_server_serves_then_closes_after_the_clients_half_close() {
             stream.shutdown(Shutdown::Write).unwrap();
             let response = read_response(&mut stream, &mut Vec::new(), false);
             assert_eq!(response.map(|r| r.status), Some(200), "{mpm:?} {size}");
-            assert!(at_eof(&mut stream), "{mpm:?} {size}: not closed after the response");
+            assert!(
+                at_eof(&mut stream),
+                "{mpm:?} {size}: not closed after the response"
+            );
         }
         let mut stream = server.connect();
         stream.write_all(b"GET /foo/bar HTTP/1.0\r\nbaz").unwrap();
