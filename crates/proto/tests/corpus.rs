@@ -570,3 +570,30 @@ fn agrees_with_the_shared_gunicorn_corpus_by_default_settings() {
     );
     assert!(report.is_empty(), "\n{report}");
 }
+
+/// The case counts the docs state are the corpus's own, so they cannot drift as cases are
+/// added: `docs/http-conformance.md` ("N named cases (V valid, I invalid)") and `README.md`
+/// ("N-case corpus (V valid, I invalid)").
+#[test]
+fn the_docs_state_the_true_case_counts() {
+    let mut report = String::new();
+    let valid = cases("valid", &mut report).len();
+    let invalid = cases("invalid", &mut report).len();
+    let total = valid + invalid;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (doc, wanted) in [
+        (
+            "docs/http-conformance.md",
+            format!("{total} named cases ({valid} valid, {invalid} invalid)"),
+        ),
+        (
+            "README.md",
+            format!("{total}-case corpus ({valid} valid, {invalid} invalid)"),
+        ),
+    ] {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        // The README wraps its lines: compare with runs of whitespace made one space.
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(text.contains(&wanted), "{doc} should say {wanted:?}");
+    }
+}
