@@ -166,6 +166,8 @@ impl Connection {
             }
         }
         let cap = limits.max_head_size + 1;
+        // The buffered bytes were parsed and hold only part of a head.
+        let mut partial = false;
         loop {
             if self.buf.is_empty() {
                 self.buf.resize(INITIAL_BUFFER, 0);
@@ -180,20 +182,38 @@ impl Connection {
             }
             let space = self.buf.len() - self.filled;
             match read_nonblocking(self.fd(), &mut self.buf[self.filled..]) {
-                Ok(Some(0)) => return Readiness::Closed,
+                Ok(Some(0)) => {
+                    // The peer half-closed (or closed). A whole head it sent first is still
+                    // served, and read for EOF again before parking (no new edge will come);
+                    // a partial head can never complete.
+                    self.maybe_more = true;
+                    return match self.parse(limits) {
+                        Readiness::Pending => Readiness::Closed,
+                        other => other,
+                    };
+                }
                 Ok(Some(n)) => {
                     if self.head_started.is_none() {
                         self.head_started = Some(Instant::now());
                     }
                     self.filled += n;
                     self.maybe_more = n == space;
+                    partial = false;
                     if n < space {
                         // A short read drained the socket: the next arrival raises a new edge.
-                        return self.parse(limits);
+                        // But an EOF that came with these bytes raised none of its own, so a
+                        // partial head reads once more to see it.
+                        match self.parse(limits) {
+                            Readiness::Pending => partial = true,
+                            other => return other,
+                        }
                     }
                 }
                 Ok(None) => {
                     self.maybe_more = false;
+                    if partial {
+                        return Readiness::Pending;
+                    }
                     return self.parse(limits);
                 }
                 Err(_) => return Readiness::Closed,
