@@ -101,7 +101,7 @@ fn at_eof(stream: &mut std::net::TcpStream) -> bool {
 
 #[test]
 fn a_live_server_serves_then_closes_after_the_clients_half_close() {
-    for mpm in [Mpm::Prefork, Mpm::Thread] {
+    for mpm in [Mpm::Prefork, Mpm::Thread, Mpm::Event] {
         let mut config = test_config(mpm);
         // Far beyond the client's 10 s read timeout: only the EOF may close a cut head. (An
         // answered connection may idle until the keep-alive timeout, 2 s here, before closing:

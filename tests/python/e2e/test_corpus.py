@@ -202,7 +202,7 @@ def split_responses(data: bytes, head_requests: list[bool]) -> list[Response]:
 # ------------------------------------------------------------------ the server
 
 
-@pytest.fixture(params=["prefork", "thread"])
+@pytest.fixture(params=["prefork", "thread", "event"])
 def live(request: pytest.FixtureRequest, tines_server: Any, tmp_path: Path) -> tuple[Any, Path]:
     calls = tmp_path / "calls"
     calls.touch()
