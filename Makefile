@@ -10,7 +10,7 @@ PORT   ?= 8000
 STAMP  := $(VENV)/.deps-stamp
 RUST_SOURCES := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
-.PHONY: all build serve test test-rust test-python typecheck bench fuzz fmt lint clean docs
+.PHONY: all build serve test test-rust test-python typecheck bench bench-tool fuzz fmt lint clean docs
 
 all: build
 
@@ -50,6 +50,11 @@ docs: build
 
 bench: build
 	$(PY) benches/run.py
+
+# tines-bench against wrk, both loading nginx's static "OK" (installs nginx and wrk if missing);
+# about 70 s. Exit status 1 when tines-bench misses wrk's rate, CPU or memory marks.
+bench-tool: build
+	$(PY) benches/loadgen_vs_wrk.py
 
 # Each fuzz target for FUZZ_SECONDS (default 60) on nightly; the corpora are replayed by
 # `make test` on stable (crates/proto/tests/fuzz_corpus.rs).
