@@ -238,6 +238,63 @@ def close_all(socks: list[socket.socket]) -> None:
         sock.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_emfile_on_accept_neither_spins_nor_stalls_the_loop(tines_server: Any) -> None:
+    """With too few file descriptors, accept fails with EMFILE: the loop must pause accepting
+    (not spin on the level-triggered listener), keep serving the connections it has, and take
+    the waiting ones as soon as descriptors free up."""
+    server = tines_server(APP, "-w", "1", "--mpm", "event", "--keepalive-timeout", "120",
+                          open_files=64)
+    worker = worker_pid(server)
+    held: list[socket.socket] = []
+    waiting: list[socket.socket] = []
+    try:
+        # Fill the worker's descriptor table with idle keep-alive connections until a new
+        # connection is not accepted (it completes in the kernel's backlog, unanswered).
+        while True:
+            sock = connect(server.port)
+            sock.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+            with selectors.DefaultSelector() as selector:
+                selector.register(sock, selectors.EVENT_READ)
+                answered = bool(selector.select(2.0))
+            if not answered:
+                waiting.append(sock)
+                break
+            Reader(sock).response()
+            held.append(sock)
+            assert len(held) < 64, "the worker accepted more connections than it has descriptors"
+        server.wait_for_log(r"accept failed: .*Too many open files")
+        for _ in range(4):
+            sock = connect(server.port)
+            sock.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+            waiting.append(sock)
+        # The connections it holds are still served while accept fails.
+        held[0].sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert Reader(held[0]).response().status == 200
+        # It retries accept now and then instead of spinning: while stalled, the worker uses
+        # a small part of one CPU (a spinning loop would use all of it).
+        cpu_before, wall_before = cpu_seconds(worker), time.monotonic()
+        failures = len(server.wait_for_log(r"accept failed: .*Too many open files"))
+        server.wait_for_log(r"accept failed: .*Too many open files", count=failures + 3)
+        cpu_used = cpu_seconds(worker) - cpu_before
+        wall = time.monotonic() - wall_before
+        assert cpu_used < 0.5 * wall, f"the worker used {cpu_used:.2f} s of CPU in {wall:.2f} s"
+        assert all(nothing_received(sock) for sock in waiting)
+        # Free descriptors: every waiting connection is then accepted and answered.
+        close_all(held[: len(waiting) + 2])
+        for sock in waiting:
+            assert Reader(sock).response().status == 200
+    finally:
+        close_all(held)
+        close_all(waiting)
+
+
 # ----- a. ten thousand idle keep-alive connections -----
 
 IDLE = 10_000
