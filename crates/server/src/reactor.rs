@@ -58,6 +58,14 @@ pub(crate) trait Driver {
     /// Called once per loop iteration after the events were handled: a driver that batches
     /// hand-offs passes them on here (one lock and one wake-up per batch).
     fn flush(&mut self) {}
+    /// True when connections were handed back without ringing the waker (they are collected
+    /// at the start of the next loop iteration).
+    fn has_returns(&self) -> bool {
+        false
+    }
+    /// The loop saw a handed-out connection's socket become readable (`true`), or got such a
+    /// connection back (`false`): see `mpm::event` for why a driver counts these.
+    fn handed_edge(&mut self, _seen: bool) {}
 }
 
 enum Entry {
@@ -226,9 +234,17 @@ impl Reactor {
                     return Ok(reason);
                 }
             }
+            if driver.has_returns() {
+                // Returned without a wake-up (event MPM): collect before sleeping.
+                self.on_returned(driver);
+            }
             let timeout = self.next_timeout();
             let mut events = std::mem::take(&mut self.events);
             self.poller.wait(&mut events, Some(timeout))?;
+            if driver.has_returns() {
+                // Before the events: a returned connection's next request may be among them.
+                self.on_returned(driver);
+            }
             for event in &events {
                 match event.token.0 {
                     SIGNAL_TOKEN => self.on_control(),
@@ -516,7 +532,12 @@ impl Reactor {
             }
             Entry::Parked { .. } => {}
             // The slot owns it and reads for itself; remember the edge for when it comes back.
-            Entry::Dispatched { readable } => *readable |= event.readable,
+            Entry::Dispatched { readable } => {
+                if event.readable && !*readable {
+                    *readable = true;
+                    driver.handed_edge(true);
+                }
+            }
             Entry::Writing { readable, .. } => {
                 *readable |= event.readable;
                 self.on_writable(token, driver);
@@ -773,6 +794,9 @@ impl Reactor {
                 self.entries.get(token),
                 Some(Entry::Dispatched { readable: true })
             );
+            if edge_seen {
+                driver.handed_edge(false);
+            }
             match conn {
                 Some(conn) if conn.has_pending_output() => {
                     self.start_writing(token, conn, edge_seen, driver)
