@@ -17,7 +17,7 @@ use crate::connection::{BodyAhead, ConnState, Connection, Readiness};
 use crate::control::{Control, StopReason};
 use crate::exchange::SlotContext;
 use crate::listener::{Listener, ACCEPT_BATCH};
-use crate::pending::Progress;
+use crate::pending::{Output, Progress};
 use crate::poller::{Event, Poller, Token, Trigger};
 use crate::scoreboard::now_ms;
 use crate::worker::WorkerShared;
@@ -76,9 +76,12 @@ enum Entry {
         deadline: Instant,
         kind: TimerKind,
     },
-    /// A slot owns the connection; `readable` records an event that arrived meanwhile.
+    /// A slot owns the connection; `readable` records an event that arrived meanwhile. With
+    /// the event MPM, `output` lets the loop write what the slot left pending whenever the
+    /// socket becomes writable, while the slot still produces the response.
     Dispatched {
         readable: bool,
+        output: Option<Arc<Output>>,
     },
     /// The loop finishes response output a slot left pending (`event` MPM), until `deadline`
     /// (the send timeout, renewed on progress); `readable` records a read event meanwhile.
@@ -410,7 +413,10 @@ impl Reactor {
             if let Entry::Parked { .. } = self.entries[token] {
                 let Entry::Parked { conn, .. } = std::mem::replace(
                     &mut self.entries[token],
-                    Entry::Dispatched { readable: false },
+                    Entry::Dispatched {
+                        readable: false,
+                        output: None,
+                    },
                 ) else {
                     unreachable!()
                 };
@@ -523,24 +529,38 @@ impl Reactor {
             // A writability edge alone (the loop watches writes too, event MPM) says nothing
             // to a connection that waits for bytes.
             Entry::Parked { .. } if event.readable => {
-                let Entry::Parked { conn, .. } =
-                    std::mem::replace(entry, Entry::Dispatched { readable: false })
-                else {
+                let Entry::Parked { conn, .. } = std::mem::replace(
+                    entry,
+                    Entry::Dispatched {
+                        readable: false,
+                        output: None,
+                    },
+                ) else {
                     unreachable!()
                 };
                 self.advance(token, conn, driver);
             }
             Entry::Parked { .. } => {}
             // The slot owns it and reads for itself; remember the edge for when it comes back.
-            Entry::Dispatched { readable } => {
+            Entry::Dispatched { readable, output } => {
                 if event.readable && !*readable {
                     *readable = true;
                     driver.handed_edge(true);
                 }
+                if let Some(output) = output {
+                    if event.writable || event.error {
+                        // Errors surface to the slot's own next write.
+                        let _ = output.write_some();
+                    }
+                }
             }
             Entry::Writing { readable, .. } => {
                 *readable |= event.readable;
-                self.on_writable(token, driver);
+                // A read event alone says nothing about room to write (and must not renew
+                // the send timeout of a client that sends but never reads).
+                if event.writable || event.error {
+                    self.on_writable(token, driver);
+                }
             }
             Entry::Vacant => {}
         }
@@ -557,19 +577,27 @@ impl Reactor {
         else {
             return;
         };
-        let fd = conn.fd();
-        match conn.pending.write_some(fd) {
+        let output = Arc::clone(conn.output());
+        let before = output.with(|pending| pending.written());
+        match output.write_some() {
             Ok(Progress::Blocked) => {
-                // The send timeout is per wait, as for a slot (mod_reqtimeout's semantics).
-                *deadline = Instant::now() + self.shared.config.send_timeout;
-                let deadline = *deadline;
-                self.note_deadline(deadline);
+                // The send timeout is per wait, as for a slot: renewed when the client took
+                // bytes, not by events that wrote nothing.
+                if output.with(|pending| pending.written()) > before {
+                    *deadline = Instant::now() + self.shared.config.send_timeout;
+                    let deadline = *deadline;
+                    self.note_deadline(deadline);
+                }
             }
             Ok(Progress::Done) => {
                 let readable = *readable;
-                let Entry::Writing { conn, .. } =
-                    std::mem::replace(&mut self.entries[token], Entry::Dispatched { readable })
-                else {
+                let Entry::Writing { conn, .. } = std::mem::replace(
+                    &mut self.entries[token],
+                    Entry::Dispatched {
+                        readable,
+                        output: None,
+                    },
+                ) else {
                     unreachable!()
                 };
                 if conn.close_after_write {
@@ -659,9 +687,13 @@ impl Reactor {
                         }
                     }
                     conn.state = ConnState::Dispatched;
+                    let output = self.loop_writes.then(|| Arc::clone(conn.output()));
                     match driver.dispatch(token, conn) {
                         Dispatch::Handed => {
-                            self.entries[token] = Entry::Dispatched { readable: false };
+                            self.entries[token] = Entry::Dispatched {
+                                readable: false,
+                                output,
+                            };
                             return;
                         }
                         Dispatch::Served(Some(kept)) if kept.has_pending_output() => {
@@ -792,7 +824,7 @@ impl Reactor {
         for (token, conn) in returned.drain(..) {
             let edge_seen = matches!(
                 self.entries.get(token),
-                Some(Entry::Dispatched { readable: true })
+                Some(Entry::Dispatched { readable: true, .. })
             );
             if edge_seen {
                 driver.handed_edge(false);
@@ -809,5 +841,7 @@ impl Reactor {
             }
         }
         self.returned = returned;
+        // Returns collected outside the event pass (before sleeping) may have dispatched.
+        driver.flush();
     }
 }

@@ -48,6 +48,9 @@ struct Shared {
     ready: Condvar,
     /// Requests queued and not yet taken by an app thread (read by the loop without a lock).
     queued: AtomicUsize,
+    /// App threads serving a request (for admission: the others take queued requests at
+    /// once).
+    busy: AtomicUsize,
     returned: Mutex<Returned>,
     /// Connections wait in `returned` (read by the loop without a lock each iteration).
     has_returns: AtomicBool,
@@ -76,7 +79,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Driver for Pool {
     fn dispatch(&mut self, token: usize, conn: Connection) -> Dispatch {
-        let waiting = self.shared.queued.load(Ordering::Relaxed) + self.batch.len();
+        // Requests that free app threads (not serving a request) are about to take are not
+        // waiting.
+        let free = self
+            .threads
+            .len()
+            .saturating_sub(self.shared.busy.load(Ordering::Relaxed));
+        let waiting =
+            (self.shared.queued.load(Ordering::Relaxed) + self.batch.len()).saturating_sub(free);
         if self.max_queued > 0 && waiting >= self.max_queued {
             return Dispatch::Refused(conn);
         }
@@ -141,6 +151,7 @@ fn app_thread(app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
                 let mut queue = lock(&pool.queue);
                 loop {
                     if let Some(job) = queue.jobs.pop_front() {
+                        pool.busy.fetch_add(1, Ordering::Relaxed);
                         pool.queued.fetch_sub(1, Ordering::Relaxed);
                         break Some(job);
                     }
@@ -175,12 +186,15 @@ fn app_thread(app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
             // The last return before this thread goes idle rings too, so that connections
             // returned during a burst start their keep-alive timers promptly.
             let idle_next = pool.queued.load(Ordering::Relaxed) == 0;
-            let ring = (urgent || edges > 0 || idle_next) && !back.rung;
-            back.rung |= ring;
-            drop(back);
-            if ring {
+            if (urgent || edges > 0 || idle_next) && !back.rung {
+                // Under the lock, so that `rung` always means the eventfd is set: `collect`
+                // resets it under the same lock (else a reset could land before this write
+                // and leave a set eventfd that nothing resets: a spinning loop).
+                back.rung = true;
                 pool.waker.wake();
             }
+            drop(back);
+            pool.busy.fetch_sub(1, Ordering::Relaxed);
         }
     });
 }
@@ -203,6 +217,7 @@ pub fn run(
         }),
         ready: Condvar::new(),
         queued: AtomicUsize::new(0),
+        busy: AtomicUsize::new(0),
         returned: Mutex::new(Returned {
             conns: Vec::new(),
             rung: false,
