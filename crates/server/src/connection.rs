@@ -97,8 +97,11 @@ pub struct Connection {
     /// the loop, which writes it as the client reads. Created by the loop at the first
     /// dispatch (event MPM only).
     pub(crate) output: Option<Arc<Output>>,
-    /// Close once `pending` is written (the response ended the connection).
+    /// Close once the output is written (the response ended the connection).
     pub(crate) close_after_write: bool,
+    /// The client may still be sending (its request body was not read to the end): close
+    /// with a lingering close, so its bytes do not make the kernel reset the connection.
+    pub(crate) unread_input: bool,
     /// When the loop started reading the current request's body ahead (`ReadingBody`).
     pub(crate) body_started: Option<Instant>,
 }
@@ -119,6 +122,7 @@ impl Connection {
             maybe_more: false,
             output: None,
             close_after_write: false,
+            unread_input: false,
             body_started: None,
         }
     }

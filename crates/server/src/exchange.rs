@@ -953,10 +953,13 @@ impl Exchange {
             let leftover = self.raw.clone();
             self.conn.next_request(leftover);
         }
+        let unread_input = !keep && !matches!(self.body, Body::Done);
         let Exchange { mut conn, ctx, .. } = self;
-        if !keep && conn.has_pending_output() {
-            // The loop writes the rest, then closes.
+        if !keep && (conn.has_pending_output() || unread_input) {
+            // The loop writes the rest (if any), then closes, lingering if the client may
+            // still be sending its body.
             conn.close_after_write = true;
+            conn.unread_input = unread_input;
             return (Some(conn), ctx);
         }
         (keep.then_some(conn), ctx)

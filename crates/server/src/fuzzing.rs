@@ -117,6 +117,9 @@ fn serve_until_closed(
                 let (kept, returned) = serve_connection(conn, ctx, &Echo, shared);
                 ctx = returned;
                 match kept {
+                    // The response ended the connection (the reactor would close it, lingering
+                    // when the body was not read).
+                    Some(next) if next.close_after_write => break,
                     Some(next) => conn = next,
                     None => break,
                 }

@@ -83,6 +83,16 @@ enum Entry {
         readable: bool,
         output: Option<Arc<Output>>,
     },
+    /// Lingering close (Apache's `lingering_close`): an error response was sent while the
+    /// client may still be sending (a refused head, an unread body). The write side is shut
+    /// and what arrives is read and dropped until EOF, `LINGER` or `LINGER_MAX_BYTES`, so
+    /// the kernel does not answer the client's bytes with a reset that destroys the response
+    /// before it is read.
+    Lingering {
+        conn: Connection,
+        deadline: Instant,
+        discarded: usize,
+    },
     /// The loop finishes response output a slot left pending (`event` MPM), until `deadline`
     /// (the send timeout, renewed on progress); `readable` records a read event meanwhile.
     Writing {
@@ -104,6 +114,12 @@ enum TimerKind {
     /// (extended at `body_min_rate`), then 408 and close.
     Body,
 }
+
+/// How long a lingering close waits for the client to stop sending (Apache: 2 s).
+const LINGER: Duration = Duration::from_secs(2);
+
+/// The most a lingering close reads and drops before it gives up and closes.
+const LINGER_MAX_BYTES: usize = 1 << 20;
 
 /// Spare read buffers kept for reuse: an idle connection gives its buffer back, so 10,000 idle
 /// keep-alive connections hold no read buffer, and a busy one reuses a buffer instead of
@@ -541,6 +557,7 @@ impl Reactor {
                 self.advance(token, conn, driver);
             }
             Entry::Parked { .. } => {}
+            Entry::Lingering { .. } => self.on_linger_readable(token),
             // The slot owns it and reads for itself; remember the edge for when it comes back.
             Entry::Dispatched { readable, output } => {
                 if event.readable && !*readable {
@@ -601,7 +618,7 @@ impl Reactor {
                     unreachable!()
                 };
                 if conn.close_after_write {
-                    return self.close(token);
+                    return self.close_after_response(token, conn);
                 }
                 if readable || !conn.drained() {
                     self.advance(token, conn, driver)
@@ -699,6 +716,9 @@ impl Reactor {
                         Dispatch::Served(Some(kept)) if kept.has_pending_output() => {
                             return self.start_writing(token, kept, false, driver)
                         }
+                        Dispatch::Served(Some(kept)) if kept.close_after_write => {
+                            return self.close_after_response(token, kept)
+                        }
                         // Served inline: any bytes that arrive from now on raise a new event.
                         Dispatch::Served(Some(kept)) if kept.drained() => {
                             return self.park(token, kept)
@@ -716,7 +736,7 @@ impl Reactor {
                                 &mut self.ctx.out,
                             );
                             crate::log::debug("max_queued_requests reached: 503");
-                            return self.close(token);
+                            return self.linger(token, refused);
                         }
                     }
                 }
@@ -724,8 +744,52 @@ impl Reactor {
                 Readiness::Closed => return self.close(token),
                 Readiness::Rejected(err) => {
                     reject(&mut conn, &err, &self.shared.config, &mut self.ctx);
-                    return self.close(token);
+                    return self.linger(token, conn);
                 }
+            }
+        }
+    }
+
+    /// Closes a connection whose response is complete: at once, or lingering when the client
+    /// may still be sending (its request body was not read).
+    fn close_after_response(&mut self, token: usize, conn: Connection) {
+        if conn.unread_input {
+            self.linger(token, conn)
+        } else {
+            self.close(token)
+        }
+    }
+
+    /// Starts a lingering close (see [`Entry::Lingering`]).
+    fn linger(&mut self, token: usize, mut conn: Connection) {
+        // SAFETY: shutdown on the connection's own open fd; a failure only means the peer is
+        // gone, which the reads below see.
+        unsafe { libc::shutdown(conn.fd(), libc::SHUT_WR) };
+        conn.buf = Vec::new();
+        let deadline = Instant::now() + LINGER;
+        self.note_deadline(deadline);
+        self.entries[token] = Entry::Lingering {
+            conn,
+            deadline,
+            discarded: 0,
+        };
+        self.on_linger_readable(token);
+    }
+
+    /// Reads and drops what a lingering connection's client sent; closes at EOF or the limit.
+    fn on_linger_readable(&mut self, token: usize) {
+        let Some(Entry::Lingering {
+            conn, discarded, ..
+        }) = self.entries.get_mut(token)
+        else {
+            return;
+        };
+        let mut sink = [0u8; 16 * 1024];
+        loop {
+            match crate::io::read_nonblocking(conn.fd(), &mut sink) {
+                Ok(None) => return,
+                Ok(Some(n)) if n > 0 && *discarded + n <= LINGER_MAX_BYTES => *discarded += n,
+                _ => return self.close(token),
             }
         }
     }
@@ -797,7 +861,9 @@ impl Reactor {
                     },
                 ),
                 // A client that stopped reading: nothing more can be said to it.
-                Entry::Writing { deadline, .. } => (*deadline, None),
+                Entry::Writing { deadline, .. } | Entry::Lingering { deadline, .. } => {
+                    (*deadline, None)
+                }
                 _ => continue,
             };
             if deadline > now {
@@ -812,6 +878,20 @@ impl Reactor {
                     &mut self.ctx.date,
                     &mut self.ctx.out,
                 );
+                if let Entry::Parked { conn, .. } =
+                    std::mem::replace(&mut self.entries[token], Entry::Vacant)
+                {
+                    // The client may still be sending (a slow head or body): linger.
+                    self.entries[token] = Entry::Dispatched {
+                        readable: false,
+                        output: None,
+                    };
+                    self.linger(token, conn);
+                    // The sweep sets `next_deadline` when it ends: count the new deadline in.
+                    let linger_until = Instant::now() + LINGER;
+                    next = Some(next.map_or(linger_until, |n| n.min(linger_until)));
+                    continue;
+                }
             }
             self.close(token);
         }
@@ -833,6 +913,7 @@ impl Reactor {
                 Some(conn) if conn.has_pending_output() => {
                     self.start_writing(token, conn, edge_seen, driver)
                 }
+                Some(conn) if conn.close_after_write => self.close_after_response(token, conn),
                 // Bytes that arrived while the slot had it raised an edge the poller could not
                 // act on: read before parking.
                 Some(conn) if conn.drained() && !edge_seen => self.park(token, conn),

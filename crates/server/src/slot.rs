@@ -34,7 +34,11 @@ pub(crate) fn serve_connection(
             return (None, ctx);
         };
         // Output left for the event loop must be written before the next response.
-        if next.has_pending_output() || next.is_idle() || shared.recycle_requested() {
+        if next.has_pending_output()
+            || next.close_after_write
+            || next.is_idle()
+            || shared.recycle_requested()
+        {
             return (Some(next), ctx);
         }
         // Pipelined bytes are buffered: serve the next request now if its head is complete.

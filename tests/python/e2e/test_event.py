@@ -779,3 +779,23 @@ def test_requests_idle_threads_take_at_once_never_count_as_queued(tines_server: 
         finally:
             close_all(socks)
 
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
+def test_an_error_response_reaches_a_client_still_sending_its_body(tines_server: Any, mpm: str) -> None:
+    """A 413 refused before the body is read, sent while the client is still uploading: the
+    server shuts its side and drains (lingering close) instead of closing with unread bytes,
+    which would make the kernel answer with a reset that can destroy the 413 before the
+    client reads it."""
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--max-body-size", "1048576")
+    body = b"x" * (8 << 20)
+    for _ in range(5):
+        with connect(server.port) as sock:
+            sock.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(body))
+            try:
+                sock.sendall(body)  # the server refuses it; it may stop reading meanwhile
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            response = Reader(sock).response()
+            assert response.status == 413
+            assert response.headers.get("connection") == "close"
