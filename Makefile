@@ -10,7 +10,7 @@ PORT   ?= 8000
 STAMP  := $(VENV)/.deps-stamp
 RUST_SOURCES := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
-.PHONY: all build serve test test-rust test-python typecheck bench fuzz fmt lint clean docs
+.PHONY: all build serve test test-rust test-python typecheck bench bench-full fuzz fmt lint clean docs
 
 all: build
 
@@ -38,6 +38,7 @@ test: build typecheck test-rust test-python
 
 typecheck: build
 	$(VENV)/bin/mypy --strict python/tines
+	cd benches && ../$(VENV)/bin/mypy --strict *.py apps/techempower.py
 
 test-rust:
 	cargo test --workspace --release --quiet
@@ -48,8 +49,17 @@ test-python: build
 docs: build
 	$(PY) tools/gen_settings_doc.py
 
+# The side-by-side suite (docs/benchmarks.md): about 15 minutes of both cores; it installs
+# wrk, nginx and the peers itself. BENCH_QUICK=1 for a 2-minute development run.
 bench: build
 	$(PY) benches/run.py
+
+# The whole matrix (hours) in the background, resumable: run it again to go on where it
+# stopped; progress in benches/results/tmp/full/run.log.
+bench-full: build
+	mkdir -p benches/results/tmp/full
+	nohup $(PY) benches/run.py --full >>benches/results/tmp/full/run.log 2>&1 </dev/null &
+	@echo "bench-full: running in the background; follow benches/results/tmp/full/run.log"
 
 # Each fuzz target for FUZZ_SECONDS (default 60) on nightly; the corpora are replayed by
 # `make test` on stable (crates/proto/tests/fuzz_corpus.rs).
