@@ -103,6 +103,7 @@ class CellSummary:
     cross_cpu_us: float | None = None  # server CPU µs/req under the cross-check tool
     load_cpu_us: float | None = None  # the primary load generator's own CPU µs/req
     cross_load_cpu_us: float | None = None
+    ignores_close: bool = False  # kept a connection open after a ``Connection: close`` request
 
 
 def summarise(server: str, runs: list[dict[str, Any]], planned: int) -> CellSummary:
@@ -127,6 +128,7 @@ def summarise(server: str, runs: list[dict[str, Any]], planned: int) -> CellSumm
         load_cpu_us=statistics.median(r.get("load_cpu_us_per_request", 0.0) for r in good),
         cross_load_cpu_us=(statistics.median(c.get("load_cpu_us_per_request", 0.0) for c in crosses)
                            if crosses else None),
+        ignores_close=any(r.get("honours_close") is False for r in good),
     )
 
 
@@ -142,8 +144,9 @@ class Best:
 
 def best_peer(rows: list[CellSummary]) -> Best:
     """The peer with the highest median req/s and the one with the lowest median CPU µs/req.
-    Tines rows and the machine's limit (nginx) are not peers."""
-    peers = [r for r in rows if is_peer(r.server) and r.rps and r.cpu_us]
+    Tines rows and the machine's limit (nginx) are not peers, and neither is a row whose
+    server kept connections open in a ``Connection: close`` scenario (not comparable)."""
+    peers = [r for r in rows if is_peer(r.server) and r.rps and r.cpu_us and not r.ignores_close]
     if not peers:
         return Best(None, None, None, None)
     fastest = max(peers, key=lambda r: r.rps.median if r.rps else 0.0)

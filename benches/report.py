@@ -125,6 +125,7 @@ def detail_rows(table: Table) -> list[list[str]]:
     for row in table.rows:
         label = row.server + (f" ({row.runs_ok}/{row.runs_planned} runs)"
                               if 0 < row.runs_ok < row.runs_planned else "")
+        label += " †" if row.ignores_close else ""
         if row.failed or not row.rps or not row.cpu_us:
             out.append([label, f"failed: {row.failed}"] + [""] * (len(DETAIL_HEAD) - 2))
             continue
@@ -151,6 +152,17 @@ def cross_rows(report: Report) -> list[list[str]]:
                         times(ratio(row.rps.median, row.cross_rps)), num(row.load_cpu_us, 1),
                         num(row.cross_load_cpu_us, 1)])
     return out
+
+
+IGNORES_CLOSE_NOTE = ("† kept the connection open after answering a `Connection: close` request "
+                      "(checked once per start): a load generator that follows the server's "
+                      "keep-alive decision, as wrk does, reused those connections, so the row's "
+                      "figures are not connection-per-request figures, and it is left out of "
+                      "the best-peer ratios.")
+
+
+def table_notes(table: Table) -> list[str]:
+    return [IGNORES_CLOSE_NOTE] if any(r.ignores_close for r in table.rows) else []
 
 
 def best_line(table: Table) -> str:
@@ -202,6 +214,7 @@ def markdown(report: Report) -> str:
     for table in report.tables:
         lines += [f"## {table.scenario.title} (`GET {table.url_path}`)", "", best_line(table), ""]
         lines += md_table([DETAIL_HEAD, *detail_rows(table)]) + [""]
+        lines += [note + "\n" for note in table_notes(table)]
     cross = cross_rows(report)
     if cross:
         lines += ["## Cross-check: the primary load generator against wrk", "",
@@ -312,6 +325,7 @@ def html_page(report: Report) -> str:
             parts.append('<div class="charts">' + svg_bars("requests/s", rps, "req/s")
                          + svg_bars("server CPU µs per request", cpu, "µs") + "</div>")
         parts.append(html_table([DETAIL_HEAD, *detail_rows(table)]))
+        parts += [f"<p>{e(note)}</p>" for note in table_notes(table)]
     cross = cross_rows(report)
     if cross:
         parts.append("<h2>Cross-check: the primary load generator against wrk</h2>")

@@ -30,8 +30,9 @@ from loadgen import (LOAD_CPU, Load, LoadFailed, Tool, run_load, tines_bench_ava
 from model import PLANS, Plan, Scenario, State, StateMismatch, cell_key, estimate_seconds, matrix
 from procfs import cpu_times, tree, tree_cpu_ticks, tree_peak_rss_kib
 from provision import ensure_peers, ensure_tools, machine_info, tool_path, versions
-from servers import (APPS, SERVER_CPU, Server, StartFailed, available_servers, display_command,
-                     free_port, start, stop, tines_binary)
+from servers import (APPS, SERVER_CPU, Server, StartFailed, available_servers,
+                     closes_after_close_request, display_command, free_port, start, stop,
+                     tines_binary)
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benches" / "results"
@@ -96,9 +97,12 @@ def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: T
     load = Load(url, scenario.connections, plan.duration_s, scenario.mode == "keep-alive",
                 scenario.pipeline)
     try:
+        honours_close = (closes_after_close_request(port, app.url_path)
+                         if scenario.mode == "close" else None)
         run_load(primary, Load(url, load.connections, plan.warmup_s, load.keepalive,
                                load.pipeline), log_path, workdir)
         result = {**base, **measured(primary, load, running.process.pid, log_path, workdir)}
+        result["honours_close"] = honours_close
         result["peak_rss_kib"] = tree_peak_rss_kib(running.process.pid)
         result["processes"] = len(tree(running.process.pid))
         result["load_average_1m"] = os.getloadavg()[0]

@@ -231,6 +231,24 @@ def http_status(port: int, path: str) -> int | None:
         return None
 
 
+def closes_after_close_request(port: int, path: str, timeout: float = 1.0) -> bool:
+    """True when the server closes the connection after answering a ``Connection: close``
+    request (RFC 9112 9.6), False when it keeps it open past ``timeout``. uWSGI's
+    ``--http11-socket`` keeps it open; wrk then reuses the connection, so its "close" run
+    measures keep-alive for that server."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+                      .encode())
+            while s.recv(65536):
+                pass
+        return True
+    except socket.timeout:
+        return False
+    except OSError:
+        return True  # reset: closed, if rudely
+
+
 def log_tail(log: Path) -> str:
     """The server log's last line mentioning an error (else its last line), shortened."""
     try:

@@ -400,3 +400,45 @@ def test_techempower_apps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert "<script>" not in page
     assert "\u30d5\u30ec\u30fc\u30e0\u30ef\u30fc\u30af" in page
     assert call(techempower.app, "/nope")[0] == "404 Not Found"
+
+
+def test_a_row_that_ignored_connection_close_is_marked() -> None:
+    hello = Scenario("hello", "close", 50)
+    runs = {"uwsgi": [{**run(30_000, 20.0), "honours_close": False}],
+            "granian-wsgi": [{**run(7_000, 60.0), "honours_close": True}]}
+    built = report.build(lambda sc, server: runs[server], [(hello, ["uwsgi", "granian-wsgi"])],
+                         {"hello": "/"}, model.PLANS["quick"],
+                         {"started": "x", "primary": "wrk", "cross": "none"}, {}, "T")
+    text = report.markdown(built)
+    assert "| uwsgi † | 30,000 |" in text and "| granian-wsgi | 7,000 |" in text
+    assert text.count("† kept the connection open") == 1
+    assert "Best peer: granian-wsgi by req/s (7,000)" in text  # uwsgi is left out
+
+
+@pytest.mark.parametrize("closes", [True, False])
+def test_close_probe_sees_whether_the_server_closes(closes: bool) -> None:
+    """A one-shot socket server on 127.0.0.1 that answers and then closes, or keeps the
+    connection open until the test ends."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK")
+        if not closes:
+            done.wait(5)
+        conn.close()
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        port = listener.getsockname()[1]
+        assert servers.closes_after_close_request(port, "/", timeout=0.3) is closes
+    finally:
+        done.set()
+        thread.join()
+        listener.close()
