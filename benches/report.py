@@ -280,7 +280,7 @@ def html_table(rows: list[list[str]]) -> str:
 CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}
-th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
+th,td{border:1px solid #ccc;padding:3px 7px;text-align:right;white-space:nowrap}
 th:first-child,td:first-child{text-align:left}
 .pass{color:#1a7f37;font-weight:bold}.fail{color:#c0392b;font-weight:bold}
 .not{color:#777;font-weight:bold}.charts{display:flex;flex-wrap:wrap;gap:1em}
