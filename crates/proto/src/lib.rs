@@ -5,12 +5,14 @@
 //! WSGI/ASGI app hands back, and encoding response heads. It must not do I/O,
 //! spawn threads, touch Python, or allocate on the hot path once its reusable
 //! buffers have grown. The server crate drives it from its connection state
-//! machine; tests drive it from byte strings.
+//! machine; tests drive it from byte strings. `client` reads response heads
+//! for the load generator (`tines bench`).
 //!
 //! Where HTTP allows a choice, the strict reading is taken: a request that one
 //! parser could read two ways is refused rather than guessed at.
 
 pub mod chunked;
+pub mod client;
 pub mod date;
 pub mod fuzzing;
 pub mod request;
