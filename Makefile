@@ -52,11 +52,13 @@ docs: build
 # The side-by-side suite (docs/benchmarks.md): about 15 minutes of both cores; it installs
 # wrk, nginx and the peers itself. BENCH_QUICK=1 for a 2-minute development run.
 bench: build
+	cargo build --release --quiet -p tines-loadgen --bin tines-bench
 	$(PY) benches/run.py
 
 # The whole matrix (hours) in the background, resumable: run it again to go on where it
 # stopped; progress in benches/results/tmp/full/run.log.
 bench-full: build
+	cargo build --release --quiet -p tines-loadgen --bin tines-bench
 	mkdir -p benches/results/tmp/full
 	nohup $(PY) benches/run.py --full >>benches/results/tmp/full/run.log 2>&1 </dev/null &
 	@echo "bench-full: running in the background; follow benches/results/tmp/full/run.log"

@@ -40,10 +40,11 @@ class Load:
 
 @dataclass(frozen=True)
 class Tool:
-    """A load generator: ``tines-bench`` or ``wrk``, and the executable to run."""
+    """A load generator: ``tines-bench`` or ``wrk``, and the command that runs it
+    (``tines bench`` through the CLI, the standalone ``tines-bench`` binary, or ``wrk``)."""
 
     name: str
-    executable: str
+    argv: tuple[str, ...]
 
 
 class LoadFailed(Exception):
@@ -56,7 +57,7 @@ def seconds(value: float) -> str:
 
 
 def tines_bench_command(tool: Tool, load: Load) -> list[str]:
-    command = [tool.executable, "bench", "-c", str(load.connections), "-t", "1",
+    command = [*tool.argv, "-c", str(load.connections), "-t", "1",
                "-d", seconds(load.duration_s), "--json"]
     if not load.keepalive:
         command.append("--no-keepalive")
@@ -85,7 +86,7 @@ def wrk_script(load: Load, workdir: Path) -> Path:
 
 
 def wrk_command(tool: Tool, load: Load, workdir: Path) -> list[str]:
-    command = [tool.executable, "-t1", f"-c{load.connections}", f"-d{seconds(load.duration_s)}",
+    command = [*tool.argv, "-t1", f"-c{load.connections}", f"-d{seconds(load.duration_s)}",
                "--latency", "-s", str(wrk_script(load, workdir))]
     if not load.keepalive:
         command += ["-H", "Connection: close"]
@@ -118,7 +119,8 @@ def from_tines_bench(document: dict[str, Any]) -> dict[str, Any]:
     return {"requests": int(document["requests"]), "ok": int(document["ok"]), "errors": errors,
             "requests_per_sec": float(document["requests_per_sec"]),
             "elapsed_s": float(document["elapsed_s"]), "bytes_read": int(document["bytes_read"]),
-            "latency_us": {k: float(document["latency_us"][k]) for k in LATENCY_FIELDS}}
+            "latency_us": {k: float(document["latency_us"][k]) for k in LATENCY_FIELDS},
+            "in_flight_at_end": int(document.get("in_flight_at_end", 0))}
 
 
 def parse_output(tool: Tool, stdout: str) -> dict[str, Any]:
@@ -165,13 +167,23 @@ def run_load(tool: Tool, load: Load, log: Path, workdir: Path) -> dict[str, Any]
     return fields
 
 
-def tines_bench_available(tines: Path) -> str | None:
-    """None when ``tines bench`` is in this build, else why it is not."""
+def answers_help(argv: list[str]) -> bool:
+    """True when ``argv --help`` exits 0 and documents ``--json``."""
     try:
-        result = subprocess.run([str(tines), "bench", "--help"], capture_output=True, text=True,
-                                timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"`tines bench --help` failed: {error}"
-    if result.returncode != 0 or "--json" not in result.stdout:
-        return "this build of Tines has no `tines bench` (`tines bench --help` fails)"
-    return None
+        result = subprocess.run([*argv, "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0 and "--json" in result.stdout
+
+
+def find_tines_bench(tines: Path, standalone: Path) -> tuple[tuple[str, ...] | None, str]:
+    """How to run tines bench: ``tines bench`` through the CLI when this build has it, else the
+    standalone ``tines-bench`` binary when it is built (the same engine), else None; and a note
+    saying which, or why neither."""
+    if answers_help([str(tines), "bench"]):
+        return (str(tines), "bench"), "tines bench"
+    if standalone.exists() and answers_help([str(standalone)]):
+        return (str(standalone),), (f"the standalone {standalone.name} binary (this build's CLI "
+                                    "has no `tines bench` yet)")
+    return None, ("this build of Tines has no `tines bench` (`tines bench --help` fails) and "
+                  f"no {standalone.name} binary is built")

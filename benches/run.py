@@ -25,7 +25,7 @@ from typing import Any, Callable, TypeVar
 # benches/ is sys.path[0] when this file runs as a script.
 import report as reporting
 from apps import fortunes_db
-from loadgen import (LOAD_CPU, Load, LoadFailed, Tool, run_load, tines_bench_available,
+from loadgen import (LOAD_CPU, Load, LoadFailed, Tool, find_tines_bench, run_load,
                      tines_bench_command, wrk_command)
 from model import PLANS, Plan, Scenario, State, StateMismatch, cell_key, estimate_seconds, matrix
 from procfs import cpu_times, tree, tree_cpu_ticks, tree_peak_rss_kib
@@ -38,6 +38,8 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benches" / "results"
 TMP = RESULTS / "tmp"
 FULL_STATE = TMP / "full" / "state.json"
+# The load generator's standalone build (crates/loadgen), used when the CLI has no `bench`.
+STANDALONE_BENCH = REPO / "target" / "release" / "tines-bench"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 BENCH_CPUS = [int(SERVER_CPU), int(LOAD_CPU)]
 T = TypeVar("T")
@@ -162,15 +164,14 @@ def keep(items: list[T], wanted: str | None, key: Callable[[T], str]) -> list[T]
 def choose_tools(choice: str) -> tuple[Tool, Tool | None, str]:
     """The primary load generator, the cross-check (wrk, unless wrk is the primary), and a
     note on the choice for the report."""
-    wrk = Tool("wrk", tool_path("wrk") or "wrk")
-    bench = Tool("tines-bench", str(tines_binary()))
-    missing = tines_bench_available(tines_binary())
-    if choice == "wrk" or (choice == "auto" and missing):
-        note = "primary wrk" + (f" ({missing})" if choice == "auto" else " (--load-tool wrk)")
+    wrk = Tool("wrk", (tool_path("wrk") or "wrk",))
+    argv, how = find_tines_bench(tines_binary(), STANDALONE_BENCH)
+    if choice == "wrk" or (choice == "auto" and argv is None):
+        note = "primary wrk" + (f" ({how})" if choice == "auto" else " (--load-tool wrk)")
         return wrk, None, note
-    if missing:
-        sys.exit(f"bench: --load-tool tines-bench: {missing}")
-    return bench, wrk, "primary tines bench, wrk as a cross-check"
+    if argv is None:
+        sys.exit(f"bench: --load-tool tines-bench: {how}")
+    return Tool("tines-bench", argv), wrk, f"primary {how}, wrk as a cross-check"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,15 +283,17 @@ def command_lines(servers: list[Server], cells: list[tuple[Scenario, list[str]]]
             if server.apps is None or app in server.apps:
                 out.append(f"{server.name}, {app}: `{display_command(server, APPS[app])}`")
     sample = Load("URL", 50, plan.duration_s, True)
-    bench = Tool("tines-bench", "tines")
+    bench = Tool("tines-bench", ("tines", "bench"))
     out.append("load (tines bench): `" + " ".join(tines_bench_command(bench, sample))
                + "` (+ `--no-keepalive`, `--pipeline 16`, `-c 1000` per scenario)")
-    out.append("load (wrk): `" + " ".join(wrk_command(Tool("wrk", "wrk"), sample, TMP))
+    out.append("load (wrk): `" + " ".join(wrk_command(Tool("wrk", ("wrk",)), sample, TMP))
                .replace(str(REPO) + "/", "")
                + "` (+ `-H 'Connection: close'`; pipelined: a generated copy of the script "
                  "with a request() hook)")
     if primary.name == "wrk":
         out.append("tines bench was not used: not in this build")
+    elif primary.argv[-1] != "bench":
+        out.append(f"tines bench ran as `{' '.join(primary.argv)}`".replace(str(REPO) + "/", ""))
     return out
 
 

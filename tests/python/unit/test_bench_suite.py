@@ -223,7 +223,7 @@ LOAD = loadgen.Load("http://127.0.0.1:9/x", 1000, 5, keepalive=False)
 
 
 def test_tines_bench_command() -> None:
-    tool = loadgen.Tool("tines-bench", "tines")
+    tool = loadgen.Tool("tines-bench", ("tines", "bench"))
     assert loadgen.tines_bench_command(tool, LOAD) == [
         "tines", "bench", "-c", "1000", "-t", "1", "-d", "5s", "--json", "--no-keepalive",
         "http://127.0.0.1:9/x"]
@@ -233,7 +233,7 @@ def test_tines_bench_command() -> None:
 
 
 def test_wrk_command_and_pipeline_script(tmp_path: Path) -> None:
-    tool = loadgen.Tool("wrk", "wrk")
+    tool = loadgen.Tool("wrk", ("wrk",))
     assert loadgen.wrk_command(tool, LOAD, tmp_path) == [
         "wrk", "-t1", "-c1000", "-d5s", "--latency", "-s", str(loadgen.WRK_REPORT),
         "-H", "Connection: close", "http://127.0.0.1:9/x"]
@@ -251,7 +251,7 @@ WRK_JSON = {"requests": 1000, "duration_us": 2_000_000, "bytes": 64000,
 
 
 def test_wrk_report_maps_onto_tines_bench_fields() -> None:
-    fields = loadgen.parse_output(loadgen.Tool("wrk", "wrk"),
+    fields = loadgen.parse_output(loadgen.Tool("wrk", ("wrk",)),
                                   "Running 2s test\nBENCH-JSON " + json.dumps(WRK_JSON) + "\n")
     assert fields["requests"] == 1000 and fields["ok"] == 995
     assert fields["errors"] == {"connect": 1, "reset": 5, "timeout": 4, "status": 5, "parse": 0,
@@ -259,7 +259,7 @@ def test_wrk_report_maps_onto_tines_bench_fields() -> None:
     assert fields["requests_per_sec"] == 500.0 and fields["elapsed_s"] == 2.0
     assert fields["latency_us"]["p99_9"] == 8000.0
     with pytest.raises(loadgen.LoadFailed):
-        loadgen.parse_output(loadgen.Tool("wrk", "wrk"), "unable to connect\n")
+        loadgen.parse_output(loadgen.Tool("wrk", ("wrk",)), "unable to connect\n")
 
 
 def test_tines_bench_json_is_read_by_schema() -> None:
@@ -268,7 +268,8 @@ def test_tines_bench_json_is_read_by_schema() -> None:
                            "total": 1},
                 "requests_per_sec": 5.0, "elapsed_s": 2.0, "bytes_read": 100,
                 "latency_us": {k: 1.0 for k in loadgen.LATENCY_FIELDS}, "timeline": []}
-    fields = loadgen.parse_output(loadgen.Tool("tines-bench", "tines"), json.dumps(document))
+    tool = loadgen.Tool("tines-bench", ("tines", "bench"))
+    fields = loadgen.parse_output(tool, json.dumps(document))
     assert fields["ok"] == 9 and fields["errors"]["total"] == 1 and fields["bytes_read"] == 100
     with pytest.raises(loadgen.LoadFailed, match="schema"):
         loadgen.from_tines_bench({**document, "schema": 2})
