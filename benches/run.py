@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     lock = (workdir / "lock").open("w")
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if not args.report_only:  # rendering a report while a run goes on is fine
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         sys.stderr.write(f"bench: another run is using {state_path}\n")
         return 2
