@@ -24,6 +24,10 @@ def run_worker(
     life_fd: int | None = None,
 ) -> str: ...
 
+def bench(argv: list[str]) -> int:
+    """Run ``tines bench`` (the Rust load generator) with ``argv``, GIL released; the exit status."""
+    ...
+
 class FileWrapper:
     """``wsgi.file_wrapper``: sent with sendfile when the object is a regular file."""
 

@@ -1,11 +1,13 @@
 """The ``tines`` command: argument parsing generated from the settings registry.
 
-Owns: the subcommands (``serve``, ``check-config``), turning argv into a ``Config`` through
+Owns: the subcommands (``serve``, ``check-config``, ``bench``), turning argv into a ``Config`` through
 ``tines.config.load``, and the exit-status contract: 0 on success, 2 with exactly one line
 ``tines: error: <message>`` on stderr for a usage, config or app-loading error.
 
 Must not: declare settings (they come from ``tines.config.SETTINGS``) or run the server itself
-(``tines.arbiter`` does, imported only when ``serve`` runs).
+(``tines.arbiter`` does, imported only when ``serve`` runs). ``bench`` is the exception to the
+registry: its flags belong to the Rust load generator, so its argv goes to ``tines._core.bench``
+untouched.
 """
 
 from __future__ import annotations
@@ -96,7 +98,23 @@ def build_parser() -> ArgumentParser:
     check.add_argument("app", nargs="?", metavar="APP", default=argparse.SUPPRESS,
                        help=f"the WSGI app: {APP_FORMS}")
     _add_settings(check)
+
+    # Listed for --help only: main() hands `bench` argv to Rust before argparse sees it.
+    commands.add_parser(
+        "bench", help="load-test an HTTP server (wrk/ab-style; tines bench --help for its flags)",
+        add_help=False,
+        description="The load generator: closed loop (-c, -n, -d) or open loop (-R), "
+                    "text, --json or --html results. Its flags are its own: tines bench --help.")
     return parser
+
+
+def bench(argv: Sequence[str]) -> int:
+    """``tines bench``: run the Rust load generator in-process (GIL released); its exit status."""
+    from tines import _core
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return int(_core.bench(list(argv)))
 
 
 def _unknown_message(unknown: list[str]) -> str:
@@ -133,12 +151,15 @@ def serve(cfg: Config) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``tines`` and ``python -m tines``; returns the exit status."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["bench"]:
+        return bench(words[1:])
     parser = build_parser()
-    arguments, unknown = parser.parse_known_args(argv)
+    arguments, unknown = parser.parse_known_args(words)
     if unknown:
         parser.error(_unknown_message(unknown))
     if arguments.command is None:
-        parser.error("missing COMMAND (serve or check-config); see tines --help")
+        parser.error("missing COMMAND (serve, check-config or bench); see tines --help")
     try:
         cfg = load(arguments)
         if arguments.command == "check-config":

@@ -1,11 +1,13 @@
 //! `tines._core`: the only crate that touches Python.
 //!
-//! It exposes the scoreboard to the master, the worker entry point (`run_worker`), and the
-//! WSGI layer: environ, `wsgi.input`, `start_response`, `wsgi.file_wrapper`. Everything below
+//! It exposes the scoreboard to the master, the worker entry point (`run_worker`), the load
+//! generator (`bench`, crates/loadgen), and the WSGI layer: environ, `wsgi.input`,
+//! `start_response`, `wsgi.file_wrapper`. Everything below
 //! it (`tines-server`, `tines-proto`) knows nothing of Python; the GIL is taken only here.
 
 use pyo3::prelude::*;
 
+mod bench;
 mod forwarded;
 mod scoreboard;
 mod settings;
@@ -21,5 +23,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wsgi::input::Input>()?;
     m.add_class::<wsgi::start_response::StartResponse>()?;
     m.add_function(wrap_pyfunction!(worker::run_worker, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::bench, m)?)?;
     Ok(())
 }

@@ -1,0 +1,126 @@
+"""``tines bench`` (the Rust load generator, run in-process) against a real ``tines serve``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import APPS, ROOT, Server, wait_until
+
+
+def bench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(APPS))
+    return subprocess.run([sys.executable, "-m", "tines", "bench", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+
+
+def access_lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_completed_requests_equal_the_access_log(tines_server: Callable[..., Server], tmp_path: Path) -> None:
+    log = tmp_path / "access.log"
+    server = tines_server("hello_pid:app", "-w", "2", "--access-log", str(log))
+    result = bench("-c", "4", "-t", "2", "-n", "300", "--json", server.url + "/")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["schema"] == 1 and report["tool"] == "tines bench"
+    assert report["requests"] == 300 and report["ok"] == 300
+    assert report["errors"]["total"] == 0 and report["in_flight_at_end"] == 0
+    assert report["status_counts"] == {"200": 300}
+    for key in ("min", "mean", "stdev", "max", "p50", "p75", "p90", "p99", "p99_9", "p99_99"):
+        assert key in report["latency_us"] and key in report["connect_us"] and key in report["first_byte_us"]
+    assert report["latency_us"]["min"] <= report["latency_us"]["p50"] <= report["latency_us"]["max"]
+    # The server's own count: one access-log line per completed response.
+    wait_until(lambda: access_lines(log) >= 300, what="300 access-log lines")
+    assert access_lines(log) == 300
+
+
+def test_open_loop_rate_within_5_percent(tines_server: Callable[..., Server]) -> None:
+    server = tines_server("hello_pid:app", "-w", "1")
+    result = bench("-R", "50", "-d", "2s", "-c", "4", "-t", "1", "--json", server.url + "/")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    achieved = report["requests"] / report["elapsed_s"]
+    assert abs(achieved - 50) <= 2.5, report
+    assert report["config"]["rate"] == 50
+
+
+def test_text_summary_and_html(tines_server: Callable[..., Server], tmp_path: Path) -> None:
+    server = tines_server("hello_pid:app", "-w", "1")
+    page = tmp_path / "report.html"
+    result = bench("-c", "2", "-n", "50", "--html", str(page), server.url + "/")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # no progress line without a terminal
+    for label in ("Requests completed:  50", "Requests per second:", "Connection times (ms)", "99.99%", "200: 50"):
+        assert label in result.stdout, result.stdout
+    html = page.read_text()
+    assert "<script src" not in html and '"requests":50' in html
+
+
+def test_ctrl_c_prints_results_so_far_and_restores_pythons_handler(
+        tines_server: Callable[..., Server], tmp_path: Path) -> None:
+    log = tmp_path / "access.log"
+    server = tines_server("hello_pid:app", "-w", "1", "--access-log", str(log))
+    script = textwrap.dedent(f"""
+        import signal, sys
+        from tines.cli import main
+        code = main(["bench", "-c", "2", "-t", "1", "-d", "60s", "{server.url}/"])
+        print("exit", code, flush=True)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            print("python handler back", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, stdin=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: access_lines(log) >= 20, what="the run to be under way")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "interrupted (Ctrl-C)" in out
+    assert "exit 0" in out and "python handler back" in out
+
+
+def assert_usage_error(result: subprocess.CompletedProcess[str], fragment: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("tines bench: error: ") and fragment in result.stderr, result.stderr
+
+
+def test_bad_url_scheme_host_and_flags_exit_2() -> None:
+    assert_usage_error(bench("127.0.0.1:8000/"), "bad URL")
+    assert_usage_error(bench("https://127.0.0.1/"), "TLS is not built")
+    assert_usage_error(bench("http://no-such-host.invalid/"), "cannot resolve host")
+    assert_usage_error(bench("-c", "many", "http://127.0.0.1:1/"), "--connections")
+
+
+def test_all_requests_failing_exits_1_with_the_reason() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = bench("-c", "1", "-n", "5", f"http://127.0.0.1:{port}/")
+    assert result.returncode == 1
+    assert "every request failed" in result.stderr and "connect" in result.stderr
+
+
+def test_help_shows_the_bench_flags() -> None:
+    result = bench("--help")
+    assert result.returncode == 0
+    for flag in ("--connections", "--rate", "--warmup", "--json", "--html", "--no-keepalive"):
+        assert flag in result.stdout
+    top = subprocess.run([sys.executable, "-m", "tines", "--help"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=60)
+    assert "bench" in top.stdout
