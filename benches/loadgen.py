@@ -114,6 +114,8 @@ def from_tines_bench(document: dict[str, Any]) -> dict[str, Any]:
     """The fields the suite uses from a ``tines bench --json`` document (schema 1)."""
     if document.get("schema") != 1:
         raise LoadFailed(f"tines bench --json: unknown schema {document.get('schema')!r}")
+    if document.get("interrupted"):
+        raise LoadFailed("tines bench was interrupted: its figures cover part of the run")
     errors = {k: int(document["errors"][k]) for k in ERROR_FIELDS}
     errors["total"] = int(document["errors"].get("total", sum(errors.values())))
     return {"requests": int(document["requests"]), "ok": int(document["ok"]), "errors": errors,

@@ -17,6 +17,7 @@ import argparse
 import fcntl
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -43,6 +44,14 @@ STANDALONE_BENCH = REPO / "target" / "release" / "tines-bench"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 BENCH_CPUS = [int(SERVER_CPU), int(LOAD_CPU)]
 T = TypeVar("T")
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it."""
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
 
 
 def log(message: str) -> None:
@@ -226,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"bench: {error}\n")
         return 2
     if state.resumed:
-        log(f"resuming {state_path.relative_to(REPO)}: {len(state.cells)} measurement(s) "
+        log(f"resuming {shown(state_path)}: {len(state.cells)} measurement(s) "
             "already done")
         if state.meta.get("versions") != meta["versions"]:
             log("versions differ from the run being resumed; the report lists both")
@@ -241,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         total = plan.runs * sum(len(names) for _, names in cells)
         log(f"{plan.kind} plan, {tools_note}: {len(todo)} of {total} measurements to take, "
             f"about {estimate_seconds(plan, cells) * len(todo) / max(total, 1) / 60:.0f} min; "
-            f"logs and state in {workdir.relative_to(REPO)}")
+            f"logs and state in {shown(workdir)}")
         for index, (run, scenario, server) in enumerate(todo, 1):
             result = measure(server, scenario, run, plan, primary, cross, workdir, fortunes)
             state.record(cell_key(server.name, scenario, run), result)
@@ -267,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         {"schema": "tines-bench-suite/1", "plan": plan.as_dict(), "meta": meta_out,
          "skipped": skipped, "cells": state.cells}, indent=1) + "\n")
     print(markdown)
-    log(f"wrote {base.relative_to(REPO)}.{{md,html,json}}")
+    log(f"wrote {shown(base)}.{{md,html,json}}")
     return 0
 
 
@@ -308,5 +317,17 @@ def raise_nofile() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def interrupted(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    # SIGTERM (a stopped session, `kill`) unwinds like Ctrl-C, so the server being measured is
+    # stopped and the state file keeps every finished measurement.
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.stderr.write("bench: interrupted; finished measurements are kept in the state file: "
+                         "run the same command (with the same --state, or --full) to resume\n")
+        sys.exit(130)

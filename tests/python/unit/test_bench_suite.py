@@ -273,6 +273,8 @@ def test_tines_bench_json_is_read_by_schema() -> None:
     assert fields["ok"] == 9 and fields["errors"]["total"] == 1 and fields["bytes_read"] == 100
     with pytest.raises(loadgen.LoadFailed, match="schema"):
         loadgen.from_tines_bench({**document, "schema": 2})
+    with pytest.raises(loadgen.LoadFailed, match="interrupted"):
+        loadgen.from_tines_bench({**document, "interrupted": True})
 
 
 # --------------------------------------------------------------------------- servers
