@@ -138,14 +138,13 @@ def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: T
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    kind = parser.add_mutually_exclusive_group()
-    kind.add_argument("--quick", action="store_true",
-                      default=os.environ.get("BENCH_QUICK") == "1",
-                      help="one 2 s run per cell, report in benches/results/tmp/ "
-                           "(env BENCH_QUICK=1)")
-    kind.add_argument("--full", action="store_true",
-                      help="the whole matrix (hours), resumable from "
-                           "benches/results/tmp/full/state.json")
+    parser.add_argument("--quick", action="store_true",
+                        default=os.environ.get("BENCH_QUICK") == "1",
+                        help="one 2 s run per cell, report in benches/results/tmp/ "
+                             "(env BENCH_QUICK=1); with --full, the full matrix that way")
+    parser.add_argument("--full", action="store_true",
+                        help="the whole matrix (hours), resumable from "
+                             "benches/results/tmp/full/state.json")
     parser.add_argument("--state", type=Path,
                         help="state file to write and resume from (default: a new one per run; "
                              "--full: benches/results/tmp/full/state.json)")
@@ -189,10 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y-%m-%d-%H%M")
     if args.state:
         state_path = args.state.resolve()
-    elif args.full:
+    elif args.full and not args.quick:
         state_path = FULL_STATE
     else:
-        state_path = TMP / f"{plan.kind}-{stamp}" / "state.json"
+        state_path = TMP / f"{plan.kind}{'-full' if args.full else ''}-{stamp}" / "state.json"
     if args.fresh and not args.report_only:
         state_path.unlink(missing_ok=True)
     if args.report_only and not state_path.exists():
@@ -217,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, reason in skipped.items():
         log(f"skipping {name}: {reason}")
     serves = {s.name: s.apps for s in servers}
-    cells = matrix(plan.kind, [s.name for s in servers], serves)
+    cells = matrix("full" if args.full else "standard", [s.name for s in servers], serves)
     cells = [(sc, names) for sc, names in cells
              if (not args.apps or sc.app in args.apps.split(","))
              and (not args.modes or sc.mode in args.modes.split(","))
@@ -263,11 +262,11 @@ def main(argv: list[str] | None = None) -> int:
 
     meta_out = {**state.meta, "commands": command_lines(servers, cells, plan, primary)}
     url_paths = {name: app.url_path for name, app in APPS.items()}
-    title = f"Benchmark {state.meta['started']}" + (" (full matrix)" if plan.kind == "full" else "")
+    title = f"Benchmark {state.meta['started']}" + (" (full matrix)" if args.full else "")
     rendered = reporting.build(state.runs, cells, url_paths, plan, meta_out, skipped, title)
     out_dir = TMP if plan.kind == "quick" or args.servers or args.apps or args.modes \
         or args.connections else RESULTS
-    prefix = "full-" if plan.kind == "full" else ("quick-" if plan.kind == "quick" else "")
+    prefix = ("quick-" if plan.kind == "quick" else "") + ("full-" if args.full else "")
     base = out_dir / f"{prefix}{state.meta['started']}"
     markdown = reporting.markdown(rendered)
     base.with_suffix(".md").write_text(markdown)
