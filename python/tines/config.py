@@ -352,10 +352,14 @@ _REGISTRY = (
     # Workers
     Setting("workers", "Workers", "Number of worker processes.",
             positive_int, _default_workers, ("-w", "--workers"), "N", default_text="2 x CPU cores"),
-    Setting("mpm", "Workers", "How a worker runs requests: `prefork` (one at a time, on the worker's only thread) or `thread` (on a pool of app threads, see `threads`). See docs/mpm.md.",
-            text, "prefork", ("--mpm",), choices=("prefork", "thread"), worker=True),
-    Setting("threads", "Workers", "App threads per worker with the `thread` MPM (ignored by `prefork`).",
-            positive_int, 1, ("--threads",), "N", worker=True),
+    Setting("mpm", "Workers", "How a worker runs requests: `prefork` (one at a time, on the worker's only thread), `thread` (on a pool of app threads, see `threads`) or `event` (one loop thread owns every socket and finishes slow writes; app threads only run the app). See docs/mpm.md.",
+            text, "prefork", ("--mpm",), choices=("prefork", "thread", "event"), worker=True),
+    Setting("threads", "Workers", "App threads per worker with the `thread` and `event` MPMs (ignored by `prefork`). With `event`, 0 runs the app on the loop thread itself (no hand-off; for apps that return quickly).",
+            non_negative_int, 1, ("--threads",), "N", worker=True),
+    Setting("max_connections", "Workers", "Most client connections one worker holds open (idle keep-alive ones included); above it the worker stops accepting until one closes, and the other workers take the new ones.",
+            positive_int, 10000, ("--max-connections",), "N", worker=True),
+    Setting("max_queued_requests", "Workers", "`event` MPM: complete requests waiting for an app thread beyond which a new request is answered 503 with `Retry-After` at once (idle connections never count); 0 means no limit.",
+            non_negative_int, 1024, ("--max-queued-requests",), "N", worker=True),
     Setting("max_requests", "Workers", "Recycle a worker gracefully after it has served this many requests; 0 never recycles.",
             non_negative_int, 0, ("--max-requests",), "N", worker=True),
     Setting("max_requests_jitter", "Workers", "Add a random 0..N to each worker's `max_requests`, so workers do not all recycle at once.",
@@ -395,6 +399,10 @@ _REGISTRY = (
             positive_int, 32768, ("--max-head-size",), "BYTES", worker=True),
     Setting("max_body_size", "Limits", "Largest request body, in bytes: a larger Content-Length gets 413 before the app runs, and a chunked body that grows past it fails the read (413). 0 means no limit. Bodies stream through `wsgi.input`, so this bounds what one request may send, not memory.",
             non_negative_int, 104857600, ("--max-body-size",), "BYTES", worker=True, default_text="104857600 (100 MiB)"),
+    Setting("max_request_buffer", "Limits", "`event` MPM: a request body with a Content-Length up to this many bytes is read by the loop thread before the app runs, so a slow upload holds no app thread; larger bodies (and chunked ones, and `Expect: 100-continue`) stream through `wsgi.input` on the app thread. 0 turns reading ahead off.",
+            non_negative_int, 65536, ("--max-request-buffer",), "BYTES", worker=True),
+    Setting("max_response_buffer", "Limits", "`event` MPM: response bytes an app thread may leave for the loop thread to write when the client reads slowly, so a slow reader holds no app thread; a larger streamed body waits for the client on the app thread. Files (`wsgi.file_wrapper`) are always finished by the loop.",
+            non_negative_int, 1048576, ("--max-response-buffer",), "BYTES", worker=True, default_text="1048576 (1 MiB)"),
     Setting("max_body_drain", "Limits", "Request body the app did not read is drained up to this many bytes to keep the connection; beyond it the connection is closed.",
             non_negative_int, 65536, ("--max-body-drain",), "BYTES", worker=True),
     # Logging
@@ -548,6 +556,9 @@ def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
             values[setting.name] = setting.default_value()
             sources[setting.name] = "default"
     ordered = {name: values[name] for name in SETTINGS}
+    if ordered["threads"] == 0 and ordered["mpm"] != "event":
+        raise ConfigError(f"threads 0 (the app on the loop thread) needs mpm event, "
+                          f"got mpm {ordered['mpm']} ({sources['threads']})")
     return Config(ordered, {name: sources[name] for name in SETTINGS}, config_path)
 
 
@@ -613,7 +624,8 @@ EQUIVALENTS: tuple[tuple[str, str, str], ...] = (
     ("Apache", "`Listen`", "`bind`"),
     ("Apache", "`StartServers`, `MaxRequestWorkers` (prefork)", "`workers` (fixed: no spare-server scaling)"),
     ("Apache", "`MinSpareServers`, `MaxSpareServers`", "none: the worker count is fixed"),
-    ("Apache", "`ThreadsPerChild` (worker/event)", "`threads` with `mpm = \"thread\"`"),
+    ("Apache", "`ThreadsPerChild` (worker/event)", "`threads` with `mpm = \"thread\"` or `\"event\"`"),
+    ("Apache", "`AsyncRequestWorkerFactor` (event)", "`max_connections`, `max_queued_requests`"),
     ("Apache", "`MaxConnectionsPerChild`", "`max_requests` (counts requests, not connections)"),
     ("Apache", "`KeepAliveTimeout`", "`keepalive_timeout`"),
     ("Apache", "`KeepAlive Off`", "`keepalive_timeout = 0`"),

@@ -118,8 +118,11 @@ enum State {
     SizeSpace { size: u64 },
     /// Inside the extensions, up to CR.
     Extension { size: u64 },
-    /// Saw the CR ending the size line.
+    /// Saw the CR ending the size line (after the size or its whitespace).
     SizeLf { size: u64 },
+    /// Saw the CR ending the size line after an extension: anything but LF
+    /// means the CR was a bare CR inside the extension.
+    ExtensionLf { size: u64 },
     /// Inside chunk data.
     Data { remaining: u64 },
     /// Expecting the CR after chunk data.
@@ -231,14 +234,19 @@ impl ChunkedDecoder {
             (State::SizeSpace { size }, b' ' | b'\t') => State::SizeSpace { size },
             (State::SizeSpace { size }, b';') => self.extension_byte(size)?,
             (State::SizeSpace { .. }, _) => return Err(InvalidChunkSize),
-            (State::Extension { size }, b'\r') => State::SizeLf { size },
+            (State::Extension { size }, b'\r') => State::ExtensionLf { size },
             (State::Extension { size }, _) if is_field_value_byte(byte) => {
                 self.extension_byte(size)?
             }
             (State::Extension { .. }, _) => return Err(InvalidChunkExtension),
-            (State::SizeLf { size: 0 }, b'\n') => State::TrailerLineStart,
-            (State::SizeLf { size }, b'\n') => State::Data { remaining: size },
+            (State::SizeLf { size: 0 } | State::ExtensionLf { size: 0 }, b'\n') => {
+                State::TrailerLineStart
+            }
+            (State::SizeLf { size } | State::ExtensionLf { size }, b'\n') => {
+                State::Data { remaining: size }
+            }
             (State::SizeLf { .. }, _) => return Err(InvalidChunkSize),
+            (State::ExtensionLf { .. }, _) => return Err(InvalidChunkExtension),
             (State::DataCr, b'\r') => State::DataLf,
             (State::DataLf, b'\n') => State::SizeStart,
             (State::DataCr | State::DataLf, _) => return Err(MissingChunkTerminator),

@@ -180,6 +180,18 @@ pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 /// errors found before the app runs. `date` is an IMF-fixdate (`DateCache`);
 /// an empty `server` leaves the Server field out.
 pub fn encode_error_response(out: &mut Vec<u8>, code: u16, date: &[u8], server: &[u8]) {
+    encode_error_response_with(out, code, date, server, &[]);
+}
+
+/// [`encode_error_response`] with `extra` header fields (such as `Retry-After` on a 503),
+/// which the caller guarantees are valid field lines.
+pub fn encode_error_response_with(
+    out: &mut Vec<u8>,
+    code: u16,
+    date: &[u8],
+    server: &[u8],
+    extra: &[(&[u8], &[u8])],
+) {
     let reason = reason_phrase(code).as_bytes();
     let mut code_text = itoa::Buffer::new();
     let code_text = code_text.format(code).as_bytes();
@@ -196,6 +208,9 @@ pub fn encode_error_response(out: &mut Vec<u8>, code: u16, date: &[u8], server: 
         encode_header(out, b"Server", server);
     }
     encode_header(out, b"Connection", b"close");
+    for (name, value) in extra {
+        encode_header(out, name, value);
+    }
     encode_header(out, b"Content-Type", b"text/plain; charset=utf-8");
     encode_header(
         out,

@@ -139,21 +139,35 @@ fn corpus_dir() -> PathBuf {
 }
 
 /// The `.http` cases of one corpus folder, sorted, with their `.expect` text.
-fn cases(kind: &str) -> Vec<(String, Vec<u8>, String)> {
+/// A `.http` without a readable `.expect`, or an `.expect` without its `.http`,
+/// is written to `report` instead of stopping the run.
+fn cases(kind: &str, report: &mut String) -> Vec<(String, Vec<u8>, String)> {
     let dir = corpus_dir().join(kind);
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
+    let files: Vec<String> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let mut names: Vec<String> = files
+        .iter()
         .filter_map(|name| name.strip_suffix(".http").map(str::to_owned))
         .collect();
     names.sort();
+    for orphan in files.iter().filter_map(|f| f.strip_suffix(".expect")) {
+        if !names.iter().any(|name| name == orphan) {
+            writeln!(report, "{kind}/{orphan}.expect: no {orphan}.http beside it").unwrap();
+        }
+    }
     names
         .into_iter()
-        .map(|name| {
+        .filter_map(|name| {
             let raw = std::fs::read(dir.join(format!("{name}.http"))).unwrap();
-            let expect = std::fs::read_to_string(dir.join(format!("{name}.expect")))
-                .unwrap_or_else(|e| panic!("{kind}/{name}.expect: {e}"));
-            (name, raw, expect)
+            match std::fs::read_to_string(dir.join(format!("{name}.expect"))) {
+                Ok(expect) => Some((name, raw, expect)),
+                Err(e) => {
+                    writeln!(report, "{kind}/{name}.expect: {e}").unwrap();
+                    None
+                }
+            }
         })
         .collect()
 }
@@ -176,23 +190,40 @@ fn sections(expect: &str) -> Vec<Vec<(&str, &str)>> {
     out
 }
 
-fn hex(text: &str) -> Vec<u8> {
+fn hex(text: &str) -> Result<Vec<u8>, String> {
     let pairs = text.as_bytes().chunks_exact(2);
-    assert!(pairs.remainder().is_empty(), "odd hex {text:?}");
+    if !pairs.remainder().is_empty() {
+        return Err(format!("odd hex {text:?}"));
+    }
     pairs
-        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).unwrap())
+        .map(|pair| {
+            std::str::from_utf8(pair)
+                .ok()
+                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                .ok_or_else(|| format!("bad hex {text:?}"))
+        })
         .collect()
 }
 
-fn yes(value: &str) -> bool {
+fn yes(value: &str) -> Result<bool, String> {
     match value {
-        "yes" => true,
-        "no" => false,
-        other => panic!("expected yes or no, got {other:?}"),
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        other => Err(format!("expected yes or no, got {other:?}")),
     }
 }
 
-/// Checks one request against one section; returns what differs.
+/// "what the .expect says" for a yes/no key, or its fault.
+fn flag(value: &str, actual: bool) -> Result<String, String> {
+    Ok(if actual == yes(value)? {
+        value.to_owned()
+    } else {
+        "the opposite".to_owned()
+    })
+}
+
+/// Checks one request against one section; returns what differs, including
+/// lines of the section that cannot be read.
 fn check_request(seen: &Seen, section: &[(&str, &str)]) -> Vec<String> {
     let mut faults = Vec::new();
     let mut headers = Vec::new();
@@ -200,52 +231,43 @@ fn check_request(seen: &Seen, section: &[(&str, &str)]) -> Vec<String> {
     let head = &seen.head;
     for &(key, value) in section {
         let actual = match key {
-            "method" => String::from_utf8_lossy(&seen.method).into_owned(),
-            "target" => String::from_utf8_lossy(&seen.target).into_owned(),
-            "version" => if head.version == Version::Http10 {
+            "method" => Ok(String::from_utf8_lossy(&seen.method).into_owned()),
+            "target" => Ok(String::from_utf8_lossy(&seen.target).into_owned()),
+            "version" => Ok(if head.version == Version::Http10 {
                 "1.0"
             } else {
                 "1.1"
             }
-            .to_owned(),
-            "body-framing" => match head.body {
+            .to_owned()),
+            "body-framing" => Ok(match head.body {
                 BodyFraming::None => "none".to_owned(),
                 BodyFraming::Chunked => "chunked".to_owned(),
                 BodyFraming::Length(n) => format!("length {n}"),
-            },
-            "connection" => match head.connection {
+            }),
+            "connection" => Ok(match head.connection {
                 tines_proto::ConnectionOption::Default => "default",
                 tines_proto::ConnectionOption::Close => "close",
                 tines_proto::ConnectionOption::KeepAlive => "keep-alive",
             }
-            .to_owned(),
-            "keep-alive" => (if head.keep_alive() == yes(value) {
-                value
-            } else {
-                "the opposite"
-            })
-            .to_owned(),
-            "expect-continue" => (if head.expect_continue == yes(value) {
-                value
-            } else {
-                "the opposite"
-            })
-            .to_owned(),
-            "upgrade" => (if head.upgrade == yes(value) {
-                value
-            } else {
-                "the opposite"
-            })
-            .to_owned(),
+            .to_owned()),
+            "keep-alive" => flag(value, head.keep_alive()),
+            "expect-continue" => flag(value, head.expect_continue),
+            "upgrade" => flag(value, head.upgrade),
             "header" | "header-hex" => {
-                let (name, field) = value.split_once(':').expect("header Name: value");
+                let Some((name, field)) = value.split_once(':') else {
+                    faults.push(format!("{key} {value:?}: not `Name: value`"));
+                    continue;
+                };
                 let field = field.trim_start();
                 let field = if key == "header-hex" {
                     hex(field)
                 } else {
-                    field.as_bytes().to_vec()
+                    Ok(field.as_bytes().to_vec())
                 };
-                headers.push((name.as_bytes().to_vec(), field));
+                match field {
+                    Ok(field) => headers.push((name.as_bytes().to_vec(), field)),
+                    Err(fault) => faults.push(format!("{key}: {fault}")),
+                }
                 continue;
             }
             "body-text" => {
@@ -253,10 +275,20 @@ fn check_request(seen: &Seen, section: &[(&str, &str)]) -> Vec<String> {
                 continue;
             }
             "body-hex" => {
-                body.extend_from_slice(&hex(value));
+                match hex(value) {
+                    Ok(bytes) => body.extend_from_slice(&bytes),
+                    Err(fault) => faults.push(format!("body-hex: {fault}")),
+                }
                 continue;
             }
-            other => panic!("unknown key {other:?}"),
+            other => Err(format!("unknown key {other:?}")),
+        };
+        let actual = match actual {
+            Ok(actual) => actual,
+            Err(fault) => {
+                faults.push(fault);
+                continue;
+            }
         };
         if actual != value {
             faults.push(format!("{key}: expected {value:?}, got {actual:?}"));
@@ -287,11 +319,29 @@ fn lossy_pairs(pairs: &[(Vec<u8>, Vec<u8>)]) -> Vec<(String, String)> {
     pairs.iter().map(|(n, v)| (lossy(n), lossy(v))).collect()
 }
 
+/// Fails with every line of `report` (one per mismatch) and how many cases
+/// they touch, so one run shows the whole picture.
+fn finish(kind: &str, total: usize, report: &str) {
+    if report.is_empty() {
+        return;
+    }
+    let mut cases: Vec<&str> = report
+        .lines()
+        .filter_map(|line| line.split([':', ' ']).next())
+        .collect();
+    cases.dedup();
+    panic!(
+        "\n{report}\n{} of {total} {kind} cases do not match their .expect ({} mismatches)",
+        cases.len(),
+        report.lines().count()
+    );
+}
+
 #[test]
 fn parses_every_valid_case_as_expected() {
-    let cases = cases("valid");
-    assert!(cases.len() >= 10, "corpus missing?");
     let mut report = String::new();
+    let cases = cases("valid", &mut report);
+    assert!(cases.len() >= 10, "corpus missing?");
     for (name, raw, expect) in &cases {
         let (seen, end, _) = replay(raw, false);
         let sections = sections(expect);
@@ -315,22 +365,38 @@ fn parses_every_valid_case_as_expected() {
             }
         }
     }
-    assert!(report.is_empty(), "\n{report}");
+    finish("valid", cases.len(), &report);
 }
 
 #[test]
 fn rejects_every_invalid_case_as_expected() {
-    let cases = cases("invalid");
-    assert!(cases.len() >= 10, "corpus missing?");
     let mut report = String::new();
+    let cases = cases("invalid", &mut report);
+    assert!(cases.len() >= 10, "corpus missing?");
     for (name, raw, expect) in &cases {
         let (_, end, _) = replay(raw, false);
-        for (key, value) in sections(expect).concat() {
+        let lines = sections(expect).concat();
+        let outcomes = lines
+            .iter()
+            .filter(|(key, _)| matches!(*key, "status" | "chunked-error"))
+            .count();
+        if outcomes != 1 {
+            writeln!(
+                report,
+                "invalid/{name}: needs exactly one `status` or `chunked-error` line, has {outcomes}"
+            )
+            .unwrap();
+        }
+        for (key, value) in lines {
             let ok = match (key, &end) {
                 ("status", End::Head(error)) => error.status().to_string() == value,
                 ("error", End::Head(error)) => format!("{error:?}") == value,
                 ("chunked-error", End::Chunked(error)) => error == value,
-                (_, _) => false,
+                ("status" | "error" | "chunked-error", _) => false,
+                (other, _) => {
+                    writeln!(report, "invalid/{name}: unknown key {other:?}").unwrap();
+                    continue;
+                }
             };
             if !ok {
                 writeln!(
@@ -341,7 +407,7 @@ fn rejects_every_invalid_case_as_expected() {
             }
         }
     }
-    assert!(report.is_empty(), "\n{report}");
+    finish("invalid", cases.len(), &report);
 }
 
 /// gunicorn cases where Tines deliberately answers differently.
@@ -503,4 +569,31 @@ fn agrees_with_the_shared_gunicorn_corpus_by_default_settings() {
         "expected more than 100 default-settings cases, found {run}"
     );
     assert!(report.is_empty(), "\n{report}");
+}
+
+/// The case counts the docs state are the corpus's own, so they cannot drift as cases are
+/// added: `docs/http-conformance.md` ("N named cases (V valid, I invalid)") and `README.md`
+/// ("N-case corpus (V valid, I invalid)").
+#[test]
+fn the_docs_state_the_true_case_counts() {
+    let mut report = String::new();
+    let valid = cases("valid", &mut report).len();
+    let invalid = cases("invalid", &mut report).len();
+    let total = valid + invalid;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (doc, wanted) in [
+        (
+            "docs/http-conformance.md",
+            format!("{total} named cases ({valid} valid, {invalid} invalid)"),
+        ),
+        (
+            "README.md",
+            format!("{total}-case corpus ({valid} valid, {invalid} invalid)"),
+        ),
+    ] {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        // The README wraps its lines: compare with runs of whitespace made one space.
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(text.contains(&wanted), "{doc} should say {wanted:?}");
+    }
 }

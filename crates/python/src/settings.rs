@@ -35,7 +35,15 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
     let log_level: String = get(settings, "log_level")?;
     Ok(WorkerConfig {
         mpm,
-        threads: get::<usize>(settings, "threads")?.max(1),
+        threads: if mpm == Mpm::Event {
+            get::<usize>(settings, "threads")?
+        } else {
+            get::<usize>(settings, "threads")?.max(1)
+        },
+        max_connections: get::<usize>(settings, "max_connections")?.max(1),
+        max_queued_requests: get(settings, "max_queued_requests")?,
+        max_response_buffer: get(settings, "max_response_buffer")?,
+        max_request_buffer: get(settings, "max_request_buffer")?,
         keepalive_timeout: seconds(settings, "keepalive_timeout")?,
         max_keepalive_requests: get(settings, "max_keepalive_requests")?,
         header_timeout: seconds(settings, "header_timeout")?,

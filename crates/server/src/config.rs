@@ -11,6 +11,9 @@ pub enum Mpm {
     Prefork,
     /// A poller thread plus `threads` app threads per process.
     Thread,
+    /// One loop thread owns every socket (reads small bodies ahead, finishes response writes);
+    /// `threads` app threads only run the app (0: the app runs on the loop thread).
+    Event,
 }
 
 impl Mpm {
@@ -19,6 +22,7 @@ impl Mpm {
         match name {
             "prefork" => Some(Mpm::Prefork),
             "thread" => Some(Mpm::Thread),
+            "event" => Some(Mpm::Event),
             _ => None,
         }
     }
@@ -29,8 +33,20 @@ impl Mpm {
 pub struct WorkerConfig {
     /// The MPM to run.
     pub mpm: Mpm,
-    /// App threads per process (thread MPM).
+    /// App threads per process (thread and event MPMs; 0 with event: the app runs on the loop).
     pub threads: usize,
+    /// Most connections one worker holds open; above it the worker stops accepting until one
+    /// closes (every MPM).
+    pub max_connections: usize,
+    /// Event MPM: requests waiting for an app thread beyond which a new request gets 503 with
+    /// `Retry-After` at once (idle connections never count).
+    pub max_queued_requests: usize,
+    /// Event MPM: response bytes the app thread may leave for the loop to write (a slow reader
+    /// then holds no app thread); beyond it the app thread waits for the client.
+    pub max_response_buffer: usize,
+    /// Event MPM: request bodies (Content-Length) up to this size are read by the loop before
+    /// the app runs, so a slow upload holds no app thread; larger ones stream through the app.
+    pub max_request_buffer: u64,
     /// Idle time allowed between requests on a keep-alive connection (zero disables keep-alive).
     pub keepalive_timeout: Duration,
     /// Requests per connection before it is closed (0 = unlimited).
@@ -69,6 +85,11 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// True when the loop thread finishes response writes and reads small bodies ahead.
+    pub fn loop_owns_sockets(&self) -> bool {
+        self.mpm == Mpm::Event
+    }
+
     /// The header deadline for a head that started at `started` and has `received` bytes so
     /// far: `header_timeout`, plus a second per `header_min_rate` bytes, at most
     /// `header_timeout_max` (mod_reqtimeout's `header=20-40,MinRate=500`).
@@ -107,6 +128,10 @@ impl Default for WorkerConfig {
         WorkerConfig {
             mpm: Mpm::Prefork,
             threads: 1,
+            max_connections: 10_000,
+            max_queued_requests: 1024,
+            max_response_buffer: 1024 * 1024,
+            max_request_buffer: 64 * 1024,
             keepalive_timeout: Duration::from_secs(5),
             max_keepalive_requests: 1000,
             header_timeout: Duration::from_secs(20),

@@ -1,12 +1,14 @@
 //! One client connection and its state: the state machine every MPM drives.
 //!
 //! ```text
-//! ReadingHead --head complete--> Dispatched --app responds--> Writing --+--> KeepAlive --> ReadingHead
-//!                                                                       +--> Closed
+//! ReadingHead --head complete--> [ReadingBody] --> Dispatched --app responds--> Writing --+--> KeepAlive --> ReadingHead
+//!                                                                                        +--> Closed
 //!                                                  (Upgraded: reserved for WebSocket, later)
 //! ```
-//! The poller owns a connection in `ReadingHead` / `KeepAlive`; a slot (the prefork process's
-//! thread or an app thread) owns it from `Dispatched` until it is parked again or closed.
+//! The poller owns a connection in `ReadingHead` / `ReadingBody` / `KeepAlive`; a slot (the
+//! prefork process's thread or an app thread) owns it from `Dispatched` until it is parked again
+//! or closed. With the `event` MPM the loop also reads small request bodies before dispatch
+//! (`ReadingBody`) and finishes response output the slot left [`Pending`] (`Writing`).
 //! MPMs decide who runs a connection and when; this module and `exchange` decide how HTTP works.
 
 use std::io;
@@ -17,12 +19,15 @@ use tines_proto::{parse_request_head, HeadStatus, Limits, ParseError, RequestHea
 
 use crate::io::read_nonblocking;
 use crate::listener::Peer;
+use crate::pending::Pending;
 
 /// Where a connection is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConnState {
     /// Waiting for (the rest of) a request head, in the poller.
     ReadingHead,
+    /// The head is complete; the loop reads a small body before dispatch (`event` MPM).
+    ReadingBody,
     /// A complete head was handed to a slot; the app runs.
     Dispatched,
     /// The response is being written.
@@ -51,7 +56,18 @@ pub enum Readiness {
 
 /// The first read buffer of a connection. 8 KiB holds the head of nearly every request
 /// (browsers send 0.5–2 KiB) and a small body; larger heads grow it up to `max_head_size`.
-const INITIAL_BUFFER: usize = 8 * 1024;
+pub(crate) const INITIAL_BUFFER: usize = 8 * 1024;
+
+/// What reading a request body ahead of dispatch produced.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BodyAhead {
+    /// The whole body is buffered.
+    Complete,
+    /// More bytes are needed; the socket was drained.
+    Pending,
+    /// The peer closed or the socket failed.
+    Closed,
+}
 
 /// A client connection: its socket, read buffer and the parsed head of the current request.
 pub struct Connection {
@@ -76,6 +92,13 @@ pub struct Connection {
     /// edge-triggered event will announce: read again before parking. False after a short
     /// read or `EAGAIN`, which saves a `read` that would only say `EAGAIN` after each response.
     pub(crate) maybe_more: bool,
+    /// Response output a slot could not write without waiting (`event` MPM); the loop
+    /// finishes it.
+    pub(crate) pending: Pending,
+    /// Close once `pending` is written (the response ended the connection).
+    pub(crate) close_after_write: bool,
+    /// When the loop started reading the current request's body ahead (`ReadingBody`).
+    pub(crate) body_started: Option<Instant>,
 }
 
 impl Connection {
@@ -92,6 +115,9 @@ impl Connection {
             listener,
             head_started: None,
             maybe_more: false,
+            pending: Pending::default(),
+            close_after_write: false,
+            body_started: None,
         }
     }
 
@@ -140,6 +166,8 @@ impl Connection {
             }
         }
         let cap = limits.max_head_size + 1;
+        // The buffered bytes were parsed and hold only part of a head.
+        let mut partial = false;
         loop {
             if self.buf.is_empty() {
                 self.buf.resize(INITIAL_BUFFER, 0);
@@ -154,25 +182,82 @@ impl Connection {
             }
             let space = self.buf.len() - self.filled;
             match read_nonblocking(self.fd(), &mut self.buf[self.filled..]) {
-                Ok(Some(0)) => return Readiness::Closed,
+                Ok(Some(0)) => {
+                    // The peer half-closed (or closed). A whole head it sent first is still
+                    // served, and read for EOF again before parking (no new edge will come);
+                    // a partial head can never complete.
+                    self.maybe_more = true;
+                    return match self.parse(limits) {
+                        Readiness::Pending => Readiness::Closed,
+                        other => other,
+                    };
+                }
                 Ok(Some(n)) => {
                     if self.head_started.is_none() {
                         self.head_started = Some(Instant::now());
                     }
                     self.filled += n;
                     self.maybe_more = n == space;
+                    partial = false;
                     if n < space {
                         // A short read drained the socket: the next arrival raises a new edge.
-                        return self.parse(limits);
+                        // But an EOF that came with these bytes raised none of its own, so a
+                        // partial head reads once more to see it.
+                        match self.parse(limits) {
+                            Readiness::Pending => partial = true,
+                            other => return other,
+                        }
                     }
                 }
                 Ok(None) => {
                     self.maybe_more = false;
+                    if partial {
+                        return Readiness::Pending;
+                    }
                     return self.parse(limits);
                 }
                 Err(_) => return Readiness::Closed,
             }
         }
+    }
+
+    /// Reads request-body bytes until the buffer holds `end` bytes (the head plus the whole
+    /// body) or the socket would block. Never reads past `end`, so a pipelined next request
+    /// stays in the socket (`maybe_more` then says to read again after the response).
+    pub fn read_body_ahead(&mut self, end: usize) -> BodyAhead {
+        if self.buf.len() < end {
+            self.buf.resize(end, 0);
+        }
+        while self.filled < end {
+            match read_nonblocking(self.fd(), &mut self.buf[self.filled..end]) {
+                Ok(Some(0)) | Err(_) => return BodyAhead::Closed,
+                Ok(Some(n)) => self.filled += n,
+                Ok(None) => {
+                    self.maybe_more = false;
+                    return BodyAhead::Pending;
+                }
+            }
+        }
+        self.maybe_more = true;
+        BodyAhead::Complete
+    }
+
+    /// Takes the read buffer of a connection that holds no bytes (to reuse it elsewhere while
+    /// the connection idles: an idle connection keeps no buffer).
+    pub(crate) fn take_idle_buffer(&mut self) -> Option<Vec<u8>> {
+        (self.filled == 0 && self.buf.len() == INITIAL_BUFFER).then(|| std::mem::take(&mut self.buf))
+    }
+
+    /// Gives a connection without a buffer a recycled one.
+    pub(crate) fn give_buffer(&mut self, buf: Vec<u8>) {
+        if self.buf.is_empty() {
+            self.buf = buf;
+        }
+    }
+
+    /// True when response output waits to be written.
+    pub fn has_pending_output(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     fn parse(&mut self, limits: &Limits) -> Readiness {
@@ -197,6 +282,7 @@ impl Connection {
         self.head.clear();
         self.served += 1;
         self.head_started = if len > 0 { Some(Instant::now()) } else { None };
+        self.body_started = None;
         self.state = ConnState::KeepAlive;
         if len == 0 && self.buf.len() > INITIAL_BUFFER {
             // A large head grew the buffer: give the memory back while idle.

@@ -20,7 +20,9 @@ use tines_proto::response::{
 use tines_proto::{BodyFraming, ChunkedDecoder, ChunkedEvent, DateCache, RequestHead, Version};
 
 use crate::connection::{ConnState, Connection};
-use crate::io::{read_with_deadline, send_file, write_all};
+use crate::io::{
+    read_with_deadline, send_file, send_file_nonblocking, write_all, write_vectored_nonblocking,
+};
 use crate::listener::{Local, Peer};
 use crate::worker::WorkerShared;
 
@@ -148,6 +150,9 @@ pub struct Exchange {
     fault: Option<u16>,
     /// When the slot took the request.
     pub started: Instant,
+    /// `event` MPM: write what the socket takes now and leave the rest in the connection's
+    /// pending output for the loop (up to `max_response_buffer`), instead of waiting.
+    deferred: bool,
 }
 
 fn invalid_data(message: &str) -> io::Error {
@@ -171,6 +176,7 @@ impl Exchange {
         };
         let is_head = conn.head.method_is(&conn.buf, b"HEAD");
         let raw = head_len..conn.filled;
+        let deferred = shared.config.loop_owns_sockets();
         let mut exchange = Exchange {
             conn,
             ctx,
@@ -191,6 +197,7 @@ impl Exchange {
             body_received: 0,
             fault: None,
             started: Instant::now(),
+            deferred,
         };
         exchange.conn.state = ConnState::Dispatched;
         exchange
@@ -641,6 +648,42 @@ impl Exchange {
         true
     }
 
+    /// Sends `parts` in order. Blocking MPMs wait for the client (up to `send_timeout` per
+    /// wait). The event MPM writes what the socket takes without waiting and queues the rest
+    /// for the loop; only when more than `max_response_buffer` is queued does the app thread
+    /// wait for the client (backpressure on a large streamed body).
+    fn emit(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        let fd = self.conn.fd();
+        let timeout = self.shared.config.send_timeout;
+        if !self.deferred {
+            return write_all(fd, parts, timeout);
+        }
+        let pending = &mut self.conn.pending;
+        if !pending.is_empty() {
+            // Earlier output still waits: keep the order, but let it make progress.
+            pending.write_some(fd)?;
+        }
+        if pending.is_empty() {
+            let total: usize = parts.iter().map(|part| part.len()).sum();
+            let mut written = 0;
+            while written < total {
+                match write_vectored_nonblocking(fd, parts, written)? {
+                    Some(n) => written += n,
+                    None => break,
+                }
+            }
+            if written < total {
+                pending.push(parts, written);
+            }
+        } else {
+            pending.push(parts, 0);
+        }
+        if pending.buffered() > self.shared.config.max_response_buffer {
+            pending.write_all(fd, timeout)?;
+        }
+        Ok(())
+    }
+
     /// Writes body bytes (framed as the head announced), waiting for the client as needed.
     pub fn write_body(&mut self, data: &[u8]) -> io::Result<()> {
         if self.phase == Phase::NotStarted || self.phase == Phase::Finished {
@@ -653,15 +696,15 @@ impl Exchange {
         }
         let data = self.allowed(data);
         self.body_sent += data.len() as u64;
-        let fd = self.conn.fd();
-        let timeout = self.shared.config.send_timeout;
+        let mut out = std::mem::take(&mut self.ctx.out);
         let result = if self.framing == ResponseFraming::Chunked {
-            encode_chunk_size(&mut self.ctx.out, data.len());
-            write_all(fd, &[&self.ctx.out, data, CHUNK_END], timeout)
+            encode_chunk_size(&mut out, data.len());
+            self.emit(&[&out, data, CHUNK_END])
         } else {
-            write_all(fd, &[&self.ctx.out, data], timeout)
+            self.emit(&[&out, data])
         };
-        self.ctx.out.clear();
+        out.clear();
+        self.ctx.out = out;
         self.phase = Phase::Committed;
         result.inspect_err(|_| self.keep_alive = false)
     }
@@ -671,11 +714,9 @@ impl Exchange {
         if self.ctx.out.is_empty() || matches!(self.phase, Phase::NotStarted | Phase::Finished) {
             return Ok(());
         }
-        let result = write_all(
-            self.conn.fd(),
-            &[&self.ctx.out],
-            self.shared.config.send_timeout,
-        );
+        let out = std::mem::take(&mut self.ctx.out);
+        let result = self.emit(&[&out]);
+        self.ctx.out = out;
         self.ctx.out.clear();
         self.phase = Phase::Committed;
         result.inspect_err(|_| self.keep_alive = false)
@@ -707,8 +748,12 @@ impl Exchange {
         if chunked && count > 0 {
             encode_chunk_size(&mut self.ctx.out, count as usize);
         }
-        let result = write_all(fd, &[&self.ctx.out], timeout)
-            .and_then(|()| send_file(fd, file_fd, offset, count, timeout));
+        let result = if self.deferred {
+            self.send_file_deferred(file_fd, offset, count)
+        } else {
+            write_all(fd, &[&self.ctx.out], timeout)
+                .and_then(|()| send_file(fd, file_fd, offset, count, timeout))
+        };
         self.ctx.out.clear();
         self.phase = Phase::Committed;
         let sent = result.inspect_err(|_| self.keep_alive = false)?;
@@ -721,6 +766,53 @@ impl Exchange {
             }
         }
         Ok(sent)
+    }
+
+    /// The event MPM's sendfile: the head (in the output buffer) and as much of the file as the
+    /// socket takes now; the rest of the file is queued for the loop from a duplicate of the
+    /// fd, so the app's file object can be closed at once. Reports the whole range as sent
+    /// (a file found shorter later closes the connection).
+    fn send_file_deferred(
+        &mut self,
+        file_fd: std::os::fd::RawFd,
+        offset: u64,
+        count: u64,
+    ) -> io::Result<u64> {
+        let fd = self.conn.fd();
+        let timeout = self.shared.config.send_timeout;
+        let out = std::mem::take(&mut self.ctx.out);
+        let emitted = self.emit(&[&out]);
+        self.ctx.out = out;
+        emitted?;
+        let pending = &mut self.conn.pending;
+        if pending.has_file() {
+            pending.write_all(fd, timeout)?;
+        }
+        let mut sent = 0u64;
+        if pending.is_empty() {
+            while sent < count {
+                match send_file_nonblocking(fd, file_fd, offset + sent, count - sent)? {
+                    Some(0) => return Ok(sent),
+                    Some(n) => sent += n,
+                    None => break,
+                }
+            }
+        }
+        if sent < count {
+            // SAFETY: file_fd is a valid open fd for the duration of this call (the app's file
+            // object holds it); F_DUPFD_CLOEXEC makes a new fd we own.
+            let dup = unsafe { libc::fcntl(file_fd, libc::F_DUPFD_CLOEXEC, 0) };
+            if dup < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: fcntl returned a fresh fd that nobody else owns.
+            let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(dup) };
+            if let Err(owned) = pending.push_file(owned, offset + sent, count - sent) {
+                drop(owned);
+                return Err(io::Error::other("a second file range was queued"));
+            }
+        }
+        Ok(count)
     }
 
     /// Completes the response: the last chunk, then one write of whatever is buffered.
@@ -742,11 +834,9 @@ impl Exchange {
         if self.framing == ResponseFraming::CloseDelimited {
             self.keep_alive = false;
         }
-        let result = write_all(
-            self.conn.fd(),
-            &[&self.ctx.out],
-            self.shared.config.send_timeout,
-        );
+        let out = std::mem::take(&mut self.ctx.out);
+        let result = self.emit(&[&out]);
+        self.ctx.out = out;
         self.ctx.out.clear();
         self.phase = Phase::Finished;
         result.inspect_err(|_| self.keep_alive = false)
@@ -820,7 +910,12 @@ impl Exchange {
             let leftover = self.raw.clone();
             self.conn.next_request(leftover);
         }
-        let Exchange { conn, ctx, .. } = self;
+        let Exchange { mut conn, ctx, .. } = self;
+        if !keep && conn.has_pending_output() {
+            // The loop writes the rest, then closes.
+            conn.close_after_write = true;
+            return (Some(conn), ctx);
+        }
         (keep.then_some(conn), ctx)
     }
 

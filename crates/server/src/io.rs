@@ -76,63 +76,97 @@ pub fn read_with_deadline(
     }
 }
 
-/// Writes every byte of `parts`, in order, with as few `sendmsg` calls as the kernel allows.
-/// `deadline` bounds each wait for the peer to accept more (the send timeout).
-pub fn write_all(fd: RawFd, parts: &[&[u8]], timeout: std::time::Duration) -> io::Result<()> {
-    let mut index = 0;
-    let mut offset = 0;
-    // Vectored writes of at most 8 parts: responses have a head, a body and a chunk trailer.
-    const MAX_PARTS: usize = 8;
-    while index < parts.len() {
-        if parts[index].len() == offset {
-            index += 1;
-            offset = 0;
+/// Vectored writes take at most this many parts: responses have a head, a body and a chunk
+/// trailer (the loop's pending output has three).
+const MAX_PARTS: usize = 8;
+
+/// One non-blocking `sendmsg` of `parts` from byte `skip` on; returns the bytes written
+/// (`Ok(None)`: it would block). Never raises SIGPIPE.
+pub fn write_vectored_nonblocking(
+    fd: RawFd,
+    parts: &[&[u8]],
+    mut skip: usize,
+) -> io::Result<Option<usize>> {
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX_PARTS];
+    let mut count = 0;
+    for part in parts {
+        if skip >= part.len() {
+            skip -= part.len();
             continue;
         }
-        let mut iov = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; MAX_PARTS];
-        let mut count = 0;
-        for (i, part) in parts[index..].iter().enumerate().take(MAX_PARTS) {
-            let start = if i == 0 { offset } else { 0 };
-            iov[count] = libc::iovec {
-                iov_base: part[start..].as_ptr() as *mut _,
-                iov_len: part.len() - start,
-            };
-            count += 1;
+        if count == MAX_PARTS {
+            break;
         }
-        // SAFETY: a zeroed msghdr is a valid empty header; we then point it at `iov`.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = count as _;
+        iov[count] = libc::iovec {
+            iov_base: part[skip..].as_ptr() as *mut _,
+            iov_len: part.len() - skip,
+        };
+        skip = 0;
+        count += 1;
+    }
+    if count == 0 {
+        return Ok(Some(0));
+    }
+    // SAFETY: a zeroed msghdr is a valid empty header; we then point it at `iov`.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = count as _;
+    loop {
         // SAFETY: msg points at `count` iovecs that reference live slices of `parts`.
         let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            match err.kind() {
-                io::ErrorKind::WouldBlock => {
-                    wait_fd(fd, true, Instant::now() + timeout, "send")?;
-                    continue;
-                }
-                io::ErrorKind::Interrupted => continue,
-                _ => return Err(err),
-            }
+        if n >= 0 {
+            return Ok(Some(n as usize));
         }
-        let mut written = n as usize;
-        while written > 0 && index < parts.len() {
-            let left = parts[index].len() - offset;
-            if written >= left {
-                written -= left;
-                index += 1;
-                offset = 0;
-            } else {
-                offset += written;
-                written = 0;
-            }
+        let err = io::Error::last_os_error();
+        match err.kind() {
+            io::ErrorKind::WouldBlock => return Ok(None),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(err),
+        }
+    }
+}
+
+/// Writes every byte of `parts`, in order, with as few `sendmsg` calls as the kernel allows.
+/// `timeout` bounds each wait for the peer to accept more (the send timeout).
+pub fn write_all(fd: RawFd, parts: &[&[u8]], timeout: std::time::Duration) -> io::Result<()> {
+    let total: usize = parts.iter().map(|part| part.len()).sum();
+    let mut written = 0;
+    while written < total {
+        match write_vectored_nonblocking(fd, parts, written)? {
+            Some(n) => written += n,
+            None => wait_fd(fd, true, Instant::now() + timeout, "send")?,
         }
     }
     Ok(())
+}
+
+/// One non-blocking `sendfile` of at most `count` bytes of `file_fd` from `offset`; returns
+/// the bytes sent (0 at the end of the file; `Ok(None)`: it would block).
+pub fn send_file_nonblocking(
+    fd: RawFd,
+    file_fd: RawFd,
+    offset: u64,
+    count: u64,
+) -> io::Result<Option<u64>> {
+    let mut off = offset as libc::off_t;
+    // Linux caps one sendfile at about 2 GiB; ask for at most 1 GiB a call.
+    let want = count.min(1 << 30) as usize;
+    loop {
+        // SAFETY: `off` is a valid out-pointer; both fds belong to the caller.
+        let n = unsafe { libc::sendfile(fd, file_fd, &mut off, want) };
+        if n >= 0 {
+            return Ok(Some(n as u64));
+        }
+        let err = io::Error::last_os_error();
+        match err.kind() {
+            io::ErrorKind::WouldBlock => return Ok(None),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(err),
+        }
+    }
 }
 
 /// Sends `count` bytes of file `file_fd` from `offset` with `sendfile(2)`. Returns the bytes
@@ -144,28 +178,13 @@ pub fn send_file(
     count: u64,
     timeout: std::time::Duration,
 ) -> io::Result<u64> {
-    let mut off = offset as libc::off_t;
     let mut sent = 0u64;
     while sent < count {
-        // Linux caps one sendfile at about 2 GiB; ask for at most 1 GiB a call.
-        let want = (count - sent).min(1 << 30) as usize;
-        // SAFETY: `off` is a valid out-pointer; both fds belong to the caller.
-        let n = unsafe { libc::sendfile(fd, file_fd, &mut off, want) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            match err.kind() {
-                io::ErrorKind::WouldBlock => {
-                    wait_fd(fd, true, Instant::now() + timeout, "send")?;
-                    continue;
-                }
-                io::ErrorKind::Interrupted => continue,
-                _ => return Err(err),
-            }
+        match send_file_nonblocking(fd, file_fd, offset + sent, count - sent)? {
+            Some(0) => break,
+            Some(n) => sent += n,
+            None => wait_fd(fd, true, Instant::now() + timeout, "send")?,
         }
-        if n == 0 {
-            break;
-        }
-        sent += n as u64;
     }
     Ok(sent)
 }

@@ -4,7 +4,8 @@
 //! Layers: [`poller`] (epoll), [`listener`] (accept), [`control`] (signals, life pipe),
 //! [`connection`] (the per-connection state machine), [`exchange`] (one request/response:
 //! body decoding, response framing, keep-alive), [`reactor`] (the poller loop shared by the
-//! MPMs), [`mpm`] (prefork, thread), [`scoreboard`], [`access_log`], [`worker`] (entry point).
+//! MPMs), [`mpm`] (prefork, thread, event), [`pending`] (response output the event loop
+//! finishes), [`scoreboard`], [`access_log`], [`worker`] (entry point).
 
 pub mod access_log;
 pub mod config;
@@ -16,6 +17,7 @@ pub mod io;
 pub mod listener;
 pub mod log;
 pub mod mpm;
+pub mod pending;
 pub mod poller;
 pub mod reactor;
 pub mod scoreboard;

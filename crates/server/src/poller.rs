@@ -89,6 +89,17 @@ impl Poller {
         self.control(libc::EPOLL_CTL_ADD, fd, token, Self::mask(trigger, false))
     }
 
+    /// Watches a client connection, edge-triggered: for readability, and for writability too
+    /// when the loop finishes response writes (event MPM).
+    pub fn register_connection(&self, fd: RawFd, token: Token, writable: bool) -> io::Result<()> {
+        self.control(
+            libc::EPOLL_CTL_ADD,
+            fd,
+            token,
+            Self::mask(Trigger::Edge, writable),
+        )
+    }
+
     /// Changes what `fd` is watched for.
     pub fn reregister(
         &self,

@@ -9,14 +9,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tines_proto::response::encode_error_response;
-use tines_proto::{DateCache, ParseError};
+use tines_proto::response::encode_error_response_with;
+use tines_proto::{BodyFraming, DateCache, ParseError};
 
 use crate::config::WorkerConfig;
-use crate::connection::{ConnState, Connection, Readiness};
+use crate::connection::{BodyAhead, ConnState, Connection, Readiness};
 use crate::control::{Control, StopReason};
 use crate::exchange::SlotContext;
 use crate::listener::{Listener, ACCEPT_BATCH};
+use crate::pending::Progress;
 use crate::poller::{Event, Poller, Token, Trigger};
 use crate::scoreboard::now_ms;
 use crate::worker::WorkerShared;
@@ -36,10 +37,12 @@ const THROTTLE_PAUSE: Duration = Duration::from_millis(5);
 
 /// What a driver did with a ready connection.
 pub(crate) enum Dispatch {
-    /// Served inline: the connection if it stays open.
+    /// Served inline: the connection if it stays open (or has output left to write).
     Served(Option<Connection>),
     /// Handed to another thread; it comes back through [`Driver::collect`].
     Handed,
+    /// Refused: `max_queued_requests` requests already wait for an app thread (503).
+    Refused(Connection),
 }
 
 /// The MPM-specific part: who serves a connection whose head is complete.
@@ -52,6 +55,9 @@ pub(crate) trait Driver {
     fn in_flight(&self) -> usize;
     /// The fd that wakes the poller when connections come back, if any.
     fn waker_fd(&self) -> Option<RawFd>;
+    /// Called once per loop iteration after the events were handled: a driver that batches
+    /// hand-offs passes them on here (one lock and one wake-up per batch).
+    fn flush(&mut self) {}
 }
 
 enum Entry {
@@ -66,6 +72,13 @@ enum Entry {
     Dispatched {
         readable: bool,
     },
+    /// The loop finishes response output a slot left pending (`event` MPM), until `deadline`
+    /// (the send timeout, renewed on progress); `readable` records a read event meanwhile.
+    Writing {
+        conn: Connection,
+        deadline: Instant,
+        readable: bool,
+    },
 }
 
 /// Which timeout a parked connection waits under.
@@ -76,7 +89,15 @@ enum TimerKind {
     /// A head has started (or nothing came yet on a new connection): `header_timeout`, then
     /// 408 (if any byte came) and close.
     Header,
+    /// The loop reads a small request body ahead of dispatch (`event` MPM): `body_timeout`
+    /// (extended at `body_min_rate`), then 408 and close.
+    Body,
 }
+
+/// Spare read buffers kept for reuse: an idle connection gives its buffer back, so 10,000 idle
+/// keep-alive connections hold no read buffer, and a busy one reuses a buffer instead of
+/// allocating one per request.
+const SPARE_BUFFERS: usize = 64;
 
 /// The poller loop's state.
 pub struct Reactor {
@@ -97,6 +118,13 @@ pub struct Reactor {
     stop: Option<StopReason>,
     ctx: SlotContext,
     returned: Vec<(usize, Option<Connection>)>,
+    /// Recycled read buffers (see [`SPARE_BUFFERS`]).
+    spare_buffers: Vec<Vec<u8>>,
+    /// Accept is paused because `max_connections` are open.
+    full: bool,
+    /// The loop finishes writes and reads bodies ahead (`event` MPM): connections are watched
+    /// for writability too.
+    loop_writes: bool,
 }
 
 /// Writes the error response for a rejected head and marks the connection closed.
@@ -121,8 +149,19 @@ fn write_error(
     date: &mut DateCache,
     out: &mut Vec<u8>,
 ) {
+    write_error_with(conn, code, &[], config, date, out)
+}
+
+fn write_error_with(
+    conn: &mut Connection,
+    code: u16,
+    extra: &[(&[u8], &[u8])],
+    config: &WorkerConfig,
+    date: &mut DateCache,
+    out: &mut Vec<u8>,
+) {
     out.clear();
-    encode_error_response(out, code, date.now(), &config.server_header);
+    encode_error_response_with(out, code, date.now(), &config.server_header, extra);
     // RFC 9110 9.3.2: a response to HEAD has no body, even an error response (the head
     // failed to parse, but its first bytes say whether it was a HEAD).
     let mut bytes = &out[..];
@@ -165,10 +204,13 @@ impl Reactor {
             free: Vec::new(),
             open: 0,
             next_deadline: None,
-            shared,
             stop: None,
             ctx: SlotContext::new(),
             returned: Vec::new(),
+            spare_buffers: Vec::new(),
+            full: false,
+            loop_writes: shared.config.loop_owns_sockets(),
+            shared,
         })
     }
 
@@ -200,12 +242,14 @@ impl Reactor {
                     token if token > LISTENER_BASE - self.listeners.len() as u64 => {
                         self.on_acceptable((LISTENER_BASE - token) as usize, driver);
                     }
-                    token => self.on_connection_event(token as usize, driver),
+                    _ => self.on_connection_event(event, driver),
                 }
             }
             self.events = events;
+            driver.flush();
             self.expire_timers();
             self.manage_throttle();
+            driver.flush();
             let slot = self.shared.slot();
             slot.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
             if self.shared.recycle_requested() && self.stop.is_none() {
@@ -261,12 +305,7 @@ impl Reactor {
         for index in 0..self.listeners.len() {
             self.accept_from(index, usize::MAX);
         }
-        if self.listening {
-            for listener in &self.listeners {
-                let _ = self.poller.deregister(listener.fd());
-            }
-            self.listening = false;
-        }
+        self.pause_listening();
         for token in 0..self.entries.len() {
             if let Entry::Parked { conn, .. } = &self.entries[token] {
                 if conn.is_idle_keepalive() {
@@ -274,6 +313,34 @@ impl Reactor {
                 }
             }
         }
+    }
+
+    /// Stops watching the listeners (level-triggered: a queued connection would wake us
+    /// again and again).
+    fn pause_listening(&mut self) {
+        if self.listening {
+            for listener in &self.listeners {
+                let _ = self.poller.deregister(listener.fd());
+            }
+            self.listening = false;
+        }
+    }
+
+    /// Watches the listeners again unless stopping, throttled or full.
+    fn resume_listening(&mut self) {
+        if self.listening || self.stop.is_some() || self.throttled_until.is_some() || self.full {
+            return;
+        }
+        for (index, listener) in self.listeners.iter().enumerate() {
+            if let Err(err) = self.poller.register(
+                listener.fd(),
+                Token(LISTENER_BASE - index as u64),
+                Trigger::Level,
+            ) {
+                crate::log::error(&format!("cannot watch the listener again: {err}"));
+            }
+        }
+        self.listening = true;
     }
 
     fn over_fair_share(&self) -> bool {
@@ -291,15 +358,8 @@ impl Reactor {
         }
         if let Some(until) = self.throttled_until {
             if Instant::now() >= until && !self.over_fair_share() {
-                for (index, listener) in self.listeners.iter().enumerate() {
-                    let _ = self.poller.register(
-                        listener.fd(),
-                        Token(LISTENER_BASE - index as u64),
-                        Trigger::Level,
-                    );
-                }
-                self.listening = true;
                 self.throttled_until = None;
+                self.resume_listening();
             } else if Instant::now() >= until {
                 self.throttled_until = Some(Instant::now() + THROTTLE_PAUSE);
             }
@@ -312,10 +372,7 @@ impl Reactor {
         }
         if self.over_fair_share() {
             // Level-triggered: stop watching the listeners for a moment, or we would spin.
-            for listener in &self.listeners {
-                let _ = self.poller.deregister(listener.fd());
-            }
-            self.listening = false;
+            self.pause_listening();
             self.throttled_until = Some(Instant::now() + THROTTLE_PAUSE);
             return;
         }
@@ -350,16 +407,26 @@ impl Reactor {
     fn accept_from(&mut self, index: usize, limit: usize) -> Vec<usize> {
         let mut tokens = Vec::new();
         while tokens.len() < limit {
+            if self.open >= self.shared.config.max_connections.max(1) {
+                // Resumed by `close` once a connection goes (level-triggered: no spin).
+                if !self.full {
+                    crate::log::debug("max_connections reached: accept paused");
+                }
+                self.full = true;
+                self.pause_listening();
+                break;
+            }
             match self.listeners[index].accept() {
                 Ok(Some((fd, peer))) => {
                     let conn = Connection::new(fd, peer, index);
                     let token = self.insert(conn);
                     match &self.entries[token] {
                         Entry::Parked { conn, .. } => {
-                            if let Err(err) =
-                                self.poller
-                                    .register(conn.fd(), Token(token as u64), Trigger::Edge)
-                            {
+                            if let Err(err) = self.poller.register_connection(
+                                conn.fd(),
+                                Token(token as u64),
+                                self.loop_writes,
+                            ) {
                                 crate::log::error(&format!("cannot watch a new connection: {err}"));
                                 self.close(token);
                                 continue;
@@ -376,10 +443,7 @@ impl Reactor {
                     // pausing accept (the throttle timer re-enables it) instead of spinning.
                     crate::log::error(&format!("accept failed: {err}"));
                     if self.listening && self.stop.is_none() {
-                        for listener in &self.listeners {
-                            let _ = self.poller.deregister(listener.fd());
-                        }
-                        self.listening = false;
+                        self.pause_listening();
                         self.throttled_until = Some(Instant::now() + Duration::from_millis(100));
                     }
                     break;
@@ -426,16 +490,23 @@ impl Reactor {
                     .slot()
                     .connections
                     .fetch_sub(1, Ordering::Relaxed);
+                if self.full && self.open < self.shared.config.max_connections {
+                    self.full = false;
+                    self.resume_listening();
+                }
             }
         }
     }
 
-    fn on_connection_event(&mut self, token: usize, driver: &mut dyn Driver) {
+    fn on_connection_event(&mut self, event: &Event, driver: &mut dyn Driver) {
+        let token = event.token.0 as usize;
         let Some(entry) = self.entries.get_mut(token) else {
             return;
         };
         match entry {
-            Entry::Parked { .. } => {
+            // A writability edge alone (the loop watches writes too, event MPM) says nothing
+            // to a connection that waits for bytes.
+            Entry::Parked { .. } if event.readable => {
                 let Entry::Parked { conn, .. } =
                     std::mem::replace(entry, Entry::Dispatched { readable: false })
                 else {
@@ -443,23 +514,137 @@ impl Reactor {
                 };
                 self.advance(token, conn, driver);
             }
+            Entry::Parked { .. } => {}
             // The slot owns it and reads for itself; remember the edge for when it comes back.
-            Entry::Dispatched { readable } => *readable = true,
+            Entry::Dispatched { readable } => *readable |= event.readable,
+            Entry::Writing { readable, .. } => {
+                *readable |= event.readable;
+                self.on_writable(token, driver);
+            }
             Entry::Vacant => {}
         }
     }
 
-    /// Reads and parses; dispatches complete heads (again and again while a prefork slot
-    /// serves pipelined requests inline); parks or closes the connection otherwise.
+    /// Writes what a `Writing` connection has pending; when done, goes on with the next
+    /// request (or parks, or closes).
+    fn on_writable(&mut self, token: usize, driver: &mut dyn Driver) {
+        let Some(Entry::Writing {
+            conn,
+            deadline,
+            readable,
+        }) = self.entries.get_mut(token)
+        else {
+            return;
+        };
+        let fd = conn.fd();
+        match conn.pending.write_some(fd) {
+            Ok(Progress::Blocked) => {
+                // The send timeout is per wait, as for a slot (mod_reqtimeout's semantics).
+                *deadline = Instant::now() + self.shared.config.send_timeout;
+                let deadline = *deadline;
+                self.note_deadline(deadline);
+            }
+            Ok(Progress::Done) => {
+                let readable = *readable;
+                let Entry::Writing { conn, .. } =
+                    std::mem::replace(&mut self.entries[token], Entry::Dispatched { readable })
+                else {
+                    unreachable!()
+                };
+                if conn.close_after_write {
+                    return self.close(token);
+                }
+                if readable || !conn.drained() {
+                    self.advance(token, conn, driver)
+                } else {
+                    self.park(token, conn)
+                }
+            }
+            Err(err) => {
+                crate::log::debug(&format!("response write failed: {err}"));
+                self.close(token)
+            }
+        }
+    }
+
+    /// Takes over a connection whose response output is not all written (event MPM).
+    fn start_writing(
+        &mut self,
+        token: usize,
+        conn: Connection,
+        readable: bool,
+        driver: &mut dyn Driver,
+    ) {
+        let deadline = Instant::now() + self.shared.config.send_timeout;
+        self.note_deadline(deadline);
+        self.entries[token] = Entry::Writing {
+            conn,
+            deadline,
+            readable,
+        };
+        // The slot's last write may have been before the socket drained: try now (an edge
+        // raised while the slot had it is not repeated).
+        self.on_writable(token, driver);
+    }
+
+    /// With the event MPM, the end (in the buffer) of a Content-Length body small enough for
+    /// the loop to read before the app runs, when it is not all buffered yet.
+    fn body_ahead_end(&self, conn: &Connection) -> Option<usize> {
+        let config = &self.shared.config;
+        let head = conn.head();
+        let BodyFraming::Length(length) = head.body else {
+            return None;
+        };
+        // With `Expect: 100-continue` the app decides whether the body is wanted (the 100 goes
+        // out on its first read); over `max_body_size` the slot answers 413 unread.
+        if !self.loop_writes
+            || length == 0
+            || length > config.max_request_buffer
+            || head.expect_continue
+            || (config.max_body_size > 0 && length > config.max_body_size)
+        {
+            return None;
+        }
+        let end = head.head_len + length as usize;
+        (conn.filled < end).then_some(end)
+    }
+
+    /// Reads and parses; reads a small body ahead (event MPM); dispatches complete requests
+    /// (again and again while a prefork slot serves pipelined requests inline); parks, writes
+    /// or closes the connection otherwise.
     fn advance(&mut self, token: usize, mut conn: Connection, driver: &mut dyn Driver) {
         loop {
-            match conn.on_readable(&self.shared.config.limits) {
+            if conn.buf.is_empty() {
+                if let Some(buf) = self.spare_buffers.pop() {
+                    conn.give_buffer(buf);
+                }
+            }
+            let readiness = if conn.state == ConnState::ReadingBody {
+                Readiness::HeadComplete
+            } else {
+                conn.on_readable(&self.shared.config.limits)
+            };
+            match readiness {
                 Readiness::HeadComplete => {
+                    if let Some(end) = self.body_ahead_end(&conn) {
+                        if conn.state != ConnState::ReadingBody {
+                            conn.state = ConnState::ReadingBody;
+                            conn.body_started = Some(Instant::now());
+                        }
+                        match conn.read_body_ahead(end) {
+                            BodyAhead::Complete => {}
+                            BodyAhead::Pending => return self.park(token, conn),
+                            BodyAhead::Closed => return self.close(token),
+                        }
+                    }
                     conn.state = ConnState::Dispatched;
                     match driver.dispatch(token, conn) {
                         Dispatch::Handed => {
                             self.entries[token] = Entry::Dispatched { readable: false };
                             return;
+                        }
+                        Dispatch::Served(Some(kept)) if kept.has_pending_output() => {
+                            return self.start_writing(token, kept, false, driver)
                         }
                         // Served inline: any bytes that arrive from now on raise a new event.
                         Dispatch::Served(Some(kept)) if kept.drained() => {
@@ -467,6 +652,19 @@ impl Reactor {
                         }
                         Dispatch::Served(Some(kept)) => conn = kept,
                         Dispatch::Served(None) => return self.close(token),
+                        Dispatch::Refused(mut refused) => {
+                            // RFC 9110 15.6.4: overloaded; the client may retry shortly.
+                            write_error_with(
+                                &mut refused,
+                                503,
+                                &[(b"Retry-After", b"1")],
+                                &self.shared.config,
+                                &mut self.ctx.date,
+                                &mut self.ctx.out,
+                            );
+                            crate::log::debug("max_queued_requests reached: 503");
+                            return self.close(token);
+                        }
                     }
                 }
                 Readiness::Pending => return self.park(token, conn),
@@ -483,8 +681,22 @@ impl Reactor {
         if self.stop.is_some() && conn.is_idle_keepalive() {
             return self.close(token);
         }
+        let mut conn = conn;
+        if let Some(buf) = conn.take_idle_buffer() {
+            if self.spare_buffers.len() < SPARE_BUFFERS {
+                self.spare_buffers.push(buf);
+            }
+        }
         let config = &self.shared.config;
         let (kind, deadline) = match conn.head_started {
+            _ if conn.state == ConnState::ReadingBody => {
+                let started = conn.body_started.unwrap_or_else(Instant::now);
+                let received = (conn.filled - conn.head().head_len) as u64;
+                let deadline = config
+                    .body_deadline(started, received)
+                    .unwrap_or_else(|| Instant::now() + config.body_timeout);
+                (TimerKind::Body, deadline)
+            }
             Some(started) if !conn.is_idle() => (
                 TimerKind::Header,
                 config.header_deadline(started, conn.filled),
@@ -516,23 +728,33 @@ impl Reactor {
         }
         let mut next: Option<Instant> = None;
         for token in 0..self.entries.len() {
-            let Entry::Parked {
-                conn,
-                deadline,
-                kind,
-            } = &mut self.entries[token]
-            else {
-                continue;
+            let (deadline, respond) = match &self.entries[token] {
+                Entry::Parked {
+                    conn,
+                    deadline,
+                    kind,
+                } => (
+                    *deadline,
+                    match kind {
+                        // RFC 9110 15.5.9: 408 tells the client the server closes an unused
+                        // connection.
+                        TimerKind::Header if !conn.is_idle() => Some(408),
+                        TimerKind::Body => Some(408),
+                        _ => None,
+                    },
+                ),
+                // A client that stopped reading: nothing more can be said to it.
+                Entry::Writing { deadline, .. } => (*deadline, None),
+                _ => continue,
             };
-            if *deadline > now {
-                next = Some(next.map_or(*deadline, |n| n.min(*deadline)));
+            if deadline > now {
+                next = Some(next.map_or(deadline, |n| n.min(deadline)));
                 continue;
             }
-            if *kind == TimerKind::Header && !conn.is_idle() {
-                // RFC 9110 15.5.9: 408 tells the client the server closes an unused connection.
+            if let (Some(code), Entry::Parked { conn, .. }) = (respond, &mut self.entries[token]) {
                 write_error(
                     conn,
-                    408,
+                    code,
                     &self.shared.config,
                     &mut self.ctx.date,
                     &mut self.ctx.out,
@@ -552,6 +774,9 @@ impl Reactor {
                 Some(Entry::Dispatched { readable: true })
             );
             match conn {
+                Some(conn) if conn.has_pending_output() => {
+                    self.start_writing(token, conn, edge_seen, driver)
+                }
                 // Bytes that arrived while the slot had it raised an edge the poller could not
                 // act on: read before parking.
                 Some(conn) if conn.drained() && !edge_seen => self.park(token, conn),

@@ -33,7 +33,8 @@ pub(crate) fn serve_connection(
         let Some(mut next) = kept else {
             return (None, ctx);
         };
-        if next.is_idle() || shared.recycle_requested() {
+        // Output left for the event loop must be written before the next response.
+        if next.has_pending_output() || next.is_idle() || shared.recycle_requested() {
             return (Some(next), ctx);
         }
         // Pipelined bytes are buffered: serve the next request now if its head is complete.

@@ -195,6 +195,7 @@ pub fn run_worker(app: Arc<dyn App>, spec: WorkerSpec) -> io::Result<StopReason>
     let reason = match shared.config.mpm {
         Mpm::Prefork => crate::mpm::prefork::run(reactor, app, shared.clone()),
         Mpm::Thread => crate::mpm::thread::run(reactor, app, shared.clone()),
+        Mpm::Event => crate::mpm::event::run(reactor, app, shared.clone()),
     };
     if let Some(log) = &shared.access_log {
         log.flush();

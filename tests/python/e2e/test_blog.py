@@ -19,7 +19,7 @@ TOKEN = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 REVISION = re.compile(r'name="lock_revision" value="(\d+)"')
 
 
-@pytest.fixture(params=["prefork", "thread"])
+@pytest.fixture(params=["prefork", "thread", "event"])
 def blog(request: pytest.FixtureRequest, tines_server: Any, tmp_path: Path) -> Any:
     extra = ["-w", "2", "--mpm", request.param]
     if request.param == "thread":

@@ -99,7 +99,7 @@ def split_responses(data: bytes, heads: list[bool] | None = None) -> list[tuple[
     return responses
 
 
-@pytest.fixture(params=["prefork", "thread"])
+@pytest.fixture(params=["prefork", "thread", "event"])
 def live(request: pytest.FixtureRequest, tines_server: Any, tmp_path: Path) -> tuple[Any, Path]:
     calls = tmp_path / "calls"
     calls.touch()

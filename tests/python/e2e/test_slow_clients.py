@@ -24,7 +24,7 @@ def read_until_eof(sock: socket.socket) -> bytes:
     return data
 
 
-@pytest.mark.parametrize("mpm", ["prefork", "thread"])
+@pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
 def test_a_slowloris_crowd_does_not_delay_a_normal_client(tines_server: Any, mpm: str) -> None:
     # One worker with one slot: if a trickler held the slot, the normal client would wait for
     # the header timeout.
@@ -54,14 +54,14 @@ def test_a_slowloris_crowd_does_not_delay_a_normal_client(tines_server: Any, mpm
             sock.close()
 
 
-@pytest.mark.parametrize("mpm", ["prefork", "thread"])
+@pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
 def test_a_connection_that_sends_nothing_is_closed_at_the_header_timeout(tines_server: Any, mpm: str) -> None:
     server = tines_server("examples/hello.py:app", "-w", "1", "--mpm", mpm, "--header-timeout", "1")
     with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
         assert read_until_eof(sock) == b"", "nothing was sent, so nothing is answered"
 
 
-@pytest.mark.parametrize("mpm", ["prefork", "thread"])
+@pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
 def test_an_idle_keep_alive_connection_is_closed_at_the_keepalive_timeout(tines_server: Any, mpm: str) -> None:
     server = tines_server("examples/hello.py:app", "-w", "1", "--mpm", mpm, "--keepalive-timeout", "1")
     with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
@@ -70,7 +70,7 @@ def test_an_idle_keep_alive_connection_is_closed_at_the_keepalive_timeout(tines_
     assert data.startswith(b"HTTP/1.1 200 OK") and data.endswith(b"OK")
 
 
-@pytest.mark.parametrize("mpm", ["prefork", "thread"])
+@pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
 def test_a_client_that_stops_reading_is_cut_off_at_the_send_timeout(tines_server: Any, mpm: str) -> None:
     # One worker, one slot: the stuck client holds it until the send timeout frees it.
     server = tines_server("big_body:app", "-w", "1", "--mpm", mpm, "--threads", "1", "--send-timeout", "1")

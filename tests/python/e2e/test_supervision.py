@@ -119,7 +119,7 @@ def test_an_app_exception_is_a_500_with_the_traceback_logged(tines_server: Any) 
     assert server.worker_pids() == pids
 
 
-@pytest.mark.parametrize("mpm", ["prefork", "thread"])
+@pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
 def test_term_lets_an_in_flight_request_finish_then_exits_zero(tines_server: Any, tmp_path: Path, mpm: str) -> None:
     server = tines_server("crashy:app", "-w", "1", "--mpm", mpm, "--graceful-timeout", "20")
     gate = tmp_path / "gate"
@@ -183,7 +183,7 @@ def test_hup_replaces_every_worker_without_refusing_requests(tines_server: Any) 
     assert load.failed == 0
 
 
-@pytest.mark.parametrize("mpm", ["prefork", "thread"])
+@pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
 def test_max_requests_recycles_workers_and_no_request_fails(tines_server: Any, mpm: str) -> None:
     server = tines_server("hello_pid:app", "-w", "2", "--mpm", mpm, "--max-requests", "5")
     first = set(server.worker_pids())
@@ -196,7 +196,7 @@ def test_max_requests_recycles_workers_and_no_request_fails(tines_server: Any, m
     server.wait_for_log(r"exited with code 0")
 
 
-@pytest.mark.parametrize("mpm", ["prefork", "thread"])
+@pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
 def test_accept_is_spread_across_workers(tines_server: Any, mpm: str) -> None:
     workers = 4
     server = tines_server("hello_pid:app", "-w", str(workers), "--mpm", mpm)

@@ -21,7 +21,7 @@ from conftest import wait_until
 APP = "pep3333_app:app"
 
 
-@pytest.fixture(scope="module", params=["prefork", "thread"])
+@pytest.fixture(scope="module", params=["prefork", "thread", "event"])
 def mpm(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

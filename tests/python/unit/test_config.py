@@ -232,7 +232,7 @@ def test_bad_value_in_the_default_file_names_it(in_empty_directory: Path) -> Non
 
 def test_wrong_toml_type_is_reported_with_the_value(in_empty_directory: Path) -> None:
     write(in_empty_directory / "tines.toml", 'threads = "abc"\n')
-    assert error_of({}, {}) == "tines.toml: threads must be a positive integer, got 'abc'"
+    assert error_of({}, {}) == "tines.toml: threads must be an integer >= 0, got 'abc'"
 
 
 def test_toml_bool_is_not_an_integer(in_empty_directory: Path) -> None:

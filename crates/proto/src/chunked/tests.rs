@@ -178,10 +178,37 @@ fn rejects_control_bytes_in_extensions() {
         decode_all(b"5;a\nb\r\nhello\r\n0\r\n\r\n"),
         Err(ChunkedError::InvalidChunkExtension)
     );
+    // A bare CR inside an extension is named for the extension, like a bare
+    // LF there; a bare CR right after the size stays a size-line error.
     assert_eq!(
         decode_all(b"5;ext=val\rue\r\nhello\r\n"),
+        Err(ChunkedError::InvalidChunkExtension)
+    );
+    assert_eq!(
+        decode_all(b"5;a\rb\r\nhello\r\n0\r\n\r\n"),
+        Err(ChunkedError::InvalidChunkExtension)
+    );
+    assert_eq!(
+        decode_all(b"5 ;\r\r\nhello\r\n"),
+        Err(ChunkedError::InvalidChunkExtension)
+    );
+    assert_eq!(
+        decode_all(b"5 \rx\r\nhello\r\n"),
         Err(ChunkedError::InvalidChunkSize)
     );
+}
+
+#[test]
+fn a_cr_split_from_its_lf_after_an_extension_still_ends_the_line() {
+    let mut decoder = ChunkedDecoder::new(0);
+    assert_eq!(decoder.decode(b"5;a=b\r"), Ok((6, ChunkedEvent::NeedMore)));
+    assert_eq!(
+        decoder.decode(b"\nhello"),
+        Ok((6, ChunkedEvent::Data(1..6)))
+    );
+    let mut decoder = ChunkedDecoder::new(0);
+    assert_eq!(decoder.decode(b"0;x\r"), Ok((4, ChunkedEvent::NeedMore)));
+    assert_eq!(decoder.decode(b"\n\r\n"), Ok((3, ChunkedEvent::End)));
 }
 
 #[test]

@@ -48,7 +48,7 @@ impl WsgiApp {
         template.set_item("wsgi.errors", sys.getattr("stderr")?)?;
         template.set_item(
             "wsgi.multithread",
-            config.mpm == Mpm::Thread && config.threads > 1,
+            matches!(config.mpm, Mpm::Thread | Mpm::Event) && config.threads > 1,
         )?;
         let workers: usize = match settings.get_item("workers")? {
             Some(value) => value.extract()?,
