@@ -106,6 +106,11 @@ class CellSummary:
     ignores_close: bool = False  # kept a connection open after a ``Connection: close`` request
 
 
+def rate(run: dict[str, Any]) -> float:
+    """Successful (2xx/3xx) responses per second of a run."""
+    return float(run.get("ok_per_sec", run["requests_per_sec"]))
+
+
 def summarise(server: str, runs: list[dict[str, Any]], planned: int) -> CellSummary:
     """Medians over the successful runs of one server in one scenario."""
     good = [r for r in runs if not r.get("failed")]
@@ -115,7 +120,7 @@ def summarise(server: str, runs: list[dict[str, Any]], planned: int) -> CellSumm
     crosses = [r["cross"] for r in good if r.get("cross") and not r["cross"].get("failed")]
     return CellSummary(
         server=server, runs_ok=len(good), runs_planned=planned, failed=None,
-        rps=Spread.of(r["requests_per_sec"] for r in good),
+        rps=Spread.of(rate(r) for r in good),
         p50_us=statistics.median(r["latency_us"]["p50"] for r in good),
         p99_us=statistics.median(r["latency_us"]["p99"] for r in good),
         errors=sum(int(r["errors"]["total"]) for r in good),
@@ -123,7 +128,7 @@ def summarise(server: str, runs: list[dict[str, Any]], planned: int) -> CellSumm
         cpu_busy=statistics.median(r["cpu_utilisation"] for r in good),
         peak_rss_kib=statistics.median(r["peak_rss_kib"] for r in good),
         steal_cpu=statistics.median(r.get("steal_cpu", 0.0) for r in good),
-        cross_rps=statistics.median(c["requests_per_sec"] for c in crosses) if crosses else None,
+        cross_rps=statistics.median(rate(c) for c in crosses) if crosses else None,
         cross_cpu_us=statistics.median(c["cpu_us_per_request"] for c in crosses) if crosses else None,
         load_cpu_us=statistics.median(r.get("load_cpu_us_per_request", 0.0) for r in good),
         cross_load_cpu_us=(statistics.median(c.get("load_cpu_us_per_request", 0.0) for c in crosses)

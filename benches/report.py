@@ -85,6 +85,10 @@ def best_tines(rows: list[CellSummary], cpu: bool) -> CellSummary | None:
     return max(tines, key=lambda r: r.rps.median if r.rps else 0.0)
 
 
+ERRORS_NOTE = ("⚠: the row had failed requests (see its scenario's table); req/s and CPU µs/req "
+               "count successful (2xx/3xx) responses only.")
+
+
 def main_table(report: Report, cpu: bool) -> list[list[str]]:
     """Rows scenarios, columns servers: req/s medians (or CPU µs/req), with the ratio of the
     best Tines row to the best peer."""
@@ -102,8 +106,9 @@ def main_table(report: Report, cpu: bool) -> list[list[str]]:
             elif row.failed:
                 line.append("failed")
             else:
-                line.append(num(row.cpu_us.median if row.cpu_us else None, 1 if cpu else 0)
-                            if cpu else num(row.rps.median if row.rps else None))
+                line.append((num(row.cpu_us.median if row.cpu_us else None, 1) if cpu
+                             else num(row.rps.median if row.rps else None))
+                            + (" ⚠" if row.errors else ""))
         top = best_tines(table.rows, cpu)
         if cpu:
             value = ratio(top.cpu_us.median if top and top.cpu_us else None, table.best.cpu_us)
@@ -113,6 +118,10 @@ def main_table(report: Report, cpu: bool) -> list[list[str]]:
                     if top and value is not None else "–")
         out.append(line)
     return out
+
+
+def any_errors(report: Report) -> bool:
+    return any(row.errors for table in report.tables for row in table.rows)
 
 
 DETAIL_HEAD = ["server", "req/s", "req/s spread", "p50 ms", "p99 ms", "errors", "CPU µs/req",
@@ -177,9 +186,10 @@ def method_text(report: Report) -> str:
     return (f"{plan.runs} interleaved run(s) per cell of {plan.duration_s:g} s after a "
             f"{plan.warmup_s:g} s warm-up; load from {meta['primary']} (one thread, on CPU 0), "
             f"cross-check: {meta['cross']}. Each server runs one worker process pinned to CPU 1. "
-            "Medians, with the min–max spread of the runs. Errors: every failed request "
-            "(connect, reset, timeout, bad status, parse), summed over the runs. CPU µs/req: "
-            "user+sys CPU of the server's whole process tree (from /proc) / completed requests; "
+            "Medians, with the min–max spread of the runs. req/s: successful (2xx/3xx) responses "
+            "per second. Errors: every failed request (connect, reset, timeout, bad status, "
+            "parse), summed over the runs. CPU µs/req: user+sys CPU of the server's whole "
+            "process tree (from /proc) / successful responses; "
             "server CPU busy: that CPU time / wall time (100% = saturated). Peak RSS: the sum of "
             "VmHWM over the tree. Ratios are to the best peer (gunicorn, uWSGI, Granian; nginx "
             "is the machine's limit, not a peer). Stolen CPUs: CPU time the hypervisor took "
@@ -202,6 +212,7 @@ def markdown(report: Report) -> str:
     lines += [method_text(report), ""]
     lines += ["## Main table: requests per second (median)", ""]
     lines += md_table(main_table(report, cpu=False)) + [""]
+    lines += [ERRORS_NOTE, ""] if any_errors(report) else []
     lines += ["## Server CPU µs per request (median)", ""]
     lines += md_table(main_table(report, cpu=True)) + [""]
     lines += ["## Event MPM targets (issue 4)", ""]
@@ -304,6 +315,8 @@ def html_page(report: Report) -> str:
                  + "; whiskers: min–max of the runs.</p>")
     parts.append("<h2>Main table: requests per second (median)</h2>")
     parts.append(html_table(main_table(report, cpu=False)))
+    if any_errors(report):
+        parts.append(f"<p>{e(ERRORS_NOTE)}</p>")
     parts.append("<h2>Server CPU µs per request (median)</h2>")
     parts.append(html_table(main_table(report, cpu=True)))
     parts.append("<h2>Event MPM targets (issue 4)</h2><ul>")

@@ -445,3 +445,18 @@ def test_close_probe_sees_whether_the_server_closes(closes: bool) -> None:
         done.set()
         thread.join()
         listener.close()
+
+
+def test_rates_count_successful_responses_and_errors_are_flagged() -> None:
+    hello = Scenario("hello", "keep-alive", 1000)
+    answered_503 = {**run(4_000, 190.0, errors=6_000), "ok_per_sec": 850.0}
+    runs = {"tines-event": [answered_503], "tines-thread": [run(2_300, 500.0)]}
+    row = model.summarise("tines-event", runs["tines-event"], 1)
+    assert row.rps is not None and row.rps.median == 850.0
+    built = report.build(lambda sc, server: runs[server],
+                         [(hello, ["tines-thread", "tines-event"])], {"hello": "/"},
+                         model.PLANS["quick"], {"started": "x", "primary": "tines-bench",
+                                                "cross": "wrk"}, {}, "T")
+    text = report.markdown(built)
+    assert "| hello/keep-alive/c1000 | 2,300 | 850 ⚠ | – |" in text
+    assert "⚠: the row had failed requests" in text
