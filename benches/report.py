@@ -238,6 +238,8 @@ def markdown(report: Report) -> str:
     lines += ["## Machine and versions", ""]
     for key, value in {**report.meta.get("machine", {}), **report.meta.get("versions", {})}.items():
         lines.append(f"- {key}: {value}")
+    if report.meta.get("resumed_with_versions"):
+        lines.append(f"- resumed later with other versions: {report.meta['resumed_with_versions']}")
     return "\n".join(lines) + "\n"
 
 

@@ -236,10 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     except StateMismatch as error:
         sys.stderr.write(f"bench: {error}\n")
         return 2
-    if state.resumed:
+    if state.resumed and not args.report_only:
         log(f"resuming {shown(state_path)}: {len(state.cells)} measurement(s) "
             "already done")
-        if state.meta.get("versions") != meta["versions"]:
+        if state.meta.get("versions") != meta["versions"] and not args.report_only:
             log("versions differ from the run being resumed; the report lists both")
             state.meta["resumed_with_versions"] = meta["versions"]
     by_name = {s.name: s for s in servers}
