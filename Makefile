@@ -10,7 +10,7 @@ PORT   ?= 8000
 STAMP  := $(VENV)/.deps-stamp
 RUST_SOURCES := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
-.PHONY: all build serve test test-rust test-python typecheck bench bench-full fuzz fmt lint clean docs
+.PHONY: all build serve test test-rust test-python typecheck bench bench-full bench-tool fuzz fmt lint clean docs
 
 all: build
 
@@ -62,6 +62,11 @@ bench-full: build
 	mkdir -p benches/results/tmp/full
 	nohup $(PY) benches/run.py --full >>benches/results/tmp/full/run.log 2>&1 </dev/null &
 	@echo "bench-full: running in the background; follow benches/results/tmp/full/run.log"
+
+# tines-bench against wrk, both loading nginx's static "OK" (installs nginx and wrk if missing);
+# about 70 s. Exit status 1 when tines-bench misses wrk's rate, CPU or memory marks.
+bench-tool: build
+	$(PY) benches/loadgen_vs_wrk.py
 
 # Each fuzz target for FUZZ_SECONDS (default 60) on nightly; the corpora are replayed by
 # `make test` on stable (crates/proto/tests/fuzz_corpus.rs).

@@ -18,6 +18,7 @@ import ctypes.util
 import gc
 import os
 import random
+import resource
 import signal
 import struct
 import sys
@@ -115,6 +116,22 @@ def _set_parent_death_signal() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+def _raise_open_files_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit before saying ready.
+
+    A worker holds every connection it accepts (10,000 idle keep-alive connections with the
+    event MPM); the common soft default of 1024 would make accept fail with EMFILE long
+    before that. Rust does the same at the start of ``run_worker`` (for other embedders);
+    doing it here means the limit is in force when the master hears ``ready``.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as error:
+            log.warning("cannot raise the open files limit from %d to %d: %s", soft, hard, error)
+
+
 def _write(fd: int, data: bytes) -> None:
     try:
         os.write(fd, data)
@@ -170,6 +187,7 @@ def _serve(context: WorkerContext) -> int:
         gc.freeze()
     settings = context.cfg.worker_settings()
     settings["workers"] = context.cfg.workers
+    _raise_open_files_limit()
     _write(context.notify_write, encode_ready(pid, context.slot))
     import tines._core as _core
 

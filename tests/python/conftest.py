@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import select
 import signal
 import subprocess
@@ -116,17 +117,25 @@ class Server:
 
 
 def start_server(app: str, *args: str, env: dict[str, str] | None = None, log_path: Path,
-                 cwd: Path = ROOT) -> Server:
-    """Start a server and wait for its ready line; raise with the log if it does not come."""
+                 cwd: Path = ROOT, open_files: int | None = None) -> Server:
+    """Start a server and wait for its ready line; raise with the log if it does not come.
+
+    ``open_files`` sets the server's RLIMIT_NOFILE (soft and hard) before it starts.
+    """
     read_fd, write_fd = os.pipe()
     environment = dict(os.environ)
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(APPS), environment.get("PYTHONPATH", "")]))
     environment.update(env or {})
     command = [sys.executable, "-m", "tines", "serve", app, "-b", "127.0.0.1:0",
                "--ready-fd", str(write_fd), *args]
+    def limit_open_files() -> None:
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                pass_fds=(write_fd,), start_new_session=True, env=environment, cwd=cwd)
+                                pass_fds=(write_fd,), start_new_session=True, env=environment, cwd=cwd,
+                                preexec_fn=limit_open_files if open_files is not None else None)
     os.close(write_fd)
     try:
         data = b""
@@ -159,8 +168,10 @@ def tines_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     """Factory: ``tines_server(app_spec, *args, env=None)``; every server is killed at the end."""
     servers: list[Server] = []
 
-    def start(app: str, *args: str, env: dict[str, str] | None = None) -> Server:
-        server = start_server(app, *args, env=env, log_path=tmp_path / f"server-{len(servers)}.log")
+    def start(app: str, *args: str, env: dict[str, str] | None = None,
+              open_files: int | None = None) -> Server:
+        server = start_server(app, *args, env=env, log_path=tmp_path / f"server-{len(servers)}.log",
+                              open_files=open_files)
         servers.append(server)
         return server
 

@@ -728,7 +728,9 @@ impl<'a> Worker<'a> {
         if self.schedule.is_some() {
             self.ready.push_back((slot, self.conns[slot].gen));
         } else {
-            self.refill(slot);
+            // Written after this batch of events (as wrk does): the server then gets the
+            // requests of a whole batch together.
+            self.retry.push(slot);
         }
         Outcome::Continue
     }

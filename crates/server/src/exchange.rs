@@ -153,6 +153,9 @@ pub struct Exchange {
     /// `event` MPM: write what the socket takes now and leave the rest in the connection's
     /// pending output for the loop (up to `max_response_buffer`), instead of waiting.
     deferred: bool,
+    /// The response must close the connection (an error response from [`Exchange::fail`]):
+    /// the head then says `Connection: close` (RFC 9112 9.6).
+    must_close: bool,
 }
 
 fn invalid_data(message: &str) -> io::Error {
@@ -198,6 +201,7 @@ impl Exchange {
             fault: None,
             started: Instant::now(),
             deferred,
+            must_close: false,
         };
         exchange.conn.state = ConnState::Dispatched;
         exchange
@@ -571,7 +575,8 @@ impl Exchange {
             }
             Body::Chunked(_) | Body::Failed => false,
         };
-        self.conn.head.keep_alive()
+        !self.must_close
+            && self.conn.head.keep_alive()
             && body_reusable
             && framing != ResponseFraming::CloseDelimited
             && !config.keepalive_timeout.is_zero()
@@ -658,6 +663,21 @@ impl Exchange {
         if !self.deferred {
             return write_all(fd, parts, timeout);
         }
+        let result = self.emit_deferred(fd, parts, timeout);
+        if result.is_err() {
+            // The client is gone or stopped reading past the send timeout: nothing queued
+            // will be sent (the connection closes).
+            self.conn.pending.discard();
+        }
+        result
+    }
+
+    fn emit_deferred(
+        &mut self,
+        fd: std::os::fd::RawFd,
+        parts: &[&[u8]],
+        timeout: std::time::Duration,
+    ) -> io::Result<()> {
         let pending = &mut self.conn.pending;
         if !pending.is_empty() {
             // Earlier output still waits: keep the order, but let it make progress.
@@ -750,6 +770,7 @@ impl Exchange {
         }
         let result = if self.deferred {
             self.send_file_deferred(file_fd, offset, count)
+                .inspect_err(|_| self.conn.pending.discard())
         } else {
             write_all(fd, &[&self.ctx.out], timeout)
                 .and_then(|()| send_file(fd, file_fd, offset, count, timeout))
@@ -867,7 +888,7 @@ impl Exchange {
             let status = format!("{code} {reason}");
             let body = format!("{reason}\n");
             let length = body.len() as u64;
-            self.keep_alive = false;
+            self.must_close = true;
             let headers: [(&[u8], &[u8]); 1] = [(b"Content-Type", b"text/plain; charset=utf-8")];
             if self
                 .begin_response(status.as_bytes(), headers, Some(length))

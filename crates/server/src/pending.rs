@@ -86,6 +86,11 @@ impl Pending {
         Ok(())
     }
 
+    /// Drops everything queued (the response was abandoned: the connection closes).
+    pub fn discard(&mut self) {
+        *self = Pending::default();
+    }
+
     /// True when a file range is queued.
     pub fn has_file(&self) -> bool {
         self.file.is_some()
@@ -128,7 +133,9 @@ impl Pending {
                 self.sent = 0;
                 continue;
             }
-            self.bytes.clear();
+            // Give the memory back: a connection that once held a large response must not keep
+            // it while it idles.
+            self.bytes = Vec::new();
             self.sent = 0;
             return Ok(Progress::Done);
         }

@@ -173,9 +173,8 @@ impl Waker {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: a fresh descriptor owned by nothing else.
-        Ok(Waker {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Waker { fd })
     }
 
     /// Wakes the poller that watches this waker.

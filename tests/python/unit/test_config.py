@@ -185,7 +185,8 @@ def test_forwarded_allow_ips_accepts_networks_and_star() -> None:
 
 def test_choices_are_case_insensitive_and_listed_when_wrong() -> None:
     assert load({"mpm": "THREAD", "log_level": "Debug"}, {}).mpm == "thread"
-    assert error_of({"mpm": "event"}, {}) == "mpm must be one of prefork, thread, got 'event'"
+    assert load({"mpm": "Event"}, {}).mpm == "event"
+    assert error_of({"mpm": "worker"}, {}) == "mpm must be one of prefork, thread, event, got 'worker'"
 
 
 def test_umask_is_octal() -> None:
