@@ -99,6 +99,7 @@ class CellSummary:
     cpu_busy: float = 0.0
     peak_rss_kib: float = 0.0
     steal_cpu: float = 0.0
+    other_cpu: float = 0.0  # busy CPUs 0-1 not used by the server or the load generator
     cross_rps: float | None = None  # the cross-check tool's req/s (median of its runs)
     cross_cpu_us: float | None = None  # server CPU µs/req under the cross-check tool
     load_cpu_us: float | None = None  # the primary load generator's own CPU µs/req
@@ -128,6 +129,7 @@ def summarise(server: str, runs: list[dict[str, Any]], planned: int) -> CellSumm
         cpu_busy=statistics.median(r["cpu_utilisation"] for r in good),
         peak_rss_kib=statistics.median(r["peak_rss_kib"] for r in good),
         steal_cpu=statistics.median(r.get("steal_cpu", 0.0) for r in good),
+        other_cpu=statistics.median(r.get("other_cpu", 0.0) for r in good),
         cross_rps=statistics.median(rate(c) for c in crosses) if crosses else None,
         cross_cpu_us=statistics.median(c["cpu_us_per_request"] for c in crosses) if crosses else None,
         load_cpu_us=statistics.median(r.get("load_cpu_us_per_request", 0.0) for r in good),

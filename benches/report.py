@@ -126,7 +126,7 @@ def any_errors(report: Report) -> bool:
 
 DETAIL_HEAD = ["server", "req/s", "req/s spread", "p50 ms", "p99 ms", "errors", "CPU µs/req",
                "CPU spread", "server CPU busy", "peak RSS MiB", "req/s ÷ best peer",
-               "CPU ÷ cheapest peer", "wrk req/s", "stolen CPUs"]
+               "CPU ÷ cheapest peer", "wrk req/s", "other CPUs", "stolen CPUs"]
 
 
 def detail_rows(table: Table) -> list[list[str]]:
@@ -143,7 +143,7 @@ def detail_rows(table: Table) -> list[list[str]]:
                     f"{row.cpu_busy:.0%}", f"{row.peak_rss_kib / 1024:.1f}",
                     times(ratio(row.rps.median, table.best.rps)),
                     times(ratio(row.cpu_us.median, table.best.cpu_us)),
-                    num(row.cross_rps), f"{row.steal_cpu:.2f}"])
+                    num(row.cross_rps), f"{row.other_cpu:.2f}", f"{row.steal_cpu:.2f}"])
     return out
 
 
@@ -192,8 +192,10 @@ def method_text(report: Report) -> str:
             "process tree (from /proc) / successful responses; "
             "server CPU busy: that CPU time / wall time (100% = saturated). Peak RSS: the sum of "
             "VmHWM over the tree. Ratios are to the best peer (gunicorn, uWSGI, Granian; nginx "
-            "is the machine's limit, not a peer). Stolen CPUs: CPU time the hypervisor took "
-            "from CPUs 0 and 1 per second of the run.")
+            "is the machine's limit, not a peer). Other CPUs: busy time of CPUs 0 and 1 not "
+            "used by the server or the load generator (other work on this shared machine), and "
+            "stolen CPUs: time the hypervisor took from them, each per second of the run; a "
+            "run with either well above 0.1 was disturbed: read its spread.")
 
 
 # --------------------------------------------------------------------------- markdown

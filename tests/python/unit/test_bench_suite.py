@@ -338,7 +338,7 @@ def test_markdown_report() -> None:
     assert lines[3] == "| blog/close/c50 | 1,400 | failed |  | – |"
     assert "| hello/keep-alive/c50 | 12.0 | 17.0 | 7.0 | 0.71× (prefork) |" in text
     assert ("| tines-prefork | 60,000 | 58,000–62,000 | 1.00 | 5.00 | 0 | 12.0 | 11.5–12.5 | 90% "
-            "| 40.0 | 1.20× | 0.71× | – | 0.01 |") in text
+            "| 40.0 | 1.20× | 0.71× | – | 0.00 | 0.01 |") in text
     assert "| granian-wsgi | failed: start: <boom> & exit |" in text
     assert "| hello/keep-alive/c50 | granian-wsgi | 50,000 | 49,000 | 1.02× | 10.0 | 9.0 |" in text
     assert "- tines-event: this build of Tines has no event MPM" in text
