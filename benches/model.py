@@ -240,6 +240,19 @@ def event_checks(table: dict[str, dict[str, CellSummary]]) -> list[Check]:
 # --------------------------------------------------------------------------- the state file
 
 
+# A run was starved by other work on the shared machine when the benchmark CPUs were this busy
+# with other processes while the server's own CPU stayed under DISTURBED_BUSY: its req/s is
+# the neighbour's doing, not the server's.
+DISTURBED_OTHER_CPU = 0.5
+DISTURBED_BUSY = 0.5
+
+
+def disturbed(run: dict[str, Any]) -> bool:
+    """True for a successful run that other work starved (see DISTURBED_OTHER_CPU)."""
+    return (not run.get("failed") and run.get("other_cpu", 0.0) > DISTURBED_OTHER_CPU
+            and run.get("cpu_utilisation", 1.0) < DISTURBED_BUSY)
+
+
 class StateMismatch(Exception):
     """The state file was written for another plan; resuming would mix incomparable runs."""
 
@@ -281,6 +294,16 @@ class State:
         temporary.write_text(json.dumps({"schema": "tines-bench-state/1", "plan": self.plan,
                                          "meta": self.meta, "cells": self.cells}, indent=1))
         os.replace(temporary, self.path)
+
+    def drop_disturbed(self) -> list[str]:
+        """Forget the runs ``disturbed`` flags (they are measured again) and note their keys
+        in ``meta["redone"]``; returns them."""
+        keys = [k for k, v in self.cells.items() if disturbed(v)]
+        for key in keys:
+            del self.cells[key]
+        self.meta["redone"] = sorted(set(self.meta.get("redone", [])) | set(keys))
+        self.save()
+        return keys
 
     def runs(self, scenario: Scenario, server: str) -> list[dict[str, Any]]:
         """The recorded runs of one cell, in run order."""

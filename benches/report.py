@@ -198,6 +198,14 @@ def method_text(report: Report) -> str:
             "run with either well above 0.1 was disturbed: read its spread.")
 
 
+def redone_text(report: Report) -> str:
+    redone = report.meta.get("redone", [])
+    return (f"{len(redone)} run(s) starved by other work on the machine (other CPUs > 0.5 while "
+            "the server's CPU was under 50% busy) were measured again afterwards "
+            "(`--redo-disturbed`), out of the interleaved order: "
+            + ", ".join(f"`{key}`" for key in redone) + ".")
+
+
 # --------------------------------------------------------------------------- markdown
 
 
@@ -212,6 +220,7 @@ def markdown(report: Report) -> str:
     if report.plan.kind == "quick":
         lines += ["**Quick run (BENCH_QUICK): one short run per cell; for development only.**", ""]
     lines += [method_text(report), ""]
+    lines += [redone_text(report), ""] if report.meta.get("redone") else []
     lines += ["## Main table: requests per second (median)", ""]
     lines += md_table(main_table(report, cpu=False)) + [""]
     lines += [ERRORS_NOTE, ""] if any_errors(report) else []
@@ -312,6 +321,8 @@ def html_page(report: Report) -> str:
         parts.append("<p><strong>Quick run: one short run per cell; for development only."
                      "</strong></p>")
     parts.append(f"<p>{e(method_text(report))}</p>")
+    if report.meta.get("redone"):
+        parts.append(f"<p>{e(redone_text(report))}</p>")
     parts.append('<p class="legend">'
                  + "".join(f'<span style="background:{c}"></span>{e(n)}'
                            for n, c in (("Tines", COLOURS["tines"]), ("peers", COLOURS["peer"]),

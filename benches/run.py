@@ -153,6 +153,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "--full: benches/results/tmp/full/state.json)")
     parser.add_argument("--fresh", action="store_true",
                         help="discard the state file first instead of resuming")
+    parser.add_argument("--redo-disturbed", action="store_true",
+                        help="measure again the runs of the state file that other work on the "
+                             "machine starved (other CPUs > 0.5 while the server was under 50%% "
+                             "busy); the report lists them")
     parser.add_argument("--report-only", action="store_true",
                         help="render the report from the state file without measuring")
     parser.add_argument("--load-tool", choices=("auto", "tines-bench", "wrk"), default="auto",
@@ -244,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
             state.meta["resumed_with_versions"] = meta["versions"]
     by_name = {s.name: s for s in servers}
 
+    if args.redo_disturbed and not args.report_only:
+        redo = state.drop_disturbed()
+        log(f"measuring again {len(redo)} disturbed run(s): {', '.join(redo) or 'none'}")
     if not args.report_only:
         raise_nofile()
         fortunes = fortunes_db.create(workdir / "fortunes.sqlite3")

@@ -460,3 +460,24 @@ def test_rates_count_successful_responses_and_errors_are_flagged() -> None:
     text = report.markdown(built)
     assert "| hello/keep-alive/c1000 | 2,300 | 850 ⚠ | – |" in text
     assert "⚠: the row had failed requests" in text
+
+
+def test_disturbed_runs_are_dropped_for_measuring_again(tmp_path: Path) -> None:
+    hello = Scenario("hello", "keep-alive", 50)
+    state = State(tmp_path / "state.json", PLAN, {})
+    starved = {**run(24, 840.0), "other_cpu": 1.7, "cpu_utilisation": 0.02}
+    saturated_but_busy_machine = {**run(2_500, 380.0), "other_cpu": 0.9, "cpu_utilisation": 0.98}
+    quiet = {**run(2_900, 340.0), "other_cpu": 0.0, "cpu_utilisation": 0.98}
+    failed = {**run(0, 0, failed="start: boom"), "other_cpu": 1.5, "cpu_utilisation": 0.0}
+    for number, result in enumerate((starved, saturated_but_busy_machine, quiet, failed), 1):
+        state.record(model.cell_key("tines-prefork", hello, number), result)
+    assert state.drop_disturbed() == ["hello/keep-alive/c50|tines-prefork|run1"]
+    again = State(tmp_path / "state.json", PLAN, {})
+    assert not again.done(model.cell_key("tines-prefork", hello, 1))
+    assert again.done(model.cell_key("tines-prefork", hello, 2))
+    assert again.meta["redone"] == ["hello/keep-alive/c50|tines-prefork|run1"]
+    built = report.build(again.runs, [(hello, ["tines-prefork"])], {"hello": "/"},
+                         model.PLANS["standard"], {**again.meta, "started": "x",
+                                                   "primary": "tines-bench", "cross": "wrk"},
+                         {}, "T")
+    assert "1 run(s) starved by other work" in report.markdown(built)
