@@ -149,11 +149,13 @@ class Best:
     cpu_us: float | None
 
 
-def best_peer(rows: list[CellSummary]) -> Best:
+def best_peer(rows: list[CellSummary], skip_ignores_close: bool = True) -> Best:
     """The peer with the highest median req/s and the one with the lowest median CPU µs/req.
-    Tines rows and the machine's limit (nginx) are not peers, and neither is a row whose
+    Tines rows and the machine's limit (nginx) are not peers; with ``skip_ignores_close`` (the
+    load generator follows the server's keep-alive decision, as wrk does) neither is a row whose
     server kept connections open in a ``Connection: close`` scenario (not comparable)."""
-    peers = [r for r in rows if is_peer(r.server) and r.rps and r.cpu_us and not r.ignores_close]
+    peers = [r for r in rows if is_peer(r.server) and r.rps and r.cpu_us
+             and not (skip_ignores_close and r.ignores_close)]
     if not peers:
         return Best(None, None, None, None)
     fastest = max(peers, key=lambda r: r.rps.median if r.rps else 0.0)

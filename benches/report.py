@@ -50,7 +50,10 @@ def build(runs_of: Any, cells: list[tuple[Scenario, list[str]]], url_paths: dict
     by_name: dict[str, dict[str, CellSummary]] = {}
     for scenario, servers in cells:
         rows = [summarise(server, runs_of(scenario, server), plan.runs) for server in servers]
-        tables.append(Table(scenario, url_paths.get(scenario.app, "/"), rows, best_peer(rows)))
+        # tines bench --no-keepalive opens a connection per request whatever the server says;
+        # wrk follows the server, so with wrk as the primary such a row is not comparable.
+        best = best_peer(rows, skip_ignores_close=meta.get("primary") == "wrk")
+        tables.append(Table(scenario, url_paths.get(scenario.app, "/"), rows, best))
         by_name[scenario.name] = {row.server: row for row in rows}
     return Report(title, plan, meta, skipped, tables, event_checks(by_name))
 
@@ -164,10 +167,11 @@ def cross_rows(report: Report) -> list[list[str]]:
 
 
 IGNORES_CLOSE_NOTE = ("† kept the connection open after answering a `Connection: close` request "
-                      "(checked once per start): a load generator that follows the server's "
-                      "keep-alive decision, as wrk does, reused those connections, so the row's "
-                      "figures are not connection-per-request figures, and it is left out of "
-                      "the best-peer ratios.")
+                      "(checked once per start). `tines bench --no-keepalive` opens a new "
+                      "connection for every request whatever the server does, but wrk follows "
+                      "the server's keep-alive decision and reuses such connections: the row's "
+                      "wrk figures are keep-alive figures, and when wrk is the primary load "
+                      "generator the row is left out of the best-peer ratios.")
 
 
 def table_notes(table: Table) -> list[str]:
