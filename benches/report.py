@@ -202,6 +202,16 @@ def method_text(report: Report) -> str:
             "run with either well above 0.1 was disturbed: read its spread.")
 
 
+def partial_text(report: Report) -> str:
+    """A warning when the state file holds fewer measurements than the plan (a run still going
+    on, or stopped), else ""."""
+    measured, planned = report.meta.get("measured"), report.meta.get("planned")
+    if measured is None or planned is None or measured >= planned:
+        return ""
+    return (f"Partial: {measured} of {planned} measurements so far; run the same command again "
+            "to resume.")
+
+
 def redone_text(report: Report) -> str:
     redone = report.meta.get("redone", [])
     return (f"{len(redone)} run(s) starved by other work on the machine (other CPUs > 0.5 while "
@@ -224,6 +234,7 @@ def markdown(report: Report) -> str:
     if report.plan.kind == "quick":
         lines += ["**Quick run (BENCH_QUICK): one short run per cell; for development only.**", ""]
     lines += [method_text(report), ""]
+    lines += [f"**{partial_text(report)}**", ""] if partial_text(report) else []
     lines += [redone_text(report), ""] if report.meta.get("redone") else []
     lines += ["## Main table: requests per second (median)", ""]
     lines += md_table(main_table(report, cpu=False)) + [""]
@@ -325,6 +336,8 @@ def html_page(report: Report) -> str:
         parts.append("<p><strong>Quick run: one short run per cell; for development only."
                      "</strong></p>")
     parts.append(f"<p>{e(method_text(report))}</p>")
+    if partial_text(report):
+        parts.append(f"<p><strong>{e(partial_text(report))}</strong></p>")
     if report.meta.get("redone"):
         parts.append(f"<p>{e(redone_text(report))}</p>")
     parts.append('<p class="legend">'

@@ -270,7 +270,10 @@ def main(argv: list[str] | None = None) -> int:
                 status += f"; wrk {result['cross']['ok_per_sec']:,.0f} req/s"
             log(f"[{index}/{len(todo)}] run {run} {scenario.name} {server.name}: {status}")
 
-    meta_out = {**state.meta, "commands": command_lines(servers, cells, plan, primary)}
+    planned = [cell_key(n, sc, run) for run in range(1, plan.runs + 1) for sc, names in cells
+               for n in names]
+    meta_out = {**state.meta, "commands": command_lines(servers, cells, plan, primary),
+                "measured": sum(state.done(key) for key in planned), "planned": len(planned)}
     url_paths = {name: app.url_path for name, app in APPS.items()}
     title = f"Benchmark {state.meta['started']}" + (" (full matrix)" if args.full else "")
     rendered = reporting.build(state.runs, cells, url_paths, plan, meta_out, skipped, title)

@@ -486,3 +486,15 @@ def test_disturbed_runs_are_dropped_for_measuring_again(tmp_path: Path) -> None:
                                                    "primary": "tines-bench", "cross": "wrk"},
                          {}, "T")
     assert "1 run(s) starved by other work" in report.markdown(built)
+
+
+def test_a_partial_state_is_reported_as_partial() -> None:
+    hello = Scenario("hello", "keep-alive", 50)
+    meta = {"started": "x", "primary": "tines-bench", "cross": "wrk"}
+    def build(measured: int) -> str:
+        built = report.build(lambda sc, server: [run(1.0, 1.0)], [(hello, ["uwsgi"])],
+                             {"hello": "/"}, model.PLANS["full"],
+                             {**meta, "measured": measured, "planned": 3}, {}, "T")
+        return report.markdown(built)
+    assert "**Partial: 1 of 3 measurements so far" in build(1)
+    assert "Partial" not in build(3)
