@@ -49,8 +49,8 @@ test-python: build
 docs: build
 	$(PY) tools/gen_settings_doc.py
 
-# The side-by-side suite (docs/benchmarks.md): about 15 minutes of both cores; it installs
-# wrk, nginx and the peers itself. BENCH_QUICK=1 for a 2-minute development run.
+# The side-by-side suite (docs/benchmarks.md): about 15-17 minutes of both cores; it installs
+# wrk, nginx and the peers itself. BENCH_QUICK=1 for a 3-minute development run.
 bench: build
 	cargo build --release --quiet -p tines-loadgen --bin tines-bench
 	$(PY) benches/run.py
