@@ -309,10 +309,11 @@ def svg_bars(title: str, bars: list[tuple[str, float, float, float]], unit: str)
 
 def html_table(rows: list[list[str]]) -> str:
     head, *body = rows
-    out = ["<table><thead><tr>", *(f"<th>{html.escape(c)}</th>" for c in head), "</tr></thead><tbody>"]
+    out = ['<div class="wide"><table><thead><tr>',
+           *(f"<th>{html.escape(c)}</th>" for c in head), "</tr></thead><tbody>"]
     for cells in body:
         out.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "".join(out)
 
 
@@ -324,6 +325,7 @@ th:first-child,td:first-child{text-align:left}
 .pass{color:#1a7f37;font-weight:bold}.fail{color:#c0392b;font-weight:bold}
 .not{color:#777;font-weight:bold}.charts{display:flex;flex-wrap:wrap;gap:1em}
 .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}
+.wide{overflow-x:auto}
 """
 
 
