@@ -32,7 +32,12 @@ pub struct Args {
     pub urls: Vec<String>,
 
     /// Connections to keep open (closed loop) or to send the scheduled requests over (open loop).
-    #[arg(short = 'c', long = "connections", value_name = "N", default_value_t = 10)]
+    #[arg(
+        short = 'c',
+        long = "connections",
+        value_name = "N",
+        default_value_t = 10
+    )]
     pub connections: usize,
 
     /// Total requests to send, then stop (default: run for --duration).
@@ -60,7 +65,12 @@ pub struct Args {
     pub pipeline: usize,
 
     /// Request method.
-    #[arg(short = 'm', long = "method", value_name = "METHOD", default_value = "GET")]
+    #[arg(
+        short = 'm',
+        long = "method",
+        value_name = "METHOD",
+        default_value = "GET"
+    )]
     pub method: String,
 
     /// Extra request header, `Name: value` (repeatable).
@@ -107,7 +117,9 @@ pub struct Args {
 /// Parses `500ms`, `10s`, `2m`, `1h`, `1.5s`; a bare number is seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let value: f64 = number
         .parse()
@@ -118,7 +130,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "us" => 1e-6,
         "m" => 60.0,
         "h" => 3600.0,
-        _ => return Err(format!("invalid duration unit in '{text}' (use ms, s, m or h)")),
+        _ => {
+            return Err(format!(
+                "invalid duration unit in '{text}' (use ms, s, m or h)"
+            ))
+        }
     };
     let seconds = value * scale;
     if !seconds.is_finite() || seconds > 1e9 {
@@ -178,7 +194,9 @@ impl Config {
             return Err(usage("--pipeline must be at least 1".into()));
         }
         if args.no_keepalive && args.pipeline > 1 {
-            return Err(usage("--pipeline needs keep-alive (drop --no-keepalive)".into()));
+            return Err(usage(
+                "--pipeline needs keep-alive (drop --no-keepalive)".into(),
+            ));
         }
         if args.threads == Some(0) {
             return Err(usage("--threads must be at least 1".into()));
@@ -188,17 +206,25 @@ impl Config {
         }
         if let Some(rate) = args.rate {
             if !(rate.is_finite() && rate > 0.0) {
-                return Err(usage(format!("--rate must be a positive number, got {rate}")));
+                return Err(usage(format!(
+                    "--rate must be a positive number, got {rate}"
+                )));
             }
         }
         if args.duration == Some(Duration::ZERO) {
             return Err(usage("--duration must be more than 0".into()));
         }
         if args.timeout.is_zero() || args.connect_timeout.is_zero() {
-            return Err(usage("--timeout and --connect-timeout must be more than 0".into()));
+            return Err(usage(
+                "--timeout and --connect-timeout must be more than 0".into(),
+            ));
         }
         let method = args.method.to_ascii_uppercase();
-        if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+        if method.is_empty()
+            || !method
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        {
             return Err(usage(format!("invalid method '{}'", args.method)));
         }
         let mut headers = Vec::new();
@@ -209,25 +235,37 @@ impl Config {
             let name = name.trim();
             let value = value.trim();
             let name_ok = !name.is_empty()
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
             if !name_ok || value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-                return Err(usage(format!("invalid header '{header}' (want 'Name: value')")));
+                return Err(usage(format!(
+                    "invalid header '{header}' (want 'Name: value')"
+                )));
             }
             headers.push((name.to_string(), value.to_string()));
         }
-        let body: Option<Vec<u8>> = match (&args.body, &args.body_file) {
-            (Some(text), _) => Some(text.clone().into_bytes()),
-            (None, Some(path)) => Some(
-                std::fs::read(path)
-                    .map_err(|e| usage(format!("cannot read --body-file {}: {e}", path.display())))?,
-            ),
-            (None, None) => None,
-        };
+        let body: Option<Vec<u8>> =
+            match (&args.body, &args.body_file) {
+                (Some(text), _) => Some(text.clone().into_bytes()),
+                (None, Some(path)) => Some(std::fs::read(path).map_err(|e| {
+                    usage(format!("cannot read --body-file {}: {e}", path.display()))
+                })?),
+                (None, None) => None,
+            };
 
-        let mut lines: Vec<(String, String)> = args.urls.iter().map(|u| (method.clone(), u.clone())).collect();
+        let mut lines: Vec<(String, String)> = args
+            .urls
+            .iter()
+            .map(|u| (method.clone(), u.clone()))
+            .collect();
         if let Some(path) = &args.requests_file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| usage(format!("cannot read --requests-file {}: {e}", path.display())))?;
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                usage(format!(
+                    "cannot read --requests-file {}: {e}",
+                    path.display()
+                ))
+            })?;
             for (number, line) in text.lines().enumerate() {
                 let line = line.trim();
                 if line.is_empty() || line.starts_with('#') {
@@ -250,26 +288,44 @@ impl Config {
             }
         }
         if lines.is_empty() {
-            return Err(usage("no URL given (tines bench URL [URL...] or --requests-file FILE)".into()));
+            return Err(usage(
+                "no URL given (tines bench URL [URL...] or --requests-file FILE)".into(),
+            ));
         }
         let mut specs = Vec::with_capacity(lines.len());
         for (line_method, url) in lines {
             let target = target::parse_url(&url).map_err(UsageError)?;
-            let bytes = target::encode_request(&line_method, &target, &headers, body.as_deref(), !args.no_keepalive);
-            specs.push(RequestSpec { url, target, bytes, is_head: line_method == "HEAD" });
+            let bytes = target::encode_request(
+                &line_method,
+                &target,
+                &headers,
+                body.as_deref(),
+                !args.no_keepalive,
+            );
+            specs.push(RequestSpec {
+                url,
+                target,
+                bytes,
+                is_head: line_method == "HEAD",
+            });
         }
         // Resolve each distinct host once, now, so a bad name is a usage error.
         for index in 0..specs.len() {
             let earlier = specs[..index]
                 .iter()
-                .find(|s| s.target.host == specs[index].target.host && s.target.port == specs[index].target.port)
+                .find(|s| {
+                    s.target.host == specs[index].target.host
+                        && s.target.port == specs[index].target.port
+                })
                 .map(|s| s.target.addr);
             specs[index].target.addr = match earlier {
                 Some(addr) => addr,
                 None => target::resolve(&specs[index].target).map_err(UsageError)?,
             };
         }
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         let threads = args.threads.unwrap_or(cores).min(args.connections);
         let duration = match (args.duration, args.requests) {
             (None, None) => Some(Duration::from_secs(10)),

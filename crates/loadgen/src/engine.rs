@@ -181,7 +181,15 @@ impl<'a> Worker<'a> {
                 connect_started: clock.start,
                 rbuf: vec![0; READ_BUFFER],
                 rlen: 0,
-                wbuf: Vec::with_capacity(pipeline * config.requests_specs.iter().map(|s| s.bytes.len()).max().unwrap_or(0)),
+                wbuf: Vec::with_capacity(
+                    pipeline
+                        * config
+                            .requests_specs
+                            .iter()
+                            .map(|s| s.bytes.len())
+                            .max()
+                            .unwrap_or(0),
+                ),
                 wpos: 0,
                 inflight: VecDeque::with_capacity(pipeline),
                 body: Body::Head,
@@ -190,7 +198,9 @@ impl<'a> Worker<'a> {
                 first_byte: None,
             })
             .collect();
-        let schedule = config.rate.map(|rate| Schedule::new(rate, config.threads, index, config.requests));
+        let schedule = config
+            .rate
+            .map(|rate| Schedule::new(rate, config.threads, index, config.requests));
         let mut ready = VecDeque::with_capacity(connections * pipeline * 2);
         if schedule.is_some() {
             for _ in 0..pipeline {
@@ -243,7 +253,8 @@ impl<'a> Worker<'a> {
             let now = Instant::now();
             if self.shared.stop.load(Ordering::Relaxed)
                 || crate::signal::interrupted()
-                || self.clock.deadline.is_some_and(|d| now >= d) {
+                || self.clock.deadline.is_some_and(|d| now >= d)
+            {
                 break;
             }
             if now >= self.next_second {
@@ -306,7 +317,9 @@ impl<'a> Worker<'a> {
                                 continue;
                             }
                         }
-                        if event.is_writable() && self.conns[slot].wpos < self.conns[slot].wbuf.len() {
+                        if event.is_writable()
+                            && self.conns[slot].wpos < self.conns[slot].wbuf.len()
+                        {
                             self.flush(slot, now);
                         }
                     }
@@ -319,31 +332,46 @@ impl<'a> Worker<'a> {
         self.flush_second(now);
         let last = std::mem::replace(&mut self.bucket, SecondBucket::new(0));
         let bucket = (last.requests > 0 || last.errors > 0).then_some(last);
-        let _ = self.tx.send(Message::Second { thread: self.index, bucket, done_before: u64::MAX });
+        let _ = self.tx.send(Message::Second {
+            thread: self.index,
+            bucket,
+            done_before: u64::MAX,
+        });
         self.publish();
         (self.stats, now)
     }
 
     fn second_of(&self, now: Instant) -> Option<u64> {
-        now.checked_duration_since(self.clock.measure_start).map(|d| d.as_secs())
+        now.checked_duration_since(self.clock.measure_start)
+            .map(|d| d.as_secs())
     }
 
     /// Sends the current second's bucket once `now` is in a later second.
     fn flush_second(&mut self, now: Instant) {
-        let Some(second) = self.second_of(now) else { return };
+        let Some(second) = self.second_of(now) else {
+            return;
+        };
         if second == self.bucket.second {
             return;
         }
         let old = std::mem::replace(&mut self.bucket, SecondBucket::new(second));
         let bucket = (old.requests > 0 || old.errors > 0).then_some(old);
         self.next_second = self.clock.measure_start + Duration::from_secs(second + 1);
-        let _ = self.tx.send(Message::Second { thread: self.index, bucket, done_before: second });
+        let _ = self.tx.send(Message::Second {
+            thread: self.index,
+            bucket,
+            done_before: second,
+        });
     }
 
     fn publish(&self) {
         let progress = &self.shared.progress[self.index];
-        progress.requests.store(self.stats.requests, Ordering::Relaxed);
-        progress.errors.store(self.stats.total_errors(), Ordering::Relaxed);
+        progress
+            .requests
+            .store(self.stats.requests, Ordering::Relaxed);
+        progress
+            .errors
+            .store(self.stats.total_errors(), Ordering::Relaxed);
     }
 
     fn measuring(&mut self, now: Instant) -> bool {
@@ -376,7 +404,9 @@ impl<'a> Worker<'a> {
         }
         match self.config.requests {
             Some(limit) if now >= self.clock.measure_start => {
-                if self.budget_exhausted || self.shared.issued.fetch_add(1, Ordering::Relaxed) >= limit {
+                if self.budget_exhausted
+                    || self.shared.issued.fetch_add(1, Ordering::Relaxed) >= limit
+                {
                     self.budget_exhausted = true;
                     return false;
                 }
@@ -457,7 +487,11 @@ impl<'a> Worker<'a> {
             self.close(slot);
         }
         let conn = &mut self.conns[slot];
-        conn.inflight.push_back(InFlight { start, sent: None, spec: spec_index as u32 });
+        conn.inflight.push_back(InFlight {
+            start,
+            sent: None,
+            spec: spec_index as u32,
+        });
         conn.wbuf.extend_from_slice(&spec.bytes);
         self.inflight_total += 1;
         match conn.state {
@@ -474,7 +508,11 @@ impl<'a> Worker<'a> {
         match TcpStream::connect(addr) {
             Ok(mut stream) => {
                 let token = Token(slot | ((conn.gen as usize) << 32));
-                if let Err(error) = self.poll.registry().register(&mut stream, token, Interest::READABLE | Interest::WRITABLE) {
+                if let Err(error) = self.poll.registry().register(
+                    &mut stream,
+                    token,
+                    Interest::READABLE | Interest::WRITABLE,
+                ) {
                     self.fail(slot, ErrorKind::Connect, now, &error, "connect");
                     return;
                 }
@@ -504,7 +542,9 @@ impl<'a> Worker<'a> {
         }
         let _ = stream.set_nodelay(true);
         conn.state = State::Open;
-        let connect_us = now.saturating_duration_since(conn.connect_started).as_micros() as u64;
+        let connect_us = now
+            .saturating_duration_since(conn.connect_started)
+            .as_micros() as u64;
         if self.closed_loop_start_at_write {
             for request in conn.inflight.iter_mut() {
                 request.start = now;
@@ -552,7 +592,9 @@ impl<'a> Worker<'a> {
             let conn = &mut self.conns[slot];
             if conn.rlen == conn.rbuf.len() {
                 if conn.rbuf.len() >= MAX_HEAD {
-                    self.fail_msg(slot, ErrorKind::Parse, now, || "response head too large".into());
+                    self.fail_msg(slot, ErrorKind::Parse, now, || {
+                        "response head too large".into()
+                    });
                     return Outcome::Closed;
                 }
                 let grown = conn.rbuf.len() * 2;
@@ -574,7 +616,9 @@ impl<'a> Worker<'a> {
                         return Outcome::Continue;
                     }
                 }
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Outcome::Continue,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    return Outcome::Continue
+                }
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(error) => {
                     let kind = error_kind_of(&error);
@@ -596,7 +640,11 @@ impl<'a> Worker<'a> {
             self.after_close(slot);
         } else {
             let sent = conn.inflight.front().is_some_and(|r| r.sent.is_some());
-            let what = if sent { "connection closed by the server before the response" } else { "connection closed by the server" };
+            let what = if sent {
+                "connection closed by the server before the response"
+            } else {
+                "connection closed by the server"
+            };
             self.fail_msg(slot, ErrorKind::Reset, now, || what.into());
         }
         Outcome::Closed
@@ -613,7 +661,9 @@ impl<'a> Worker<'a> {
             match &mut conn.body {
                 Body::Head => {
                     let Some(front) = conn.inflight.front() else {
-                        self.fail_msg(slot, ErrorKind::Parse, now, || "bytes from the server with no request outstanding".into());
+                        self.fail_msg(slot, ErrorKind::Parse, now, || {
+                            "bytes from the server with no request outstanding".into()
+                        });
                         return Outcome::Closed;
                     };
                     if conn.first_byte.is_none() {
@@ -640,7 +690,9 @@ impl<'a> Worker<'a> {
                                     }
                                 }
                                 BodyKind::Length(n) => conn.body = Body::Length(n),
-                                BodyKind::Chunked => conn.body = Body::Chunked(ChunkedDecoder::new(16 * 1024)),
+                                BodyKind::Chunked => {
+                                    conn.body = Body::Chunked(ChunkedDecoder::new(16 * 1024))
+                                }
                                 BodyKind::UntilClose => conn.body = Body::UntilClose,
                             }
                         }
@@ -670,7 +722,9 @@ impl<'a> Worker<'a> {
                         }
                     }
                     Err(error) => {
-                        self.fail_msg(slot, ErrorKind::Parse, now, || format!("chunked body: {}", error.reason()));
+                        self.fail_msg(slot, ErrorKind::Parse, now, || {
+                            format!("chunked body: {}", error.reason())
+                        });
                         return Outcome::Closed;
                     }
                 },
@@ -688,7 +742,10 @@ impl<'a> Worker<'a> {
     /// The front request's response is complete.
     fn complete(&mut self, slot: usize, now: Instant) -> Outcome {
         let conn = &mut self.conns[slot];
-        let request = conn.inflight.pop_front().expect("a request was outstanding");
+        let request = conn
+            .inflight
+            .pop_front()
+            .expect("a request was outstanding");
         self.inflight_total -= 1;
         let status = conn.status;
         let first_byte = conn.first_byte.take().unwrap_or(now);
@@ -699,7 +756,12 @@ impl<'a> Worker<'a> {
             stats.requests += 1;
             let latency = now.saturating_duration_since(request.start).as_micros() as u64;
             record_us(&mut stats.latency, latency);
-            record_us(&mut stats.first_byte, first_byte.saturating_duration_since(request.start).as_micros() as u64);
+            record_us(
+                &mut stats.first_byte,
+                first_byte
+                    .saturating_duration_since(request.start)
+                    .as_micros() as u64,
+            );
             record_us(&mut self.bucket.latency, latency);
             self.bucket.requests += 1;
             stats.status[(status as usize).min(999)] += 1;
@@ -721,7 +783,9 @@ impl<'a> Worker<'a> {
                 self.close(slot);
                 self.after_close(slot);
             } else {
-                self.fail_msg(slot, ErrorKind::Reset, now, || "server closed the connection with pipelined requests unanswered".into());
+                self.fail_msg(slot, ErrorKind::Reset, now, || {
+                    "server closed the connection with pipelined requests unanswered".into()
+                });
             }
             return Outcome::Closed;
         }
@@ -745,7 +809,13 @@ impl<'a> Worker<'a> {
 
     /// Fails every request on the connection with `kind`, closes it, and
     /// schedules the slot to be used again.
-    fn fail_msg(&mut self, slot: usize, kind: ErrorKind, now: Instant, message: impl Fn() -> String) {
+    fn fail_msg(
+        &mut self,
+        slot: usize,
+        kind: ErrorKind,
+        now: Instant,
+        message: impl Fn() -> String,
+    ) {
         let failed = self.conns[slot].inflight.len();
         for _ in 0..failed {
             self.record_error(kind, now, &message);
@@ -790,19 +860,28 @@ impl<'a> Worker<'a> {
         for slot in 0..self.conns.len() {
             let conn = &self.conns[slot];
             match conn.state {
-                State::Connecting if now.saturating_duration_since(conn.connect_started) >= self.config.connect_timeout => {
+                State::Connecting
+                    if now.saturating_duration_since(conn.connect_started)
+                        >= self.config.connect_timeout =>
+                {
                     let limit = self.config.connect_timeout;
-                    self.fail_msg(slot, ErrorKind::Connect, now, || format!("connect timed out after {limit:?}"));
+                    self.fail_msg(slot, ErrorKind::Connect, now, || {
+                        format!("connect timed out after {limit:?}")
+                    });
                 }
                 State::Open => {
                     let expired = conn
                         .inflight
                         .front()
                         .and_then(|r| r.sent)
-                        .is_some_and(|sent| now.saturating_duration_since(sent) >= self.config.timeout);
+                        .is_some_and(|sent| {
+                            now.saturating_duration_since(sent) >= self.config.timeout
+                        });
                     if expired {
                         let limit = self.config.timeout;
-                        self.fail_msg(slot, ErrorKind::Timeout, now, || format!("no response within {limit:?}"));
+                        self.fail_msg(slot, ErrorKind::Timeout, now, || {
+                            format!("no response within {limit:?}")
+                        });
                     }
                 }
                 _ => {}

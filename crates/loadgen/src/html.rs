@@ -92,6 +92,8 @@ chart("errors", [{name: "errors/s", color: "#d62728", points: tl.map(p => [p.t_s
 /// The page for this run.
 pub fn render(config: &Config, outcome: &Outcome) -> String {
     // `<` is escaped so no string in the data can close the script element.
-    let data = report::json(config, outcome).to_string().replace('<', "\\u003c");
+    let data = report::json(config, outcome)
+        .to_string()
+        .replace('<', "\\u003c");
     PAGE.replace("__DATA__", &data)
 }

@@ -70,7 +70,8 @@ pub fn execute(config: &Config, progress: bool) -> Outcome {
                 let shared = &shared;
                 scope.spawn(move || {
                     let connections = engine::share(config.connections, config.threads, index);
-                    engine::Worker::new(index, connections, config, shared, clock, tx).map(engine::Worker::run)
+                    engine::Worker::new(index, connections, config, shared, clock, tx)
+                        .map(engine::Worker::run)
                 })
             })
             .collect();
@@ -78,14 +79,20 @@ pub fn execute(config: &Config, progress: bool) -> Outcome {
         let mut last_line = Instant::now();
         loop {
             match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(engine::Message::Second { thread, bucket, done_before }) => {
+                Ok(engine::Message::Second {
+                    thread,
+                    bucket,
+                    done_before,
+                }) => {
                     timeline.add(thread, bucket, done_before);
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
             if signal::interrupted() {
-                shared.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                shared
+                    .stop
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
             }
             if progress && last_line.elapsed() >= Duration::from_millis(250) {
                 last_line = Instant::now();
@@ -111,18 +118,31 @@ pub fn execute(config: &Config, progress: bool) -> Outcome {
     }
     let elapsed = ended.saturating_duration_since(measure_start);
     let seconds = elapsed.as_secs_f64().ceil() as u64;
-    Outcome { stats, timeline: timeline.finish(seconds), elapsed, interrupted: signal::interrupted() }
+    Outcome {
+        stats,
+        timeline: timeline.finish(seconds),
+        elapsed,
+        interrupted: signal::interrupted(),
+    }
 }
 
 fn progress_line(shared: &engine::Shared, measure_start: Instant) {
     use std::sync::atomic::Ordering::Relaxed;
-    let requests: u64 = shared.progress.iter().map(|p| p.requests.load(Relaxed)).sum();
+    let requests: u64 = shared
+        .progress
+        .iter()
+        .map(|p| p.requests.load(Relaxed))
+        .sum();
     let errors: u64 = shared.progress.iter().map(|p| p.errors.load(Relaxed)).sum();
     let now = Instant::now();
     let mut err = std::io::stderr().lock();
     match now.checked_duration_since(measure_start) {
         None => {
-            let _ = write!(err, "\r\x1b[Kwarming up ({:.1} s left)", (measure_start - now).as_secs_f64());
+            let _ = write!(
+                err,
+                "\r\x1b[Kwarming up ({:.1} s left)",
+                (measure_start - now).as_secs_f64()
+            );
         }
         Some(elapsed) => {
             let rate = requests as f64 / elapsed.as_secs_f64().max(1e-9);
@@ -140,12 +160,16 @@ fn progress_line(shared: &engine::Shared, measure_start: Instant) {
 /// returns the exit status. `prog` names the command in messages.
 pub fn main(prog: &str, argv: &[String]) -> i32 {
     let command_name = prog.to_string();
-    let parsed = Args::try_parse_from(std::iter::once(command_name.clone()).chain(argv.iter().cloned()));
+    let parsed =
+        Args::try_parse_from(std::iter::once(command_name.clone()).chain(argv.iter().cloned()));
     let args = match parsed {
         Ok(args) => args,
         Err(error) => {
             use clap::error::ErrorKind;
-            if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+            if matches!(
+                error.kind(),
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+            ) {
                 let _ = error.print();
                 return 0;
             }

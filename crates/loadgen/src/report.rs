@@ -29,7 +29,10 @@ pub fn summary(histogram: &Histogram<u64>) -> Value {
     map.insert("stdev".into(), value(histogram.stdev()));
     map.insert("max".into(), value(histogram.max() as f64));
     for (percentile, key, _) in PERCENTILES {
-        map.insert(key.into(), value(histogram.value_at_percentile(percentile) as f64));
+        map.insert(
+            key.into(),
+            value(histogram.value_at_percentile(percentile) as f64),
+        );
     }
     Value::Object(map)
 }
@@ -41,7 +44,12 @@ pub fn distribution(histogram: &Histogram<u64>) -> Vec<(f64, u64)> {
     }
     let mut points: Vec<(f64, u64)> = histogram
         .iter_quantiles(4)
-        .map(|v| (v.quantile_iterated_to() * 100.0, histogram.highest_equivalent(v.value_iterated_to())))
+        .map(|v| {
+            (
+                v.quantile_iterated_to() * 100.0,
+                histogram.highest_equivalent(v.value_iterated_to()),
+            )
+        })
         .filter(|(p, _)| *p < 100.0)
         .collect();
     points.dedup_by(|a, b| a.0 == b.0);
@@ -60,7 +68,13 @@ fn mode(config: &Config) -> String {
 pub fn json(config: &Config, outcome: &Outcome) -> Value {
     let stats = &outcome.stats;
     let elapsed = outcome.elapsed.as_secs_f64();
-    let per_sec = |n: u64| if elapsed > 0.0 { n as f64 / elapsed } else { 0.0 };
+    let per_sec = |n: u64| {
+        if elapsed > 0.0 {
+            n as f64 / elapsed
+        } else {
+            0.0
+        }
+    };
     let mut errors = Map::new();
     for (index, name) in ERROR_NAMES.iter().enumerate() {
         errors.insert((*name).into(), json!(stats.errors[index]));
@@ -145,8 +159,16 @@ pub fn text(config: &Config, outcome: &Outcome) -> String {
     let stats = &outcome.stats;
     let elapsed = outcome.elapsed.as_secs_f64();
     let mut out = String::new();
-    let urls: Vec<&str> = config.requests_specs.iter().map(|s| s.url.as_str()).collect();
-    let shown = if urls.len() > 1 { format!("{} (+{} more, round-robin)", urls[0], urls.len() - 1) } else { urls[0].to_string() };
+    let urls: Vec<&str> = config
+        .requests_specs
+        .iter()
+        .map(|s| s.url.as_str())
+        .collect();
+    let shown = if urls.len() > 1 {
+        format!("{} (+{} more, round-robin)", urls[0], urls.len() - 1)
+    } else {
+        urls[0].to_string()
+    };
     let _ = writeln!(out, "tines bench {}: {shown}", env!("CARGO_PKG_VERSION"));
     let _ = writeln!(
         out,
@@ -155,30 +177,69 @@ pub fn text(config: &Config, outcome: &Outcome) -> String {
         config.connections,
         config.threads,
         if config.threads == 1 { "" } else { "s" },
-        if config.keepalive { "keep-alive" } else { "a connection per request" },
+        if config.keepalive {
+            "keep-alive"
+        } else {
+            "a connection per request"
+        },
         config.pipeline,
-        if config.warmup.is_zero() { String::new() } else { format!(", {:.1} s warm-up (excluded)", config.warmup.as_secs_f64()) },
+        if config.warmup.is_zero() {
+            String::new()
+        } else {
+            format!(", {:.1} s warm-up (excluded)", config.warmup.as_secs_f64())
+        },
     );
     if outcome.interrupted {
         let _ = writeln!(out, "  interrupted (Ctrl-C): results so far");
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "Time taken:          {elapsed:.3} s");
-    let _ = writeln!(out, "Requests completed:  {} ({} ok: 2xx/3xx)", stats.requests, stats.ok);
-    let _ = writeln!(out, "In flight at end:    {} (not counted)", stats.in_flight_at_end);
+    let _ = writeln!(
+        out,
+        "Requests completed:  {} ({} ok: 2xx/3xx)",
+        stats.requests, stats.ok
+    );
+    let _ = writeln!(
+        out,
+        "In flight at end:    {} (not counted)",
+        stats.in_flight_at_end
+    );
     if !config.warmup.is_zero() {
-        let _ = writeln!(out, "Warm-up (excluded):  {} responses, {} failures", stats.warmup_requests, stats.warmup_errors);
+        let _ = writeln!(
+            out,
+            "Warm-up (excluded):  {} responses, {} failures",
+            stats.warmup_requests, stats.warmup_errors
+        );
     }
     let _ = writeln!(out, "Failed requests:     {}", stats.total_errors());
     for (index, label) in ERROR_LABELS.iter().enumerate() {
         if stats.errors[index] > 0 {
             let example = stats.examples[index].as_deref().unwrap_or("");
-            let _ = writeln!(out, "   {label:<26} {:>10}   e.g. {example}", stats.errors[index]);
+            let _ = writeln!(
+                out,
+                "   {label:<26} {:>10}   e.g. {example}",
+                stats.errors[index]
+            );
         }
     }
-    let per_sec = |n: u64| if elapsed > 0.0 { n as f64 / elapsed } else { 0.0 };
-    let _ = writeln!(out, "Requests per second: {:.2} [#/sec]", per_sec(stats.requests));
-    let _ = writeln!(out, "Transfer rate:       {}/s ({} read)", bytes(per_sec(stats.bytes_read)), bytes(stats.bytes_read as f64));
+    let per_sec = |n: u64| {
+        if elapsed > 0.0 {
+            n as f64 / elapsed
+        } else {
+            0.0
+        }
+    };
+    let _ = writeln!(
+        out,
+        "Requests per second: {:.2} [#/sec]",
+        per_sec(stats.requests)
+    );
+    let _ = writeln!(
+        out,
+        "Transfer rate:       {}/s ({} read)",
+        bytes(per_sec(stats.bytes_read)),
+        bytes(stats.bytes_read as f64)
+    );
     let codes: Vec<String> = stats
         .status
         .iter()
@@ -186,10 +247,22 @@ pub fn text(config: &Config, outcome: &Outcome) -> String {
         .filter(|(_, &count)| count > 0)
         .map(|(code, count)| format!("{code}: {count}"))
         .collect();
-    let _ = writeln!(out, "Status codes:        {}", if codes.is_empty() { "none".into() } else { codes.join(", ") });
+    let _ = writeln!(
+        out,
+        "Status codes:        {}",
+        if codes.is_empty() {
+            "none".into()
+        } else {
+            codes.join(", ")
+        }
+    );
     let _ = writeln!(out);
     let _ = writeln!(out, "Connection times (ms)");
-    let _ = writeln!(out, "              {:>9} {:>9} {:>9} {:>9} {:>9}", "min", "mean", "[+/-sd]", "median", "max");
+    let _ = writeln!(
+        out,
+        "              {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "min", "mean", "[+/-sd]", "median", "max"
+    );
     let row = |name: &str, h: &Histogram<u64>| {
         if h.is_empty() {
             format!("{name:<13} {:>9}\n", "-")
@@ -208,15 +281,28 @@ pub fn text(config: &Config, outcome: &Outcome) -> String {
     out.push_str(&row("Waiting:", &stats.first_byte));
     out.push_str(&row("Total:", &stats.latency));
     let _ = writeln!(out);
-    let origin = if config.rate.is_some() { "from the intended send time" } else { "from the request's start" };
+    let origin = if config.rate.is_some() {
+        "from the intended send time"
+    } else {
+        "from the request's start"
+    };
     let _ = writeln!(out, "Latency percentiles (ms, {origin})");
     if stats.latency.is_empty() {
         let _ = writeln!(out, "  (no responses)");
     } else {
         for (percentile, _, label) in PERCENTILES {
-            let _ = writeln!(out, "  {label:>7}  {:>10}", ms(stats.latency.value_at_percentile(percentile) as f64));
+            let _ = writeln!(
+                out,
+                "  {label:>7}  {:>10}",
+                ms(stats.latency.value_at_percentile(percentile) as f64)
+            );
         }
-        let _ = writeln!(out, "  {:>7}  {:>10} (longest request)", "100%", ms(stats.latency.max() as f64));
+        let _ = writeln!(
+            out,
+            "  {:>7}  {:>10} (longest request)",
+            "100%",
+            ms(stats.latency.max() as f64)
+        );
     }
     out
 }
@@ -233,7 +319,12 @@ pub fn failure_reason(outcome: &Outcome) -> Option<String> {
             stats.in_flight_at_end, stats.warmup_requests
         ));
     }
-    let (index, count) = stats.errors.iter().enumerate().max_by_key(|(_, &count)| count).expect("five kinds");
+    let (index, count) = stats
+        .errors
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, &count)| count)
+        .expect("five kinds");
     let example = stats.examples[index].as_deref().unwrap_or("");
     Some(format!(
         "every request failed: {} of {} were {} errors, e.g. {example}",

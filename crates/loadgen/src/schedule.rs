@@ -26,7 +26,13 @@ impl Schedule {
     /// Thread `index` of `threads` at `rate` requests/s overall; `limit` caps
     /// the total number of requests over all threads (`-n`).
     pub fn new(rate: f64, threads: usize, index: usize, limit: Option<u64>) -> Schedule {
-        Schedule { rate, stride: threads as u64, offset: index as u64, next: 0, limit }
+        Schedule {
+            rate,
+            stride: threads as u64,
+            offset: index as u64,
+            next: 0,
+            limit,
+        }
     }
 
     fn global_index(&self) -> u64 {
@@ -41,7 +47,9 @@ impl Schedule {
             return None;
         }
         // Rounded to the nanosecond, so 1/rate steps do not drift from float error.
-        Some(Duration::from_nanos((g as f64 * 1e9 / self.rate).round() as u64))
+        Some(Duration::from_nanos(
+            (g as f64 * 1e9 / self.rate).round() as u64
+        ))
     }
 
     /// If the next request is due at `now`, takes it and returns its intended time.
@@ -95,7 +103,9 @@ mod tests {
 
     #[test]
     fn threads_interleave_into_the_global_schedule() {
-        let mut threads: Vec<Schedule> = (0..3).map(|i| Schedule::new(1000.0, 3, i, Some(10))).collect();
+        let mut threads: Vec<Schedule> = (0..3)
+            .map(|i| Schedule::new(1000.0, 3, i, Some(10)))
+            .collect();
         let mut all = Vec::new();
         for s in &mut threads {
             while let Some(t) = s.take_due(Duration::from_secs(1)) {
@@ -106,7 +116,10 @@ mod tests {
         let expected: Vec<Duration> = (0..10).map(|g| Duration::from_micros(g * 1000)).collect();
         assert_eq!(all, expected);
         assert!(threads.iter().all(|s| s.next_due().is_none()));
-        assert_eq!(threads.iter().map(Schedule::taken).collect::<Vec<_>>(), vec![4, 3, 3]);
+        assert_eq!(
+            threads.iter().map(Schedule::taken).collect::<Vec<_>>(),
+            vec![4, 3, 3]
+        );
     }
 
     #[test]

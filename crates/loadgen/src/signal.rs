@@ -37,7 +37,10 @@ impl SigintGuard {
             action.sa_flags = 0;
             let mut previous: libc::sigaction = std::mem::zeroed();
             let installed = libc::sigaction(libc::SIGINT, &action, &mut previous) == 0;
-            SigintGuard { previous, installed }
+            SigintGuard {
+                previous,
+                installed,
+            }
         }
     }
 }

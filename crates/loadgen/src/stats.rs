@@ -31,8 +31,13 @@ pub enum ErrorKind {
 pub const ERROR_NAMES: [&str; 5] = ["connect", "reset", "timeout", "status", "parse"];
 
 /// Human names of the error kinds.
-pub const ERROR_LABELS: [&str; 5] =
-    ["connect error", "connection reset/closed", "timeout", "bad status (not 2xx/3xx)", "parse error"];
+pub const ERROR_LABELS: [&str; 5] = [
+    "connect error",
+    "connection reset/closed",
+    "timeout",
+    "bad status (not 2xx/3xx)",
+    "parse error",
+];
 
 /// A histogram of microseconds for whole-run figures (3 significant digits).
 pub fn new_histogram() -> Histogram<u64> {
@@ -142,7 +147,12 @@ pub struct SecondBucket {
 impl SecondBucket {
     /// An empty bucket for `second`.
     pub fn new(second: u64) -> SecondBucket {
-        SecondBucket { second, requests: 0, errors: 0, latency: new_second_histogram() }
+        SecondBucket {
+            second,
+            requests: 0,
+            errors: 0,
+            latency: new_second_histogram(),
+        }
     }
 }
 
@@ -173,7 +183,11 @@ pub struct Timeline {
 impl Timeline {
     /// A timeline fed by `threads` threads.
     pub fn new(threads: usize) -> Timeline {
-        Timeline { pending: BTreeMap::new(), done_before: vec![0; threads], points: Vec::new() }
+        Timeline {
+            pending: BTreeMap::new(),
+            done_before: vec![0; threads],
+            points: Vec::new(),
+        }
     }
 
     /// Adds a thread's bucket; `done_before` says the thread will send nothing
@@ -194,7 +208,13 @@ impl Timeline {
         self.done_before[thread] = self.done_before[thread].max(done_before);
         // A finished thread says u64::MAX: reduce only up to the last second with data.
         let last = self.pending.keys().next_back().map_or(0, |s| s + 1);
-        let through = self.done_before.iter().copied().min().unwrap_or(0).min(last);
+        let through = self
+            .done_before
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(0)
+            .min(last);
         self.finalize_before(through);
     }
 
@@ -206,10 +226,24 @@ impl Timeline {
                     t_s: second as f64,
                     requests: bucket.requests,
                     errors: bucket.errors,
-                    p50_us: if bucket.latency.is_empty() { 0.0 } else { bucket.latency.value_at_quantile(0.5) as f64 },
-                    p99_us: if bucket.latency.is_empty() { 0.0 } else { bucket.latency.value_at_quantile(0.99) as f64 },
+                    p50_us: if bucket.latency.is_empty() {
+                        0.0
+                    } else {
+                        bucket.latency.value_at_quantile(0.5) as f64
+                    },
+                    p99_us: if bucket.latency.is_empty() {
+                        0.0
+                    } else {
+                        bucket.latency.value_at_quantile(0.99) as f64
+                    },
                 },
-                None => TimelinePoint { t_s: second as f64, requests: 0, errors: 0, p50_us: 0.0, p99_us: 0.0 },
+                None => TimelinePoint {
+                    t_s: second as f64,
+                    requests: 0,
+                    errors: 0,
+                    p50_us: 0.0,
+                    p99_us: 0.0,
+                },
             };
             self.points.push(point);
         }
@@ -241,13 +275,19 @@ mod tests {
     fn timeline_merges_threads_and_fills_gaps() {
         let mut timeline = Timeline::new(2);
         timeline.add(0, Some(bucket(0, 10, 100)), 1);
-        assert!(timeline.points.is_empty(), "thread 1 has not passed second 0");
+        assert!(
+            timeline.points.is_empty(),
+            "thread 1 has not passed second 0"
+        );
         timeline.add(1, Some(bucket(0, 5, 200)), 3);
         assert_eq!(timeline.points.len(), 1);
         assert_eq!(timeline.points[0].requests, 15);
         timeline.add(0, Some(bucket(2, 1, 50)), 3);
         let points = timeline.finish(4);
-        assert_eq!(points.iter().map(|p| p.requests).collect::<Vec<_>>(), vec![15, 0, 1, 0]);
+        assert_eq!(
+            points.iter().map(|p| p.requests).collect::<Vec<_>>(),
+            vec![15, 0, 1, 0]
+        );
         assert_eq!(points[2].p50_us, 50.0);
     }
 

@@ -29,9 +29,13 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
     };
     if !scheme.eq_ignore_ascii_case("http") {
         if scheme.eq_ignore_ascii_case("https") {
-            return Err(format!("unsupported scheme 'https' in '{url}': TLS is not built into tines bench"));
+            return Err(format!(
+                "unsupported scheme 'https' in '{url}': TLS is not built into tines bench"
+            ));
         }
-        return Err(format!("unsupported scheme '{scheme}' in '{url}' (only http)"));
+        return Err(format!(
+            "unsupported scheme '{scheme}' in '{url}' (only http)"
+        ));
     }
     let split = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(split);
@@ -44,7 +48,9 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
         tail.to_string()
     };
     if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
-        return Err(format!("bad URL '{url}': spaces or control bytes in the path"));
+        return Err(format!(
+            "bad URL '{url}': spaces or control bytes in the path"
+        ));
     }
     if authority.contains('@') {
         return Err(format!("bad URL '{url}': user info is not supported"));
@@ -69,7 +75,10 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
     if host.is_empty() {
         return Err(format!("bad URL '{url}': no host"));
     }
-    if !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~:%".contains(&b)) {
+    if !host
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._~:%".contains(&b))
+    {
         return Err(format!("bad URL '{url}': invalid host '{host}'"));
     }
     let port = match port_text {
@@ -125,7 +134,14 @@ pub fn encode_request(
         out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
     }
     if !has("user-agent") {
-        out.extend_from_slice(concat!("User-Agent: tines-bench/", env!("CARGO_PKG_VERSION"), "\r\n").as_bytes());
+        out.extend_from_slice(
+            concat!(
+                "User-Agent: tines-bench/",
+                env!("CARGO_PKG_VERSION"),
+                "\r\n"
+            )
+            .as_bytes(),
+        );
     }
     if let Some(body) = body {
         out.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
@@ -147,17 +163,27 @@ mod tests {
     #[test]
     fn urls() {
         let t = parse_url("http://127.0.0.1:8080/a/b?x=1").unwrap();
-        assert_eq!((t.host.as_str(), t.port, t.path.as_str()), ("127.0.0.1", 8080, "/a/b?x=1"));
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path.as_str()),
+            ("127.0.0.1", 8080, "/a/b?x=1")
+        );
         assert_eq!(t.authority, "127.0.0.1:8080");
         let t = parse_url("http://localhost").unwrap();
         assert_eq!((t.port, t.path.as_str()), (80, "/"));
         let t = parse_url("http://[::1]:9/?q").unwrap();
-        assert_eq!((t.host.as_str(), t.port, t.path.as_str()), ("::1", 9, "/?q"));
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path.as_str()),
+            ("::1", 9, "/?q")
+        );
         assert!(parse_url("https://x/").unwrap_err().contains("TLS"));
-        assert!(parse_url("ftp://x/").unwrap_err().contains("unsupported scheme"));
+        assert!(parse_url("ftp://x/")
+            .unwrap_err()
+            .contains("unsupported scheme"));
         assert!(parse_url("localhost:80").unwrap_err().contains("bad URL"));
         assert!(parse_url("http://:80/").unwrap_err().contains("no host"));
-        assert!(parse_url("http://h:99999/").unwrap_err().contains("invalid port"));
+        assert!(parse_url("http://h:99999/")
+            .unwrap_err()
+            .contains("invalid port"));
         assert!(parse_url("http://h:0/").is_err());
         assert!(parse_url("http://h/a b").is_err());
     }
@@ -165,9 +191,17 @@ mod tests {
     #[test]
     fn encoding() {
         let t = parse_url("http://h:1/p").unwrap();
-        let bytes = encode_request("POST", &t, &[("X-A".into(), "b".into())], Some(b"hi"), false);
+        let bytes = encode_request(
+            "POST",
+            &t,
+            &[("X-A".into(), "b".into())],
+            Some(b"hi"),
+            false,
+        );
         let text = String::from_utf8(bytes).unwrap();
-        assert!(text.starts_with("POST /p HTTP/1.1\r\nHost: h:1\r\nX-A: b\r\nUser-Agent: tines-bench/"));
+        assert!(
+            text.starts_with("POST /p HTTP/1.1\r\nHost: h:1\r\nX-A: b\r\nUser-Agent: tines-bench/")
+        );
         assert!(text.ends_with("Content-Length: 2\r\nConnection: close\r\n\r\nhi"));
     }
 }

@@ -23,7 +23,12 @@ fn completed_requests_equal_the_servers_responses() {
     assert_eq!(json["status_counts"]["200"], 3000);
     assert_eq!(json["schema"], 1);
     assert_eq!(json["errors"]["total"], 0);
-    let timeline_total: u64 = json["timeline"].as_array().unwrap().iter().map(|p| p["requests"].as_u64().unwrap()).sum();
+    let timeline_total: u64 = json["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["requests"].as_u64().unwrap())
+        .sum();
     assert_eq!(timeline_total, 3000);
 }
 
@@ -32,16 +37,41 @@ fn pipelined_chunked_and_no_keepalive_runs_count_exactly() {
     let server = start(Mode::Normal);
     let chunked = server.url("/chunked");
     let plain = server.url("/");
-    let (outcome, _) = bench(&["-c", "3", "-t", "1", "-n", "900", "--pipeline", "4", &chunked, &plain]);
-    assert_eq!((outcome.stats.requests, outcome.stats.ok, outcome.stats.total_errors()), (900, 900, 0));
+    let (outcome, _) = bench(&[
+        "-c",
+        "3",
+        "-t",
+        "1",
+        "-n",
+        "900",
+        "--pipeline",
+        "4",
+        &chunked,
+        &plain,
+    ]);
+    assert_eq!(
+        (
+            outcome.stats.requests,
+            outcome.stats.ok,
+            outcome.stats.total_errors()
+        ),
+        (900, 900, 0)
+    );
     assert_eq!(server.count(), 900);
 
     let server = start(Mode::Normal);
     let url = server.url("/");
     let (outcome, json) = bench(&["-c", "4", "-t", "2", "-n", "200", "--no-keepalive", &url]);
-    assert_eq!((outcome.stats.requests, outcome.stats.total_errors()), (200, 0));
+    assert_eq!(
+        (outcome.stats.requests, outcome.stats.total_errors()),
+        (200, 0)
+    );
     assert_eq!(server.count(), 200);
-    assert_eq!(outcome.stats.connect.len(), 200, "one connection per request");
+    assert_eq!(
+        outcome.stats.connect.len(),
+        200,
+        "one connection per request"
+    );
     assert_eq!(json["config"]["keepalive"], false);
 }
 
@@ -49,13 +79,20 @@ fn pipelined_chunked_and_no_keepalive_runs_count_exactly() {
 fn duration_runs_account_for_every_response_the_server_wrote() {
     let server = start(Mode::Normal);
     let url = server.url("/");
-    let (outcome, json) = bench(&["-c", "4", "-t", "2", "-d", "700ms", "--warmup", "300ms", &url]);
+    let (outcome, json) = bench(&[
+        "-c", "4", "-t", "2", "-d", "700ms", "--warmup", "300ms", &url,
+    ]);
     let stats = &outcome.stats;
     assert!(stats.requests > 0 && stats.warmup_requests > 0);
     // Whatever the server wrote was either counted, in the warm-up, or still in flight at the end.
     let counted = stats.requests + stats.warmup_requests;
     assert!(counted <= server.count(), "{counted} > {}", server.count());
-    assert!(server.count() <= counted + stats.in_flight_at_end, "{} {}", server.count(), stats.in_flight_at_end);
+    assert!(
+        server.count() <= counted + stats.in_flight_at_end,
+        "{} {}",
+        server.count(),
+        stats.in_flight_at_end
+    );
     let elapsed = json["elapsed_s"].as_f64().unwrap();
     assert!((0.69..2.0).contains(&elapsed), "{elapsed}");
 }
@@ -84,9 +121,15 @@ fn closed_port_is_a_connect_error() {
     assert_eq!(outcome.stats.errors, [20, 0, 0, 0, 0]);
     assert_eq!(outcome.stats.requests, 0);
     assert_eq!(json["errors"]["connect"], 20);
-    assert!(json["error_examples"]["connect"].as_str().unwrap().contains("refused"));
+    assert!(json["error_examples"]["connect"]
+        .as_str()
+        .unwrap()
+        .contains("refused"));
     let reason = loadgen::report::failure_reason(&outcome).unwrap();
-    assert!(reason.contains("connect") && reason.contains("refused"), "{reason}");
+    assert!(
+        reason.contains("connect") && reason.contains("refused"),
+        "{reason}"
+    );
 }
 
 #[test]
@@ -117,7 +160,10 @@ fn open_loop_rate_holds_end_to_end() {
     let requests = outcome.stats.requests as f64;
     let elapsed = json["elapsed_s"].as_f64().unwrap();
     let rate = requests / elapsed;
-    assert!((rate - 50.0).abs() <= 2.5, "achieved {rate} req/s ({requests} in {elapsed} s)");
+    assert!(
+        (rate - 50.0).abs() <= 2.5,
+        "achieved {rate} req/s ({requests} in {elapsed} s)"
+    );
     assert_eq!(outcome.stats.total_errors(), 0);
 }
 
@@ -157,20 +203,36 @@ fn html_report_is_self_contained() {
         .arg(&url)
         .output()
         .unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
-    assert!(output.stderr.is_empty(), "no progress line when stderr is not a TTY");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.stderr.is_empty(),
+        "no progress line when stderr is not a TTY"
+    );
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(json["requests"], 100);
     let page = std::fs::read_to_string(&path).unwrap();
     assert!(page.contains("<svg") || page.contains("createElementNS"));
-    assert!(!page.contains("http-equiv") && !page.contains("<script src") && !page.contains("<link"));
+    assert!(
+        !page.contains("http-equiv") && !page.contains("<script src") && !page.contains("<link")
+    );
     assert!(page.contains("\"requests\":100"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn run_binary(args: &[&str]) -> (i32, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_tines-bench")).args(args).output().unwrap();
-    (output.status.code().unwrap(), String::from_utf8(output.stderr).unwrap())
+    let output = Command::new(env!("CARGO_BIN_EXE_tines-bench"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
 }
 
 #[test]
@@ -182,23 +244,41 @@ fn usage_errors_exit_2_with_one_line() {
         (vec!["http://no-such-host.invalid/"], "cannot resolve host"),
         (vec!["-c", "0", "http://127.0.0.1:1/"], "--connections"),
         (vec!["-d", "10x", "http://127.0.0.1:1/"], "duration"),
-        (vec!["--rate", "0", "http://127.0.0.1:1/"], "--rate must be a positive"),
+        (
+            vec!["--rate", "0", "http://127.0.0.1:1/"],
+            "--rate must be a positive",
+        ),
         (vec!["--bogus", "http://127.0.0.1:1/"], "--bogus"),
         (vec![], "no URL"),
     ] {
         let (code, stderr) = run_binary(&args);
         assert_eq!(code, 2, "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
-        assert!(stderr.starts_with("tines-bench: error: ") && stderr.contains(fragment), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("tines-bench: error: ") && stderr.contains(fragment),
+            "{args:?}: {stderr}"
+        );
     }
 }
 
 #[test]
 fn help_lists_the_flags() {
-    let output = Command::new(env!("CARGO_BIN_EXE_tines-bench")).arg("--help").output().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_tines-bench"))
+        .arg("--help")
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(0));
     let text = String::from_utf8(output.stdout).unwrap();
-    for flag in ["--connections", "--rate", "--no-keepalive", "--pipeline", "--warmup", "--json", "--html", "--requests-file"] {
+    for flag in [
+        "--connections",
+        "--rate",
+        "--no-keepalive",
+        "--pipeline",
+        "--warmup",
+        "--json",
+        "--html",
+        "--requests-file",
+    ] {
         assert!(text.contains(flag), "{flag} missing from --help");
     }
 }
@@ -209,5 +289,8 @@ fn every_request_failing_exits_1_and_says_why() {
     let url = server.url("/");
     let (code, stderr) = run_binary(&["-c", "1", "-t", "1", "-n", "3", &url]);
     assert_eq!(code, 1);
-    assert!(stderr.contains("every request failed") && stderr.contains("reset"), "{stderr}");
+    assert!(
+        stderr.contains("every request failed") && stderr.contains("reset"),
+        "{stderr}"
+    );
 }

@@ -129,8 +129,8 @@ pub fn parse_response_head(
         let name = header.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
             for element in header.value.split(|&b| b == b',') {
-                let value = parse_decimal(trim_ows(element))
-                    .ok_or(ResponseParseError::BadContentLength)?;
+                let value =
+                    parse_decimal(trim_ows(element)).ok_or(ResponseParseError::BadContentLength)?;
                 if content_length.is_some_and(|seen| seen != value) {
                     return Err(ResponseParseError::BadContentLength);
                 }
@@ -169,9 +169,19 @@ pub fn parse_response_head(
             None => BodyKind::UntilClose,
         }
     };
-    let persistent = if minor_version >= 1 { !conn_close } else { conn_keep_alive && !conn_close };
+    let persistent = if minor_version >= 1 {
+        !conn_close
+    } else {
+        conn_keep_alive && !conn_close
+    };
     let keep_alive = persistent && body != BodyKind::UntilClose;
-    Ok(Some(ResponseHead { head_len, status, minor_version, body, keep_alive }))
+    Ok(Some(ResponseHead {
+        head_len,
+        status,
+        minor_version,
+        body,
+        keep_alive,
+    }))
 }
 
 #[cfg(test)]
@@ -193,7 +203,10 @@ mod tests {
 
     #[test]
     fn partial_head_needs_more_until_the_limit() {
-        assert_eq!(parse_response_head(b"HTTP/1.1 200 OK\r\nContent-Le", false, 8192), Ok(None));
+        assert_eq!(
+            parse_response_head(b"HTTP/1.1 200 OK\r\nContent-Le", false, 8192),
+            Ok(None)
+        );
         assert_eq!(
             parse_response_head(b"HTTP/1.1 200 OK\r\nContent-Le", false, 10),
             Err(ResponseParseError::TooLarge)
@@ -202,7 +215,9 @@ mod tests {
 
     #[test]
     fn chunked_wins_over_content_length() {
-        let head = parse(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+        let head = parse(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        );
         assert_eq!(head.body, BodyKind::Chunked);
         assert!(head.keep_alive);
     }
@@ -223,24 +238,34 @@ mod tests {
 
     #[test]
     fn bodiless_statuses_and_head() {
-        for status in [b"100 Continue".as_slice(), b"204 No Content", b"304 Not Modified"] {
+        for status in [
+            b"100 Continue".as_slice(),
+            b"204 No Content",
+            b"304 Not Modified",
+        ] {
             let mut bytes = b"HTTP/1.1 ".to_vec();
             bytes.extend_from_slice(status);
             bytes.extend_from_slice(b"\r\nContent-Length: 10\r\n\r\n");
             assert_eq!(parse(&bytes).body, BodyKind::None);
         }
         assert!(parse(b"HTTP/1.1 100 Continue\r\n\r\n").is_interim());
-        let head = parse_response_head(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", true, 8192)
-            .unwrap()
-            .unwrap();
+        let head =
+            parse_response_head(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", true, 8192)
+                .unwrap()
+                .unwrap();
         assert_eq!(head.body, BodyKind::None);
         assert!(head.keep_alive);
-        assert_eq!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").body, BodyKind::None);
+        assert_eq!(
+            parse(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").body,
+            BodyKind::None
+        );
     }
 
     #[test]
     fn connection_close_and_http_1_0() {
-        assert!(!parse(b"HTTP/1.1 200 OK\r\nConnection: Close\r\nContent-Length: 0\r\n\r\n").keep_alive);
+        assert!(
+            !parse(b"HTTP/1.1 200 OK\r\nConnection: Close\r\nContent-Length: 0\r\n\r\n").keep_alive
+        );
         assert!(!parse(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n").keep_alive);
         let head = parse(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n");
         assert!(head.keep_alive);
@@ -260,18 +285,30 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
-        assert_eq!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n").body, BodyKind::Length(5));
+        assert_eq!(
+            parse(b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n").body,
+            BodyKind::Length(5)
+        );
     }
 
     #[test]
     fn syntax_errors_and_too_many_headers() {
-        assert_eq!(parse_response_head(b"HTTX/1.1 200 OK\r\n\r\n", false, 8192), Err(ResponseParseError::Syntax));
-        assert_eq!(parse_response_head(b"HTTP/1.1 2000 OK\r\n\r\n", false, 8192), Err(ResponseParseError::Syntax));
+        assert_eq!(
+            parse_response_head(b"HTTX/1.1 200 OK\r\n\r\n", false, 8192),
+            Err(ResponseParseError::Syntax)
+        );
+        assert_eq!(
+            parse_response_head(b"HTTP/1.1 2000 OK\r\n\r\n", false, 8192),
+            Err(ResponseParseError::Syntax)
+        );
         let mut bytes = b"HTTP/1.1 200 OK\r\n".to_vec();
         for _ in 0..=MAX_RESPONSE_HEADERS {
             bytes.extend_from_slice(b"X: y\r\n");
         }
         bytes.extend_from_slice(b"\r\n");
-        assert_eq!(parse_response_head(&bytes, false, 1 << 20), Err(ResponseParseError::TooManyHeaders));
+        assert_eq!(
+            parse_response_head(&bytes, false, 1 << 20),
+            Err(ResponseParseError::TooManyHeaders)
+        );
     }
 }

@@ -19,7 +19,8 @@ use tines_proto::{parse_request_head, HeadStatus, Limits, ParseError, RequestHea
 
 use crate::io::read_nonblocking;
 use crate::listener::Peer;
-use crate::pending::Pending;
+use crate::pending::Output;
+use std::sync::Arc;
 
 /// Where a connection is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,9 +93,10 @@ pub struct Connection {
     /// edge-triggered event will announce: read again before parking. False after a short
     /// read or `EAGAIN`, which saves a `read` that would only say `EAGAIN` after each response.
     pub(crate) maybe_more: bool,
-    /// Response output a slot could not write without waiting (`event` MPM); the loop
-    /// finishes it.
-    pub(crate) pending: Pending,
+    /// Response output a slot could not write without waiting (`event` MPM), shared with
+    /// the loop, which writes it as the client reads. Created by the loop at the first
+    /// dispatch (event MPM only).
+    pub(crate) output: Option<Arc<Output>>,
     /// Close once `pending` is written (the response ended the connection).
     pub(crate) close_after_write: bool,
     /// When the loop started reading the current request's body ahead (`ReadingBody`).
@@ -115,7 +117,7 @@ impl Connection {
             listener,
             head_started: None,
             maybe_more: false,
-            pending: Pending::default(),
+            output: None,
             close_after_write: false,
             body_started: None,
         }
@@ -225,11 +227,15 @@ impl Connection {
     /// body) or the socket would block. Never reads past `end`, so a pipelined next request
     /// stays in the socket (`maybe_more` then says to read again after the response).
     pub fn read_body_ahead(&mut self, end: usize) -> BodyAhead {
-        if self.buf.len() < end {
-            self.buf.resize(end, 0);
-        }
         while self.filled < end {
-            match read_nonblocking(self.fd(), &mut self.buf[self.filled..end]) {
+            if self.filled == self.buf.len() {
+                // Grow as bytes arrive (doubling), not to the announced length up front: a
+                // client that announces a body and sends nothing costs no memory for it.
+                let grown = (self.buf.len() * 2).max(INITIAL_BUFFER).min(end);
+                self.buf.resize(grown, 0);
+            }
+            let limit = self.buf.len().min(end);
+            match read_nonblocking(self.fd(), &mut self.buf[self.filled..limit]) {
                 Ok(Some(0)) | Err(_) => return BodyAhead::Closed,
                 Ok(Some(n)) => self.filled += n,
                 Ok(None) => {
@@ -245,7 +251,8 @@ impl Connection {
     /// Takes the read buffer of a connection that holds no bytes (to reuse it elsewhere while
     /// the connection idles: an idle connection keeps no buffer).
     pub(crate) fn take_idle_buffer(&mut self) -> Option<Vec<u8>> {
-        (self.filled == 0 && self.buf.len() == INITIAL_BUFFER).then(|| std::mem::take(&mut self.buf))
+        (self.filled == 0 && self.buf.len() == INITIAL_BUFFER)
+            .then(|| std::mem::take(&mut self.buf))
     }
 
     /// Gives a connection without a buffer a recycled one.
@@ -257,7 +264,15 @@ impl Connection {
 
     /// True when response output waits to be written.
     pub fn has_pending_output(&self) -> bool {
-        !self.pending.is_empty()
+        self.output
+            .as_ref()
+            .is_some_and(|output| !output.is_empty())
+    }
+
+    /// The shared output (event MPM), created on first use.
+    pub(crate) fn output(&mut self) -> &Arc<Output> {
+        let fd = self.fd();
+        self.output.get_or_insert_with(|| Arc::new(Output::new(fd)))
     }
 
     fn parse(&mut self, limits: &Limits) -> Readiness {
@@ -295,5 +310,15 @@ impl Connection {
     pub fn reject(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.state = ConnState::Closed;
         crate::io::write_all(self.fd(), &[bytes], std::time::Duration::from_millis(0)).or(Ok(()))
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // Before the fd closes: the loop may hold the output (a handed-out connection) and
+        // must never write to a descriptor number that could be reused.
+        if let Some(output) = &self.output {
+            output.close();
+        }
     }
 }

@@ -21,7 +21,8 @@ use tines_proto::{BodyFraming, ChunkedDecoder, ChunkedEvent, DateCache, RequestH
 
 use crate::connection::{ConnState, Connection};
 use crate::io::{
-    read_with_deadline, send_file, send_file_nonblocking, write_all, write_vectored_nonblocking,
+    read_with_deadline, send_file, send_file_nonblocking, write_all, write_all_from,
+    write_vectored_nonblocking,
 };
 use crate::listener::{Local, Peer};
 use crate::worker::WorkerShared;
@@ -667,7 +668,9 @@ impl Exchange {
         if result.is_err() {
             // The client is gone or stopped reading past the send timeout: nothing queued
             // will be sent (the connection closes).
-            self.conn.pending.discard();
+            if let Some(output) = &self.conn.output {
+                output.with(|pending| pending.discard());
+            }
         }
         result
     }
@@ -678,28 +681,40 @@ impl Exchange {
         parts: &[&[u8]],
         timeout: std::time::Duration,
     ) -> io::Result<()> {
-        let pending = &mut self.conn.pending;
-        if !pending.is_empty() {
-            // Earlier output still waits: keep the order, but let it make progress.
-            pending.write_some(fd)?;
-        }
-        if pending.is_empty() {
-            let total: usize = parts.iter().map(|part| part.len()).sum();
+        let limit = self.shared.config.max_response_buffer;
+        let output = Arc::clone(self.conn.output());
+        let total: usize = parts.iter().map(|part| part.len()).sum();
+        // Under the output's lock (the loop may be writing earlier output meanwhile): what
+        // the socket takes now; the rest is queued if it fits `max_response_buffer`.
+        let unsent = output.with(|pending| -> io::Result<Option<usize>> {
+            if !pending.is_empty() {
+                // Earlier output still waits: keep the order, but let it make progress.
+                pending.write_some(fd)?;
+            }
             let mut written = 0;
-            while written < total {
-                match write_vectored_nonblocking(fd, parts, written)? {
-                    Some(n) => written += n,
-                    None => break,
+            if pending.is_empty() {
+                while written < total {
+                    match write_vectored_nonblocking(fd, parts, written)? {
+                        Some(n) => written += n,
+                        None => break,
+                    }
                 }
             }
-            if written < total {
-                pending.push(parts, written);
+            if written == total {
+                return Ok(None);
             }
-        } else {
-            pending.push(parts, 0);
-        }
-        if pending.buffered() > self.shared.config.max_response_buffer {
-            pending.write_all(fd, timeout)?;
+            if pending.buffered() + (total - written) <= limit {
+                pending.push(parts, written);
+                return Ok(None);
+            }
+            Ok(Some(written))
+        })?;
+        if let Some(written) = unsent {
+            // More than `max_response_buffer`: the app thread waits for the client
+            // (backpressure), first for what is queued, then for these bytes, written
+            // straight from the caller's memory.
+            output.write_all(timeout)?;
+            write_all_from(fd, parts, written, timeout)?;
         }
         Ok(())
     }
@@ -770,7 +785,11 @@ impl Exchange {
         }
         let result = if self.deferred {
             self.send_file_deferred(file_fd, offset, count)
-                .inspect_err(|_| self.conn.pending.discard())
+                .inspect_err(|_| {
+                    if let Some(output) = &self.conn.output {
+                        output.with(|pending| pending.discard());
+                    }
+                })
         } else {
             write_all(fd, &[&self.ctx.out], timeout)
                 .and_then(|()| send_file(fd, file_fd, offset, count, timeout))
@@ -805,35 +824,38 @@ impl Exchange {
         let emitted = self.emit(&[&out]);
         self.ctx.out = out;
         emitted?;
-        let pending = &mut self.conn.pending;
-        if pending.has_file() {
-            pending.write_all(fd, timeout)?;
+        let output = Arc::clone(self.conn.output());
+        if output.with(|pending| pending.has_file()) {
+            output.write_all(timeout)?;
         }
-        let mut sent = 0u64;
-        if pending.is_empty() {
-            while sent < count {
-                match send_file_nonblocking(fd, file_fd, offset + sent, count - sent)? {
-                    Some(0) => return Ok(sent),
-                    Some(n) => sent += n,
-                    None => break,
+        output.with(|pending| -> io::Result<u64> {
+            let mut sent = 0u64;
+            if pending.is_empty() {
+                while sent < count {
+                    match send_file_nonblocking(fd, file_fd, offset + sent, count - sent)? {
+                        Some(0) => return Ok(sent),
+                        Some(n) => sent += n,
+                        None => break,
+                    }
                 }
             }
-        }
-        if sent < count {
-            // SAFETY: file_fd is a valid open fd for the duration of this call (the app's file
-            // object holds it); F_DUPFD_CLOEXEC makes a new fd we own.
-            let dup = unsafe { libc::fcntl(file_fd, libc::F_DUPFD_CLOEXEC, 0) };
-            if dup < 0 {
-                return Err(io::Error::last_os_error());
+            if sent < count {
+                // SAFETY: file_fd is a valid open fd for the duration of this call (the app's file
+                // object holds it); F_DUPFD_CLOEXEC makes a new fd we own.
+                let dup = unsafe { libc::fcntl(file_fd, libc::F_DUPFD_CLOEXEC, 0) };
+                if dup < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // SAFETY: fcntl returned a fresh fd that nobody else owns.
+                let owned =
+                    unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(dup) };
+                if let Err(owned) = pending.push_file(owned, offset + sent, count - sent) {
+                    drop(owned);
+                    return Err(io::Error::other("a second file range was queued"));
+                }
             }
-            // SAFETY: fcntl returned a fresh fd that nobody else owns.
-            let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(dup) };
-            if let Err(owned) = pending.push_file(owned, offset + sent, count - sent) {
-                drop(owned);
-                return Err(io::Error::other("a second file range was queued"));
-            }
-        }
-        Ok(count)
+            Ok(count)
+        })
     }
 
     /// Completes the response: the last chunk, then one write of whatever is buffered.

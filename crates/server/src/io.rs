@@ -132,8 +132,17 @@ pub fn write_vectored_nonblocking(
 /// Writes every byte of `parts`, in order, with as few `sendmsg` calls as the kernel allows.
 /// `timeout` bounds each wait for the peer to accept more (the send timeout).
 pub fn write_all(fd: RawFd, parts: &[&[u8]], timeout: std::time::Duration) -> io::Result<()> {
+    write_all_from(fd, parts, 0, timeout)
+}
+
+/// [`write_all`] of `parts` without their first `written` bytes (already sent).
+pub fn write_all_from(
+    fd: RawFd,
+    parts: &[&[u8]],
+    mut written: usize,
+    timeout: std::time::Duration,
+) -> io::Result<()> {
     let total: usize = parts.iter().map(|part| part.len()).sum();
-    let mut written = 0;
     while written < total {
         match write_vectored_nonblocking(fd, parts, written)? {
             Some(n) => written += n,

@@ -8,6 +8,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::io::{send_file_nonblocking, wait_fd, write_vectored_nonblocking};
@@ -27,6 +28,8 @@ pub struct Pending {
     sent: usize,
     file: Option<FileRange>,
     tail: Vec<u8>,
+    /// Bytes written so far (to tell progress from an event that wrote nothing).
+    written: u64,
 }
 
 /// How far a non-blocking write got.
@@ -42,6 +45,11 @@ impl Pending {
     /// True when nothing waits.
     pub fn is_empty(&self) -> bool {
         self.sent == self.bytes.len() && self.file.is_none() && self.tail.is_empty()
+    }
+
+    /// Bytes written to the socket from this queue so far.
+    pub fn written(&self) -> u64 {
+        self.written
     }
 
     /// Bytes held in memory (what `max_response_buffer` bounds).
@@ -101,7 +109,10 @@ impl Pending {
         loop {
             if self.sent < self.bytes.len() {
                 match write_vectored_nonblocking(fd, &[&self.bytes[self.sent..]], 0)? {
-                    Some(n) => self.sent += n,
+                    Some(n) => {
+                        self.sent += n;
+                        self.written += n as u64;
+                    }
                     None => return Ok(Progress::Blocked),
                 }
                 continue;
@@ -122,6 +133,7 @@ impl Pending {
                     Some(n) => {
                         file.offset += n;
                         file.remaining -= n;
+                        self.written += n;
                     }
                     None => return Ok(Progress::Blocked),
                 }
@@ -136,6 +148,7 @@ impl Pending {
             // Give the memory back: a connection that once held a large response must not keep
             // it while it idles.
             self.bytes = Vec::new();
+            self.tail = Vec::new();
             self.sent = 0;
             return Ok(Progress::Done);
         }
@@ -148,6 +161,79 @@ impl Pending {
             wait_fd(fd, true, Instant::now() + timeout, "send")?;
         }
         Ok(())
+    }
+}
+
+/// A connection's pending output, shared by the thread that owns the connection and the
+/// event loop. While an app thread still produces a streamed body, the loop writes what it
+/// left pending whenever the socket becomes writable (PEP 3333: transmission continues while
+/// the app produces the next block); once the connection is back, the loop finishes it.
+///
+/// Every operation holds the lock only across non-blocking work (a `sendmsg`/`sendfile` that
+/// does not wait, or moving bytes), never across a wait, so the loop never waits long on it.
+#[derive(Debug)]
+pub struct Output {
+    fd: RawFd,
+    state: Mutex<OutputState>,
+}
+
+#[derive(Debug, Default)]
+struct OutputState {
+    pending: Pending,
+    /// The connection was dropped (its fd is about to close): nothing may be written.
+    closed: bool,
+}
+
+impl Output {
+    /// The output of the connection whose socket is `fd` (the connection owns the fd and
+    /// calls [`Output::close`] before closing it).
+    pub fn new(fd: RawFd) -> Output {
+        Output {
+            fd,
+            state: Mutex::new(OutputState::default()),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, OutputState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// Runs `f` on the pending output, under the lock.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Pending) -> R) -> R {
+        f(&mut self.state().pending)
+    }
+
+    /// True when nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.state().pending.is_empty()
+    }
+
+    /// Writes what the socket takes now (the loop's help while an app thread holds the
+    /// connection, and the loop's own writes once it is back).
+    pub fn write_some(&self) -> io::Result<Progress> {
+        let mut state = self.state();
+        if state.closed {
+            return Ok(Progress::Done);
+        }
+        state.pending.write_some(self.fd)
+    }
+
+    /// Writes everything, waiting for the client up to `timeout` per wait, without holding
+    /// the lock while it waits.
+    pub fn write_all(&self, timeout: Duration) -> io::Result<()> {
+        while self.write_some()? == Progress::Blocked {
+            wait_fd(self.fd, true, Instant::now() + timeout, "send")?;
+        }
+        Ok(())
+    }
+
+    /// Marks the connection closed and drops what is queued.
+    pub fn close(&self) {
+        let mut state = self.state();
+        state.closed = true;
+        state.pending.discard();
     }
 }
 
@@ -171,7 +257,12 @@ mod tests {
         pending.push_file(OwnedFd::from(file), 2, 5).unwrap();
         pending.push(&[b":tail"], 0);
         assert_eq!(pending.buffered(), "ead:xx".len() + ":tail".len());
-        assert_eq!(pending.write_some(std::os::fd::AsRawFd::as_raw_fd(&a)).unwrap(), Progress::Done);
+        assert_eq!(
+            pending
+                .write_some(std::os::fd::AsRawFd::as_raw_fd(&a))
+                .unwrap(),
+            Progress::Done
+        );
         assert!(pending.is_empty());
         drop(a);
         let mut got = Vec::new();

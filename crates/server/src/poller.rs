@@ -34,6 +34,9 @@ pub struct Event {
     pub readable: bool,
     /// Writable.
     pub writable: bool,
+    /// The socket has an error or both directions are shut (`EPOLLERR`/`EPOLLHUP`): a write
+    /// will fail and tell why.
+    pub error: bool,
 }
 
 /// An epoll instance.
@@ -153,6 +156,7 @@ impl Poller {
                 token: Token(raw.u64),
                 readable: bits & (libc::EPOLLIN as u32 | hup) != 0,
                 writable: bits & libc::EPOLLOUT as u32 != 0,
+                error: bits & (libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0,
             });
         }
         Ok(())

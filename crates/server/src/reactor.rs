@@ -17,7 +17,7 @@ use crate::connection::{BodyAhead, ConnState, Connection, Readiness};
 use crate::control::{Control, StopReason};
 use crate::exchange::SlotContext;
 use crate::listener::{Listener, ACCEPT_BATCH};
-use crate::pending::Progress;
+use crate::pending::{Output, Progress};
 use crate::poller::{Event, Poller, Token, Trigger};
 use crate::scoreboard::now_ms;
 use crate::worker::WorkerShared;
@@ -58,6 +58,14 @@ pub(crate) trait Driver {
     /// Called once per loop iteration after the events were handled: a driver that batches
     /// hand-offs passes them on here (one lock and one wake-up per batch).
     fn flush(&mut self) {}
+    /// True when connections were handed back without ringing the waker (they are collected
+    /// at the start of the next loop iteration).
+    fn has_returns(&self) -> bool {
+        false
+    }
+    /// The loop saw a handed-out connection's socket become readable (`true`), or got such a
+    /// connection back (`false`): see `mpm::event` for why a driver counts these.
+    fn handed_edge(&mut self, _seen: bool) {}
 }
 
 enum Entry {
@@ -68,9 +76,12 @@ enum Entry {
         deadline: Instant,
         kind: TimerKind,
     },
-    /// A slot owns the connection; `readable` records an event that arrived meanwhile.
+    /// A slot owns the connection; `readable` records an event that arrived meanwhile. With
+    /// the event MPM, `output` lets the loop write what the slot left pending whenever the
+    /// socket becomes writable, while the slot still produces the response.
     Dispatched {
         readable: bool,
+        output: Option<Arc<Output>>,
     },
     /// The loop finishes response output a slot left pending (`event` MPM), until `deadline`
     /// (the send timeout, renewed on progress); `readable` records a read event meanwhile.
@@ -226,9 +237,17 @@ impl Reactor {
                     return Ok(reason);
                 }
             }
+            if driver.has_returns() {
+                // Returned without a wake-up (event MPM): collect before sleeping.
+                self.on_returned(driver);
+            }
             let timeout = self.next_timeout();
             let mut events = std::mem::take(&mut self.events);
             self.poller.wait(&mut events, Some(timeout))?;
+            if driver.has_returns() {
+                // Before the events: a returned connection's next request may be among them.
+                self.on_returned(driver);
+            }
             for event in &events {
                 match event.token.0 {
                     SIGNAL_TOKEN => self.on_control(),
@@ -394,7 +413,10 @@ impl Reactor {
             if let Entry::Parked { .. } = self.entries[token] {
                 let Entry::Parked { conn, .. } = std::mem::replace(
                     &mut self.entries[token],
-                    Entry::Dispatched { readable: false },
+                    Entry::Dispatched {
+                        readable: false,
+                        output: None,
+                    },
                 ) else {
                     unreachable!()
                 };
@@ -507,19 +529,38 @@ impl Reactor {
             // A writability edge alone (the loop watches writes too, event MPM) says nothing
             // to a connection that waits for bytes.
             Entry::Parked { .. } if event.readable => {
-                let Entry::Parked { conn, .. } =
-                    std::mem::replace(entry, Entry::Dispatched { readable: false })
-                else {
+                let Entry::Parked { conn, .. } = std::mem::replace(
+                    entry,
+                    Entry::Dispatched {
+                        readable: false,
+                        output: None,
+                    },
+                ) else {
                     unreachable!()
                 };
                 self.advance(token, conn, driver);
             }
             Entry::Parked { .. } => {}
             // The slot owns it and reads for itself; remember the edge for when it comes back.
-            Entry::Dispatched { readable } => *readable |= event.readable,
+            Entry::Dispatched { readable, output } => {
+                if event.readable && !*readable {
+                    *readable = true;
+                    driver.handed_edge(true);
+                }
+                if let Some(output) = output {
+                    if event.writable || event.error {
+                        // Errors surface to the slot's own next write.
+                        let _ = output.write_some();
+                    }
+                }
+            }
             Entry::Writing { readable, .. } => {
                 *readable |= event.readable;
-                self.on_writable(token, driver);
+                // A read event alone says nothing about room to write (and must not renew
+                // the send timeout of a client that sends but never reads).
+                if event.writable || event.error {
+                    self.on_writable(token, driver);
+                }
             }
             Entry::Vacant => {}
         }
@@ -536,19 +577,27 @@ impl Reactor {
         else {
             return;
         };
-        let fd = conn.fd();
-        match conn.pending.write_some(fd) {
+        let output = Arc::clone(conn.output());
+        let before = output.with(|pending| pending.written());
+        match output.write_some() {
             Ok(Progress::Blocked) => {
-                // The send timeout is per wait, as for a slot (mod_reqtimeout's semantics).
-                *deadline = Instant::now() + self.shared.config.send_timeout;
-                let deadline = *deadline;
-                self.note_deadline(deadline);
+                // The send timeout is per wait, as for a slot: renewed when the client took
+                // bytes, not by events that wrote nothing.
+                if output.with(|pending| pending.written()) > before {
+                    *deadline = Instant::now() + self.shared.config.send_timeout;
+                    let deadline = *deadline;
+                    self.note_deadline(deadline);
+                }
             }
             Ok(Progress::Done) => {
                 let readable = *readable;
-                let Entry::Writing { conn, .. } =
-                    std::mem::replace(&mut self.entries[token], Entry::Dispatched { readable })
-                else {
+                let Entry::Writing { conn, .. } = std::mem::replace(
+                    &mut self.entries[token],
+                    Entry::Dispatched {
+                        readable,
+                        output: None,
+                    },
+                ) else {
                     unreachable!()
                 };
                 if conn.close_after_write {
@@ -638,9 +687,13 @@ impl Reactor {
                         }
                     }
                     conn.state = ConnState::Dispatched;
+                    let output = self.loop_writes.then(|| Arc::clone(conn.output()));
                     match driver.dispatch(token, conn) {
                         Dispatch::Handed => {
-                            self.entries[token] = Entry::Dispatched { readable: false };
+                            self.entries[token] = Entry::Dispatched {
+                                readable: false,
+                                output,
+                            };
                             return;
                         }
                         Dispatch::Served(Some(kept)) if kept.has_pending_output() => {
@@ -771,8 +824,11 @@ impl Reactor {
         for (token, conn) in returned.drain(..) {
             let edge_seen = matches!(
                 self.entries.get(token),
-                Some(Entry::Dispatched { readable: true })
+                Some(Entry::Dispatched { readable: true, .. })
             );
+            if edge_seen {
+                driver.handed_edge(false);
+            }
             match conn {
                 Some(conn) if conn.has_pending_output() => {
                     self.start_writing(token, conn, edge_seen, driver)
@@ -785,5 +841,7 @@ impl Reactor {
             }
         }
         self.returned = returned;
+        // Returns collected outside the event pass (before sleeping) may have dispatched.
+        driver.flush();
     }
 }

@@ -687,3 +687,95 @@ def test_threads_0_needs_the_event_mpm() -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("tines: error:") and "threads" in lines[0] and "event" in lines[0], lines[0]
+
+
+# ----- review regressions: streaming, send timeout, admission with idle threads -----
+
+
+def test_a_streamed_block_keeps_flowing_while_the_app_produces_the_next(
+        tines_server: Any, gate: tuple[socket.socket, str]) -> None:
+    """PEP 3333: transmission continues while the app produces its next block. The app yields
+    4 MiB, then blocks until the test releases it; the client reads steadily through a small
+    window, so most of the block is still queued when the app blocks: the loop must deliver
+    it all while the app thread still holds the request."""
+    listener, path = gate
+    server = tines_server(APP, "-w", "1", "--mpm", "event", "--threads", "1",
+                          env={"EVENT_APP_GATE": path})
+    with connect(server.port, rcvbuf=65536) as client:
+        client.sendall(b"GET /stream-block?s HTTP/1.1\r\nHost: t\r\n\r\n")
+        holder, _ = listener.accept()
+        with holder:
+            holder.settimeout(IO_TIMEOUT)
+            assert holder.recv(64) == b"s\n", "the app thread holds the request"
+            reader = Reader(client)
+            while b"\r\n\r\n" not in reader.buf:
+                assert reader._fill(), "closed before the head"
+            head, _, rest = bytes(reader.buf).partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 ")
+            received = len(rest)
+            while received < 4 << 20:
+                chunk = client.recv(1 << 16)  # times out (fails) if the block stalls
+                assert chunk, "closed mid-body"
+                received += len(chunk)
+            assert received == 4 << 20, "nothing past the first block before the release"
+            holder.sendall(b"x")
+        tail = b""
+        while len(tail) < 3:
+            chunk = client.recv(16)
+            assert chunk
+            tail += chunk
+        assert tail == b"end"
+
+
+def test_a_client_that_sends_but_never_reads_is_cut_off_at_the_send_timeout(tines_server: Any) -> None:
+    """Bytes from the client do not renew the send timeout of a response it does not read."""
+    server = tines_server(APP, "-w", "1", "--mpm", "event", "--send-timeout", "1",
+                          "--max-response-buffer", str(16 << 20))
+    with connect(server.port, rcvbuf=4096) as stuck:
+        stuck.sendall(b"GET /big-bytes HTTP/1.1\r\nHost: t\r\n\r\n")
+        closed = False
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not closed:
+            try:
+                stuck.send(b"x")  # a trickle of bytes, never a read
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+            with selectors.DefaultSelector() as selector:
+                selector.register(stuck, selectors.EVENT_READ)
+                selector.select(0.2)
+            if _peer_closed(stuck):
+                closed = True
+        assert closed, "the server kept a client that never reads past the send timeout"
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """True once the server has closed its end (reads reach EOF or a reset after the data)."""
+    sock.setblocking(False)
+    try:
+        while True:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                return True
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+    finally:
+        sock.settimeout(IO_TIMEOUT)
+
+
+def test_requests_idle_threads_take_at_once_never_count_as_queued(tines_server: Any) -> None:
+    """--max-queued-requests 1 with 4 idle app threads: bursts of 3 simultaneous requests are
+    all taken by idle threads, so none is refused."""
+    server = tines_server(APP, "-w", "1", "--mpm", "event", "--threads", "4",
+                          "--max-queued-requests", "1")
+    for _ in range(20):
+        socks = [connect(server.port) for _ in range(3)]
+        try:
+            for sock in socks:
+                sock.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert [Reader(sock).response().status for sock in socks] == [200, 200, 200]
+        finally:
+            close_all(socks)
+

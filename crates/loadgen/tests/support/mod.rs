@@ -21,7 +21,11 @@ pub enum Mode {
     Stall,
     /// Like Normal, but every `period` it answers nothing for `stall`,
     /// starting `offset` after the server starts.
-    PeriodicStall { period: Duration, stall: Duration, offset: Duration },
+    PeriodicStall {
+        period: Duration,
+        stall: Duration,
+        offset: Duration,
+    },
 }
 
 /// A running test server.
@@ -62,7 +66,10 @@ pub fn start(mode: Mode) -> TestServer {
 }
 
 fn reset(stream: &TcpStream) {
-    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
     // SAFETY: a valid fd and a correctly sized linger struct.
     unsafe {
         libc::setsockopt(
@@ -108,10 +115,16 @@ fn serve(mut stream: TcpStream, mode: Mode, started: Instant, counter: &AtomicU6
                 }
                 return;
             }
-            Mode::PeriodicStall { period, stall, offset } => {
+            Mode::PeriodicStall {
+                period,
+                stall,
+                offset,
+            } => {
                 let since = started.elapsed();
                 if since >= offset {
-                    let phase = Duration::from_nanos(((since - offset).as_nanos() % period.as_nanos()) as u64);
+                    let phase = Duration::from_nanos(
+                        ((since - offset).as_nanos() % period.as_nanos()) as u64,
+                    );
                     if phase < stall {
                         std::thread::sleep(stall - phase);
                     }
@@ -138,8 +151,9 @@ fn serve(mut stream: TcpStream, mode: Mode, started: Instant, counter: &AtomicU6
 /// Runs `tines bench` in-process with these flags; the outcome and its JSON.
 pub fn bench(flags: &[&str]) -> (loadgen::Outcome, serde_json::Value) {
     use clap::Parser;
-    let args = loadgen::Args::try_parse_from(std::iter::once("tines-bench").chain(flags.iter().copied()))
-        .expect("valid flags");
+    let args =
+        loadgen::Args::try_parse_from(std::iter::once("tines-bench").chain(flags.iter().copied()))
+            .expect("valid flags");
     let config = loadgen::Config::from_args(&args).expect("valid config");
     let outcome = loadgen::execute(&config, false);
     let json = loadgen::report::json(&config, &outcome);

@@ -17,7 +17,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -37,12 +37,30 @@ struct Queue {
     shutdown: bool,
 }
 
+struct Returned {
+    conns: Vec<(usize, Option<Connection>)>,
+    /// The waker was rung since the loop last collected.
+    rung: bool,
+}
+
 struct Shared {
     queue: Mutex<Queue>,
     ready: Condvar,
     /// Requests queued and not yet taken by an app thread (read by the loop without a lock).
     queued: AtomicUsize,
-    returned: Mutex<Vec<(usize, Option<Connection>)>>,
+    /// App threads serving a request (for admission: the others take queued requests at
+    /// once).
+    busy: AtomicUsize,
+    returned: Mutex<Returned>,
+    /// Connections wait in `returned` (read by the loop without a lock each iteration).
+    has_returns: AtomicBool,
+    /// Handed-out connections whose socket became readable meanwhile (the loop saw the edge
+    /// and can act on it only once the connection is back): an app thread returning any
+    /// connection then rings the loop. With `has_returns` this is a Dekker pair (both
+    /// `SeqCst`): the app thread stores `has_returns` then loads `edges`, the loop adds to
+    /// `edges` then loads `has_returns` before it sleeps, so one of them always sees the
+    /// other and no returned connection waits for the heartbeat.
+    edges: AtomicUsize,
     waker: Waker,
 }
 
@@ -61,7 +79,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Driver for Pool {
     fn dispatch(&mut self, token: usize, conn: Connection) -> Dispatch {
-        let waiting = self.shared.queued.load(Ordering::Relaxed) + self.batch.len();
+        // Requests that free app threads (not serving a request) are about to take are not
+        // waiting.
+        let free = self
+            .threads
+            .len()
+            .saturating_sub(self.shared.busy.load(Ordering::Relaxed));
+        let waiting =
+            (self.shared.queued.load(Ordering::Relaxed) + self.batch.len()).saturating_sub(free);
         if self.max_queued > 0 && waiting >= self.max_queued {
             return Dispatch::Refused(conn);
         }
@@ -86,10 +111,26 @@ impl Driver for Pool {
     }
 
     fn collect(&mut self, into: &mut Vec<(usize, Option<Connection>)>) {
-        self.shared.waker.reset();
         let mut returned = lock(&self.shared.returned);
-        self.in_flight -= returned.len();
-        into.append(&mut returned);
+        if returned.rung {
+            self.shared.waker.reset();
+            returned.rung = false;
+        }
+        self.shared.has_returns.store(false, Ordering::SeqCst);
+        self.in_flight -= returned.conns.len();
+        into.append(&mut returned.conns);
+    }
+
+    fn has_returns(&self) -> bool {
+        self.shared.has_returns.load(Ordering::SeqCst)
+    }
+
+    fn handed_edge(&mut self, seen: bool) {
+        if seen {
+            self.shared.edges.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.shared.edges.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     fn in_flight(&self) -> usize {
@@ -110,6 +151,7 @@ fn app_thread(app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
                 let mut queue = lock(&pool.queue);
                 loop {
                     if let Some(job) = queue.jobs.pop_front() {
+                        pool.busy.fetch_add(1, Ordering::Relaxed);
                         pool.queued.fetch_sub(1, Ordering::Relaxed);
                         break Some(job);
                     }
@@ -127,13 +169,32 @@ fn app_thread(app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
             let Some((token, conn)) = job else { return };
             let (kept, returned) = serve_connection(conn, ctx, &*app_ref, &worker);
             ctx = returned;
+            // While more requests wait for this thread, a connection that only goes back to
+            // idle needs nothing from the loop until its next bytes arrive, and those wake the
+            // loop anyway: it is collected then, without a wake-up of its own. This halves the
+            // context switches per request on a busy worker (docs/mpm.md). One that has output
+            // to finish or bytes buffered, a stopping worker, a loop that saw bytes arrive for
+            // a handed-out connection (`edges`), or the end of a burst, rings the loop.
+            let urgent = worker.is_stopping()
+                || kept
+                    .as_ref()
+                    .is_some_and(|conn| conn.has_pending_output() || !conn.drained());
             let mut back = lock(&pool.returned);
-            let first = back.is_empty();
-            back.push((token, kept));
-            drop(back);
-            if first {
+            back.conns.push((token, kept));
+            pool.has_returns.store(true, Ordering::SeqCst);
+            let edges = pool.edges.load(Ordering::SeqCst);
+            // The last return before this thread goes idle rings too, so that connections
+            // returned during a burst start their keep-alive timers promptly.
+            let idle_next = pool.queued.load(Ordering::Relaxed) == 0;
+            if (urgent || edges > 0 || idle_next) && !back.rung {
+                // Under the lock, so that `rung` always means the eventfd is set: `collect`
+                // resets it under the same lock (else a reset could land before this write
+                // and leave a set eventfd that nothing resets: a spinning loop).
+                back.rung = true;
                 pool.waker.wake();
             }
+            drop(back);
+            pool.busy.fetch_sub(1, Ordering::Relaxed);
         }
     });
 }
@@ -156,7 +217,13 @@ pub fn run(
         }),
         ready: Condvar::new(),
         queued: AtomicUsize::new(0),
-        returned: Mutex::new(Vec::new()),
+        busy: AtomicUsize::new(0),
+        returned: Mutex::new(Returned {
+            conns: Vec::new(),
+            rung: false,
+        }),
+        has_returns: AtomicBool::new(false),
+        edges: AtomicUsize::new(0),
         waker: Waker::new()?,
     });
     let mut threads = Vec::new();

@@ -6,6 +6,8 @@ Routes:
 - ``/big-gen``: the same 8 MiB from a generator of 64 KiB pieces (no Content-Length).
 - ``/big-file``: ``wsgi.file_wrapper`` over the file named by ``$EVENT_APP_FILE`` (sendfile).
 - ``/echo``: the request body, read to the end from ``wsgi.input``.
+- ``/stream-block?ID``: a streamed body (Content-Length known, no chunking): 4 MiB of
+  ``PATTERN``, then it blocks like ``/block?ID``, then ``end``.
 - ``/block?ID``: connects to the Unix socket ``$EVENT_APP_GATE``, sends ``ID\\n`` (so the test
   knows the app thread holds this request) and waits until the test sends one byte back;
   answers ``released ID``. The test controls it entirely: no sleeps.
@@ -47,8 +49,21 @@ def _block(ident: str) -> bytes:
     return b"released " + ident.encode()
 
 
+STREAM_SIZE = 4 << 20
+
+
+def _stream_then_block(ident: str):
+    yield PATTERN[:STREAM_SIZE]
+    _block(ident)
+    yield b"end"
+
+
 def app(environ, start_response):
     path = environ["PATH_INFO"]
+    if path == "/stream-block":
+        start_response("200 OK", [("Content-Type", "application/octet-stream"),
+                                  ("Content-Length", str(STREAM_SIZE + 3))])
+        return _stream_then_block(environ.get("QUERY_STRING", ""))
     if path == "/big-bytes":
         start_response("200 OK", [("Content-Type", "application/octet-stream"),
                                   ("Content-Length", str(len(PATTERN)))])
