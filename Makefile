@@ -10,7 +10,7 @@ PORT   ?= 8000
 STAMP  := $(VENV)/.deps-stamp
 RUST_SOURCES := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
-.PHONY: all build serve test test-rust test-python typecheck bench bench-tool fuzz fmt lint clean docs
+.PHONY: all build serve test test-rust test-python typecheck bench bench-full bench-tool fuzz fmt lint clean docs
 
 all: build
 
@@ -38,6 +38,7 @@ test: build typecheck test-rust test-python
 
 typecheck: build
 	$(VENV)/bin/mypy --strict python/tines
+	cd benches && ../$(VENV)/bin/mypy --strict *.py apps/techempower.py
 
 test-rust:
 	cargo test --workspace --release --quiet
@@ -48,8 +49,19 @@ test-python: build
 docs: build
 	$(PY) tools/gen_settings_doc.py
 
+# The side-by-side suite (docs/benchmarks.md): about 15-17 minutes of both cores; it installs
+# wrk, nginx and the peers itself. BENCH_QUICK=1 for a 3-minute development run.
 bench: build
+	cargo build --release --quiet -p tines-loadgen --bin tines-bench
 	$(PY) benches/run.py
+
+# The whole matrix (hours) in the background, resumable: run it again to go on where it
+# stopped; progress in benches/results/tmp/full/run.log.
+bench-full: build
+	cargo build --release --quiet -p tines-loadgen --bin tines-bench
+	mkdir -p benches/results/tmp/full
+	nohup $(PY) benches/run.py --full >>benches/results/tmp/full/run.log 2>&1 </dev/null &
+	@echo "bench-full: running in the background; follow benches/results/tmp/full/run.log"
 
 # tines-bench against wrk, both loading nginx's static "OK" (installs nginx and wrk if missing);
 # about 70 s. Exit status 1 when tines-bench misses wrk's rate, CPU or memory marks.

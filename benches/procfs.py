@@ -47,17 +47,28 @@ def tree_cpu_ticks(root: int) -> int:
     return sum(s.cpu_ticks for s in tree(root))
 
 
-def tree_rss_kib(root: int) -> int:
-    """Sum of VmRSS (KiB) over the tree: shared pages count once per process."""
+def tree_status_kib(root: int, field: str) -> int:
+    """Sum of one ``/proc/<pid>/status`` field in KiB (``VmRSS``, ``VmHWM``) over the tree:
+    shared pages count once per process."""
     total = 0
     for s in tree(root):
         try:
             for line in Path(f"/proc/{s.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     total += int(line.split()[1])
         except OSError:
             pass
     return total
+
+
+def tree_rss_kib(root: int) -> int:
+    """Sum of VmRSS (KiB, resident now) over the tree."""
+    return tree_status_kib(root, "VmRSS")
+
+
+def tree_peak_rss_kib(root: int) -> int:
+    """Sum of VmHWM (KiB, each process's peak resident set) over the tree."""
+    return tree_status_kib(root, "VmHWM")
 
 
 @dataclass(frozen=True)

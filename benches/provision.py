@@ -1,8 +1,9 @@
 """What the benchmark needs on the machine, and the facts recorded next to its results.
 
-Owns installing wrk (apt-get) and the peers' venv ``benches/.venv-peers`` (gunicorn, Granian,
-and the blog's packages pinned to the dev venv's versions, so every server runs the same app
-code), and collecting machine information and versions. Every install step is idempotent.
+Owns installing the system tools (``wrk`` and ``nginx`` with apt-get) and the peers' venv
+``benches/.venv-peers`` (gunicorn, Granian, uWSGI, and the blog's packages pinned to the dev
+venv's versions, so every server runs the same app code), and collecting machine information
+and versions. Every install step is idempotent: a second run installs nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ REPO = Path(__file__).resolve().parent.parent
 PEERS_VENV = REPO / "benches" / ".venv-peers"
 # Packages the blog needs in the peers' venv, pinned to the dev venv's versions.
 BLOG_PACKAGES = ("flask", "werkzeug", "jinja2", "markupsafe", "itsdangerous", "click", "blinker")
+# The peers, newest release of each (their versions go into every report). uWSGI is built from
+# source by pip (it needs a C compiler and the Python headers).
+PEER_PACKAGES = ("gunicorn", "granian", "uwsgi")
+# Debian package providing each system tool.
+APT_PACKAGES = {"wrk": "wrk", "nginx": "nginx-light"}
+NGINX = "/usr/sbin/nginx"
 
 
 def run_quiet(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -28,19 +35,30 @@ def run_quiet(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]
     return subprocess.run(cmd, capture_output=True, text=True, **kwargs)
 
 
-def ensure_wrk() -> None:
-    """Install wrk with apt-get if it is missing (``apt-get update`` only if the install fails)."""
-    if shutil.which("wrk"):
+def tool_path(name: str) -> str | None:
+    """Where the system tool ``name`` is installed, or None."""
+    if name == "nginx":
+        return NGINX if Path(NGINX).exists() else shutil.which("nginx")
+    return shutil.which(name)
+
+
+def ensure_tools(names: list[str]) -> None:
+    """apt-get install the missing tools among ``names`` (``apt-get update`` only on failure)."""
+    missing = [APT_PACKAGES[n] for n in names if tool_path(n) is None]
+    if not missing:
         return
     sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    print("bench: installing wrk (apt-get)", file=sys.stderr)
-    install = sudo + ["apt-get", "install", "-y", "wrk"]
+    print(f"bench: installing {' '.join(missing)} (apt-get)", file=sys.stderr)
+    install = sudo + ["apt-get", "install", "-y", "--no-install-recommends", *missing]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     if run_quiet(install, env=env).returncode != 0:
         run_quiet(sudo + ["apt-get", "update"], env=env)
         result = run_quiet(install, env=env)
         if result.returncode != 0:
-            sys.exit(f"bench: cannot install wrk: {result.stderr.strip()[-500:]}")
+            sys.exit(f"bench: cannot install {' '.join(missing)}: {result.stderr.strip()[-500:]}")
+    if "nginx-light" in missing:
+        # Debian starts the packaged service on install; the benchmark runs its own nginx.
+        run_quiet(sudo + ["service", "nginx", "stop"])
 
 
 def blog_pins() -> list[str]:
@@ -62,12 +80,15 @@ def peer_versions(packages: list[str]) -> dict[str, str]:
             "    try: out[n] = m.version(n)\n"
             "    except m.PackageNotFoundError: pass\n"
             "print(json.dumps(out))")
-    result = run_quiet([str(PEERS_VENV / "bin" / "python"), "-c", code, *packages])
+    python = PEERS_VENV / "bin" / "python"
+    if not python.exists():
+        return {}
+    result = run_quiet([str(python), "-c", code, *packages])
     return json.loads(result.stdout) if result.returncode == 0 else {}
 
 
 def ensure_peers() -> None:
-    """Create ``benches/.venv-peers`` with gunicorn, Granian and the blog's pinned packages."""
+    """Create ``benches/.venv-peers`` with the peers and the blog's pinned packages."""
     python = PEERS_VENV / "bin" / "python"
     if not python.exists():
         print(f"bench: creating {PEERS_VENV.relative_to(REPO)}", file=sys.stderr)
@@ -75,12 +96,15 @@ def ensure_peers() -> None:
         subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
     pins = blog_pins()
     wanted = {p.split("==")[0]: p.split("==")[1] for p in pins}
-    have = peer_versions(["gunicorn", "granian", *wanted])
-    missing = [n for n in ("gunicorn", "granian") if n not in have]
+    have = peer_versions([*PEER_PACKAGES, *wanted])
+    missing = [n for n in PEER_PACKAGES if n not in have]
     missing += [f"{n}=={v}" for n, v in wanted.items() if have.get(n) != v]
     if missing:
-        print(f"bench: installing into the peers' venv: {' '.join(missing)}", file=sys.stderr)
+        print(f"bench: installing into the peers' venv: {' '.join(missing)}"
+              + (" (uwsgi compiles, about a minute)" if "uwsgi" in missing else ""),
+              file=sys.stderr)
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", *missing], check=True)
+
 
 def first_line(cmd: list[str]) -> str:
     """First line of what ``cmd`` prints (stdout, else stderr), or "unknown"."""
@@ -93,27 +117,33 @@ def first_line(cmd: list[str]) -> str:
 
 
 def machine_info() -> dict[str, Any]:
-    """CPU count and model, kernel, and the load average when the benchmark starts."""
+    """CPU count and model, kernel, memory, and the load average when the benchmark starts."""
     model = "unknown"
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
             model = line.split(":", 1)[1].strip()
             break
-    return {"nproc": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
+    memory = "unknown"
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            memory = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    return {"nproc": os.cpu_count(), "cpu_model": model, "memory": memory,
+            "kernel": platform.release(),
             "load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg())}
 
 
 def versions(tines: Path) -> dict[str, str]:
     """Versions of everything measured; ``tines`` is the tines executable."""
     commit = first_line(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
-    dirty = run_quiet(["git", "-C", str(REPO), "status", "--porcelain"]).stdout.strip()
-    peers = peer_versions(["gunicorn", "granian", "flask"])
+    dirty = run_quiet(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"]
+                      ).stdout.strip()
+    peers = peer_versions([*PEER_PACKAGES, "flask"])
+    nginx = tool_path("nginx")
     return {
         "python": platform.python_version(),
         "tines": f"{first_line([str(tines), '--version'])} "
                  f"(git {commit}{'+dirty' if dirty else ''})",
-        "gunicorn": peers.get("gunicorn", "missing"),
-        "granian": peers.get("granian", "missing"),
-        "flask": peers.get("flask", "missing"),
-        "wrk": first_line(["wrk", "-v"]),
+        **{name: peers.get(name, "missing") for name in (*PEER_PACKAGES, "flask")},
+        "nginx": first_line([nginx, "-v"]) if nginx else "missing",
+        "wrk": first_line(["wrk", "-v"]) if tool_path("wrk") else "missing",
     }

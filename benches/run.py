@@ -1,582 +1,345 @@
-"""End-to-end benchmark: Tines against gunicorn (gthread) and Granian (WSGI), with wrk.
+"""The side-by-side benchmark suite: Tines (each MPM) against gunicorn (gthread), uWSGI,
+Granian and nginx's static answer, driven by ``tines bench`` with wrk as a cross-check.
 
-``make bench`` runs this file with the dev virtualenv's Python after building Tines. It installs
-what it needs itself (``wrk`` with apt-get when missing; gunicorn, Granian and the blog's Flask,
-pinned to the dev venv's versions, into the separate venv ``benches/.venv-peers``), then measures
-every server on every scenario and writes ``benches/results/YYYY-MM-DD-HHMM.{md,json}``.
+``make bench`` runs the standard plan (about 15 minutes); ``make bench-full`` the whole matrix
+in the background (``--full``: hours, resumable); ``BENCH_QUICK=1`` or ``--quick`` a tiny
+matrix of 2 s cells and one run, for development. Method: docs/benchmarks.md.
 
-Method
-------
-* **One server at a time, pinned.** Each server runs alone, with one worker process, on CPU 1
-  (``taskset -c 1``, inherited by every process and thread it starts); the load generator runs on
-  CPU 0 (``taskset -c 0 wrk -t1 -c50``). Traffic is loopback only. On a shared 2-core machine
-  this keeps the server from competing with wrk, but not with neighbours: read the spread.
-* **Scenarios.** App (``hello``: a 2-byte WSGI response; ``blog``: the Flask + SQLite index page
-  at ``/blog/``) x connection mode (keep-alive; ``Connection: close``, one request per
-  connection), 50 connections each.
-* **Interleaved runs.** ``for run in 1..3: for scenario: for server: start, warm up, measure,
-  stop``. A slow drift of the machine (a noisy neighbour, thermal state) then touches every
-  server alike instead of whichever happened to run last. Each start gets a fresh port and,
-  for the blog, a fresh SQLite file (``BLOG_DB``). A 2 s wrk run after each start is discarded.
-* **Readiness** is a signal, never a sleep: Tines writes ``{"event": "ready", ...}`` to
-  ``--ready-fd``; the peers (and Tines if that line never comes) are polled with a TCP connect
-  and ``GET`` until it answers 200, for at most 30 s. A server that does not start is reported
-  as failed in the table; the harness goes on.
-* **CPU per request.** Right before and right after the measured wrk run, the harness sums
-  ``utime + stime + cutime + cstime`` (``/proc/<pid>/stat``, clock ticks) over the server's
-  whole process tree (the master and every descendant found through ``ppid`` links; a
-  process's times include all of its threads; ``cutime``/``cstime`` keep the time of a child
-  reaped during the run). The difference divided by the requests wrk completed is the server's
-  CPU cost per request in microseconds: the number that matters on a CPU-bound box, and less
-  sensitive to the neighbours than requests/s.
-* **Interference.** The harness also records, per run, the time the hypervisor stole from
-  CPUs 0 and 1 and their busy time not charged to the server or wrk (``/proc/stat``), the
-  noise that pinning cannot remove on a shared VM; the table shows the stolen time.
-* **Memory.** RSS is the sum of ``VmRSS`` over the same tree at the end of the measured run
-  (shared pages are counted once per process, so prefork master + worker overcounts a little).
-
-The table gives medians of the runs with their min-max spread, and each server's CPU
-microseconds per request relative to Granian's. Speed is reported, never asserted.
-
-``BENCH_QUICK=1`` (or ``--quick``): one run of 3 s (1 s warm-up), written to
-``benches/results/tmp/`` instead of ``benches/results/``. See ``--help`` for filters.
+Every measurement goes into a state file as soon as it is taken; a run started again with the
+same state file (``--full`` always uses ``benches/results/tmp/full/state.json``; any plan
+accepts ``--state PATH``) skips the cells already measured. The report (markdown, HTML with
+inline SVG charts, JSON) is rendered from that file: ``--report-only`` renders it again.
 """
 
 from __future__ import annotations
 
 import argparse
-import enum
+import fcntl
 import json
 import os
-import resource
-import select
 import signal
-import socket
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 # benches/ is sys.path[0] when this file runs as a script.
-from procfs import cpu_times, tree, tree_cpu_ticks, tree_rss_kib
-from provision import PEERS_VENV, ensure_peers, ensure_wrk, machine_info, run_quiet, versions
+import report as reporting
+from apps import fortunes_db
+from loadgen import (LOAD_CPU, Load, LoadFailed, Tool, find_tines_bench, run_load,
+                     tines_bench_command, wrk_command)
+from model import PLANS, Plan, Scenario, State, StateMismatch, cell_key, estimate_seconds, matrix
+from procfs import cpu_times, tree, tree_cpu_ticks, tree_peak_rss_kib
+from provision import ensure_peers, ensure_tools, machine_info, tool_path, versions
+from servers import (APPS, SERVER_CPU, Server, StartFailed, available_servers,
+                     closes_after_close_request, display_command, free_port, start, stop,
+                     tines_binary)
 
 REPO = Path(__file__).resolve().parent.parent
-BENCHES = REPO / "benches"
-RESULTS = BENCHES / "results"
+RESULTS = REPO / "benches" / "results"
 TMP = RESULTS / "tmp"
-WRK_SCRIPT = BENCHES / "wrk_report.lua"
-EXAMPLES = REPO / "examples"
-
-# The server gets CPU 1, wrk CPU 0: on the 2-core machine this is the only split that keeps
-# them apart.
-SERVER_CPU = "1"
-LOAD_CPU = "0"
-# 50 connections: well above one worker's concurrency (1 or 4), so the server is saturated and
-# idle keep-alive connections pile up, as they do behind a real proxy.
-CONNECTIONS = 50
-# A server that takes longer than this to answer its first request has failed to start.
-READY_DEADLINE_S = 30.0
-# Polling interval while waiting for a port to answer (not a readiness sleep: we poll).
-POLL_INTERVAL_S = 0.05
-# Graceful stop window before SIGKILL; the load has ended, so nothing should be in flight.
-STOP_GRACE_S = 5.0
+FULL_STATE = TMP / "full" / "state.json"
+# The load generator's standalone build (crates/loadgen), used when the CLI has no `bench`.
+STANDALONE_BENCH = REPO / "target" / "release" / "tines-bench"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 BENCH_CPUS = [int(SERVER_CPU), int(LOAD_CPU)]
+T = TypeVar("T")
 
 
-# --------------------------------------------------------------------------- model
-
-
-class Mode(enum.Enum):
-    """How wrk uses its connections."""
-
-    KEEP_ALIVE = "keep-alive"
-    CLOSE = "close"
-
-    def wrk_headers(self) -> list[str]:
-        return ["-H", "Connection: close"] if self is Mode.CLOSE else []
-
-
-@dataclass(frozen=True)
-class App:
-    """A WSGI app every server loads from the same file."""
-
-    name: str
-    file: Path  # examples/hello.py
-    attr: str
-    url_path: str
-
-    @property
-    def module_target(self) -> str:
-        """``module:attr`` for servers that import by module name, run with the file's directory
-        on ``sys.path`` (gunicorn ``--chdir``, Granian ``--working-dir``)."""
-        return f"{self.file.stem}:{self.attr}"
-
-    @property
-    def file_target(self) -> str:
-        """``path/to/file.py:attr`` relative to the repository, for Tines."""
-        return f"{self.file.relative_to(REPO)}:{self.attr}"
-
-
-@dataclass(frozen=True)
-class Server:
-    """A server under test: how to build its command line for an app and port."""
-
-    name: str
-    command: Callable[[App, int, int | None], list[str]]
-    uses_ready_fd: bool
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """One table of the report: an app under one connection mode."""
-
-    app: App
-    mode: Mode
-
-    @property
-    def name(self) -> str:
-        return f"{self.app.name}/{self.mode.value}"
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How long and how often to measure."""
-
-    runs: int
-    warmup_s: int
-    duration_s: int
-    quick: bool
-
-
-@dataclass
-class Measurement:
-    """One measured run of one server on one scenario (a row of the JSON ``runs`` list)."""
-
-    server: str
-    scenario: str
-    run: int
-    command: list[str]
-    failed: str | None = None
-    requests: int = 0
-    requests_per_second: float = 0.0
-    latency_us: dict[str, float] = field(default_factory=dict)
-    errors: dict[str, int] = field(default_factory=dict)
-    cpu_seconds: float = 0.0
-    cpu_us_per_request: float = 0.0
-    # Server CPU seconds per second of load: near 1.0, the server (pinned to one CPU) was the
-    # bottleneck; well below, something else was (wrk, the network stack on CPU 0, a neighbour).
-    cpu_utilisation: float = 0.0
-    rss_kib_end: int = 0
-    processes: int = 0
-    # Interference, in CPUs (CPU seconds per second) on the two benchmark CPUs during the run:
-    # busy time not used by the server tree or wrk (neighbours, interrupt work not charged to a
-    # process), and time stolen by the hypervisor. Well above ~0.1, the run is suspect.
-    other_cpu: float = 0.0
-    steal_cpu: float = 0.0
-    load_average_1m: float = 0.0
-
-    @property
-    def error_total(self) -> int:
-        return sum(self.errors.values())
-
-
-class StartFailed(Exception):
-    """The server did not become ready; the message says why."""
-
-
-# --------------------------------------------------------------------------- servers
-
-
-def tines_binary() -> Path:
-    """The ``tines`` of the venv running this script (``make bench``: ``.venv``)."""
-    candidate = Path(sys.executable).parent / "tines"
-    return candidate if candidate.exists() else REPO / ".venv" / "bin" / "tines"
-
-
-def tines_command(mpm: str, threads: int) -> Callable[[App, int, int | None], list[str]]:
-    def command(app: App, port: int, ready_fd: int | None) -> list[str]:
-        cmd = [str(tines_binary()), "serve", app.file_target, "-b", f"127.0.0.1:{port}",
-               "-w", "1", "--mpm", mpm]
-        if mpm == "thread":
-            cmd += ["--threads", str(threads)]
-        if ready_fd is not None:
-            cmd += ["--ready-fd", str(ready_fd)]
-        return cmd
-    return command
-
-
-def gunicorn_command(app: App, port: int, _ready_fd: int | None) -> list[str]:
-    return [str(PEERS_VENV / "bin" / "gunicorn"), "-k", "gthread", "-w", "1", "--threads", "4",
-            "-b", f"127.0.0.1:{port}", "--chdir", str(app.file.parent), app.module_target]
-
-
-def granian_command(app: App, port: int, _ready_fd: int | None) -> list[str]:
-    return [str(PEERS_VENV / "bin" / "granian"), "--interface", "wsgi", "--host", "127.0.0.1",
-            "--port", str(port), "--workers", "1", "--blocking-threads", "1",
-            "--working-dir", str(app.file.parent), app.module_target]
-
-
-SERVERS = [
-    Server("tines-prefork", tines_command("prefork", 1), uses_ready_fd=True),
-    Server("tines-thread", tines_command("thread", 4), uses_ready_fd=True),
-    Server("gunicorn-gthread", gunicorn_command, uses_ready_fd=False),
-    Server("granian-wsgi", granian_command, uses_ready_fd=False),
-]
-BASELINE = "granian-wsgi"
-
-APPS = [
-    App("hello", EXAMPLES / "hello.py", "app", "/"),
-    App("blog", EXAMPLES / "blog" / "app.py", "app", "/blog/"),
-]
-
-
-# --------------------------------------------------------------------------- a server's life
-
-
-@dataclass
-class Running:
-    """A started server: its process (the group leader), command line and log file."""
-
-    process: subprocess.Popen[bytes]
-    command: list[str]
-    log: Path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def http_status(port: int, path: str) -> int | None:
-    """Status code of one ``GET path`` on a fresh connection, or None if it fails."""
+def shown(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2.0) as s:
-            s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-                      .encode())
-            head = s.recv(64)
-        return int(head.split()[1]) if head.startswith(b"HTTP/1.") else None
-    except (OSError, ValueError, IndexError):
-        return None
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
 
 
-def log_tail(log: Path) -> str:
-    """The server log's last line that mentions an error (else its last line), shortened."""
-    try:
-        lines = log.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    errors = [line for line in lines if "error" in line.lower()]
-    return (errors or lines or [""])[-1][-200:]
+def log(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
-def wait_ready_line(ready_read: int, deadline: float) -> bool:
-    """True once the ready JSON line arrives; False if the pipe closes without one."""
-    buffer = b""
-    while time.monotonic() < deadline:
-        readable, _, _ = select.select([ready_read], [], [], deadline - time.monotonic())
-        if not readable:
-            break
-        chunk = os.read(ready_read, 4096)
-        if not chunk:
-            return False
-        buffer += chunk
-        if b"\n" in buffer:
-            event = json.loads(buffer.split(b"\n", 1)[0])
-            return bool(event.get("event") == "ready")
-    raise StartFailed(f"no ready line within {READY_DEADLINE_S:.0f} s")
+# --------------------------------------------------------------------------- one measurement
 
 
-def wait_port(running: Running, port: int, path: str, deadline: float) -> None:
-    """Poll ``GET path`` until it answers 200, the server exits, or the deadline passes."""
-    last: int | None = None
-    while time.monotonic() < deadline:
-        if running.process.poll() is not None:
-            raise StartFailed(f"exited with {running.process.returncode}: {log_tail(running.log)}")
-        last = http_status(port, path)
-        if last == 200:
-            return
-        time.sleep(POLL_INTERVAL_S)
-    raise StartFailed(f"no 200 on {path} within {READY_DEADLINE_S:.0f} s (last: {last})")
+def server_figures(result: dict[str, Any], cpu_ticks: int, wall_s: float,
+                   load_cpu_s: float) -> None:
+    """Server CPU per request and utilisation, and the generator's own CPU per request."""
+    cpu_s = cpu_ticks / CLOCK_TICKS
+    # Per successful (2xx/3xx) response: a row answering 503s must not look fast or cheap.
+    # Without errors this is every completed response.
+    requests = int(result["ok"])
+    result["ok_per_sec"] = requests / result["elapsed_s"] if result["elapsed_s"] else 0.0
+    result["cpu_seconds"] = cpu_s
+    result["cpu_us_per_request"] = cpu_s * 1e6 / requests if requests else 0.0
+    result["cpu_utilisation"] = cpu_s / wall_s if wall_s else 0.0
+    result["load_cpu_us_per_request"] = load_cpu_s * 1e6 / requests if requests else 0.0
 
 
-def start(server: Server, app: App, port: int, log: Path, env: dict[str, str]) -> Running:
-    """Start ``server`` pinned to SERVER_CPU in its own process group and wait until it serves."""
-    ready_read, ready_write = os.pipe() if server.uses_ready_fd else (-1, -1)
-    command = server.command(app, port, ready_write if server.uses_ready_fd else None)
-    # Append mode: wrk's output is appended to the same log while the server writes to it.
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            ["taskset", "-c", SERVER_CPU, *command], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            pass_fds=(ready_write,) if server.uses_ready_fd else ())
-    running = Running(process, command, log)
-    deadline = time.monotonic() + READY_DEADLINE_S
-    try:
-        if server.uses_ready_fd:
-            os.close(ready_write)
-            try:
-                wait_ready_line(ready_read, deadline)
-            except (ValueError, json.JSONDecodeError):
-                pass  # an unreadable line: fall back to polling
-        # Also the smoke test for every server: the app must answer 200 before we load it.
-        wait_port(running, port, app.url_path, deadline)
-    except BaseException:
-        stop(running)
-        raise
-    finally:
-        if server.uses_ready_fd:
-            os.close(ready_read)
-    return running
+def measured(tool: Tool, load: Load, pid: int, log_path: Path, workdir: Path) -> dict[str, Any]:
+    """One measured run of ``tool`` with the server tree's CPU read around it."""
+    before, machine_before, t0 = tree_cpu_ticks(pid), cpu_times(BENCH_CPUS), time.monotonic()
+    result = run_load(tool, load, log_path, workdir)
+    after, machine_after, wall = tree_cpu_ticks(pid), cpu_times(BENCH_CPUS), time.monotonic() - t0
+    server_figures(result, after - before, wall, result["load_cpu_seconds"])
+    busy = (machine_after.busy - machine_before.busy) / CLOCK_TICKS
+    result["other_cpu"] = (busy - result["cpu_seconds"] - result["load_cpu_seconds"]) / wall
+    result["steal_cpu"] = (machine_after.steal - machine_before.steal) / CLOCK_TICKS / wall
+    if result["ok"] == 0:
+        result["failed"] = f"no successful response ({result['errors']['total']} errors)"
+    return result
 
 
-def stop(running: Running) -> None:
-    """SIGTERM the server's process group, SIGKILL it after STOP_GRACE_S, and reap it."""
-    pgid = running.process.pid  # start_new_session: the group id is the leader's pid
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-        running.process.wait(timeout=STOP_GRACE_S)
-    except ProcessLookupError:
-        pass
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(pgid, signal.SIGKILL)  # also any worker left behind by its master
-    except ProcessLookupError:
-        pass
-    running.process.wait()
-
-
-# --------------------------------------------------------------------------- load
-
-
-def run_wrk(port: int, scenario: Scenario, duration_s: int, log: Path) -> dict[str, Any]:
-    """One wrk run from LOAD_CPU; returns the reporter's JSON (see wrk_report.lua)."""
-    command = ["taskset", "-c", LOAD_CPU, "wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration_s}s",
-               "--latency", "-s", str(WRK_SCRIPT), *scenario.mode.wrk_headers(),
-               f"http://127.0.0.1:{port}{scenario.app.url_path}"]
-    result = run_quiet(command, timeout=duration_s + 60)
-    with log.open("a") as out:
-        out.write(f"\n$ {' '.join(command)}\n{result.stdout}{result.stderr}")
-    for line in result.stdout.splitlines():
-        if line.startswith("BENCH-JSON "):
-            report: dict[str, Any] = json.loads(line.removeprefix("BENCH-JSON "))
-            return report
-    raise RuntimeError(f"wrk gave no report: {result.stderr.strip()[-300:]}")
-
-
-def measure(server: Server, scenario: Scenario, run: int, plan: Plan, workdir: Path) -> Measurement:
-    """Start the server, warm it up, measure one wrk run, stop it. Never raises for the server."""
+def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: Tool,
+            cross: Tool | None, workdir: Path, fortunes: Path) -> dict[str, Any]:
+    """Start the server, warm it up, measure (and cross-check), stop it. Never raises for the
+    server or the load: a failure is recorded as ``failed`` with its reason."""
+    app = APPS[scenario.app]
     port = free_port()
-    stem = f"{scenario.app.name}-{scenario.mode.value}-{server.name}-run{run}"
-    log = workdir / f"{stem}.log"
+    stem = f"{scenario.name.replace('/', '-')}-{server.name}-run{run}"
+    log_path = workdir / f"{stem}.log"
     database = workdir / f"{stem}.sqlite3"
-    env = {**os.environ, "BLOG_DB": str(database), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "BLOG_DB": str(database), "FORTUNES_DB": str(fortunes),
+           "PYTHONUNBUFFERED": "1"}
     env.pop("VIRTUAL_ENV", None)
-    result = Measurement(server.name, scenario.name, run, server.command(scenario.app, 0, None))
+    base: dict[str, Any] = {"server": server.name, "scenario": scenario.name, "run": run,
+                            "command": display_command(server, app), "failed": None}
     try:
-        running = start(server, scenario.app, port, log, env)
+        running = start(server, app, port, log_path, env, workdir)
     except StartFailed as error:
-        result.failed = str(error)
-        return result
+        return {**base, "failed": f"start: {error}"}
+    url = f"http://127.0.0.1:{port}{app.url_path}"
+    load = Load(url, scenario.connections, plan.duration_s, scenario.mode == "keep-alive",
+                scenario.pipeline)
     try:
-        result.command = running.command
-        run_wrk(port, scenario, plan.warmup_s, log)
-        before = tree_cpu_ticks(running.process.pid)
-        machine_before, wrk_before = cpu_times(BENCH_CPUS), children_cpu_seconds()
-        report = run_wrk(port, scenario, plan.duration_s, log)
-        after = tree_cpu_ticks(running.process.pid)
-        machine_after, wrk_after = cpu_times(BENCH_CPUS), children_cpu_seconds()
-        result.rss_kib_end = tree_rss_kib(running.process.pid)
-        result.processes = len(tree(running.process.pid))
-        result.load_average_1m = os.getloadavg()[0]
-        fill(result, report, (after - before) / CLOCK_TICKS)
-        wall = report["duration_us"] / 1e6
-        result.other_cpu = ((machine_after.busy - machine_before.busy) / CLOCK_TICKS
-                            - result.cpu_seconds - (wrk_after - wrk_before)) / wall
-        result.steal_cpu = (machine_after.steal - machine_before.steal) / CLOCK_TICKS / wall
-    except Exception as error:  # the harness reports a broken measurement and goes on
-        result.failed = f"load: {type(error).__name__}: {error}"
+        honours_close = (closes_after_close_request(port, app.url_path)
+                         if scenario.mode == "close" else None)
+        run_load(primary, Load(url, load.connections, plan.warmup_s, load.keepalive,
+                               load.pipeline), log_path, workdir)
+        result = {**base, **measured(primary, load, running.process.pid, log_path, workdir)}
+        result["honours_close"] = honours_close
+        result["peak_rss_kib"] = tree_peak_rss_kib(running.process.pid)
+        result["processes"] = len(tree(running.process.pid))
+        result["load_average_1m"] = os.getloadavg()[0]
+        if cross is not None and run == plan.cross_run:
+            cross_load = Load(url, load.connections, plan.cross_s, load.keepalive, load.pipeline)
+            try:
+                result["cross"] = measured(cross, cross_load, running.process.pid, log_path,
+                                           workdir)
+            except LoadFailed as error:
+                result["cross"] = {"failed": str(error)}
+        return result
+    except (LoadFailed, OSError) as error:
+        return {**base, "failed": f"load: {error}"}
     finally:
         stop(running)
         for suffix in ("", "-wal", "-shm"):
             Path(f"{database}{suffix}").unlink(missing_ok=True)
-    return result
 
 
-def children_cpu_seconds() -> float:
-    """User + system CPU of this process's waited-for children (wrk runs), in seconds."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+# --------------------------------------------------------------------------- the run
 
 
-def fill(result: Measurement, report: dict[str, Any], cpu_seconds: float) -> None:
-    requests = int(report["requests"])
-    result.requests = requests
-    result.requests_per_second = requests / (report["duration_us"] / 1e6)
-    result.latency_us = {k: float(v) for k, v in report["latency_us"].items()}
-    result.errors = {k: int(v) for k, v in report["errors"].items()}
-    result.cpu_seconds = cpu_seconds
-    result.cpu_us_per_request = cpu_seconds * 1e6 / requests if requests else 0.0
-    result.cpu_utilisation = cpu_seconds / (report["duration_us"] / 1e6)
-    if requests == 0:
-        result.failed = "no request completed"
-
-
-# --------------------------------------------------------------------------- report
-
-
-def fmt_ms(us: float) -> str:
-    return f"{us / 1000:.2f}"
-
-
-def summary_row(server: str, runs: list[Measurement], baseline_cpu: float | None,
-                planned: int) -> str:
-    good = [m for m in runs if m.failed is None]
-    if not good:
-        reason = runs[0].failed if runs else "not run"
-        return f"| {server} | failed: {reason} |" + " |" * 10
-    rps = [m.requests_per_second for m in good]
-    cpu = [m.cpu_us_per_request for m in good]
-    cpu_median = statistics.median(cpu)
-    ratio = f"{cpu_median / baseline_cpu:.2f}" if baseline_cpu else "n/a"
-    note = f" ({len(good)}/{planned} runs)" if len(good) < planned else ""
-    return (f"| {server}{note} | {statistics.median(rps):,.0f} | {min(rps):,.0f}–{max(rps):,.0f}"
-            f" | {fmt_ms(statistics.median(m.latency_us['p50'] for m in good))}"
-            f" | {fmt_ms(statistics.median(m.latency_us['p99'] for m in good))}"
-            f" | {sum(m.error_total for m in good)}"
-            f" | {cpu_median:.0f} | {min(cpu):.0f}–{max(cpu):.0f}"
-            f" | {statistics.median(m.cpu_utilisation for m in good):.0%}"
-            f" | {statistics.median(m.rss_kib_end for m in good) / 1024:.1f} | {ratio}"
-            f" | {statistics.median(m.steal_cpu for m in good):.2f} |")
-
-
-def baseline_cpu(runs: list[Measurement]) -> float | None:
-    good = [m.cpu_us_per_request for m in runs if m.server == BASELINE and m.failed is None]
-    return statistics.median(good) if good else None
-
-
-def render(results: list[Measurement], scenarios: list[Scenario], servers: list[Server],
-           skipped: dict[str, str], meta: dict[str, Any], plan: Plan) -> str:
-    lines = [f"# Benchmark {meta['started']}", ""]
-    if plan.quick:
-        lines += ["**Quick run (BENCH_QUICK): one short run per cell; for development only.**", ""]
-    lines += [f"{plan.runs} interleaved run(s) per cell; wrk -t1 -c{CONNECTIONS} "
-              f"-d{plan.duration_s}s after a {plan.warmup_s} s warm-up; server on CPU "
-              f"{SERVER_CPU}, wrk on CPU {LOAD_CPU}. Medians, with the min–max spread of the runs. "
-              "Errors: socket errors + non-2xx/3xx, summed over the runs. "
-              "CPU µs/req: user+sys CPU of the server's process tree / requests; "
-              "server CPU busy: that CPU time / wall time (100% = the server's CPU was saturated). "
-              "RSS: sum of VmRSS over the tree at the end of the run. "
-              "Stolen CPUs: CPU time the hypervisor took from CPUs 0 and 1 per second of the run "
-              "(noise: compare rows only when it is small).", ""]
-    header = ("| server | req/s | req/s spread | p50 ms | p99 ms | errors | CPU µs/req "
-              "| CPU spread | server CPU busy | RSS MiB | CPU/req vs Granian | stolen CPUs |")
-    for scenario in scenarios:
-        lines += [f"## {scenario.app.name}, {scenario.mode.value} "
-                  f"(`GET {scenario.app.url_path}`, {CONNECTIONS} connections)", ""]
-        if scenario.app.name in skipped:
-            lines += [f"Skipped: {skipped[scenario.app.name]}", ""]
-            continue
-        runs = [m for m in results if m.scenario == scenario.name]
-        base = baseline_cpu(runs)
-        lines += [header, "| --- |" + " ---: |" * 11]
-        for server in servers:
-            lines.append(summary_row(server.name, [m for m in runs if m.server == server.name],
-                                     base, plan.runs))
-        lines.append("")
-    lines += ["## Command lines", "", "Each prefixed with `taskset -c 1`; `PORT` is a free port "
-              "picked per start; peers run from `benches/.venv-peers`.", ""]
-    for server in servers:
-        for app in APPS:
-            cmd = " ".join(server.command(app, 0, 3 if server.uses_ready_fd else None))
-            cmd = cmd.replace(str(REPO) + "/", "").replace("127.0.0.1:0", "127.0.0.1:PORT")
-            cmd = cmd.replace("--port 0", "--port PORT")
-            lines.append(f"- {server.name}, {app.name}: `{cmd}`")
-    lines += ["", f"- load: `taskset -c {LOAD_CPU} wrk -t1 -c{CONNECTIONS} -d{plan.duration_s}s "
-              "--latency -s benches/wrk_report.lua [-H 'Connection: close'] URL`", "",
-              "## Machine and versions", ""]
-    for key, value in {**meta["machine"], **meta["versions"]}.items():
-        lines.append(f"- {key}: {value}")
-    good = [m for m in results if m.failed is None]
-    if good:
-        other = [m.other_cpu for m in good]
-        steal = [m.steal_cpu for m in good]
-        lines.append(f"- interference during the measured runs, in CPUs: other busy "
-                     f"{min(other):.2f}–{max(other):.2f} (median {statistics.median(other):.2f}), "
-                     f"stolen {min(steal):.2f}–{max(steal):.2f}")
-    return "\n".join(lines) + "\n"
-
-
-
-# --------------------------------------------------------------------------- main
-
-
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", default=os.environ.get("BENCH_QUICK") == "1",
-                        help="one run of 3 s, written to benches/results/tmp/ (env BENCH_QUICK=1)")
-    parser.add_argument("--servers", help="comma-separated subset of: "
-                        + ", ".join(s.name for s in SERVERS))
-    parser.add_argument("--apps", help="comma-separated subset of: " + ", ".join(a.name for a in APPS))
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        default=os.environ.get("BENCH_QUICK") == "1",
+                        help="one 2 s run per cell, report in benches/results/tmp/ "
+                             "(env BENCH_QUICK=1); with --full, the full matrix that way")
+    parser.add_argument("--full", action="store_true",
+                        help="the whole matrix (hours), resumable from "
+                             "benches/results/tmp/full/state.json")
+    parser.add_argument("--state", type=Path,
+                        help="state file to write and resume from (default: a new one per run; "
+                             "--full: benches/results/tmp/full/state.json)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="discard the state file first instead of resuming")
+    parser.add_argument("--redo-disturbed", action="store_true",
+                        help="measure again the runs of the state file that other work on the "
+                             "machine starved (other CPUs > 0.5 while the server was under 50%% "
+                             "busy); the report lists them")
+    parser.add_argument("--report-only", action="store_true",
+                        help="render the report from the state file without measuring")
+    parser.add_argument("--load-tool", choices=("auto", "tines-bench", "wrk"), default="auto",
+                        help="primary load generator (auto: tines bench when this build has it, "
+                             "else wrk)")
+    parser.add_argument("--servers", help="comma-separated subset of the servers")
+    parser.add_argument("--apps", help="comma-separated subset of: " + ", ".join(APPS))
     parser.add_argument("--modes", help="comma-separated subset of: keep-alive, close")
-    return parser.parse_args()
+    parser.add_argument("--connections", help="comma-separated subset of connection counts")
+    return parser.parse_args(argv)
 
 
-def pick(items: list[Any], names: str | None, key: Callable[[Any], str]) -> list[Any]:
-    if not names:
+def keep(items: list[T], wanted: str | None, key: Callable[[T], str]) -> list[T]:
+    if not wanted:
         return items
-    wanted = names.split(",")
-    return [item for item in items if key(item) in wanted]
+    names = set(wanted.split(","))
+    return [item for item in items if key(item) in names]
 
 
-def main() -> int:
-    args = parse_args()
-    plan = Plan(runs=1, warmup_s=1, duration_s=3, quick=True) if args.quick else \
-        Plan(runs=3, warmup_s=2, duration_s=10, quick=False)
-    servers = pick(SERVERS, args.servers, lambda s: s.name)
-    apps = pick(APPS, args.apps, lambda a: a.name)
-    modes = pick(list(Mode), args.modes, lambda m: m.value)
-    ensure_wrk()
-    ensure_peers()
-    skipped = {a.name: f"`{a.file.relative_to(REPO)}` is missing" for a in apps if not a.file.exists()}
-    scenarios = [Scenario(app, mode) for app in apps for mode in modes]
-    runnable = [s for s in scenarios if s.app.name not in skipped]
+def choose_tools(choice: str) -> tuple[Tool, Tool | None, str]:
+    """The primary load generator, the cross-check (wrk, unless wrk is the primary), and a
+    note on the choice for the report."""
+    wrk = Tool("wrk", (tool_path("wrk") or "wrk",))
+    argv, how = find_tines_bench(tines_binary(), STANDALONE_BENCH)
+    if choice == "wrk" or (choice == "auto" and argv is None):
+        note = "primary wrk" + (f" ({how})" if choice == "auto" else " (--load-tool wrk)")
+        return wrk, None, note
+    if argv is None:
+        sys.exit(f"bench: --load-tool tines-bench: {how}")
+    return Tool("tines-bench", argv), wrk, f"primary {how}, wrk as a cross-check"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = PLANS["quick" if args.quick else "full" if args.full else "standard"]
     stamp = time.strftime("%Y-%m-%d-%H%M")
-    meta = {"started": stamp, "machine": machine_info(), "versions": versions(tines_binary())}
-    TMP.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix=f"{stamp}-", dir=TMP))
-    total = plan.runs * len(runnable) * len(servers)
-    print(f"bench: {total} measurements, logs in {workdir.relative_to(REPO)}", file=sys.stderr)
-    results: list[Measurement] = []
-    for run in range(1, plan.runs + 1):
-        for scenario in runnable:
-            for server in servers:
-                m = measure(server, scenario, run, plan, workdir)
-                results.append(m)
-                status = m.failed or (f"{m.requests_per_second:,.0f} req/s, "
-                                      f"{m.cpu_us_per_request:.0f} CPU µs/req")
-                print(f"bench: [{len(results)}/{total}] run {run} {scenario.name} "
-                      f"{server.name}: {status}", file=sys.stderr)
-    markdown = render(results, scenarios, servers, skipped, meta, plan)
-    out_dir = TMP if plan.quick else RESULTS
-    document = {"schema": "tines-bench/1", **meta,
-                "plan": {"runs": plan.runs, "warmup_s": plan.warmup_s,
-                         "duration_s": plan.duration_s, "connections": CONNECTIONS,
-                         "server_cpu": SERVER_CPU, "load_cpu": LOAD_CPU, "quick": plan.quick},
-                "skipped": skipped, "runs": [vars(m) for m in results]}
-    (out_dir / f"{stamp}.md").write_text(markdown)
-    (out_dir / f"{stamp}.json").write_text(json.dumps(document, indent=2) + "\n")
+    if args.state:
+        state_path = args.state.resolve()
+    elif args.full and not args.quick:
+        state_path = FULL_STATE
+    else:
+        state_path = TMP / f"{plan.kind}{'-full' if args.full else ''}-{stamp}" / "state.json"
+    if args.fresh and not args.report_only:
+        state_path.unlink(missing_ok=True)
+    if args.report_only and not state_path.exists():
+        sys.stderr.write(f"bench: no state file at {state_path}\n")
+        return 2
+    workdir = state_path.parent
+    workdir.mkdir(parents=True, exist_ok=True)
+    lock = (workdir / "lock").open("w")
+    try:
+        if not args.report_only:  # rendering a report while a run goes on is fine
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.stderr.write(f"bench: another run is using {state_path}\n")
+        return 2
+
+    if not args.report_only:
+        ensure_tools(["wrk", "nginx"])
+        ensure_peers()
+    primary, cross, tools_note = choose_tools(args.load_tool)
+    servers, skipped = available_servers()
+    servers = keep(servers, args.servers, lambda s: s.name)
+    for name, reason in skipped.items():
+        log(f"skipping {name}: {reason}")
+    serves = {s.name: s.apps for s in servers}
+    cells = matrix("full" if args.full else "standard", [s.name for s in servers], serves)
+    cells = [(sc, names) for sc, names in cells
+             if (not args.apps or sc.app in args.apps.split(","))
+             and (not args.modes or sc.mode in args.modes.split(","))
+             and (not args.connections or str(sc.connections) in args.connections.split(","))]
+    for app in {sc.app for sc, _ in cells}:
+        if not APPS[app].file.exists():
+            skipped[app] = f"`{APPS[app].file.relative_to(REPO)}` is missing"
+    cells = [(sc, names) for sc, names in cells if sc.app not in skipped]
+
+    meta = {"started": stamp, "machine": machine_info(), "versions": versions(tines_binary()),
+            "primary": primary.name, "cross": cross.name if cross else "none", "tools": tools_note}
+    try:
+        state = State(state_path, plan.as_dict(), meta)
+    except StateMismatch as error:
+        sys.stderr.write(f"bench: {error}\n")
+        return 2
+    if state.resumed and not args.report_only:
+        log(f"resuming {shown(state_path)}: {len(state.cells)} measurement(s) "
+            "already done")
+        if state.meta.get("versions") != meta["versions"] and not args.report_only:
+            log("versions differ from the run being resumed; the report lists both")
+            state.meta["resumed_with_versions"] = meta["versions"]
+    by_name = {s.name: s for s in servers}
+
+    if args.redo_disturbed and not args.report_only:
+        redo = state.drop_disturbed()
+        log(f"measuring again {len(redo)} disturbed run(s): {', '.join(redo) or 'none'}")
+    if not args.report_only:
+        raise_nofile()
+        fortunes = fortunes_db.create(workdir / "fortunes.sqlite3")
+        todo = [(run, sc, by_name[n]) for run in range(1, plan.runs + 1) for sc, names in cells
+                for n in names if not state.done(cell_key(n, sc, run))]
+        total = plan.runs * sum(len(names) for _, names in cells)
+        log(f"{plan.kind} plan, {tools_note}: {len(todo)} of {total} measurements to take, "
+            f"about {estimate_seconds(plan, cells) * len(todo) / max(total, 1) / 60:.0f} min; "
+            f"logs and state in {shown(workdir)}")
+        for index, (run, scenario, server) in enumerate(todo, 1):
+            result = measure(server, scenario, run, plan, primary, cross, workdir, fortunes)
+            state.record(cell_key(server.name, scenario, run), result)
+            status = result["failed"] or (f"{result['ok_per_sec']:,.0f} req/s, "
+                                          f"{result['cpu_us_per_request']:.1f} CPU µs/req, "
+                                          f"{result['errors']['total']} errors")
+            if result.get("cross") and not result["cross"].get("failed"):
+                status += f"; wrk {result['cross']['ok_per_sec']:,.0f} req/s"
+            log(f"[{index}/{len(todo)}] run {run} {scenario.name} {server.name}: {status}")
+
+    planned = [cell_key(n, sc, run) for run in range(1, plan.runs + 1) for sc, names in cells
+               for n in names]
+    meta_out = {**state.meta, "commands": command_lines(servers, cells, plan, primary),
+                "measured": sum(state.done(key) for key in planned), "planned": len(planned)}
+    url_paths = {name: app.url_path for name, app in APPS.items()}
+    title = f"Benchmark {state.meta['started']}" + (" (full matrix)" if args.full else "")
+    rendered = reporting.build(state.runs, cells, url_paths, plan, meta_out, skipped, title)
+    out_dir = TMP if plan.kind == "quick" or args.servers or args.apps or args.modes \
+        or args.connections else RESULTS
+    prefix = ("quick-" if plan.kind == "quick" else "") + ("full-" if args.full else "")
+    base = out_dir / f"{prefix}{state.meta['started']}"
+    markdown = reporting.markdown(rendered)
+    base.with_suffix(".md").write_text(markdown)
+    base.with_suffix(".html").write_text(reporting.html_page(rendered))
+    base.with_suffix(".json").write_text(json.dumps(
+        {"schema": "tines-bench-suite/1", "plan": plan.as_dict(), "meta": meta_out,
+         "skipped": skipped, "cells": state.cells}, indent=1) + "\n")
     print(markdown)
-    print(f"bench: wrote {(out_dir / stamp).relative_to(REPO)}.{{md,json}}", file=sys.stderr)
+    log(f"wrote {shown(base)}.{{md,html,json}}")
     return 0
 
 
+def command_lines(servers: list[Server], cells: list[tuple[Scenario, list[str]]], plan: Plan,
+                  primary: Tool) -> list[str]:
+    """Every server's command per app, and the load generators', as the report shows them."""
+    apps_used = []
+    for scenario, _ in cells:
+        if scenario.app not in apps_used:
+            apps_used.append(scenario.app)
+    out = []
+    for server in servers:
+        for app in apps_used:
+            if server.apps is None or app in server.apps:
+                out.append(f"{server.name}, {app}: `{display_command(server, APPS[app])}`")
+    sample = Load("URL", 50, plan.duration_s, True)
+    bench = Tool("tines-bench", ("tines", "bench"))
+    out.append("load (tines bench): `" + " ".join(tines_bench_command(bench, sample))
+               + "` (+ `--no-keepalive`, `--pipeline 16`, `-c 1000` per scenario)")
+    out.append("load (wrk): `" + " ".join(wrk_command(Tool("wrk", ("wrk",)), sample, TMP))
+               .replace(str(REPO) + "/", "")
+               + "` (+ `-H 'Connection: close'`; pipelined: a generated copy of the script "
+                 "with a request() hook)")
+    if primary.name == "wrk":
+        out.append("tines bench was not used: not in this build")
+    elif primary.argv[-1] != "bench":
+        out.append(f"tines bench ran as `{' '.join(primary.argv)}`".replace(str(REPO) + "/", ""))
+    return out
+
+
+def raise_nofile() -> None:
+    """1000 connections need more than the usual 1024 descriptors, in the load generator and
+    the server alike: raise the soft limit to the hard one (inherited by every child)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def interrupted(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    # SIGTERM (a stopped session, `kill`) unwinds like Ctrl-C, so the server being measured is
+    # stopped and the state file keeps every finished measurement.
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.stderr.write("bench: interrupted; finished measurements are kept in the state file: "
+                         "run the same command (with the same --state, or --full) to resume\n")
+        sys.exit(130)

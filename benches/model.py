@@ -1,0 +1,393 @@
+"""The suite's pure parts: scenarios, cells, summaries, ratios, the issue-4 checks and the
+resumable state file.
+
+Nothing here starts a process or touches the network: ``tests/python/unit/test_bench_suite.py``
+covers it without servers. ``run.py`` measures, ``report.py`` renders what this module sums up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+# Rows that are not peers: nginx's static "OK" is the machine's limit, not a WSGI server.
+LIMIT_SERVERS = frozenset({"nginx-static"})
+
+
+def is_tines(server: str) -> bool:
+    return server.startswith("tines-")
+
+
+def is_peer(server: str) -> bool:
+    return not is_tines(server) and server not in LIMIT_SERVERS
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One table of the report: an app's URL under one connection mode and concurrency."""
+
+    app: str  # hello, blog, plaintext, json, fortunes
+    mode: str  # keep-alive or close
+    connections: int
+    pipeline: int = 1
+
+    @property
+    def name(self) -> str:
+        tail = f"/p{self.pipeline}" if self.pipeline > 1 else ""
+        return f"{self.app}/{self.mode}/c{self.connections}{tail}"
+
+    @property
+    def title(self) -> str:
+        extra = f", pipelined {self.pipeline} deep" if self.pipeline > 1 else ""
+        plural = "s" if self.connections != 1 else ""
+        return f"{self.app}, {self.mode}, {self.connections} connection{plural}{extra}"
+
+    @staticmethod
+    def parse(name: str) -> "Scenario":
+        parts = name.split("/")
+        pipeline = int(parts[3][1:]) if len(parts) > 3 else 1
+        return Scenario(parts[0], parts[1], int(parts[2][1:]), pipeline)
+
+
+def cell_key(server: str, scenario: Scenario, run: int) -> str:
+    """The state file's key of one measurement."""
+    return f"{scenario.name}|{server}|run{run}"
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median of a cell's runs with their minimum and maximum."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+    @staticmethod
+    def of(values: Iterable[float]) -> "Spread | None":
+        data = sorted(values)
+        if not data:
+            return None
+        return Spread(statistics.median(data), data[0], data[-1], len(data))
+
+    @property
+    def relative(self) -> float:
+        """(max - min) / median: 0.1 means the runs spread over 10% of the median."""
+        return (self.high - self.low) / self.median if self.median else 0.0
+
+
+@dataclass(frozen=True)
+class CellSummary:
+    """One row of a scenario's table: a server's runs summed up."""
+
+    server: str
+    runs_ok: int
+    runs_planned: int
+    failed: str | None  # the first failure's reason when no run succeeded
+    rps: Spread | None = None
+    p50_us: float = 0.0
+    p99_us: float = 0.0
+    errors: int = 0
+    cpu_us: Spread | None = None
+    cpu_busy: float = 0.0
+    peak_rss_kib: float = 0.0
+    steal_cpu: float = 0.0
+    other_cpu: float = 0.0  # busy CPUs 0-1 not used by the server or the load generator
+    cross_rps: float | None = None  # the cross-check tool's req/s (median of its runs)
+    cross_cpu_us: float | None = None  # server CPU µs/req under the cross-check tool
+    load_cpu_us: float | None = None  # the primary load generator's own CPU µs/req
+    cross_load_cpu_us: float | None = None
+    ignores_close: bool = False  # kept a connection open after a ``Connection: close`` request
+
+
+def rate(run: dict[str, Any]) -> float:
+    """Successful (2xx/3xx) responses per second of a run."""
+    return float(run.get("ok_per_sec", run["requests_per_sec"]))
+
+
+def summarise(server: str, runs: list[dict[str, Any]], planned: int) -> CellSummary:
+    """Medians over the successful runs of one server in one scenario."""
+    good = [r for r in runs if not r.get("failed")]
+    if not good:
+        reason = runs[0].get("failed") if runs else "not run"
+        return CellSummary(server, 0, planned, str(reason))
+    crosses = [r["cross"] for r in good if r.get("cross") and not r["cross"].get("failed")]
+    return CellSummary(
+        server=server, runs_ok=len(good), runs_planned=planned, failed=None,
+        rps=Spread.of(rate(r) for r in good),
+        p50_us=statistics.median(r["latency_us"]["p50"] for r in good),
+        p99_us=statistics.median(r["latency_us"]["p99"] for r in good),
+        errors=sum(int(r["errors"]["total"]) for r in good),
+        cpu_us=Spread.of(r["cpu_us_per_request"] for r in good),
+        cpu_busy=statistics.median(r["cpu_utilisation"] for r in good),
+        peak_rss_kib=statistics.median(r["peak_rss_kib"] for r in good),
+        steal_cpu=statistics.median(r.get("steal_cpu", 0.0) for r in good),
+        other_cpu=statistics.median(r.get("other_cpu", 0.0) for r in good),
+        cross_rps=statistics.median(rate(c) for c in crosses) if crosses else None,
+        cross_cpu_us=statistics.median(c["cpu_us_per_request"] for c in crosses) if crosses else None,
+        load_cpu_us=statistics.median(r.get("load_cpu_us_per_request", 0.0) for r in good),
+        cross_load_cpu_us=(statistics.median(c.get("load_cpu_us_per_request", 0.0) for c in crosses)
+                           if crosses else None),
+        ignores_close=any(r.get("honours_close") is False for r in good),
+    )
+
+
+@dataclass(frozen=True)
+class Best:
+    """The best peer of a scenario on each metric (None when no peer succeeded)."""
+
+    rps_server: str | None
+    rps: float | None
+    cpu_server: str | None
+    cpu_us: float | None
+
+
+def best_peer(rows: list[CellSummary], skip_ignores_close: bool = True) -> Best:
+    """The peer with the highest median req/s and the one with the lowest median CPU µs/req.
+    Tines rows and the machine's limit (nginx) are not peers; with ``skip_ignores_close`` (the
+    load generator follows the server's keep-alive decision, as wrk does) neither is a row whose
+    server kept connections open in a ``Connection: close`` scenario (not comparable)."""
+    peers = [r for r in rows if is_peer(r.server) and r.rps and r.cpu_us
+             and not (skip_ignores_close and r.ignores_close)]
+    if not peers:
+        return Best(None, None, None, None)
+    fastest = max(peers, key=lambda r: r.rps.median if r.rps else 0.0)
+    cheapest = min(peers, key=lambda r: r.cpu_us.median if r.cpu_us else float("inf"))
+    return Best(fastest.server, fastest.rps.median if fastest.rps else None,
+                cheapest.server, cheapest.cpu_us.median if cheapest.cpu_us else None)
+
+
+def ratio(value: float | None, reference: float | None) -> float | None:
+    """value / reference, or None when either is missing or the reference is 0."""
+    if value is None or reference is None or reference == 0:
+        return None
+    return value / reference
+
+
+# --------------------------------------------------------------------------- issue 4's targets
+
+
+@dataclass(frozen=True)
+class Check:
+    """One of issue 4's targets for the event MPM, evaluated on a run's medians."""
+
+    name: str
+    verdict: str  # "pass", "fail" or "not measured"
+    detail: str
+
+
+HELLO_KA = Scenario("hello", "keep-alive", 50)
+BLOG_KA = Scenario("blog", "keep-alive", 50)
+HELLO_KA_1000 = Scenario("hello", "keep-alive", 1000)
+BLOG_PREFORK_MARGIN = 1.05
+
+
+def event_checks(table: dict[str, dict[str, CellSummary]]) -> list[Check]:
+    """Issue 4's three targets from ``table[scenario name][server]``:
+
+    1. event's server CPU per request on hello keep-alive (50 connections) is at most thread's;
+    2. on the blog (keep-alive, 50 connections) at most prefork's plus 5%;
+    3. event's req/s at 1000 connections (hello keep-alive) is at least thread's at 50.
+    """
+
+    def cell(scenario: Scenario, server: str) -> CellSummary | None:
+        row = table.get(scenario.name, {}).get(server)
+        return row if row and row.rps and row.cpu_us else None
+
+    def missing(*pairs: tuple[Scenario, str]) -> str:
+        gone = [f"{server} on {sc.name}" for sc, server in pairs if cell(sc, server) is None]
+        return "no successful run of " + ", ".join(gone)
+
+    checks = []
+    event, thread = cell(HELLO_KA, "tines-event"), cell(HELLO_KA, "tines-thread")
+    name = "hello keep-alive: event's CPU µs/req <= thread's"
+    if event and thread and event.cpu_us and thread.cpu_us:
+        ok = event.cpu_us.median <= thread.cpu_us.median
+        checks.append(Check(name, "pass" if ok else "fail",
+                            f"event {event.cpu_us.median:.1f} vs thread {thread.cpu_us.median:.1f}"))
+    else:
+        checks.append(Check(name, "not measured",
+                            missing((HELLO_KA, "tines-event"), (HELLO_KA, "tines-thread"))))
+    event, prefork = cell(BLOG_KA, "tines-event"), cell(BLOG_KA, "tines-prefork")
+    name = "blog keep-alive: event's CPU µs/req <= prefork's + 5%"
+    if event and prefork and event.cpu_us and prefork.cpu_us:
+        limit = prefork.cpu_us.median * BLOG_PREFORK_MARGIN
+        ok = event.cpu_us.median <= limit
+        checks.append(Check(name, "pass" if ok else "fail",
+                            f"event {event.cpu_us.median:.1f} vs prefork "
+                            f"{prefork.cpu_us.median:.1f} (limit {limit:.1f})"))
+    else:
+        checks.append(Check(name, "not measured",
+                            missing((BLOG_KA, "tines-event"), (BLOG_KA, "tines-prefork"))))
+    event, thread = cell(HELLO_KA_1000, "tines-event"), cell(HELLO_KA, "tines-thread")
+    name = "hello keep-alive: event's req/s at 1000 connections >= thread's at 50"
+    if event and thread and event.rps and thread.rps:
+        ok = event.rps.median >= thread.rps.median
+        checks.append(Check(name, "pass" if ok else "fail",
+                            f"event at 1000 {event.rps.median:,.0f} vs thread at 50 "
+                            f"{thread.rps.median:,.0f} req/s"))
+    else:
+        checks.append(Check(name, "not measured",
+                            missing((HELLO_KA_1000, "tines-event"), (HELLO_KA, "tines-thread"))))
+    return checks
+
+
+# --------------------------------------------------------------------------- the state file
+
+
+# A run was starved by other work on the shared machine when the benchmark CPUs were this busy
+# with other processes while the server's own CPU stayed under DISTURBED_BUSY: its req/s is
+# the neighbour's doing, not the server's.
+DISTURBED_OTHER_CPU = 0.5
+DISTURBED_BUSY = 0.5
+
+
+def disturbed(run: dict[str, Any]) -> bool:
+    """True for a successful run that other work starved (see DISTURBED_OTHER_CPU)."""
+    return (not run.get("failed") and run.get("other_cpu", 0.0) > DISTURBED_OTHER_CPU
+            and run.get("cpu_utilisation", 1.0) < DISTURBED_BUSY)
+
+
+class StateMismatch(Exception):
+    """The state file was written for another plan; resuming would mix incomparable runs."""
+
+
+class State:
+    """Every finished measurement of one suite run, keyed by ``cell_key``, in one JSON file.
+
+    Written atomically (a temporary file renamed over it) after every measurement, so a run
+    that is stopped at any point resumes where it stopped: finished cells are skipped. The file
+    also holds the plan it was made for; opening it for another plan raises StateMismatch.
+    """
+
+    def __init__(self, path: Path, plan: dict[str, Any], meta: dict[str, Any]) -> None:
+        self.path = path
+        self.plan = plan
+        self.meta = meta
+        self.cells: dict[str, dict[str, Any]] = {}
+        self.resumed = False
+        if path.exists():
+            data = json.loads(path.read_text())
+            if data.get("plan") != plan:
+                raise StateMismatch(
+                    f"{path} was written for another plan ({data.get('plan')}); "
+                    "remove it or pass --fresh to start over")
+            self.cells = dict(data.get("cells", {}))
+            self.meta = dict(data.get("meta", meta))
+            self.resumed = True
+
+    def done(self, key: str) -> bool:
+        return key in self.cells
+
+    def record(self, key: str, result: dict[str, Any]) -> None:
+        self.cells[key] = result
+        self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        temporary.write_text(json.dumps({"schema": "tines-bench-state/1", "plan": self.plan,
+                                         "meta": self.meta, "cells": self.cells}, indent=1))
+        os.replace(temporary, self.path)
+
+    def drop_disturbed(self) -> list[str]:
+        """Forget the runs ``disturbed`` flags (they are measured again) and note their keys
+        in ``meta["redone"]``; returns them."""
+        keys = [k for k, v in self.cells.items() if disturbed(v)]
+        for key in keys:
+            del self.cells[key]
+        self.meta["redone"] = sorted(set(self.meta.get("redone", [])) | set(keys))
+        self.save()
+        return keys
+
+    def runs(self, scenario: Scenario, server: str) -> list[dict[str, Any]]:
+        """The recorded runs of one cell, in run order."""
+        prefix = f"{scenario.name}|{server}|run"
+        found = [(int(k[len(prefix):]), v) for k, v in self.cells.items() if k.startswith(prefix)]
+        return [v for _, v in sorted(found)]
+
+
+# --------------------------------------------------------------------------- matrices
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long and how often to measure, and which matrix."""
+
+    kind: str  # "quick", "standard" or "full"
+    runs: int
+    warmup_s: float
+    duration_s: float
+    cross_s: float  # the wrk cross-check run's length (one per cell, in the middle run)
+
+    @property
+    def cross_run(self) -> int:
+        """The run in which each cell also gets its wrk cross-check: the middle one."""
+        return (self.runs + 1) // 2
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "runs": self.runs, "warmup_s": self.warmup_s,
+                "duration_s": self.duration_s, "cross_s": self.cross_s}
+
+
+PLANS = {
+    # Development: one short run per cell (BENCH_QUICK=1 or --quick).
+    "quick": Plan("quick", runs=1, warmup_s=1, duration_s=2, cross_s=2),
+    # make bench: about 15 minutes on the 2-core machine.
+    "standard": Plan("standard", runs=3, warmup_s=1, duration_s=5, cross_s=3),
+    # make bench-full: hours, in the background, resumable.
+    "full": Plan("full", runs=3, warmup_s=2, duration_s=10, cross_s=5),
+}
+# The event MPM's extra cells (issue 4) at 1000 connections, with thread for comparison.
+C1000_SERVERS = ("tines-thread", "tines-event")
+# Rough cost of one server start + stop, for the time estimate only.
+START_STOP_S = 1.5
+
+
+def matrix(kind: str, servers: list[str],
+           serves: dict[str, frozenset[str] | None]) -> list[tuple[Scenario, list[str]]]:
+    """The scenarios of a plan and, for each, the servers measured, in table order.
+
+    ``serves[server]`` is the set of apps a server can run (None: every app). quick and
+    standard: hello and blog, keep-alive and close, at 50 connections for every server and at
+    1000 for tines-thread and tines-event. full: hello and blog at 1, 50 and 1000 connections,
+    keep-alive and close; plaintext pipelined 16 deep at 50 and 1000; json and fortunes
+    keep-alive at 1, 50 and 1000; every server on every scenario it can run.
+    """
+    def who(app: str, only: tuple[str, ...] | None = None) -> list[str]:
+        return [s for s in servers if (serves.get(s) is None or app in (serves[s] or ()))
+                and (only is None or s in only)]
+
+    cells: list[tuple[Scenario, list[str]]] = []
+    if kind in ("quick", "standard"):
+        for connections, only in ((50, None), (1000, C1000_SERVERS)):
+            for app in ("hello", "blog"):
+                for mode in ("keep-alive", "close"):
+                    cells.append((Scenario(app, mode, connections), who(app, only)))
+    elif kind == "full":
+        for connections in (1, 50, 1000):
+            for app in ("hello", "blog"):
+                for mode in ("keep-alive", "close"):
+                    cells.append((Scenario(app, mode, connections), who(app)))
+        for connections in (50, 1000):
+            cells.append((Scenario("plaintext", "keep-alive", connections, 16), who("plaintext")))
+        for app in ("json", "fortunes"):
+            for connections in (1, 50, 1000):
+                cells.append((Scenario(app, "keep-alive", connections), who(app)))
+    else:
+        raise ValueError(f"unknown plan {kind!r}")
+    return [(scenario, names) for scenario, names in cells if names]
+
+
+def estimate_seconds(plan: Plan, cells: list[tuple[Scenario, list[str]]]) -> float:
+    """Rough wall time of a plan: every start, warm-up, measurement and cross-check."""
+    starts = plan.runs * sum(len(names) for _, names in cells)
+    crosses = sum(len(names) for _, names in cells)
+    return starts * (START_STOP_S + plan.warmup_s + plan.duration_s) + crosses * plan.cross_s

@@ -1,0 +1,340 @@
+"""The servers under test and a server's life: command lines, start (pinned, ready), stop.
+
+Every server runs one worker process on CPU 1 (``taskset -c 1``, inherited by every process
+and thread it starts), loads the same app file, and must answer the app's URL with 200 before
+it is loaded. Tines signals readiness on ``--ready-fd``; the others are polled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from provision import PEERS_VENV, tool_path
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+BENCH_APPS = REPO / "benches" / "apps"
+SERVER_CPU = "1"
+READY_DEADLINE_S = 30.0
+POLL_INTERVAL_S = 0.05  # polling a port, not a readiness sleep
+STOP_GRACE_S = 5.0
+# App threads of the threaded servers (gunicorn gthread, uWSGI, tines thread).
+THREADS = 4
+# Listen backlog given to uWSGI, whose default (100) drops connects at 1000 connections; the
+# others' defaults are at least this (Tines 2048, gunicorn 2048, Granian 1024, nginx 511+).
+UWSGI_LISTEN = 1024
+
+
+@dataclass(frozen=True)
+class App:
+    """A WSGI app every server loads from the same file, and the URL path measured."""
+
+    name: str
+    file: Path
+    attr: str
+    url_path: str
+
+    @property
+    def module_target(self) -> str:
+        """``module:attr``, imported with the file's directory on ``sys.path``."""
+        return f"{self.file.stem}:{self.attr}"
+
+    @property
+    def file_target(self) -> str:
+        return f"{self.file.relative_to(REPO)}:{self.attr}"
+
+
+APPS = {
+    "hello": App("hello", EXAMPLES / "hello.py", "app", "/"),
+    "blog": App("blog", EXAMPLES / "blog" / "app.py", "app", "/blog/"),
+    "plaintext": App("plaintext", BENCH_APPS / "techempower.py", "app", "/plaintext"),
+    "json": App("json", BENCH_APPS / "techempower.py", "app", "/json"),
+    "fortunes": App("fortunes", BENCH_APPS / "techempower.py", "app", "/fortunes"),
+}
+
+# command(app, port, ready_fd or None, workdir) -> argv
+Command = Callable[[App, int, "int | None", Path], list[str]]
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str
+    command: Command
+    uses_ready_fd: bool = False
+    apps: frozenset[str] | None = None  # None: every app
+
+
+def tines_binary() -> Path:
+    """The ``tines`` of the venv running the suite (``make bench``: ``.venv``)."""
+    candidate = Path(sys.executable).parent / "tines"
+    return candidate if candidate.exists() else REPO / ".venv" / "bin" / "tines"
+
+
+def tines_command(mpm: str, threads: int | None) -> Command:
+    def command(app: App, port: int, ready_fd: int | None, _workdir: Path) -> list[str]:
+        cmd = [str(tines_binary()), "serve", app.file_target, "-b", f"127.0.0.1:{port}",
+               "-w", "1", "--mpm", mpm]
+        if threads is not None:
+            cmd += ["--threads", str(threads)]
+        if ready_fd is not None:
+            cmd += ["--ready-fd", str(ready_fd)]
+        return cmd
+    return command
+
+
+def gunicorn_command(app: App, port: int, _ready_fd: int | None, _workdir: Path) -> list[str]:
+    return [str(PEERS_VENV / "bin" / "gunicorn"), "-k", "gthread", "-w", "1",
+            "--threads", str(THREADS), "-b", f"127.0.0.1:{port}", "--chdir", str(app.file.parent),
+            app.module_target]
+
+
+def uwsgi_command(app: App, port: int, _ready_fd: int | None, _workdir: Path) -> list[str]:
+    return [str(PEERS_VENV / "bin" / "uwsgi"), "--http11-socket", f"127.0.0.1:{port}",
+            "--master", "--processes", "1", "--threads", str(THREADS),
+            "--chdir", str(app.file.parent), "--module", app.module_target,
+            "--need-app", "--disable-logging", "--die-on-term", "--listen", str(UWSGI_LISTEN)]
+
+
+def granian_command(app: App, port: int, _ready_fd: int | None, _workdir: Path) -> list[str]:
+    return [str(PEERS_VENV / "bin" / "granian"), "--interface", "wsgi", "--host", "127.0.0.1",
+            "--port", str(port), "--workers", "1", "--blocking-threads", "1",
+            "--working-dir", str(app.file.parent), app.module_target]
+
+
+NGINX_CONF = """\
+# nginx for the benchmark: one worker, a static answer per location, nothing logged.
+worker_processes 1;
+daemon off;
+master_process on;
+pid {workdir}/nginx-{port}.pid;
+error_log stderr warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {workdir}/nginx-{port}-body;
+    proxy_temp_path {workdir}/nginx-{port}-proxy;
+    fastcgi_temp_path {workdir}/nginx-{port}-fastcgi;
+    uwsgi_temp_path {workdir}/nginx-{port}-uwsgi;
+    scgi_temp_path {workdir}/nginx-{port}-scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        location = / {{ default_type text/plain; return 200 "OK"; }}
+        location = /plaintext {{ default_type text/plain; return 200 "Hello, World!"; }}
+    }}
+}}
+"""
+
+
+def nginx_command(_app: App, port: int, _ready_fd: int | None, workdir: Path) -> list[str]:
+    conf = workdir / f"nginx-{port}.conf"
+    if port:
+        conf.write_text(NGINX_CONF.format(workdir=workdir, port=port))
+    return [tool_path("nginx") or "nginx", "-e", "stderr", "-p", str(workdir), "-c", str(conf)]
+
+
+def wsgi_servers() -> list[Server]:
+    """Every WSGI server the suite knows, Tines' MPMs first."""
+    return [
+        Server("tines-prefork", tines_command("prefork", None), uses_ready_fd=True),
+        Server("tines-thread", tines_command("thread", THREADS), uses_ready_fd=True),
+        # The event MPM with its own defaults (loop thread + its default app threads).
+        Server("tines-event", tines_command("event", None), uses_ready_fd=True),
+        Server("gunicorn-gthread", gunicorn_command),
+        Server("uwsgi", uwsgi_command),
+        Server("granian-wsgi", granian_command),
+        # The machine's limit: a static answer with no app behind it.
+        Server("nginx-static", nginx_command, apps=frozenset({"hello", "plaintext"})),
+    ]
+
+
+def tines_mpms(help_text: str) -> set[str]:
+    """The MPMs offered by ``tines serve --help`` (its ``--mpm {a,b,c}`` choices)."""
+    found = re.search(r"--mpm \{([^}]*)\}", help_text)
+    return set(found.group(1).split(",")) if found else set()
+
+
+def tines_serve_help() -> str:
+    result = subprocess.run([str(tines_binary()), "serve", "--help"], capture_output=True,
+                            text=True, timeout=60)
+    return result.stdout
+
+
+def asgi_servers(help_text: str) -> tuple[list[Server], dict[str, str]]:
+    """EXTENSION POINT for ASGI: uvicorn (and Tines' ASGI interface) join the suite here.
+
+    They need ASGI twins of the apps above (hello, blog, the TechEmpower ones), which exist only
+    once Tines serves ASGI. Until then this returns no server and says why, for the report.
+    """
+    if "asgi" not in help_text.lower():
+        return [], {"uvicorn": "Tines serves no ASGI yet (`tines serve --help` offers no ASGI "
+                               "interface); uvicorn joins at servers.asgi_servers when it does"}
+    return [], {"uvicorn": "Tines offers ASGI, but the suite has no ASGI apps yet: add them and "
+                           "uvicorn at servers.asgi_servers"}
+
+
+def available_servers() -> tuple[list[Server], dict[str, str]]:
+    """The servers this machine and this build of Tines can run, and why others are skipped."""
+    help_text = tines_serve_help()
+    mpms = tines_mpms(help_text)
+    servers, skipped = [], {}
+    for server in wsgi_servers():
+        mpm = server.name.removeprefix("tines-") if server.name.startswith("tines-") else None
+        if mpm is not None and mpm not in mpms:
+            skipped[server.name] = (f"this build of Tines has no {mpm} MPM (`tines serve --help` "
+                                    f"offers --mpm {{{','.join(sorted(mpms))}}})")
+            continue
+        servers.append(server)
+    asgi, asgi_skipped = asgi_servers(help_text)
+    return servers + asgi, {**skipped, **asgi_skipped}
+
+
+# --------------------------------------------------------------------------- a server's life
+
+
+class StartFailed(Exception):
+    """The server did not become ready; the message says why."""
+
+
+@dataclass
+class Running:
+    process: subprocess.Popen[bytes]
+    command: list[str]
+    log: Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_status(port: int, path: str) -> int | None:
+    """Status code of one ``GET path`` on a fresh connection, or None if it fails."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2.0) as s:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+                      .encode())
+            head = s.recv(64)
+        return int(head.split()[1]) if head.startswith(b"HTTP/1.") else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def closes_after_close_request(port: int, path: str, timeout: float = 1.0) -> bool:
+    """True when the server closes the connection after answering a ``Connection: close``
+    request (RFC 9112 9.6), False when it keeps it open past ``timeout``. uWSGI's
+    ``--http11-socket`` keeps it open; wrk then reuses the connection, so its "close" run
+    measures keep-alive for that server."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+                      .encode())
+            while s.recv(65536):
+                pass
+        return True
+    except socket.timeout:
+        return False
+    except OSError:
+        return True  # reset: closed, if rudely
+
+
+def log_tail(log: Path) -> str:
+    """The server log's last line mentioning an error (else its last line), shortened."""
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or [""])[-1][-200:]
+
+
+def wait_ready_line(ready_read: int, deadline: float) -> None:
+    """Return once Tines' ready JSON line arrives or its pipe closes (then the port is polled)."""
+    buffer = b""
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([ready_read], [], [], max(0.0, deadline - time.monotonic()))
+        if not readable:
+            break
+        chunk = os.read(ready_read, 4096)
+        if not chunk:
+            return
+        buffer += chunk
+        if b"\n" in buffer:
+            try:
+                json.loads(buffer.split(b"\n", 1)[0])
+            except ValueError:
+                pass  # an unreadable line: fall back to polling
+            return
+    raise StartFailed(f"no ready line within {READY_DEADLINE_S:.0f} s")
+
+
+def wait_port(running: Running, port: int, path: str, deadline: float) -> None:
+    """Poll ``GET path`` until it answers 200, the server exits, or the deadline passes."""
+    last: int | None = None
+    while time.monotonic() < deadline:
+        if running.process.poll() is not None:
+            raise StartFailed(f"exited with {running.process.returncode}: {log_tail(running.log)}")
+        last = http_status(port, path)
+        if last == 200:
+            return
+        time.sleep(POLL_INTERVAL_S)
+    raise StartFailed(f"no 200 on {path} within {READY_DEADLINE_S:.0f} s (last: {last})")
+
+
+def start(server: Server, app: App, port: int, log: Path, env: dict[str, str],
+          workdir: Path) -> Running:
+    """Start ``server`` pinned to SERVER_CPU in its own process group; wait until it serves."""
+    ready_read, ready_write = os.pipe() if server.uses_ready_fd else (-1, -1)
+    command = server.command(app, port, ready_write if server.uses_ready_fd else None, workdir)
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            ["taskset", "-c", SERVER_CPU, *command], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            pass_fds=(ready_write,) if server.uses_ready_fd else ())
+    running = Running(process, command, log)
+    deadline = time.monotonic() + READY_DEADLINE_S
+    try:
+        if server.uses_ready_fd:
+            os.close(ready_write)
+            wait_ready_line(ready_read, deadline)
+        wait_port(running, port, app.url_path, deadline)
+    except BaseException:
+        stop(running)
+        raise
+    finally:
+        if server.uses_ready_fd:
+            os.close(ready_read)
+    return running
+
+
+def stop(running: Running) -> None:
+    """SIGTERM the server's process group, SIGKILL it after STOP_GRACE_S, and reap it."""
+    pgid = running.process.pid  # start_new_session: the group id is the leader's pid
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+        running.process.wait(timeout=STOP_GRACE_S)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(pgid, signal.SIGKILL)  # also any worker left behind by its master
+    except ProcessLookupError:
+        pass
+    running.process.wait()
+
+
+def display_command(server: Server, app: App) -> str:
+    """The command line as the report shows it (repository-relative, PORT for the port)."""
+    cmd = " ".join(server.command(app, 0, 3 if server.uses_ready_fd else None, Path("WORKDIR")))
+    cmd = cmd.replace(str(REPO) + "/", "").replace("127.0.0.1:0", "127.0.0.1:PORT")
+    return cmd.replace("--port 0", "--port PORT").replace("nginx-0.conf", "nginx-PORT.conf")
