@@ -89,6 +89,30 @@ def measured(tool: Tool, load: Load, pid: int, log_path: Path, workdir: Path) ->
     return result
 
 
+SETTLE_STEP_S = 0.1
+SETTLE_IDLE_TICKS = 1
+SETTLE_LIMIT_S = 15.0
+
+
+def settle(pid: int) -> None:
+    """Wait until the server tree is idle after the warm-up (at most SETTLE_LIMIT_S).
+
+    The warm-up's load generator closes its connections when it ends, possibly with requests
+    still queued in the server (1000 connections against a slow app): a server that still
+    works them off when the measured run starts would count that work, and may refuse the
+    new requests (the event MPM's max_queued_requests). Every server gets the same chance to
+    drain: the tree's CPU time must stop growing (at most one tick per step).
+    """
+    end = time.monotonic() + SETTLE_LIMIT_S
+    last = tree_cpu_ticks(pid)
+    while time.monotonic() < end:
+        time.sleep(SETTLE_STEP_S)
+        now = tree_cpu_ticks(pid)
+        if now - last <= SETTLE_IDLE_TICKS:
+            return
+        last = now
+
+
 def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: Tool,
             cross: Tool | None, workdir: Path, fortunes: Path) -> dict[str, Any]:
     """Start the server, warm it up, measure (and cross-check), stop it. Never raises for the
@@ -115,6 +139,7 @@ def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: T
                          if scenario.mode == "close" else None)
         run_load(primary, Load(url, load.connections, plan.warmup_s, load.keepalive,
                                load.pipeline), log_path, workdir)
+        settle(running.process.pid)
         result = {**base, **measured(primary, load, running.process.pid, log_path, workdir)}
         result["honours_close"] = honours_close
         result["peak_rss_kib"] = tree_peak_rss_kib(running.process.pid)
