@@ -245,6 +245,42 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+SCHED_OTHER, SCHED_BATCH = 0, 3
+
+
+def thread_policies(pid: int) -> dict[str, list[int]]:
+    """Scheduling policy (field 41 of /proc/PID/task/TID/stat) of each thread, by name."""
+    policies: dict[str, list[int]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/comm") as handle:
+            name = handle.read().strip()
+        with open(f"/proc/{pid}/task/{tid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        # Fields after the name start at field 3 (state): field 41 is at index 38.
+        policies.setdefault("loop" if int(tid) == pid else name, []).append(int(fields[38]))
+    return policies
+
+
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_the_loop_thread_never_preempts_app_threads(tines_server: Any, threads: str) -> None:
+    """The loop thread runs under SCHED_BATCH (no wake-up preemption: it handles every ready
+    connection in one go once the app thread blocks, docs/mpm.md); app threads keep the
+    default policy. With threads 0 the loop runs the app itself and keeps the default."""
+    server = tines_server(APP, "-w", "1", "--mpm", "event", "--threads", threads)
+    assert get(server.port).status == 200
+    policies = thread_policies(worker_pid(server))
+    assert policies["loop"] == [SCHED_BATCH], policies
+    app_threads = [policy for name, found in policies.items() if name.startswith("tines-app")
+                   for policy in found]
+    assert app_threads == [SCHED_OTHER] * int(threads), policies
+
+
+def test_an_inline_loop_keeps_the_default_policy(tines_server: Any) -> None:
+    server = tines_server(APP, "-w", "1", "--mpm", "event", "--threads", "0")
+    assert get(server.port).status == 200
+    assert thread_policies(worker_pid(server))["loop"] == [SCHED_OTHER]
+
+
 def test_emfile_on_accept_neither_spins_nor_stalls_the_loop(tines_server: Any) -> None:
     """With too few file descriptors, accept fails with EMFILE: the loop must pause accepting
     (not spin on the level-triggered listener), keep serving the connections it has, and take
