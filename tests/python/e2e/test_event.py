@@ -803,15 +803,21 @@ def _peer_closed(sock: socket.socket) -> bool:
 
 def test_requests_idle_threads_take_at_once_never_count_as_queued(tines_server: Any) -> None:
     """--max-queued-requests 1 with 4 idle app threads: bursts of 3 simultaneous requests are
-    all taken by idle threads, so none is refused."""
+    all taken by idle threads, so none is refused. Each burst starts once the server closed
+    the previous burst's connections (`Connection: close`): the app threads are then done
+    with them. (A request that arrives while every thread still finishes its previous
+    response does wait, and counts.)"""
     server = tines_server(APP, "-w", "1", "--mpm", "event", "--threads", "4",
                           "--max-queued-requests", "1")
     for _ in range(20):
         socks = [connect(server.port) for _ in range(3)]
         try:
             for sock in socks:
-                sock.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+                sock.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
             assert [Reader(sock).response().status for sock in socks] == [200, 200, 200]
+            for sock in socks:
+                wait_readable(sock)
+                assert sock.recv(1) == b"", "the server did not close after Connection: close"
         finally:
             close_all(socks)
 

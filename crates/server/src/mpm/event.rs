@@ -6,10 +6,12 @@
 //!
 //! The hand-off is batched: the loop queues every request it found ready in one epoll wake-up
 //! under one lock and wakes only as many idle app threads as there are new requests (no
-//! futex call when none sleeps); an app thread rings the loop's eventfd only when the return
-//! list was empty, so a burst of finished requests costs one wake-up. Admission counts
-//! requests, not connections: when `max_queued_requests` wait for an app thread, a new request
-//! is answered 503 at once by the loop.
+//! futex call when none sleeps); an app thread hands an idle connection back without ringing
+//! the loop while more requests wait for it, and rings the loop's eventfd at most once per
+//! burst; the loop thread runs under `SCHED_BATCH`, so its wake-ups never preempt a running
+//! app thread (`loop_yields_to_app_threads`). Admission counts requests, not connections:
+//! when `max_queued_requests` wait for an app thread, a new request is answered 503 at once
+//! by the loop.
 //!
 //! With `threads = 0` the app runs on the loop thread itself (prefork's inline driver): no
 //! hand-off at all, but the loop stops while the app runs; the response is still finished by
@@ -169,6 +171,9 @@ fn app_thread(app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
             let Some((token, conn)) = job else { return };
             let (kept, returned) = serve_connection(conn, ctx, &*app_ref, &worker);
             ctx = returned;
+            // Free for the next request from here on: admission must not count a request that
+            // this thread takes as soon as it has handed this connection back.
+            pool.busy.fetch_sub(1, Ordering::Relaxed);
             // While more requests wait for this thread, a connection that only goes back to
             // idle needs nothing from the loop until its next bytes arrive, and those wake the
             // loop anyway: it is collected then, without a wake-up of its own. This halves the
@@ -194,7 +199,6 @@ fn app_thread(app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
                 pool.waker.wake();
             }
             drop(back);
-            pool.busy.fetch_sub(1, Ordering::Relaxed);
         }
     });
 }
