@@ -12,7 +12,7 @@ import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 # Rows that are not peers: nginx's static "OK" is the machine's limit, not a WSGI server.
 LIMIT_SERVERS = frozenset({"nginx-static"})
@@ -205,38 +205,43 @@ def event_checks(table: dict[str, dict[str, CellSummary]]) -> list[Check]:
         gone = [f"{server} on {sc.name}" for sc, server in pairs if cell(sc, server) is None]
         return "no successful run of " + ", ".join(gone)
 
-    checks = []
-    event, thread = cell(HELLO_KA, "tines-event"), cell(HELLO_KA, "tines-thread")
-    name = "hello keep-alive: event's CPU µs/req <= thread's"
-    if event and thread and event.cpu_us and thread.cpu_us:
-        ok = event.cpu_us.median <= thread.cpu_us.median
-        checks.append(Check(name, "pass" if ok else "fail",
-                            f"event {event.cpu_us.median:.1f} vs thread {thread.cpu_us.median:.1f}"))
-    else:
-        checks.append(Check(name, "not measured",
-                            missing((HELLO_KA, "tines-event"), (HELLO_KA, "tines-thread"))))
-    event, prefork = cell(BLOG_KA, "tines-event"), cell(BLOG_KA, "tines-prefork")
-    name = "blog keep-alive: event's CPU µs/req <= prefork's + 5%"
-    if event and prefork and event.cpu_us and prefork.cpu_us:
-        limit = prefork.cpu_us.median * BLOG_PREFORK_MARGIN
-        ok = event.cpu_us.median <= limit
-        checks.append(Check(name, "pass" if ok else "fail",
-                            f"event {event.cpu_us.median:.1f} vs prefork "
-                            f"{prefork.cpu_us.median:.1f} (limit {limit:.1f})"))
-    else:
-        checks.append(Check(name, "not measured",
-                            missing((BLOG_KA, "tines-event"), (BLOG_KA, "tines-prefork"))))
-    event, thread = cell(HELLO_KA_1000, "tines-event"), cell(HELLO_KA, "tines-thread")
-    name = "hello keep-alive: event's req/s at 1000 connections >= thread's at 50"
-    if event and thread and event.rps and thread.rps:
-        ok = event.rps.median >= thread.rps.median
-        checks.append(Check(name, "pass" if ok else "fail",
-                            f"event at 1000 {event.rps.median:,.0f} vs thread at 50 "
-                            f"{thread.rps.median:,.0f} req/s"))
-    else:
-        checks.append(Check(name, "not measured",
-                            missing((HELLO_KA_1000, "tines-event"), (HELLO_KA, "tines-thread"))))
-    return checks
+    def check(name: str, left: tuple[Scenario, str], right: tuple[Scenario, str],
+              compare: Callable[[Spread, Spread], tuple[bool, str]],
+              figure: Callable[[CellSummary], Spread | None]) -> Check:
+        """``compare`` gets ``figure`` of the two cells; a missing cell is "not measured"."""
+        one, other = cell(*left), cell(*right)
+        a, b = (figure(one), figure(other)) if one and other else (None, None)
+        if a is None or b is None:
+            return Check(name, "not measured", missing(left, right))
+        ok, detail = compare(a, b)
+        return Check(name, "pass" if ok else "fail", detail)
+
+    def blog_limit(event: Spread, prefork: Spread) -> tuple[bool, str]:
+        limit = prefork.median * BLOG_PREFORK_MARGIN
+        return (event.median <= limit,
+                f"event {event.median:.1f} vs prefork {prefork.median:.1f} (limit {limit:.1f})")
+
+    def cpu(row: CellSummary) -> Spread | None:
+        return row.cpu_us
+
+    def rps(row: CellSummary) -> Spread | None:
+        return row.rps
+
+    return [
+        check("hello keep-alive: event's CPU µs/req <= thread's",
+              (HELLO_KA, "tines-event"), (HELLO_KA, "tines-thread"),
+              lambda event, thread: (event.median <= thread.median,
+                                     f"event {event.median:.1f} vs thread {thread.median:.1f}"),
+              cpu),
+        check("blog keep-alive: event's CPU µs/req <= prefork's + 5%",
+              (BLOG_KA, "tines-event"), (BLOG_KA, "tines-prefork"), blog_limit, cpu),
+        check("hello keep-alive: event's req/s at 1000 connections >= thread's at 50",
+              (HELLO_KA_1000, "tines-event"), (HELLO_KA, "tines-thread"),
+              lambda event, thread: (event.median >= thread.median,
+                                     f"event at 1000 {event.median:,.0f} vs thread at 50 "
+                                     f"{thread.median:,.0f} req/s"),
+              rps),
+    ]
 
 
 # --------------------------------------------------------------------------- the state file

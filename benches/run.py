@@ -279,13 +279,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         raise_nofile()
         fortunes = fortunes_db.create(workdir / "fortunes.sqlite3")
-        todo = [(run, sc, by_name[n]) for run in range(1, plan.runs + 1) for sc, names in cells
-                for n in names if not state.done(cell_key(n, sc, run))]
+        to_measure = [(run, sc, by_name[n]) for run in range(1, plan.runs + 1)
+                      for sc, names in cells for n in names
+                      if not state.done(cell_key(n, sc, run))]
         total = plan.runs * sum(len(names) for _, names in cells)
-        log(f"{plan.kind} plan, {tools_note}: {len(todo)} of {total} measurements to take, "
-            f"about {estimate_seconds(plan, cells) * len(todo) / max(total, 1) / 60:.0f} min; "
+        log(f"{plan.kind} plan, {tools_note}: {len(to_measure)} of {total} measurements to take, "
+            f"about {estimate_seconds(plan, cells) * len(to_measure) / max(total, 1) / 60:.0f} min; "
             f"logs and state in {shown(workdir)}")
-        for index, (run, scenario, server) in enumerate(todo, 1):
+        for index, (run, scenario, server) in enumerate(to_measure, 1):
             result = measure(server, scenario, run, plan, primary, cross, workdir, fortunes)
             state.record(cell_key(server.name, scenario, run), result)
             status = result["failed"] or (f"{result['ok_per_sec']:,.0f} req/s, "
@@ -293,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                                           f"{result['errors']['total']} errors")
             if result.get("cross") and not result["cross"].get("failed"):
                 status += f"; wrk {result['cross']['ok_per_sec']:,.0f} req/s"
-            log(f"[{index}/{len(todo)}] run {run} {scenario.name} {server.name}: {status}")
+            log(f"[{index}/{len(to_measure)}] run {run} {scenario.name} {server.name}: {status}")
 
     planned = [cell_key(n, sc, run) for run in range(1, plan.runs + 1) for sc, names in cells
                for n in names]
