@@ -46,9 +46,15 @@ pub fn wait_fd(fd: RawFd, write: bool, deadline: Instant, what: &str) -> io::Res
 
 /// One non-blocking `read`. `Ok(None)` means it would block.
 pub fn read_nonblocking(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    // SAFETY: buf is valid for writes of buf.len() bytes.
+    nonblocking(|| unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) })
+}
+
+/// Runs a non-blocking syscall that returns a byte count, again after `EINTR`: `Ok(None)`
+/// when it would block.
+fn nonblocking(mut call: impl FnMut() -> isize) -> io::Result<Option<usize>> {
     loop {
-        // SAFETY: buf is valid for writes of buf.len() bytes.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        let n = call();
         if n >= 0 {
             return Ok(Some(n as usize));
         }
@@ -114,19 +120,8 @@ pub fn write_vectored_nonblocking(
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = iov.as_mut_ptr();
     msg.msg_iovlen = count as _;
-    loop {
-        // SAFETY: msg points at `count` iovecs that reference live slices of `parts`.
-        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
-        if n >= 0 {
-            return Ok(Some(n as usize));
-        }
-        let err = io::Error::last_os_error();
-        match err.kind() {
-            io::ErrorKind::WouldBlock => return Ok(None),
-            io::ErrorKind::Interrupted => continue,
-            _ => return Err(err),
-        }
-    }
+    // SAFETY: msg points at `count` iovecs that reference live slices of `parts`.
+    nonblocking(|| unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) })
 }
 
 /// Writes every byte of `parts`, in order, with as few `sendmsg` calls as the kernel allows.
@@ -163,19 +158,9 @@ pub fn send_file_nonblocking(
     let mut off = offset as libc::off_t;
     // Linux caps one sendfile at about 2 GiB; ask for at most 1 GiB a call.
     let want = count.min(1 << 30) as usize;
-    loop {
-        // SAFETY: `off` is a valid out-pointer; both fds belong to the caller.
-        let n = unsafe { libc::sendfile(fd, file_fd, &mut off, want) };
-        if n >= 0 {
-            return Ok(Some(n as u64));
-        }
-        let err = io::Error::last_os_error();
-        match err.kind() {
-            io::ErrorKind::WouldBlock => return Ok(None),
-            io::ErrorKind::Interrupted => continue,
-            _ => return Err(err),
-        }
-    }
+    // SAFETY: `off` is a valid out-pointer; both fds belong to the caller.
+    let sent = nonblocking(|| unsafe { libc::sendfile(fd, file_fd, &mut off, want) })?;
+    Ok(sent.map(|n| n as u64))
 }
 
 /// Sends `count` bytes of file `file_fd` from `offset` with `sendfile(2)`. Returns the bytes
