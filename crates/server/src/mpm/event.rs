@@ -26,6 +26,7 @@ use std::thread::JoinHandle;
 use crate::connection::Connection;
 use crate::control::StopReason;
 use crate::exchange::SlotContext;
+use crate::mpm::app_threads::{self, lock};
 use crate::poller::Waker;
 use crate::reactor::{Dispatch, Driver, Reactor};
 use crate::slot::serve_connection;
@@ -73,10 +74,6 @@ struct Pool {
     /// Requests found ready in this loop iteration, queued together by `flush`.
     batch: Vec<(usize, Connection)>,
     max_queued: usize,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
 impl Driver for Pool {
@@ -259,15 +256,7 @@ pub fn run(
         edges: AtomicUsize::new(0),
         waker: Waker::new()?,
     });
-    let mut threads = Vec::new();
-    for index in 0..worker.config.threads {
-        let (app, worker, pool) = (Arc::clone(&app), Arc::clone(&worker), Arc::clone(&shared));
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("tines-app-{index}"))
-                .spawn(move || app_thread(app, worker, pool))?,
-        );
-    }
+    let threads = app_threads::spawn(worker.config.threads, &app, &worker, &shared, app_thread)?;
     let mut pool = Pool {
         shared,
         threads,
@@ -277,13 +266,8 @@ pub fn run(
     };
     loop_yields_to_app_threads();
     let result = reactor.run(&mut pool);
-    let quick = matches!(result, Ok(StopReason::Quick));
     lock(&pool.shared.queue).shutdown = true;
     pool.shared.ready.notify_all();
-    if !quick {
-        for thread in pool.threads.drain(..) {
-            let _ = thread.join();
-        }
-    }
+    app_threads::join(&mut pool.threads, &result);
     result
 }

@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use crate::connection::Connection;
 use crate::control::StopReason;
 use crate::exchange::SlotContext;
+use crate::mpm::app_threads::{self, lock};
 use crate::poller::Waker;
 use crate::reactor::{Dispatch, Driver, Reactor};
 use crate::slot::serve_connection;
@@ -36,11 +37,7 @@ struct Pool {
 
 impl Driver for Pool {
     fn dispatch(&mut self, token: usize, conn: Connection) -> Dispatch {
-        let mut jobs = self
-            .shared
-            .jobs
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let mut jobs = lock(&self.shared.jobs);
         jobs.queue.push_back((token, conn));
         drop(jobs);
         self.shared.ready.notify_one();
@@ -50,11 +47,7 @@ impl Driver for Pool {
 
     fn collect(&mut self, into: &mut Vec<(usize, Option<Connection>)>) {
         self.shared.waker.reset();
-        let mut returned = self
-            .shared
-            .returned
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let mut returned = lock(&self.shared.returned);
         self.in_flight -= returned.len();
         into.append(&mut returned);
     }
@@ -74,10 +67,7 @@ fn app_thread(app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
         let mut ctx = SlotContext::new();
         loop {
             let job = {
-                let mut jobs = pool
-                    .jobs
-                    .lock()
-                    .unwrap_or_else(|poison| poison.into_inner());
+                let mut jobs = lock(&pool.jobs);
                 loop {
                     if let Some(job) = jobs.queue.pop_front() {
                         break Some(job);
@@ -94,10 +84,7 @@ fn app_thread(app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
             let Some((token, conn)) = job else { return };
             let (kept, returned) = serve_connection(conn, ctx, &*app_ref, &worker);
             ctx = returned;
-            pool.returned
-                .lock()
-                .unwrap_or_else(|poison| poison.into_inner())
-                .push((token, kept));
+            lock(&pool.returned).push((token, kept));
             pool.waker.wake();
         }
     });
@@ -118,32 +105,21 @@ pub fn run(
         returned: Mutex::new(Vec::new()),
         waker: Waker::new()?,
     });
-    let mut threads = Vec::new();
-    for index in 0..worker.config.threads.max(1) {
-        let (app, worker, pool) = (Arc::clone(&app), Arc::clone(&worker), Arc::clone(&shared));
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("tines-app-{index}"))
-                .spawn(move || app_thread(app, worker, pool))?,
-        );
-    }
+    let threads = app_threads::spawn(
+        worker.config.threads.max(1),
+        &app,
+        &worker,
+        &shared,
+        app_thread,
+    )?;
     let mut pool = Pool {
         shared,
         threads,
         in_flight: 0,
     };
     let result = reactor.run(&mut pool);
-    let quick = matches!(result, Ok(StopReason::Quick));
-    pool.shared
-        .jobs
-        .lock()
-        .unwrap_or_else(|poison| poison.into_inner())
-        .shutdown = true;
+    lock(&pool.shared.jobs).shutdown = true;
     pool.shared.ready.notify_all();
-    if !quick {
-        for thread in pool.threads.drain(..) {
-            let _ = thread.join();
-        }
-    }
+    app_threads::join(&mut pool.threads, &result);
     result
 }
