@@ -15,7 +15,7 @@ mod support;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use support::TestServer;
+use support::{describe_request, read_whole_body, TestServer};
 use tines_server::{App, Exchange, Mpm, WorkerConfig};
 
 /// The size of `/big`'s body.
@@ -35,19 +35,11 @@ fn big_body() -> Vec<u8> {
 
 impl App for Parity {
     fn serve(&self, mut exchange: Exchange) -> Exchange {
-        let mut body = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match exchange.read_body(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => body.extend_from_slice(&buf[..n]),
-                Err(_) => {
-                    let status = exchange.fault().unwrap_or(400);
-                    exchange.fail(status);
-                    return exchange;
-                }
-            }
-        }
+        let Some(body) = read_whole_body(&mut exchange) else {
+            let status = exchange.fault().unwrap_or(400);
+            exchange.fail(status);
+            return exchange;
+        };
         let target = exchange.target().to_vec();
         match &target[..] {
             b"/none" => return exchange,
@@ -73,23 +65,7 @@ impl App for Parity {
             }
             _ => {}
         }
-        let mut out = Vec::new();
-        out.extend_from_slice(exchange.method());
-        out.push(b' ');
-        out.extend_from_slice(&target);
-        out.push(b'\n');
-        let headers: Vec<(Vec<u8>, Vec<u8>)> = exchange
-            .headers()
-            .map(|(n, v)| (n.to_vec(), v.to_vec()))
-            .collect();
-        for (name, value) in headers {
-            out.extend_from_slice(&name);
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(&value);
-            out.push(b'\n');
-        }
-        out.push(b'\n');
-        out.extend_from_slice(&body);
+        let mut out = describe_request(&exchange, &body);
         out.extend_from_slice(END);
         let ct: [(&[u8], &[u8]); 1] = [(b"Content-Type", b"text/plain")];
         exchange

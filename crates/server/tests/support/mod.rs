@@ -100,40 +100,48 @@ impl Drop for TestServer {
     }
 }
 
+/// Reads the request body to its end; `None` when reading failed (`exchange.fault()` says
+/// why).
+pub fn read_whole_body(exchange: &mut Exchange) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match exchange.read_body(&mut buf) {
+            Ok(0) => return Some(body),
+            Ok(n) => body.extend_from_slice(&buf[..n]),
+            Err(_) => return None,
+        }
+    }
+}
+
+/// `METHOD TARGET\n`, then each header `name: value\n`, then `\n` and `body`.
+pub fn describe_request(exchange: &Exchange, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(exchange.method());
+    out.push(b' ');
+    out.extend_from_slice(exchange.target());
+    out.push(b'\n');
+    for (name, value) in exchange.headers() {
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+    out.extend_from_slice(body);
+    out
+}
+
 /// Echoes the request: `METHOD TARGET\n` then each header `name: value\n`, then `\n` and the body.
 pub struct Echo;
 
 impl App for Echo {
     fn serve(&self, mut exchange: Exchange) -> Exchange {
-        let mut body = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match exchange.read_body(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => body.extend_from_slice(&buf[..n]),
-                Err(_) => {
-                    exchange.fail(400);
-                    return exchange;
-                }
-            }
-        }
-        let mut out = Vec::new();
-        out.extend_from_slice(exchange.method());
-        out.push(b' ');
-        out.extend_from_slice(exchange.target());
-        out.push(b'\n');
-        let headers: Vec<(Vec<u8>, Vec<u8>)> = exchange
-            .headers()
-            .map(|(n, v)| (n.to_vec(), v.to_vec()))
-            .collect();
-        for (name, value) in headers {
-            out.extend_from_slice(&name);
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(&value);
-            out.push(b'\n');
-        }
-        out.push(b'\n');
-        out.extend_from_slice(&body);
+        let Some(body) = read_whole_body(&mut exchange) else {
+            exchange.fail(400);
+            return exchange;
+        };
+        let out = describe_request(&exchange, &body);
         let ct: [(&[u8], &[u8]); 1] = [(b"Content-Type", b"text/plain")];
         exchange
             .begin_response(b"200 OK", ct, Some(out.len() as u64))
