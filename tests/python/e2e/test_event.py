@@ -460,14 +460,18 @@ def assert_big(response: Response) -> None:
     assert response.body == PATTERN, "the 8 MiB body arrived corrupted or out of order"
 
 
-@pytest.mark.parametrize("path", ["/big-bytes", "/big-gen", "/big-file"])
-def test_a_slow_reader_holds_no_app_thread(tines_server: Any, big_file: Path, path: str) -> None:
-    server = tines_server(APP, "-w", "1", "--mpm", "event", "--threads", "1",
+@pytest.mark.parametrize(("threads", "path"), [
+    ("1", "/big-bytes"), ("1", "/big-gen"), ("1", "/big-file"),
+    ("0", "/big-bytes"), ("0", "/big-file"),
+])
+def test_a_slow_reader_holds_no_app_thread(tines_server: Any, big_file: Path, threads: str,
+                                           path: str) -> None:
+    """One app thread, or none (the app runs on the loop and returns): the slow client has not
+    read its 8 MiB, and others are answered because the loop finishes that response."""
+    server = tines_server(APP, "-w", "1", "--mpm", "event", "--threads", threads,
                           "--max-response-buffer", "16777216", "--send-timeout", "60",
                           env={"EVENT_APP_FILE": str(big_file)})
     with stalled_reader(server.port, path) as slow:
-        # One app thread, and the slow client has not read its 8 MiB: others are answered
-        # because the loop, not the app thread, finishes that response.
         for _ in range(5):
             response = get(server.port, timeout=10)
             assert (response.status, response.body) == (200, b"hello")
@@ -698,21 +702,6 @@ def test_threads_0_serves_keepalive_and_pipelining(tines_server: Any) -> None:
         assert reader.buf == b"" and sock.recv(1) == b"", "nothing after the last response, then EOF"
 
 
-@pytest.mark.parametrize("path", ["/big-bytes", "/big-file"])
-def test_threads_0_the_loop_finishes_a_slow_readers_response(tines_server: Any, big_file: Path, path: str) -> None:
-    server = tines_server(APP, "-w", "1", "--mpm", "event", "--threads", "0", "--send-timeout", "60",
-                          "--max-response-buffer", "16777216", env={"EVENT_APP_FILE": str(big_file)})
-    with stalled_reader(server.port, path) as slow:
-        # The app ran on the loop and returned; the loop is free for others.
-        for _ in range(5):
-            response = get(server.port, timeout=10)
-            assert (response.status, response.body) == (200, b"hello")
-        reader = Reader(slow)
-        assert_big(reader.response())
-        slow.sendall(b"GET /hello HTTP/1.1\r\nHost: slow\r\n\r\n")
-        assert reader.response().body == b"hello"
-
-
 def test_threads_0_needs_the_event_mpm() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "tines", "serve", "examples/hello.py:app", "-b", "127.0.0.1:0",
@@ -820,7 +809,6 @@ def test_requests_idle_threads_take_at_once_never_count_as_queued(tines_server: 
                 assert sock.recv(1) == b"", "the server did not close after Connection: close"
         finally:
             close_all(socks)
-
 
 
 @pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
