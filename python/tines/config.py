@@ -397,7 +397,7 @@ _REGISTRY = (
             positive_int, 100, ("--max-headers",), "N", worker=True),
     Setting("max_head_size", "Limits", "Largest request head (request line and headers), in bytes.",
             positive_int, 32768, ("--max-head-size",), "BYTES", worker=True),
-    Setting("max_body_size", "Limits", "Largest request body, in bytes: a larger Content-Length gets 413 before the app runs, and a chunked body that grows past it fails the read (413). 0 means no limit. Bodies stream through `wsgi.input`, so this bounds what one request may send, not memory.",
+    Setting("max_body_size", "Limits", "Largest request body, in bytes: a larger Content-Length gets 413 before the app runs. A chunked body's size is known only as it is read: once it grows past the limit, the app's read of `wsgi.input` raises `OSError`; if the app lets that propagate, Tines answers 413, but an app or framework that catches it answers with its own status, and that stands (Flask answers 500). 0 means no limit. Bodies stream through `wsgi.input`, so this bounds what one request may send, not memory.",
             non_negative_int, 104857600, ("--max-body-size",), "BYTES", worker=True, default_text="104857600 (100 MiB)"),
     Setting("max_request_buffer", "Limits", "`event` MPM: a request body with a Content-Length up to this many bytes is read by the loop thread before the app runs, so a slow upload holds no app thread; larger bodies (and chunked ones, and `Expect: 100-continue`) stream through `wsgi.input` on the app thread. 0 turns reading ahead off.",
             non_negative_int, 65536, ("--max-request-buffer",), "BYTES", worker=True),
