@@ -6,7 +6,7 @@
 //! settings registry. `engine` runs one mio event loop per thread; `stats`
 //! keeps HDR histograms and the per-second timeline; `report` prints the text
 //! summary and the JSON document; `html` writes the self-contained report.
-//! The counting rules are in docs/bench.md and at the top of `engine`.
+//! The counting rules are in docs/bench.md and at the top of `engine::tally`.
 
 use std::io::{IsTerminal, Write};
 use std::sync::mpsc;
