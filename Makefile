@@ -1,5 +1,6 @@
 # Tines: every set-up step lives here, so a fresh machine needs only `make serve` / `make test`.
-# Needs: python3 (3.10+) with venv and pip, and a Rust toolchain (cargo).
+# Needs: python3 (3.10+) with venv and pip, and a Rust toolchain (cargo). `make wheel` builds the
+# wheel that installs on other machines without either toolchain.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -9,8 +10,11 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 STAMP  := $(VENV)/.deps-stamp
 RUST_SOURCES := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
+PYTHON_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.typed) README.md
+ZIG_STAMP := $(VENV)/.zig-stamp
+WHEEL_STAMP := dist/.wheel-stamp
 
-.PHONY: all build serve test test-rust test-python typecheck bench bench-full bench-tool fuzz fmt lint clean docs
+.PHONY: all build wheel serve test test-rust test-python typecheck bench bench-full bench-tool fuzz fmt lint clean docs
 
 all: build
 
@@ -31,6 +35,23 @@ $(VENV)/.build-stamp: $(STAMP) $(RUST_SOURCES)
 
 build: $(VENV)/.build-stamp
 
+# zig (the ziglang package on PyPI) links the wheel against glibc 2.28's symbols whatever the
+# build machine's glibc, so the wheel is honestly manylinux_2_28 (RHEL 8+, Debian 10+, Ubuntu 20.04+).
+$(ZIG_STAMP): $(STAMP)
+	$(PIP) install --quiet "ziglang>=0.17,<0.18"
+	touch $@
+
+# dist/tines-VERSION-cp310-abi3-manylinux_2_28_ARCH.whl: release, abi3 (one wheel for CPython
+# 3.10+), installable with `pip install dist/tines-*.whl` and no Rust. Built in its own target
+# directory, so that `make build`'s artifacts (linked without zig) are not rebuilt after it.
+$(WHEEL_STAMP): $(ZIG_STAMP) $(RUST_SOURCES) $(PYTHON_SOURCES)
+	rm -f dist/tines-*.whl
+	PATH=$(abspath $(VENV))/bin:$$PATH CARGO_TARGET_DIR=target/wheel $(VENV)/bin/maturin build \
+		--release --zig --compatibility manylinux_2_28 --out dist --quiet
+	touch $@
+
+wheel: $(WHEEL_STAMP)
+
 serve: build
 	$(VENV)/bin/tines serve examples/blog/app.py:app --bind $(HOST):$(PORT)
 
@@ -43,7 +64,8 @@ typecheck: build
 test-rust:
 	cargo test --workspace --release --quiet
 
-test-python: build
+# The wheel first: tests/python/e2e/test_wheel.py installs it into a fresh virtualenv.
+test-python: build wheel
 	$(PY) -m pytest -q
 
 docs: build
@@ -80,4 +102,4 @@ lint: build
 	cargo clippy --workspace --all-targets -- -D warnings
 
 clean:
-	rm -rf $(VENV) target
+	rm -rf $(VENV) target dist

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -117,16 +117,18 @@ class Server:
 
 
 def start_server(app: str, *args: str, env: dict[str, str] | None = None, log_path: Path,
-                 cwd: Path = ROOT, open_files: int | None = None) -> Server:
+                 cwd: Path = ROOT, open_files: int | None = None,
+                 program: Sequence[str] = (sys.executable, "-m", "tines")) -> Server:
     """Start a server and wait for its ready line; raise with the log if it does not come.
 
-    ``open_files`` sets the server's RLIMIT_NOFILE (soft and hard) before it starts.
+    ``open_files`` sets the server's RLIMIT_NOFILE (soft and hard) before it starts; ``program``
+    is the ``tines`` command to run (another virtualenv's ``bin/tines``, say).
     """
     read_fd, write_fd = os.pipe()
     environment = dict(os.environ)
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(APPS), environment.get("PYTHONPATH", "")]))
     environment.update(env or {})
-    command = [sys.executable, "-m", "tines", "serve", app, "-b", "127.0.0.1:0",
+    command = [*program, "serve", app, "-b", "127.0.0.1:0",
                "--ready-fd", str(write_fd), *args]
     def limit_open_files() -> None:
         if open_files is not None:

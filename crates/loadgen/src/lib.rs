@@ -6,7 +6,7 @@
 //! settings registry. `engine` runs one mio event loop per thread; `stats`
 //! keeps HDR histograms and the per-second timeline; `report` prints the text
 //! summary and the JSON document; `html` writes the self-contained report.
-//! The counting rules are in docs/bench.md and at the top of `engine`.
+//! The counting rules are in docs/bench.md and at the top of `engine::tally`.
 
 use std::io::{IsTerminal, Write};
 use std::sync::mpsc;
@@ -40,7 +40,7 @@ pub const EXIT_ALL_FAILED: i32 = 1;
 pub struct Outcome {
     /// Merged figures of all threads.
     pub stats: Stats,
-    /// One point per second after the warm-up.
+    /// One point per second after the warm-up (the last one may be partial).
     pub timeline: Vec<TimelinePoint>,
     /// From the end of the warm-up to the last thread's stop.
     pub elapsed: Duration,
@@ -117,10 +117,9 @@ pub fn execute(config: &Config, progress: bool) -> Outcome {
         eprintln!("tines bench: warning: a thread could not start: {error}");
     }
     let elapsed = ended.saturating_duration_since(measure_start);
-    let seconds = elapsed.as_secs_f64().ceil() as u64;
     Outcome {
         stats,
-        timeline: timeline.finish(seconds),
+        timeline: timeline.finish(elapsed),
         elapsed,
         interrupted: signal::interrupted(),
     }

@@ -6,7 +6,7 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
 use crate::args::Config;
-use crate::stats::{ERROR_LABELS, ERROR_NAMES};
+use crate::stats::{Stats, ERROR_LABELS, ERROR_NAMES};
 use crate::Outcome;
 
 /// The percentiles reported, with their JSON keys.
@@ -57,6 +57,49 @@ pub fn distribution(histogram: &Histogram<u64>) -> Vec<(f64, u64)> {
     points
 }
 
+/// The status codes answered, with their counts, in code order.
+pub fn status_counts(stats: &Stats) -> impl Iterator<Item = (usize, u64)> + '_ {
+    stats
+        .status
+        .iter()
+        .enumerate()
+        .filter(|(_, &count)| count > 0)
+        .map(|(code, &count)| (code, count))
+}
+
+/// Warnings about what the run measured: when most responses are not 2xx,
+/// the figures are of redirects or error pages, not of the page meant (the
+/// counting rules take a 3xx as a success).
+pub fn warnings(stats: &Stats) -> Vec<String> {
+    let not_success: Vec<(usize, u64)> = status_counts(stats)
+        .filter(|(code, _)| !(200..300).contains(code))
+        .collect();
+    let not_success_total: u64 = not_success.iter().map(|(_, count)| count).sum();
+    if not_success_total * 2 <= stats.requests {
+        return Vec::new();
+    }
+    let redirects: u64 = not_success
+        .iter()
+        .filter(|(code, _)| (300..400).contains(code))
+        .map(|(_, count)| count)
+        .sum();
+    let codes: Vec<String> = not_success
+        .iter()
+        .map(|(code, count)| format!("{code}: {count}"))
+        .collect();
+    let consequence = if redirects * 2 > not_success_total {
+        "tines bench does not follow redirects, so the figures are of the redirects (check the URL)"
+    } else {
+        "the figures are of those answers, not of the page"
+    };
+    vec![format!(
+        "most responses were not 2xx: {not_success_total} of {} ({:.0}%) were {}; {consequence}",
+        stats.requests,
+        not_success_total as f64 * 100.0 / stats.requests as f64,
+        codes.join(", "),
+    )]
+}
+
 fn mode(config: &Config) -> String {
     match config.rate {
         Some(rate) => format!("open loop at {rate} req/s"),
@@ -86,16 +129,14 @@ pub fn json(config: &Config, outcome: &Outcome) -> Value {
             examples.insert((*name).into(), json!(example));
         }
     }
-    let mut status_counts = Map::new();
-    for (code, &count) in stats.status.iter().enumerate() {
-        if count > 0 {
-            status_counts.insert(code.to_string(), json!(count));
-        }
+    let mut counts = Map::new();
+    for (code, count) in status_counts(stats) {
+        counts.insert(code.to_string(), json!(count));
     }
     let timeline: Vec<Value> = outcome
         .timeline
         .iter()
-        .map(|p| json!({"t_s": p.t_s, "requests": p.requests, "errors": p.errors, "p50_us": p.p50_us, "p99_us": p.p99_us}))
+        .map(|p| json!({"t_s": p.t_s, "duration_s": p.duration_s, "requests": p.requests, "errors": p.errors, "p50_us": p.p50_us, "p99_us": p.p99_us}))
         .collect();
     let distribution: Vec<Value> = distribution(&stats.latency)
         .into_iter()
@@ -130,7 +171,8 @@ pub fn json(config: &Config, outcome: &Outcome) -> Value {
         "requests_per_sec": per_sec(stats.requests),
         "bytes_read": stats.bytes_read,
         "transfer_bytes_per_sec": per_sec(stats.bytes_read),
-        "status_counts": status_counts,
+        "status_counts": counts,
+        "warnings": warnings(stats),
         "latency_us": summary(&stats.latency),
         "connect_us": summary(&stats.connect),
         "first_byte_us": summary(&stats.first_byte),
@@ -240,11 +282,7 @@ pub fn text(config: &Config, outcome: &Outcome) -> String {
         bytes(per_sec(stats.bytes_read)),
         bytes(stats.bytes_read as f64)
     );
-    let codes: Vec<String> = stats
-        .status
-        .iter()
-        .enumerate()
-        .filter(|(_, &count)| count > 0)
+    let codes: Vec<String> = status_counts(stats)
         .map(|(code, count)| format!("{code}: {count}"))
         .collect();
     let _ = writeln!(
@@ -256,6 +294,9 @@ pub fn text(config: &Config, outcome: &Outcome) -> String {
             codes.join(", ")
         }
     );
+    for warning in warnings(stats) {
+        let _ = writeln!(out, "Warning: {warning}");
+    }
     let _ = writeln!(out);
     let _ = writeln!(out, "Connection times (ms)");
     let _ = writeln!(
@@ -332,4 +373,45 @@ pub fn failure_reason(outcome: &Outcome) -> Option<String> {
         stats.total_errors(),
         ERROR_NAMES[index]
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats_with(codes: &[(usize, u64)]) -> Stats {
+        let mut stats = Stats::default();
+        for &(code, count) in codes {
+            stats.status[code] = count;
+            stats.requests += count;
+        }
+        stats
+    }
+
+    #[test]
+    fn no_warning_while_at_least_half_the_responses_are_2xx() {
+        assert!(warnings(&stats_with(&[])).is_empty());
+        assert!(warnings(&stats_with(&[(200, 10)])).is_empty());
+        assert!(warnings(&stats_with(&[(200, 5), (302, 3), (404, 2)])).is_empty());
+    }
+
+    #[test]
+    fn most_responses_redirected_warns_that_redirects_are_not_followed() {
+        let warning = warnings(&stats_with(&[(200, 4), (301, 1), (302, 5)])).join("\n");
+        assert_eq!(
+            warning,
+            "most responses were not 2xx: 6 of 10 (60%) were 301: 1, 302: 5; tines bench \
+             does not follow redirects, so the figures are of the redirects (check the URL)"
+        );
+    }
+
+    #[test]
+    fn most_responses_errors_warns_that_the_figures_are_of_those_answers() {
+        let warning = warnings(&stats_with(&[(200, 1), (302, 1), (404, 3)])).join("\n");
+        assert_eq!(
+            warning,
+            "most responses were not 2xx: 4 of 5 (80%) were 302: 1, 404: 3; the figures are \
+             of those answers, not of the page"
+        );
+    }
 }

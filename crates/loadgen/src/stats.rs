@@ -6,6 +6,7 @@
 //! second once every thread has moved past it. No per-request records.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
@@ -161,7 +162,10 @@ impl SecondBucket {
 pub struct TimelinePoint {
     /// Start of the second, since the end of the warm-up.
     pub t_s: f64,
-    /// Responses completed in [t_s, t_s + 1).
+    /// How much of the second the run covered: 1 except for the last point,
+    /// which ends when the run stopped (rates are counts over this).
+    pub duration_s: f64,
+    /// Responses completed in [t_s, t_s + duration_s).
     pub requests: u64,
     /// Failures in that second.
     pub errors: u64,
@@ -224,6 +228,7 @@ impl Timeline {
             let point = match self.pending.remove(&second) {
                 Some(bucket) => TimelinePoint {
                     t_s: second as f64,
+                    duration_s: 1.0,
                     requests: bucket.requests,
                     errors: bucket.errors,
                     p50_us: if bucket.latency.is_empty() {
@@ -239,6 +244,7 @@ impl Timeline {
                 },
                 None => TimelinePoint {
                     t_s: second as f64,
+                    duration_s: 1.0,
                     requests: 0,
                     errors: 0,
                     p50_us: 0.0,
@@ -250,10 +256,15 @@ impl Timeline {
     }
 
     /// Reduces everything left, up to and including the last second with data
-    /// or `min_seconds`, whichever is later.
-    pub fn finish(mut self, min_seconds: u64) -> Vec<TimelinePoint> {
+    /// or the last second the run reached, whichever is later; `elapsed` (the
+    /// run's length after the warm-up) gives the last point its duration.
+    pub fn finish(mut self, elapsed: Duration) -> Vec<TimelinePoint> {
+        let elapsed_s = elapsed.as_secs_f64();
         let last = self.pending.keys().next_back().map_or(0, |s| s + 1);
-        self.finalize_before(last.max(min_seconds));
+        self.finalize_before(last.max(elapsed_s.ceil() as u64));
+        for point in &mut self.points {
+            point.duration_s = (elapsed_s - point.t_s).clamp(0.0, 1.0);
+        }
         self.points
     }
 }
@@ -283,12 +294,25 @@ mod tests {
         assert_eq!(timeline.points.len(), 1);
         assert_eq!(timeline.points[0].requests, 15);
         timeline.add(0, Some(bucket(2, 1, 50)), 3);
-        let points = timeline.finish(4);
+        let points = timeline.finish(Duration::from_secs(4));
         assert_eq!(
             points.iter().map(|p| p.requests).collect::<Vec<_>>(),
             vec![15, 0, 1, 0]
         );
         assert_eq!(points[2].p50_us, 50.0);
+    }
+
+    #[test]
+    fn the_last_point_lasts_from_its_second_to_the_end_of_the_run() {
+        let mut timeline = Timeline::new(1);
+        timeline.add(0, Some(bucket(0, 10, 100)), 1);
+        timeline.add(0, Some(bucket(1, 10, 100)), 2);
+        timeline.add(0, Some(bucket(2, 5, 100)), u64::MAX);
+        let points = timeline.finish(Duration::from_millis(2500));
+        assert_eq!(
+            points.iter().map(|p| p.duration_s).collect::<Vec<_>>(),
+            vec![1.0, 1.0, 0.5]
+        );
     }
 
     #[test]

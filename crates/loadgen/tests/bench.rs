@@ -21,6 +21,7 @@ fn completed_requests_equal_the_servers_responses() {
     assert_eq!(stats.status[200], 3000);
     assert_eq!(stats.latency.len(), 3000);
     assert_eq!(json["status_counts"]["200"], 3000);
+    assert_eq!(json["warnings"], serde_json::json!([]));
     assert_eq!(json["schema"], 1);
     assert_eq!(json["errors"]["total"], 0);
     let timeline_total: u64 = json["timeline"]
@@ -108,6 +109,44 @@ fn bad_status_is_a_completed_request_and_a_status_error() {
     assert_eq!(outcome.stats.status[500], 50);
     let reason = loadgen::report::failure_reason(&outcome).unwrap();
     assert!(reason.contains("status"), "{reason}");
+}
+
+#[test]
+fn a_url_that_always_redirects_is_counted_by_status_and_warned_about() {
+    let server = start(Mode::Normal);
+    let url = server.url("/302");
+    let (outcome, json) = bench(&["-c", "2", "-t", "1", "-n", "50", &url]);
+    assert_eq!((outcome.stats.requests, outcome.stats.ok), (50, 50));
+    assert_eq!(json["status_counts"], serde_json::json!({"302": 50}));
+    let warnings = json["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let warning = warnings[0].as_str().unwrap();
+    assert!(
+        warning.contains("50 of 50 (100%) were 302: 50") && warning.contains("redirects"),
+        "{warning}"
+    );
+
+    let dir = std::env::temp_dir().join(format!("tines-bench-302-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("report.html");
+    let output = Command::new(env!("CARGO_BIN_EXE_tines-bench"))
+        .args(["-c", "2", "-t", "1", "-n", "50", "--html"])
+        .arg(&page)
+        .arg(&url)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "a 3xx counts as ok");
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("Status codes:        302: 50\n"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "Status codes:        302: 50\nWarning: {warning}\n"
+        )),
+        "{text}"
+    );
+    let page = std::fs::read_to_string(&page).unwrap();
+    assert!(page.contains(&format!("\"warnings\":[\"{warning}\"]")));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -10,6 +10,9 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from conftest import APPS, ROOT, Server, wait_until
 
@@ -62,6 +65,49 @@ def test_text_summary_and_html(tines_server: Callable[..., Server], tmp_path: Pa
         assert label in result.stdout, result.stdout
     html = page.read_text()
     assert "<script src" not in html and '"requests":50' in html
+
+
+def embedded(page: str, element: str) -> Any:
+    """The JSON the report page embeds in ``<script id=element>``."""
+    start = f'<script id="{element}" type="application/json">'
+    body = page[page.index(start) + len(start):]
+    return json.loads(body[:body.index("</script>")])
+
+
+def test_a_url_that_always_redirects_is_broken_down_by_status_and_warned_about(
+        tines_server: Callable[..., Server], tmp_path: Path) -> None:
+    server = tines_server("redirect:app", "-w", "1")
+    page = tmp_path / "report.html"
+    result = bench("-c", "2", "-n", "40", "--html", str(page), server.url + "/")
+    assert result.returncode == 0, result.stderr  # a 3xx is not a failure...
+    warning = ("most responses were not 2xx: 40 of 40 (100%) were 302: 40; tines bench does not follow "
+               "redirects, so the figures are of the redirects (check the URL)")
+    # ...but the summary says what was measured, right under the breakdown by status.
+    assert f"Status codes:        302: 40\nWarning: {warning}\n" in result.stdout, result.stdout
+    data = embedded(page.read_text(), "data")
+    assert data["status_counts"] == {"302": 40} and data["warnings"] == [warning]
+
+    result = bench("-c", "2", "-n", "40", "--json", server.url + "/")
+    report = json.loads(result.stdout)
+    assert report["status_counts"] == {"302": 40} and report["warnings"] == [warning]
+
+
+def test_the_report_plots_the_partial_last_second_as_a_rate(tines_server: Callable[..., Server],
+                                                            tmp_path: Path) -> None:
+    server = tines_server("hello_pid:app", "-w", "1")
+    page = tmp_path / "report.html"
+    result = bench("-c", "2", "-t", "1", "-d", "1500ms", "--json", "--html", str(page), server.url + "/")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    timeline = report["timeline"]
+    assert [p["t_s"] for p in timeline] == [0, 1]
+    assert timeline[0]["duration_s"] == 1
+    assert timeline[1]["duration_s"] == pytest.approx(report["elapsed_s"] - 1)
+    assert report["warnings"] == [] and report["errors"]["total"] == 0
+    plots = embedded(page.read_text(), "plots")
+    assert plots["throughput"]["series"][0]["points"] == [
+        [p["t_s"], pytest.approx(p["requests"] / p["duration_s"])] for p in timeline]
+    assert plots["errors"]["series"][0]["points"] == [] and plots["errors"]["empty"] == "no errors"
 
 
 def test_ctrl_c_prints_results_so_far_and_restores_pythons_handler(

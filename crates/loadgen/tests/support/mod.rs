@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 /// How the server answers.
 #[derive(Clone, Copy, Debug)]
 pub enum Mode {
-    /// `200 OK` with body `OK` (chunked on `/chunked`, 500 on `/500`).
+    /// `200 OK` with body `OK` (chunked on `/chunked`, 500 on `/500`, a 302
+    /// redirect to `/` on `/302`).
     Normal,
     /// Reads the request, then resets the connection (RST).
     Reset,
@@ -136,6 +137,7 @@ fn serve(mut stream: TcpStream, mode: Mode, started: Instant, counter: &AtomicU6
         let response = match path.as_str() {
             "/chunked" => format!("HTTP/1.1 200 OK\r\n{connection}Transfer-Encoding: chunked\r\n\r\n1\r\nO\r\n1;x=y\r\nK\r\n0\r\n\r\n"),
             "/500" => format!("HTTP/1.1 500 Internal Server Error\r\n{connection}Content-Length: 3\r\n\r\nbad"),
+            "/302" => format!("HTTP/1.1 302 Found\r\n{connection}Location: /\r\nContent-Length: 0\r\n\r\n"),
             _ => format!("HTTP/1.1 200 OK\r\n{connection}Content-Length: 2\r\n\r\nOK"),
         };
         if stream.write_all(response.as_bytes()).is_err() {
