@@ -65,7 +65,7 @@ bench-full: build
 
 # Before/after: the baseline BASE (a git revision; default: the merge-base of HEAD and
 # BASE_BRANCH, main) against this tree, tines prefork on hello and blog, keep-alive and close,
-# 5 interleaved 5 s runs per side: about 7 minutes, plus the baseline's first build (cached per
+# 5 interleaved 5 s runs per side: about 6 minutes, plus the baseline's first build (cached per
 # commit in benches/results/tmp/ab/). AB_ARGS for more flags (benches/ab.py --help).
 BASE_BRANCH ?= main
 bench-ab: build

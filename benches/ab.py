@@ -156,7 +156,7 @@ def build_baseline(commit: str, rebuild: bool) -> tuple[Path, dict[str, Any]]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if stamp.exists() and tines.exists() and not rebuild:
             log(f"baseline {commit[:12]}: reusing the build in {shown(home)}")
-            return tines, dict(json.loads(stamp.read_text()))
+            return tines, {**json.loads(stamp.read_text()), "reused": True}
         stamp.unlink(missing_ok=True)
         for old in ("venv", "dist"):
             shutil.rmtree(home / old, ignore_errors=True)
@@ -187,11 +187,17 @@ def build_baseline(commit: str, rebuild: bool) -> tuple[Path, dict[str, Any]]:
         if not tines.exists():
             raise BuildFailed(f"the baseline build has no {shown(tines)}; see {shown(build_log)}")
         record = {"commit": commit, "built": time.strftime("%Y-%m-%d %H:%M:%S"),
-                  "commands": [f"(cd {shown(cwd)}) {shlex.join(argv)}".replace(str(REPO) + "/", "")
-                               for _, argv, cwd in steps],
-                  "cargo_target_dir": shown(CARGO_TARGET)}
+                  "commands": [displayed(argv, cwd) for _, argv, cwd in steps],
+                  "environment": f"VIRTUAL_ENV={shown(home / 'venv')} "
+                                 f"CARGO_TARGET_DIR={shown(CARGO_TARGET)}"}
         stamp.write_text(json.dumps(record, indent=1) + "\n")
-        return tines, record
+        return tines, {**record, "reused": False}
+
+
+def displayed(argv: list[str], cwd: Path) -> str:
+    """A build command as the report shows it: repository-relative, with its directory."""
+    command = shlex.join(argv).replace(str(REPO) + "/", "").replace(str(REPO), ".")
+    return command if cwd == REPO else f"(in {shown(cwd)}) {command}"
 
 
 # --------------------------------------------------------------------------- the run
@@ -366,7 +372,10 @@ def command_lines(arguments: list[str], servers: dict[tuple[str, str], Server],
                   build: dict[str, Any]) -> list[str]:
     """The exact commands of the run, as the report shows them (repository-relative)."""
     out = [f"this run: `{shlex.join([shown(Path(sys.executable)), 'benches/ab.py', *arguments])}`"]
-    out += [f"A's build: `{command}`" for command in build.get("commands", [])]
+    when = "reused from the cache, " if build.get("reused") else ""
+    out.append(f"A's build ({when}built {build.get('built')}, with "
+               f"{build.get('environment')}):")
+    out += [f"  - `{command}`" for command in build.get("commands", [])]
     for (mpm, side), server in servers.items():
         for app in dict.fromkeys(t.scenario.app for t in tables if t.mpm == mpm):
             out.append(f"{side}, tines-{mpm}, {app}: `taskset -c {SERVER_CPU} "

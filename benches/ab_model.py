@@ -278,7 +278,9 @@ def markdown(meta: dict[str, Any], results: list[Result],
     if meta.get("skipped"):
         lines += ["## Skipped", ""]
         lines += [f"- {name}: {reason}" for name, reason in meta["skipped"].items()] + [""]
-    lines += ["## Commands", ""] + [f"- {line}" for line in meta.get("commands", [])] + [""]
+    # A line starting "  - " is a sub-item of the line before it.
+    lines += ["## Commands", ""] + [line if line.startswith("  - ") else f"- {line}"
+                                    for line in meta.get("commands", [])] + [""]
     lines += ["## Machine", ""]
     lines += [f"- {key}: {value}" for key, value in meta.get("machine", {}).items()]
     return "\n".join(lines) + "\n"

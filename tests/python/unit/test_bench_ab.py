@@ -184,7 +184,8 @@ def meta(number_of_runs: int) -> dict[str, Any]:
             "plan": {"runs": number_of_runs, "warmup_s": 1.0, "duration_s": 5.0,
                      "connections": 50, "threshold": 0.03, "spread_limit": 1.10,
                      "min_runs": 5},
-            "load": "tines bench", "machine": {"nproc": 2}, "commands": ["this run: `x`"]}
+            "load": "tines bench", "machine": {"nproc": 2},
+            "commands": ["this run: `x`", "A's build:", "  - `make`"]}
 
 
 def test_the_report_has_a_verdict_table_and_one_table_per_comparison() -> None:
@@ -199,6 +200,7 @@ def test_the_report_has_a_verdict_table_and_one_table_per_comparison() -> None:
     assert "| req/s | 1,000 | 1,000 | 1.000 | 1.02 | 1.02 | no change (+0.0%) |" in text
     assert "- A req/s by run: 1,000, 1,010, 990, 1,005, 995;" in text
     assert "fewer than the rule's" not in text
+    assert "- this run: `x`\n- A's build:\n  - `make`\n" in text
 
 
 def test_a_report_of_fewer_runs_than_the_rule_says_so() -> None:
