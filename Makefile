@@ -14,7 +14,7 @@ PYTHON_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.
 ZIG_STAMP := $(VENV)/.zig-stamp
 WHEEL_STAMP := dist/.wheel-stamp
 
-.PHONY: all build wheel serve test test-rust test-python typecheck bench bench-full bench-tool fuzz fmt lint clean docs
+.PHONY: all build wheel serve test test-rust test-python typecheck bench bench-full bench-ab bench-tool fuzz fmt lint clean docs
 
 all: build
 
@@ -84,6 +84,15 @@ bench-full: build
 	mkdir -p benches/results/tmp/full
 	nohup $(PY) benches/run.py --full >>benches/results/tmp/full/run.log 2>&1 </dev/null &
 	@echo "bench-full: running in the background; follow benches/results/tmp/full/run.log"
+
+# Before/after: the baseline BASE (a git revision; default: the merge-base of HEAD and
+# BASE_BRANCH, main) against this tree, tines prefork on hello and blog, keep-alive and close,
+# 5 interleaved 5 s runs per side: about 6 minutes, plus the baseline's first build (cached per
+# commit in benches/results/tmp/ab/). AB_ARGS for more flags (benches/ab.py --help).
+BASE_BRANCH ?= main
+bench-ab: build
+	cargo build --release --quiet -p tines-loadgen --bin tines-bench
+	$(PY) benches/ab.py $(if $(BASE),--base $(BASE)) --base-branch $(BASE_BRANCH) $(AB_ARGS)
 
 # tines-bench against wrk, both loading nginx's static "OK" (installs nginx and wrk if missing);
 # about 70 s. Exit status 1 when tines-bench misses wrk's rate, CPU or memory marks.

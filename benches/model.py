@@ -82,6 +82,12 @@ class Spread:
         """(max - min) / median: 0.1 means the runs spread over 10% of the median."""
         return (self.high - self.low) / self.median if self.median else 0.0
 
+    @property
+    def max_over_min(self) -> float:
+        """max / min of the runs (the house rule's spread: a ratio holds at <= 1.10); infinite
+        when the minimum is not positive."""
+        return self.high / self.low if self.low > 0 else float("inf")
+
 
 @dataclass(frozen=True)
 class CellSummary:

@@ -81,10 +81,12 @@ def tines_binary() -> Path:
     return candidate if candidate.exists() else REPO / ".venv" / "bin" / "tines"
 
 
-def tines_command(mpm: str, threads: int | None) -> Command:
+def tines_command(mpm: str, threads: int | None, binary: Path | None = None) -> Command:
+    """``tines serve`` with one worker of ``mpm``; ``binary`` is the ``tines`` to run (default
+    ``tines_binary()``, looked up at each start; benches/ab.py passes a baseline build's)."""
     def command(app: App, port: int, ready_fd: int | None, _workdir: Path) -> list[str]:
-        cmd = [str(tines_binary()), "serve", app.file_target, "-b", f"127.0.0.1:{port}",
-               "-w", "1", "--mpm", mpm]
+        cmd = [str(binary or tines_binary()), "serve", app.file_target, "-b",
+               f"127.0.0.1:{port}", "-w", "1", "--mpm", mpm]
         if threads is not None:
             cmd += ["--threads", str(threads)]
         if ready_fd is not None:
@@ -143,13 +145,22 @@ def nginx_command(_app: App, port: int, _ready_fd: int | None, workdir: Path) ->
     return [tool_path("nginx") or "nginx", "-e", "stderr", "-p", str(workdir), "-c", str(conf)]
 
 
+# App threads per Tines MPM: the thread MPM gets THREADS like the threaded peers; prefork has
+# none, and the event MPM keeps its own defaults (loop thread + its default app threads).
+TINES_THREADS: dict[str, int | None] = {"prefork": None, "thread": THREADS, "event": None}
+
+
+def tines_server(mpm: str, binary: Path | None = None, name: str | None = None) -> Server:
+    """The suite's Tines server for ``mpm`` (named ``tines-MPM`` unless ``name`` is given),
+    running ``binary`` (default: ``tines_binary()``)."""
+    return Server(name or f"tines-{mpm}", tines_command(mpm, TINES_THREADS[mpm], binary),
+                  uses_ready_fd=True)
+
+
 def wsgi_servers() -> list[Server]:
     """Every WSGI server the suite knows, Tines' MPMs first."""
     return [
-        Server("tines-prefork", tines_command("prefork", None), uses_ready_fd=True),
-        Server("tines-thread", tines_command("thread", THREADS), uses_ready_fd=True),
-        # The event MPM with its own defaults (loop thread + its default app threads).
-        Server("tines-event", tines_command("event", None), uses_ready_fd=True),
+        *(tines_server(mpm) for mpm in TINES_THREADS),
         Server("gunicorn-gthread", gunicorn_command),
         Server("uwsgi", uwsgi_command),
         Server("granian-wsgi", granian_command),
@@ -164,9 +175,10 @@ def tines_mpms(help_text: str) -> set[str]:
     return set(found.group(1).split(",")) if found else set()
 
 
-def tines_serve_help() -> str:
-    result = subprocess.run([str(tines_binary()), "serve", "--help"], capture_output=True,
-                            text=True, timeout=60)
+def tines_serve_help(binary: Path | None = None) -> str:
+    """``tines serve --help`` of ``binary`` (default: ``tines_binary()``)."""
+    result = subprocess.run([str(binary or tines_binary()), "serve", "--help"],
+                            capture_output=True, text=True, timeout=60)
     return result.stdout
 
 
