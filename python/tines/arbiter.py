@@ -91,6 +91,7 @@ class Arbiter:
         self.notify_buffer = bytearray()
         self.warned_threads = False
         self.scoreboard: object = None
+        self.worker_settings: dict[str, object] = {}
         self.wake_read = self.wake_write = -1
         self.notify_read = self.notify_write = -1
         self.life_read = self.life_write = -1
@@ -114,6 +115,8 @@ class Arbiter:
     def start(self) -> None:
         """Everything before the first fork."""
         cfg = self.cfg
+        # What every worker would fail on is checked once, here, with the workers' own code.
+        self.worker_settings = worker_process.worker_settings(cfg)
         if cfg.chdir:
             os.chdir(cfg.chdir)
         if cfg.umask is not None:
@@ -125,6 +128,7 @@ class Arbiter:
             # collector from touching (and so copying) them in the workers.
             gc.freeze()
         self.drop_privileges()
+        logs.check_access_log(cfg.access_log)  # as the user the workers run as
         import tines._core as _core
 
         self.scoreboard = _core.Scoreboard(max(self.num_workers * 2, self.num_workers + 8))
@@ -293,7 +297,7 @@ class Arbiter:
             listeners=[listener.fileno() for listener in self.listeners],
             scoreboard=self.scoreboard, life_read=self.life_read, notify_write=self.notify_write,
             close_in_child=[self.life_write, self.notify_read, self.wake_read, self.wake_write],
-            master_pid=self.pid, app=self.app,
+            master_pid=self.pid, app=self.app, settings=self.worker_settings,
         )
         pid = os.fork()
         if pid == 0:

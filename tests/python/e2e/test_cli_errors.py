@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -81,3 +83,54 @@ def test_port_in_use() -> None:
         port = taken.getsockname()[1]
         result = tines("serve", "-b", f"127.0.0.1:{port}", "examples/hello.py:app")
     assert_one_line_error(result, f"cannot bind 127.0.0.1:{port}", "Address already in use")
+
+
+def serve_refused(*args: str) -> subprocess.CompletedProcess[str]:
+    """``tines serve`` with --ready-fd; fails the test if the master announces ready (a setting
+    that breaks every worker must stop the start, not be found after it)."""
+    read_fd, write_fd = os.pipe()
+    env = {"PYTHONPATH": str(APPS), "PATH": "/usr/bin:/bin"}
+    command = [sys.executable, "-m", "tines", "serve", "-b", "127.0.0.1:0", "-w", "1",
+               "--ready-fd", str(write_fd), *args, "examples/hello.py:app"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, pass_fds=(write_fd,),
+                            start_new_session=True)
+    os.close(write_fd)
+    try:
+        with os.fdopen(read_fd, "rb") as ready:
+            announced = ready.readline()  # EOF when the master exits without announcing
+        if announced:
+            os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert not announced, f"the master announced ready with {args}: {announced!r}"
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--keepalive-timeout", "1e308"),
+    ("--body-timeout", "1e20"),
+    ("--send-timeout", "1e20"),
+    ("--header-timeout", "1e308"),
+    ("--header-timeout-max", "1e308"),
+    ("--send-timeout", "1e19"),
+])
+def test_a_timeout_too_long_for_the_clock_stops_the_start(flag: str, value: str) -> None:
+    setting = flag[2:].replace("-", "_")
+    assert_one_line_error(serve_refused(flag, value), setting, "seconds from 0 to 1000000000")
+
+
+def test_an_access_log_in_a_missing_directory_stops_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "missing" / "access.log"
+    assert_one_line_error(serve_refused("--access-log", str(path)),
+                          f"cannot open access log '{path}'", "No such file or directory")
+
+
+def test_an_error_log_in_a_missing_directory_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "missing" / "error.log"
+    result = serve_refused("--error-log", str(path))
+    assert_one_line_error(result, f"cannot open error log '{path}'", "No such file or directory")
+    assert "Traceback" not in result.stderr
