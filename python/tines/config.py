@@ -84,6 +84,27 @@ def optional_non_negative_int(raw: object) -> int | None:
     return _integer(raw, 0, "must be an integer >= 0")
 
 
+MINIMAL_REQUEST = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+"""The smallest valid HTTP/1.1 request (HTTP/1.1 requires Host, RFC 9112 section 3.2): a
+``max_head_size`` below its length would answer every request 431, a ``max_request_line``
+below its first line's length every request 414."""
+
+MINIMAL_REQUEST_LINE = MINIMAL_REQUEST.split(b"\r\n", 1)[0]
+
+
+def head_size(raw: object) -> int:
+    """A size in bytes that can hold the smallest valid HTTP/1.1 request head."""
+    return _integer(raw, len(MINIMAL_REQUEST),
+                    f"must be at least {len(MINIMAL_REQUEST)} (the smallest valid HTTP/1.1 request)")
+
+
+def request_line_size(raw: object) -> int:
+    """A size in bytes that can hold the smallest request line."""
+    return _integer(raw, len(MINIMAL_REQUEST_LINE),
+                    f"must be at least {len(MINIMAL_REQUEST_LINE)} (the smallest request line, "
+                    f"{MINIMAL_REQUEST_LINE.decode()!r})")
+
+
 def _seconds(raw: object, allow_zero: bool) -> float:
     expected = "must be a number of seconds >= 0" if allow_zero else "must be a number of seconds > 0"
     if isinstance(raw, bool):
@@ -391,12 +412,12 @@ _REGISTRY = (
     Setting("graceful_timeout", "Timeouts", "Seconds the master waits for workers to finish in-flight requests on stop or reload before killing them.",
             positive_seconds, 30.0, ("--graceful-timeout",), "SECONDS"),
     # Limits
-    Setting("max_request_line", "Limits", "Longest request line (method, target, version), in bytes.",
-            positive_int, 8190, ("--max-request-line",), "BYTES", worker=True),
+    Setting("max_request_line", "Limits", "Longest request line (method, target, version), in bytes; at least 14, the length of `GET / HTTP/1.1`.",
+            request_line_size, 8190, ("--max-request-line",), "BYTES", worker=True),
     Setting("max_headers", "Limits", "Most header fields in one request.",
             positive_int, 100, ("--max-headers",), "N", worker=True),
-    Setting("max_head_size", "Limits", "Largest request head (request line and headers), in bytes.",
-            positive_int, 32768, ("--max-head-size",), "BYTES", worker=True),
+    Setting("max_head_size", "Limits", "Largest request head (request line and headers), in bytes; at least 27, the size of the smallest valid HTTP/1.1 request (`GET / HTTP/1.1`, `Host: a` and the blank line).",
+            head_size, 32768, ("--max-head-size",), "BYTES", worker=True),
     Setting("max_body_size", "Limits", "Largest request body, in bytes: a larger Content-Length gets 413 before the app runs, and a chunked body that grows past it fails the read (413). 0 means no limit. Bodies stream through `wsgi.input`, so this bounds what one request may send, not memory.",
             non_negative_int, 104857600, ("--max-body-size",), "BYTES", worker=True, default_text="104857600 (100 MiB)"),
     Setting("max_request_buffer", "Limits", "`event` MPM: a request body with a Content-Length up to this many bytes is read by the loop thread before the app runs, so a slow upload holds no app thread; larger bodies (and chunked ones, and `Expect: 100-continue`) stream through `wsgi.input` on the app thread. 0 turns reading ahead off.",

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,3 +135,18 @@ def test_an_error_log_in_a_missing_directory_is_one_line(tmp_path: Path) -> None
     result = serve_refused("--error-log", str(path))
     assert_one_line_error(result, f"cannot open error log '{path}'", "No such file or directory")
     assert "Traceback" not in result.stderr
+
+
+def test_a_head_size_no_request_fits_in_is_refused() -> None:
+    assert_one_line_error(tines("serve", "--max-head-size", "10", "examples/hello.py:app"),
+                          "max_head_size must be at least 27", "got '10'")
+
+
+def test_the_smallest_valid_request_is_served_at_the_smallest_limits(tines_server: Any) -> None:
+    server = tines_server("examples/hello.py:app", "-w", "1", "--max-head-size", "27",
+                          "--max-request-line", "14")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as client:
+        client.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert client.recv(4096).startswith(b"HTTP/1.1 200 ")
+        client.sendall(b"GET / HTTP/1.1\r\nHost: ab\r\n\r\n")  # one byte more than allowed
+        assert client.recv(4096).startswith(b"HTTP/1.1 431 ")
