@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tines import __version__
-from tines.config import SECTIONS, SETTINGS, Config, format_value, load
+from tines.config import SECTIONS, SETTINGS, Config, environment_warnings, format_value, load
 from tines.errors import AppLoadError, ConfigError
 
 EXIT_USAGE = 2
@@ -160,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(_unknown_message(unknown))
     if arguments.command is None:
         parser.error("missing COMMAND (serve, check-config or bench); see tines --help")
+    for warning in environment_warnings():
+        print(f"tines: warning: {warning}", file=sys.stderr)
     try:
         cfg = load(arguments)
         if arguments.command == "check-config":

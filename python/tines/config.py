@@ -543,7 +543,8 @@ def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
     config file path; a key that is present counts as given. An ``argparse.Namespace`` may be
     passed: its attributes that are not settings (``command`` ...) are ignored, so parsers must
     leave flags that were not given out of it (``default=argparse.SUPPRESS``).
-    ``environ`` defaults to ``os.environ``; unknown ``TINES_*`` variables are ignored.
+    ``environ`` defaults to ``os.environ``; unknown ``TINES_*`` variables are ignored (the CLI
+    warns about them, see ``environment_warnings``).
 
     The config file is ``overrides["config"]``, else ``$TINES_CONFIG``, else ``./tines.toml``
     when it exists. Every value from every source is validated, even one a higher source
@@ -630,6 +631,25 @@ def _read_config_file(path: str) -> dict[str, object]:
     return table
 
 
+def environment_warnings(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One warning per ``TINES_*`` variable that names no setting, with the closest name.
+
+    A warning, not an error (unlike an unknown key in the config file, which is Tines' own): the
+    environment is shared with other programs and shells, and a variable that merely shares the
+    prefix must not stop a server from starting. ``load`` ignores these variables.
+    """
+    environ = os.environ if environ is None else environ
+    known = {setting.env for setting in SETTINGS.values()} | {CONFIG_ENV}
+    warnings = []
+    for name in sorted(environ):
+        if not name.startswith("TINES_") or name in known:
+            continue
+        matches = difflib.get_close_matches(name.upper(), sorted(known), n=1)
+        hint = f" (did you mean {matches[0]}?)" if matches else ""
+        warnings.append(f"unknown environment variable {name} ignored{hint}")
+    return warnings
+
+
 def _suggestion(name: str) -> str:
     """`` (did you mean 'x'?)`` for the closest setting name, or an empty string."""
     normalized = name.strip().lower().replace("-", "_").removeprefix("tines_")
@@ -712,7 +732,8 @@ def render_markdown() -> str:
         "- **Command line**: the flags below. `tines serve --help` lists them.",
         "- **Environment**: `TINES_` followed by the name in upper case (`TINES_WORKERS=4`).",
         "  On/off settings take `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`. List settings take",
-        "  comma-separated values. Unknown `TINES_*` variables are ignored.",
+        "  comma-separated values. An unknown `TINES_*` variable is ignored with a warning on",
+        "  stderr (not an error: other programs share the environment).",
         f"- **Config file**: a TOML file with the settings as top-level keys. It is the file given by",
         f"  `-c/--config PATH`, else by `{CONFIG_ENV}`, else `./{DEFAULT_CONFIG_FILE}` when it exists.",
         "  List settings take a TOML array or a comma-separated string. An unknown key is an error.",

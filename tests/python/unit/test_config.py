@@ -384,3 +384,23 @@ def test_max_request_line_below_the_smallest_request_line_is_refused() -> None:
     assert "at least 14," in SETTINGS["max_request_line"].doc
     assert error_of({"max_request_line": "13"}, {}) == (
         "max_request_line must be at least 14 (the smallest request line, 'GET / HTTP/1.1'), got '13'")
+
+
+# --- unknown environment variables ---------------------------------------------------------------
+
+
+def test_unknown_tines_env_vars_are_warned_about_with_the_closest_name() -> None:
+    environ = {"TINES_WOKERS": "3", "TINES_WORKERS": "2", "TINES_CONFIG": "x.toml",
+               "TINES_ZZZZZZ": "1", "HOME": "/root", "XTINES_WOKERS": "1"}
+    assert config.environment_warnings(environ) == [
+        "unknown environment variable TINES_WOKERS ignored (did you mean TINES_WORKERS?)",
+        "unknown environment variable TINES_ZZZZZZ ignored",
+    ]
+
+
+def test_an_unknown_env_var_is_a_warning_on_stderr_not_an_error(in_empty_directory: Path) -> None:
+    result = run_tines("check-config", "web:app", cwd=in_empty_directory,
+                       env={"TINES_KEEPALIVE": "10"})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ("tines: warning: unknown environment variable TINES_KEEPALIVE ignored"
+                             " (did you mean TINES_KEEPALIVE_TIMEOUT?)\n")
