@@ -150,3 +150,28 @@ def test_the_smallest_valid_request_is_served_at_the_smallest_limits(tines_serve
         assert client.recv(4096).startswith(b"HTTP/1.1 200 ")
         client.sendall(b"GET / HTTP/1.1\r\nHost: ab\r\n\r\n")  # one byte more than allowed
         assert client.recv(4096).startswith(b"HTTP/1.1 431 ")
+
+
+def test_check_config_refuses_what_every_worker_would_fail_on() -> None:
+    assert_one_line_error(tines("check-config", "--header-timeout", "1e308", "examples/hello.py:app"),
+                          "header_timeout must be a number of seconds from 0 to 1000000000")
+
+
+def test_check_config_with_check_app_imports_the_app() -> None:
+    good = tines("check-config", "--check-app", "examples/hello.py:app")
+    assert good.returncode == 0, good.stderr
+    assert "app" in good.stdout
+    bad = tines("check-config", "--check-app", "broken_import:app")
+    assert_one_line_error(bad, "ZeroDivisionError")
+    assert "Traceback" in bad.stderr
+    assert bad.stdout == ""
+    assert_one_line_error(tines("check-config", "--check-app", "examples/hello.py:nothing"), "nothing")
+
+
+def test_check_config_without_check_app_does_not_import_the_app() -> None:
+    result = tines("check-config", "broken_import:app")
+    assert result.returncode == 0, result.stderr
+
+
+def test_check_app_needs_an_app() -> None:
+    assert_one_line_error(tines("check-config", "--check-app"), "--check-app needs APP")
