@@ -167,13 +167,19 @@ class Arbiter:
     # ----- the loop --------------------------------------------------------------------------
 
     def loop(self) -> int:
-        """Act on queued signals and worker messages; keep the worker count right."""
+        """Act on queued signals and worker messages; keep the worker count right.
+
+        Each turn handles the signals (a CHLD reaps), then the messages, then spawns what is
+        missing, and only then sleeps: a dead worker is replaced in the turn that reaps it.
+        """
         try:
             self.manage_workers()
             while True:
+                timeout = self.loop_timeout()
+                if not self.sleep(timeout) and timeout == LOOP_TIMEOUT:
+                    log.debug("periodic check: no signal or message for %.1f s", timeout)
                 while self.signals:
                     self.dispatch(self.signals.popleft())
-                self.sleep(self.loop_timeout())
                 self.read_notifications()
                 self.manage_workers()
         except Stop as stop:
@@ -185,25 +191,30 @@ class Arbiter:
         getattr(self, f"handle_{name}")()
 
     def loop_timeout(self) -> float:
-        """Sleep until the next due respawn, at most LOOP_TIMEOUT."""
-        if len(self.live_workers()) < self.num_workers and self.next_spawn:
-            return max(0.0, min(LOOP_TIMEOUT, self.next_spawn - time.monotonic()))
+        """Sleep until the next delayed (backed-off) spawn is due, at most LOOP_TIMEOUT."""
+        wait = self.next_spawn - time.monotonic()
+        if len(self.live_workers()) < self.num_workers and wait > 0:
+            return min(LOOP_TIMEOUT, wait)
         return LOOP_TIMEOUT
 
-    def sleep(self, timeout: float) -> None:
-        """Wait for a signal (wake-up fd) or a worker message, at most ``timeout``."""
+    def sleep(self, timeout: float) -> bool:
+        """Wait for a signal (wake-up fd) or a worker message, at most ``timeout``; False when
+        the whole timeout passed with neither."""
         if self.signals:
-            return
+            return True
         try:
             ready, _, _ = select.select([self.wake_read, self.notify_read], [], [], timeout)
         except InterruptedError:
-            return
+            return True
+        if not ready:
+            return False
         if self.wake_read in ready:
             try:
                 while os.read(self.wake_read, 4096):
                     pass
             except BlockingIOError:
                 pass
+        return True
 
     def read_notifications(self) -> None:
         """Handle every complete ready / boot_error message from the workers."""

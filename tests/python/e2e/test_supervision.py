@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import http.client
 import os
+import re
 import signal
 import socket
 import threading
@@ -89,6 +90,22 @@ def test_a_killed_worker_is_replaced_while_the_others_keep_serving(tines_server:
     assert victim not in pids and len(pids) == 2
     # Only requests in flight on the killed worker can fail: one per client at most.
     assert load.failed <= len(load.threads)
+
+
+def test_a_killed_worker_is_replaced_at_once_not_at_the_masters_next_periodic_check(tines_server: Any) -> None:
+    # The master's periodic check (every LOOP_TIMEOUT) is logged at debug: the replacement
+    # must be spawned while the master handles the CHLD, before it next sleeps that long.
+    server = tines_server(HELLO, "-w", "1", "--log-level", "debug")
+    victim = server.worker_pids()[0]
+    os.kill(victim, signal.SIGKILL)
+    server.wait_for_log(r"ready in [0-9.]+ ms", count=2)
+    log = server.log_text()
+    killed = log.index(f"worker {victim} (slot 0) was killed by signal SIGKILL")
+    spawned = re.compile(r"spawned worker (\d+)").search(log, killed)
+    assert spawned is not None, log
+    assert "periodic check" not in log[killed:spawned.start()], log[killed:]
+    assert server.worker_pids() == [int(spawned.group(1))]
+    server.wait_for_log(r"periodic check: no signal or message")  # the marker is real
 
 
 def test_a_segfault_in_the_app_kills_one_worker_which_is_replaced(tines_server: Any) -> None:
