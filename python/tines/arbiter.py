@@ -40,7 +40,13 @@ LOOP_TIMEOUT = 1.0
 
 BACKOFF_START = 0.1
 BACKOFF_MAX = 5.0
-"""Respawn delay after a worker died before ready: 0.1 s, doubling, at most 5 s."""
+"""Respawn delay after a worker died before ready, and after the second and later crashes of
+ready workers within CRASH_WINDOW: 0.1 s, doubling, at most 5 s."""
+
+CRASH_WINDOW = 10.0
+"""Crashes of ready workers this recent (seconds) count toward the crash backoff. An app that
+crashes a worker now and then gets every replacement at once; one that crashes workers on
+every request (a crash loop after ready) gets its respawns slowed to about one per 5 s."""
 
 QUICK_STOP_WAIT = 2.0
 """How long INT/QUIT waits for workers before SIGKILL (or graceful_timeout if shorter)."""
@@ -87,6 +93,7 @@ class Arbiter:
         self.ever_ready = False
         self.announced = False
         self.boot_failures = 0
+        self.crash_times: deque[float] = deque()
         self.next_spawn = 0.0
         self.notify_buffer = bytearray()
         self.warned_threads = False
@@ -355,6 +362,11 @@ class Arbiter:
                 return
             if pid == 0:
                 return
+            known = self.workers.get(pid)
+            if known is not None and not known.ready and not known.stopping:
+                # A worker can say ready, serve and die between two turns of the loop: its
+                # ready message is in the pipe before its death, so read it before judging.
+                self.read_notifications()
             worker = self.workers.pop(pid, None)
             if worker is None:
                 continue
@@ -362,6 +374,8 @@ class Arbiter:
             self.log_exit(worker, status)
             if not worker.ready and not worker.stopping:
                 self.on_death_before_ready(worker, status)
+            elif not worker.stopping and self.crashed(status):
+                self.on_crash_after_ready()
 
     def log_exit(self, worker: Worker, status: int) -> None:
         """One line saying how a worker ended."""
@@ -374,6 +388,27 @@ class Arbiter:
             expected = worker.stopping or code == 0
             (log.info if expected else log.error)(
                 "worker %d (slot %d) exited with code %d", worker.pid, worker.slot, code)
+
+    @staticmethod
+    def crashed(status: int) -> bool:
+        """A death by signal or a non-zero exit. A worker that stops on its own for a reason
+        (max_requests, the master gone) exits 0; one the master stopped is ``stopping``."""
+        return os.WIFSIGNALED(status) or (os.WIFEXITED(status) and os.WEXITSTATUS(status) != 0)
+
+    def on_crash_after_ready(self) -> None:
+        """The crash backoff: the first crash in CRASH_WINDOW is replaced at once, each
+        further one delays the next start (0.1 s doubling up to 5 s); the rate is logged."""
+        now = time.monotonic()
+        while self.crash_times and self.crash_times[0] <= now - CRASH_WINDOW:
+            self.crash_times.popleft()
+        self.crash_times.append(now)
+        crashes = len(self.crash_times)
+        if crashes == 1:
+            return
+        delay = min(BACKOFF_START * 2 ** (crashes - 2), BACKOFF_MAX)
+        self.next_spawn = max(self.next_spawn, now + delay)
+        log.warning("workers crashed after ready %d times in %.2f s: next start in %.1f s",
+                    crashes, now - self.crash_times[0], delay)
 
     def on_death_before_ready(self, worker: Worker, status: int) -> None:
         """The crash-loop guard: count deaths before ready, back off, give up at the limit."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import faulthandler
 import gc
 import os
 import random
@@ -181,6 +182,9 @@ def _serve(context: WorkerContext) -> int:
     for signum in RESET_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
+    # A segfault or a fatal error (in the app, a C extension or Rust) leaves the Python stack
+    # of every thread in the error log (fd 2) before the worker dies by the signal.
+    faulthandler.enable(file=sys.stderr, all_threads=True)
     for fd in context.close_in_child:
         try:
             os.close(fd)
