@@ -22,7 +22,12 @@ def run_worker(
     scoreboard: Scoreboard,
     slot: int,
     life_fd: int | None = None,
+    ready: tuple[int, bytes] | None = None,
 ) -> str: ...
+
+def check_worker_settings(settings: dict[str, object]) -> None:
+    """Convert ``settings`` as ``run_worker`` does; ValueError (naming the setting) if invalid."""
+    ...
 
 def bench(argv: list[str]) -> int:
     """Run ``tines bench`` (the Rust load generator) with ``argv``, GIL released; the exit status."""

@@ -40,7 +40,13 @@ LOOP_TIMEOUT = 1.0
 
 BACKOFF_START = 0.1
 BACKOFF_MAX = 5.0
-"""Respawn delay after a worker died before ready: 0.1 s, doubling, at most 5 s."""
+"""Respawn delay after a worker died before ready, and after the second and later crashes of
+ready workers within CRASH_WINDOW: 0.1 s, doubling, at most 5 s."""
+
+CRASH_WINDOW = 10.0
+"""Crashes of ready workers this recent (seconds) count toward the crash backoff. An app that
+crashes a worker now and then gets every replacement at once; one that crashes workers on
+every request (a crash loop after ready) gets its respawns slowed to about one per 5 s."""
 
 QUICK_STOP_WAIT = 2.0
 """How long INT/QUIT waits for workers before SIGKILL (or graceful_timeout if shorter)."""
@@ -87,10 +93,12 @@ class Arbiter:
         self.ever_ready = False
         self.announced = False
         self.boot_failures = 0
+        self.crash_times: deque[float] = deque()
         self.next_spawn = 0.0
         self.notify_buffer = bytearray()
         self.warned_threads = False
         self.scoreboard: object = None
+        self.worker_settings: dict[str, object] = {}
         self.wake_read = self.wake_write = -1
         self.notify_read = self.notify_write = -1
         self.life_read = self.life_write = -1
@@ -114,6 +122,8 @@ class Arbiter:
     def start(self) -> None:
         """Everything before the first fork."""
         cfg = self.cfg
+        # What every worker would fail on is checked once, here, with the workers' own code.
+        self.worker_settings = worker_process.worker_settings(cfg)
         if cfg.chdir:
             os.chdir(cfg.chdir)
         if cfg.umask is not None:
@@ -125,6 +135,7 @@ class Arbiter:
             # collector from touching (and so copying) them in the workers.
             gc.freeze()
         self.drop_privileges()
+        logs.check_access_log(cfg.access_log)  # as the user the workers run as
         import tines._core as _core
 
         self.scoreboard = _core.Scoreboard(max(self.num_workers * 2, self.num_workers + 8))
@@ -163,13 +174,19 @@ class Arbiter:
     # ----- the loop --------------------------------------------------------------------------
 
     def loop(self) -> int:
-        """Act on queued signals and worker messages; keep the worker count right."""
+        """Act on queued signals and worker messages; keep the worker count right.
+
+        Each turn handles the signals (a CHLD reaps), then the messages, then spawns what is
+        missing, and only then sleeps: a dead worker is replaced in the turn that reaps it.
+        """
         try:
             self.manage_workers()
             while True:
+                timeout = self.loop_timeout()
+                if not self.sleep(timeout) and timeout == LOOP_TIMEOUT:
+                    log.debug("periodic check: no signal or message for %.1f s", timeout)
                 while self.signals:
                     self.dispatch(self.signals.popleft())
-                self.sleep(self.loop_timeout())
                 self.read_notifications()
                 self.manage_workers()
         except Stop as stop:
@@ -181,25 +198,30 @@ class Arbiter:
         getattr(self, f"handle_{name}")()
 
     def loop_timeout(self) -> float:
-        """Sleep until the next due respawn, at most LOOP_TIMEOUT."""
-        if len(self.live_workers()) < self.num_workers and self.next_spawn:
-            return max(0.0, min(LOOP_TIMEOUT, self.next_spawn - time.monotonic()))
+        """Sleep until the next delayed (backed-off) spawn is due, at most LOOP_TIMEOUT."""
+        wait = self.next_spawn - time.monotonic()
+        if len(self.live_workers()) < self.num_workers and wait > 0:
+            return min(LOOP_TIMEOUT, wait)
         return LOOP_TIMEOUT
 
-    def sleep(self, timeout: float) -> None:
-        """Wait for a signal (wake-up fd) or a worker message, at most ``timeout``."""
+    def sleep(self, timeout: float) -> bool:
+        """Wait for a signal (wake-up fd) or a worker message, at most ``timeout``; False when
+        the whole timeout passed with neither."""
         if self.signals:
-            return
+            return True
         try:
             ready, _, _ = select.select([self.wake_read, self.notify_read], [], [], timeout)
         except InterruptedError:
-            return
+            return True
+        if not ready:
+            return False
         if self.wake_read in ready:
             try:
                 while os.read(self.wake_read, 4096):
                     pass
             except BlockingIOError:
                 pass
+        return True
 
     def read_notifications(self) -> None:
         """Handle every complete ready / boot_error message from the workers."""
@@ -293,7 +315,7 @@ class Arbiter:
             listeners=[listener.fileno() for listener in self.listeners],
             scoreboard=self.scoreboard, life_read=self.life_read, notify_write=self.notify_write,
             close_in_child=[self.life_write, self.notify_read, self.wake_read, self.wake_write],
-            master_pid=self.pid, app=self.app,
+            master_pid=self.pid, app=self.app, settings=self.worker_settings,
         )
         pid = os.fork()
         if pid == 0:
@@ -340,6 +362,11 @@ class Arbiter:
                 return
             if pid == 0:
                 return
+            known = self.workers.get(pid)
+            if known is not None and not known.ready and not known.stopping:
+                # A worker can say ready, serve and die between two turns of the loop: its
+                # ready message is in the pipe before its death, so read it before judging.
+                self.read_notifications()
             worker = self.workers.pop(pid, None)
             if worker is None:
                 continue
@@ -347,6 +374,8 @@ class Arbiter:
             self.log_exit(worker, status)
             if not worker.ready and not worker.stopping:
                 self.on_death_before_ready(worker, status)
+            elif not worker.stopping and self.crashed(status):
+                self.on_crash_after_ready()
 
     def log_exit(self, worker: Worker, status: int) -> None:
         """One line saying how a worker ended."""
@@ -359,6 +388,27 @@ class Arbiter:
             expected = worker.stopping or code == 0
             (log.info if expected else log.error)(
                 "worker %d (slot %d) exited with code %d", worker.pid, worker.slot, code)
+
+    @staticmethod
+    def crashed(status: int) -> bool:
+        """A death by signal or a non-zero exit. A worker that stops on its own for a reason
+        (max_requests, the master gone) exits 0; one the master stopped is ``stopping``."""
+        return os.WIFSIGNALED(status) or (os.WIFEXITED(status) and os.WEXITSTATUS(status) != 0)
+
+    def on_crash_after_ready(self) -> None:
+        """The crash backoff: the first crash in CRASH_WINDOW is replaced at once, each
+        further one delays the next start (0.1 s doubling up to 5 s); the rate is logged."""
+        now = time.monotonic()
+        while self.crash_times and self.crash_times[0] <= now - CRASH_WINDOW:
+            self.crash_times.popleft()
+        self.crash_times.append(now)
+        crashes = len(self.crash_times)
+        if crashes == 1:
+            return
+        delay = min(BACKOFF_START * 2 ** (crashes - 2), BACKOFF_MAX)
+        self.next_spawn = max(self.next_spawn, now + delay)
+        log.warning("workers crashed after ready %d times in %.2f s: next start in %.1f s",
+                    crashes, now - self.crash_times[0], delay)
 
     def on_death_before_ready(self, worker: Worker, status: int) -> None:
         """The crash-loop guard: count deaths before ready, back off, give up at the limit."""

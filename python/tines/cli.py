@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from tines import __version__
-from tines.config import SECTIONS, SETTINGS, Config, format_value, load
+from tines.config import SECTIONS, SETTINGS, Config, environment_warnings, format_value, load
 from tines.errors import AppLoadError, ConfigError
 
 EXIT_USAGE = 2
@@ -93,10 +94,15 @@ def build_parser() -> ArgumentParser:
     check = commands.add_parser(
         "check-config", help="print every resolved setting and where it came from",
         allow_abbrev=False,
-        description="Resolve the settings as 'serve' would, print each one with its value and "
-                    "source, and exit 0; exit 2 with the error when the config is invalid.")
+        description="Resolve the settings as 'serve' would, check the worker settings with the "
+                    "workers' own conversion, print each one with its value and source, and "
+                    "exit 0; exit 2 with the error when the config is invalid. With "
+                    "--check-app, also import the app as a worker would.")
     check.add_argument("app", nargs="?", metavar="APP", default=argparse.SUPPRESS,
                        help=f"the WSGI app: {APP_FORMS}")
+    check.add_argument("--check-app", action="store_true",
+                       help="also import APP (running its import-time code), as a worker would, "
+                            "so a deploy can be checked before it runs")
     _add_settings(check)
 
     # Listed for --help only: main() hands `bench` argv to Rust before argparse sees it.
@@ -140,6 +146,29 @@ def format_table(cfg: Config) -> str:
                    for name, value, source in rows)
 
 
+def check_config(cfg: Config, check_app: bool) -> None:
+    """What ``serve`` would refuse before forking: worker settings (the workers' own
+    conversion) and, with ``check_app``, the app itself (imported from ``chdir`` as the
+    workers do; a traceback from the app's code goes to stderr before the error line)."""
+    from tines.worker import worker_settings
+
+    worker_settings(cfg)
+    if not check_app:
+        return
+    if cfg.app is None:
+        raise ConfigError(f"--check-app needs APP ({APP_FORMS})")
+    from tines.app_loader import load_app
+
+    if cfg.chdir:
+        os.chdir(cfg.chdir)
+    try:
+        load_app(cfg.app, cfg.factory)
+    except AppLoadError as error:
+        if error.traceback:
+            sys.stderr.write(error.traceback)
+        raise
+
+
 def serve(cfg: Config) -> int:
     """Run the arbiter until it stops; its return value is the exit status."""
     if cfg.app is None:
@@ -160,9 +189,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(_unknown_message(unknown))
     if arguments.command is None:
         parser.error("missing COMMAND (serve, check-config or bench); see tines --help")
+    for warning in environment_warnings():
+        print(f"tines: warning: {warning}", file=sys.stderr)
     try:
         cfg = load(arguments)
         if arguments.command == "check-config":
+            check_config(cfg, arguments.check_app)
             sys.stdout.write(format_table(cfg))
             return 0
         return serve(cfg)

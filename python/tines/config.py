@@ -84,6 +84,27 @@ def optional_non_negative_int(raw: object) -> int | None:
     return _integer(raw, 0, "must be an integer >= 0")
 
 
+MINIMAL_REQUEST = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+"""The smallest valid HTTP/1.1 request (HTTP/1.1 requires Host, RFC 9112 section 3.2): a
+``max_head_size`` below its length would answer every request 431, a ``max_request_line``
+below its first line's length every request 414."""
+
+MINIMAL_REQUEST_LINE = MINIMAL_REQUEST.split(b"\r\n", 1)[0]
+
+
+def head_size(raw: object) -> int:
+    """A size in bytes that can hold the smallest valid HTTP/1.1 request head."""
+    return _integer(raw, len(MINIMAL_REQUEST),
+                    f"must be at least {len(MINIMAL_REQUEST)} (the smallest valid HTTP/1.1 request)")
+
+
+def request_line_size(raw: object) -> int:
+    """A size in bytes that can hold the smallest request line."""
+    return _integer(raw, len(MINIMAL_REQUEST_LINE),
+                    f"must be at least {len(MINIMAL_REQUEST_LINE)} (the smallest request line, "
+                    f"{MINIMAL_REQUEST_LINE.decode()!r})")
+
+
 def _seconds(raw: object, allow_zero: bool) -> float:
     expected = "must be a number of seconds >= 0" if allow_zero else "must be a number of seconds > 0"
     if isinstance(raw, bool):
@@ -391,12 +412,12 @@ _REGISTRY = (
     Setting("graceful_timeout", "Timeouts", "Seconds the master waits for workers to finish in-flight requests on stop or reload before killing them.",
             positive_seconds, 30.0, ("--graceful-timeout",), "SECONDS"),
     # Limits
-    Setting("max_request_line", "Limits", "Longest request line (method, target, version), in bytes.",
-            positive_int, 8190, ("--max-request-line",), "BYTES", worker=True),
+    Setting("max_request_line", "Limits", "Longest request line (method, target, version), in bytes; at least 14, the length of `GET / HTTP/1.1`.",
+            request_line_size, 8190, ("--max-request-line",), "BYTES", worker=True),
     Setting("max_headers", "Limits", "Most header fields in one request.",
             positive_int, 100, ("--max-headers",), "N", worker=True),
-    Setting("max_head_size", "Limits", "Largest request head (request line and headers), in bytes.",
-            positive_int, 32768, ("--max-head-size",), "BYTES", worker=True),
+    Setting("max_head_size", "Limits", "Largest request head (request line and headers), in bytes; at least 27, the size of the smallest valid HTTP/1.1 request (`GET / HTTP/1.1`, `Host: a` and the blank line).",
+            head_size, 32768, ("--max-head-size",), "BYTES", worker=True),
     Setting("max_body_size", "Limits", "Largest request body, in bytes: a larger Content-Length gets 413 before the app runs. A chunked body's size is known only as it is read: once it grows past the limit, the app's read of `wsgi.input` raises `OSError`; if the app lets that propagate, Tines answers 413, but an app or framework that catches it answers with its own status, and that stands (Flask answers 500). 0 means no limit. Bodies stream through `wsgi.input`, so this bounds what one request may send, not memory.",
             non_negative_int, 104857600, ("--max-body-size",), "BYTES", worker=True, default_text="104857600 (100 MiB)"),
     Setting("max_request_buffer", "Limits", "`event` MPM: a request body with a Content-Length up to this many bytes is read by the loop thread before the app runs, so a slow upload holds no app thread; larger bodies (and chunked ones, and `Expect: 100-continue`) stream through `wsgi.input` on the app thread. 0 turns reading ahead off.",
@@ -522,7 +543,8 @@ def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
     config file path; a key that is present counts as given. An ``argparse.Namespace`` may be
     passed: its attributes that are not settings (``command`` ...) are ignored, so parsers must
     leave flags that were not given out of it (``default=argparse.SUPPRESS``).
-    ``environ`` defaults to ``os.environ``; unknown ``TINES_*`` variables are ignored.
+    ``environ`` defaults to ``os.environ``; unknown ``TINES_*`` variables are ignored (the CLI
+    warns about them, see ``environment_warnings``).
 
     The config file is ``overrides["config"]``, else ``$TINES_CONFIG``, else ``./tines.toml``
     when it exists. Every value from every source is validated, even one a higher source
@@ -609,6 +631,25 @@ def _read_config_file(path: str) -> dict[str, object]:
     return table
 
 
+def environment_warnings(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One warning per ``TINES_*`` variable that names no setting, with the closest name.
+
+    A warning, not an error (unlike an unknown key in the config file, which is Tines' own): the
+    environment is shared with other programs and shells, and a variable that merely shares the
+    prefix must not stop a server from starting. ``load`` ignores these variables.
+    """
+    environ = os.environ if environ is None else environ
+    known = {setting.env for setting in SETTINGS.values()} | {CONFIG_ENV}
+    warnings = []
+    for name in sorted(environ):
+        if not name.startswith("TINES_") or name in known:
+            continue
+        matches = difflib.get_close_matches(name.upper(), sorted(known), n=1)
+        hint = f" (did you mean {matches[0]}?)" if matches else ""
+        warnings.append(f"unknown environment variable {name} ignored{hint}")
+    return warnings
+
+
 def _suggestion(name: str) -> str:
     """`` (did you mean 'x'?)`` for the closest setting name, or an empty string."""
     normalized = name.strip().lower().replace("-", "_").removeprefix("tines_")
@@ -684,14 +725,18 @@ def render_markdown() -> str:
         "When a setting is given in several places, the **command line wins over the environment,",
         "which wins over the config file, which wins over the default**. Each value is validated",
         "wherever it comes from, even when a higher source overrides it.",
-        "`tines check-config` prints every setting, its value and where it came from.",
+        "`tines check-config` prints every setting, its value and where it came from, after",
+        "checking the worker settings with the workers' own conversion (timeouts are at most",
+        "1000000000 seconds); `--check-app` also imports the app. `tines serve` makes the same",
+        "checks, and opens the log files, before it starts any worker.",
         "",
         "## Where settings come from",
         "",
         "- **Command line**: the flags below. `tines serve --help` lists them.",
         "- **Environment**: `TINES_` followed by the name in upper case (`TINES_WORKERS=4`).",
         "  On/off settings take `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`. List settings take",
-        "  comma-separated values. Unknown `TINES_*` variables are ignored.",
+        "  comma-separated values. An unknown `TINES_*` variable is ignored with a warning on",
+        "  stderr (not an error: other programs share the environment).",
         f"- **Config file**: a TOML file with the settings as top-level keys. It is the file given by",
         f"  `-c/--config PATH`, else by `{CONFIG_ENV}`, else `./{DEFAULT_CONFIG_FILE}` when it exists.",
         "  List settings take a TOML array or a comma-separated string. An unknown key is an error.",

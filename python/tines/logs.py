@@ -16,6 +16,8 @@ import os
 import sys
 import time
 
+from tines.errors import ConfigError
+
 FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s"
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S +0000"
 
@@ -28,8 +30,26 @@ class _UTCFormatter(logging.Formatter):
     converter = time.gmtime  # type: ignore[assignment]
 
 
+def open_for_append(path: str, what: str) -> int:
+    """Open (creating) a log file for appending; its fd. ConfigError (one line) if it cannot be.
+
+    ``what`` names the setting in the message (``error log``, ``access log``).
+    """
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        raise ConfigError(f"cannot open {what} {path!r}: [Errno {error.errno}] {error.strerror}") from None
+
+
+def check_access_log(path: str | None) -> None:
+    """Open the access log file once, as each worker will (Rust opens it again by path), so a
+    path no worker could open stops the start with one line instead of failing every worker."""
+    if path is not None and path != "-":
+        os.close(open_for_append(path, "access log"))
+
+
 def _point_stderr_at(path: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = open_for_append(path, "error log")
     try:
         sys.stderr.flush()
         os.dup2(fd, 2)
@@ -38,7 +58,10 @@ def _point_stderr_at(path: str) -> None:
 
 
 def configure(error_log: str, level: str) -> None:
-    """Send Tines' log records to fd 2 (after pointing it at ``error_log`` unless it is "-")."""
+    """Send Tines' log records to fd 2 (after pointing it at ``error_log`` unless it is "-").
+
+    Raises ConfigError when the error log file cannot be opened.
+    """
     if error_log != "-":
         _point_stderr_at(error_log)
     logger = logging.getLogger(LOGGER_NAME)

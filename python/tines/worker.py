@@ -1,9 +1,11 @@
 """What a worker process does between ``os.fork()`` and the Rust MPM loop.
 
-Owns: the child side of the fork (signal reset, closing the master's fds, the parent-death
-signal), loading the app, telling the master ``ready`` or ``boot_error`` through the notify
-pipe, and handing over to ``tines._core.run_worker``. It never returns into the master's code:
-the process ends with ``os._exit``.
+Owns: the worker settings handed to Rust (``worker_settings``, which the master checks before
+its first fork with the same conversion the worker runs), the child side of the fork (signal
+reset, closing the master's fds, the parent-death signal), loading the app, telling the master
+``boot_error`` through the notify pipe, and handing over to ``tines._core.run_worker``, which
+writes the ``ready`` message once its set-up is complete. It never returns into the master's
+code: the process ends with ``os._exit``.
 
 Notify-pipe messages (one ``write`` each, at most PIPE_BUF = 4096 bytes, so atomic):
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import faulthandler
 import gc
 import os
 import random
@@ -30,7 +33,7 @@ from typing import Any, NoReturn
 from tines import logs
 from tines.app_loader import load_app
 from tines.config import Config
-from tines.errors import AppLoadError
+from tines.errors import AppLoadError, ConfigError
 
 READY = b"R"
 BOOT_ERROR = b"E"
@@ -67,6 +70,26 @@ class WorkerContext:
     master_pid: int
     app: Callable[..., object] | None
     """The preloaded app, or None to load it in the worker."""
+    settings: dict[str, object]
+    """The worker settings for ``tines._core.run_worker`` (from ``worker_settings``)."""
+
+
+def worker_settings(cfg: Config) -> dict[str, object]:
+    """The settings dict ``tines._core.run_worker`` takes, checked by the conversion it runs.
+
+    Raises ConfigError (one line naming the setting) for a value no worker could run with, such
+    as a timeout too long for the clock, so the master stops before forking rather than every
+    worker failing after it.
+    """
+    import tines._core as _core
+
+    settings = cfg.worker_settings()
+    settings["workers"] = cfg.workers
+    try:
+        _core.check_worker_settings(settings)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    return settings
 
 
 def encode_ready(pid: int, slot: int) -> bytes:
@@ -159,6 +182,9 @@ def _serve(context: WorkerContext) -> int:
     for signum in RESET_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
+    # A segfault or a fatal error (in the app, a C extension or Rust) leaves the Python stack
+    # of every thread in the error log (fd 2) before the worker dies by the signal.
+    faulthandler.enable(file=sys.stderr, all_threads=True)
     for fd in context.close_in_child:
         try:
             os.close(fd)
@@ -185,13 +211,12 @@ def _serve(context: WorkerContext) -> int:
             return EXIT_BOOT_ERROR
         # What the app allocated at import time is long-lived: keep the collector off it.
         gc.freeze()
-    settings = context.cfg.worker_settings()
-    settings["workers"] = context.cfg.workers
     _raise_open_files_limit()
-    _write(context.notify_write, encode_ready(pid, context.slot))
     import tines._core as _core
 
-    reason = _core.run_worker(app, settings, context.listeners, context.scoreboard, context.slot,
-                              context.life_read)
+    # Rust writes the ready message once the access log is open and the app threads started.
+    reason = _core.run_worker(app, context.settings, context.listeners, context.scoreboard,
+                              context.slot, context.life_read,
+                              (context.notify_write, encode_ready(pid, context.slot)))
     log.debug("worker %d (slot %d) stopped: %s", pid, context.slot, reason)
     return 0

@@ -1,6 +1,7 @@
 //! Reads the worker settings dict (built by `tines.config`, the one registry of settings)
 //! into the server's typed `WorkerConfig`. Every key is required: defaults live in the
-//! registry only.
+//! registry only. The master runs the same conversion before its first fork
+//! (`check_worker_settings`), so a value a worker cannot use stops the start with one line.
 
 use std::time::Duration;
 
@@ -20,10 +21,27 @@ fn get<'py, T: FromPyObjectOwned<'py>>(settings: &Bound<'py, PyDict>, key: &str)
     })
 }
 
+/// The longest timeout accepted, in seconds (about 31.7 years). Deadlines are computed as
+/// `Instant::now() + timeout` (plus rate extensions), which panics on overflow; a billion
+/// seconds leaves the clock room on any system and is longer than any meaningful timeout.
+pub const MAX_TIMEOUT_SECONDS: f64 = 1e9;
+
 fn seconds(settings: &Bound<'_, PyDict>, key: &str) -> PyResult<Duration> {
     let value: f64 = get(settings, key)?;
+    if !(0.0..=MAX_TIMEOUT_SECONDS).contains(&value) {
+        return Err(PyValueError::new_err(format!(
+            "{key} must be a number of seconds from 0 to {MAX_TIMEOUT_SECONDS:.0}, got {value:e}"
+        )));
+    }
     Duration::try_from_secs_f64(value)
-        .map_err(|_| PyValueError::new_err(format!("worker setting '{key}' must be >= 0 seconds")))
+        .map_err(|err| PyValueError::new_err(format!("{key}: {err}, got {value:e}")))
+}
+
+/// Converts the settings dict as `run_worker` will, and raises ValueError (naming the
+/// setting) when a worker could not run with it. The master calls it before forking.
+#[pyfunction]
+pub fn check_worker_settings(settings: &Bound<'_, PyDict>) -> PyResult<()> {
+    worker_config(settings).map(|_| ())
 }
 
 /// Builds the worker's configuration from the settings dict.

@@ -15,8 +15,13 @@ use crate::wsgi::WsgiApp;
 
 /// Runs the MPM named by `settings["mpm"]` until the worker is told to stop; returns why it
 /// stopped: "graceful", "quick", "master_gone" or "max_requests".
+///
+/// `ready` is `(fd, message)`: once the worker's whole set-up is done (access log open, app
+/// threads started, loop about to serve), `message` is written to `fd` in one `write` (the
+/// master's notify pipe; the message is at most PIPE_BUF bytes, so the write is atomic).
 #[pyfunction]
-#[pyo3(signature = (app, settings, listeners, scoreboard, slot, life_fd=None))]
+#[pyo3(signature = (app, settings, listeners, scoreboard, slot, life_fd=None, ready=None))]
+#[allow(clippy::too_many_arguments)]
 pub fn run_worker(
     py: Python<'_>,
     app: Py<PyAny>,
@@ -25,6 +30,7 @@ pub fn run_worker(
     scoreboard: &Bound<'_, PyScoreboard>,
     slot: usize,
     life_fd: Option<i32>,
+    ready: Option<(i32, Vec<u8>)>,
 ) -> PyResult<&'static str> {
     let config = worker_config(settings)?;
     let wsgi = WsgiApp::new(py, app, settings, &config)?;
@@ -34,10 +40,26 @@ pub fn run_worker(
         scoreboard: Arc::clone(&scoreboard.get().inner),
         slot,
         life_fd,
+        on_ready: ready.map(|(fd, message)| -> tines_server::worker::ReadyHook {
+            Box::new(move || write_message(fd, &message))
+        }),
     };
     let app: Arc<dyn tines_server::App> = Arc::new(wsgi);
     let result = py.detach(move || run(app, spec));
     result
         .map(|reason| reason.name())
         .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))
+}
+
+/// Writes `message` to `fd` once, ignoring failure (a gone master ends the worker through
+/// the life pipe).
+fn write_message(fd: i32, message: &[u8]) {
+    loop {
+        // SAFETY: `message` is a valid buffer of `message.len()` bytes for the whole call.
+        let written = unsafe { libc::write(fd, message.as_ptr().cast(), message.len()) };
+        if written >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+        {
+            return;
+        }
+    }
 }

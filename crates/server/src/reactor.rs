@@ -251,6 +251,8 @@ impl Reactor {
             self.poller
                 .register(fd, Token(WAKER_TOKEN), Trigger::Level)?;
         }
+        // Every MPM starts its app threads before its loop: the set-up is complete.
+        self.shared.announce_ready();
         loop {
             if let Some(reason) = self.stop {
                 if reason == StopReason::Quick || (self.open == 0 && driver.in_flight() == 0) {

@@ -4,7 +4,7 @@
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::access_log::AccessLog;
 use crate::config::{Mpm, WorkerConfig};
@@ -27,6 +27,8 @@ pub struct WorkerShared {
     recycle: AtomicBool,
     /// Requests left before recycling (`u64::MAX` when `max_requests` is off).
     budget: AtomicU64,
+    /// Called once, when the worker's set-up is complete (see [`WorkerSpec::on_ready`]).
+    on_ready: Mutex<Option<ReadyHook>>,
 }
 
 impl WorkerShared {
@@ -47,6 +49,20 @@ impl WorkerShared {
             stopping: AtomicBool::new(false),
             recycle: AtomicBool::new(false),
             budget: AtomicU64::new(budget),
+            on_ready: Mutex::new(None),
+        }
+    }
+
+    /// Runs the ready hook, the first time only: the MPM calls this when its loop starts,
+    /// after the listeners, the signal control, the access log and the app threads are set up.
+    pub(crate) fn announce_ready(&self) {
+        let hook = self
+            .on_ready
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .take();
+        if let Some(hook) = hook {
+            hook();
         }
     }
 
@@ -124,6 +140,9 @@ fn random_below(bound: u64) -> u64 {
     value % (bound + 1)
 }
 
+/// What a worker runs once it can serve (e.g. telling its master it is ready).
+pub type ReadyHook = Box<dyn FnOnce() + Send>;
+
 /// Everything a worker needs to run.
 pub struct WorkerSpec {
     /// The settings.
@@ -136,6 +155,9 @@ pub struct WorkerSpec {
     pub slot: usize,
     /// Read end of the master's life pipe.
     pub life_fd: Option<RawFd>,
+    /// Called once when the whole set-up is done and the loop is about to serve; a set-up
+    /// failure returns an error from [`run_worker`] without calling it.
+    pub on_ready: Option<ReadyHook>,
 }
 
 /// Runs the worker until it is told to stop; returns why it stopped.
@@ -175,14 +197,16 @@ pub fn run_worker(app: Arc<dyn App>, spec: WorkerSpec) -> io::Result<StopReason>
         .iter()
         .map(|listener| listener.local.clone())
         .collect();
-    let shared = Arc::new(WorkerShared::new(
+    let mut shared = WorkerShared::new(
         spec.config,
         locals,
         access_log,
         spec.scoreboard,
         spec.slot,
         budget,
-    ));
+    );
+    shared.on_ready = Mutex::new(spec.on_ready);
+    let shared = Arc::new(shared);
     shared
         .slot()
         .state

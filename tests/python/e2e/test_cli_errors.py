@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,3 +84,94 @@ def test_port_in_use() -> None:
         port = taken.getsockname()[1]
         result = tines("serve", "-b", f"127.0.0.1:{port}", "examples/hello.py:app")
     assert_one_line_error(result, f"cannot bind 127.0.0.1:{port}", "Address already in use")
+
+
+def serve_refused(*args: str) -> subprocess.CompletedProcess[str]:
+    """``tines serve`` with --ready-fd; fails the test if the master announces ready (a setting
+    that breaks every worker must stop the start, not be found after it)."""
+    read_fd, write_fd = os.pipe()
+    env = {"PYTHONPATH": str(APPS), "PATH": "/usr/bin:/bin"}
+    command = [sys.executable, "-m", "tines", "serve", "-b", "127.0.0.1:0", "-w", "1",
+               "--ready-fd", str(write_fd), *args, "examples/hello.py:app"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, pass_fds=(write_fd,),
+                            start_new_session=True)
+    os.close(write_fd)
+    try:
+        with os.fdopen(read_fd, "rb") as ready:
+            announced = ready.readline()  # EOF when the master exits without announcing
+        if announced:
+            os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert not announced, f"the master announced ready with {args}: {announced!r}"
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--keepalive-timeout", "1e308"),
+    ("--body-timeout", "1e20"),
+    ("--send-timeout", "1e20"),
+    ("--header-timeout", "1e308"),
+    ("--header-timeout-max", "1e308"),
+    ("--send-timeout", "1e19"),
+])
+def test_a_timeout_too_long_for_the_clock_stops_the_start(flag: str, value: str) -> None:
+    setting = flag[2:].replace("-", "_")
+    assert_one_line_error(serve_refused(flag, value), setting, "seconds from 0 to 1000000000")
+
+
+def test_an_access_log_in_a_missing_directory_stops_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "missing" / "access.log"
+    assert_one_line_error(serve_refused("--access-log", str(path)),
+                          f"cannot open access log '{path}'", "No such file or directory")
+
+
+def test_an_error_log_in_a_missing_directory_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "missing" / "error.log"
+    result = serve_refused("--error-log", str(path))
+    assert_one_line_error(result, f"cannot open error log '{path}'", "No such file or directory")
+    assert "Traceback" not in result.stderr
+
+
+def test_a_head_size_no_request_fits_in_is_refused() -> None:
+    assert_one_line_error(tines("serve", "--max-head-size", "10", "examples/hello.py:app"),
+                          "max_head_size must be at least 27", "got '10'")
+
+
+def test_the_smallest_valid_request_is_served_at_the_smallest_limits(tines_server: Any) -> None:
+    server = tines_server("examples/hello.py:app", "-w", "1", "--max-head-size", "27",
+                          "--max-request-line", "14")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as client:
+        client.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert client.recv(4096).startswith(b"HTTP/1.1 200 ")
+        client.sendall(b"GET / HTTP/1.1\r\nHost: ab\r\n\r\n")  # one byte more than allowed
+        assert client.recv(4096).startswith(b"HTTP/1.1 431 ")
+
+
+def test_check_config_refuses_what_every_worker_would_fail_on() -> None:
+    assert_one_line_error(tines("check-config", "--header-timeout", "1e308", "examples/hello.py:app"),
+                          "header_timeout must be a number of seconds from 0 to 1000000000")
+
+
+def test_check_config_with_check_app_imports_the_app() -> None:
+    good = tines("check-config", "--check-app", "examples/hello.py:app")
+    assert good.returncode == 0, good.stderr
+    assert "app" in good.stdout
+    bad = tines("check-config", "--check-app", "broken_import:app")
+    assert_one_line_error(bad, "ZeroDivisionError")
+    assert "Traceback" in bad.stderr
+    assert bad.stdout == ""
+    assert_one_line_error(tines("check-config", "--check-app", "examples/hello.py:nothing"), "nothing")
+
+
+def test_check_config_without_check_app_does_not_import_the_app() -> None:
+    result = tines("check-config", "broken_import:app")
+    assert result.returncode == 0, result.stderr
+
+
+def test_check_app_needs_an_app() -> None:
+    assert_one_line_error(tines("check-config", "--check-app"), "--check-app needs APP")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import http.client
 import os
+import re
 import signal
 import socket
 import threading
@@ -91,6 +92,22 @@ def test_a_killed_worker_is_replaced_while_the_others_keep_serving(tines_server:
     assert load.failed <= len(load.threads)
 
 
+def test_a_killed_worker_is_replaced_at_once_not_at_the_masters_next_periodic_check(tines_server: Any) -> None:
+    # The master's periodic check (every LOOP_TIMEOUT) is logged at debug: the replacement
+    # must be spawned while the master handles the CHLD, before it next sleeps that long.
+    server = tines_server(HELLO, "-w", "1", "--log-level", "debug")
+    victim = server.worker_pids()[0]
+    os.kill(victim, signal.SIGKILL)
+    server.wait_for_log(r"ready in [0-9.]+ ms", count=2)
+    log = server.log_text()
+    killed = log.index(f"worker {victim} (slot 0) was killed by signal SIGKILL")
+    spawned = re.compile(r"spawned worker (\d+)").search(log, killed)
+    assert spawned is not None, log
+    assert "periodic check" not in log[killed:spawned.start()], log[killed:]
+    assert server.worker_pids() == [int(spawned.group(1))]
+    server.wait_for_log(r"periodic check: no signal or message")  # the marker is real
+
+
 def test_a_segfault_in_the_app_kills_one_worker_which_is_replaced(tines_server: Any) -> None:
     server = tines_server("crashy:app", "-w", "2")
     with pytest.raises((http.client.HTTPException, OSError)):
@@ -98,6 +115,58 @@ def test_a_segfault_in_the_app_kills_one_worker_which_is_replaced(tines_server: 
     server.wait_for_log(r"was killed by signal SIGSEGV")
     server.wait_for_log(r"ready in [0-9.]+ ms", count=3)
     assert get(server.port, "/pid")[0] == 200
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "thread"])
+def test_a_segfault_leaves_the_python_stack_of_every_thread_in_the_error_log(
+        tines_server: Any, tmp_path: Path, mpm: str) -> None:
+    error_log = tmp_path / "error.log"
+    server = tines_server("crashy:app", "-w", "1", "--mpm", mpm, "--error-log", str(error_log))
+    with pytest.raises((http.client.HTTPException, OSError)):
+        get(server.port, "/segv")
+    wait_until(lambda: "was killed by signal SIGSEGV" in error_log.read_text(), what="the SIGSEGV")
+    text = error_log.read_text()
+    fatal = text.index("Fatal Python error: Segmentation fault")
+    stack = text[fatal:text.index("was killed by signal SIGSEGV")]
+    assert re.search(r"(Current thread|Thread) 0x[0-9a-f]+ .*\(most recent call first\)", stack), stack
+    assert re.search(r'crashy\.py", line \d+ in app', stack), stack
+
+
+def test_workers_that_crash_after_ready_are_replaced_at_first_then_with_a_growing_delay(
+        tines_server: Any) -> None:
+    server = tines_server("crashy:app", "-w", "2", "--log-level", "debug")
+    crashes = 6
+    for _ in range(crashes):  # each one is taken by a live worker, which dies
+        with pytest.raises((http.client.HTTPException, OSError)):
+            get(server.port, "/exit")
+    server.wait_for_log(r"exited with code 7", count=crashes)
+    assert get(server.port, "/pid")[0] == 200  # a normal request still gets served
+    log = server.log_text()
+    backoffs = re.findall(r"workers crashed after ready (\d+) times in [0-9.]+ s: "
+                          r"next start in ([0-9.]+) s", log)
+    assert [(int(count), float(delay)) for count, delay in backoffs] == [
+        (2, 0.1), (3, 0.2), (4, 0.4), (5, 0.8), (6, 1.6)], log
+    # The first replacement is not delayed: spawned before any backoff or periodic check.
+    first = log.index("exited with code 7")
+    spawned = re.compile(r"spawned worker \d+").search(log, first)
+    assert spawned is not None
+    assert "next start in" not in log[first:spawned.start()]
+    assert "periodic check" not in log[first:spawned.start()]
+    # One spawn per crash, no more: every crash was taken by a ready worker.
+    server.wait_for_log(r"spawned worker \d+", count=2 + crashes)
+    assert len(re.findall(r"spawned worker \d+", server.log_text())) == 2 + crashes
+
+
+def test_exits_the_master_asked_for_or_max_requests_are_not_crashes(tines_server: Any) -> None:
+    server = tines_server("hello_pid:app", "-w", "2", "--max-requests", "1")
+    for _ in range(4):
+        assert get(server.port, close=True)[0] == 200
+    server.wait_for_log(r"exited with code 0")  # recycled (max_requests)
+    server.signal(signal.SIGTTOU)  # the master stops one worker
+    server.wait_for_log(r"TTOU: 1 workers")
+    wait_until(lambda: len(server.worker_pids()) == 1, what="one worker left")
+    assert get(server.port, close=True)[0] == 200
+    assert "crashed after ready" not in server.log_text()
 
 
 def test_a_worker_that_exits_is_logged_with_its_code_and_replaced(tines_server: Any) -> None:

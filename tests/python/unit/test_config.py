@@ -363,3 +363,44 @@ def test_version(in_empty_directory: Path) -> None:
     result = run_tines("--version", cwd=in_empty_directory)
     assert result.returncode == 0
     assert result.stdout.startswith("tines ")
+
+
+# --- limits a request cannot fit under -----------------------------------------------------------
+
+
+def test_max_head_size_below_the_smallest_valid_request_is_refused() -> None:
+    smallest = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+    assert config.MINIMAL_REQUEST == smallest
+    assert f"at least {len(smallest)}," in SETTINGS["max_head_size"].doc
+    assert load({"max_head_size": str(len(smallest))}, {}).max_head_size == len(smallest)
+    assert error_of({"max_head_size": "10"}, {}) == (
+        f"max_head_size must be at least {len(smallest)} (the smallest valid HTTP/1.1 request), got '10'")
+    assert error_of({}, {"TINES_MAX_HEAD_SIZE": "26"}).startswith(
+        "TINES_MAX_HEAD_SIZE: max_head_size must be at least 27")
+
+
+def test_max_request_line_below_the_smallest_request_line_is_refused() -> None:
+    assert load({"max_request_line": "14"}, {}).max_request_line == len("GET / HTTP/1.1")
+    assert "at least 14," in SETTINGS["max_request_line"].doc
+    assert error_of({"max_request_line": "13"}, {}) == (
+        "max_request_line must be at least 14 (the smallest request line, 'GET / HTTP/1.1'), got '13'")
+
+
+# --- unknown environment variables ---------------------------------------------------------------
+
+
+def test_unknown_tines_env_vars_are_warned_about_with_the_closest_name() -> None:
+    environ = {"TINES_WOKERS": "3", "TINES_WORKERS": "2", "TINES_CONFIG": "x.toml",
+               "TINES_ZZZZZZ": "1", "HOME": "/root", "XTINES_WOKERS": "1"}
+    assert config.environment_warnings(environ) == [
+        "unknown environment variable TINES_WOKERS ignored (did you mean TINES_WORKERS?)",
+        "unknown environment variable TINES_ZZZZZZ ignored",
+    ]
+
+
+def test_an_unknown_env_var_is_a_warning_on_stderr_not_an_error(in_empty_directory: Path) -> None:
+    result = run_tines("check-config", "web:app", cwd=in_empty_directory,
+                       env={"TINES_KEEPALIVE": "10"})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ("tines: warning: unknown environment variable TINES_KEEPALIVE ignored"
+                             " (did you mean TINES_KEEPALIVE_TIMEOUT?)\n")

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use tines_server::worker::ReadyHook;
 use tines_server::{
     run_worker, App, Exchange, Mpm, Scoreboard, StopReason, WorkerConfig, WorkerSpec,
 };
@@ -36,6 +37,15 @@ pub fn test_config(mpm: Mpm) -> WorkerConfig {
 
 impl TestServer {
     pub fn start(config: WorkerConfig, app: impl App) -> TestServer {
+        TestServer::start_with_ready_hook(config, app, None)
+    }
+
+    /// `start`, with `on_ready` handed to the worker (`WorkerSpec::on_ready`).
+    pub fn start_with_ready_hook(
+        config: WorkerConfig,
+        app: impl App,
+        on_ready: Option<ReadyHook>,
+    ) -> TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let listener_fd = listener.into_raw_fd();
@@ -52,6 +62,7 @@ impl TestServer {
             scoreboard: Arc::clone(&scoreboard),
             slot: 0,
             life_fd: Some(read.into_raw_fd()),
+            on_ready,
         };
         let app: Arc<dyn App> = Arc::new(app);
         let handle = std::thread::spawn(move || run_worker(app, spec));
