@@ -25,7 +25,7 @@ use crate::io::{
     write_vectored_nonblocking,
 };
 use crate::listener::{Local, Peer};
-use crate::worker::WorkerShared;
+use crate::shared::WorkerShared;
 
 /// Per-slot scratch that exchanges borrow in turn, so a request allocates nothing for them.
 pub struct SlotContext {

@@ -21,6 +21,7 @@ pub mod pending;
 pub mod poller;
 pub mod reactor;
 pub mod scoreboard;
+pub mod shared;
 mod slot;
 pub mod worker;
 

@@ -20,7 +20,7 @@ use crate::listener::{Listener, ACCEPT_BATCH};
 use crate::pending::{Output, Progress};
 use crate::poller::{Event, Poller, Token, Trigger};
 use crate::scoreboard::now_ms;
-use crate::worker::WorkerShared;
+use crate::shared::WorkerShared;
 
 const SIGNAL_TOKEN: u64 = u64::MAX;
 const LIFE_TOKEN: u64 = u64::MAX - 1;
