@@ -19,6 +19,7 @@ use tines_proto::response::{
 };
 use tines_proto::{BodyFraming, ChunkedDecoder, ChunkedEvent, DateCache, RequestHead, Version};
 
+use crate::access_log::LoggedRequest;
 use crate::connection::{ConnState, Connection};
 use crate::io::{
     read_with_deadline, send_file, send_file_nonblocking, write_all, write_all_from,
@@ -36,7 +37,7 @@ pub struct SlotContext {
     /// Scratch for access-log lines.
     pub(crate) log_line: Vec<u8>,
     /// The cached access-log timestamp.
-    pub(crate) log_clock: crate::access_log::LogClock,
+    pub(crate) log_clock: crate::clock::LogClock,
 }
 
 impl SlotContext {
@@ -253,6 +254,27 @@ impl Exchange {
     /// The address of the listener that accepted the connection.
     pub fn local(&self) -> &Local {
         &self.shared.locals[self.conn.listener]
+    }
+
+    /// The value of the first request header named `name` (any case).
+    fn header(&self, name: &[u8]) -> Option<&[u8]> {
+        self.headers()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
+
+    /// What the access log records of this exchange.
+    fn logged_request(&self) -> LoggedRequest<'_> {
+        LoggedRequest {
+            peer: self.peer(),
+            method: self.method(),
+            target: self.target(),
+            version: self.version(),
+            status: self.status(),
+            body_sent: self.body_sent(),
+            referer: self.header(b"referer"),
+            user_agent: self.header(b"user-agent"),
+        }
     }
 
     /// True when the request has a body that has not been read to its end.
@@ -939,7 +961,7 @@ impl Exchange {
             let mut line = std::mem::take(&mut self.ctx.log_line);
             let mut clock = std::mem::take(&mut self.ctx.log_clock);
             line.clear();
-            crate::access_log::format_combined(&mut line, &self, &mut clock);
+            crate::access_log::format_combined(&mut line, &self.logged_request(), &mut clock);
             log.append(&line);
             self.ctx.log_line = line;
             self.ctx.log_clock = clock;

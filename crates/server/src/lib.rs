@@ -8,6 +8,7 @@
 //! finishes), [`scoreboard`], [`access_log`], [`worker`] (entry point).
 
 pub mod access_log;
+pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod control;
