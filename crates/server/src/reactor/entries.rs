@@ -1,14 +1,15 @@
-//! The loop's table of connections by token: what each entry is doing (`Entry`), taking a
-//! token for a new connection and freeing it on close (with the scoreboard's connection count
-//! and the accept pause at `max_connections`).
+//! The loop's table of connections by token: what each entry is doing (`Entry`, and the
+//! `TimerKind` a parked one waits under), taking a token for a new connection and freeing it
+//! on close (with the scoreboard's connection count and the accept pause at
+//! `max_connections`).
 //!
-//! It must not read, write or time anything: the other files move entries between states.
+//! It must not read from or write to a connection: the other files move entries between
+//! states.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::timers::TimerKind;
 use super::Reactor;
 use crate::connection::Connection;
 use crate::pending::Output;
@@ -46,6 +47,19 @@ pub(super) enum Entry {
         deadline: Instant,
         readable: bool,
     },
+}
+
+/// Which timeout a parked connection waits under.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum TimerKind {
+    /// Between requests: `keepalive_timeout`, then a silent close.
+    Idle,
+    /// A head has started (or nothing came yet on a new connection): `header_timeout`, then
+    /// 408 (if any byte came) and close.
+    Header,
+    /// The loop reads a small request body ahead of dispatch (`event` MPM): `body_timeout`
+    /// (extended at `body_min_rate`), then 408 and close.
+    Body,
 }
 
 impl Reactor {

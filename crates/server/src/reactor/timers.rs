@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::entries::TimerKind;
 use super::error_response::write_error;
 use super::linger::LINGER;
 use super::{Entry, Reactor, SPARE_BUFFERS};
@@ -14,19 +15,6 @@ use crate::connection::{ConnState, Connection};
 
 /// The longest the loop sleeps: the heartbeat period written to the scoreboard.
 const HEARTBEAT: Duration = Duration::from_secs(1);
-
-/// Which timeout a parked connection waits under.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum TimerKind {
-    /// Between requests: `keepalive_timeout`, then a silent close.
-    Idle,
-    /// A head has started (or nothing came yet on a new connection): `header_timeout`, then
-    /// 408 (if any byte came) and close.
-    Header,
-    /// The loop reads a small request body ahead of dispatch (`event` MPM): `body_timeout`
-    /// (extended at `body_min_rate`), then 408 and close.
-    Body,
-}
 
 impl Reactor {
     pub(super) fn next_timeout(&self) -> Duration {
