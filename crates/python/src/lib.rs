@@ -8,7 +8,6 @@
 use pyo3::prelude::*;
 
 mod bench;
-mod forwarded;
 mod scoreboard;
 mod settings;
 mod worker;

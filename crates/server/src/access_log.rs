@@ -5,15 +5,17 @@
 //! `127.0.0.1 - - [22/Nov/2026:10:20:00 +0000] "GET / HTTP/1.1" 200 2 "-" "curl/8.0"`.
 //! Quotes, backslashes and control bytes in logged request fields are escaped as `\xHH`
 //! (as Apache does), so a client cannot forge log lines.
+//!
+//! It owns the line format and the buffered sink, and is given the request's fields
+//! ([`LoggedRequest`]): it must not depend on the exchange that fills them in.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use tines_proto::Version;
 
-use crate::exchange::Exchange;
+use crate::clock::LogClock;
 use crate::listener::Peer;
 
 /// Lines are gathered up to this many bytes before a write: one syscall per ~200 requests
@@ -110,59 +112,6 @@ impl AccessLog {
     }
 }
 
-/// The access-log timestamp, formatted once per second.
-#[derive(Default)]
-pub struct LogClock {
-    second: u64,
-    text: Vec<u8>,
-}
-
-const MONTHS: [&str; 12] = [
-    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-];
-
-/// Converts days since 1970-01-01 to (year, month 1-12, day 1-31) (Howard Hinnant's
-/// `civil_from_days`).
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-impl LogClock {
-    /// `22/Nov/2026:10:20:00 +0000` for now.
-    pub fn now(&mut self) -> &[u8] {
-        let secs = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        if secs != self.second || self.text.is_empty() {
-            self.second = secs;
-            let (year, month, day) = civil_from_days((secs / 86_400) as i64);
-            let rem = secs % 86_400;
-            self.text.clear();
-            let _ = write!(
-                self.text,
-                "{:02}/{}/{}:{:02}:{:02}:{:02} +0000",
-                day,
-                MONTHS[(month - 1) as usize],
-                year,
-                rem / 3600,
-                rem / 60 % 60,
-                rem % 60
-            );
-        }
-        &self.text
-    }
-}
-
 fn push_escaped(line: &mut Vec<u8>, bytes: &[u8]) {
     for &b in bytes {
         if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
@@ -173,16 +122,30 @@ fn push_escaped(line: &mut Vec<u8>, bytes: &[u8]) {
     }
 }
 
-fn header<'a>(exchange: &'a Exchange, name: &[u8]) -> Option<&'a [u8]> {
-    exchange
-        .headers()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v)
+/// What the access log records of one finished exchange (filled in by
+/// [`crate::exchange::Exchange`], so that this module needs nothing from it).
+pub struct LoggedRequest<'a> {
+    /// The client's address.
+    pub peer: Peer,
+    /// The request method, as sent.
+    pub method: &'a [u8],
+    /// The request target, as sent.
+    pub target: &'a [u8],
+    /// The protocol version.
+    pub version: Version,
+    /// The response status (0 if none was sent).
+    pub status: u16,
+    /// Body bytes sent.
+    pub body_sent: u64,
+    /// The first `Referer` header, if any.
+    pub referer: Option<&'a [u8]>,
+    /// The first `User-Agent` header, if any.
+    pub user_agent: Option<&'a [u8]>,
 }
 
 /// Formats one `combined` line (with the trailing newline) for a finished exchange.
-pub fn format_combined(line: &mut Vec<u8>, exchange: &Exchange, clock: &mut LogClock) {
-    match exchange.peer() {
+pub fn format_combined(line: &mut Vec<u8>, request: &LoggedRequest<'_>, clock: &mut LogClock) {
+    match request.peer {
         Peer::Tcp(addr) => {
             let _ = write!(line, "{}", addr.ip());
         }
@@ -191,24 +154,24 @@ pub fn format_combined(line: &mut Vec<u8>, exchange: &Exchange, clock: &mut LogC
     line.extend_from_slice(b" - - [");
     line.extend_from_slice(clock.now());
     line.extend_from_slice(b"] \"");
-    push_escaped(line, exchange.method());
+    push_escaped(line, request.method);
     line.push(b' ');
-    push_escaped(line, exchange.target());
-    line.extend_from_slice(match exchange.version() {
+    push_escaped(line, request.target);
+    line.extend_from_slice(match request.version {
         Version::Http10 => b" HTTP/1.0\" ",
         Version::Http11 => b" HTTP/1.1\" ",
     });
     let mut digits = itoa::Buffer::new();
-    line.extend_from_slice(digits.format(exchange.status()).as_bytes());
+    line.extend_from_slice(digits.format(request.status).as_bytes());
     line.push(b' ');
-    if exchange.body_sent() == 0 {
+    if request.body_sent == 0 {
         line.push(b'-');
     } else {
-        line.extend_from_slice(digits.format(exchange.body_sent()).as_bytes());
+        line.extend_from_slice(digits.format(request.body_sent).as_bytes());
     }
-    for name in [&b"referer"[..], b"user-agent"] {
+    for value in [request.referer, request.user_agent] {
         line.extend_from_slice(b" \"");
-        match header(exchange, name) {
+        match value {
             Some(value) => push_escaped(line, value),
             None => line.push(b'-'),
         }
@@ -220,13 +183,6 @@ pub fn format_combined(line: &mut Vec<u8>, exchange: &Exchange, clock: &mut LogC
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn civil_from_days_matches_known_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_414), (2025, 11, 22));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
 
     #[test]
     fn escapes_quotes_and_control_bytes() {

@@ -11,8 +11,8 @@ use crate::connection::{Connection, Readiness};
 use crate::exchange::{Exchange, SlotContext};
 use crate::listener::{Local, Peer};
 use crate::scoreboard::Scoreboard;
+use crate::shared::WorkerShared;
 use crate::slot::serve_connection;
-use crate::worker::WorkerShared;
 use crate::{App, WorkerConfig};
 
 /// Inputs are cut to this size so the client's whole input fits the socket buffer.

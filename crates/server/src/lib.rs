@@ -1,13 +1,18 @@
 //! The Tines worker runtime: everything a worker process does once the app is loaded, with
 //! no knowledge of Python. The `python` crate implements [`App`] for WSGI.
 //!
-//! Layers: [`poller`] (epoll), [`listener`] (accept), [`control`] (signals, life pipe),
-//! [`connection`] (the per-connection state machine), [`exchange`] (one request/response:
-//! body decoding, response framing, keep-alive), [`reactor`] (the poller loop shared by the
-//! MPMs), [`mpm`] (prefork, thread, event), [`pending`] (response output the event loop
-//! finishes), [`scoreboard`], [`access_log`], [`worker`] (entry point).
+//! Layers, from the bottom: [`poller`] (epoll), [`io`] (non-blocking syscalls), [`control`]
+//! (signals, life pipe), [`config`], [`scoreboard`], [`clock`] (UTC dates for the logs),
+//! [`log`] (the error log), [`listener`] (accept, addresses), [`trusted_proxies`]
+//! (`forwarded_allow_ips`), [`pending`] (response output the event loop finishes),
+//! [`connection`] (the per-connection state machine), [`access_log`], [`shared`] (what a
+//! worker's slots share), [`exchange`] (one request/response: body decoding, response
+//! framing, keep-alive), [`reactor`] (the poller loop shared by the MPMs), the slot's serving
+//! loop, [`mpm`] (prefork, thread, event), [`worker`] (entry point). Each module imports only
+//! from modules before it in this list.
 
 pub mod access_log;
+pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod control;
@@ -21,7 +26,9 @@ pub mod pending;
 pub mod poller;
 pub mod reactor;
 pub mod scoreboard;
+pub mod shared;
 mod slot;
+pub mod trusted_proxies;
 pub mod worker;
 
 pub use config::{Mpm, WorkerConfig};
@@ -29,6 +36,7 @@ pub use control::StopReason;
 pub use exchange::{Exchange, ResponseError};
 pub use listener::{Local, Peer};
 pub use scoreboard::{Scoreboard, WorkerState};
+pub use trusted_proxies::{TrustedProxies, TrustedProxiesError};
 pub use worker::{run_worker, WorkerSpec};
 
 /// An application the worker serves. Implemented by the `python` crate for WSGI; tests

@@ -6,9 +6,8 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::access_log::civil_from_days;
+use crate::clock::{civil_from_days, unix_seconds};
 
 /// Whether debug lines are written. Set once when a worker starts (from `log_level`); the only
 /// process-wide flag in the crate, because logging is process-wide by nature.
@@ -25,10 +24,7 @@ pub fn debug_enabled() -> bool {
 }
 
 fn write_line(level: &str, message: &str) {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let secs = unix_seconds();
     let (year, month, day) = civil_from_days((secs / 86_400) as i64);
     let rem = secs % 86_400;
     let line = format!(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::connection::{Connection, Readiness};
 use crate::exchange::{Exchange, SlotContext};
-use crate::worker::WorkerShared;
+use crate::shared::WorkerShared;
 use crate::App;
 
 /// Serves the ready request on `conn` and any complete pipelined ones after it. Returns the

@@ -8,10 +8,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use pyo3::{intern, Bound};
 use tines_proto::Version;
-use tines_server::{Exchange, Local, Peer};
+use tines_server::{Exchange, Local, Peer, TrustedProxies};
 
 use super::input::Input;
-use crate::forwarded::TrustedProxies;
 
 /// Decodes bytes as latin-1 into a Python str (zero-copy check for ASCII).
 pub fn latin1<'py>(py: Python<'py>, bytes: &[u8]) -> Bound<'py, PyString> {
@@ -234,10 +233,7 @@ pub fn build<'py>(
     env.set_item(intern!(py, "SERVER_NAME"), server_name)?;
     env.set_item(intern!(py, "SERVER_PORT"), server_port)?;
     let peer = exchange.peer();
-    let trusted = match peer {
-        Peer::Tcp(addr) => !context.proxies.is_empty() && context.proxies.trusts(addr.ip()),
-        Peer::Unix => true,
-    };
+    let trusted = context.proxies.trusts_peer(peer);
     let mut remote = match peer {
         Peer::Tcp(addr) => Some((addr.ip().to_string(), addr.port().to_string())),
         Peer::Unix => None,

@@ -11,11 +11,11 @@ pub mod file_wrapper;
 pub mod input;
 pub mod start_response;
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use tines_server::{App, Exchange, Mpm, WorkerConfig};
+use tines_server::{App, Exchange, Mpm, TrustedProxies, WorkerConfig};
 
-use crate::forwarded::TrustedProxies;
 use environ::EnvironContext;
 use input::Input;
 use start_response::StartResponse;
@@ -77,7 +77,8 @@ impl WsgiApp {
             app,
             environ: EnvironContext {
                 template: template.unbind(),
-                proxies: TrustedProxies::parse(&allowed)?,
+                proxies: TrustedProxies::parse(&allowed)
+                    .map_err(|err| PyValueError::new_err(err.to_string()))?,
             },
             logger: logger.unbind(),
         })

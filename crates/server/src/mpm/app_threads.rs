@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use crate::control::StopReason;
-use crate::worker::WorkerShared;
+use crate::shared::WorkerShared;
 use crate::App;
 
 /// Locks `mutex`; a thread that panicked while holding it left data that is still usable

@@ -29,8 +29,8 @@ use crate::exchange::SlotContext;
 use crate::mpm::app_threads::{self, lock};
 use crate::poller::Waker;
 use crate::reactor::{Dispatch, Driver, Reactor};
+use crate::shared::WorkerShared;
 use crate::slot::serve_connection;
-use crate::worker::WorkerShared;
 use crate::App;
 
 struct Queue {

@@ -9,8 +9,8 @@ use crate::connection::Connection;
 use crate::control::StopReason;
 use crate::exchange::SlotContext;
 use crate::reactor::{Dispatch, Driver, Reactor};
+use crate::shared::WorkerShared;
 use crate::slot::serve_connection;
-use crate::worker::WorkerShared;
 use crate::App;
 
 struct Inline {

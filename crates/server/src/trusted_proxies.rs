@@ -5,11 +5,39 @@
 //! `X-Forwarded-For` that is not itself a trusted proxy (entries to its left could be forged
 //! by the client). Unix-socket peers are trusted (only a local proxy can reach them), as in
 //! gunicorn. The RFC 7239 `Forwarded` header is not read yet (docs/settings.md says so).
+//!
+//! One parsed value per worker, shared by whatever reports the client (the WSGI environ
+//! today). It only parses and matches: it must not read requests or know of Python (the
+//! `python` crate turns a [`TrustedProxiesError`] into a `ValueError`).
 
 use std::net::IpAddr;
 
-use pyo3::exceptions::PyValueError;
-use pyo3::PyResult;
+use crate::listener::Peer;
+
+/// Why a `forwarded_allow_ips` entry was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TrustedProxiesError {
+    /// The entry (as given) is neither an IP address nor a network.
+    NotAnAddress(String),
+    /// The entry's prefix length is not a number within its address's width.
+    BadPrefix(String),
+}
+
+impl std::fmt::Display for TrustedProxiesError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TrustedProxiesError::NotAnAddress(entry) => write!(
+                f,
+                "forwarded_allow_ips: '{entry}' is not an IP address or network"
+            ),
+            TrustedProxiesError::BadPrefix(entry) => {
+                write!(f, "forwarded_allow_ips: bad prefix in '{entry}'")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TrustedProxiesError {}
 
 /// One allowed network (an address and a prefix length).
 #[derive(Clone, Debug)]
@@ -56,7 +84,7 @@ pub enum TrustedProxies {
 
 impl TrustedProxies {
     /// Parses entries like `127.0.0.1`, `10.0.0.0/8`, `::1`, `*`.
-    pub fn parse(entries: &[String]) -> PyResult<TrustedProxies> {
+    pub fn parse(entries: &[String]) -> Result<TrustedProxies, TrustedProxiesError> {
         let mut networks = Vec::new();
         for entry in entries {
             let entry = entry.trim();
@@ -70,22 +98,16 @@ impl TrustedProxies {
                 Some((addr, prefix)) => (addr, Some(prefix)),
                 None => (entry, None),
             };
-            let addr: IpAddr = addr.parse().map_err(|_| {
-                PyValueError::new_err(format!(
-                    "forwarded_allow_ips: '{entry}' is not an IP address or network"
-                ))
-            })?;
+            let addr: IpAddr = addr
+                .parse()
+                .map_err(|_| TrustedProxiesError::NotAnAddress(entry.to_string()))?;
             let max = if addr.is_ipv4() { 32 } else { 128 };
             let prefix = match prefix {
                 Some(text) => text
                     .parse::<u8>()
                     .ok()
                     .filter(|&p| p <= max)
-                    .ok_or_else(|| {
-                        PyValueError::new_err(format!(
-                            "forwarded_allow_ips: bad prefix in '{entry}'"
-                        ))
-                    })?,
+                    .ok_or_else(|| TrustedProxiesError::BadPrefix(entry.to_string()))?,
                 None => max,
             };
             networks.push(Network { addr, prefix });
@@ -100,6 +122,15 @@ impl TrustedProxies {
             TrustedProxies::Networks(networks) => {
                 networks.iter().any(|network| network.contains(ip))
             }
+        }
+    }
+
+    /// Whether `peer`'s X-Forwarded-* headers are believed: a Unix-socket peer always, a TCP
+    /// peer when its address is a trusted proxy.
+    pub fn trusts_peer(&self, peer: Peer) -> bool {
+        match peer {
+            Peer::Tcp(addr) => !self.is_empty() && self.trusts(addr.ip()),
+            Peer::Unix => true,
         }
     }
 

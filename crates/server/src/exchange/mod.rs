@@ -1,0 +1,304 @@
+//! One request/response exchange on a connection owned by a slot: the [`Exchange`] type, its
+//! states and its life cycle (made from a connection whose head is complete, ended by
+//! `Exchange::complete`, which gives the connection back).
+//!
+//! The app (through [`crate::App::serve`]) reads the request body and writes the response
+//! through this type; it never sees the socket. It enforces HTTP/1.1 framing; each idea has
+//! its own file: `body` (request body decoding, `100 Continue`, reading and its deadlines),
+//! `response` (the head, the response framing, the app's Content-Length honoured exactly),
+//! `send` (how the bytes reach the socket: waiting, or left to the event loop) and
+//! `keepalive` (whether the connection is kept, draining an unread body). One write per
+//! response where possible: the head and small bodies are gathered in the slot's output buffer
+//! and sent with one `sendmsg`.
+//!
+//! It must not watch sockets for readiness (the reactor does) nor know which MPM runs it
+//! beyond the `deferred` flag.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tines_proto::response::ResponseFraming;
+use tines_proto::{BodyFraming, ChunkedDecoder, DateCache, RequestHead, Version};
+
+use crate::access_log::LoggedRequest;
+use crate::connection::{ConnState, Connection};
+use crate::listener::{Local, Peer};
+use crate::shared::WorkerShared;
+
+mod body;
+mod keepalive;
+mod response;
+mod send;
+
+pub use response::ResponseError;
+
+/// Per-slot scratch that exchanges borrow in turn, so a request allocates nothing for them.
+pub struct SlotContext {
+    /// The output buffer (response head plus small bodies).
+    pub(crate) out: Vec<u8>,
+    /// The cached `Date` value.
+    pub(crate) date: DateCache,
+    /// Scratch for access-log lines.
+    pub(crate) log_line: Vec<u8>,
+    /// The cached access-log timestamp.
+    pub(crate) log_clock: crate::clock::LogClock,
+}
+
+impl SlotContext {
+    /// A fresh context for one slot thread.
+    pub fn new() -> Self {
+        SlotContext {
+            out: Vec::with_capacity(OUT_BUFFER_LIMIT),
+            date: DateCache::new(),
+            log_line: Vec::with_capacity(256),
+            log_clock: Default::default(),
+        }
+    }
+}
+
+impl Default for SlotContext {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Bodies are gathered in the output buffer up to this size and sent with the head in one
+/// write; a larger piece is written straight from the caller's memory (no copy). 16 KiB is
+/// above the typical HTML page and below the point where the copy costs more than a syscall.
+pub const OUT_BUFFER_LIMIT: usize = 16 * 1024;
+
+/// How much of the request body is left to read.
+#[derive(Debug)]
+enum Body {
+    /// No body, or it has been read to its end.
+    Done,
+    /// `Content-Length` bytes still to read.
+    Length(u64),
+    /// A chunked body being decoded.
+    Chunked(ChunkedDecoder),
+    /// Reading failed (timeout, early EOF, bad chunk): the connection must close.
+    Failed,
+}
+
+/// Where `Expect: 100-continue` stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Continue {
+    /// No `Expect: 100-continue`, or it was answered.
+    Settled,
+    /// The client waits for `100 Continue` before sending the body.
+    Pending,
+}
+
+/// How far the response has gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// No response head yet.
+    NotStarted,
+    /// The head is encoded in the output buffer, nothing written to the socket.
+    Buffered,
+    /// Bytes have reached the socket: the status can no longer change.
+    Committed,
+    /// The response is complete (or abandoned).
+    Finished,
+}
+
+/// One request being served.
+pub struct Exchange {
+    conn: Connection,
+    ctx: SlotContext,
+    shared: Arc<WorkerShared>,
+    body: Body,
+    /// Undecoded body bytes in `conn.buf`.
+    raw: Range<usize>,
+    /// Decoded body bytes in `conn.buf`, ready for the app.
+    avail: Range<usize>,
+    expect: Continue,
+    phase: Phase,
+    framing: ResponseFraming,
+    declared: Option<u64>,
+    body_sent: u64,
+    status: u16,
+    keep_alive: bool,
+    is_head: bool,
+    /// Decoded chunked-body bytes so far (for `max_body_size`).
+    chunked_received: u64,
+    /// When the first body read started, and the raw body bytes read from the socket since
+    /// (for `body_min_rate`).
+    body_started: Option<Instant>,
+    body_received: u64,
+    /// The status the request's own fault calls for (413, 400, 408), when reading its body
+    /// failed because of it; the app layer answers with it instead of 500.
+    fault: Option<u16>,
+    /// When the slot took the request.
+    pub started: Instant,
+    /// `event` MPM: write what the socket takes now and leave the rest in the connection's
+    /// pending output for the loop (up to `max_response_buffer`), instead of waiting.
+    deferred: bool,
+    /// The response must close the connection (an error response from [`Exchange::fail`]):
+    /// the head then says `Connection: close` (RFC 9112 9.6).
+    must_close: bool,
+}
+
+impl Exchange {
+    pub(crate) fn new(conn: Connection, ctx: SlotContext, shared: Arc<WorkerShared>) -> Exchange {
+        let head_len = conn.head.head_len;
+        let body = match conn.head.body {
+            BodyFraming::None | BodyFraming::Length(0) => Body::Done,
+            BodyFraming::Length(n) => Body::Length(n),
+            BodyFraming::Chunked => {
+                Body::Chunked(ChunkedDecoder::new(shared.config.limits.max_head_size))
+            }
+        };
+        let expect = if conn.head.expect_continue && !matches!(body, Body::Done) {
+            Continue::Pending
+        } else {
+            Continue::Settled
+        };
+        let is_head = conn.head.method_is(&conn.buf, b"HEAD");
+        let raw = head_len..conn.filled;
+        let deferred = shared.config.loop_owns_sockets();
+        let mut exchange = Exchange {
+            conn,
+            ctx,
+            shared,
+            body,
+            raw,
+            avail: head_len..head_len,
+            expect,
+            phase: Phase::NotStarted,
+            framing: ResponseFraming::NoBody,
+            declared: None,
+            body_sent: 0,
+            status: 0,
+            keep_alive: false,
+            is_head,
+            chunked_received: 0,
+            body_started: None,
+            body_received: 0,
+            fault: None,
+            started: Instant::now(),
+            deferred,
+            must_close: false,
+        };
+        exchange.conn.state = ConnState::Dispatched;
+        exchange
+    }
+
+    /// The parsed request head (spans index into [`Exchange::buffer`]).
+    pub fn head(&self) -> &RequestHead {
+        &self.conn.head
+    }
+
+    /// The connection's read buffer, for resolving the head's spans.
+    pub fn buffer(&self) -> &[u8] {
+        &self.conn.buf[..self.conn.head.head_len]
+    }
+
+    /// The request method.
+    pub fn method(&self) -> &[u8] {
+        self.conn.head.method.of(&self.conn.buf)
+    }
+
+    /// The request target, as sent.
+    pub fn target(&self) -> &[u8] {
+        self.conn.head.target.of(&self.conn.buf)
+    }
+
+    /// The protocol version.
+    pub fn version(&self) -> Version {
+        self.conn.head.version
+    }
+
+    /// The request headers, in order, as sent.
+    pub fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let buf = &self.conn.buf;
+        self.conn
+            .head
+            .headers
+            .iter()
+            .map(move |(name, value)| (name.of(buf), value.of(buf)))
+    }
+
+    /// The client's address.
+    pub fn peer(&self) -> Peer {
+        self.conn.peer
+    }
+
+    /// The address of the listener that accepted the connection.
+    pub fn local(&self) -> &Local {
+        &self.shared.locals[self.conn.listener]
+    }
+
+    /// The value of the first request header named `name` (any case).
+    fn header(&self, name: &[u8]) -> Option<&[u8]> {
+        self.headers()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
+
+    /// What the access log records of this exchange.
+    fn logged_request(&self) -> LoggedRequest<'_> {
+        LoggedRequest {
+            peer: self.peer(),
+            method: self.method(),
+            target: self.target(),
+            version: self.version(),
+            status: self.status(),
+            body_sent: self.body_sent(),
+            referer: self.header(b"referer"),
+            user_agent: self.header(b"user-agent"),
+        }
+    }
+
+    /// The response status (0 before `begin_response`).
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// Body bytes sent so far.
+    pub fn body_sent(&self) -> u64 {
+        self.body_sent
+    }
+
+    /// Ends the exchange: finishes an unfinished response, drains an unread body when the
+    /// connection can be kept, and returns the connection (if it stays open), the slot's
+    /// context and whether the response was complete.
+    pub(crate) fn complete(mut self) -> (Option<Connection>, SlotContext) {
+        match self.phase {
+            Phase::NotStarted => self.fail(500),
+            Phase::Buffered | Phase::Committed => {
+                let _ = self.finish();
+            }
+            Phase::Finished => {}
+        }
+        if let Some(log) = &self.shared.access_log {
+            let mut line = std::mem::take(&mut self.ctx.log_line);
+            let mut clock = std::mem::take(&mut self.ctx.log_clock);
+            line.clear();
+            crate::access_log::format_combined(&mut line, &self.logged_request(), &mut clock);
+            log.append(&line);
+            self.ctx.log_line = line;
+            self.ctx.log_clock = clock;
+        }
+        let mut keep = self.keep_alive;
+        if keep && !matches!(self.body, Body::Done) {
+            keep = self.drain_body();
+        }
+        if keep {
+            // Undecoded bytes past the body are the start of a pipelined request.
+            let leftover = self.raw.clone();
+            self.conn.next_request(leftover);
+        }
+        let unread_input = !keep && !matches!(self.body, Body::Done);
+        let Exchange { mut conn, ctx, .. } = self;
+        if !keep && (conn.has_pending_output() || unread_input) {
+            // The loop writes the rest (if any), then closes, lingering if the client may
+            // still be sending its body.
+            conn.close_after_write = true;
+            conn.unread_input = unread_input;
+            return (Some(conn), ctx);
+        }
+        (keep.then_some(conn), ctx)
+    }
+}

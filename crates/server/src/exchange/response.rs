@@ -1,0 +1,303 @@
+//! The response as the app writes it: validating the app's status and headers, choosing the
+//! framing (Content-Length when known, else chunked for HTTP/1.1, else close-delimited),
+//! encoding the head, framing body pieces, honouring the app's Content-Length exactly (a
+//! longer body is truncated, a shorter one closes the connection), finishing, and the short
+//! error response when the app produced none.
+//!
+//! It gathers bytes in the slot's output buffer and hands them to [`super::send`]; it must not
+//! touch the socket itself.
+
+use std::io;
+
+use tines_proto::response::{
+    check_app_header, encode_chunk_size, encode_header, encode_status_line, parse_status,
+    status_allows_body, AppHeader, ResponseFraming, ResponseHeaderError, CHUNK_END, LAST_CHUNK,
+};
+use tines_proto::Version;
+
+use super::{Exchange, Phase, OUT_BUFFER_LIMIT};
+
+/// Why a response could not be started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResponseError {
+    /// A bad status line or header from the app (no byte was written).
+    Header(ResponseHeaderError, String),
+    /// `begin_response` was called twice, or after bytes were written.
+    AlreadyStarted,
+}
+
+impl std::fmt::Display for ResponseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResponseError::Header(kind, detail) => {
+                write!(f, "invalid response header ({kind:?}): {detail}")
+            }
+            ResponseError::AlreadyStarted => write!(f, "the response was already started"),
+        }
+    }
+}
+
+impl std::error::Error for ResponseError {}
+
+impl Exchange {
+    /// Starts the response: validates the app's status and headers (nothing is written when
+    /// they are bad), decides the framing and encodes the head into the output buffer.
+    /// `body_length` is the body's length when the caller knows it (a WSGI list body).
+    pub fn begin_response<'h, I>(
+        &mut self,
+        status: &[u8],
+        headers: I,
+        body_length: Option<u64>,
+    ) -> Result<(), ResponseError>
+    where
+        I: IntoIterator<Item = (&'h [u8], &'h [u8])>,
+    {
+        if self.phase != Phase::NotStarted {
+            return Err(ResponseError::AlreadyStarted);
+        }
+        let code = parse_status(status).map_err(|kind| {
+            ResponseError::Header(
+                kind,
+                format!("status {:?}", String::from_utf8_lossy(status)),
+            )
+        })?;
+        let out = &mut self.ctx.out;
+        out.clear();
+        encode_status_line(out, Version::Http11, status);
+        let mut declared = None;
+        let (mut has_date, mut has_server) = (false, false);
+        for (name, value) in headers {
+            let fail = |kind| {
+                ResponseError::Header(
+                    kind,
+                    format!(
+                        "{:?}: {:?}",
+                        String::from_utf8_lossy(name),
+                        String::from_utf8_lossy(value)
+                    ),
+                )
+            };
+            match check_app_header(name, value).map_err(fail)? {
+                AppHeader::ContentLength(length) => {
+                    if declared.is_some_and(|d| d != length) {
+                        out.clear();
+                        return Err(fail(ResponseHeaderError::InvalidContentLength));
+                    }
+                    if declared.is_some() {
+                        continue;
+                    }
+                    declared = Some(length);
+                }
+                AppHeader::Plain => {
+                    has_date |= name.eq_ignore_ascii_case(b"date");
+                    has_server |= name.eq_ignore_ascii_case(b"server");
+                }
+            }
+            encode_header(out, name, value);
+        }
+        let framing = if !status_allows_body(code, self.is_head) {
+            if self.is_head && declared.is_none() {
+                if let Some(length) = body_length {
+                    let mut digits = itoa::Buffer::new();
+                    encode_header(out, b"Content-Length", digits.format(length).as_bytes());
+                }
+            }
+            ResponseFraming::NoBody
+        } else if let Some(length) = declared {
+            ResponseFraming::Length(length)
+        } else if let Some(length) = body_length {
+            let mut digits = itoa::Buffer::new();
+            encode_header(out, b"Content-Length", digits.format(length).as_bytes());
+            ResponseFraming::Length(length)
+        } else if self.conn.head.version == Version::Http11 {
+            encode_header(out, b"Transfer-Encoding", b"chunked");
+            ResponseFraming::Chunked
+        } else {
+            ResponseFraming::CloseDelimited
+        };
+        self.keep_alive = self.may_keep_alive(framing);
+        let out = &mut self.ctx.out;
+        if !has_server && !self.shared.config.server_header.is_empty() {
+            encode_header(out, b"Server", &self.shared.config.server_header);
+        }
+        if !has_date {
+            encode_header(out, b"Date", self.ctx.date.now());
+        }
+        if !self.keep_alive {
+            encode_header(out, b"Connection", b"close");
+        } else if self.conn.head.version == Version::Http10 {
+            encode_header(out, b"Connection", b"keep-alive");
+        }
+        out.extend_from_slice(b"\r\n");
+        self.framing = framing;
+        self.declared = declared.or(match framing {
+            ResponseFraming::Length(length) => Some(length),
+            _ => None,
+        });
+        self.status = code;
+        self.phase = Phase::Buffered;
+        Ok(())
+    }
+
+    /// Whether a response head was started.
+    pub fn response_started(&self) -> bool {
+        self.phase != Phase::NotStarted
+    }
+
+    /// Whether bytes of the response reached the socket (the status can no longer change).
+    pub fn response_committed(&self) -> bool {
+        matches!(self.phase, Phase::Committed | Phase::Finished)
+    }
+
+    /// Drops a started but uncommitted response (to replace it with an error response).
+    pub fn reset_response(&mut self) -> bool {
+        if self.phase == Phase::Buffered {
+            self.ctx.out.clear();
+            self.phase = Phase::NotStarted;
+            self.body_sent = 0;
+            self.declared = None;
+            self.framing = ResponseFraming::NoBody;
+            self.status = 0;
+            return true;
+        }
+        self.phase == Phase::NotStarted
+    }
+
+    fn allowed<'d>(&mut self, data: &'d [u8]) -> &'d [u8] {
+        if let Some(declared) = self.declared {
+            let left = declared.saturating_sub(self.body_sent);
+            if data.len() as u64 > left {
+                // The app sent more than its Content-Length: truncate and close (the client
+                // would otherwise read the excess as the next response).
+                self.keep_alive = false;
+                return &data[..left as usize];
+            }
+        }
+        data
+    }
+
+    pub(super) fn discards_body(&self) -> bool {
+        self.framing == ResponseFraming::NoBody
+    }
+
+    /// Appends body bytes to the output buffer if they fit without any I/O; returns false
+    /// (and does nothing) when [`Exchange::write_body`] must be used instead.
+    pub fn buffer_body(&mut self, data: &[u8]) -> bool {
+        if self.phase == Phase::NotStarted || self.phase == Phase::Finished {
+            return false;
+        }
+        if self.discards_body() {
+            return true;
+        }
+        let data = self.allowed(data);
+        if data.is_empty() {
+            return true;
+        }
+        if self.ctx.out.len() + data.len() + 12 > OUT_BUFFER_LIMIT {
+            return false;
+        }
+        if self.framing == ResponseFraming::Chunked {
+            encode_chunk_size(&mut self.ctx.out, data.len());
+            self.ctx.out.extend_from_slice(data);
+            self.ctx.out.extend_from_slice(CHUNK_END);
+        } else {
+            self.ctx.out.extend_from_slice(data);
+        }
+        self.body_sent += data.len() as u64;
+        true
+    }
+
+    /// Writes body bytes (framed as the head announced), waiting for the client as needed.
+    pub fn write_body(&mut self, data: &[u8]) -> io::Result<()> {
+        if self.phase == Phase::NotStarted || self.phase == Phase::Finished {
+            return Err(io::Error::other(
+                "write_body before begin_response or after finish",
+            ));
+        }
+        if self.buffer_body(data) {
+            return Ok(());
+        }
+        let data = self.allowed(data);
+        self.body_sent += data.len() as u64;
+        let mut out = std::mem::take(&mut self.ctx.out);
+        let result = if self.framing == ResponseFraming::Chunked {
+            encode_chunk_size(&mut out, data.len());
+            self.emit(&[&out, data, CHUNK_END])
+        } else {
+            self.emit(&[&out, data])
+        };
+        out.clear();
+        self.ctx.out = out;
+        self.phase = Phase::Committed;
+        result.inspect_err(|_| self.keep_alive = false)
+    }
+
+    /// Writes out whatever is buffered (WSGI `write()` must send before it returns).
+    pub fn flush(&mut self) -> io::Result<()> {
+        if self.ctx.out.is_empty() || matches!(self.phase, Phase::NotStarted | Phase::Finished) {
+            return Ok(());
+        }
+        let out = std::mem::take(&mut self.ctx.out);
+        let result = self.emit(&[&out]);
+        self.ctx.out = out;
+        self.ctx.out.clear();
+        self.phase = Phase::Committed;
+        result.inspect_err(|_| self.keep_alive = false)
+    }
+
+    /// Completes the response: the last chunk, then one write of whatever is buffered.
+    /// A body shorter than its Content-Length closes the connection afterwards.
+    pub fn finish(&mut self) -> io::Result<()> {
+        match self.phase {
+            Phase::Finished => return Ok(()),
+            Phase::NotStarted => return Err(io::Error::other("finish before begin_response")),
+            _ => {}
+        }
+        if self.framing == ResponseFraming::Chunked {
+            self.ctx.out.extend_from_slice(LAST_CHUNK);
+        }
+        if let Some(declared) = self.declared {
+            if self.body_sent < declared && !self.discards_body() {
+                self.keep_alive = false;
+            }
+        }
+        if self.framing == ResponseFraming::CloseDelimited {
+            self.keep_alive = false;
+        }
+        let out = std::mem::take(&mut self.ctx.out);
+        let result = self.emit(&[&out]);
+        self.ctx.out = out;
+        self.ctx.out.clear();
+        self.phase = Phase::Finished;
+        result.inspect_err(|_| self.keep_alive = false)
+    }
+
+    /// Gives up on the response (an error after bytes were sent): the connection closes.
+    pub fn abort(&mut self) {
+        self.keep_alive = false;
+        self.ctx.out.clear();
+        self.phase = Phase::Finished;
+    }
+
+    /// Sends a short, closing error response if nothing was sent yet (used when the app
+    /// produced no response at all).
+    pub fn fail(&mut self, code: u16) {
+        if self.reset_response() {
+            let reason = tines_proto::status::reason_phrase(code);
+            let status = format!("{code} {reason}");
+            let body = format!("{reason}\n");
+            let length = body.len() as u64;
+            self.must_close = true;
+            let headers: [(&[u8], &[u8]); 1] = [(b"Content-Type", b"text/plain; charset=utf-8")];
+            if self
+                .begin_response(status.as_bytes(), headers, Some(length))
+                .is_ok()
+            {
+                self.keep_alive = false;
+                self.buffer_body(body.as_bytes());
+                let _ = self.finish();
+            }
+        }
+        self.abort();
+    }
+}

@@ -1,0 +1,161 @@
+//! Accepting connections: watching the listeners or not (level-triggered, so a paused
+//! listener must be deregistered), the fair-share throttle between workers, `max_connections`,
+//! and the back-off after a failed accept.
+//!
+//! It registers what it accepts in the entry table and hands it to `dispatch`; it must not
+//! read from or write to a connection.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{Driver, Entry, Reactor, LISTENER_BASE};
+use crate::connection::Connection;
+use crate::listener::ACCEPT_BATCH;
+use crate::poller::{Token, Trigger};
+
+/// A throttled worker looks again after this long: short enough not to leave connections in
+/// the backlog when every worker is over its share, long enough not to spin.
+const THROTTLE_PAUSE: Duration = Duration::from_millis(5);
+
+impl Reactor {
+    /// Stops watching the listeners (level-triggered: a queued connection would wake us
+    /// again and again).
+    pub(super) fn pause_listening(&mut self) {
+        if self.listening {
+            for listener in &self.listeners {
+                let _ = self.poller.deregister(listener.fd());
+            }
+            self.listening = false;
+        }
+    }
+
+    /// Watches the listeners again unless stopping, throttled or full.
+    pub(super) fn resume_listening(&mut self) {
+        if self.listening || self.stop.is_some() || self.throttled_until.is_some() || self.full {
+            return;
+        }
+        for (index, listener) in self.listeners.iter().enumerate() {
+            if let Err(err) = self.poller.register(
+                listener.fd(),
+                Token(LISTENER_BASE - index as u64),
+                Trigger::Level,
+            ) {
+                crate::log::error(&format!("cannot watch the listener again: {err}"));
+            }
+        }
+        self.listening = true;
+    }
+
+    fn over_fair_share(&self) -> bool {
+        let mine = self.open as u64;
+        if mine < ACCEPT_BATCH as u64 {
+            return false;
+        }
+        let (total, live) = self.shared.scoreboard().accept_totals();
+        live > 1 && mine * live > 2 * total
+    }
+
+    pub(super) fn manage_throttle(&mut self) {
+        if self.stop.is_some() {
+            return;
+        }
+        if let Some(until) = self.throttled_until {
+            if Instant::now() >= until && !self.over_fair_share() {
+                self.throttled_until = None;
+                self.resume_listening();
+            } else if Instant::now() >= until {
+                self.throttled_until = Some(Instant::now() + THROTTLE_PAUSE);
+            }
+        }
+    }
+
+    pub(super) fn on_acceptable(&mut self, index: usize, driver: &mut dyn Driver) {
+        if !self.listening {
+            return;
+        }
+        if self.over_fair_share() {
+            // Level-triggered: stop watching the listeners for a moment, or we would spin.
+            self.pause_listening();
+            self.throttled_until = Some(Instant::now() + THROTTLE_PAUSE);
+            return;
+        }
+        let accepted = self.accept_from(index, ACCEPT_BATCH);
+        if !accepted.is_empty() && self.shared.config.workers > 1 {
+            // All idle workers wake for a new connection, in the order they sit in the
+            // listener's wait queue, and the first one woken usually wins the accept. Moving
+            // to the back of that queue after accepting gives each worker its turn (a fair
+            // share of connections), at the cost of two epoll_ctl calls per accepting wake-up.
+            let fd = self.listeners[index].fd();
+            let token = Token(LISTENER_BASE - index as u64);
+            if self.poller.deregister(fd).is_ok() {
+                if let Err(err) = self.poller.register(fd, token, Trigger::Level) {
+                    crate::log::error(&format!("cannot watch the listener again: {err}"));
+                }
+            }
+        }
+        for token in accepted {
+            if let Entry::Parked { .. } = self.entries[token] {
+                let Entry::Parked { conn, .. } = std::mem::replace(
+                    &mut self.entries[token],
+                    Entry::Dispatched {
+                        readable: false,
+                        output: None,
+                    },
+                ) else {
+                    unreachable!()
+                };
+                self.advance(token, conn, driver);
+            }
+        }
+    }
+
+    /// Accepts up to `limit` connections and registers them; returns their tokens.
+    pub(super) fn accept_from(&mut self, index: usize, limit: usize) -> Vec<usize> {
+        let mut tokens = Vec::new();
+        while tokens.len() < limit {
+            if self.open >= self.shared.config.max_connections.max(1) {
+                // Resumed by `close` once a connection goes (level-triggered: no spin).
+                if !self.full {
+                    crate::log::debug("max_connections reached: accept paused");
+                }
+                self.full = true;
+                self.pause_listening();
+                break;
+            }
+            match self.listeners[index].accept() {
+                Ok(Some((fd, peer))) => {
+                    let conn = Connection::new(fd, peer, index);
+                    let token = self.insert(conn);
+                    match &self.entries[token] {
+                        Entry::Parked { conn, .. } => {
+                            if let Err(err) = self.poller.register_connection(
+                                conn.fd(),
+                                Token(token as u64),
+                                self.loop_writes,
+                            ) {
+                                crate::log::error(&format!("cannot watch a new connection: {err}"));
+                                self.close(token);
+                                continue;
+                            }
+                        }
+                        _ => unreachable!(),
+                    }
+                    self.shared.slot().accepted.fetch_add(1, Ordering::Relaxed);
+                    tokens.push(token);
+                }
+                Ok(None) => break,
+                Err(err) => {
+                    // EMFILE/ENFILE/ENOMEM: the connection stays queued; back off briefly by
+                    // pausing accept (the throttle timer re-enables it) instead of spinning.
+                    crate::log::error(&format!("accept failed: {err}"));
+                    if self.listening && self.stop.is_none() {
+                        self.pause_listening();
+                        self.throttled_until = Some(Instant::now() + Duration::from_millis(100));
+                    }
+                    break;
+                }
+            }
+        }
+        tokens
+    }
+}

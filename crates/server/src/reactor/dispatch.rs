@@ -1,0 +1,176 @@
+//! Dispatch: the MPM's part of the loop (`Driver`: who serves a connection whose head is
+//! complete), reading and parsing until a head is complete (and a small body ahead, event
+//! MPM), handing the connection out, and taking it back when the slot is done with it.
+//!
+//! It decides where a connection goes next (served, parked, written, lingering, closed); it
+//! must not serve a request itself.
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tines_proto::BodyFraming;
+
+use super::error_response::{reject, write_error_with};
+use super::{Entry, Reactor};
+use crate::connection::{BodyAhead, ConnState, Connection, Readiness};
+
+/// What a driver did with a ready connection.
+pub(crate) enum Dispatch {
+    /// Served inline: the connection if it stays open (or has output left to write).
+    Served(Option<Connection>),
+    /// Handed to another thread; it comes back through [`Driver::collect`].
+    Handed,
+    /// Refused: `max_queued_requests` requests already wait for an app thread (503).
+    Refused(Connection),
+}
+
+/// The MPM-specific part: who serves a connection whose head is complete.
+pub(crate) trait Driver {
+    /// Serves or hands off the connection registered under `token`.
+    fn dispatch(&mut self, token: usize, conn: Connection) -> Dispatch;
+    /// Moves connections handed back since the last call into `into`.
+    fn collect(&mut self, into: &mut Vec<(usize, Option<Connection>)>);
+    /// Connections currently handed off.
+    fn in_flight(&self) -> usize;
+    /// The fd that wakes the poller when connections come back, if any.
+    fn waker_fd(&self) -> Option<RawFd>;
+    /// Called once per loop iteration after the events were handled: a driver that batches
+    /// hand-offs passes them on here (one lock and one wake-up per batch).
+    fn flush(&mut self) {}
+    /// True when connections were handed back without ringing the waker (they are collected
+    /// at the start of the next loop iteration).
+    fn has_returns(&self) -> bool {
+        false
+    }
+    /// The loop saw a handed-out connection's socket become readable (`true`), or got such a
+    /// connection back (`false`): see `mpm::event` for why a driver counts these.
+    fn handed_edge(&mut self, _seen: bool) {}
+}
+
+impl Reactor {
+    /// With the event MPM, the end (in the buffer) of a Content-Length body small enough for
+    /// the loop to read before the app runs, when it is not all buffered yet.
+    fn body_ahead_end(&self, conn: &Connection) -> Option<usize> {
+        let config = &self.shared.config;
+        let head = conn.head();
+        let BodyFraming::Length(length) = head.body else {
+            return None;
+        };
+        // With `Expect: 100-continue` the app decides whether the body is wanted (the 100 goes
+        // out on its first read); over `max_body_size` the slot answers 413 unread.
+        if !self.loop_writes
+            || length == 0
+            || length > config.max_request_buffer
+            || head.expect_continue
+            || (config.max_body_size > 0 && length > config.max_body_size)
+        {
+            return None;
+        }
+        let end = head.head_len + length as usize;
+        (conn.filled < end).then_some(end)
+    }
+
+    /// Reads and parses; reads a small body ahead (event MPM); dispatches complete requests
+    /// (again and again while a prefork slot serves pipelined requests inline); parks, writes
+    /// or closes the connection otherwise.
+    pub(super) fn advance(&mut self, token: usize, mut conn: Connection, driver: &mut dyn Driver) {
+        loop {
+            if conn.buf.is_empty() {
+                if let Some(buf) = self.spare_buffers.pop() {
+                    conn.give_buffer(buf);
+                }
+            }
+            let readiness = if conn.state == ConnState::ReadingBody {
+                Readiness::HeadComplete
+            } else {
+                conn.on_readable(&self.shared.config.limits)
+            };
+            match readiness {
+                Readiness::HeadComplete => {
+                    if let Some(end) = self.body_ahead_end(&conn) {
+                        if conn.state != ConnState::ReadingBody {
+                            conn.state = ConnState::ReadingBody;
+                            conn.body_started = Some(Instant::now());
+                        }
+                        match conn.read_body_ahead(end) {
+                            BodyAhead::Complete => {}
+                            BodyAhead::Pending => return self.park(token, conn),
+                            BodyAhead::Closed => return self.close(token),
+                        }
+                    }
+                    conn.state = ConnState::Dispatched;
+                    let output = self.loop_writes.then(|| Arc::clone(conn.output()));
+                    match driver.dispatch(token, conn) {
+                        Dispatch::Handed => {
+                            self.entries[token] = Entry::Dispatched {
+                                readable: false,
+                                output,
+                            };
+                            return;
+                        }
+                        Dispatch::Served(Some(kept)) if kept.has_pending_output() => {
+                            return self.start_writing(token, kept, false, driver)
+                        }
+                        Dispatch::Served(Some(kept)) if kept.close_after_write => {
+                            return self.close_after_response(token, kept)
+                        }
+                        // Served inline: any bytes that arrive from now on raise a new event.
+                        Dispatch::Served(Some(kept)) if kept.drained() => {
+                            return self.park(token, kept)
+                        }
+                        Dispatch::Served(Some(kept)) => conn = kept,
+                        Dispatch::Served(None) => return self.close(token),
+                        Dispatch::Refused(mut refused) => {
+                            // RFC 9110 15.6.4: overloaded; the client may retry shortly.
+                            write_error_with(
+                                &mut refused,
+                                503,
+                                &[(b"Retry-After", b"1")],
+                                &self.shared.config,
+                                &mut self.ctx.date,
+                                &mut self.ctx.out,
+                            );
+                            crate::log::debug("max_queued_requests reached: 503");
+                            return self.linger(token, refused);
+                        }
+                    }
+                }
+                Readiness::Pending => return self.park(token, conn),
+                Readiness::Closed => return self.close(token),
+                Readiness::Rejected(err) => {
+                    reject(&mut conn, &err, &self.shared.config, &mut self.ctx);
+                    return self.linger(token, conn);
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_returned(&mut self, driver: &mut dyn Driver) {
+        let mut returned = std::mem::take(&mut self.returned);
+        driver.collect(&mut returned);
+        for (token, conn) in returned.drain(..) {
+            let edge_seen = matches!(
+                self.entries.get(token),
+                Some(Entry::Dispatched { readable: true, .. })
+            );
+            if edge_seen {
+                driver.handed_edge(false);
+            }
+            match conn {
+                Some(conn) if conn.has_pending_output() => {
+                    self.start_writing(token, conn, edge_seen, driver)
+                }
+                Some(conn) if conn.close_after_write => self.close_after_response(token, conn),
+                // Bytes that arrived while the slot had it raised an edge the poller could not
+                // act on: read before parking.
+                Some(conn) if conn.drained() && !edge_seen => self.park(token, conn),
+                Some(conn) => self.advance(token, conn, driver),
+                None => self.close(token),
+            }
+        }
+        self.returned = returned;
+        // Returns collected outside the event pass (before sleeping) may have dispatched.
+        driver.flush();
+    }
+}

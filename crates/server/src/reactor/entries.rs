@@ -1,0 +1,110 @@
+//! The loop's table of connections by token: what each entry is doing (`Entry`, and the
+//! `TimerKind` a parked one waits under), taking a token for a new connection and freeing it
+//! on close (with the scoreboard's connection count and the accept pause at
+//! `max_connections`).
+//!
+//! It must not read from or write to a connection: the other files move entries between
+//! states.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Reactor;
+use crate::connection::Connection;
+use crate::pending::Output;
+
+/// What the loop holds for each token.
+pub(super) enum Entry {
+    Vacant,
+    /// Waiting in the poller for bytes, until `deadline` (under the `kind` of timeout).
+    Parked {
+        conn: Connection,
+        deadline: Instant,
+        kind: TimerKind,
+    },
+    /// A slot owns the connection; `readable` records an event that arrived meanwhile. With
+    /// the event MPM, `output` lets the loop write what the slot left pending whenever the
+    /// socket becomes writable, while the slot still produces the response.
+    Dispatched {
+        readable: bool,
+        output: Option<Arc<Output>>,
+    },
+    /// Lingering close (Apache's `lingering_close`): an error response was sent while the
+    /// client may still be sending (a refused head, an unread body). The write side is shut
+    /// and what arrives is read and dropped until EOF, `LINGER` or `LINGER_MAX_BYTES`, so
+    /// the kernel does not answer the client's bytes with a reset that destroys the response
+    /// before it is read.
+    Lingering {
+        conn: Connection,
+        deadline: Instant,
+        discarded: usize,
+    },
+    /// The loop finishes response output a slot left pending (`event` MPM), until `deadline`
+    /// (the send timeout, renewed on progress); `readable` records a read event meanwhile.
+    Writing {
+        conn: Connection,
+        deadline: Instant,
+        readable: bool,
+    },
+}
+
+/// Which timeout a parked connection waits under.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum TimerKind {
+    /// Between requests: `keepalive_timeout`, then a silent close.
+    Idle,
+    /// A head has started (or nothing came yet on a new connection): `header_timeout`, then
+    /// 408 (if any byte came) and close.
+    Header,
+    /// The loop reads a small request body ahead of dispatch (`event` MPM): `body_timeout`
+    /// (extended at `body_min_rate`), then 408 and close.
+    Body,
+}
+
+impl Reactor {
+    pub(super) fn insert(&mut self, conn: Connection) -> usize {
+        self.open += 1;
+        self.shared
+            .slot()
+            .connections
+            .fetch_add(1, Ordering::Relaxed);
+        // Parked until its first bytes arrive; the caller reads it at once or parks it again.
+        let deadline = Instant::now() + self.shared.config.header_timeout;
+        self.note_deadline(deadline);
+        let entry = Entry::Parked {
+            conn,
+            deadline,
+            kind: TimerKind::Header,
+        };
+        match self.free.pop() {
+            Some(token) => {
+                self.entries[token] = entry;
+                token
+            }
+            None => {
+                self.entries.push(entry);
+                self.entries.len() - 1
+            }
+        }
+    }
+
+    pub(super) fn close(&mut self, token: usize) {
+        if let Some(entry) = self.entries.get_mut(token) {
+            if !matches!(entry, Entry::Vacant) {
+                // Dropping the connection closes its fd, which also removes it from epoll.
+                *entry = Entry::Vacant;
+                self.free.push(token);
+                self.open -= 1;
+                self.shared
+                    .slot()
+                    .connections
+                    .fetch_sub(1, Ordering::Relaxed);
+                if self.full && self.open < self.shared.config.max_connections {
+                    self.full = false;
+                    self.resume_listening();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Timers: parking a connection in the poller under the deadline its state calls for (idle
+//! keep-alive, header, body), the earliest deadline the loop sleeps until, and the sweep that
+//! expires them (408 for a started head or body, then a lingering close).
+//!
+//! Timers cost nothing per park: each parked entry keeps its deadline, and one sweep over the
+//! entries runs when the earliest known deadline passes. It must not read from a connection.
+
+use std::time::{Duration, Instant};
+
+use super::entries::TimerKind;
+use super::error_response::write_error;
+use super::linger::LINGER;
+use super::{Entry, Reactor, SPARE_BUFFERS};
+use crate::connection::{ConnState, Connection};
+
+/// The longest the loop sleeps: the heartbeat period written to the scoreboard.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+impl Reactor {
+    pub(super) fn next_timeout(&self) -> Duration {
+        let now = Instant::now();
+        let mut timeout = HEARTBEAT;
+        if let Some(deadline) = self.next_deadline {
+            timeout = timeout.min(deadline.saturating_duration_since(now));
+        }
+        if let Some(until) = self.throttled_until {
+            timeout = timeout.min(until.saturating_duration_since(now));
+        }
+        timeout
+    }
+
+    pub(super) fn park(&mut self, token: usize, conn: Connection) {
+        if self.stop.is_some() && conn.is_idle_keepalive() {
+            return self.close(token);
+        }
+        let mut conn = conn;
+        if let Some(buf) = conn.take_idle_buffer() {
+            if self.spare_buffers.len() < SPARE_BUFFERS {
+                self.spare_buffers.push(buf);
+            }
+        }
+        let config = &self.shared.config;
+        let (kind, deadline) = match conn.head_started {
+            _ if conn.state == ConnState::ReadingBody => {
+                let started = conn.body_started.unwrap_or_else(Instant::now);
+                let received = (conn.filled - conn.head().head_len) as u64;
+                let deadline = config
+                    .body_deadline(started, received)
+                    .unwrap_or_else(|| Instant::now() + config.body_timeout);
+                (TimerKind::Body, deadline)
+            }
+            Some(started) if !conn.is_idle() => (
+                TimerKind::Header,
+                config.header_deadline(started, conn.filled),
+            ),
+            // A new connection that has sent nothing yet gets the header timeout.
+            _ if conn.served == 0 => (TimerKind::Header, Instant::now() + config.header_timeout),
+            _ => (TimerKind::Idle, Instant::now() + config.keepalive_timeout),
+        };
+        self.note_deadline(deadline);
+        self.entries[token] = Entry::Parked {
+            conn,
+            deadline,
+            kind,
+        };
+    }
+
+    pub(super) fn note_deadline(&mut self, deadline: Instant) {
+        if self.next_deadline.is_none_or(|next| deadline < next) {
+            self.next_deadline = Some(deadline);
+        }
+    }
+
+    /// Closes parked connections whose deadline passed (408 for a started head) and works out
+    /// the next deadline. Runs only when the earliest known deadline has passed.
+    pub(super) fn expire_timers(&mut self) {
+        let now = Instant::now();
+        if self.next_deadline.is_none_or(|next| now < next) {
+            return;
+        }
+        let mut next: Option<Instant> = None;
+        for token in 0..self.entries.len() {
+            let (deadline, respond) = match &self.entries[token] {
+                Entry::Parked {
+                    conn,
+                    deadline,
+                    kind,
+                } => (
+                    *deadline,
+                    match kind {
+                        // RFC 9110 15.5.9: 408 tells the client the server closes an unused
+                        // connection.
+                        TimerKind::Header if !conn.is_idle() => Some(408),
+                        TimerKind::Body => Some(408),
+                        _ => None,
+                    },
+                ),
+                // A client that stopped reading: nothing more can be said to it.
+                Entry::Writing { deadline, .. } | Entry::Lingering { deadline, .. } => {
+                    (*deadline, None)
+                }
+                _ => continue,
+            };
+            if deadline > now {
+                next = Some(next.map_or(deadline, |n| n.min(deadline)));
+                continue;
+            }
+            if let (Some(code), Entry::Parked { conn, .. }) = (respond, &mut self.entries[token]) {
+                write_error(
+                    conn,
+                    code,
+                    &self.shared.config,
+                    &mut self.ctx.date,
+                    &mut self.ctx.out,
+                );
+                if let Entry::Parked { conn, .. } =
+                    std::mem::replace(&mut self.entries[token], Entry::Vacant)
+                {
+                    // The client may still be sending (a slow head or body): linger.
+                    self.entries[token] = Entry::Dispatched {
+                        readable: false,
+                        output: None,
+                    };
+                    self.linger(token, conn);
+                    // The sweep sets `next_deadline` when it ends: count the new deadline in.
+                    let linger_until = Instant::now() + LINGER;
+                    next = Some(next.map_or(linger_until, |n| n.min(linger_until)));
+                    continue;
+                }
+            }
+            self.close(token);
+        }
+        self.next_deadline = next;
+    }
+}

@@ -1,0 +1,85 @@
+//! Response output the loop finishes (event MPM): a connection whose slot left output pending
+//! is held as `Entry::Writing` and written whenever the socket becomes writable, under the send
+//! timeout (renewed when the client takes bytes); then the next request is read, or the
+//! connection parked or closed.
+//!
+//! It writes only what the slot queued; it must not frame or produce a response.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Driver, Entry, Reactor};
+use crate::connection::Connection;
+use crate::pending::Progress;
+
+impl Reactor {
+    /// Writes what a `Writing` connection has pending; when done, goes on with the next
+    /// request (or parks, or closes).
+    pub(super) fn on_writable(&mut self, token: usize, driver: &mut dyn Driver) {
+        let Some(Entry::Writing {
+            conn,
+            deadline,
+            readable,
+        }) = self.entries.get_mut(token)
+        else {
+            return;
+        };
+        let output = Arc::clone(conn.output());
+        let before = output.with(|pending| pending.written());
+        match output.write_some() {
+            Ok(Progress::Blocked) => {
+                // The send timeout is per wait, as for a slot: renewed when the client took
+                // bytes, not by events that wrote nothing.
+                if output.with(|pending| pending.written()) > before {
+                    *deadline = Instant::now() + self.shared.config.send_timeout;
+                    let deadline = *deadline;
+                    self.note_deadline(deadline);
+                }
+            }
+            Ok(Progress::Done) => {
+                let readable = *readable;
+                let Entry::Writing { conn, .. } = std::mem::replace(
+                    &mut self.entries[token],
+                    Entry::Dispatched {
+                        readable,
+                        output: None,
+                    },
+                ) else {
+                    unreachable!()
+                };
+                if conn.close_after_write {
+                    return self.close_after_response(token, conn);
+                }
+                if readable || !conn.drained() {
+                    self.advance(token, conn, driver)
+                } else {
+                    self.park(token, conn)
+                }
+            }
+            Err(err) => {
+                crate::log::debug(&format!("response write failed: {err}"));
+                self.close(token)
+            }
+        }
+    }
+
+    /// Takes over a connection whose response output is not all written (event MPM).
+    pub(super) fn start_writing(
+        &mut self,
+        token: usize,
+        conn: Connection,
+        readable: bool,
+        driver: &mut dyn Driver,
+    ) {
+        let deadline = Instant::now() + self.shared.config.send_timeout;
+        self.note_deadline(deadline);
+        self.entries[token] = Entry::Writing {
+            conn,
+            deadline,
+            readable,
+        };
+        // The slot's last write may have been before the socket drained: try now (an edge
+        // raised while the slot had it is not repeated).
+        self.on_writable(token, driver);
+    }
+}

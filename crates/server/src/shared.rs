@@ -1,0 +1,130 @@
+//! The state every slot of a worker shares: the settings, the listeners' addresses, the
+//! access log, the scoreboard slot and the stop/recycle flags with the request counters that
+//! drive them.
+//!
+//! It sits below the reactor, the exchange and the MPMs, which all read it; it must not
+//! depend on any of them (nor run anything: it is data and counters).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::access_log::AccessLog;
+use crate::config::WorkerConfig;
+use crate::listener::Local;
+use crate::scoreboard::{now_ms, Scoreboard, Slot, WorkerState};
+
+/// What every slot of a worker shares (read-mostly).
+pub struct WorkerShared {
+    /// The worker's settings.
+    pub config: WorkerConfig,
+    /// The address of each listener, by listener index.
+    pub locals: Vec<Local>,
+    /// The access log, when enabled.
+    pub access_log: Option<AccessLog>,
+    scoreboard: Arc<Scoreboard>,
+    slot: usize,
+    stopping: AtomicBool,
+    recycle: AtomicBool,
+    /// Requests left before recycling (`u64::MAX` when `max_requests` is off).
+    budget: AtomicU64,
+    /// Called once, when the worker's set-up is complete (see [`crate::WorkerSpec::on_ready`]).
+    pub(crate) on_ready: Mutex<Option<ReadyHook>>,
+}
+
+/// What a worker runs once it can serve (e.g. telling its master it is ready).
+pub type ReadyHook = Box<dyn FnOnce() + Send>;
+
+impl WorkerShared {
+    pub(crate) fn new(
+        config: WorkerConfig,
+        locals: Vec<Local>,
+        access_log: Option<AccessLog>,
+        scoreboard: Arc<Scoreboard>,
+        slot: usize,
+        budget: u64,
+    ) -> WorkerShared {
+        WorkerShared {
+            config,
+            locals,
+            access_log,
+            scoreboard,
+            slot,
+            stopping: AtomicBool::new(false),
+            recycle: AtomicBool::new(false),
+            budget: AtomicU64::new(budget),
+            on_ready: Mutex::new(None),
+        }
+    }
+
+    /// Runs the ready hook, the first time only: the MPM calls this when its loop starts,
+    /// after the listeners, the signal control, the access log and the app threads are set up.
+    pub(crate) fn announce_ready(&self) {
+        let hook = self
+            .on_ready
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .take();
+        if let Some(hook) = hook {
+            hook();
+        }
+    }
+
+    /// True once the worker is draining: responses close their connections.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_stopping(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+        self.slot()
+            .state
+            .store(WorkerState::Stopping as u32, Ordering::Relaxed);
+    }
+
+    /// This worker's scoreboard slot.
+    pub fn slot(&self) -> &Slot {
+        self.scoreboard
+            .slot(self.slot)
+            .expect("worker slot index checked at start")
+    }
+
+    /// The whole scoreboard (for the fair-share accept throttle).
+    pub fn scoreboard(&self) -> &Scoreboard {
+        &self.scoreboard
+    }
+
+    /// Records the start of a request in the scoreboard.
+    pub(crate) fn request_started(&self) {
+        let slot = self.slot();
+        if slot.active.fetch_add(1, Ordering::Relaxed) == 0 {
+            slot.request_start_ms.store(now_ms(), Ordering::Relaxed);
+            if !self.is_stopping() {
+                slot.state
+                    .store(WorkerState::Busy as u32, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Records the end of a request; asks the worker to recycle when the budget is spent.
+    pub(crate) fn request_finished(&self) {
+        let slot = self.slot();
+        slot.requests.fetch_add(1, Ordering::Relaxed);
+        if slot.active.fetch_sub(1, Ordering::Relaxed) == 1 {
+            slot.request_start_ms.store(0, Ordering::Relaxed);
+            if !self.is_stopping() {
+                slot.state
+                    .store(WorkerState::Idle as u32, Ordering::Relaxed);
+            }
+        }
+        if self.budget.load(Ordering::Relaxed) != u64::MAX
+            && self.budget.fetch_sub(1, Ordering::Relaxed) == 1
+        {
+            self.recycle.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// True once `max_requests` was reached.
+    pub(crate) fn recycle_requested(&self) -> bool {
+        self.recycle.load(Ordering::Relaxed)
+    }
+}
