@@ -81,3 +81,15 @@ def test_port_in_use() -> None:
         port = taken.getsockname()[1]
         result = tines("serve", "-b", f"127.0.0.1:{port}", "examples/hello.py:app")
     assert_one_line_error(result, f"cannot bind 127.0.0.1:{port}", "Address already in use")
+
+
+@pytest.mark.parametrize("spec, extra", [
+    ("asgi_app:app", []),
+    ("asgi_app:instance", []),
+    ("asgi_app:instance", ["--preload"]),
+    ("asgi_app:create_app", ["--factory"]),
+])
+def test_an_asgi_app_is_named_as_such_not_as_a_factory(spec: str, extra: list[str]) -> None:
+    result = tines("serve", "-b", "127.0.0.1:0", "-w", "1", *extra, spec)
+    assert_one_line_error(result, "ASGI app (async def)", "serves WSGI apps only")
+    assert "--factory" not in result.stderr
