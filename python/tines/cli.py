@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tines import __version__
-from tines.config import SECTIONS, SETTINGS, Config, format_value, load
+from tines.config import SECTIONS, SETTINGS, Config, format_value, ignored_settings, load
 from tines.errors import AppLoadError, ConfigError
 
 EXIT_USAGE = 2
@@ -144,7 +144,13 @@ def serve(cfg: Config) -> int:
     """Run the arbiter until it stops; its return value is the exit status."""
     if cfg.app is None:
         raise ConfigError(f"serve needs APP ({APP_FORMS})")
+    from tines import logs
     from tines.arbiter import Arbiter
+
+    # Once, in the master, before any worker exists; the arbiter configures logging the same way.
+    logs.configure(cfg.error_log, cfg.log_level)
+    for message in ignored_settings(cfg):
+        logs.get("config").warning(message)
 
     return int(Arbiter(cfg).run())
 
@@ -163,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load(arguments)
         if arguments.command == "check-config":
+            for message in ignored_settings(cfg):
+                print(f"tines: warning: {message}", file=sys.stderr)
             sys.stdout.write(format_table(cfg))
             return 0
         return serve(cfg)

@@ -354,7 +354,7 @@ _REGISTRY = (
             positive_int, _default_workers, ("-w", "--workers"), "N", default_text="2 x CPU cores"),
     Setting("mpm", "Workers", "How a worker runs requests: `prefork` (one at a time, on the worker's only thread), `thread` (on a pool of app threads, see `threads`) or `event` (one loop thread owns every socket and finishes slow writes; app threads only run the app). See docs/mpm.md.",
             text, "prefork", ("--mpm",), choices=("prefork", "thread", "event"), worker=True),
-    Setting("threads", "Workers", "App threads per worker with the `thread` and `event` MPMs (ignored by `prefork`). With `event`, 0 runs the app on the loop thread itself (no hand-off; for apps that return quickly).",
+    Setting("threads", "Workers", "App threads per worker with the `thread` and `event` MPMs; `prefork` ignores it (and warns at start when it is above 1). With `event`, 0 runs the app on the loop thread itself (no hand-off; for apps that return quickly).",
             non_negative_int, 1, ("--threads",), "N", worker=True),
     Setting("max_connections", "Workers", "Most client connections one worker holds open (idle keep-alive ones included); above it the worker stops accepting until one closes, and the other workers take the new ones.",
             positive_int, 10000, ("--max-connections",), "N", worker=True),
@@ -562,6 +562,20 @@ def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
     return Config(ordered, {name: sources[name] for name in SETTINGS}, config_path)
 
 
+def ignored_settings(cfg: Config) -> list[str]:
+    """One line for each setting that is valid but has no effect beside the others, else none.
+
+    Not an error: such a value often comes from a file or environment shared by several
+    starts with different MPMs. ``tines serve`` logs each line as a warning at start and
+    ``tines check-config`` prints it.
+    """
+    found = []
+    if cfg.mpm == "prefork" and cfg.threads > 1:
+        found.append(f"threads {cfg.threads} ({cfg.source('threads')}) is ignored by mpm prefork, which runs "
+                     "one request at a time per worker: for app threads use --mpm thread or --mpm event")
+    return found
+
+
 def _command_line(overrides: Mapping[str, object] | argparse.Namespace | None) -> dict[str, object]:
     if overrides is None:
         return {}
@@ -639,7 +653,9 @@ EQUIVALENTS: tuple[tuple[str, str, str], ...] = (
     ("Apache", "`User`, `Group`", "`user`, `group`"),
     ("Apache", "`CustomLog`, `ErrorLog`, `LogLevel`", "`access_log`, `error_log`, `log_level`"),
     ("Apache", "`ServerTokens`", "`server_header`"),
-    ("gunicorn", "`bind`, `backlog`, `workers`, `threads`", "same names"),
+    ("gunicorn", "`bind`, `backlog`, `workers`", "same names"),
+    ("gunicorn", "`threads` (above 1 it means gunicorn's `gthread` worker)",
+     "`threads` with `mpm = \"thread\"` (or `\"event\"`); the default `prefork` ignores it"),
     ("gunicorn", "`max_requests`, `max_requests_jitter`", "same names"),
     ("gunicorn", "`keepalive`", "`keepalive_timeout`"),
     ("gunicorn", "`graceful_timeout`", "`graceful_timeout`"),
