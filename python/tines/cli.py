@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tines import __version__
-from tines.config import SECTIONS, SETTINGS, Config, format_value, ignored_settings, load
+from tines.config import (SECTIONS, SETTINGS, Config, format_value, ignored_settings, load,
+                          migration_hint)
 from tines.errors import AppLoadError, ConfigError
 
 EXIT_USAGE = 2
@@ -118,10 +119,14 @@ def bench(argv: Sequence[str]) -> int:
 
 
 def _unknown_message(unknown: list[str]) -> str:
-    """Name the first unknown option, with the closest known flag when there is one."""
+    """Name the first unknown option, with what Tines has instead when it is another server's
+    flag (``tines.config.migration_hint``), else with the closest known flag when there is one."""
     options = [word.partition("=")[0] for word in unknown if word.startswith("-")]
     if not options:
         return "unrecognized arguments: " + " ".join(unknown)
+    instead = migration_hint(options[0])
+    if instead is not None:
+        return f"unknown option {options[0]!r} {instead}"
     flags = ["--config", "--help", "--version"]
     for setting in SETTINGS.values():
         flags += [flag for flag in setting.flags if flag.startswith("--")]

@@ -93,3 +93,14 @@ def test_an_asgi_app_is_named_as_such_not_as_a_factory(spec: str, extra: list[st
     result = tines("serve", "-b", "127.0.0.1:0", "-w", "1", *extra, spec)
     assert_one_line_error(result, "ASGI app (async def)", "serves WSGI apps only")
     assert "--factory" not in result.stderr
+
+
+@pytest.mark.parametrize("words, says", [
+    (["--timeout", "30"], "not supported yet (planned as --request-timeout"),
+    (["--reload"], "not supported yet; send HUP to the master"),
+    (["--pid", "tines.pid"], "not supported yet; the master's pid"),
+])
+def test_gunicorn_flags_get_what_tines_has_instead_not_a_similar_spelling(words: list[str], says: str) -> None:
+    result = tines("serve", *words, "examples/hello.py:app")
+    assert_one_line_error(result, f"unknown option {words[0]!r}", says)
+    assert "did you mean" not in result.stderr
