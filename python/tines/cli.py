@@ -153,8 +153,10 @@ def serve(cfg: Config) -> int:
     from tines.arbiter import Arbiter
 
     # Once, in the master, before any worker exists; the arbiter configures logging the same way.
-    logs.configure(cfg.error_log, cfg.log_level)
-    for message in ignored_settings(cfg):
+    ignored = ignored_settings(cfg)
+    if ignored:
+        logs.configure(cfg.error_log, cfg.log_level)
+    for message in ignored:
         logs.get("config").warning(message)
 
     return int(Arbiter(cfg).run())
