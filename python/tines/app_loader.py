@@ -2,7 +2,8 @@
 
 Owns: parsing the spec (``module:attr``, ``package.module:attr``, ``path/to/file.py:attr``,
 ``module`` alone), importing it, resolving a dotted attribute, calling a factory, and the
-one-line ``AppLoadError`` messages for each way that can fail.
+one-line ``AppLoadError`` messages for each way that can fail (an ASGI app among them: Tines
+serves WSGI only, so one is named as ASGI rather than taken for a factory).
 
 Must not: import ``tines._core``, configure logging, or print: the caller (the arbiter with
 ``--preload``, else each worker) decides where the message and the traceback go.
@@ -25,6 +26,9 @@ DEFAULT_ATTRIBUTES = ("application", "app")
 """Tried in order when the spec names only a module (``application`` is Django's name)."""
 
 WSGIApp = Callable[..., object]
+
+ASGI_NOT_SUPPORTED = "Tines serves WSGI apps only (ASGI is not supported yet)"
+"""The end of the message for an ASGI app (FastAPI, Starlette, Django's ASGI handler...)."""
 
 
 def load_app(spec: str, factory: bool) -> WSGIApp:
@@ -50,9 +54,13 @@ def load_app(spec: str, factory: bool) -> WSGIApp:
                                traceback.format_exc()) from None
         if not callable(app):
             raise AppLoadError(f"factory {name!r} returned {type(app).__name__}, which is not callable")
+        if is_asgi(app):
+            raise AppLoadError(f"factory {name!r} returned an ASGI app (async def); {ASGI_NOT_SUPPORTED}")
         return app
     if not callable(obj):
         raise AppLoadError(f"{name!r} is not callable")
+    if is_asgi(obj):
+        raise AppLoadError(f"{name!r} is an ASGI app (async def); {ASGI_NOT_SUPPORTED}")
     _check_wsgi_signature(obj, name)
     return obj
 
@@ -132,6 +140,16 @@ def _resolve(module: ModuleType, target: str, attributes: tuple[str, ...]) -> tu
         except AttributeError:
             raise AppLoadError(f"module {target!r} has no attribute {attributes[0]!r}") from None
     return obj, attributes[0]
+
+
+def is_asgi(obj: object) -> bool:
+    """True for an ASGI app: a coroutine function, or an object whose class's ``__call__`` is one.
+
+    The second form is how Starlette, FastAPI and Django's ASGIHandler are built. A WSGI app is
+    never ``async def``, so this cannot reject one.
+    """
+    return inspect.iscoroutinefunction(obj) or inspect.iscoroutinefunction(
+        getattr(type(obj), "__call__", None))
 
 
 def _check_wsgi_signature(app: WSGIApp, name: str) -> None:

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tines import __version__
-from tines.config import SECTIONS, SETTINGS, Config, environment_warnings, format_value, load
+from tines.config import (SECTIONS, SETTINGS, Config, environment_warnings, format_value,
+                          ignored_settings, load, migration_hint)
 from tines.errors import AppLoadError, ConfigError
 
 EXIT_USAGE = 2
@@ -124,10 +125,14 @@ def bench(argv: Sequence[str]) -> int:
 
 
 def _unknown_message(unknown: list[str]) -> str:
-    """Name the first unknown option, with the closest known flag when there is one."""
+    """Name the first unknown option, with what Tines has instead when it is another server's
+    flag (``tines.config.migration_hint``), else with the closest known flag when there is one."""
     options = [word.partition("=")[0] for word in unknown if word.startswith("-")]
     if not options:
         return "unrecognized arguments: " + " ".join(unknown)
+    instead = migration_hint(options[0])
+    if instead is not None:
+        return f"unknown option {options[0]!r} {instead}"
     flags = ["--config", "--help", "--version"]
     for setting in SETTINGS.values():
         flags += [flag for flag in setting.flags if flag.startswith("--")]
@@ -173,7 +178,15 @@ def serve(cfg: Config) -> int:
     """Run the arbiter until it stops; its return value is the exit status."""
     if cfg.app is None:
         raise ConfigError(f"serve needs APP ({APP_FORMS})")
+    from tines import logs
     from tines.arbiter import Arbiter
+
+    # Once, in the master, before any worker exists; the arbiter configures logging the same way.
+    ignored = ignored_settings(cfg)
+    if ignored:
+        logs.configure(cfg.error_log, cfg.log_level)
+    for message in ignored:
+        logs.get("config").warning(message)
 
     return int(Arbiter(cfg).run())
 
@@ -194,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load(arguments)
         if arguments.command == "check-config":
+            for message in ignored_settings(cfg):
+                print(f"tines: warning: {message}", file=sys.stderr)
             check_config(cfg, arguments.check_app)
             sys.stdout.write(format_table(cfg))
             return 0

@@ -9,8 +9,12 @@ derived from the registry; nothing else restates a setting.
 Must not: import ``tines._core`` or anything heavy, touch sockets or fork, or keep mutable
 module state (``SETTINGS`` is a read-only mapping of frozen records).
 
-Over the ~600-line soft cap because the registry (one record per setting) and the Markdown
-renderer that must stay beside it are together the single source of truth for settings.
+Also owns the "coming from another server" rows (``EQUIVALENTS``), which give both the docs'
+table and ``tines serve``'s answer to another server's flag (``migration_hint``).
+
+Over the ~600-line soft cap because the registry (one record per setting), the migration rows
+that name its settings and the Markdown renderer that must stay beside them are together the
+single source of truth for settings.
 """
 
 from __future__ import annotations
@@ -375,7 +379,7 @@ _REGISTRY = (
             positive_int, _default_workers, ("-w", "--workers"), "N", default_text="2 x CPU cores"),
     Setting("mpm", "Workers", "How a worker runs requests: `prefork` (one at a time, on the worker's only thread), `thread` (on a pool of app threads, see `threads`) or `event` (one loop thread owns every socket and finishes slow writes; app threads only run the app). See docs/mpm.md.",
             text, "prefork", ("--mpm",), choices=("prefork", "thread", "event"), worker=True),
-    Setting("threads", "Workers", "App threads per worker with the `thread` and `event` MPMs (ignored by `prefork`). With `event`, 0 runs the app on the loop thread itself (no hand-off; for apps that return quickly).",
+    Setting("threads", "Workers", "App threads per worker with the `thread` and `event` MPMs; `prefork` ignores it (and warns at start when it is above 1). With `event`, 0 runs the app on the loop thread itself (no hand-off; for apps that return quickly).",
             non_negative_int, 1, ("--threads",), "N", worker=True),
     Setting("max_connections", "Workers", "Most client connections one worker holds open (idle keep-alive ones included); above it the worker stops accepting until one closes, and the other workers take the new ones.",
             positive_int, 10000, ("--max-connections",), "N", worker=True),
@@ -584,6 +588,20 @@ def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
     return Config(ordered, {name: sources[name] for name in SETTINGS}, config_path)
 
 
+def ignored_settings(cfg: Config) -> list[str]:
+    """One line for each setting that is valid but has no effect beside the others, else none.
+
+    Not an error: such a value often comes from a file or environment shared by several
+    starts with different MPMs. ``tines serve`` logs each line as a warning at start and
+    ``tines check-config`` prints it.
+    """
+    found = []
+    if cfg.mpm == "prefork" and cfg.threads > 1:
+        found.append(f"threads {cfg.threads} ({cfg.source('threads')}) is ignored by mpm prefork, which runs "
+                     "one request at a time per worker: for app threads use --mpm thread or --mpm event")
+    return found
+
+
 def _command_line(overrides: Mapping[str, object] | argparse.Namespace | None) -> dict[str, object]:
     if overrides is None:
         return {}
@@ -661,45 +679,156 @@ def _suggestion(name: str) -> str:
 
 # --- documentation -----------------------------------------------------------------------------
 
-EQUIVALENTS: tuple[tuple[str, str, str], ...] = (
-    ("Apache", "`Listen`", "`bind`"),
-    ("Apache", "`StartServers`, `MaxRequestWorkers` (prefork)", "`workers` (fixed: no spare-server scaling)"),
-    ("Apache", "`MinSpareServers`, `MaxSpareServers`", "none: the worker count is fixed"),
-    ("Apache", "`ThreadsPerChild` (worker/event)", "`threads` with `mpm = \"thread\"` or `\"event\"`"),
-    ("Apache", "`AsyncRequestWorkerFactor` (event)", "`max_connections`, `max_queued_requests`"),
-    ("Apache", "`MaxConnectionsPerChild`", "`max_requests` (counts requests, not connections)"),
-    ("Apache", "`KeepAliveTimeout`", "`keepalive_timeout`"),
-    ("Apache", "`KeepAlive Off`", "`keepalive_timeout = 0`"),
-    ("Apache", "`MaxKeepAliveRequests`", "`max_keepalive_requests`"),
-    ("Apache", "`ListenBacklog`", "`backlog`"),
-    ("Apache", "`RequestReadTimeout header=`, `body=`", "`header_timeout`, `body_timeout`"),
-    ("Apache", "`Timeout` (sending)", "`send_timeout`"),
-    ("Apache", "`LimitRequestLine`", "`max_request_line`"),
-    ("Apache", "`LimitRequestFields`", "`max_headers`"),
-    ("Apache", "`LimitRequestFieldSize`", "`max_head_size` (limits the whole head)"),
-    ("Apache", "`User`, `Group`", "`user`, `group`"),
-    ("Apache", "`CustomLog`, `ErrorLog`, `LogLevel`", "`access_log`, `error_log`, `log_level`"),
-    ("Apache", "`ServerTokens`", "`server_header`"),
-    ("gunicorn", "`bind`, `backlog`, `workers`, `threads`", "same names"),
-    ("gunicorn", "`max_requests`, `max_requests_jitter`", "same names"),
-    ("gunicorn", "`keepalive`", "`keepalive_timeout`"),
-    ("gunicorn", "`graceful_timeout`", "`graceful_timeout`"),
-    ("gunicorn", "`timeout` (worker silent for N seconds is killed)", "none yet (a later issue)"),
-    ("gunicorn", "`limit_request_line`, `limit_request_fields`", "`max_request_line`, `max_headers`"),
-    ("gunicorn", "`forwarded_allow_ips`, `preload_app`", "`forwarded_allow_ips`, `preload`"),
-    ("gunicorn", "`accesslog`, `errorlog`, `loglevel`", "`access_log`, `error_log`, `log_level`"),
-    ("gunicorn", "`user`, `group`, `chdir`, `umask`", "same names"),
-    ("uWSGI", "`http-socket`, `socket`", "`bind`"),
-    ("uWSGI", "`processes`, `threads`", "`workers`, `threads`"),
-    ("uWSGI", "`max-requests`", "`max_requests`"),
-    ("uWSGI", "`listen`", "`backlog`"),
-    ("uWSGI", "`lazy-apps` (uWSGI preloads unless it is set)", "`preload = false` (our default)"),
-    ("uWSGI", "`harakiri`", "none yet (a later issue)"),
-    ("uWSGI", "`reload-on-rss`", "none yet (a later issue)"),
-    ("uWSGI", "`cheaper`", "none: the worker count is fixed"),
-    ("uWSGI", "`uid`, `gid`, `chdir`, `umask`", "`user`, `group`, `chdir`, `umask`"),
+@dataclass(frozen=True)
+class Equivalent:
+    """One row of "Coming from another server": another server's setting and Tines' answer.
+
+    ``theirs`` is their setting as the docs show it (Markdown). ``ours`` says what Tines has
+    instead, in Markdown where ``{name}`` names a setting, ``{name=value}`` a setting with a
+    value (checked against the registry when rendered) and ``{planned:name}`` a setting that
+    does not exist yet. ``flags`` are their command-line flags that Tines does not accept:
+    ``tines serve`` answers them with ``ours`` (``migration_hint``), and the docs list them.
+    """
+
+    server: str
+    theirs: str
+    ours: str
+    flags: tuple[str, ...] = ()
+
+    def markdown(self) -> tuple[str, str]:
+        """(their cell, our cell) for docs/settings.md."""
+        flags = " (" + ", ".join(f"`{flag}`" for flag in self.flags) + ")" if self.flags else ""
+        return self.theirs + flags, _REFERENCE.sub(_reference_in_markdown, self.ours)
+
+    def command_line(self) -> str:
+        """``ours`` for ``tines serve``'s error line: settings as flags, no Markdown."""
+        text = _REFERENCE.sub(_reference_on_command_line, self.ours).replace("`", "")
+        return "use " + text if self.ours.startswith("{") else text
+
+
+_REFERENCE = re.compile(r"\{(planned:)?([a-z_]+)(?:(=)([^}]*))?\}")
+"""``{name}``, ``{name=value}`` or ``{planned:name}`` in ``Equivalent.ours``."""
+
+
+def _reference_in_markdown(match: re.Match[str]) -> str:
+    planned, name, equals, raw = match.groups()
+    if planned or not equals:
+        return f"`{name if planned else SETTINGS[name].toml_key}`"
+    return f"`{SETTINGS[name].toml_key} = {format_value(SETTINGS[name].to_value(raw))}`"
+
+
+def _reference_on_command_line(match: re.Match[str]) -> str:
+    planned, name, equals, raw = match.groups()
+    if planned:
+        return "--" + name.replace("_", "-")
+    setting = SETTINGS[name]
+    flag = next(flag for flag in setting.flags if flag.startswith("--"))
+    if not equals:
+        return flag
+    value = setting.to_value(raw)
+    if setting.is_flag:
+        return flag if value else f"--no-{flag[2:]}"
+    return f"{flag} {raw}" if raw else f"{flag} ''"
+
+
+_TLS = "not supported yet: terminate TLS in a proxy in front of Tines"
+_RELOAD = ("not supported yet; send `HUP` to the master for new workers, which import the app again "
+           "(not with {preload})")
+_REQUEST_TIMEOUT = "not supported yet (planned as {planned:request_timeout}: a request the app runs too long is ended)"
+
+EQUIVALENTS: tuple[Equivalent, ...] = (
+    Equivalent("Apache", "`Listen`", "{bind}"),
+    Equivalent("Apache", "`StartServers`, `MaxRequestWorkers` (prefork)", "{workers} (fixed: no spare-server scaling)"),
+    Equivalent("Apache", "`MinSpareServers`, `MaxSpareServers`", "none: the worker count is fixed"),
+    Equivalent("Apache", "`ThreadsPerChild` (worker/event)", "{threads} with {mpm=thread} or {mpm=event}"),
+    Equivalent("Apache", "`AsyncRequestWorkerFactor` (event)", "{max_connections}, {max_queued_requests}"),
+    Equivalent("Apache", "`MaxConnectionsPerChild`", "{max_requests} (counts requests, not connections)"),
+    Equivalent("Apache", "`KeepAliveTimeout`", "{keepalive_timeout}"),
+    Equivalent("Apache", "`KeepAlive Off`", "{keepalive_timeout=0}"),
+    Equivalent("Apache", "`MaxKeepAliveRequests`", "{max_keepalive_requests}"),
+    Equivalent("Apache", "`ListenBacklog`", "{backlog}"),
+    Equivalent("Apache", "`RequestReadTimeout header=`, `body=`", "{header_timeout}, {body_timeout}"),
+    Equivalent("Apache", "`Timeout` (sending)", "{send_timeout}"),
+    Equivalent("Apache", "`LimitRequestLine`", "{max_request_line}"),
+    Equivalent("Apache", "`LimitRequestFields`", "{max_headers}"),
+    Equivalent("Apache", "`LimitRequestFieldSize`", "{max_head_size} (limits the whole head)"),
+    Equivalent("Apache", "`User`, `Group`", "{user}, {group}"),
+    Equivalent("Apache", "`CustomLog`, `ErrorLog`, `LogLevel`", "{access_log}, {error_log}, {log_level}"),
+    Equivalent("Apache", "`ServerTokens`", "{server_header}"),
+    Equivalent("gunicorn", "`bind`, `backlog`, `workers`", "same names"),
+    Equivalent("gunicorn", "`threads` (above 1 it means gunicorn's `gthread` worker)",
+               "{threads} with {mpm=thread} (or {mpm=event}); the default `prefork` ignores it"),
+    Equivalent("gunicorn", "`worker_class`", "{mpm=prefork} for `sync`, {mpm=thread} with {threads} for "
+               "`gthread`, or {mpm=event}; there is no gevent, eventlet or ASGI worker", ("-k", "--worker-class")),
+    Equivalent("gunicorn", "`worker_connections`", "{max_connections}", ("--worker-connections",)),
+    Equivalent("gunicorn", "`max_requests`, `max_requests_jitter`", "same names"),
+    Equivalent("gunicorn", "`keepalive`", "{keepalive_timeout}", ("--keep-alive",)),
+    Equivalent("gunicorn", "`graceful_timeout`", "{graceful_timeout}"),
+    Equivalent("gunicorn", "`timeout`: a worker silent this many seconds is killed",
+               _REQUEST_TIMEOUT + "; today's timeouts are for waits on the client: "
+               "{header_timeout}, {body_timeout}, {send_timeout}", ("-t", "--timeout")),
+    Equivalent("gunicorn", "`limit_request_line`", "{max_request_line}", ("--limit-request-line",)),
+    Equivalent("gunicorn", "`limit_request_fields`", "{max_headers}", ("--limit-request-fields",)),
+    Equivalent("gunicorn", "`limit_request_field_size`", "{max_head_size} (limits the whole head)",
+               ("--limit-request-field_size",)),
+    Equivalent("gunicorn", "`forwarded_allow_ips`", "{forwarded_allow_ips}"),
+    Equivalent("gunicorn", "`preload_app`", "{preload}"),
+    Equivalent("gunicorn", "`accesslog`", "{access_log}", ("--access-logfile",)),
+    Equivalent("gunicorn", "`access_log_format`", "not supported: the access log is in the combined format",
+               ("--access-logformat",)),
+    Equivalent("gunicorn", "`errorlog`", "{error_log}", ("--error-logfile", "--log-file")),
+    Equivalent("gunicorn", "`loglevel`", "{log_level}"),
+    Equivalent("gunicorn", "`capture_output`", "not needed for stderr: with {error_log} set to a file, every "
+               "process's stderr (prints, tracebacks) goes to it; stdout is not redirected", ("--capture-output",)),
+    Equivalent("gunicorn", "`user`, `group`, `chdir`, `umask`", "same names"),
+    Equivalent("gunicorn", "`pidfile`", "not supported yet; the master's pid is in the line written to {ready_fd}",
+               ("-p", "--pid")),
+    Equivalent("gunicorn", "`daemon`", "not supported: run Tines in the foreground under a supervisor "
+               "(systemd, a container)", ("-D", "--daemon")),
+    Equivalent("gunicorn", "`reload`", _RELOAD, ("--reload",)),
+    Equivalent("gunicorn", "`certfile`, `keyfile`", _TLS, ("--certfile", "--keyfile")),
+    Equivalent("gunicorn", "`check_config`, `print_config`", "the `tines check-config` command",
+               ("--check-config", "--print-config")),
+    Equivalent("uvicorn", "`host`, `port`", "{bind} with `HOST:PORT`", ("--host", "--port")),
+    Equivalent("uvicorn", "`uds`", "{bind} with `unix:/path`", ("--uds",)),
+    Equivalent("uvicorn", "`fd`", "{bind} with `fd://N`", ("--fd",)),
+    Equivalent("uvicorn", "`workers`, `backlog`, `factory`, `log_level`, `forwarded_allow_ips`", "same names"),
+    Equivalent("uvicorn", "`interface`", "WSGI only: ASGI is not supported yet", ("--interface",)),
+    Equivalent("uvicorn", "`reload`", _RELOAD, ("--reload",)),
+    Equivalent("uvicorn", "`app_dir`", "{chdir} (the app is imported from there)", ("--app-dir",)),
+    Equivalent("uvicorn", "`proxy_headers`", "always on for the peers in {forwarded_allow_ips}; "
+               "{forwarded_allow_ips=} trusts none", ("--proxy-headers", "--no-proxy-headers")),
+    Equivalent("uvicorn", "`timeout_keep_alive`", "{keepalive_timeout}", ("--timeout-keep-alive",)),
+    Equivalent("uvicorn", "`timeout_graceful_shutdown`", "{graceful_timeout}", ("--timeout-graceful-shutdown",)),
+    Equivalent("uvicorn", "`limit_concurrency`", "{max_connections} per worker (above it the worker stops "
+               "accepting) and, with {mpm=event}, {max_queued_requests} (above it, 503)", ("--limit-concurrency",)),
+    Equivalent("uvicorn", "`limit_max_requests`", "{max_requests}", ("--limit-max-requests",)),
+    Equivalent("uvicorn", "`h11_max_incomplete_event_size`", "{max_head_size}", ("--h11-max-incomplete-event-size",)),
+    Equivalent("uvicorn", "`access_log`", "off unless {access_log} names a file, or `-` for stdout",
+               ("--no-access-log",)),
+    Equivalent("uvicorn", "`server_header`", "{server_header=} (an empty value omits the header)", ("--no-server-header",)),
+    Equivalent("uvicorn", "`ssl_certfile`, `ssl_keyfile`", _TLS, ("--ssl-certfile", "--ssl-keyfile")),
+    Equivalent("uWSGI", "`http-socket`, `socket`", "{bind}"),
+    Equivalent("uWSGI", "`processes`, `threads`", "{workers}, {threads}"),
+    Equivalent("uWSGI", "`max-requests`", "{max_requests}"),
+    Equivalent("uWSGI", "`listen`", "{backlog}"),
+    Equivalent("uWSGI", "`lazy-apps` (uWSGI preloads unless it is set)", "{preload=false} (our default)"),
+    Equivalent("uWSGI", "`harakiri`", _REQUEST_TIMEOUT),
+    Equivalent("uWSGI", "`reload-on-rss`", "none yet (a later issue)"),
+    Equivalent("uWSGI", "`cheaper`", "none: the worker count is fixed"),
+    Equivalent("uWSGI", "`uid`, `gid`, `chdir`, `umask`", "{user}, {group}, {chdir}, {umask}"),
 )
-"""(server, their setting, ours) rows for the "coming from another server" table."""
+"""The rows of the "Coming from another server" table, which also answer their flags."""
+
+
+def migration_hint(option: str) -> str | None:
+    """What Tines has instead of another server's flag, as ``(servers): answer``; None when no
+    row lists it (then the CLI falls back to the closest spelling)."""
+    rows = [row for row in EQUIVALENTS if option in row.flags]
+    if not rows:
+        return None
+    servers = ", ".join(dict.fromkeys(row.server for row in rows))
+    return f"({servers}): {rows[0].command_line()}"
 
 
 def _cell(value: str) -> str:
@@ -770,8 +899,13 @@ def render_markdown() -> str:
             lines.append(f"| `{setting.toml_key}` | {_cell(flag)} | `{setting.env}` | "
                          f"{_cell(_default_cell(setting))} | {_cell(setting.description)} |")
     lines += ["", "## Coming from another server", "",
+              "Their flags that Tines does not accept are listed beside their settings; given one,",
+              "`tines serve` exits with the Tines column as its error.",
+              "",
               "| server | their setting | Tines |", "| --- | --- | --- |"]
-    lines += [f"| {server} | {_cell(theirs)} | {_cell(ours)} |" for server, theirs, ours in EQUIVALENTS]
+    for row in EQUIVALENTS:
+        theirs, ours = row.markdown()
+        lines.append(f"| {row.server} | {_cell(theirs)} | {_cell(ours)} |")
     return "\n".join(lines) + "\n"
 
 

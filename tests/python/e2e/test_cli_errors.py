@@ -175,3 +175,25 @@ def test_check_config_without_check_app_does_not_import_the_app() -> None:
 
 def test_check_app_needs_an_app() -> None:
     assert_one_line_error(tines("check-config", "--check-app"), "--check-app needs APP")
+
+@pytest.mark.parametrize("spec, extra", [
+    ("asgi_app:app", []),
+    ("asgi_app:instance", []),
+    ("asgi_app:instance", ["--preload"]),
+    ("asgi_app:create_app", ["--factory"]),
+])
+def test_an_asgi_app_is_named_as_such_not_as_a_factory(spec: str, extra: list[str]) -> None:
+    result = tines("serve", "-b", "127.0.0.1:0", "-w", "1", *extra, spec)
+    assert_one_line_error(result, "ASGI app (async def)", "serves WSGI apps only")
+    assert "--factory" not in result.stderr
+
+
+@pytest.mark.parametrize("words, says", [
+    (["--timeout", "30"], "not supported yet (planned as --request-timeout"),
+    (["--reload"], "not supported yet; send HUP to the master"),
+    (["--pid", "tines.pid"], "not supported yet; the master's pid"),
+])
+def test_gunicorn_flags_get_what_tines_has_instead_not_a_similar_spelling(words: list[str], says: str) -> None:
+    result = tines("serve", *words, "examples/hello.py:app")
+    assert_one_line_error(result, f"unknown option {words[0]!r}", says)
+    assert "did you mean" not in result.stderr

@@ -106,3 +106,25 @@ def test_check_config_shows_each_value_and_where_it_came_from(tmp_path: Path) ->
     assert rows["workers"][1:] == ["5", "env", "TINES_WORKERS"]
     assert rows["mpm"][1:3] == ['"thread"', "file"]
     assert rows["backlog"][2] == "default"
+
+
+WARNING_THREADS_IGNORED = ("threads 4 (cli) is ignored by mpm prefork, which runs one request at a time per worker: "
+                           "for app threads use --mpm thread or --mpm event")
+
+
+def test_threads_with_prefork_is_warned_about_once_at_start(tines_server: Any) -> None:
+    server = tines_server("hello_pid:app", "-w", "2", "--threads", "4")
+    warnings = [line for line in server.log_text().splitlines() if "[WARNING]" in line]
+    assert len(warnings) == 1, server.log_text()
+    assert warnings[0].endswith(WARNING_THREADS_IGNORED)
+    threaded = tines_server("hello_pid:app", "-w", "2", "--threads", "4", "--mpm", "thread")
+    assert "[WARNING]" not in threaded.log_text()
+
+
+def test_check_config_warns_about_threads_with_prefork(tmp_path: Path) -> None:
+    env = {"PYTHONPATH": str(APPS), "PATH": "/usr/bin:/bin", "TINES_THREADS": "4"}
+    result = subprocess.run([sys.executable, "-m", "tines", "check-config", "examples/hello.py:app"],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ("tines: warning: " + WARNING_THREADS_IGNORED + "\n").replace(
+        "(cli)", "(env TINES_THREADS)")

@@ -191,3 +191,44 @@ def test_factory_that_returns_something_not_callable(tmp_path: Path) -> None:
     write_module(tmp_path, "webapp_q.py")
     assert str(failure("webapp_q:factory_of_nothing", factory=True)) == (
         "factory 'webapp_q:factory_of_nothing' returned NoneType, which is not callable")
+
+
+ASGI_APP = """
+async def function(scope, receive, send):
+    pass
+
+class Application:
+    async def __call__(self, scope, receive, send):
+        pass
+
+class WsgiShaped:
+    def __call__(self, environ, start_response):
+        return [b"wsgi"]
+
+instance = Application()
+wsgi_instance = WsgiShaped()
+
+def create_app():
+    return Application()
+"""
+
+
+def test_asgi_function_and_object_with_async_call_are_named_as_asgi(tmp_path: Path) -> None:
+    write_module(tmp_path, "webapp_asgi.py", ASGI_APP)
+    for attribute in ("function", "instance"):
+        assert str(failure(f"webapp_asgi:{attribute}")) == (
+            f"'webapp_asgi:{attribute}' is an ASGI app (async def); "
+            "Tines serves WSGI apps only (ASGI is not supported yet)")
+
+
+def test_factory_returning_an_asgi_app_is_named_as_asgi(tmp_path: Path) -> None:
+    write_module(tmp_path, "webapp_asgi_factory.py", ASGI_APP)
+    assert str(failure("webapp_asgi_factory:create_app", factory=True)) == (
+        "factory 'webapp_asgi_factory:create_app' returned an ASGI app (async def); "
+        "Tines serves WSGI apps only (ASGI is not supported yet)")
+
+
+def test_object_with_a_plain_call_is_a_wsgi_app(tmp_path: Path) -> None:
+    write_module(tmp_path, "webapp_wsgi_object.py", ASGI_APP)
+    app = load_app("webapp_wsgi_object:wsgi_instance", False)
+    assert app(None, None) == [b"wsgi"]  # type: ignore[call-arg]

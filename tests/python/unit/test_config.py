@@ -215,6 +215,17 @@ def test_server_header_rejects_line_breaks() -> None:
     assert error_of({"server_header": "a\r\nX: y"}, {}).startswith("server_header must be printable ASCII")
 
 
+def test_threads_above_one_with_prefork_is_reported_as_ignored() -> None:
+    assert config.ignored_settings(load({"threads": "4"}, {})) == [
+        "threads 4 (cli) is ignored by mpm prefork, which runs one request at a time per worker: "
+        "for app threads use --mpm thread or --mpm event"]
+    assert config.ignored_settings(load({}, {"TINES_THREADS": "2", "TINES_MPM": "prefork"}))[0].startswith(
+        "threads 2 (env TINES_THREADS) is ignored by mpm prefork")
+    assert config.ignored_settings(load({"threads": "1"}, {})) == []
+    assert config.ignored_settings(load({"threads": "4", "mpm": "thread"}, {})) == []
+    assert config.ignored_settings(load({"threads": "4", "mpm": "event"}, {})) == []
+
+
 # --- error messages --------------------------------------------------------------------------------
 
 

@@ -1,0 +1,103 @@
+"""The "coming from another server" table: one set of rows gives docs/settings.md its table and
+``tines serve`` its answer to a gunicorn or uvicorn flag Tines spells differently or lacks."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tines.cli import _unknown_message
+from tines.config import EQUIVALENTS, SETTINGS, load, migration_hint, render_markdown
+
+TINES_FLAGS = {flag for setting in SETTINGS.values() for flag in setting.flags} | {
+    f"--no-{flag[2:]}" for setting in SETTINGS.values() if setting.is_flag for flag in setting.flags
+    if flag.startswith("--")} | {"-c", "--config", "-h", "--help", "--version"}
+
+
+def test_the_three_reported_flags_get_what_tines_has_instead() -> None:
+    assert migration_hint("--timeout") == (
+        "(gunicorn): not supported yet (planned as --request-timeout: a request the app runs too long "
+        "is ended); today's timeouts are for waits on the client: --header-timeout, "
+        "--body-timeout, --send-timeout")
+    assert migration_hint("--reload") == (
+        "(gunicorn, uvicorn): not supported yet; send HUP to the master for new workers, "
+        "which import the app again (not with --preload)")
+    assert migration_hint("--pid") == (
+        "(gunicorn): not supported yet; the master's pid is in the line written to --ready-fd")
+
+
+def test_renamed_settings_are_given_as_tines_flags_with_their_values() -> None:
+    assert migration_hint("--keep-alive") == "(gunicorn): use --keepalive-timeout"
+    assert migration_hint("--timeout-keep-alive") == "(uvicorn): use --keepalive-timeout"
+    assert migration_hint("--limit-request-fields") == "(gunicorn): use --max-headers"
+    assert migration_hint("--no-server-header") == (
+        "(uvicorn): use --server-header '' (an empty value omits the header)")
+    assert migration_hint("-k") == migration_hint("--worker-class") == (
+        "(gunicorn): use --mpm prefork for sync, --mpm thread with --threads for gthread, or --mpm "
+        "event; there is no gevent, eventlet or ASGI worker")
+
+
+def test_a_flag_outside_the_table_gets_no_hint() -> None:
+    assert migration_hint("--wokers") is None
+    assert migration_hint("--workers") is None
+
+
+def test_every_reference_names_a_setting_and_every_value_is_valid() -> None:
+    for row in EQUIVALENTS:
+        for planned, name, equals, value in re.findall(r"\{(planned:)?([a-z_]+)(?:(=)([^}]*))?\}", row.ours):
+            if planned:
+                # When it lands, the row must name the real setting instead.
+                assert name not in SETTINGS, f"{name} exists now: write {{{name}}} in {row}"
+                continue
+            assert name in SETTINGS, row
+            if equals:
+                SETTINGS[name].to_value(value)
+
+
+def test_their_flags_are_ones_tines_does_not_accept() -> None:
+    # A flag Tines accepts never reaches the hint, so listing it would be a claim nobody checks.
+    for row in EQUIVALENTS:
+        assert not set(row.flags) & TINES_FLAGS, row
+
+
+def test_a_flag_in_several_rows_gets_one_answer() -> None:
+    answers: dict[str, set[str]] = {}
+    for row in EQUIVALENTS:
+        for flag in row.flags:
+            answers.setdefault(flag, set()).add(row.ours)
+    assert all(len(ours) == 1 for ours in answers.values()), answers
+
+
+@pytest.mark.parametrize("flag", [
+    "--timeout", "-t", "--reload", "--pid", "-p", "--daemon", "-D", "--worker-class", "-k",
+    "--worker-connections", "--capture-output", "--certfile", "--keyfile", "--limit-request-line",
+    "--limit-request-fields", "--keep-alive", "--access-logfile", "--error-logfile",
+    "--host", "--port", "--uds", "--proxy-headers", "--no-proxy-headers", "--timeout-keep-alive",
+    "--limit-concurrency", "--limit-max-requests", "--interface", "--ssl-certfile",
+    "--timeout-graceful-shutdown", "--no-access-log", "--app-dir",
+])
+def test_common_gunicorn_and_uvicorn_flags_are_covered(flag: str) -> None:
+    assert migration_hint(flag) is not None
+
+
+def test_the_settings_it_suggests_are_accepted_as_written() -> None:
+    cfg = load({"forwarded_allow_ips": [""], "server_header": "", "keepalive_timeout": "0"}, {})
+    assert (cfg.forwarded_allow_ips, cfg.server_header, cfg.keepalive_timeout) == ((), "", 0.0)
+
+
+def test_the_docs_table_is_rendered_from_the_same_rows() -> None:
+    text = render_markdown()
+    assert "| gunicorn | `keepalive` (`--keep-alive`) | `keepalive_timeout` |" in text
+    assert "| uvicorn | `proxy_headers` (`--proxy-headers`, `--no-proxy-headers`) |" in text
+    assert "| Apache | `KeepAlive Off` | `keepalive_timeout = 0` |" in text
+    assert ("| gunicorn | `timeout`: a worker silent this many seconds is killed (`-t`, `--timeout`) | "
+            "not supported yet (planned as `request_timeout`") in text
+    assert len([line for line in text.splitlines() if line.startswith("| gunicorn |")]) == len(
+        [row for row in EQUIVALENTS if row.server == "gunicorn"])
+
+
+def test_the_unknown_option_message_prefers_the_table_to_spelling() -> None:
+    assert _unknown_message(["--timeout", "30"]) == "unknown option '--timeout' " + str(migration_hint("--timeout"))
+    assert _unknown_message(["--pid=x.pid"]) == "unknown option '--pid' " + str(migration_hint("--pid"))
+    assert _unknown_message(["--wokers"]) == "unknown option '--wokers' (did you mean '--workers'?)"
