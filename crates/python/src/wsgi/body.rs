@@ -1,6 +1,8 @@
 //! Sending the app's response body: a list or tuple (length known, so Content-Length and one
 //! write), a `wsgi.file_wrapper` over a regular file (sendfile), or any iterable (chunked for
-//! HTTP/1.1). Writes happen with the GIL released unless the bytes fit the output buffer.
+//! HTTP/1.1 unless the app gave a Content-Length), each block sent as soon as the iterable
+//! yields it (PEP 3333). Writes happen with the GIL released unless the bytes fit the output
+//! buffer.
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -92,6 +94,13 @@ pub fn send<'py>(
         // (with exc_info) between items.
         start.borrow().begin(py, None)?;
         write(py, input, bytes)?;
+        // The next item may take the app any time (a stream, server-sent events): this one
+        // goes out now, the first with the head.
+        if input.with(py, |exchange| exchange.has_block_to_send())? {
+            input
+                .with_detached(py, |exchange| exchange.flush())?
+                .map_err(io_error)?;
+        }
     }
     start.borrow().begin(py, Some(0))?;
     finish(py, input)

@@ -245,6 +245,23 @@ impl Exchange {
         result.inspect_err(|_| self.keep_alive = false)
     }
 
+    /// Whether a block of a streamed body waits in the output buffer and must be sent now
+    /// with [`Exchange::flush`] (PEP 3333: a server must not delay the transmission of any
+    /// block). Not when nothing more can follow it: a body that reached its declared length,
+    /// or a response without a body, is left for [`Exchange::finish`], so that a response
+    /// whose one block fills its Content-Length (a framework's usual answer) still leaves in
+    /// one write with its head. Asked after each block, before the app is asked for the next
+    /// one, which may take it any time.
+    pub fn has_block_to_send(&self) -> bool {
+        let complete = self.discards_body()
+            || self
+                .declared
+                .is_some_and(|declared| self.body_sent >= declared);
+        !complete
+            && !self.ctx.out.is_empty()
+            && matches!(self.phase, Phase::Buffered | Phase::Committed)
+    }
+
     /// Completes the response: the last chunk, then one write of whatever is buffered.
     /// A body shorter than its Content-Length closes the connection afterwards.
     pub fn finish(&mut self) -> io::Result<()> {
