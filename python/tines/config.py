@@ -431,7 +431,7 @@ _REGISTRY = (
     Setting("max_body_drain", "Limits", "Request body the app did not read is drained up to this many bytes to keep the connection; beyond it the connection is closed.",
             non_negative_int, 65536, ("--max-body-drain",), "BYTES", worker=True),
     # Logging
-    Setting("access_log", "Logging", "Access log in the combined format: a file path, or `-` for stdout. Off when unset.",
+    Setting("access_log", "Logging", "Access log in the combined format: a file path, or `-` for stdout. Off when unset. The first field is the client address the app sees as `REMOTE_ADDR`: behind a proxy that `forwarded_allow_ips` trusts, the forwarded one (as gunicorn's `%(h)s` and Apache's mod_remoteip).",
             optional_text, None, ("--access-log",), "PATH", worker=True, default_text="off"),
     Setting("error_log", "Logging", "Error log: a file path, or `-` for stderr.",
             text, "-", ("--error-log",), "PATH"),

@@ -9,7 +9,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tines_proto::Limits;
-use tines_server::{Mpm, WorkerConfig};
+use tines_server::{Mpm, TrustedProxies, WorkerConfig};
 
 fn get<'py, T: FromPyObjectOwned<'py>>(settings: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
     let value = settings
@@ -51,6 +51,12 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         .ok_or_else(|| PyValueError::new_err(format!("unknown mpm '{mpm_name}'")))?;
     let server_header: String = get(settings, "server_header")?;
     let log_level: String = get(settings, "log_level")?;
+    let allowed: Vec<String> = match settings.get_item("forwarded_allow_ips")? {
+        Some(value) => value.extract()?,
+        None => Vec::new(),
+    };
+    let trusted_proxies = TrustedProxies::parse(&allowed)
+        .map_err(|err| PyValueError::new_err(format!("forwarded_allow_ips: {err}")))?;
     Ok(WorkerConfig {
         mpm,
         threads: if mpm == Mpm::Event {
@@ -58,6 +64,7 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         } else {
             get::<usize>(settings, "threads")?.max(1)
         },
+        trusted_proxies,
         max_connections: get::<usize>(settings, "max_connections")?.max(1),
         max_queued_requests: get(settings, "max_queued_requests")?,
         max_response_buffer: get(settings, "max_response_buffer")?,

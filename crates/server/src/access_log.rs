@@ -11,6 +11,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
+use std::net::IpAddr;
 use std::sync::Mutex;
 
 use tines_proto::Version;
@@ -125,7 +126,10 @@ fn push_escaped(line: &mut Vec<u8>, bytes: &[u8]) {
 /// What the access log records of one finished exchange (filled in by
 /// [`crate::exchange::Exchange`], so that this module needs nothing from it).
 pub struct LoggedRequest<'a> {
-    /// The client's address.
+    /// The client's address as the app saw it (`REMOTE_ADDR`: behind a trusted proxy, the
+    /// forwarded one); `None` for a Unix-socket peer without a forwarded address.
+    pub client: Option<IpAddr>,
+    /// The connection's peer (the proxy, when there is one), kept as its own field.
     pub peer: Peer,
     /// The request method, as sent.
     pub method: &'a [u8],
@@ -145,11 +149,12 @@ pub struct LoggedRequest<'a> {
 
 /// Formats one `combined` line (with the trailing newline) for a finished exchange.
 pub fn format_combined(line: &mut Vec<u8>, request: &LoggedRequest<'_>, clock: &mut LogClock) {
-    match request.peer {
-        Peer::Tcp(addr) => {
-            let _ = write!(line, "{}", addr.ip());
+    // `%h` is the address the app saw, as gunicorn's `%(h)s` and Apache's mod_remoteip do.
+    match request.client {
+        Some(ip) => {
+            let _ = write!(line, "{ip}");
         }
-        Peer::Unix => line.push(b'-'),
+        None => line.push(b'-'),
     }
     line.extend_from_slice(b" - - [");
     line.extend_from_slice(clock.now());

@@ -2,7 +2,10 @@
 //! from the settings registry (Python `tines.config`), never restated per MPM.
 
 use std::time::Duration;
+
 use tines_proto::Limits;
+
+use crate::trusted_proxies::TrustedProxies;
 
 /// Which multi-processing module a worker runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +38,9 @@ pub struct WorkerConfig {
     pub mpm: Mpm,
     /// App threads per process (thread and event MPMs; 0 with event: the app runs on the loop).
     pub threads: usize,
+    /// `forwarded_allow_ips`: peers whose `X-Forwarded-*` headers are believed (the client
+    /// address the environ, the access log and the status output show).
+    pub trusted_proxies: TrustedProxies,
     /// Most connections one worker holds open; above it the worker stops accepting until one
     /// closes (every MPM).
     pub max_connections: usize,
@@ -128,6 +134,7 @@ impl Default for WorkerConfig {
         WorkerConfig {
             mpm: Mpm::Prefork,
             threads: 1,
+            trusted_proxies: TrustedProxies::Networks(Vec::new()),
             max_connections: 10_000,
             max_queued_requests: 1024,
             max_response_buffer: 1024 * 1024,

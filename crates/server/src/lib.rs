@@ -2,9 +2,9 @@
 //! no knowledge of Python. The `python` crate implements [`App`] for WSGI.
 //!
 //! Layers, from the bottom: [`poller`] (epoll), [`io`] (non-blocking syscalls), [`control`]
-//! (signals, life pipe), [`config`], [`scoreboard`], [`clock`] (UTC dates for the logs),
+//! (signals, life pipe), [`scoreboard`], [`clock`] (UTC dates for the logs),
 //! [`log`] (the error log), [`listener`] (accept, addresses), [`trusted_proxies`]
-//! (`forwarded_allow_ips`), [`pending`] (response output the event loop finishes),
+//! (`forwarded_allow_ips`), [`config`], [`pending`] (response output the event loop finishes),
 //! [`connection`] (the per-connection state machine), [`access_log`], [`shared`] (what a
 //! worker's slots share), [`exchange`] (one request/response: body decoding, response
 //! framing, keep-alive), [`reactor`] (the poller loop shared by the MPMs), the slot's serving

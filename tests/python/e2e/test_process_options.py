@@ -50,6 +50,22 @@ def test_access_log_escapes_quotes_so_lines_cannot_be_forged(tines_server: Any, 
     assert line.endswith('"x\\x22 200 1 \\x22evil"'), line
 
 
+def test_access_log_shows_the_client_address_the_app_sees_behind_a_trusted_proxy(
+        tines_server: Any, tmp_path: Path) -> None:
+    # 127.0.0.1 is trusted by default: the app's REMOTE_ADDR is the forwarded client, and so is
+    # the log's first field (gunicorn's %(h)s); an untrusted peer's header changes neither.
+    for trusted, expected in ((None, "203.0.113.9"), ("10.0.0.1", "127.0.0.1")):
+        log = tmp_path / f"access-{expected}.log"
+        extra = ("--forwarded-allow-ips", trusted) if trusted else ()
+        server = tines_server("examples/hello.py:app", "-w", "1", "--access-log", str(log), *extra)
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
+        connection.request("GET", "/", headers={"X-Forwarded-For": "198.51.100.1, 203.0.113.9"})
+        assert connection.getresponse().read() == b"OK"
+        connection.close()
+        wait_until(lambda: log.exists() and log.read_text().strip(), what="the access log line")
+        assert log.read_text().split(" ", 1)[0] == expected
+
+
 def test_serves_on_a_unix_socket_with_the_umask_applied(tmp_path: Path, tines_server: Any) -> None:
     path = tmp_path / "tines.sock"
     server = tines_server("examples/hello.py:app", "-w", "1", "-b", f"unix:{path}", "--umask", "077")

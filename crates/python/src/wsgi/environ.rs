@@ -2,13 +2,11 @@
 //! per-worker template dict (the constant keys) and the parsed head. Keys are interned
 //! strings; header values are decoded as latin-1, as PEP 3333 requires of native strings.
 
-use std::net::IpAddr;
-
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use pyo3::{intern, Bound};
 use tines_proto::Version;
-use tines_server::{Exchange, Local, Peer, TrustedProxies};
+use tines_server::{Exchange, Local, Peer};
 
 use super::input::Input;
 
@@ -117,8 +115,6 @@ fn header_key<'py>(py: Python<'py>, name: &[u8], scratch: &mut String) -> Bound<
 pub struct EnvironContext {
     /// The constant keys, copied per request.
     pub template: Py<PyDict>,
-    /// Peers whose X-Forwarded-* headers are believed.
-    pub proxies: TrustedProxies,
 }
 
 fn host_and_port(host: &[u8]) -> (&[u8], Option<&[u8]>) {
@@ -168,7 +164,6 @@ pub fn build<'py>(
     )?;
     let mut scratch = String::with_capacity(32);
     let mut host = None;
-    let mut forwarded_for = None;
     let mut forwarded_proto = None;
     for (name, value) in exchange.headers() {
         if name.contains(&b'_') {
@@ -186,8 +181,6 @@ pub fn build<'py>(
         }
         if name.eq_ignore_ascii_case(b"host") {
             host = Some(value);
-        } else if name.eq_ignore_ascii_case(b"x-forwarded-for") {
-            forwarded_for = Some(value);
         } else if name.eq_ignore_ascii_case(b"x-forwarded-proto") {
             forwarded_proto = Some(value);
         }
@@ -232,24 +225,15 @@ pub fn build<'py>(
     };
     env.set_item(intern!(py, "SERVER_NAME"), server_name)?;
     env.set_item(intern!(py, "SERVER_PORT"), server_port)?;
-    let peer = exchange.peer();
-    let trusted = context.proxies.trusts_peer(peer);
-    let mut remote = match peer {
-        Peer::Tcp(addr) => Some((addr.ip().to_string(), addr.port().to_string())),
-        Peer::Unix => None,
-    };
-    if trusted {
-        if let Some(client) = forwarded_for
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| context.proxies.client_from(v))
-        {
-            if client.parse::<IpAddr>().is_ok() {
-                remote = Some((
-                    client.to_string(),
-                    remote.map(|(_, port)| port).unwrap_or_default(),
-                ));
-            }
-        }
+    // The same client address the access log shows (the exchange decides it once).
+    let remote = exchange.client_ip().map(|ip| {
+        let port = match exchange.peer() {
+            Peer::Tcp(addr) => addr.port().to_string(),
+            Peer::Unix => String::new(),
+        };
+        (ip.to_string(), port)
+    });
+    if exchange.peer_is_trusted_proxy() {
         if let Some(proto) = forwarded_proto {
             let proto = proto
                 .split(|&b| b == b',')

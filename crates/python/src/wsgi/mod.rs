@@ -11,10 +11,9 @@ pub mod file_wrapper;
 pub mod input;
 pub mod start_response;
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use tines_server::{App, Exchange, Mpm, TrustedProxies, WorkerConfig};
+use tines_server::{App, Exchange, Mpm, WorkerConfig};
 
 use environ::EnvironContext;
 use input::Input;
@@ -66,10 +65,6 @@ impl WsgiApp {
             format!("tines/{}", env!("CARGO_PKG_VERSION")),
         )?;
         template.set_item("SCRIPT_NAME", "")?;
-        let allowed: Vec<String> = match settings.get_item("forwarded_allow_ips")? {
-            Some(value) => value.extract()?,
-            None => Vec::new(),
-        };
         let logger = py
             .import("logging")?
             .call_method1("getLogger", ("tines.error",))?;
@@ -77,8 +72,6 @@ impl WsgiApp {
             app,
             environ: EnvironContext {
                 template: template.unbind(),
-                proxies: TrustedProxies::parse(&allowed)
-                    .map_err(|err| PyValueError::new_err(err.to_string()))?,
             },
             logger: logger.unbind(),
         })

@@ -14,6 +14,8 @@
 //! It must not watch sockets for readiness (the reactor does) nor know which MPM runs it
 //! beyond the `deferred` flag.
 
+use std::borrow::Cow;
+use std::net::IpAddr;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
@@ -230,6 +232,44 @@ impl Exchange {
         &self.shared.locals[self.conn.listener]
     }
 
+    /// Whether the peer is a proxy whose `X-Forwarded-*` headers are believed
+    /// (`forwarded_allow_ips`; a Unix-socket peer always is).
+    pub fn peer_is_trusted_proxy(&self) -> bool {
+        self.shared.config.trusted_proxies.trusts_peer(self.peer())
+    }
+
+    /// The client's address as the app sees it (`REMOTE_ADDR`) and the access log shows it:
+    /// behind a trusted proxy, the right-most `X-Forwarded-For` entry that is not itself a
+    /// trusted proxy, when it is an IP address (repeated header lines form one list); else
+    /// the peer's address. `None` for a Unix-socket peer without such a header.
+    pub fn client_ip(&self) -> Option<IpAddr> {
+        let peer_ip = match self.peer() {
+            Peer::Tcp(addr) => Some(addr.ip()),
+            Peer::Unix => None,
+        };
+        if !self.peer_is_trusted_proxy() {
+            return peer_ip;
+        }
+        let mut forwarded: Option<Cow<'_, str>> = None;
+        for (name, value) in self.headers() {
+            if !name.eq_ignore_ascii_case(b"x-forwarded-for") {
+                continue;
+            }
+            let Ok(value) = std::str::from_utf8(value) else {
+                return peer_ip;
+            };
+            forwarded = Some(match forwarded {
+                None => Cow::Borrowed(value),
+                Some(earlier) => Cow::Owned(format!("{earlier}, {value}")),
+            });
+        }
+        forwarded
+            .as_deref()
+            .and_then(|list| self.shared.config.trusted_proxies.client_from(list))
+            .and_then(|client| client.parse::<IpAddr>().ok())
+            .or(peer_ip)
+    }
+
     /// The value of the first request header named `name` (any case).
     fn header(&self, name: &[u8]) -> Option<&[u8]> {
         self.headers()
@@ -240,6 +280,7 @@ impl Exchange {
     /// What the access log records of this exchange.
     fn logged_request(&self) -> LoggedRequest<'_> {
         LoggedRequest {
+            client: self.client_ip(),
             peer: self.peer(),
             method: self.method(),
             target: self.target(),
