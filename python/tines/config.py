@@ -413,6 +413,8 @@ _REGISTRY = (
             non_negative_int, 500, ("--body-min-rate",), "BYTES", worker=True),
     Setting("send_timeout", "Timeouts", "Longest wait, in seconds, for a client to accept more response bytes.",
             positive_seconds, 30.0, ("--send-timeout",), "SECONDS", worker=True),
+    Setting("linger_timeout", "Timeouts", "Lingering close (Apache's `lingering_close`): when Tines closes a connection the client may still be sending on (an error response before the body was read, a response that left the body unread, the last response at `max_keepalive_requests` with pipelined requests behind it), it shuts its write side and reads and drops what arrives until the client closes, everything sent has been acknowledged, or this many seconds pass; so the client reads every response instead of a reset that destroys them.",
+            positive_seconds, 2.0, ("--linger-timeout",), "SECONDS", worker=True),
     Setting("graceful_timeout", "Timeouts", "Seconds the master waits for workers to finish in-flight requests on stop or reload before killing them.",
             positive_seconds, 30.0, ("--graceful-timeout",), "SECONDS"),
     # Limits

@@ -77,6 +77,7 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         body_timeout: seconds(settings, "body_timeout")?,
         body_min_rate: get(settings, "body_min_rate")?,
         send_timeout: seconds(settings, "send_timeout")?,
+        linger_timeout: seconds(settings, "linger_timeout")?,
         limits: Limits {
             max_request_line: get(settings, "max_request_line")?,
             max_headers: get(settings, "max_headers")?,

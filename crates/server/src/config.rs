@@ -70,6 +70,8 @@ pub struct WorkerConfig {
     pub body_min_rate: u64,
     /// Longest wait for a client to accept response bytes.
     pub send_timeout: Duration,
+    /// How long a lingering close waits at most (see `reactor::linger`).
+    pub linger_timeout: Duration,
     /// Request-head size limits.
     pub limits: Limits,
     /// Largest request body accepted (0 = no limit): 413 beyond it.
@@ -147,6 +149,7 @@ impl Default for WorkerConfig {
             body_timeout: Duration::from_secs(30),
             body_min_rate: 500,
             send_timeout: Duration::from_secs(30),
+            linger_timeout: Duration::from_secs(2),
             limits: Limits::default(),
             max_body_size: 100 * 1024 * 1024,
             max_body_drain: 64 * 1024,

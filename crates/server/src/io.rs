@@ -44,6 +44,26 @@ pub fn wait_fd(fd: RawFd, write: bool, deadline: Instant, what: &str) -> io::Res
     }
 }
 
+/// Bytes written to `fd` that its peer has not acknowledged yet (`SIOCOUTQ`: for TCP, sent
+/// but unacknowledged plus not yet sent).
+pub fn unacknowledged_output(fd: RawFd) -> io::Result<usize> {
+    queue_length(fd, libc::TIOCOUTQ)
+}
+
+/// Bytes received on `fd` and not read yet (`FIONREAD`, alias `SIOCINQ`).
+pub fn unread_input(fd: RawFd) -> io::Result<usize> {
+    queue_length(fd, libc::FIONREAD)
+}
+
+fn queue_length(fd: RawFd, request: libc::Ioctl) -> io::Result<usize> {
+    let mut length: libc::c_int = 0;
+    // SAFETY: both requests write one c_int through the pointer, which is valid for the call.
+    if unsafe { libc::ioctl(fd, request, &mut length) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(length.max(0) as usize)
+}
+
 /// One non-blocking `read`. `Ok(None)` means it would block.
 pub fn read_nonblocking(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
     // SAFETY: buf is valid for writes of buf.len() bytes.

@@ -302,6 +302,20 @@ impl Exchange {
         self.body_sent
     }
 
+    /// Whether the client may still be sending when this connection closes after its
+    /// response: its body was not read to the end, or bytes past it arrived (pipelined
+    /// requests), or, when closing was the server's decision (the keep-alive limit, a stop,
+    /// an error) rather than the client's own `Connection: close` (after which it must send
+    /// nothing, RFC 9112 9.6), bytes wait in the socket. Closing with unread input makes the
+    /// kernel send a reset, which can destroy responses the client has not read yet.
+    fn client_may_still_send(&self) -> bool {
+        if !matches!(self.body, Body::Done) || !self.raw.is_empty() {
+            return true;
+        }
+        self.conn.head.keep_alive()
+            && crate::io::unread_input(self.conn.fd()).is_ok_and(|queued| queued > 0)
+    }
+
     /// Ends the exchange: finishes an unfinished response, drains an unread body when the
     /// connection can be kept, and returns the connection (if it stays open), the slot's
     /// context and whether the response was complete.
@@ -331,11 +345,11 @@ impl Exchange {
             let leftover = self.raw.clone();
             self.conn.next_request(leftover);
         }
-        let unread_input = !keep && !matches!(self.body, Body::Done);
+        let unread_input = !keep && self.client_may_still_send();
         let Exchange { mut conn, ctx, .. } = self;
         if !keep && (conn.has_pending_output() || unread_input) {
             // The loop writes the rest (if any), then closes, lingering if the client may
-            // still be sending its body.
+            // still be sending (reactor::linger).
             conn.close_after_write = true;
             conn.unread_input = unread_input;
             return (Some(conn), ctx);

@@ -30,16 +30,12 @@ pub(super) enum Entry {
         readable: bool,
         output: Option<Arc<Output>>,
     },
-    /// Lingering close (Apache's `lingering_close`): an error response was sent while the
-    /// client may still be sending (a refused head, an unread body). The write side is shut
-    /// and what arrives is read and dropped until EOF, `LINGER` or `LINGER_MAX_BYTES`, so
-    /// the kernel does not answer the client's bytes with a reset that destroys the response
-    /// before it is read.
-    Lingering {
-        conn: Connection,
-        deadline: Instant,
-        discarded: usize,
-    },
+    /// Lingering close (Apache's `lingering_close`): the last response was sent while the
+    /// client may still be sending (a refused head, an unread body, pipelined requests past
+    /// the keep-alive limit). The write side is shut and what arrives is read and dropped
+    /// until EOF, until everything sent is acknowledged, or `linger_timeout` (see
+    /// `reactor::linger`).
+    Lingering { conn: Connection, deadline: Instant },
     /// The loop finishes response output a slot left pending (`event` MPM), until `deadline`
     /// (the send timeout, renewed on progress); `readable` records a read event meanwhile.
     Writing {

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use super::entries::TimerKind;
 use super::error_response::write_error;
-use super::linger::LINGER;
 use super::{Entry, Reactor, SPARE_BUFFERS};
 use crate::connection::{ConnState, Connection};
 
@@ -123,7 +122,7 @@ impl Reactor {
                     };
                     self.linger(token, conn);
                     // The sweep sets `next_deadline` when it ends: count the new deadline in.
-                    let linger_until = Instant::now() + LINGER;
+                    let linger_until = Instant::now() + self.shared.config.linger_timeout;
                     next = Some(next.map_or(linger_until, |n| n.min(linger_until)));
                     continue;
                 }

@@ -1,0 +1,66 @@
+"""Which worker takes a connection, and how a connection ends.
+
+- A worker takes a new connection only while it can start serving it (prefork: one at a time;
+  thread/event: while an app thread is free), so a busy worker does not hoard connections that
+  an idle worker could serve. Made deterministic with SIGSTOP/SIGCONT: the connections wait in
+  the listen backlog until the test lets one worker, then the other, run.
+- At the keep-alive request limit the last response says `Connection: close`, and a pipelining
+  client still reads every response, then EOF (no reset destroys answers the app produced).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+from typing import Any
+
+import pytest
+
+from conftest import wait_until
+
+MPMS = [("prefork",), ("thread", "--threads", "1"), ("event", "--threads", "1")]
+MPM_IDS = ["prefork", "thread", "event"]
+MPMS_ALL = [*MPMS, ("event", "--threads", "0")]
+MPM_IDS_ALL = [*MPM_IDS, "event-inline"]
+
+
+def read_response(sock: socket.socket) -> bytes:
+    sock.settimeout(30)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("mpm", MPMS_ALL, ids=MPM_IDS_ALL)
+def test_a_pipelining_client_gets_every_response_up_to_the_keepalive_limit_then_eof(
+        tines_server: Any, mpm: tuple[str, ...]) -> None:
+    limit, sent = 100, 5000
+    server = tines_server("examples/hello.py:app", "-w", "1", "--mpm", *mpm,
+                          "--max-keepalive-requests", str(limit))
+    request = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+
+        def write_all_requests() -> None:
+            # Keeps writing while the server answers; the server may close the read side first.
+            try:
+                for _ in range(sent // 50):
+                    sock.sendall(request * 50)
+            except OSError:
+                pass
+
+        writer = threading.Thread(target=write_all_requests)
+        writer.start()
+        try:
+            received = b""
+            sock.settimeout(30)
+            while chunk := sock.recv(65536):  # a reset raises here: answers would be lost
+                received += chunk
+        finally:
+            writer.join(60)
+    assert received.count(b"HTTP/1.1 200 OK\r\n") == limit
+    last_head = received.rpartition(b"HTTP/1.1 200 OK\r\n")[2].partition(b"\r\n\r\n")[0]
+    assert b"connection: close" in last_head.lower()
+    assert received.endswith(b"OK")
