@@ -34,6 +34,52 @@ def read_response(sock: socket.socket) -> bytes:
     return data
 
 
+@pytest.mark.parametrize("mpm", MPMS, ids=MPM_IDS)
+def test_a_busy_worker_leaves_queued_connections_to_an_idle_worker(tines_server: Any, mpm: tuple[str, ...]) -> None:
+    server = tines_server("streaming:app", "-w", "2", "--mpm", *mpm)
+    workers = wait_until(lambda: len(server.worker_pids()) == 2 and server.worker_pids(), what="two workers")
+    first, second = workers  # type: ignore[misc]
+    with socket.create_server(("127.0.0.1", 0)) as gate_listener:
+        gate_listener.settimeout(20)
+        port = gate_listener.getsockname()[1]
+        clients: list[socket.socket] = []
+        gates: list[socket.socket] = []
+        for pid in (first, second):
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            # Three requests wait, whole, in the listen backlog while no worker runs.
+            for _ in range(3):
+                client = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+                client.sendall(f"GET /hold?port={port} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
+                clients.append(client)
+            os.kill(first, signal.SIGCONT)
+            gates.append(gate_listener.accept()[0])  # the first worker serves one request...
+            os.kill(second, signal.SIGCONT)
+            try:
+                # ...and the second worker, idle, serves another while the first is still held.
+                gates.append(gate_listener.accept()[0])
+            except socket.timeout:
+                raise AssertionError("the busy worker took the queued connections: the idle worker got none") from None
+            served_by = set()
+            for gate in gates:
+                gate.sendall(b"g")
+            gates.append(gate_listener.accept()[0])  # the third request, once a worker is free
+            gates[-1].sendall(b"g")
+            for client in clients:
+                response = read_response(client)
+                assert response.startswith(b"HTTP/1.1 200 "), response
+                served_by.add(int(response.rpartition(b"\r\n\r\n")[2]))
+            assert served_by <= {first, second} and len(served_by) == 2
+        finally:
+            for pid in (first, second):
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            for sock in clients + gates:
+                sock.close()
+
+
 @pytest.mark.parametrize("mpm", MPMS_ALL, ids=MPM_IDS_ALL)
 def test_a_pipelining_client_gets_every_response_up_to_the_keepalive_limit_then_eof(
         tines_server: Any, mpm: tuple[str, ...]) -> None:

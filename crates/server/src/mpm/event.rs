@@ -136,6 +136,12 @@ impl Driver for Pool {
         self.in_flight
     }
 
+    fn can_take_connection(&self) -> bool {
+        // Connections handed out (queued, served, or back but not yet collected) fewer than
+        // the app threads: one of them is free, or about to be.
+        self.in_flight < self.threads.len()
+    }
+
     fn waker_fd(&self) -> Option<std::os::fd::RawFd> {
         Some(self.shared.waker.fd())
     }

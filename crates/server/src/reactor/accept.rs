@@ -29,9 +29,14 @@ impl Reactor {
         }
     }
 
-    /// Watches the listeners again unless stopping, throttled or full.
+    /// Watches the listeners again unless stopping, throttled, full or saturated.
     pub(super) fn resume_listening(&mut self) {
-        if self.listening || self.stop.is_some() || self.throttled_until.is_some() || self.full {
+        if self.listening
+            || self.stop.is_some()
+            || self.throttled_until.is_some()
+            || self.full
+            || self.saturated
+        {
             return;
         }
         for (index, listener) in self.listeners.iter().enumerate() {
@@ -69,6 +74,30 @@ impl Reactor {
         }
     }
 
+    /// Whether this worker leaves new connections to the others while its app slots are all
+    /// taken: only when there are others (one worker has nobody to leave them to, and the
+    /// extra `epoll_ctl` calls would only cost).
+    fn accepts_only_when_free(&self) -> bool {
+        self.shared.config.workers > 1
+    }
+
+    /// Stops watching the listeners while every app slot is taken, and watches them again
+    /// once one is free (see [`Driver::can_take_connection`]). Runs after each loop
+    /// iteration and after connections come back.
+    pub(super) fn manage_saturation(&mut self, driver: &dyn Driver) {
+        if !self.accepts_only_when_free() {
+            return;
+        }
+        let free = driver.can_take_connection();
+        if self.saturated && free {
+            self.saturated = false;
+            self.resume_listening();
+        } else if !self.saturated && !free {
+            self.saturated = true;
+            self.pause_listening();
+        }
+    }
+
     pub(super) fn on_acceptable(&mut self, index: usize, driver: &mut dyn Driver) {
         if !self.listening {
             return;
@@ -79,21 +108,21 @@ impl Reactor {
             self.throttled_until = Some(Instant::now() + THROTTLE_PAUSE);
             return;
         }
-        let accepted = self.accept_from(index, ACCEPT_BATCH);
-        if !accepted.is_empty() && self.shared.config.workers > 1 {
-            // All idle workers wake for a new connection, in the order they sit in the
-            // listener's wait queue, and the first one woken usually wins the accept. Moving
-            // to the back of that queue after accepting gives each worker its turn (a fair
-            // share of connections), at the cost of two epoll_ctl calls per accepting wake-up.
-            let fd = self.listeners[index].fd();
-            let token = Token(LISTENER_BASE - index as u64);
-            if self.poller.deregister(fd).is_ok() {
-                if let Err(err) = self.poller.register(fd, token, Trigger::Level) {
-                    crate::log::error(&format!("cannot watch the listener again: {err}"));
-                }
+        // One connection at a time, each advanced (read, and dispatched if its head is there)
+        // before the next is taken: a worker takes no connection it cannot start serving now
+        // (prefork serves inline, so a connection it took while serving another would wait
+        // behind it while other workers sit idle).
+        let mut accepted = 0;
+        while accepted < ACCEPT_BATCH && self.listening {
+            if self.accepts_only_when_free() && !driver.can_take_connection() {
+                self.saturated = true;
+                self.pause_listening();
+                break;
             }
-        }
-        for token in accepted {
+            let Some(token) = self.accept_from(index, 1).pop() else {
+                break;
+            };
+            accepted += 1;
             if let Entry::Parked { .. } = self.entries[token] {
                 let Entry::Parked { conn, .. } = std::mem::replace(
                     &mut self.entries[token],
@@ -105,6 +134,19 @@ impl Reactor {
                     unreachable!()
                 };
                 self.advance(token, conn, driver);
+            }
+        }
+        if accepted > 0 && self.listening && self.shared.config.workers > 1 {
+            // All idle workers wake for a new connection, in the order they sit in the
+            // listener's wait queue, and the first one woken usually wins the accept. Moving
+            // to the back of that queue after accepting gives each worker its turn (a fair
+            // share of connections), at the cost of two epoll_ctl calls per accepting wake-up.
+            let fd = self.listeners[index].fd();
+            let token = Token(LISTENER_BASE - index as u64);
+            if self.poller.deregister(fd).is_ok() {
+                if let Err(err) = self.poller.register(fd, token, Trigger::Level) {
+                    crate::log::error(&format!("cannot watch the listener again: {err}"));
+                }
             }
         }
     }

@@ -46,6 +46,13 @@ pub(crate) trait Driver {
     /// The loop saw a handed-out connection's socket become readable (`true`), or got such a
     /// connection back (`false`): see `mpm::event` for why a driver counts these.
     fn handed_edge(&mut self, _seen: bool) {}
+    /// Whether a new connection could start being served now. With more than one worker the
+    /// loop takes new connections only while this holds, so a busy worker leaves them in the
+    /// shared listener for an idle one instead of hoarding them. Prefork's loop runs only
+    /// while its one slot is free, hence the default.
+    fn can_take_connection(&self) -> bool {
+        true
+    }
 }
 
 impl Reactor {
@@ -172,5 +179,7 @@ impl Reactor {
         self.returned = returned;
         // Returns collected outside the event pass (before sleeping) may have dispatched.
         driver.flush();
+        // An app slot came free: watch the listener again before sleeping.
+        self.manage_saturation(driver);
     }
 }

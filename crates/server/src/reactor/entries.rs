@@ -35,7 +35,10 @@ pub(super) enum Entry {
     /// the keep-alive limit). The write side is shut and what arrives is read and dropped
     /// until EOF, until everything sent is acknowledged, or `linger_timeout` (see
     /// `reactor::linger`).
-    Lingering { conn: Connection, deadline: Instant },
+    Lingering {
+        conn: Connection,
+        deadline: Instant,
+    },
     /// The loop finishes response output a slot left pending (`event` MPM), until `deadline`
     /// (the send timeout, renewed on progress); `readable` records a read event meanwhile.
     Writing {

@@ -76,6 +76,9 @@ pub struct Reactor {
     spare_buffers: Vec<Vec<u8>>,
     /// Accept is paused because `max_connections` are open.
     full: bool,
+    /// Accept is paused because every app slot is taken (more than one worker only; see
+    /// [`Driver::can_take_connection`]).
+    saturated: bool,
     /// The loop finishes writes and reads bodies ahead (`event` MPM): connections are watched
     /// for writability too.
     loop_writes: bool,
@@ -116,6 +119,7 @@ impl Reactor {
             returned: Vec::new(),
             spare_buffers: Vec::new(),
             full: false,
+            saturated: false,
             loop_writes: shared.config.loop_owns_sockets(),
             shared,
         })
@@ -167,6 +171,7 @@ impl Reactor {
             self.expire_timers();
             self.manage_throttle();
             driver.flush();
+            self.manage_saturation(driver);
             let slot = self.shared.slot();
             slot.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
             if self.shared.recycle_requested() && self.stop.is_none() {
