@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from conftest import APPS, ROOT
+from conftest import APPS, ROOT, wait_until
 
 
 def _load_app_module() -> Any:
@@ -268,7 +268,16 @@ def test_the_loop_thread_never_preempts_app_threads(tines_server: Any, threads: 
     default policy. With threads 0 the loop runs the app itself and keeps the default."""
     server = tines_server(APP, "-w", "1", "--mpm", "event", "--threads", threads)
     assert get(server.port).status == 200
-    policies = thread_policies(worker_pid(server))
+    worker = worker_pid(server)
+
+    def named_app_threads() -> dict[str, list[int]] | None:
+        # Each thread names itself once it runs (pthread_setname_np from the new thread), so
+        # the names may lag the worker's ready line by a moment: wait for all of them.
+        found = thread_policies(worker)
+        named = sum(len(policies) for name, policies in found.items() if name.startswith("tines-app"))
+        return found if named == int(threads) and "loop" in found else None
+
+    policies: dict[str, list[int]] = wait_until(named_app_threads, what="the named threads")  # type: ignore[assignment]
     assert policies["loop"] == [SCHED_BATCH], policies
     app_threads = [policy for name, found in policies.items() if name.startswith("tines-app")
                    for policy in found]
