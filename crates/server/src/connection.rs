@@ -70,6 +70,22 @@ pub enum BodyAhead {
     Closed,
 }
 
+/// Whether a connection the server closes after its response must linger first (a lingering
+/// close, `reactor::linger`): closing with unread input makes the kernel answer the client's
+/// next bytes with a reset, which can destroy responses it has not read yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Linger {
+    /// Close at once: the client has nothing more to send.
+    No,
+    /// The request (head or body) was not read to its end, so the client may still be
+    /// uploading: drain until it closes or `linger_timeout`.
+    UntilEof,
+    /// The server ended a connection the client wanted kept (the keep-alive limit, a stop,
+    /// an error): pipelined requests may be on their way. Drain until the client closes,
+    /// until everything sent is acknowledged, or `linger_timeout`.
+    UntilAcknowledged,
+}
+
 /// A client connection: its socket, read buffer and the parsed head of the current request.
 pub struct Connection {
     fd: OwnedFd,
@@ -99,9 +115,8 @@ pub struct Connection {
     pub(crate) output: Option<Arc<Output>>,
     /// Close once the output is written (the response ended the connection).
     pub(crate) close_after_write: bool,
-    /// The client may still be sending (its request body was not read to the end): close
-    /// with a lingering close, so its bytes do not make the kernel reset the connection.
-    pub(crate) unread_input: bool,
+    /// How to close once the response is out (see [`Linger`]).
+    pub(crate) linger: Linger,
     /// When the loop started reading the current request's body ahead (`ReadingBody`).
     pub(crate) body_started: Option<Instant>,
 }
@@ -122,7 +137,7 @@ impl Connection {
             maybe_more: false,
             output: None,
             close_after_write: false,
-            unread_input: false,
+            linger: Linger::No,
             body_started: None,
         }
     }

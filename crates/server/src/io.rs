@@ -50,14 +50,9 @@ pub fn unacknowledged_output(fd: RawFd) -> io::Result<usize> {
     queue_length(fd, libc::TIOCOUTQ)
 }
 
-/// Bytes received on `fd` and not read yet (`FIONREAD`, alias `SIOCINQ`).
-pub fn unread_input(fd: RawFd) -> io::Result<usize> {
-    queue_length(fd, libc::FIONREAD)
-}
-
 fn queue_length(fd: RawFd, request: libc::Ioctl) -> io::Result<usize> {
     let mut length: libc::c_int = 0;
-    // SAFETY: both requests write one c_int through the pointer, which is valid for the call.
+    // SAFETY: the request writes one c_int through the pointer, which is valid for the call.
     if unsafe { libc::ioctl(fd, request, &mut length) } < 0 {
         return Err(io::Error::last_os_error());
     }

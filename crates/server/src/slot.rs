@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::connection::{Connection, Readiness};
+use crate::connection::{Connection, Linger, Readiness};
 use crate::exchange::{Exchange, SlotContext};
 use crate::shared::WorkerShared;
 use crate::App;
@@ -48,7 +48,10 @@ pub(crate) fn serve_connection(
             Readiness::Closed => return (None, ctx),
             Readiness::Rejected(err) => {
                 crate::reactor::reject(&mut next, &err, &shared.config, &mut ctx);
-                return (None, ctx);
+                // Earlier responses may still be unread: linger rather than reset them.
+                next.close_after_write = true;
+                next.linger = Linger::UntilEof;
+                return (Some(next), ctx);
             }
         }
     }

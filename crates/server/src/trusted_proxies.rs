@@ -139,22 +139,48 @@ impl TrustedProxies {
         matches!(self, TrustedProxies::Networks(networks) if networks.is_empty())
     }
 
-    /// The client address from an `X-Forwarded-For` value: the right-most untrusted entry.
-    pub fn client_from<'v>(&self, forwarded_for: &'v str) -> Option<&'v str> {
+    /// The client address from the `X-Forwarded-For` field lines, given last line first (the
+    /// lines form one list, RFC 9110 5.3): the right-most entry that is not itself a trusted
+    /// proxy, or the left-most when all are. Entries are split and parsed as bytes, so what a
+    /// client wrote left of its proxy's entry (invalid UTF-8, `unknown`) is never read;
+    /// `[v6]`, `v4:port` and `[v6]:port` forms are understood. `None` when that entry is not
+    /// an address (the caller keeps the peer's).
+    pub fn client_from<'v>(
+        &self,
+        lines_last_first: impl Iterator<Item = &'v [u8]>,
+    ) -> Option<IpAddr> {
         let mut last = None;
-        for entry in forwarded_for
-            .rsplit(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-        {
-            last = Some(entry);
-            match entry.parse::<IpAddr>() {
-                Ok(ip) if self.trusts(ip) => continue,
-                _ => return Some(entry),
+        for line in lines_last_first {
+            for entry in line.rsplit(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                if entry.is_empty() {
+                    continue;
+                }
+                match parse_forwarded_address(entry) {
+                    Some(ip) if self.trusts(ip) => last = Some(ip),
+                    found => return found,
+                }
             }
         }
         last
     }
+}
+
+/// An `X-Forwarded-For` entry as an address: `1.2.3.4`, `2001:db8::1`, `[2001:db8::1]`,
+/// `1.2.3.4:5678` or `[2001:db8::1]:5678`.
+fn parse_forwarded_address(entry: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(entry).ok()?;
+    if let Some(rest) = text.strip_prefix('[') {
+        let (inside, _port) = rest.split_once(']')?;
+        return inside.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6);
+    }
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    let (host, port) = text.split_once(':')?;
+    if port.bytes().all(|b| b.is_ascii_digit()) {
+        return host.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4);
+    }
+    None
 }
 
 #[cfg(test)]
@@ -176,11 +202,32 @@ mod tests {
     #[test]
     fn client_is_the_rightmost_untrusted_forwarded_entry() {
         let trusted = proxies(&["10.0.0.0/8"]);
-        assert_eq!(
-            trusted.client_from("6.6.6.6, 1.2.3.4, 10.0.0.2"),
-            Some("1.2.3.4")
-        );
-        assert_eq!(trusted.client_from("10.0.0.3"), Some("10.0.0.3"));
+        let one = |line: &'static str| trusted.client_from([line.as_bytes()].into_iter());
+        assert_eq!(one("6.6.6.6, 1.2.3.4, 10.0.0.2"), Some(ip("1.2.3.4")));
+        assert_eq!(one("10.0.0.3"), Some(ip("10.0.0.3")));
+        assert_eq!(one("[2001:db8::1]:443, 10.0.0.2"), Some(ip("2001:db8::1")));
+        assert_eq!(one("1.2.3.4:5678"), Some(ip("1.2.3.4")));
+        assert_eq!(one("unknown"), None);
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn what_a_client_wrote_left_of_its_proxys_entry_is_never_read() {
+        let trusted = proxies(&["10.0.0.0/8"]);
+        // Invalid UTF-8 and junk on the left; the proxy appended the real address.
+        let line: &[u8] = b"\xff\xfe, unknown, 1.2.3.4";
+        assert_eq!(trusted.client_from([line].into_iter()), Some(ip("1.2.3.4")));
+    }
+
+    #[test]
+    fn repeated_lines_form_one_list_read_from_the_last() {
+        let trusted = proxies(&["10.0.0.0/8"]);
+        let lines: [&[u8]; 2] = [b"10.0.0.9", b"6.6.6.6, 10.0.0.1"];
+        // Given last line first: 10.0.0.1 (trusted), 6.6.6.6 (the client).
+        assert_eq!(trusted.client_from(lines.into_iter()), Some(ip("6.6.6.6")));
     }
 
     #[test]

@@ -110,3 +110,45 @@ def test_a_pipelining_client_gets_every_response_up_to_the_keepalive_limit_then_
     last_head = received.rpartition(b"HTTP/1.1 200 OK\r\n")[2].partition(b"\r\n\r\n")[0]
     assert b"connection: close" in last_head.lower()
     assert received.endswith(b"OK")
+
+
+@pytest.mark.parametrize("mpm", MPMS_ALL, ids=MPM_IDS_ALL)
+def test_a_client_still_uploading_after_an_early_413_finishes_its_upload_and_reads_the_answer(
+        tines_server: Any, mpm: tuple[str, ...]) -> None:
+    # The 413 goes out before the body is read; the connection lingers until the client closes
+    # (not merely until the 413 is acknowledged), so the upload is never cut by a reset.
+    server = tines_server("examples/hello.py:app", "-w", "1", "--mpm", *mpm,
+                          "--max-body-size", "1000", "--linger-timeout", "60")
+    body = b"x" * (8 << 20)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(body))
+        sock.sendall(body)  # a reset would raise here
+        sock.shutdown(socket.SHUT_WR)
+        response = read_response(sock)
+    assert response.startswith(b"HTTP/1.1 413 ")
+
+
+@pytest.mark.parametrize("mpm", MPMS_ALL, ids=MPM_IDS_ALL)
+def test_a_bad_pipelined_request_gets_its_400_after_the_earlier_answers_then_eof(
+        tines_server: Any, mpm: tuple[str, ...]) -> None:
+    server = tines_server("examples/hello.py:app", "-w", "1", "--mpm", *mpm)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        # Served, served, refused; the client keeps sending after the bad one.
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n" * 2 + b"GET / HTTP/1.1\r\nHost: t\r\nBad Header\r\n\r\n")
+
+        def keep_sending() -> None:
+            try:
+                for _ in range(200):
+                    sock.sendall(b"y" * 16384)
+                sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+        writer = threading.Thread(target=keep_sending)
+        writer.start()
+        try:
+            response = read_response(sock)  # a reset raises here
+        finally:
+            writer.join(60)
+    assert response.count(b"HTTP/1.1 200 OK\r\n") == 2
+    assert response.rpartition(b"HTTP/1.1 ")[2].startswith(b"400 ")

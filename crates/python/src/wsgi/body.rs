@@ -84,6 +84,10 @@ pub fn send<'py>(
             return finish(py, input);
         }
     }
+    // Blocks of a `wsgi.file_wrapper` over a file-like object that is not a regular file (an
+    // in-memory file: Flask's `send_file(BytesIO)`, Django's FileResponse) are read at once,
+    // not produced over time: they are gathered up to the output buffer's size instead.
+    let streamed = !iterable.is_instance_of::<FileWrapper>();
     for item in iterable.try_iter()? {
         let item = item?;
         let bytes = as_bytes(&item)?.as_bytes();
@@ -96,7 +100,7 @@ pub fn send<'py>(
         write(py, input, bytes)?;
         // The next item may take the app any time (a stream, server-sent events): this one
         // goes out now, the first with the head.
-        if input.with(py, |exchange| exchange.has_block_to_send())? {
+        if streamed && input.with(py, |exchange| exchange.has_block_to_send())? {
             input
                 .with_detached(py, |exchange| exchange.flush())?
                 .map_err(io_error)?;

@@ -14,7 +14,6 @@
 //! It must not watch sockets for readiness (the reactor does) nor know which MPM runs it
 //! beyond the `deferred` flag.
 
-use std::borrow::Cow;
 use std::net::IpAddr;
 use std::ops::Range;
 use std::sync::Arc;
@@ -24,7 +23,7 @@ use tines_proto::response::ResponseFraming;
 use tines_proto::{BodyFraming, ChunkedDecoder, DateCache, RequestHead, Version};
 
 use crate::access_log::LoggedRequest;
-use crate::connection::{ConnState, Connection};
+use crate::connection::{ConnState, Connection, Linger};
 use crate::listener::{Local, Peer};
 use crate::shared::WorkerShared;
 
@@ -250,23 +249,19 @@ impl Exchange {
         if !self.peer_is_trusted_proxy() {
             return peer_ip;
         }
-        let mut forwarded: Option<Cow<'_, str>> = None;
-        for (name, value) in self.headers() {
-            if !name.eq_ignore_ascii_case(b"x-forwarded-for") {
-                continue;
-            }
-            let Ok(value) = std::str::from_utf8(value) else {
-                return peer_ip;
-            };
-            forwarded = Some(match forwarded {
-                None => Cow::Borrowed(value),
-                Some(earlier) => Cow::Owned(format!("{earlier}, {value}")),
-            });
-        }
-        forwarded
-            .as_deref()
-            .and_then(|list| self.shared.config.trusted_proxies.client_from(list))
-            .and_then(|client| client.parse::<IpAddr>().ok())
+        let buf = &self.conn.buf;
+        let lines_last_first = self
+            .conn
+            .head
+            .headers
+            .iter()
+            .rev()
+            .filter(|(name, _)| name.of(buf).eq_ignore_ascii_case(b"x-forwarded-for"))
+            .map(|(_, value)| value.of(buf));
+        self.shared
+            .config
+            .trusted_proxies
+            .client_from(lines_last_first)
             .or(peer_ip)
     }
 
@@ -302,18 +297,21 @@ impl Exchange {
         self.body_sent
     }
 
-    /// Whether the client may still be sending when this connection closes after its
-    /// response: its body was not read to the end, or bytes past it arrived (pipelined
-    /// requests), or, when closing was the server's decision (the keep-alive limit, a stop,
-    /// an error) rather than the client's own `Connection: close` (after which it must send
-    /// nothing, RFC 9112 9.6), bytes wait in the socket. Closing with unread input makes the
-    /// kernel send a reset, which can destroy responses the client has not read yet.
-    fn client_may_still_send(&self) -> bool {
-        if !matches!(self.body, Body::Done) || !self.raw.is_empty() {
-            return true;
+    /// How this connection must close after its response, when it is not kept: lingering
+    /// until EOF if the request body was not read to its end (the client may still be
+    /// uploading); until everything sent is acknowledged if the client wanted the connection
+    /// kept (pipelined requests may be buffered, in the socket or in flight: the keep-alive
+    /// limit, a stop or an error ended it); at once when the client itself asked to close
+    /// (after `Connection: close` it must send nothing more, RFC 9112 9.6) and nothing is
+    /// buffered past the request.
+    fn closing_linger(&self) -> Linger {
+        if !matches!(self.body, Body::Done) {
+            Linger::UntilEof
+        } else if !self.raw.is_empty() || self.conn.head.keep_alive() {
+            Linger::UntilAcknowledged
+        } else {
+            Linger::No
         }
-        self.conn.head.keep_alive()
-            && crate::io::unread_input(self.conn.fd()).is_ok_and(|queued| queued > 0)
     }
 
     /// Ends the exchange: finishes an unfinished response, drains an unread body when the
@@ -345,13 +343,17 @@ impl Exchange {
             let leftover = self.raw.clone();
             self.conn.next_request(leftover);
         }
-        let unread_input = !keep && self.client_may_still_send();
+        let linger = if keep {
+            Linger::No
+        } else {
+            self.closing_linger()
+        };
         let Exchange { mut conn, ctx, .. } = self;
-        if !keep && (conn.has_pending_output() || unread_input) {
+        if !keep && (conn.has_pending_output() || linger != Linger::No) {
             // The loop writes the rest (if any), then closes, lingering if the client may
             // still be sending (reactor::linger).
             conn.close_after_write = true;
-            conn.unread_input = unread_input;
+            conn.linger = linger;
             return (Some(conn), ctx);
         }
         (keep.then_some(conn), ctx)

@@ -163,6 +163,17 @@ fn app_thread(app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
                     if queue.shutdown {
                         break None;
                     }
+                    // Going idle: a connection this thread handed back without ringing (more
+                    // requests waited then, and another thread took them) must not stay
+                    // uncollected, or a loop that stopped watching the listener while every
+                    // thread was taken would not learn that one is free.
+                    if pool.has_returns.load(Ordering::SeqCst) {
+                        let mut back = lock(&pool.returned);
+                        if !back.conns.is_empty() && !back.rung {
+                            back.rung = true;
+                            pool.waker.wake();
+                        }
+                    }
                     queue.idle += 1;
                     queue = pool
                         .ready

@@ -81,20 +81,15 @@ impl Reactor {
         self.shared.config.workers > 1
     }
 
-    /// Stops watching the listeners while every app slot is taken, and watches them again
-    /// once one is free (see [`Driver::can_take_connection`]). Runs after each loop
+    /// Watches the listeners again once an app slot is free, after `on_acceptable` stopped
+    /// watching them because none was (see [`Driver::can_take_connection`]). Pausing is lazy,
+    /// on a listener event that finds no free slot, so a worker whose load hovers around its
+    /// thread count does not pay two `epoll_ctl` calls per request. Runs after each loop
     /// iteration and after connections come back.
     pub(super) fn manage_saturation(&mut self, driver: &dyn Driver) {
-        if !self.accepts_only_when_free() {
-            return;
-        }
-        let free = driver.can_take_connection();
-        if self.saturated && free {
+        if self.saturated && driver.can_take_connection() {
             self.saturated = false;
             self.resume_listening();
-        } else if !self.saturated && !free {
-            self.saturated = true;
-            self.pause_listening();
         }
     }
 
@@ -119,7 +114,7 @@ impl Reactor {
                 self.pause_listening();
                 break;
             }
-            let Some(token) = self.accept_from(index, 1).pop() else {
+            let Some(token) = self.accept_one(index) else {
                 break;
             };
             accepted += 1;
@@ -151,10 +146,20 @@ impl Reactor {
         }
     }
 
-    /// Accepts up to `limit` connections and registers them; returns their tokens.
-    pub(super) fn accept_from(&mut self, index: usize, limit: usize) -> Vec<usize> {
-        let mut tokens = Vec::new();
-        while tokens.len() < limit {
+    /// Accepts up to `limit` connections and registers them (graceful stop: what the listener
+    /// already queued).
+    pub(super) fn accept_from(&mut self, index: usize, limit: usize) {
+        for _ in 0..limit {
+            if self.accept_one(index).is_none() {
+                break;
+            }
+        }
+    }
+
+    /// Accepts one connection and registers it; its token, or `None` when there is none to
+    /// take (or accept is paused: `max_connections`, or an error backs off).
+    pub(super) fn accept_one(&mut self, index: usize) -> Option<usize> {
+        loop {
             if self.open >= self.shared.config.max_connections.max(1) {
                 // Resumed by `close` once a connection goes (level-triggered: no spin).
                 if !self.full {
@@ -162,7 +167,7 @@ impl Reactor {
                 }
                 self.full = true;
                 self.pause_listening();
-                break;
+                return None;
             }
             match self.listeners[index].accept() {
                 Ok(Some((fd, peer))) => {
@@ -183,9 +188,9 @@ impl Reactor {
                         _ => unreachable!(),
                     }
                     self.shared.slot().accepted.fetch_add(1, Ordering::Relaxed);
-                    tokens.push(token);
+                    return Some(token);
                 }
-                Ok(None) => break,
+                Ok(None) => return None,
                 Err(err) => {
                     // EMFILE/ENFILE/ENOMEM: the connection stays queued; back off briefly by
                     // pausing accept (the throttle timer re-enables it) instead of spinning.
@@ -194,10 +199,9 @@ impl Reactor {
                         self.pause_listening();
                         self.throttled_until = Some(Instant::now() + Duration::from_millis(100));
                     }
-                    break;
+                    return None;
                 }
             }
         }
-        tokens
     }
 }

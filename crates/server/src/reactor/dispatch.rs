@@ -13,7 +13,7 @@ use tines_proto::BodyFraming;
 
 use super::error_response::{reject, write_error_with};
 use super::{Entry, Reactor};
-use crate::connection::{BodyAhead, ConnState, Connection, Readiness};
+use crate::connection::{BodyAhead, ConnState, Connection, Linger, Readiness};
 
 /// What a driver did with a ready connection.
 pub(crate) enum Dispatch {
@@ -139,7 +139,7 @@ impl Reactor {
                                 &mut self.ctx.out,
                             );
                             crate::log::debug("max_queued_requests reached: 503");
-                            return self.linger(token, refused);
+                            return self.linger(token, refused, Linger::UntilEof);
                         }
                     }
                 }
@@ -147,7 +147,7 @@ impl Reactor {
                 Readiness::Closed => return self.close(token),
                 Readiness::Rejected(err) => {
                     reject(&mut conn, &err, &self.shared.config, &mut self.ctx);
-                    return self.linger(token, conn);
+                    return self.linger(token, conn, Linger::UntilEof);
                 }
             }
         }

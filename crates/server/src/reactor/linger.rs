@@ -4,36 +4,43 @@
 //! write side and read and drop what arrives, so that the kernel does not answer the client's
 //! bytes with a reset that destroys responses it has not read yet. It ends at EOF, once
 //! everything sent has been acknowledged (`SIOCOUTQ` is 0: the responses are in the client's
-//! receive queue, where a reset no longer destroys them), or at `linger_timeout`. There is no
-//! byte cap: a client that keeps sending is bounded by the timeout.
+//! receive queue, where a reset no longer destroys them; only for [`Linger::UntilAcknowledged`]:
+//! a client still uploading a body may not read before its next send fails, and some stacks
+//! drop received data on a reset), or at `linger_timeout`. There is no byte cap: a client that
+//! keeps sending is bounded by the timeout, and one event reads at most `LINGER_READ_PER_EVENT`
+//! so a flood cannot hold the loop.
 //!
 //! It must not write: the response was sent before the connection came here.
 
 use std::time::Instant;
 
 use super::{Entry, Reactor};
-use crate::connection::Connection;
+use crate::connection::{Connection, Linger};
 use crate::io::{read_nonblocking, unacknowledged_output};
+
+/// The most one readiness event reads and drops from a lingering connection (a client that
+/// sends faster than the loop reads must not keep the loop thread from its other work).
+const LINGER_READ_PER_EVENT: usize = 1 << 20;
 
 impl Reactor {
     /// Closes a connection whose response is complete: at once, or lingering when the client
     /// may still be sending (see the module header).
     pub(super) fn close_after_response(&mut self, token: usize, conn: Connection) {
-        if conn.unread_input {
-            self.linger(token, conn)
-        } else {
-            self.close(token)
+        match conn.linger {
+            Linger::No => self.close(token),
+            how => self.linger(token, conn, how),
         }
     }
 
     /// Starts a lingering close (see [`Entry::Lingering`]).
-    pub(super) fn linger(&mut self, token: usize, mut conn: Connection) {
+    pub(super) fn linger(&mut self, token: usize, mut conn: Connection, how: Linger) {
         // SAFETY: shutdown on the connection's own open fd; a failure only means the peer is
         // gone, which the reads below see.
         unsafe { libc::shutdown(conn.fd(), libc::SHUT_WR) };
         conn.buf = Vec::new();
         let deadline = Instant::now() + self.shared.config.linger_timeout;
         self.note_deadline(deadline);
+        conn.linger = how;
         self.entries[token] = Entry::Lingering { conn, deadline };
         self.on_linger_readable(token);
     }
@@ -45,15 +52,19 @@ impl Reactor {
             return;
         };
         let fd = conn.fd();
+        let until_acknowledged = conn.linger == Linger::UntilAcknowledged;
         let mut sink = [0u8; 16 * 1024];
-        loop {
+        let mut read = 0;
+        while read < LINGER_READ_PER_EVENT {
             match read_nonblocking(fd, &mut sink) {
                 Ok(None) => break,
-                Ok(Some(n)) if n > 0 => {}
+                Ok(Some(n)) if n > 0 => read += n,
                 _ => return self.close(token),
             }
         }
-        if unacknowledged_output(fd).map_or(true, |queued| queued == 0) {
+        // Past the per-event bound no further edge comes (edge-triggered): the deadline
+        // closes it, unless everything sent is already acknowledged.
+        if until_acknowledged && unacknowledged_output(fd).map_or(true, |queued| queued == 0) {
             self.close(token);
         }
     }

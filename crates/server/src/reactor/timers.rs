@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::entries::TimerKind;
 use super::error_response::write_error;
 use super::{Entry, Reactor, SPARE_BUFFERS};
-use crate::connection::{ConnState, Connection};
+use crate::connection::{ConnState, Connection, Linger};
 
 /// The longest the loop sleeps: the heartbeat period written to the scoreboard.
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -120,7 +120,7 @@ impl Reactor {
                         readable: false,
                         output: None,
                     };
-                    self.linger(token, conn);
+                    self.linger(token, conn, Linger::UntilEof);
                     // The sweep sets `next_deadline` when it ends: count the new deadline in.
                     let linger_until = Instant::now() + self.shared.config.linger_timeout;
                     next = Some(next.map_or(linger_until, |n| n.min(linger_until)));

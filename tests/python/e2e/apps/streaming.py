@@ -12,6 +12,7 @@ progress for as long as it likes).
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 from collections.abc import Callable, Iterable, Iterator
@@ -52,6 +53,10 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable
     if path == "/generator":
         start_response("200 OK", headers)
         return (block(i) for i in range(1, blocks + 1))
+    if path == "/bytesio":
+        # wsgi.file_wrapper over an in-memory file: 5 blocks of 4 KiB, read at once.
+        start_response("200 OK", headers)
+        return environ["wsgi.file_wrapper"](io.BytesIO(b"x" * 20480), 4096)  # type: ignore[no-any-return]
     if path == "/hold":
         with socket.create_connection(("127.0.0.1", int(query["port"])), timeout=60) as gate:
             gate.recv(1)
