@@ -53,7 +53,7 @@ $(WHEEL_STAMP): $(ZIG_STAMP) $(RUST_SOURCES) $(PYTHON_SOURCES)
 wheel: $(WHEEL_STAMP)
 
 serve: build
-	$(VENV)/bin/tines serve examples/blog/app.py:app --bind $(HOST):$(PORT)
+	$(VENV)/bin/tines serve examples/blog/app.py:app --hooks examples/blog/tines_hooks.py --bind $(HOST):$(PORT)
 
 test: build typecheck test-rust test-python
 

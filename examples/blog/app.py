@@ -18,26 +18,30 @@ CRUD pages:
 Every POST must carry a CSRF token (hidden field ``csrf_token``) matching the ``blog_csrf``
 cookie; otherwise 403. See README.md.
 
-Database connections: one per worker *thread*, opened lazily on first use and never carried
-across fork (see ``db()``). Apart from that thread-local there is no mutable global state, so
-the app may be imported in a master and then forked, and run with any number of processes and
-threads.
+Database connections: one per worker *thread*, never carried across fork (``blog_db.py``);
+``tines_hooks.py`` opens each worker's in ``post_fork`` (``make serve`` passes ``--hooks``), and
+any other thread opens its own on first use. Apart from that thread-local there is no mutable
+global state, so the app may be imported in a master and then forked, and run with any number
+of processes and threads.
 """
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import hmac
 import os
 import secrets
 import sqlite3
-import threading
 
 from flask import Flask, abort, g, redirect, render_template, request, url_for
 
+# By name: this file's directory is on sys.path (Tines puts it there to load this file), and the
+# hooks module imports the same module, so both use the same connections.
+from blog_db import db
+from blog_db import now as _now
+from blog_db import secret as _secret
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_DB = os.path.join(HERE, "blog.sqlite3")
 
 TITLE_MAX = 200
 BODY_MAX = 20_000
@@ -54,107 +58,12 @@ NOTICES = {
     "deleted": "Deleted successfully.",
 }
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS blog (
-    id            INTEGER PRIMARY KEY AUTOINCREMENT,
-    title         TEXT    NOT NULL,
-    body          TEXT    NOT NULL,
-    created_at    TEXT    NOT NULL,
-    updated_at    TEXT    NOT NULL,
-    lock_revision INTEGER NOT NULL DEFAULT 1
-);
-CREATE INDEX IF NOT EXISTS blog_created_at ON blog (created_at);
-CREATE TABLE IF NOT EXISTS app_meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-"""
-
-SEED_POSTS = [
-    ("Hello, Tines", "The first post: TreeFrog's blog tutorial, served by a Rust core."),
-    ("Prefork or threads?", "Each worker process keeps one SQLite connection per thread."),
-    ("Escaping", "Titles and bodies are shown through Jinja with autoescaping on: <b>not bold</b>."),
-]
-
-# The only mutable module-level state: per-thread database connections (see db()).
-_local = threading.local()
-
 # root_path is explicit because a server may load this file by path under any module name.
 app = Flask(__name__, root_path=HERE)
 app.config["MAX_CONTENT_LENGTH"] = 1 << 20
 
 
 # --------------------------------------------------------------------------- database
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _open() -> sqlite3.Connection:
-    path = os.environ.get("BLOG_DB") or DEFAULT_DB
-    # isolation_level=None: autocommit; each single-statement write is its own transaction and
-    # the few multi-statement ones say BEGIN IMMEDIATE themselves.
-    conn = sqlite3.connect(path, timeout=10.0, isolation_level=None)
-    conn.row_factory = sqlite3.Row
-    # busy_timeout first: several worker processes may open (and write) the file at once.
-    conn.execute("PRAGMA busy_timeout = 10000")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    conn.executescript(SCHEMA)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        if conn.execute("SELECT NOT EXISTS (SELECT 1 FROM blog)").fetchone()[0]:
-            for title, body in SEED_POSTS:
-                now = _now()
-                conn.execute(
-                    "INSERT INTO blog (title, body, created_at, updated_at, lock_revision)"
-                    " VALUES (?, ?, ?, ?, 1)",
-                    (title, body, now, now),
-                )
-        # The CSRF secret lives in the database so every worker process shares it (a secret made
-        # at import would differ between workers unless the app was preloaded).
-        conn.execute(
-            "INSERT OR IGNORE INTO app_meta (key, value) VALUES ('csrf_secret', ?)",
-            (secrets.token_hex(32),),
-        )
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return conn
-
-
-def db() -> sqlite3.Connection:
-    """This thread's connection, opened on first use in this process.
-
-    Never per request, and never across fork: a connection opened before a fork (say, by a
-    master that imported and warmed up the app) is left untouched in the child, not even
-    closed -- closing it there could checkpoint or delete the WAL under the parent's feet --
-    and the child opens its own. (The mod_perl guide's rule: open DB handles in the child.)
-    """
-    conn = getattr(_local, "conn", None)
-    pid = os.getpid()
-    if conn is None or _local.pid != pid:
-        if conn is not None:
-            # Inherited from the parent: keep a reference so it is never finalised here.
-            _local.inherited = getattr(_local, "inherited", []) + [conn]
-        conn = _open()
-        _local.conn = conn
-        _local.pid = pid
-        _local.secret = None
-    return conn
-
-
-def _secret() -> bytes:
-    env = os.environ.get("BLOG_SECRET")
-    if env:
-        return env.encode()
-    conn = db()
-    if _local.secret is None:
-        row = conn.execute("SELECT value FROM app_meta WHERE key = 'csrf_secret'").fetchone()
-        _local.secret = row[0].encode()
-    return _local.secret
 
 
 def get_post(post_id: int) -> sqlite3.Row:

@@ -65,6 +65,14 @@ def load_app(spec: str, factory: bool) -> WSGIApp:
     return obj
 
 
+def import_target(target: str) -> ModuleType:
+    """Import a module path (``package.module``) or a ``.py`` file path, as APP specs are
+    imported; raise AppLoadError (with the traceback of an error in the module's code)."""
+    if not _is_file(target) and not all(part.isidentifier() for part in target.split(".")):
+        raise AppLoadError(f"bad module {target!r} (expected package.module or path/to/file.py)")
+    return _import_file(target) if _is_file(target) else _import_module(target)
+
+
 def _parse(spec: str) -> tuple[str, tuple[str, ...]]:
     """(module name or file path, attribute candidates); raise AppLoadError when malformed."""
     bad = AppLoadError(f"bad APP {spec!r} (expected module:attr or path/to/file.py:attr)")

@@ -2,7 +2,8 @@
 
 Owns: the master loop (the gunicorn ``Arbiter.run`` / nginx master-cycle shape: signal
 handlers only queue the signal and wake the loop, ``handle_<signal>()`` methods act), spawning
-and reaping workers, the crash-loop guard, readiness, and the stop sequences.
+and reaping workers, the crash-loop guard, readiness, the stop sequences, and calling the
+master's server hooks (docs/hooks.md) at those points.
 
 Must not: start a thread (it forks; see docs/adr/0001-fork-safety.md), or touch a request.
 The signal table is in docs/signals.md.
@@ -23,11 +24,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tines import hooks as server_hooks
 from tines import logs
 from tines import worker as worker_process
 from tines.app_loader import load_app
 from tines.config import Config
 from tines.errors import AppLoadError, ConfigError
+from tines.hooks import HookError, Hooks, ServerView, WorkerView
 from tines.sockets import Listener, bind_all
 
 HANDLED_SIGNALS = ("CHLD", "TERM", "INT", "QUIT", "HUP", "TTIN", "TTOU", "USR1", "WINCH")
@@ -102,6 +105,9 @@ class Arbiter:
         self.wake_read = self.wake_write = -1
         self.notify_read = self.notify_write = -1
         self.life_read = self.life_write = -1
+        self.hooks = Hooks()
+        self.started = False
+        """True once on_starting succeeded: on_exit runs at shutdown only then."""
 
     # ----- start -----------------------------------------------------------------------------
 
@@ -128,6 +134,12 @@ class Arbiter:
             os.chdir(cfg.chdir)
         if cfg.umask is not None:
             os.umask(cfg.umask)
+        self.hooks = server_hooks.load(cfg.hooks)
+        try:
+            self.hooks.call("on_starting", self.server_view())
+        except HookError as error:
+            raise ConfigError(str(error)) from None
+        self.started = True
         self.listeners = bind_all(list(cfg.bind), cfg.backlog)
         if cfg.preload:
             self.app = load_app(cfg.app, cfg.factory)
@@ -151,6 +163,16 @@ class Arbiter:
             where = listener.address if scheme == "unix" else f"http://{listener.address}"
             log.info("Listening at: %s (%d)", where, self.pid)
         log.info("Using mpm %s with %d workers", cfg.mpm, self.num_workers)
+
+    def server_view(self) -> ServerView:
+        """The read-only view of the master that hooks receive."""
+        return ServerView(pid=self.pid, config=self.cfg, app=str(self.cfg.app),
+                          workers=tuple(self.worker_view(w) for w in self.workers.values()))
+
+    def worker_view(self, worker: Worker) -> WorkerView:
+        """The read-only view of one worker that hooks receive."""
+        return WorkerView(pid=worker.pid, slot=worker.slot, generation=worker.generation,
+                          mpm=self.cfg.mpm)
 
     @staticmethod
     def pipe() -> tuple[int, int]:
@@ -266,6 +288,7 @@ class Arbiter:
                 os.close(self.cfg.ready_fd)
             except OSError as error:
                 log.warning("cannot write to --ready-fd %d: %s", self.cfg.ready_fd, error)
+        self.hooks.call_logged("when_ready", self.server_view())
 
     def on_boot_error(self, pid: int, slot: int, message: str) -> None:
         """A worker could not load the app. On the first boot that is fatal (exit 2)."""
@@ -315,8 +338,10 @@ class Arbiter:
             listeners=[listener.fileno() for listener in self.listeners],
             scoreboard=self.scoreboard, life_read=self.life_read, notify_write=self.notify_write,
             close_in_child=[self.life_write, self.notify_read, self.wake_read, self.wake_write],
-            master_pid=self.pid, app=self.app, settings=self.worker_settings,
+            master_pid=self.pid, app=self.app, settings=self.worker_settings, hooks=self.hooks,
         )
+        self.hooks.call_logged("pre_fork", self.server_view(),
+                               WorkerView(pid=None, slot=slot, generation=self.generation, mpm=self.cfg.mpm))
         pid = os.fork()
         if pid == 0:
             worker_process.run(context)  # never returns
@@ -372,6 +397,7 @@ class Arbiter:
                 continue
             self.scoreboard.clear(worker.slot)  # type: ignore[attr-defined]
             self.log_exit(worker, status)
+            self.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
             if not worker.ready and not worker.stopping:
                 self.on_death_before_ready(worker, status)
             elif not worker.stopping and self.crashed(status):
@@ -516,6 +542,7 @@ class Arbiter:
             except ChildProcessError:
                 pass
             self.workers.pop(worker.pid, None)
+            self.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
 
     def shutdown(self) -> None:
         """Last: kill what is left, close listeners (unlinking Unix sockets) and pipes."""
@@ -536,5 +563,7 @@ class Arbiter:
                 except OSError as error:
                     if error.errno != errno.EBADF:
                         raise
+        if self.started:
+            self.hooks.call_logged("on_exit", self.server_view())
         log.info("master %d exiting", self.pid)
         sys.stderr.flush()

@@ -2,8 +2,9 @@
 
 Owns: the worker settings handed to Rust (``worker_settings``, which the master checks before
 its first fork with the same conversion the worker runs), the child side of the fork (signal
-reset, closing the master's fds, the parent-death signal), loading the app, telling the master
-``boot_error`` through the notify pipe, and handing over to ``tines._core.run_worker``, which
+reset, closing the master's fds, the parent-death signal), the worker's server hooks
+(post_fork, post_worker_init, worker_exit; the request hooks wrap the app), loading the app,
+telling the master ``boot_error`` through the notify pipe (also for a failing post_fork), and handing over to ``tines._core.run_worker``, which
 writes the ``ready`` message once its set-up is complete. It never returns into the master's
 code: the process ends with ``os._exit``.
 
@@ -34,6 +35,7 @@ from tines import logs
 from tines.app_loader import load_app
 from tines.config import Config
 from tines.errors import AppLoadError, ConfigError
+from tines.hooks import HookError, Hooks, ServerView, WorkerView, wrap_app
 
 READY = b"R"
 BOOT_ERROR = b"E"
@@ -72,6 +74,8 @@ class WorkerContext:
     """The preloaded app, or None to load it in the worker."""
     settings: dict[str, object]
     """The worker settings for ``tines._core.run_worker`` (from ``worker_settings``)."""
+    hooks: Hooks
+    """The server hooks (post_fork, post_worker_init, worker_exit, pre/post_request run here)."""
 
 
 def worker_settings(cfg: Config) -> dict[str, object]:
@@ -195,6 +199,14 @@ def _serve(context: WorkerContext) -> int:
         return 0  # the master died before we set the death signal
     random.seed()
     pid = os.getpid()
+    cfg = context.cfg
+    server = ServerView(pid=context.master_pid, config=cfg, app=str(cfg.app))
+    worker = WorkerView(pid=pid, slot=context.slot, generation=context.generation, mpm=cfg.mpm)
+    try:
+        context.hooks.call("post_fork", server, worker)
+    except HookError as error:
+        _write(context.notify_write, encode_boot_error(pid, context.slot, str(error)))
+        return EXIT_BOOT_ERROR
     app = context.app
     if app is None:
         try:
@@ -212,6 +224,8 @@ def _serve(context: WorkerContext) -> int:
         # What the app allocated at import time is long-lived: keep the collector off it.
         gc.freeze()
     _raise_open_files_limit()
+    context.hooks.call_logged("post_worker_init", worker)
+    app = wrap_app(app, context.hooks, worker)
     import tines._core as _core
 
     # Rust writes the ready message once the access log is open and the app threads started.
@@ -219,4 +233,5 @@ def _serve(context: WorkerContext) -> int:
                               context.slot, context.life_read,
                               (context.notify_write, encode_ready(pid, context.slot)))
     log.debug("worker %d (slot %d) stopped: %s", pid, context.slot, reason)
+    context.hooks.call_logged("worker_exit", server, worker)
     return 0

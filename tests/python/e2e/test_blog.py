@@ -15,13 +15,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 BLOG = f"{ROOT / 'examples' / 'blog' / 'app.py'}:app"
+HOOKS = str(ROOT / "examples" / "blog" / "tines_hooks.py")
 TOKEN = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 REVISION = re.compile(r'name="lock_revision" value="(\d+)"')
 
 
 @pytest.fixture(params=["prefork", "thread", "event"])
 def blog(request: pytest.FixtureRequest, tines_server: Any, tmp_path: Path) -> Any:
-    extra = ["-w", "2", "--mpm", request.param]
+    extra = ["-w", "2", "--mpm", request.param, "--hooks", HOOKS]
     if request.param == "thread":
         extra += ["--threads", "4"]
     return tines_server(BLOG, *extra, env={"BLOG_DB": str(tmp_path / "blog.sqlite3")})
@@ -102,3 +103,12 @@ def test_posts_written_through_one_connection_are_seen_on_new_connections(blog: 
         with httpx.Client(base_url=blog.url) as other:
             index = other.get("/blog/", headers={"Connection": "close"})
             assert all(f"post {n}" in index.text for n in range(6))
+
+
+def test_the_blog_hooks_open_each_workers_database_at_start_and_a_bad_one_stops_the_start(tmp_path: Path) -> None:
+    from test_hooks import serve_until_exit
+    from test_cli_errors import assert_one_line_error
+
+    result = serve_until_exit("-w", "1", "--hooks", HOOKS, BLOG,
+                              env={"BLOG_DB": str(tmp_path / "missing-directory" / "blog.sqlite3")})
+    assert_one_line_error(result, "hook post_fork raised OperationalError: unable to open database file")

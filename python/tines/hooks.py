@@ -1,0 +1,211 @@
+"""Server hooks: the user's functions called at points of the master's and the workers' lives.
+
+Owns: loading and checking the module named by the ``hooks`` setting (``load``), the read-only
+views handed to hooks (``ServerView``, ``WorkerView``), calling a hook with its failure logged
+with the traceback and the hook's name (``Hooks.call``), and the thin WSGI wrapper that runs
+``pre_request`` / ``post_request`` (``wrap_app``, applied only when one of them is defined).
+
+Which process runs each hook, and when, is in docs/hooks.md.
+
+Must not: import ``tines._core``, fork, or start threads.
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType, ModuleType
+from typing import Any
+
+from tines import logs
+from tines.app_loader import import_target
+from tines.errors import AppLoadError, ConfigError
+
+HOOK_NAMES = (
+    "on_starting", "when_ready", "pre_fork", "post_fork", "post_worker_init", "worker_exit",
+    "child_exit", "on_exit", "pre_request", "post_request",
+)
+"""Every hook a hooks module may define (any other public function there is a typo)."""
+
+FATAL_AT_START = ("on_starting", "post_fork")
+"""Hooks whose failure stops the start (a worker's post_fork failure is a boot failure)."""
+
+PRE_REQUEST_FAILED = b"Internal Server Error\n"
+
+log = logs.get("hooks")
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """What a hook sees of one worker (read-only). ``pid`` is None in ``pre_fork``."""
+
+    pid: int | None
+    slot: int
+    generation: int
+    mpm: str
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """What a hook sees of the master (read-only).
+
+    ``pid`` is the master's pid; ``config`` the resolved settings (``config.workers``...);
+    ``app`` the APP spec; ``workers`` the master's workers when the view was made (in a
+    worker's hooks: empty, a worker does not know the others).
+    """
+
+    pid: int
+    config: Any
+    app: str
+    workers: tuple[WorkerView, ...] = ()
+
+
+class HookError(Exception):
+    """A hook raised; ``str()`` is one line naming the hook (the traceback is logged)."""
+
+
+class Hooks:
+    """The hooks a module defines, by name. ``Hooks()`` has none (every call is a no-op)."""
+
+    def __init__(self, functions: Mapping[str, Callable[..., object]] | None = None,
+                 source: str = "") -> None:
+        self.functions: Mapping[str, Callable[..., object]] = MappingProxyType(dict(functions or {}))
+        self.source = source
+
+    def defines(self, name: str) -> bool:
+        """True when the module defines hook ``name``."""
+        return name in self.functions
+
+    def call(self, name: str, *arguments: object) -> None:
+        """Call hook ``name`` if defined; on an exception log it (hook name and traceback)
+        and raise HookError, which the caller may ignore (``call_logged``) or act on."""
+        function = self.functions.get(name)
+        if function is None:
+            return
+        try:
+            function(*arguments)
+        except Exception as error:
+            log.error("hook %s failed:\n%s", name, traceback.format_exc().rstrip())
+            raise HookError(f"hook {name} raised {_describe(error)}") from None
+
+    def call_logged(self, name: str, *arguments: object) -> None:
+        """Call hook ``name``; a failure is logged and otherwise ignored (the caller goes on)."""
+        try:
+            self.call(name, *arguments)
+        except HookError:
+            pass
+
+
+def load(spec: str | None) -> Hooks:
+    """Import the hooks module (a module path, or a ``.py`` file path) and check it.
+
+    Raises ConfigError (one line) when it cannot be imported, or when it defines a public
+    function that is not a hook (a typo such as ``post_frok``; helpers must start with ``_``),
+    or a hook name that is not callable.
+    """
+    if spec is None:
+        return Hooks()
+    try:
+        module = import_target(spec.strip())
+    except AppLoadError as error:
+        if error.traceback:
+            log.error("cannot import the hooks module:\n%s", error.traceback.rstrip())
+        raise ConfigError(f"hooks: {error}") from None
+    return Hooks(_functions(module, spec), spec)
+
+
+def _functions(module: ModuleType, spec: str) -> dict[str, Callable[..., object]]:
+    functions: dict[str, Callable[..., object]] = {}
+    for name, value in vars(module).items():
+        if name in HOOK_NAMES:
+            if not callable(value):
+                raise ConfigError(f"hooks: {spec!r}: {name} is not callable")
+            functions[name] = value
+        elif (not name.startswith("_") and inspect.isfunction(value)
+              and value.__module__ == module.__name__):
+            close = [hook for hook in HOOK_NAMES if _similar(name, hook)]
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"hooks: {spec!r} defines {name}(), which is not a hook{hint}; "
+                              f"hooks are {', '.join(HOOK_NAMES)} (name helpers with a leading _)")
+    return functions
+
+
+def _similar(name: str, hook: str) -> bool:
+    import difflib
+
+    return difflib.SequenceMatcher(None, name, hook).ratio() >= 0.75
+
+
+def _describe(error: BaseException) -> str:
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+# --- pre_request / post_request ----------------------------------------------------------------
+
+WSGIApp = Callable[..., Any]
+
+
+def wrap_app(app: WSGIApp, hooks: Hooks, worker: WorkerView) -> WSGIApp:
+    """The app itself when neither request hook is defined (zero cost), else a thin wrapper.
+
+    ``pre_request(worker, environ)`` runs before the app; if it raises, the failure is logged
+    and the request is answered 500 without running the app. ``post_request(worker, environ,
+    status)`` runs once the response is complete (after the app's iterable is closed), with the
+    status line the app gave ``start_response`` (None if the app raised before giving one);
+    its failure is logged and the worker goes on.
+    """
+    pre = hooks.functions.get("pre_request")
+    post = hooks.functions.get("post_request")
+    if pre is None and post is None:
+        return app
+
+    def hooked(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if pre is not None:
+            try:
+                hooks.call("pre_request", worker, environ)
+            except HookError:
+                start_response("500 Internal Server Error",
+                               [("Content-Type", "text/plain"),
+                                ("Content-Length", str(len(PRE_REQUEST_FAILED)))])
+                return [PRE_REQUEST_FAILED]
+        if post is None:
+            return app(environ, start_response)  # type: ignore[no-any-return]
+        status: list[str | None] = [None]
+
+        def recording_start_response(line: str, headers: list[tuple[str, str]],
+                                     exc_info: Any = None) -> Any:
+            status[0] = line
+            return start_response(line, headers, exc_info)
+
+        try:
+            result = app(environ, recording_start_response)
+        except BaseException:
+            hooks.call_logged("post_request", worker, environ, status[0])
+            raise
+        return _ClosingBody(result, lambda: hooks.call_logged("post_request", worker, environ, status[0]))
+
+    return hooked
+
+
+class _ClosingBody:
+    """The app's iterable, with ``done`` called once after the app's own ``close()``."""
+
+    def __init__(self, body: Iterable[bytes], done: Callable[[], None]) -> None:
+        self.body = body
+        self.done: Callable[[], None] | None = done
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.body)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            done, self.done = self.done, None
+            if done is not None:
+                done()
