@@ -24,8 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tines import hooks as server_hooks
-from tines import logs
+from tines import limits, logs, preflight
 from tines import worker as worker_process
 from tines.app_loader import load_app
 from tines.config import Config
@@ -128,13 +127,13 @@ class Arbiter:
     def start(self) -> None:
         """Everything before the first fork."""
         cfg = self.cfg
-        # What every worker would fail on is checked once, here, with the workers' own code.
-        self.worker_settings = worker_process.worker_settings(cfg)
-        if cfg.chdir:
-            os.chdir(cfg.chdir)
+        # What every worker would fail on is checked once, here, with the workers' own code
+        # (the same checks as check-config's).
+        checked = preflight.check(cfg)
+        self.worker_settings = checked.worker_settings
+        self.hooks = checked.hooks
         if cfg.umask is not None:
             os.umask(cfg.umask)
-        self.hooks = server_hooks.load(cfg.hooks)
         try:
             self.hooks.call("on_starting", self.server_view())
         except HookError as error:
@@ -382,7 +381,7 @@ class Arbiter:
         """Collect every exited worker, log why it ended, free its slot."""
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
@@ -396,24 +395,26 @@ class Arbiter:
             if worker is None:
                 continue
             self.scoreboard.clear(worker.slot)  # type: ignore[attr-defined]
-            self.log_exit(worker, status)
+            self.log_exit(worker, status, usage.ru_utime + usage.ru_stime)
             self.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
             if not worker.ready and not worker.stopping:
                 self.on_death_before_ready(worker, status)
             elif not worker.stopping and self.crashed(status):
                 self.on_crash_after_ready()
 
-    def log_exit(self, worker: Worker, status: int) -> None:
-        """One line saying how a worker ended."""
+    def log_exit(self, worker: Worker, status: int, cpu_seconds: float = 0.0) -> None:
+        """One line saying how a worker ended, naming the resource limit that ended it where
+        that can be told (``limits.exit_cause``; ``cpu_seconds`` is its user + system time)."""
+        cause = limits.exit_cause(self.cfg, status, cpu_seconds)
         if os.WIFSIGNALED(status):
             name = signal.Signals(os.WTERMSIG(status)).name
             level = log.info if worker.stopping and name in ("SIGKILL", "SIGTERM") else log.error
-            level("worker %d (slot %d) was killed by signal %s", worker.pid, worker.slot, name)
+            level("worker %d (slot %d) was killed by signal %s%s", worker.pid, worker.slot, name, cause)
         else:
             code = os.WEXITSTATUS(status)
             expected = worker.stopping or code == 0
             (log.info if expected else log.error)(
-                "worker %d (slot %d) exited with code %d", worker.pid, worker.slot, code)
+                "worker %d (slot %d) exited with code %d%s", worker.pid, worker.slot, code, cause)
 
     @staticmethod
     def crashed(status: int) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -96,7 +95,8 @@ def build_parser() -> ArgumentParser:
         "check-config", help="print every resolved setting and where it came from",
         allow_abbrev=False,
         description="Resolve the settings as 'serve' would, check the worker settings with the "
-                    "workers' own conversion, print each one with its value and source, and "
+                    "workers' own conversion, the resource limits and the hooks module, print "
+                    "each setting with its value and source, and "
                     "exit 0; exit 2 with the error when the config is invalid. With "
                     "--check-app, also import the app as a worker would.")
     check.add_argument("app", nargs="?", metavar="APP", default=argparse.SUPPRESS,
@@ -152,20 +152,19 @@ def format_table(cfg: Config) -> str:
 
 
 def check_config(cfg: Config, check_app: bool) -> None:
-    """What ``serve`` would refuse before forking: worker settings (the workers' own
-    conversion) and, with ``check_app``, the app itself (imported from ``chdir`` as the
-    workers do; a traceback from the app's code goes to stderr before the error line)."""
-    from tines.worker import worker_settings
+    """What ``serve`` would refuse before forking (``tines.preflight``: worker settings with the
+    workers' own conversion, resource limits, the hooks module) and, with ``check_app``, the app
+    itself (imported from ``chdir`` as the workers do; a traceback from the app's code goes to
+    stderr before the error line)."""
+    from tines import preflight
 
-    worker_settings(cfg)
+    preflight.check(cfg)
     if not check_app:
         return
     if cfg.app is None:
         raise ConfigError(f"--check-app needs APP ({APP_FORMS})")
     from tines.app_loader import load_app
 
-    if cfg.chdir:
-        os.chdir(cfg.chdir)
     try:
         load_app(cfg.app, cfg.factory)
     except AppLoadError as error:

@@ -46,7 +46,7 @@ DEFAULT_CONFIG_FILE = "tines.toml"
 CONFIG_ENV = "TINES_CONFIG"
 """Environment variable naming the config file (the ``-c/--config`` flag wins over it)."""
 
-SECTIONS = ("Server", "Workers", "HTTP", "Timeouts", "Limits", "Logging", "Process")
+SECTIONS = ("Server", "Workers", "HTTP", "Timeouts", "Limits", "Logging", "Process", "Resource limits")
 """Order of the sections in ``--help`` and in docs/settings.md."""
 
 
@@ -79,6 +79,13 @@ def positive_int(raw: object) -> int:
 def non_negative_int(raw: object) -> int:
     """An integer >= 0."""
     return _integer(raw, 0, "must be an integer >= 0")
+
+
+def optional_positive_int(raw: object) -> int | None:
+    """An integer >= 1, or None (``""`` also means None)."""
+    if raw is None or raw == "":
+        return None
+    return _integer(raw, 1, "must be a positive integer")
 
 
 def optional_non_negative_int(raw: object) -> int | None:
@@ -452,6 +459,19 @@ _REGISTRY = (
             umask, None, ("--umask",), "MASK", show=lambda mask: f"{mask:03o}"),
     Setting("ready_fd", "Process", "When every worker is ready, write one JSON line to this inherited file descriptor.",
             optional_non_negative_int, None, ("--ready-fd",), "FD"),
+    # Resource limits (setrlimit in each worker after fork, before post_fork and the app; docs/limits.md)
+    Setting("limit_address_space", "Resource limits", "RLIMIT_AS of each worker, in bytes (soft and hard): its virtual address space. It counts every mapping, not what is resident: each thread's stack and glibc's malloc arena per thread (64 MiB of address space each), so the `thread` and `event` MPMs need far more than their RSS (docs/limits.md). Python raises `MemoryError` past it; Rust aborts the worker.",
+            optional_positive_int, None, ("--limit-address-space",), "BYTES", default_text="unlimited"),
+    Setting("limit_data", "Resource limits", "RLIMIT_DATA of each worker, in bytes (soft and hard): its heap and private writable mappings (Linux 4.7+ counts anonymous `mmap`s, so most of malloc).",
+            optional_positive_int, None, ("--limit-data",), "BYTES", default_text="unlimited"),
+    Setting("limit_cpu", "Resource limits", "RLIMIT_CPU soft limit of each worker, in CPU seconds (all its threads): at it the kernel sends SIGXCPU and the worker recycles gracefully (finishes in-flight requests, exits, is replaced), like `max_requests`. A worker running one request that keeps the CPU busy recycles when that request ends.",
+            optional_positive_int, None, ("--limit-cpu",), "SECONDS", default_text="unlimited"),
+    Setting("limit_cpu_hard", "Resource limits", "RLIMIT_CPU hard limit of each worker, in CPU seconds: at it the kernel kills the worker (SIGKILL), whatever it was doing. At least `limit_cpu` (equal: killed without the graceful recycling). Needs `limit_cpu`.",
+            optional_positive_int, None, ("--limit-cpu-hard",), "SECONDS", default_text="`limit_cpu` + 10"),
+    Setting("limit_open_files", "Resource limits", "RLIMIT_NOFILE of each worker (soft and hard): the most file descriptors it may hold, sockets included. Unset, a worker raises its soft limit to the hard one at start; set, that raise does not undo it.",
+            optional_positive_int, None, ("--limit-open-files",), "N", default_text="the hard limit"),
+    Setting("limit_core", "Resource limits", "RLIMIT_CORE of each worker, in bytes (soft and hard): the largest core dump it writes when it crashes; 0 writes none.",
+            optional_non_negative_int, None, ("--limit-core",), "BYTES", default_text="inherited"),
 )
 
 SETTINGS: Mapping[str, Setting] = MappingProxyType({setting.name: setting for setting in _REGISTRY})
@@ -586,6 +606,12 @@ def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
             values[setting.name] = setting.default_value()
             sources[setting.name] = "default"
     ordered = {name: values[name] for name in SETTINGS}
+    if ordered["limit_cpu_hard"] is not None:
+        if ordered["limit_cpu"] is None:
+            raise ConfigError(f"limit_cpu_hard needs limit_cpu ({sources['limit_cpu_hard']})")
+        if ordered["limit_cpu_hard"] < ordered["limit_cpu"]:  # type: ignore[operator]
+            raise ConfigError(f"limit_cpu_hard {ordered['limit_cpu_hard']} ({sources['limit_cpu_hard']}) "
+                              f"must be at least limit_cpu {ordered['limit_cpu']} ({sources['limit_cpu']})")
     if ordered["threads"] == 0 and ordered["mpm"] != "event":
         raise ConfigError(f"threads 0 (the app on the loop thread) needs mpm event, "
                           f"got mpm {ordered['mpm']} ({sources['threads']})")
@@ -761,6 +787,11 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Apache", "`ServerTokens`", "{server_header}"),
     Equivalent("Apache", "mod_perl `PerlChildInitHandler`, Apache::DBI `connect_on_init`",
                "a `post_fork` function in {hooks} (docs/hooks.md)"),
+    Equivalent("Apache", "`RLimitCPU`, mod_perl Apache::Resource `PERL_RLIMIT_CPU`",
+               "{limit_cpu} (soft: graceful recycling), {limit_cpu_hard} (kill)"),
+    Equivalent("Apache", "`RLimitMEM`, Apache::Resource `PERL_RLIMIT_AS`, `PERL_RLIMIT_DATA`",
+               "{limit_address_space}, {limit_data}"),
+    Equivalent("Apache", "Apache::Resource `PERL_RLIMIT_NOFILE`, `PERL_RLIMIT_CORE`", "{limit_open_files}, {limit_core}"),
     Equivalent("gunicorn", "`bind`, `backlog`, `workers`", "same names"),
     Equivalent("gunicorn", "`threads` (above 1 it means gunicorn's `gthread` worker)",
                "{threads} with {mpm=thread} (or {mpm=event}); the default `prefork` ignores it"),
@@ -823,6 +854,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("uWSGI", "`lazy-apps` (uWSGI preloads unless it is set)", "{preload=false} (our default)"),
     Equivalent("uWSGI", "`harakiri`", _REQUEST_TIMEOUT),
     Equivalent("uWSGI", "`reload-on-rss`", "none yet (a later issue)"),
+    Equivalent("uWSGI", "`limit-as`", "{limit_address_space} (in bytes, not MiB)"),
     Equivalent("uWSGI", "`cheaper`", "none: the worker count is fixed"),
     Equivalent("uWSGI", "`uid`, `gid`, `chdir`, `umask`", "{user}, {group}, {chdir}, {umask}"),
 )
@@ -864,8 +896,9 @@ def render_markdown() -> str:
         "wherever it comes from, even when a higher source overrides it.",
         "`tines check-config` prints every setting, its value and where it came from, after",
         "checking the worker settings with the workers' own conversion (timeouts are at most",
-        "1000000000 seconds); `--check-app` also imports the app. `tines serve` makes the same",
-        "checks, and opens the log files, before it starts any worker.",
+        "1000000000 seconds), the resource limits against the hard limits it may set, and the",
+        "`hooks` module (imported); `--check-app` also imports the app. `tines serve` makes the",
+        "same checks, and opens the log files, before it starts any worker.",
         "",
         "## Where settings come from",
         "",

@@ -2,7 +2,7 @@
 
 Owns: the worker settings handed to Rust (``worker_settings``, which the master checks before
 its first fork with the same conversion the worker runs), the child side of the fork (signal
-reset, closing the master's fds, the parent-death signal), the worker's server hooks
+reset, closing the master's fds, the parent-death signal, the resource limits), the worker's server hooks
 (post_fork, post_worker_init, worker_exit; the request hooks wrap the app), loading the app,
 telling the master ``boot_error`` through the notify pipe (also for a failing post_fork), and handing over to ``tines._core.run_worker``, which
 writes the ``ready`` message once its set-up is complete. It never returns into the master's
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from tines import logs
+from tines import limits, logs
 from tines.app_loader import load_app
 from tines.config import Config
 from tines.errors import AppLoadError, ConfigError
@@ -149,7 +149,8 @@ def _raise_open_files_limit() -> None:
     A worker holds every connection it accepts (10,000 idle keep-alive connections with the
     event MPM); the common soft default of 1024 would make accept fail with EMFILE long
     before that. Rust does the same at the start of ``run_worker`` (for other embedders);
-    doing it here means the limit is in force when the master hears ``ready``.
+    doing it here means the limit is in force when the master hears ``ready``. Not called with
+    ``limit_open_files`` set: that sets soft and hard alike, so Rust's raise changes nothing.
     """
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard and (hard == resource.RLIM_INFINITY or soft < hard):
@@ -199,6 +200,12 @@ def _serve(context: WorkerContext) -> int:
         return 0  # the master died before we set the death signal
     random.seed()
     pid = os.getpid()
+    try:
+        # Before post_fork and the app, so what they allocate and open counts too.
+        limits.apply(context.cfg)
+    except (OSError, ValueError) as error:
+        _write(context.notify_write, encode_boot_error(pid, context.slot, f"cannot set a resource limit: {error}"))
+        return EXIT_BOOT_ERROR
     cfg = context.cfg
     server = ServerView(pid=context.master_pid, config=cfg, app=str(cfg.app))
     worker = WorkerView(pid=pid, slot=context.slot, generation=context.generation, mpm=cfg.mpm)
@@ -223,7 +230,8 @@ def _serve(context: WorkerContext) -> int:
             return EXIT_BOOT_ERROR
         # What the app allocated at import time is long-lived: keep the collector off it.
         gc.freeze()
-    _raise_open_files_limit()
+    if cfg.limit_open_files is None:
+        _raise_open_files_limit()
     context.hooks.call_logged("post_worker_init", worker)
     app = wrap_app(app, context.hooks, worker)
     import tines._core as _core

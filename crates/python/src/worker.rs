@@ -14,7 +14,7 @@ use crate::settings::worker_config;
 use crate::wsgi::WsgiApp;
 
 /// Runs the MPM named by `settings["mpm"]` until the worker is told to stop; returns why it
-/// stopped: "graceful", "quick", "master_gone" or "max_requests".
+/// stopped: "graceful", "quick", "master_gone", "max_requests" or "cpu_limit".
 ///
 /// `ready` is `(fd, message)`: once the worker's whole set-up is done (access log open, app
 /// threads started, loop about to serve), `message` is written to `fd` in one `write` (the

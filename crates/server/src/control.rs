@@ -10,7 +10,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGXCPU};
 
 /// Why a worker's loop ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +23,9 @@ pub enum StopReason {
     MasterGone,
     /// `max_requests` reached: drained, to be replaced by the master.
     MaxRequests,
+    /// SIGXCPU: the soft RLIMIT_CPU (`limit_cpu`) was reached; drained, to be replaced by the
+    /// master before the hard limit's SIGKILL.
+    CpuLimit,
 }
 
 impl StopReason {
@@ -33,6 +36,7 @@ impl StopReason {
             StopReason::Quick => "quick",
             StopReason::MasterGone => "master_gone",
             StopReason::MaxRequests => "max_requests",
+            StopReason::CpuLimit => "cpu_limit",
         }
     }
 }
@@ -46,6 +50,8 @@ pub struct Requests {
     pub quick: bool,
     /// USR1 arrived: reopen log files.
     pub reopen_logs: bool,
+    /// XCPU arrived: the soft CPU time limit was reached; recycle gracefully.
+    pub cpu_limit: bool,
 }
 
 /// The installed signal handlers plus the life pipe.
@@ -56,6 +62,8 @@ pub struct Control {
     quick: Arc<AtomicBool>,
     reopen: Arc<AtomicBool>,
     hup: Arc<AtomicBool>,
+    cpu_limit: Arc<AtomicBool>,
+    cpu_time_limit: Option<u64>,
     life_fd: Option<RawFd>,
     signal_ids: Vec<signal_hook::SigId>,
 }
@@ -72,21 +80,25 @@ fn pipe_nonblocking() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 impl Control {
-    /// Installs the worker's signal handlers (TERM, INT, QUIT, USR1; HUP is ignored in workers:
-    /// the master reloads) and adopts the life pipe's read end, if any.
+    /// Installs the worker's signal handlers (TERM, INT, QUIT, USR1, XCPU; HUP is ignored in
+    /// workers: the master reloads) and adopts the life pipe's read end, if any. XCPU replaces
+    /// the default action (terminate with a core dump), so a worker at its soft CPU time limit
+    /// recycles gracefully instead.
     pub fn install(life_fd: Option<RawFd>) -> io::Result<Control> {
         let (pipe_read, pipe_write) = pipe_nonblocking()?;
         let graceful = Arc::new(AtomicBool::new(false));
         let quick = Arc::new(AtomicBool::new(false));
         let reopen = Arc::new(AtomicBool::new(false));
         let hup = Arc::new(AtomicBool::new(false));
+        let cpu_limit = Arc::new(AtomicBool::new(false));
         let mut signal_ids = Vec::new();
-        let table: [(i32, &Arc<AtomicBool>); 5] = [
+        let table: [(i32, &Arc<AtomicBool>); 6] = [
             (SIGTERM, &graceful),
             (SIGINT, &quick),
             (SIGQUIT, &quick),
             (SIGUSR1, &reopen),
             (SIGHUP, &hup),
+            (SIGXCPU, &cpu_limit),
         ];
         for (signal, flag) in table {
             signal_ids.push(signal_hook::flag::register(signal, Arc::clone(flag))?);
@@ -103,9 +115,19 @@ impl Control {
             quick,
             reopen,
             hup,
+            cpu_limit,
+            cpu_time_limit: soft_cpu_time_limit(),
             life_fd,
             signal_ids,
         })
+    }
+
+    /// The soft RLIMIT_CPU in seconds when the handlers were installed (None: unlimited), for
+    /// the recycling log line. Read then because the kernel raises the soft limit by one
+    /// second each time it sends SIGXCPU (so that it comes again each second until the hard
+    /// limit): read later, it would name a limit nobody set.
+    pub fn cpu_time_limit(&self) -> Option<u64> {
+        self.cpu_time_limit
     }
 
     /// The self-pipe's read end, to register level-triggered.
@@ -139,6 +161,7 @@ impl Control {
             graceful: self.graceful.swap(false, Ordering::Relaxed),
             quick: self.quick.swap(false, Ordering::Relaxed),
             reopen_logs: self.reopen.swap(false, Ordering::Relaxed),
+            cpu_limit: self.cpu_limit.swap(false, Ordering::Relaxed),
         }
     }
 
@@ -161,6 +184,15 @@ impl Drop for Control {
             signal_hook::low_level::unregister(id);
         }
     }
+}
+
+/// The soft RLIMIT_CPU in seconds now, or None when it is unlimited.
+fn soft_cpu_time_limit() -> Option<u64> {
+    // SAFETY: a zeroed rlimit is valid; getrlimit fills it.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_CPU, &mut limit) };
+    (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
 }
 
 /// Sets O_NONBLOCK on an fd.

@@ -197,3 +197,12 @@ def test_gunicorn_flags_get_what_tines_has_instead_not_a_similar_spelling(words:
     result = tines("serve", *words, "examples/hello.py:app")
     assert_one_line_error(result, f"unknown option {words[0]!r}", says)
     assert "did you mean" not in result.stderr
+
+
+def test_check_config_checks_the_hooks_module_as_serve_does() -> None:
+    assert_one_line_error(tines("check-config", "--hooks", "misnamed_hooks", "examples/hello.py:app"),
+                          "post_frok", "did you mean post_fork?")
+    assert_one_line_error(tines("check-config", "--hooks", "no_such_hooks_module", "examples/hello.py:app"),
+                          "hooks:", "no_such_hooks_module")
+    good = tines("check-config", "--hooks", "recording_hooks", "examples/hello.py:app")
+    assert good.returncode == 0, good.stderr

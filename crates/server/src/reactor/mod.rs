@@ -195,6 +195,15 @@ impl Reactor {
             self.begin_stop(StopReason::Quick);
         } else if requests.graceful {
             self.begin_stop(StopReason::Graceful);
+        } else if requests.cpu_limit && self.stop.is_none() {
+            let limit = self
+                .control
+                .cpu_time_limit()
+                .map_or_else(|| "unknown".to_string(), |seconds| seconds.to_string());
+            crate::log::info(&format!(
+                "cpu time limit (limit_cpu {limit} s) reached: recycling this worker"
+            ));
+            self.begin_stop(StopReason::CpuLimit);
         }
     }
 
