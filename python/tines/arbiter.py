@@ -405,7 +405,8 @@ class Arbiter:
     def log_exit(self, worker: Worker, status: int, cpu_seconds: float = 0.0) -> None:
         """One line saying how a worker ended, naming the resource limit that ended it where
         that can be told (``limits.exit_cause``; ``cpu_seconds`` is its user + system time)."""
-        cause = limits.exit_cause(self.cfg, status, cpu_seconds)
+        # A worker the master was stopping may have been killed by the master itself.
+        cause = "" if worker.stopping else limits.exit_cause(self.cfg, status, cpu_seconds)
         if os.WIFSIGNALED(status):
             name = signal.Signals(os.WTERMSIG(status)).name
             level = log.info if worker.stopping and name in ("SIGKILL", "SIGTERM") else log.error

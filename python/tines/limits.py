@@ -23,12 +23,6 @@ CPU_HARD_MARGIN = 10
 room for the request running at SIGXCPU to finish (SIGXCPU comes again each second until then)
 before the kernel's SIGKILL."""
 
-CPU_TIME_SLACK = 0.25
-"""CPU seconds below the hard limit a SIGKILLed worker's rusage may show and still be taken for
-the kernel's kill: the kernel checks the limit on a timer tick against the precise run time, and
-the user + system split that ``wait4`` reports is scaled from samples, so it can fall a little
-short of the limit it was killed at."""
-
 LIMITS = (
     ("limit_address_space", resource.RLIMIT_AS),
     ("limit_data", resource.RLIMIT_DATA),
@@ -84,8 +78,11 @@ def exit_cause(cfg: Config, status: int, cpu_seconds: float) -> str:
     """A note naming the limit that ended a worker, where it can be told from the way it ended
     and the CPU time it used (``os.wait4``'s rusage); else an empty string.
 
-    A SIGKILL with the CPU time at the hard limit is the kernel's (the master also kills, but
-    only workers it is stopping, and an OOM kill does not wait for a CPU limit); a SIGXCPU death
+    A SIGKILL of a worker whose CPU time is past the soft limit is taken for the kernel's kill at
+    the hard limit: the master kills only workers it is stopping (not counted here), a worker
+    past the soft limit has had SIGXCPU and is on its way out, and the rusage ``wait4`` reports
+    can fall a little short of the limit the kernel killed at (it is scaled from samples), so
+    the hard limit itself is no reliable threshold; a SIGXCPU death
     is the soft limit reached before Rust's handler was installed (while the app was loading).
     """
     if cfg.limit_cpu is None:
@@ -94,7 +91,7 @@ def exit_cause(cfg: Config, status: int, cpu_seconds: float) -> str:
     used = f"{cpu_seconds:.1f} s of CPU time"
     if os.WIFSIGNALED(status):
         signum = os.WTERMSIG(status)
-        if signum == signal.SIGKILL and cpu_seconds >= hard - CPU_TIME_SLACK:
+        if signum == signal.SIGKILL and cpu_seconds >= cfg.limit_cpu:
             return f" (probably limit_cpu hard limit {hard} s: {used})"
         if signum == signal.SIGXCPU:
             return f" (limit_cpu {cfg.limit_cpu} s reached before the worker could recycle: {used})"
