@@ -47,13 +47,9 @@ pub fn wait_fd(fd: RawFd, write: bool, deadline: Instant, what: &str) -> io::Res
 /// Bytes written to `fd` that its peer has not acknowledged yet (`SIOCOUTQ`: for TCP, sent
 /// but unacknowledged plus not yet sent).
 pub fn unacknowledged_output(fd: RawFd) -> io::Result<usize> {
-    queue_length(fd, libc::TIOCOUTQ)
-}
-
-fn queue_length(fd: RawFd, request: libc::Ioctl) -> io::Result<usize> {
     let mut length: libc::c_int = 0;
-    // SAFETY: the request writes one c_int through the pointer, which is valid for the call.
-    if unsafe { libc::ioctl(fd, request, &mut length) } < 0 {
+    // SAFETY: SIOCOUTQ writes one c_int through the pointer, which is valid for the call.
+    if unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut length) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(length.max(0) as usize)

@@ -23,16 +23,29 @@ fn as_bytes<'a, 'py>(item: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyB
     })
 }
 
-fn write(py: Python<'_>, input: &Input, data: &[u8]) -> PyResult<()> {
+/// Writes body bytes: into the output buffer when they fit, else out with what is buffered
+/// (GIL released). With `send_now`, a block left in the buffer is sent at once unless nothing
+/// can follow it ([`tines_server::Exchange::has_block_to_send`]); the check shares the lock
+/// taken to buffer it.
+fn write(py: Python<'_>, input: &Input, data: &[u8], send_now: bool) -> PyResult<()> {
     if data.is_empty() {
         return Ok(());
     }
-    if input.with(py, |exchange| exchange.buffer_body(data))? {
-        return Ok(());
+    let buffered = input.with(py, |exchange| {
+        exchange
+            .buffer_body(data)
+            .then(|| send_now && exchange.has_block_to_send())
+    })?;
+    match buffered {
+        Some(false) => Ok(()),
+        Some(true) => input
+            .with_detached(py, |exchange| exchange.flush())?
+            .map_err(io_error),
+        // write_body sends the buffer with these bytes: nothing is left waiting.
+        None => input
+            .with_detached(py, |exchange| exchange.write_body(data))?
+            .map_err(io_error),
     }
-    input
-        .with_detached(py, |exchange| exchange.write_body(data))?
-        .map_err(io_error)
 }
 
 fn finish(py: Python<'_>, input: &Input) -> PyResult<()> {
@@ -56,7 +69,7 @@ fn send_items<'py>(
     }
     start.borrow().begin(py, Some(total))?;
     for index in 0..len {
-        write(py, input, as_bytes(&item(index)?)?.as_bytes())?;
+        write(py, input, as_bytes(&item(index)?)?.as_bytes(), false)?;
     }
     finish(py, input)
 }
@@ -97,14 +110,9 @@ pub fn send<'py>(
         // Borrowed only for the call: the app's generator may call start_response again
         // (with exc_info) between items.
         start.borrow().begin(py, None)?;
-        write(py, input, bytes)?;
         // The next item may take the app any time (a stream, server-sent events): this one
         // goes out now, the first with the head.
-        if streamed && input.with(py, |exchange| exchange.has_block_to_send())? {
-            input
-                .with_detached(py, |exchange| exchange.flush())?
-                .map_err(io_error)?;
-        }
+        write(py, input, bytes, streamed)?;
     }
     start.borrow().begin(py, Some(0))?;
     finish(py, input)

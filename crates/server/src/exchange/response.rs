@@ -237,11 +237,17 @@ impl Exchange {
         if self.ctx.out.is_empty() || matches!(self.phase, Phase::NotStarted | Phase::Finished) {
             return Ok(());
         }
+        self.emit_buffered(Phase::Committed)
+    }
+
+    /// Sends the output buffer, leaves it empty and moves to `phase`; a failed write ends
+    /// keep-alive.
+    fn emit_buffered(&mut self, phase: Phase) -> io::Result<()> {
         let out = std::mem::take(&mut self.ctx.out);
         let result = self.emit(&[&out]);
         self.ctx.out = out;
         self.ctx.out.clear();
-        self.phase = Phase::Committed;
+        self.phase = phase;
         result.inspect_err(|_| self.keep_alive = false)
     }
 
@@ -281,12 +287,7 @@ impl Exchange {
         if self.framing == ResponseFraming::CloseDelimited {
             self.keep_alive = false;
         }
-        let out = std::mem::take(&mut self.ctx.out);
-        let result = self.emit(&[&out]);
-        self.ctx.out = out;
-        self.ctx.out.clear();
-        self.phase = Phase::Finished;
-        result.inspect_err(|_| self.keep_alive = false)
+        self.emit_buffered(Phase::Finished)
     }
 
     /// Gives up on the response (an error after bytes were sent): the connection closes.

@@ -118,16 +118,7 @@ impl Reactor {
                 break;
             };
             accepted += 1;
-            if let Entry::Parked { .. } = self.entries[token] {
-                let Entry::Parked { conn, .. } = std::mem::replace(
-                    &mut self.entries[token],
-                    Entry::Dispatched {
-                        readable: false,
-                        output: None,
-                    },
-                ) else {
-                    unreachable!()
-                };
+            if let Some(conn) = self.take_parked(token) {
                 self.advance(token, conn, driver);
             }
         }

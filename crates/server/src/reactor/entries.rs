@@ -88,6 +88,24 @@ impl Reactor {
         }
     }
 
+    /// Takes a parked connection out of the poller's keeping to advance it: its entry becomes
+    /// `Dispatched` (any edge that arrives meanwhile is recorded there). `None` when the entry
+    /// holds no parked connection.
+    pub(super) fn take_parked(&mut self, token: usize) -> Option<Connection> {
+        let entry = self.entries.get_mut(token)?;
+        if !matches!(entry, Entry::Parked { .. }) {
+            return None;
+        }
+        let dispatched = Entry::Dispatched {
+            readable: false,
+            output: None,
+        };
+        match std::mem::replace(entry, dispatched) {
+            Entry::Parked { conn, .. } => Some(conn),
+            _ => unreachable!("checked above"),
+        }
+    }
+
     pub(super) fn close(&mut self, token: usize) {
         if let Some(entry) = self.entries.get_mut(token) {
             if !matches!(entry, Entry::Vacant) {

@@ -243,16 +243,9 @@ impl Reactor {
             // A writability edge alone (the loop watches writes too, event MPM) says nothing
             // to a connection that waits for bytes.
             Entry::Parked { .. } if event.readable => {
-                let Entry::Parked { conn, .. } = std::mem::replace(
-                    entry,
-                    Entry::Dispatched {
-                        readable: false,
-                        output: None,
-                    },
-                ) else {
-                    unreachable!()
-                };
-                self.advance(token, conn, driver);
+                if let Some(conn) = self.take_parked(token) {
+                    self.advance(token, conn, driver);
+                }
             }
             Entry::Parked { .. } => {}
             Entry::Lingering { .. } => self.on_linger_readable(token),
