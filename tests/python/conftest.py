@@ -8,6 +8,7 @@ group) when the test ends, whatever happened.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -38,6 +39,17 @@ def wait_until(predicate: Callable[[], object], deadline: float = 20.0, what: st
         if time.monotonic() > end:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+def http_get(port: int, path: str = "/", close: bool = False, timeout: float = 20.0) -> tuple[int, bytes]:
+    """One GET on a new connection to 127.0.0.1:``port``; its status and body."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request("GET", path, headers={"Connection": "close"} if close else {})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
 
 
 def children(pid: int) -> list[int]:

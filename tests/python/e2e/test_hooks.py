@@ -4,7 +4,7 @@ the server goes on. Also: the app's own child processes are the app's (subproces
 
 from __future__ import annotations
 
-import http.client
+import functools
 import os
 import re
 import signal
@@ -15,21 +15,14 @@ from typing import Any
 
 import pytest
 
-from conftest import APPS, ROOT, wait_until
+from conftest import APPS, ROOT, http_get, wait_until
 from test_cli_errors import assert_one_line_error
 
 HELLO = "examples/hello.py:app"
 HOOKS = "recording_hooks"
 
 
-def get(port: int, path: str) -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
-    try:
-        connection.request("GET", path, headers={"Connection": "close"})
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
+get = functools.partial(http_get, close=True)
 
 
 def calls(path: Path) -> list[str]:

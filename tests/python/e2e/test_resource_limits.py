@@ -4,6 +4,7 @@ the workers could not set stops the start with one line."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import resource
@@ -12,21 +13,14 @@ import sys
 
 import pytest
 
-from conftest import APPS, ROOT
+from conftest import APPS, ROOT, http_get
 from test_cli_errors import assert_one_line_error
 
 APP = "limits_app:app"
 GIB = 1024 ** 3
 
 
-def get(port: int, path: str) -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        connection.request("GET", path, headers={"Connection": "close"})
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
+get = functools.partial(http_get, close=True, timeout=60.0)
 
 
 def tines_with_open_files_hard_limit(hard: int, *args: str) -> subprocess.CompletedProcess[str]:

@@ -15,19 +15,12 @@ from typing import Any
 
 import pytest
 
-from conftest import alive, wait_until
+from conftest import alive, http_get, wait_until
 
 HELLO = "examples/hello.py:app"
 
 
-def get(port: int, path: str = "/", close: bool = False) -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
-    try:
-        connection.request("GET", path, headers={"Connection": "close"} if close else {})
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
+get = http_get
 
 
 class KeepAliveLoad:
