@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from setproctitle import setproctitle
+
 from tines import limits, logs, preflight
 from tines import worker as worker_process
 from tines.app_loader import load_app
@@ -117,6 +119,7 @@ class Arbiter:
         bind, a bad app at preload, or an app whose first workers cannot boot.
         """
         logs.configure(self.cfg.error_log, self.cfg.log_level)
+        setproctitle(f"tines: master [{self.cfg.app}]")
         try:
             self.start()
             status = self.loop()

@@ -1,8 +1,8 @@
 """What a worker process does between ``os.fork()`` and the Rust MPM loop.
 
 Owns: the worker settings handed to Rust (``worker_settings``, which the master checks before
-its first fork with the same conversion the worker runs), the child side of the fork (signal
-reset, closing the master's fds, the parent-death signal, the resource limits), the worker's server hooks
+its first fork with the same conversion the worker runs), the child side of the fork (its
+process title, signal reset, closing the master's fds, the parent-death signal, the resource limits), the worker's server hooks
 (post_fork, post_worker_init, worker_exit; the request hooks wrap the app), loading the app,
 telling the master ``boot_error`` through the notify pipe (also for a failing post_fork), and handing over to ``tines._core.run_worker``, which
 writes the ``ready`` message once its set-up is complete. It never returns into the master's
@@ -30,6 +30,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
+
+from setproctitle import setproctitle
 
 from tines import limits, logs
 from tines.app_loader import load_app
@@ -184,6 +186,8 @@ def run(context: WorkerContext) -> NoReturn:
 
 
 def _serve(context: WorkerContext) -> int:
+    # First, so ps tells this process from the master (whose title it inherited) at once.
+    setproctitle(f"tines: worker {context.slot} [{context.cfg.mpm}] gen {context.generation}")
     for signum in RESET_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)

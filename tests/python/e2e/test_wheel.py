@@ -50,13 +50,13 @@ def test_the_wheel_installs_without_rust_and_serves_a_request(tmp_path: Path) ->
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300, env=environment)
     python = venv / "bin" / "python"
-    find_links: list[str] = []
-    if sys.version_info < (3, 11):
-        # The wheel's one dependency there (pure Python; the standard library has tomllib from 3.11).
-        deps = tmp_path / "deps"
-        subprocess.run([sys.executable, "-m", "pip", "download", "--only-binary", ":all:", "--dest", str(deps),
-                        "tomli>=1.1"], check=True, timeout=300)
-        find_links = ["--find-links", str(deps)]
+    # The wheel's dependencies, as binary wheels for that Python: setproctitle (process titles),
+    # and tomli before 3.11 (the standard library has tomllib from 3.11).
+    dependencies = ["setproctitle>=1.3"] + (["tomli>=1.1"] if sys.version_info < (3, 11) else [])
+    deps = tmp_path / "deps"
+    subprocess.run([sys.executable, "-m", "pip", "download", "--only-binary", ":all:", "--dest", str(deps),
+                    *dependencies], check=True, timeout=300)
+    find_links = ["--find-links", str(deps)]
     install = subprocess.run([str(python), "-m", "pip", "install", "--no-index", "--only-binary", ":all:",
                               *find_links, str(wheel)], capture_output=True, text=True, timeout=300,
                              env=environment)
