@@ -3,7 +3,8 @@
 Owns: the master loop (the gunicorn ``Arbiter.run`` / nginx master-cycle shape: signal
 handlers only queue the signal and wake the loop, ``handle_<signal>()`` methods act), spawning
 and reaping workers, the crash-loop guard, readiness, the stop sequences, and calling the
-master's server hooks (docs/hooks.md) at those points.
+master's server hooks (docs/hooks.md) at those points. Its duties run through ``duty()``
+(tines.duties): one that fails is logged and the master goes on.
 
 Must not: start a thread (it forks; see docs/adr/0001-fork-safety.md), or touch a request.
 The signal table is in docs/signals.md.
@@ -30,6 +31,7 @@ from tines import limits, logs, preflight
 from tines import worker as worker_process
 from tines.app_loader import load_app
 from tines.config import Config
+from tines.duties import Duties
 from tines.errors import AppLoadError, ConfigError
 from tines.hooks import HookError, Hooks, ServerView, WorkerView
 from tines.sockets import Listener, bind_all
@@ -109,6 +111,7 @@ class Arbiter:
         self.hooks = Hooks()
         self.started = False
         """True once on_starting succeeded: on_exit runs at shutdown only then."""
+        self.duties = Duties(log, passes=(Stop,))
 
     # ----- start -----------------------------------------------------------------------------
 
@@ -212,9 +215,14 @@ class Arbiter:
                 while self.signals:
                     self.dispatch(self.signals.popleft())
                 self.read_notifications()
-                self.manage_workers()
+                self.duty("start workers", self.manage_workers)
         except Stop as stop:
             return stop.status
+
+    def duty(self, name: str, action: Callable[[], object]) -> None:
+        """Run one of the master's duties: an exception is logged with ``name`` and its
+        traceback (rate-limited, tines.duties) and the master goes on; ``Stop`` passes."""
+        self.duties.run(name, action)
 
     def dispatch(self, signum: int) -> None:
         """Call ``handle_<name>()`` for a signal."""
@@ -500,7 +508,8 @@ class Arbiter:
 
     def handle_usr1(self) -> None:
         """Reopen log files here and in the workers (their access logs)."""
-        logs.reopen(self.cfg.error_log)
+        log.info("USR1: reopening log files")
+        self.duty("reopen the error log", lambda: logs.reopen(self.cfg.error_log))
         self.signal_workers(signal.SIGUSR1)
 
     def handle_winch(self) -> None:
