@@ -4,7 +4,8 @@ Owns: the master loop (the gunicorn ``Arbiter.run`` / nginx master-cycle shape: 
 handlers only queue the signal and wake the loop, ``handle_<signal>()`` methods act), spawning
 and reaping workers, the crash-loop guard, readiness, the stop sequences, and calling the
 master's server hooks (docs/hooks.md) at those points. Its duties run through ``duty()``
-(tines.duties): one that fails is logged and the master goes on.
+(tines.duties): one that fails is logged and the master goes on. The dynamic pool's policy is
+``tines.pool``; the master reads the scoreboard for it and acts on its decisions.
 
 Must not: start a thread (it forks; see docs/adr/0001-fork-safety.md), or touch a request.
 The signal table is in docs/signals.md.
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from setproctitle import setproctitle
 
 from tines import limits, logs, preflight
+from tines import pool as spare_pool
 from tines import worker as worker_process
 from tines.app_loader import load_app
 from tines.config import Config
@@ -111,6 +113,9 @@ class Arbiter:
         self.hooks = Hooks()
         self.started = False
         """True once on_starting succeeded: on_exit runs at shutdown only then."""
+        self.pool: spare_pool.Pool | None = None
+        """The dynamic pool (``max_workers`` set); None for a fixed ``workers`` count."""
+        self.next_pool_check = 0.0
         self.duties = Duties(log, passes=(Stop,))
 
     # ----- start -----------------------------------------------------------------------------
@@ -138,6 +143,9 @@ class Arbiter:
         checked = preflight.check(cfg)
         self.worker_settings = checked.worker_settings
         self.hooks = checked.hooks
+        if checked.pool is not None:
+            self.pool = spare_pool.Pool(checked.pool)
+            self.num_workers = checked.pool.start_workers
         if cfg.umask is not None:
             os.umask(cfg.umask)
         try:
@@ -155,7 +163,8 @@ class Arbiter:
         logs.check_access_log(cfg.access_log)  # as the user the workers run as
         import tines._core as _core
 
-        self.scoreboard = _core.Scoreboard(max(self.num_workers * 2, self.num_workers + 8))
+        most = self.num_workers if self.pool is None else self.pool.settings.max_workers
+        self.scoreboard = _core.Scoreboard(max(most * 2, most + 8))
         self.wake_read, self.wake_write = self.pipe()
         self.notify_read, self.notify_write = self.pipe()
         self.life_read, self.life_write = self.pipe()
@@ -167,7 +176,10 @@ class Arbiter:
             scheme = "unix" if listener.address.startswith("unix:") else "http"
             where = listener.address if scheme == "unix" else f"http://{listener.address}"
             log.info("Listening at: %s (%d)", where, self.pid)
-        log.info("Using mpm %s with %d workers", cfg.mpm, self.num_workers)
+        if self.pool is None:
+            log.info("Using mpm %s with %d workers", cfg.mpm, self.num_workers)
+        else:
+            log.info("Using mpm %s with a %s", cfg.mpm, self.pool.settings.describe())
 
     def server_view(self) -> ServerView:
         """The read-only view of the master that hooks receive."""
@@ -208,6 +220,7 @@ class Arbiter:
         """
         try:
             self.manage_workers()
+            self.next_pool_check = time.monotonic() + spare_pool.CHECK_INTERVAL
             while True:
                 timeout = self.loop_timeout()
                 if not self.sleep(timeout) and timeout == LOOP_TIMEOUT:
@@ -215,6 +228,9 @@ class Arbiter:
                 while self.signals:
                     self.dispatch(self.signals.popleft())
                 self.read_notifications()
+                if self.pool is not None and time.monotonic() >= self.next_pool_check:
+                    self.next_pool_check = time.monotonic() + spare_pool.CHECK_INTERVAL
+                    self.duty("pool", self.check_pool)
                 self.duty("start workers", self.manage_workers)
         except Stop as stop:
             return stop.status
@@ -230,11 +246,16 @@ class Arbiter:
         getattr(self, f"handle_{name}")()
 
     def loop_timeout(self) -> float:
-        """Sleep until the next delayed (backed-off) spawn is due, at most LOOP_TIMEOUT."""
-        wait = self.next_spawn - time.monotonic()
+        """Sleep until the next delayed (backed-off) spawn or pool check is due, at most
+        LOOP_TIMEOUT."""
+        now = time.monotonic()
+        timeout = LOOP_TIMEOUT
+        wait = self.next_spawn - now
         if len(self.live_workers()) < self.num_workers and wait > 0:
-            return min(LOOP_TIMEOUT, wait)
-        return LOOP_TIMEOUT
+            timeout = min(timeout, wait)
+        if self.pool is not None:
+            timeout = min(timeout, max(0.0, self.next_pool_check - now))
+        return timeout
 
     def sleep(self, timeout: float) -> bool:
         """Wait for a signal (wake-up fd) or a worker message, at most ``timeout``; False when
@@ -359,6 +380,40 @@ class Arbiter:
         self.workers[pid] = Worker(pid, slot, self.generation)
         log.debug("spawned worker %d (slot %d)", pid, slot)
         return True
+
+    def check_pool(self) -> None:
+        """The dynamic pool's check (once per pool.CHECK_INTERVAL): read every worker's slot,
+        ask the policy, log and act (the spawns happen in ``manage_workers``, with the backoff)."""
+        assert self.pool is not None
+        live = self.live_workers()
+        pending = max(0, self.num_workers - len(live))
+        decision = self.pool.check(self.pool_samples(), pending)
+        log.debug("pool check: %s", decision.summary)
+        if decision.limit_reached is not None:
+            log.warning("%s", decision.limit_reached)
+        if decision.spawn:
+            log.info("%s", decision.message)
+            self.num_workers = len(live) + pending + decision.spawn
+        if decision.retire is not None:
+            self.retire_worker(self.workers[decision.retire], decision.message)
+            self.num_workers = len(self.live_workers())
+
+    def pool_samples(self) -> list[spare_pool.WorkerSample]:
+        """Every worker as the pool sees it: the master's record and its scoreboard slot."""
+        samples = []
+        for worker in self.workers.values():
+            slot = self.scoreboard.read(worker.slot)  # type: ignore[attr-defined]
+            samples.append(spare_pool.WorkerSample(
+                pid=worker.pid, slot=worker.slot, ready=worker.ready,
+                stopping=worker.stopping or slot["state"] == "stopping",
+                current=worker.generation == self.generation, active=int(slot["active"]),
+                connections=int(slot["connections"])))
+        return samples
+
+    def retire_worker(self, worker: Worker, reason: str) -> None:
+        """Stop one worker gracefully for ``reason`` (logged): it finishes what it serves."""
+        log.info("retiring worker %d (%s)", worker.pid, reason)
+        self.stop_worker(worker, signal.SIGTERM)
 
     def stop_worker(self, worker: Worker, signum: int) -> None:
         """Signal one worker (ignoring one that is already gone)."""
@@ -497,12 +552,18 @@ class Arbiter:
         self.manage_workers()
 
     def handle_ttin(self) -> None:
-        """One worker more."""
+        """One worker more (dynamic pool: one more idle worker, both spare bounds up)."""
+        if self.pool is not None:
+            log.info("%s", self.pool.grow())
+            return
         self.num_workers += 1
         log.info("TTIN: %d workers", self.num_workers)
 
     def handle_ttou(self) -> None:
-        """One worker fewer (at least one stays)."""
+        """One worker fewer, at least one stays (dynamic pool: both spare bounds down)."""
+        if self.pool is not None:
+            log.info("%s", self.pool.shrink())
+            return
         self.num_workers = max(1, self.num_workers - 1)
         log.info("TTOU: %d workers", self.num_workers)
 

@@ -95,8 +95,9 @@ def build_parser() -> ArgumentParser:
         "check-config", help="print every resolved setting and where it came from",
         allow_abbrev=False,
         description="Resolve the settings as 'serve' would, check the worker settings with the "
-                    "workers' own conversion, the resource limits and the hooks module, print "
-                    "each setting with its value and source, and "
+                    "workers' own conversion, the resource limits, the dynamic pool's bounds "
+                    "and the hooks module, print each setting with its value and source and "
+                    "the worker mode in force (a fixed count or the dynamic pool), and "
                     "exit 0; exit 2 with the error when the config is invalid. With "
                     "--check-app, also import the app as a worker would.")
     check.add_argument("app", nargs="?", metavar="APP", default=argparse.SUPPRESS,
@@ -151,16 +152,17 @@ def format_table(cfg: Config) -> str:
                    for name, value, source in rows)
 
 
-def check_config(cfg: Config, check_app: bool) -> None:
+def check_config(cfg: Config, check_app: bool) -> str:
     """What ``serve`` would refuse before forking (``tines.preflight``: worker settings with the
-    workers' own conversion, resource limits, the hooks module) and, with ``check_app``, the app
-    itself (imported from ``chdir`` as the workers do; a traceback from the app's code goes to
-    stderr before the error line)."""
-    from tines import preflight
+    workers' own conversion, resource limits, the dynamic pool's bounds, the hooks module) and,
+    with ``check_app``, the app itself (imported from ``chdir`` as the workers do; a traceback
+    from the app's code goes to stderr before the error line). Returns the line naming the
+    worker mode in force (fixed count or dynamic pool)."""
+    from tines import pool, preflight
 
-    preflight.check(cfg)
+    mode = pool.describe_mode(cfg, preflight.check(cfg).pool)
     if not check_app:
-        return
+        return mode
     if cfg.app is None:
         raise ConfigError(f"--check-app needs APP ({APP_FORMS})")
     from tines.app_loader import load_app
@@ -171,6 +173,7 @@ def check_config(cfg: Config, check_app: bool) -> None:
         if error.traceback:
             sys.stderr.write(error.traceback)
         raise
+    return mode
 
 
 def serve(cfg: Config) -> int:
@@ -208,8 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if arguments.command == "check-config":
             for message in ignored_settings(cfg):
                 print(f"tines: warning: {message}", file=sys.stderr)
-            check_config(cfg, arguments.check_app)
-            sys.stdout.write(format_table(cfg))
+            mode = check_config(cfg, arguments.check_app)
+            sys.stdout.write(format_table(cfg) + f"mode: {mode}\n")
             return 0
         return serve(cfg)
     except (ConfigError, AppLoadError) as error:

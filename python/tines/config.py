@@ -384,8 +384,20 @@ _REGISTRY = (
     Setting("hooks", "Server", "Server hooks: a module (`myproject.tines_hooks`) or a `.py` file defining any of `on_starting`, `when_ready`, `pre_fork`, `post_fork`, `post_worker_init`, `worker_exit`, `child_exit`, `on_exit`, `pre_request`, `post_request` (see docs/hooks.md). Imported and checked by the master at start: an import error, or a public function that is not a hook (a typo such as `post_frok`), stops the start (exit 2).",
             optional_text, None, ("--hooks",), "MODULE", default_text="none"),
     # Workers
-    Setting("workers", "Workers", "Number of worker processes.",
+    Setting("workers", "Workers", "Number of worker processes: a fixed count, the default mode (TTIN/TTOU add or remove one). For a pool that grows under load and shrinks when idle, set `max_workers` instead.",
             positive_int, _default_workers, ("-w", "--workers"), "N", default_text="2 x CPU cores"),
+    Setting("max_workers", "Workers", "Turns on the dynamic pool (docs/pool.md; Apache's MaxRequestWorkers): the master keeps the idle workers (prefork) or idle app threads (thread, event) between the min and max spare counts, starting 1, 2, 4, ... up to 32 workers a second while short and retiring one worker a second when above, and never runs more than this many workers, draining ones included. Not with `workers`.",
+            optional_positive_int, None, ("--max-workers",), "N", default_text="unset: a fixed `workers` count"),
+    Setting("start_workers", "Workers", "Dynamic pool: workers started at once (Apache's StartServers). Needs `max_workers`.",
+            optional_positive_int, None, ("--start-workers",), "N", default_text="enough for the min spare count"),
+    Setting("min_spare_workers", "Workers", "Dynamic pool, `prefork`: fewest idle workers kept; below it the master starts more (Apache's MinSpareServers). Needs `max_workers`.",
+            optional_positive_int, None, ("--min-spare-workers",), "N", default_text="CPU cores (at most `max_workers`)"),
+    Setting("max_spare_workers", "Workers", "Dynamic pool, `prefork`: most idle workers kept; above it the master retires one a second, the one holding the fewest connections (Apache's MaxSpareServers). At least `min_spare_workers` + 1. Needs `max_workers`.",
+            optional_positive_int, None, ("--max-spare-workers",), "N", default_text="`min_spare_workers` + CPU cores"),
+    Setting("min_spare_threads", "Workers", "Dynamic pool, `thread` and `event`: fewest idle app threads kept, over all workers (Apache's MinSpareThreads). Needs `max_workers`.",
+            optional_positive_int, None, ("--min-spare-threads",), "N", default_text="CPU cores x `threads` (at most `max_workers` x `threads`)"),
+    Setting("max_spare_threads", "Workers", "Dynamic pool, `thread` and `event`: most idle app threads kept; above it the master retires one worker a second (Apache's MaxSpareThreads). At least `min_spare_threads` + `threads`. Needs `max_workers`.",
+            optional_positive_int, None, ("--max-spare-threads",), "N", default_text="`min_spare_threads` + CPU cores x `threads`"),
     Setting("mpm", "Workers", "How a worker runs requests: `prefork` (one at a time, on the worker's only thread), `thread` (on a pool of app threads, see `threads`) or `event` (one loop thread owns every socket and finishes slow writes; app threads only run the app). See docs/mpm.md.",
             text, "prefork", ("--mpm",), choices=("prefork", "thread", "event"), worker=True),
     Setting("threads", "Workers", "App threads per worker with the `thread` and `event` MPMs; `prefork` ignores it (and warns at start when it is above 1). With `event`, 0 runs the app on the loop thread itself (no hand-off; for apps that return quickly).",
@@ -626,6 +638,13 @@ def ignored_settings(cfg: Config) -> list[str]:
     ``tines check-config`` prints it.
     """
     found = []
+    counted = "workers" if cfg.mpm == "prefork" else "threads"
+    for kind in ("workers", "threads"):
+        for bound in ("min", "max"):
+            name = f"{bound}_spare_{kind}"
+            if kind != counted and cfg.value(name) is not None and cfg.max_workers is not None:
+                found.append(f"{name} {cfg.value(name)} ({cfg.source(name)}) is ignored by mpm {cfg.mpm}, "
+                             f"whose spares are counted in {counted}: use {bound}_spare_{counted}")
     if cfg.mpm == "prefork" and cfg.threads > 1:
         found.append(f"threads {cfg.threads} ({cfg.source('threads')}) is ignored by mpm prefork, which runs "
                      "one request at a time per worker: for app threads use --mpm thread or --mpm event")
@@ -768,8 +787,11 @@ _REQUEST_TIMEOUT = "not supported yet (planned as {planned:request_timeout}: a r
 
 EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Apache", "`Listen`", "{bind}"),
-    Equivalent("Apache", "`StartServers`, `MaxRequestWorkers` (prefork)", "{workers} (fixed: no spare-server scaling)"),
-    Equivalent("Apache", "`MinSpareServers`, `MaxSpareServers`", "none: the worker count is fixed"),
+    Equivalent("Apache", "`StartServers`, `MaxRequestWorkers`", "{start_workers}, {max_workers} (the dynamic pool, "
+               "docs/pool.md); or {workers} for a fixed count"),
+    Equivalent("Apache", "`MinSpareServers`, `MaxSpareServers` (prefork)", "{min_spare_workers}, {max_spare_workers}"),
+    Equivalent("Apache", "`MinSpareThreads`, `MaxSpareThreads` (worker/event)", "{min_spare_threads}, {max_spare_threads}"),
+    Equivalent("Apache", "`ServerLimit`", "{max_workers} (the scoreboard is sized from it)"),
     Equivalent("Apache", "`ThreadsPerChild` (worker/event)", "{threads} with {mpm=thread} or {mpm=event}"),
     Equivalent("Apache", "`AsyncRequestWorkerFactor` (event)", "{max_connections}, {max_queued_requests}"),
     Equivalent("Apache", "`MaxConnectionsPerChild`", "{max_requests} (counts requests, not connections)"),
@@ -848,14 +870,18 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("uvicorn", "`server_header`", "{server_header=} (an empty value omits the header)", ("--no-server-header",)),
     Equivalent("uvicorn", "`ssl_certfile`, `ssl_keyfile`", _TLS, ("--ssl-certfile", "--ssl-keyfile")),
     Equivalent("uWSGI", "`http-socket`, `socket`", "{bind}"),
-    Equivalent("uWSGI", "`processes`, `threads`", "{workers}, {threads}"),
+    Equivalent("uWSGI", "`processes`, `threads`", "{workers}, {threads}; with `cheaper`, `processes` is the most: {max_workers}"),
     Equivalent("uWSGI", "`max-requests`", "{max_requests}"),
     Equivalent("uWSGI", "`listen`", "{backlog}"),
     Equivalent("uWSGI", "`lazy-apps` (uWSGI preloads unless it is set)", "{preload=false} (our default)"),
     Equivalent("uWSGI", "`harakiri`", _REQUEST_TIMEOUT),
     Equivalent("uWSGI", "`reload-on-rss`", "none yet (a later issue)"),
     Equivalent("uWSGI", "`limit-as`", "{limit_address_space} (in bytes, not MiB)"),
-    Equivalent("uWSGI", "`cheaper`", "none: the worker count is fixed"),
+    Equivalent("uWSGI", "`cheaper`", "{min_spare_workers} with {max_workers} (uWSGI keeps at least `cheaper` workers; "
+               "Tines keeps at least that many idle ones)"),
+    Equivalent("uWSGI", "`cheaper-initial`", "{start_workers}"),
+    Equivalent("uWSGI", "`cheaper-algo`, `cheaper-step`", "one algorithm, Apache's spare-server maintenance (closest to "
+               "uWSGI's `spare`): starts 1, 2, 4, ... up to 32 workers a second while short (docs/pool.md)"),
     Equivalent("uWSGI", "`uid`, `gid`, `chdir`, `umask`", "{user}, {group}, {chdir}, {umask}"),
 )
 """The rows of the "Coming from another server" table, which also answer their flags."""
@@ -896,9 +922,11 @@ def render_markdown() -> str:
         "wherever it comes from, even when a higher source overrides it.",
         "`tines check-config` prints every setting, its value and where it came from, after",
         "checking the worker settings with the workers' own conversion (timeouts are at most",
-        "1000000000 seconds), the resource limits against the hard limits it may set, and the",
-        "`hooks` module (imported); `--check-app` also imports the app. `tines serve` makes the",
-        "same checks, and opens the log files, before it starts any worker.",
+        "1000000000 seconds), the resource limits against the hard limits it may set, the",
+        "dynamic pool's bounds, and the `hooks` module (imported); `--check-app` also imports",
+        "the app. Its last line names the worker mode in force: a fixed `workers` count, or the",
+        "dynamic pool that `max_workers` turns on (docs/pool.md). `tines serve` makes the same",
+        "checks, and opens the log files, before it starts any worker.",
         "",
         "## Where settings come from",
         "",

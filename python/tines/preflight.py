@@ -1,6 +1,7 @@
 """What the master checks before its first fork, in one place for ``tines serve`` and
 ``tines check-config``: the worker settings (with the workers' own conversion), the resource
-limits against this process's hard limits, and the hooks module (imported from ``chdir``).
+limits against this process's hard limits, the dynamic pool's bounds, and the hooks module
+(imported from ``chdir``).
 
 Must not: fork, start threads, bind sockets or load the app.
 """
@@ -11,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from tines import hooks as server_hooks
-from tines import limits
+from tines import limits, pool
 from tines.config import Config
 from tines.hooks import Hooks
 
@@ -24,6 +25,8 @@ class Checked:
     """The dict for ``tines._core.run_worker``."""
     hooks: Hooks
     """The loaded, checked hooks module (``Hooks()`` when none is set)."""
+    pool: pool.PoolSettings | None
+    """The dynamic pool's resolved bounds; None for a fixed ``workers`` count."""
 
 
 def check(cfg: Config) -> Checked:
@@ -36,6 +39,7 @@ def check(cfg: Config) -> Checked:
 
     settings = worker_settings(cfg)
     limits.check(cfg)
+    pool_settings = pool.settings(cfg)
     if cfg.chdir:
         os.chdir(cfg.chdir)
-    return Checked(settings, server_hooks.load(cfg.hooks))
+    return Checked(settings, server_hooks.load(cfg.hooks), pool_settings)

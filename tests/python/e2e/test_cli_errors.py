@@ -206,3 +206,26 @@ def test_check_config_checks_the_hooks_module_as_serve_does() -> None:
                           "hooks:", "no_such_hooks_module")
     good = tines("check-config", "--hooks", "recording_hooks", "examples/hello.py:app")
     assert good.returncode == 0, good.stderr
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("--max-workers", "2", "--start-workers", "3"), "start_workers 3 (cli) is more than max_workers 2 (cli)"),
+    (("--max-workers", "8", "--min-spare-workers", "4", "--max-spare-workers", "2"),
+     "max_spare_workers 2 (cli) must be at least min_spare_workers + 1 = 5"),
+    (("--max-workers", "8", "-w", "4"), "workers 4 (cli) fixes the worker count"),
+    (("--min-spare-workers", "2",), "min_spare_workers (cli) needs max_workers"),
+])
+def test_bad_pool_settings_are_one_line_before_anything_starts(args: tuple[str, ...], fragment: str) -> None:
+    assert_one_line_error(tines("serve", "-b", "127.0.0.1:0", *args, "examples/hello.py:app"), fragment)
+    assert_one_line_error(tines("check-config", *args, "examples/hello.py:app"), fragment)
+
+
+def test_check_config_names_the_worker_mode_in_force() -> None:
+    fixed = tines("check-config", "-w", "3", "examples/hello.py:app")
+    assert fixed.returncode == 0, fixed.stderr
+    assert fixed.stdout.splitlines()[-1].startswith("mode: fixed: 3 workers")
+    dynamic = tines("check-config", "--max-workers", "6", "--mpm", "thread", "--threads", "4",
+                    "--min-spare-threads", "4", "examples/hello.py:app")
+    assert dynamic.returncode == 0, dynamic.stderr
+    assert dynamic.stdout.splitlines()[-1].startswith(
+        "mode: dynamic pool: start 1, idle threads kept between 4 and ")

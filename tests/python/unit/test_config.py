@@ -309,7 +309,9 @@ def test_check_config_prints_values_and_sources(in_empty_directory: Path) -> Non
     result = run_tines("check-config", "-w", "3", "-b", "[::1]:9000", "--preload", "web:app",
                        cwd=in_empty_directory, env={"TINES_BACKLOG": "64"})
     assert result.returncode == 0, result.stderr
-    rows = {line.split()[0]: line.split(None, 1)[1].strip() for line in result.stdout.splitlines()}
+    *table, mode = result.stdout.splitlines()
+    assert mode == "mode: fixed: 3 workers (max_workers unset; TTIN/TTOU add or remove one)"
+    rows = {line.split()[0]: line.split(None, 1)[1].strip() for line in table}
     assert rows["setting"].split() == ["value", "source"]
     assert rows["workers"].split() == ["3", "cli"]
     assert rows["bind"].split() == ['["[::1]:9000"]', "cli"]
@@ -320,7 +322,7 @@ def test_check_config_prints_values_and_sources(in_empty_directory: Path) -> Non
     assert rows["mpm"].split() == ['"prefork"', "default"]
     assert set(rows) == {"setting", *SETTINGS}
     # Aligned: every value column starts at the same offset.
-    assert len({line.index(line.split()[1]) for line in result.stdout.splitlines()}) == 1
+    assert len({line.index(line.split()[1]) for line in table}) == 1
 
 
 def test_check_config_with_a_bad_value_prints_one_line_and_exits_2(in_empty_directory: Path) -> None:
