@@ -385,18 +385,27 @@ class Arbiter:
         """The dynamic pool's check (once per pool.CHECK_INTERVAL): read every worker's slot,
         ask the policy, log and act (the spawns happen in ``manage_workers``, with the backoff)."""
         assert self.pool is not None
-        live = self.live_workers()
-        pending = max(0, self.num_workers - len(live))
-        decision = self.pool.check(self.pool_samples(), pending)
+        decision = self.pool.check(self.pool_samples(), self.owed_starts())
         log.debug("pool check: %s", decision.summary)
+        self.carry_out(decision)
+
+    def owed_starts(self) -> int:
+        """Workers wanted but not started yet (the crash backoff holds them back)."""
+        return max(0, self.num_workers - len(self.live_workers()))
+
+    def carry_out(self, decision: spare_pool.Decision) -> None:
+        """Log a pool decision and act on it: more workers wanted (``manage_workers`` starts
+        them, after any backoff), or one retired."""
         if decision.limit_reached is not None:
             log.warning("%s", decision.limit_reached)
-        if decision.spawn:
-            log.info("%s", decision.message)
-            self.num_workers = len(live) + pending + decision.spawn
         if decision.retire is not None:
             self.retire_worker(self.workers[decision.retire], decision.message)
             self.num_workers = len(self.live_workers())
+            return
+        if decision.message:
+            log.info("%s", decision.message)
+        if decision.spawn:
+            self.num_workers = max(self.num_workers, len(self.live_workers())) + decision.spawn
 
     def pool_samples(self) -> list[spare_pool.WorkerSample]:
         """Every worker as the pool sees it: the master's record and its scoreboard slot."""
@@ -552,17 +561,20 @@ class Arbiter:
         self.manage_workers()
 
     def handle_ttin(self) -> None:
-        """One worker more (dynamic pool: one more idle worker, both spare bounds up)."""
-        if self.pool is not None:
-            log.info("%s", self.pool.grow())
+        """One worker more (dynamic pool: start one and raise the spare bounds, Pool.grow)."""
+        pool = self.pool
+        if pool is not None:
+            self.duty("pool", lambda: self.carry_out(pool.grow(self.pool_samples(), self.owed_starts())))
             return
         self.num_workers += 1
         log.info("TTIN: %d workers", self.num_workers)
 
     def handle_ttou(self) -> None:
-        """One worker fewer, at least one stays (dynamic pool: both spare bounds down)."""
-        if self.pool is not None:
-            log.info("%s", self.pool.shrink())
+        """One worker fewer, at least one stays (dynamic pool: retire one and lower the spare
+        bounds, Pool.shrink)."""
+        pool = self.pool
+        if pool is not None:
+            self.duty("pool", lambda: self.carry_out(pool.shrink(self.pool_samples(), self.owed_starts())))
             return
         self.num_workers = max(1, self.num_workers - 1)
         log.info("TTOU: %d workers", self.num_workers)

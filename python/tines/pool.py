@@ -181,6 +181,29 @@ class Decision:
     """What the check counted, for a debug line."""
 
 
+@dataclass(frozen=True)
+class Census:
+    """What one look at the workers counted (spares in the pool's unit)."""
+
+    counted: int
+    """Workers against max_workers: the current generation's and draining ones, plus owed starts."""
+    serving: int
+    """Workers of the current generation not stopping (booting or ready)."""
+    ready: tuple[WorkerSample, ...]
+    """Of those, the ready ones."""
+    booting: int
+    """Booting workers plus owed starts: future spares."""
+    idle: int
+    """Idle workers (prefork) or idle app threads (thread, event) of the ready workers."""
+    spare: int
+    """``idle`` plus what the booting workers will bring."""
+
+    @property
+    def seen(self) -> str:
+        """``idle 3`` or ``idle 3 + booting 4``, for the log."""
+        return f"idle {self.idle}" + (f" + booting {self.spare - self.idle}" if self.booting else "")
+
+
 class Pool:
     """The pool's state across checks: the bounds (TTIN/TTOU move them), the spawn rate (it
     doubles while the pool stays short) and whether the max_workers line was logged."""
@@ -192,47 +215,58 @@ class Pool:
         self.spawn_rate = 1
         self.at_limit = False
 
-    def check(self, workers: Sequence[WorkerSample], pending: int = 0) -> Decision:
-        """One maintenance check over ``workers`` (every worker the master holds) and
-        ``pending`` starts it owes but has not made yet."""
+    def census(self, workers: Sequence[WorkerSample], pending: int = 0) -> Census:
+        """Count ``workers`` (every worker the master holds) and ``pending`` starts the master
+        owes but has not made yet (held back by the crash backoff)."""
         threads = self.settings.threads
         counted = [w for w in workers if w.current or w.stopping]
         serving = [w for w in workers if w.current and not w.stopping]
-        ready = [w for w in serving if w.ready]
+        ready = tuple(w for w in serving if w.ready)
         booting = len(serving) - len(ready) + pending
         idle = sum(max(0, threads - w.active) for w in ready)
-        spare = idle + booting * threads
-        total = len(counted) + pending
+        return Census(counted=len(counted) + pending, serving=len(serving) + pending, ready=ready,
+                      booting=booting, idle=idle, spare=idle + booting * threads)
+
+    def check(self, workers: Sequence[WorkerSample], pending: int = 0) -> Decision:
+        """One maintenance check over ``workers`` (every worker the master holds) and
+        ``pending`` starts it owes but has not made yet."""
+        census = self.census(workers, pending)
         name = self.settings.unit
-        seen = f"idle {idle}" + (f" + booting {booting * threads}" if booting else "")
-        summary = (f"{seen} {name} (kept between {self.min_spare} and {self.max_spare}), "
-                   f"{total} of at most {self.settings.max_workers} workers")
-        if spare < self.min_spare:
-            room = self.settings.max_workers - total
+        summary = (f"{census.seen} {name} (kept between {self.min_spare} and {self.max_spare}), "
+                   f"{census.counted} of at most {self.settings.max_workers} workers")
+        if census.spare < self.min_spare:
+            room = self.settings.max_workers - census.counted
             if room <= 0:
                 self.spawn_rate = 1
                 if self.at_limit:
                     return Decision(summary=summary)
                 self.at_limit = True
-                draining = len(counted) - len(serving)
-                return Decision(limit_reached=self.limit_line(ready, draining), summary=summary)
+                draining = census.counted - census.serving
+                return Decision(limit_reached=self.limit_line(census.ready, draining), summary=summary)
             count = min(self.spawn_rate, room)
             self.spawn_rate = min(self.spawn_rate * 2, SPAWN_RATE_MAX)
             noun = "worker" if count == 1 else "workers"
             return Decision(spawn=count, summary=summary,
-                            message=f"spawning {count} {noun} ({seen} < min_spare_{name} {self.min_spare})")
+                            message=f"spawning {count} {noun} ({census.seen} < min_spare_{name} {self.min_spare})")
         self.spawn_rate = 1
         self.at_limit = False
-        if spare > self.max_spare:
-            # A worker with no idle thread holds no spare: retiring it would not lower the count.
-            candidates = [w for w in ready if w.active < threads]
-            if not candidates:
+        if census.spare > self.max_spare:
+            chosen = self.retiree(census)
+            if chosen is None:
                 return Decision(summary=summary)
-            chosen = min(candidates, key=lambda w: (w.connections, w.active, -w.slot))
             return Decision(retire=chosen.pid, summary=summary,
-                            message=f"{seen} > max_spare_{name} {self.max_spare}, "
+                            message=f"{census.seen} > max_spare_{name} {self.max_spare}, "
                                     f"fewest connections {chosen.connections}")
         return Decision(summary=summary)
+
+    def retiree(self, census: Census) -> WorkerSample | None:
+        """The ready worker with an idle thread (prefork: an idle worker) holding the fewest
+        connections; a worker with no idle thread holds no spare, so retiring it would not
+        lower the count. Ties: the highest slot (the low ones stay busy, as in Apache)."""
+        candidates = [w for w in census.ready if w.active < self.settings.threads]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda w: (w.connections, w.active, -w.slot))
 
     def limit_line(self, ready: Sequence[WorkerSample], draining: int) -> str:
         """``max_workers reached: N busy; ...`` with what the busy count counts."""
@@ -242,23 +276,36 @@ class Pool:
         return (f"max_workers reached: {busy} busy{what}{also}; raise it (max_workers "
                 f"{self.settings.max_workers}) or see docs/pool.md")
 
-    def grow(self) -> str:
-        """TTIN: keep one worker more idle (both bounds up by one worker's spares); the line to
-        log. Refused when ``max_spare`` would pass what ``max_workers`` can hold."""
+    def grow(self, workers: Sequence[WorkerSample], pending: int = 0) -> Decision:
+        """TTIN: one worker more. Both bounds go up by one worker's spares (so the next checks
+        keep it) and one worker starts now when max_workers leaves room. Refused when
+        ``max_spare`` would pass what ``max_workers`` can hold idle."""
         step = self.settings.threads
+        unit = self.settings.unit
         if self.max_spare + step > self.settings.max_workers * step:
-            return (f"TTIN: not raised: max_spare {self.max_spare} {self.settings.unit} is already "
-                    f"all that max_workers {self.settings.max_workers} can hold idle")
+            return Decision(message=f"TTIN: not raised: max_spare {self.max_spare} {unit} is already "
+                                    f"all that max_workers {self.settings.max_workers} can hold idle")
         self.min_spare += step
         self.max_spare += step
-        return f"TTIN: idle {self.settings.unit} now kept between {self.min_spare} and {self.max_spare}"
+        bounds = f"TTIN: idle {unit} now kept between {self.min_spare} and {self.max_spare}"
+        if self.census(workers, pending).counted >= self.settings.max_workers:
+            return Decision(message=f"{bounds}; no worker started: max_workers {self.settings.max_workers} reached")
+        return Decision(spawn=1, message=f"{bounds}; spawning 1 worker")
 
-    def shrink(self) -> str:
-        """TTOU: keep one worker fewer idle (both bounds down by one worker's spares); the line
-        to log. Refused when ``min_spare`` would drop below 1."""
+    def shrink(self, workers: Sequence[WorkerSample], pending: int = 0) -> Decision:
+        """TTOU: one worker fewer. Both bounds go down by one worker's spares and the worker
+        ``retiree`` names is retired now, unless that would take the pool below the new
+        ``min_spare`` (all busy: only the bounds move). Refused when ``min_spare`` would drop
+        below 1."""
         step = self.settings.threads
+        unit = self.settings.unit
         if self.min_spare - step < 1:
-            return f"TTOU: not lowered: min_spare {self.min_spare} {self.settings.unit} is the least"
+            return Decision(message=f"TTOU: not lowered: min_spare {self.min_spare} {unit} is the least")
         self.min_spare -= step
         self.max_spare -= step
-        return f"TTOU: idle {self.settings.unit} now kept between {self.min_spare} and {self.max_spare}"
+        bounds = f"TTOU: idle {unit} now kept between {self.min_spare} and {self.max_spare}"
+        census = self.census(workers, pending)
+        chosen = self.retiree(census)
+        if chosen is None or census.spare - (step - chosen.active) < self.min_spare:
+            return Decision(message=f"{bounds}; no idle worker to retire")
+        return Decision(retire=chosen.pid, message=f"{bounds}, fewest connections {chosen.connections}")

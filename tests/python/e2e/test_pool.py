@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import signal
 import socket
 import threading
 from pathlib import Path
@@ -194,3 +195,26 @@ def test_thread_mpm_spares_are_counted_in_app_threads(tines_server: Any, tmp_pat
     finally:
         gate.close()
     assert http_get(server.port)[0] == 200
+
+
+def test_ttin_and_ttou_add_and_remove_one_worker_in_the_dynamic_pool(tines_server: Any, tmp_path: Path) -> None:
+    server, gate = start(tines_server, tmp_path, "--max-workers", "3", "--start-workers", "1",
+                         "--min-spare-workers", "1", "--max-spare-workers", "2")
+    try:
+        [first] = server.worker_pids()
+        server.signal(signal.SIGTTIN)
+        server.wait_for_log(r"TTIN: idle workers now kept between 2 and 3; spawning 1 worker")
+        wait_until(lambda: len(server.worker_pids()) == 2, DEADLINE, "a second worker")
+        # The pool keeps it: two idle workers are within the new bounds.
+        wait_for_more_checks(server, 2)
+        assert len(server.worker_pids()) == 2 and "retiring" not in server.log_text()
+        [second] = set(server.worker_pids()) - {first}
+        server.signal(signal.SIGTTOU)
+        server.wait_for_log(r"retiring worker \d+ \(TTOU: idle workers now kept between 1 and 2, "
+                            r"fewest connections 0\)")
+        wait_until(lambda: len(server.worker_pids()) == 1, DEADLINE, "one worker left")
+        wait_for_more_checks(server, 2)
+        assert server.worker_pids() in ([first], [second])
+        assert http_get(server.port)[0] == 200
+    finally:
+        gate.close()

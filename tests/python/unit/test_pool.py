@@ -210,11 +210,34 @@ def test_thread_surplus_retires_the_worker_with_the_fewest_connections_that_has_
     assert decision.retire == 2 and decision.message == "idle 7 > max_spare_threads 6, fewest connections 2"
 
 
-def test_ttin_and_ttou_move_both_bounds_by_one_worker() -> None:
+def test_ttin_raises_both_bounds_by_one_worker_and_starts_one_when_there_is_room() -> None:
     policy = threaded(min_spare=4, max_spare=12, threads=4, max_workers=4)
-    assert policy.grow() == "TTIN: idle threads now kept between 8 and 16"
-    assert policy.grow().startswith("TTIN: not raised")
+    three = [worker(1), worker(2), worker(3)]
+    decision = policy.grow(three)
+    assert decision.spawn == 1 and decision.message == "TTIN: idle threads now kept between 8 and 16; spawning 1 worker"
+    refused = policy.grow(three + [worker(4)])
+    assert refused.spawn == 0 and refused.message.startswith("TTIN: not raised")
     assert (policy.min_spare, policy.max_spare) == (8, 16)
-    assert policy.shrink() == "TTOU: idle threads now kept between 4 and 12"
-    assert policy.shrink().startswith("TTOU: not lowered")
-    assert (policy.min_spare, policy.max_spare) == (4, 12)
+
+
+def test_ttin_at_max_workers_only_moves_the_bounds() -> None:
+    policy = prefork(min_spare=1, max_spare=2, max_workers=3)
+    decision = policy.grow([worker(1, active=1), worker(2, active=1), worker(3, stopping=True)])
+    assert decision.spawn == 0 and decision.message.endswith("no worker started: max_workers 3 reached")
+    assert (policy.min_spare, policy.max_spare) == (2, 3)
+
+
+def test_ttou_lowers_both_bounds_and_retires_the_idle_worker_with_the_fewest_connections() -> None:
+    policy = prefork(min_spare=2, max_spare=4)
+    decision = policy.shrink([worker(1, connections=2), worker(2, connections=1), worker(3, active=1)])
+    assert decision.retire == 2
+    assert decision.message == "TTOU: idle workers now kept between 1 and 3, fewest connections 1"
+
+
+def test_ttou_retires_no_worker_the_new_min_spare_still_needs() -> None:
+    policy = prefork(min_spare=3, max_spare=5)
+    decision = policy.shrink([worker(1), worker(2, active=1)])  # short already: 1 idle < 2
+    assert decision.retire is None and decision.message.endswith("no idle worker to retire")
+    policy = prefork(min_spare=1, max_spare=2)
+    refused = policy.shrink([worker(1), worker(2)])
+    assert refused.retire is None and refused.message.startswith("TTOU: not lowered")
