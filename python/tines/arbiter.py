@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tines import limits, logs, preflight
+from tines import limits, logs, memory, preflight
 from tines import worker as worker_process
 from tines.app_loader import load_app
 from tines.config import Config
@@ -70,6 +70,8 @@ class Worker:
     born: float = field(default_factory=time.monotonic)
     ready: bool = False
     stopping: bool = False
+    memory: memory.MemoryUsage | None = None
+    """The latest memory sample (``Arbiter.record_memory``)."""
 
 
 class Stop(Exception):
@@ -107,6 +109,9 @@ class Arbiter:
         self.hooks = Hooks()
         self.started = False
         """True once on_starting succeeded: on_exit runs at shutdown only then."""
+        self.memory_sampler = memory.Sampler(cfg.memory_sample_rate)
+        self.memory_merge = False
+        """memory_merge is on and the kernel has it (``memory.check_merge``)."""
 
     # ----- start -----------------------------------------------------------------------------
 
@@ -132,6 +137,7 @@ class Arbiter:
         checked = preflight.check(cfg)
         self.worker_settings = checked.worker_settings
         self.hooks = checked.hooks
+        self.memory_merge = memory.check_merge(cfg)
         if cfg.umask is not None:
             os.umask(cfg.umask)
         try:
@@ -209,6 +215,7 @@ class Arbiter:
                 while self.signals:
                     self.dispatch(self.signals.popleft())
                 self.read_notifications()
+                self.sample_memory()
                 self.manage_workers()
         except Stop as stop:
             return stop.status
@@ -219,11 +226,15 @@ class Arbiter:
         getattr(self, f"handle_{name}")()
 
     def loop_timeout(self) -> float:
-        """Sleep until the next delayed (backed-off) spawn is due, at most LOOP_TIMEOUT."""
-        wait = self.next_spawn - time.monotonic()
-        if len(self.live_workers()) < self.num_workers and wait > 0:
-            return min(LOOP_TIMEOUT, wait)
-        return LOOP_TIMEOUT
+        """Sleep until the next delayed (backed-off) spawn or memory read is due, at most
+        LOOP_TIMEOUT."""
+        now = time.monotonic()
+        timeout = LOOP_TIMEOUT
+        if len(self.live_workers()) < self.num_workers and self.next_spawn > now:
+            timeout = min(timeout, self.next_spawn - now)
+        if any(w.ready and not w.stopping for w in self.workers.values()):
+            timeout = min(timeout, self.memory_sampler.wait(now))
+        return timeout
 
     def sleep(self, timeout: float) -> bool:
         """Wait for a signal (wake-up fd) or a worker message, at most ``timeout``; False when
@@ -269,7 +280,11 @@ class Arbiter:
         self.boot_failures = 0
         self.ever_ready = True
         took = (time.monotonic() - worker.born) * 1000
-        log.info("worker %d (slot %d) ready in %.1f ms", pid, worker.slot, took)
+        usage = self.memory_sampler.read(pid, self.memory_merge)
+        if usage is not None:
+            self.record_memory(worker, usage)
+        figures = f" ({usage.describe()})" if usage is not None else ""
+        log.info("worker %d (slot %d) ready in %.1f ms%s", pid, worker.slot, took, figures)
         self.retire_old_generation()
         if not self.announced and sum(w.ready for w in self.live_workers()) >= self.num_workers:
             self.announce_ready()
@@ -319,6 +334,37 @@ class Arbiter:
         extra = len(live) - self.num_workers
         for worker in sorted(live, key=lambda w: w.born, reverse=True)[:max(extra, 0)]:
             self.stop_worker(worker, signal.SIGTERM)
+
+    def sample_memory(self) -> None:
+        """Read one worker's memory when the schedule says so (``memory.Sampler``: at most
+        ``memory_sample_rate`` reads per second in total); retire it above
+        ``max_worker_memory``. An error is logged and the master goes on."""
+        try:
+            sampled = [w for w in self.workers.values() if w.ready and not w.stopping]
+            worker = self.memory_sampler.pick(sampled, time.monotonic())
+            if worker is None:
+                return
+            usage = self.memory_sampler.read(worker.pid, self.memory_merge)
+            if usage is None:
+                return
+            self.record_memory(worker, usage)
+            log.debug("worker %d (slot %d) memory: %s", worker.pid, worker.slot, usage.describe())
+            over = memory.over_limit(self.cfg, usage)
+            if over is not None:
+                log.warning("worker %d (slot %d) %s: recycling", worker.pid, worker.slot, over)
+                self.retire_worker(worker, "memory")
+        except Exception:  # noqa: BLE001 - a duty of the master must never end it
+            log.exception("memory sampling failed")
+
+    def record_memory(self, worker: Worker, usage: memory.MemoryUsage) -> None:
+        """Keep a worker's latest memory sample: the one place a sample is written."""
+        worker.memory = usage
+
+    def retire_worker(self, worker: Worker, reason: str) -> None:
+        """Stop one worker gracefully for ``reason``: it finishes its in-flight requests and
+        exits. It is no longer live, so the loop starts its replacement at once."""
+        log.info("retiring worker %d (slot %d): %s", worker.pid, worker.slot, reason)
+        self.stop_worker(worker, signal.SIGTERM)
 
     def spawn_worker(self) -> bool:
         """Fork one worker into a free slot; False when no slot is free."""
@@ -396,6 +442,9 @@ class Arbiter:
                 continue
             self.scoreboard.clear(worker.slot)  # type: ignore[attr-defined]
             self.log_exit(worker, status, usage.ru_utime + usage.ru_stime)
+            if worker.memory is not None and worker.memory.ksm_merging is not None:
+                log.info("worker %d (slot %d) last memory sample: %s", worker.pid, worker.slot,
+                         worker.memory.describe())
             self.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
             if not worker.ready and not worker.stopping:
                 self.on_death_before_ready(worker, status)
