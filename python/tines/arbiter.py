@@ -442,7 +442,7 @@ class Arbiter:
                 continue
             self.scoreboard.clear(worker.slot)  # type: ignore[attr-defined]
             self.log_exit(worker, status, usage.ru_utime + usage.ru_stime)
-            if worker.memory is not None and worker.memory.ksm_merging is not None:
+            if worker.memory is not None and worker.memory.ksm_merging:
                 log.info("worker %d (slot %d) last memory sample: %s", worker.pid, worker.slot,
                          worker.memory.describe())
             self.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))

@@ -83,12 +83,13 @@ class MemoryUsage:
         return {"rss": self.rss, "pss": self.pss, "uss": self.uss}[kind]
 
     def describe(self) -> str:
-        """``RSS 20.1 MiB, PSS 9.0 MiB, USS 3.6 MiB, shared 16.5 MiB`` (+ swap, KSM if any)."""
+        """``RSS 20.1 MiB, PSS 9.0 MiB, USS 3.6 MiB, shared 16.5 MiB`` (+ swap and what KSM
+        merged, when not zero)."""
         text = (f"RSS {format_size(self.rss)}, PSS {format_size(self.pss)}, "
                 f"USS {format_size(self.uss)}, shared {format_size(self.shared)}")
         if self.swap:
             text += f", swap {format_size(self.swap)}"
-        if self.ksm_merging is not None:
+        if self.ksm_merging:
             text += f", KSM merged {format_size(self.ksm_merging)}"
             if self.ksm_profit is not None:
                 text += f" (profit {format_size(self.ksm_profit)})"
