@@ -208,10 +208,14 @@ class Arbiter:
         """
         try:
             self.manage_workers()
+            quiet_since = time.monotonic()
             while True:
-                timeout = self.loop_timeout()
-                if not self.sleep(timeout) and timeout == LOOP_TIMEOUT:
-                    log.debug("periodic check: no signal or message for %.1f s", timeout)
+                if self.sleep(self.loop_timeout()):
+                    quiet_since = time.monotonic()
+                elif time.monotonic() - quiet_since >= LOOP_TIMEOUT:
+                    # (Timed wakes for memory samples come more often: not counted as events.)
+                    log.debug("periodic check: no signal or message for %.1f s", LOOP_TIMEOUT)
+                    quiet_since = time.monotonic()
                 while self.signals:
                     self.dispatch(self.signals.popleft())
                 self.read_notifications()

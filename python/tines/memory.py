@@ -134,23 +134,28 @@ def parse_ksm_stat(text: str) -> tuple[int, int] | None:
         return None
 
 
-class SmapsRollupMissing(Exception):
-    """This kernel has no /proc/PID/smaps_rollup (Linux < 4.14): memory cannot be sampled."""
+class MemoryUnreadable(Exception):
+    """The master cannot read a worker's smaps_rollup: the kernel has none (Linux < 4.14), or
+    the workers' /proc files are not the master's to read (after ``user``, a process that
+    changed its uid is not dumpable, and its /proc/PID files stay root's)."""
 
 
 def read_usage(pid: int, ksm: bool = False) -> MemoryUsage | None:
     """``pid``'s memory now; None when the process is gone (or exited, not yet reaped).
 
     With ``ksm``, also its KSM counters (where the kernel has /proc/PID/ksm_stat). Raises
-    SmapsRollupMissing when the process exists but the kernel has no smaps_rollup.
+    MemoryUnreadable when the process exists but its smaps_rollup cannot be read.
     """
     try:
         with open(f"/proc/{pid}/smaps_rollup") as file:
             usage = parse_smaps_rollup(file.read())
     except FileNotFoundError:
         if os.path.isdir(f"/proc/{pid}"):
-            raise SmapsRollupMissing(f"/proc/{pid}/smaps_rollup does not exist (Linux 4.14+ has it)") from None
+            raise MemoryUnreadable(f"/proc/{pid}/smaps_rollup does not exist (Linux 4.14+ has it)") from None
         return None
+    except PermissionError:
+        raise MemoryUnreadable(f"/proc/{pid}/smaps_rollup cannot be read by uid {os.geteuid()} (after "
+                               "user, the workers are not dumpable: their /proc files stay root's)") from None
     except ProcessLookupError:
         return None
     if usage is None or not ksm:
@@ -197,13 +202,13 @@ class Sampler:
         return chosen
 
     def read(self, pid: int, ksm: bool = False) -> MemoryUsage | None:
-        """``read_usage``, turning sampling off with one warning on a kernel without
-        smaps_rollup (then None, as for every later call)."""
+        """``read_usage``, turning sampling off with one warning when smaps_rollup cannot be
+        read (then None, as for every later call)."""
         if not self.available:
             return None
         try:
             return read_usage(pid, ksm)
-        except SmapsRollupMissing as error:
+        except MemoryUnreadable as error:
             self.available = False
             log.warning("memory sampling is off: %s; max_worker_memory cannot be enforced "
                         "and no memory figures are reported", error)
