@@ -103,7 +103,9 @@ class CellSummary:
     errors: int = 0
     cpu_us: Spread | None = None
     cpu_busy: float = 0.0
-    peak_rss_kib: float = 0.0
+    pss_total_kib: float = 0.0  # PSS summed over the server's processes
+    master_pss_kib: float = 0.0
+    worker_uss_kib: float = 0.0  # the largest worker's USS (the root's for one process)
     steal_cpu: float = 0.0
     other_cpu: float = 0.0  # busy CPUs 0-1 not used by the server or the load generator
     cross_rps: float | None = None  # the cross-check tool's req/s (median of its runs)
@@ -133,7 +135,10 @@ def summarise(server: str, runs: list[dict[str, Any]], planned: int) -> CellSumm
         errors=sum(int(r["errors"]["total"]) for r in good),
         cpu_us=Spread.of(r["cpu_us_per_request"] for r in good),
         cpu_busy=statistics.median(r["cpu_utilisation"] for r in good),
-        peak_rss_kib=statistics.median(r["peak_rss_kib"] for r in good),
+        # Runs recorded before per-process memory (peak RSS over the tree) count as 0.
+        pss_total_kib=statistics.median(r.get("pss_total_kib", 0) for r in good),
+        master_pss_kib=statistics.median(r.get("master_pss_kib", 0) for r in good),
+        worker_uss_kib=statistics.median(r.get("worker_uss_kib", 0) for r in good),
         steal_cpu=statistics.median(r.get("steal_cpu", 0.0) for r in good),
         other_cpu=statistics.median(r.get("other_cpu", 0.0) for r in good),
         cross_rps=statistics.median(rate(c) for c in crosses) if crosses else None,

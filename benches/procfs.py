@@ -1,7 +1,8 @@
 """CPU time and memory of a process tree, from /proc (Linux only).
 
 Owns reading ``/proc/<pid>/stat`` and ``/proc/<pid>/status`` and finding a server's process tree
-(the master and every descendant, by ``ppid`` links). Knows nothing about servers or wrk.
+(the master and every descendant, by ``ppid`` links), and the memory of each of its processes
+(PSS and USS from smaps_rollup, read by ``tines.memory``). Knows nothing about servers or wrk.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from tines.memory import read_usage
 
 @dataclass(frozen=True)
 class ProcStat:
@@ -47,28 +51,25 @@ def tree_cpu_ticks(root: int) -> int:
     return sum(s.cpu_ticks for s in tree(root))
 
 
-def tree_status_kib(root: int, field: str) -> int:
-    """Sum of one ``/proc/<pid>/status`` field in KiB (``VmRSS``, ``VmHWM``) over the tree:
-    shared pages count once per process."""
-    total = 0
-    for s in tree(root):
-        try:
-            for line in Path(f"/proc/{s.pid}/status").read_text().splitlines():
-                if line.startswith(field + ":"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
-
-
-def tree_rss_kib(root: int) -> int:
-    """Sum of VmRSS (KiB, resident now) over the tree."""
-    return tree_status_kib(root, "VmRSS")
-
-
-def tree_peak_rss_kib(root: int) -> int:
-    """Sum of VmHWM (KiB, each process's peak resident set) over the tree."""
-    return tree_status_kib(root, "VmHWM")
+def tree_memory(root: int) -> dict[str, Any]:
+    """Memory per process of the tree now, from each one's smaps_rollup: ``processes`` (pid,
+    ``master`` for the root and ``worker`` for the others, ``pss_kib``, ``uss_kib``) and the
+    figures the report shows: ``pss_total_kib`` (PSS summed over the tree: what the server
+    uses in all, each shared page counted once), ``master_pss_kib`` (the root's) and
+    ``worker_uss_kib`` (the largest USS of the other processes, or the root's when it is the
+    only one: what one more worker costs). RSS summed over a tree would count every shared page
+    once per process."""
+    processes = []
+    for stat in tree(root):
+        usage = read_usage(stat.pid)
+        if usage is not None:
+            processes.append({"pid": stat.pid, "role": "master" if stat.pid == root else "worker",
+                              "pss_kib": usage.pss // 1024, "uss_kib": usage.uss // 1024})
+    workers = [p for p in processes if p["role"] == "worker"] or processes
+    return {"processes": processes,
+            "pss_total_kib": sum(p["pss_kib"] for p in processes),
+            "master_pss_kib": next((p["pss_kib"] for p in processes if p["role"] == "master"), 0),
+            "worker_uss_kib": max((p["uss_kib"] for p in workers), default=0)}
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,8 @@ def any_errors(report: Report) -> bool:
 
 
 DETAIL_HEAD = ["server", "req/s", "req/s spread", "p50 ms", "p99 ms", "errors", "CPU µs/req",
-               "CPU spread", "server CPU busy", "peak RSS MiB", "req/s ÷ best peer",
+               "CPU spread", "server CPU busy", "PSS MiB (all)", "master PSS MiB",
+               "worker USS MiB", "req/s ÷ best peer",
                "CPU ÷ cheapest peer", "wrk req/s", "other CPUs", "stolen CPUs"]
 
 
@@ -143,7 +144,8 @@ def detail_rows(table: Table) -> list[list[str]]:
             continue
         out.append([label, num(row.rps.median), spread(row.rps), ms(row.p50_us), ms(row.p99_us),
                     str(row.errors), num(row.cpu_us.median, 1), spread(row.cpu_us, 1),
-                    f"{row.cpu_busy:.0%}", f"{row.peak_rss_kib / 1024:.1f}",
+                    f"{row.cpu_busy:.0%}", f"{row.pss_total_kib / 1024:.1f}",
+                    f"{row.master_pss_kib / 1024:.1f}", f"{row.worker_uss_kib / 1024:.1f}",
                     times(ratio(row.rps.median, table.best.rps)),
                     times(ratio(row.cpu_us.median, table.best.cpu_us)),
                     num(row.cross_rps), f"{row.other_cpu:.2f}", f"{row.steal_cpu:.2f}"])

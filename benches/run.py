@@ -29,7 +29,7 @@ from apps import fortunes_db
 from loadgen import (LOAD_CPU, Load, LoadFailed, Tool, find_tines_bench, run_load,
                      tines_bench_command, wrk_command)
 from model import PLANS, Plan, Scenario, State, StateMismatch, cell_key, estimate_seconds, matrix
-from procfs import cpu_times, tree, tree_cpu_ticks, tree_peak_rss_kib
+from procfs import cpu_times, tree, tree_cpu_ticks, tree_memory
 from provision import ensure_peers, ensure_tools, machine_info, tool_path, versions
 from servers import (APPS, SERVER_CPU, Server, StartFailed, available_servers,
                      closes_after_close_request, display_command, free_port, start, stop,
@@ -142,7 +142,10 @@ def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: T
         settle(running.process.pid)
         result = {**base, **measured(primary, load, running.process.pid, log_path, workdir)}
         result["honours_close"] = honours_close
-        result["peak_rss_kib"] = tree_peak_rss_kib(running.process.pid)
+        memory = tree_memory(running.process.pid)
+        result["memory"] = memory["processes"]
+        for key in ("pss_total_kib", "master_pss_kib", "worker_uss_kib"):
+            result[key] = memory[key]
         result["processes"] = len(tree(running.process.pid))
         result["load_average_1m"] = os.getloadavg()[0]
         if cross is not None and run == plan.cross_run:

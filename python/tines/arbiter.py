@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from setproctitle import setproctitle
 
-from tines import limits, logs, preflight
+from tines import limits, logs, memory, preflight
 from tines import pool as spare_pool
 from tines import worker as worker_process
 from tines.app_loader import load_app
@@ -76,6 +76,8 @@ class Worker:
     born: float = field(default_factory=time.monotonic)
     ready: bool = False
     stopping: bool = False
+    memory: memory.MemoryUsage | None = None
+    """The latest memory sample (``Arbiter.record_memory``)."""
 
 
 class Stop(Exception):
@@ -117,6 +119,9 @@ class Arbiter:
         """The dynamic pool (``max_workers`` set); None for a fixed ``workers`` count."""
         self.next_pool_check = 0.0
         self.duties = Duties(log, passes=(Stop,))
+        self.memory_sampler = memory.Sampler(cfg.memory_sample_rate)
+        self.memory_merge = False
+        """memory_merge is on and the kernel has it (``memory.check_merge``)."""
 
     # ----- start -----------------------------------------------------------------------------
 
@@ -146,6 +151,7 @@ class Arbiter:
         if checked.pool is not None:
             self.pool = spare_pool.Pool(checked.pool)
             self.num_workers = checked.pool.start_workers
+        self.memory_merge = memory.check_merge(cfg)
         if cfg.umask is not None:
             os.umask(cfg.umask)
         try:
@@ -221,16 +227,21 @@ class Arbiter:
         try:
             self.manage_workers()
             self.next_pool_check = time.monotonic() + spare_pool.CHECK_INTERVAL
+            quiet_since = time.monotonic()
             while True:
-                timeout = self.loop_timeout()
-                if not self.sleep(timeout) and timeout == LOOP_TIMEOUT:
-                    log.debug("periodic check: no signal or message for %.1f s", timeout)
+                if self.sleep(self.loop_timeout()):
+                    quiet_since = time.monotonic()
+                elif time.monotonic() - quiet_since >= LOOP_TIMEOUT:
+                    # (Timed wakes for memory samples come more often: not counted as events.)
+                    log.debug("periodic check: no signal or message for %.1f s", LOOP_TIMEOUT)
+                    quiet_since = time.monotonic()
                 while self.signals:
                     self.dispatch(self.signals.popleft())
                 self.read_notifications()
                 if self.pool is not None and time.monotonic() >= self.next_pool_check:
                     self.next_pool_check = time.monotonic() + spare_pool.CHECK_INTERVAL
                     self.duty("pool", self.check_pool)
+                self.duty("memory sampling", self.sample_memory)
                 self.duty("start workers", self.manage_workers)
         except Stop as stop:
             return stop.status
@@ -246,15 +257,16 @@ class Arbiter:
         getattr(self, f"handle_{name}")()
 
     def loop_timeout(self) -> float:
-        """Sleep until the next delayed (backed-off) spawn or pool check is due, at most
-        LOOP_TIMEOUT."""
+        """Sleep until the next delayed (backed-off) spawn, pool check or memory read is due,
+        at most LOOP_TIMEOUT."""
         now = time.monotonic()
         timeout = LOOP_TIMEOUT
-        wait = self.next_spawn - now
-        if len(self.live_workers()) < self.num_workers and wait > 0:
-            timeout = min(timeout, wait)
+        if len(self.live_workers()) < self.num_workers and self.next_spawn > now:
+            timeout = min(timeout, self.next_spawn - now)
         if self.pool is not None:
             timeout = min(timeout, max(0.0, self.next_pool_check - now))
+        if any(w.ready and not w.stopping for w in self.workers.values()):
+            timeout = min(timeout, self.memory_sampler.wait(now))
         return timeout
 
     def sleep(self, timeout: float) -> bool:
@@ -301,7 +313,11 @@ class Arbiter:
         self.boot_failures = 0
         self.ever_ready = True
         took = (time.monotonic() - worker.born) * 1000
-        log.info("worker %d (slot %d) ready in %.1f ms", pid, worker.slot, took)
+        usage = self.memory_sampler.read(pid, self.memory_merge)
+        if usage is not None:
+            self.record_memory(worker, usage)
+        figures = f" ({usage.describe()})" if usage is not None else ""
+        log.info("worker %d (slot %d) ready in %.1f ms%s", pid, worker.slot, took, figures)
         self.retire_old_generation()
         if not self.announced and sum(w.ready for w in self.live_workers()) >= self.num_workers:
             self.announce_ready()
@@ -351,6 +367,37 @@ class Arbiter:
         extra = len(live) - self.num_workers
         for worker in sorted(live, key=lambda w: w.born, reverse=True)[:max(extra, 0)]:
             self.stop_worker(worker, signal.SIGTERM)
+
+    def sample_memory(self) -> None:
+        """Read one worker's memory when the schedule says so (``memory.Sampler``: at most
+        ``memory_sample_rate`` reads per second in total); retire it above
+        ``max_worker_memory``. An error is logged and the master goes on."""
+        try:
+            sampled = [w for w in self.workers.values() if w.ready and not w.stopping]
+            worker = self.memory_sampler.pick(sampled, time.monotonic())
+            if worker is None:
+                return
+            usage = self.memory_sampler.read(worker.pid, self.memory_merge)
+            if usage is None:
+                return
+            self.record_memory(worker, usage)
+            log.debug("worker %d (slot %d) memory: %s", worker.pid, worker.slot, usage.describe())
+            over = memory.over_limit(self.cfg, usage)
+            if over is not None:
+                log.warning("worker %d (slot %d) %s: recycling", worker.pid, worker.slot, over)
+                self.retire_worker(worker, "memory")
+        except Exception:  # noqa: BLE001 - a duty of the master must never end it
+            log.exception("memory sampling failed")
+
+    def record_memory(self, worker: Worker, usage: memory.MemoryUsage) -> None:
+        """Keep a worker's latest memory sample: the one place a sample is written."""
+        worker.memory = usage
+
+    def retire_worker(self, worker: Worker, reason: str) -> None:
+        """Stop one worker gracefully for ``reason``: it finishes its in-flight requests and
+        exits. It is no longer live, so the loop starts its replacement at once."""
+        log.info("retiring worker %d (slot %d): %s", worker.pid, worker.slot, reason)
+        self.stop_worker(worker, signal.SIGTERM)
 
     def spawn_worker(self) -> bool:
         """Fork one worker into a free slot; False when no slot is free."""
@@ -419,11 +466,6 @@ class Arbiter:
                 connections=int(slot["connections"])))
         return samples
 
-    def retire_worker(self, worker: Worker, reason: str) -> None:
-        """Stop one worker gracefully for ``reason`` (logged): it finishes what it serves."""
-        log.info("retiring worker %d (%s)", worker.pid, reason)
-        self.stop_worker(worker, signal.SIGTERM)
-
     def stop_worker(self, worker: Worker, signum: int) -> None:
         """Signal one worker (ignoring one that is already gone)."""
         worker.stopping = True
@@ -471,6 +513,9 @@ class Arbiter:
                 continue
             self.scoreboard.clear(worker.slot)  # type: ignore[attr-defined]
             self.log_exit(worker, status, usage.ru_utime + usage.ru_stime)
+            if worker.memory is not None and worker.memory.ksm_merging:
+                log.info("worker %d (slot %d) last memory sample: %s", worker.pid, worker.slot,
+                         worker.memory.describe())
             self.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
             if not worker.ready and not worker.stopping:
                 self.on_death_before_ready(worker, status)

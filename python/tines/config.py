@@ -116,6 +116,42 @@ def request_line_size(raw: object) -> int:
                     f"{MINIMAL_REQUEST_LINE.decode()!r})")
 
 
+SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+              "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+"""Units of ``size`` values, all powers of 1024 (as systemd's ``MemoryMax=`` and nginx read
+``512M``); decimal ``MB``/``GB`` are refused rather than guessed."""
+
+
+def size(raw: object) -> int:
+    """A size in bytes >= 0: an integer, or a number with a unit (``512MiB``, ``1.5G``, ``64k``)."""
+    expected = "must be a size in bytes, or with a unit: B, K/KiB, M/MiB, G/GiB, T/TiB (such as 512MiB)"
+    if isinstance(raw, bool):
+        raise ValueError(expected)
+    if isinstance(raw, int):
+        value = float(raw)
+        unit = ""
+    else:
+        match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", raw) if isinstance(raw, str) else None
+        if match is None or match.group(2).lower() not in SIZE_UNITS:
+            raise ValueError(expected)
+        value, unit = float(match.group(1)), match.group(2).lower()
+    if value < 0:
+        raise ValueError(expected)
+    return int(value * SIZE_UNITS[unit])
+
+
+def sample_rate(raw: object) -> float:
+    """Reads per second, above 0 and at most 10 (``memory_sample_rate``)."""
+    expected = "must be a number of reads per second above 0 and at most 10"
+    try:
+        value = _seconds(raw, allow_zero=False)
+    except ValueError:
+        raise ValueError(expected) from None
+    if value > 10:
+        raise ValueError(expected)
+    return value
+
+
 def _seconds(raw: object, allow_zero: bool) -> float:
     expected = "must be a number of seconds >= 0" if allow_zero else "must be a number of seconds > 0"
     if isinstance(raw, bool):
@@ -379,6 +415,8 @@ _REGISTRY = (
             positive_int, 2048, ("--backlog",), "N"),
     Setting("preload", "Server", "Load the app in the master before forking, so workers share its memory and import errors stop the start.",
             boolean, False, ("--preload",)),
+    Setting("memory_merge", "Server", "Workers opt in to kernel same-page merging (KSM) after fork with `prctl(PR_SET_MEMORY_MERGE)` (Linux 6.4+), so identical pages they dirtied (the app's copies of the same objects) can be merged back. Takes effect only while ksmd runs (`/sys/kernel/mm/ksm/run` = 1, a system-wide switch, off on many hosts; logged at start when it is not); the saving is reported per worker. On a kernel without it, a warning at start, and workers run without it. Costs ksmd's CPU time.",
+            boolean, False, ("--memory-merge",)),
     Setting("factory", "Server", "APP names a factory: call it with no arguments to get the WSGI app.",
             boolean, False, ("--factory",)),
     Setting("hooks", "Server", "Server hooks: a module (`myproject.tines_hooks`) or a `.py` file defining any of `on_starting`, `when_ready`, `pre_fork`, `post_fork`, `post_worker_init`, `worker_exit`, `child_exit`, `on_exit`, `pre_request`, `post_request` (see docs/hooks.md). Imported and checked by the master at start: an import error, or a public function that is not a hook (a typo such as `post_frok`), stops the start (exit 2).",
@@ -410,6 +448,12 @@ _REGISTRY = (
             non_negative_int, 0, ("--max-requests",), "N", worker=True),
     Setting("max_requests_jitter", "Workers", "Add a random 0..N to each worker's `max_requests`, so workers do not all recycle at once.",
             non_negative_int, 0, ("--max-requests-jitter",), "N", worker=True),
+    Setting("max_worker_memory", "Workers", "Recycle a worker gracefully (it finishes its requests, exits and is replaced at once) when its memory, as `max_worker_memory_kind` counts it, is above this size: bytes, or with a unit (`512MiB`, `2G`; K, M, G, T are powers of 1024). The master reads each worker's `/proc/PID/smaps_rollup` in turn (`memory_sample_rate`), so a worker can grow past the limit until its next read (docs/tuning.md). 0 is off.",
+            size, 0, ("--max-worker-memory",), "SIZE", default_text="`0` (off)"),
+    Setting("max_worker_memory_kind", "Workers", "Which figure `max_worker_memory` limits: `uss` (memory only this worker maps, what its exit frees), `pss` (its proportional share of pages shared with the master and the other workers) or `rss` (resident, shared pages counted in full, as uWSGI's `reload-on-rss`).",
+            text, "uss", ("--max-worker-memory-kind",), choices=("uss", "pss", "rss")),
+    Setting("memory_sample_rate", "Workers", "Reads of a worker's `/proc/PID/smaps_rollup` per second, in total: the master reads one worker at a time, in turn, so each is read every workers / rate seconds. Each read walks the worker's page tables under its memory-map lock (O(RSS): about a millisecond per GiB resident), so it is capped at 10. The figures go to the log at ready and to `max_worker_memory`.",
+            sample_rate, 4.0, ("--memory-sample-rate",), "PER_SECOND"),
     Setting("boot_failure_limit", "Workers", "Crash-loop guard: the master gives up after this many consecutive workers die before they are ready.",
             positive_int, 5, ("--boot-failure-limit",), "N"),
     # HTTP
@@ -813,6 +857,12 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "{limit_cpu} (soft: graceful recycling), {limit_cpu_hard} (kill)"),
     Equivalent("Apache", "`RLimitMEM`, Apache::Resource `PERL_RLIMIT_AS`, `PERL_RLIMIT_DATA`",
                "{limit_address_space}, {limit_data}"),
+    Equivalent("Apache", "mod_perl Apache::SizeLimit `MAX_UNSHARED_SIZE`",
+               "{max_worker_memory} (USS, the default {max_worker_memory_kind})"),
+    Equivalent("Apache", "Apache::SizeLimit `MAX_PROCESS_SIZE`", "{max_worker_memory} with {max_worker_memory_kind=rss}"),
+    Equivalent("Apache", "Apache::SizeLimit `MIN_SHARE_SIZE`", "none: limit the unshared part (USS) instead"),
+    Equivalent("Apache", "Apache::SizeLimit `CHECK_EVERY_N_REQUESTS`",
+               "{memory_sample_rate} (the master samples by time, not per request)"),
     Equivalent("Apache", "Apache::Resource `PERL_RLIMIT_NOFILE`, `PERL_RLIMIT_CORE`", "{limit_open_files}, {limit_core}"),
     Equivalent("gunicorn", "`bind`, `backlog`, `workers`", "same names"),
     Equivalent("gunicorn", "`threads` (above 1 it means gunicorn's `gthread` worker)",
@@ -832,6 +882,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                ("--limit-request-field_size",)),
     Equivalent("gunicorn", "`forwarded_allow_ips`", "{forwarded_allow_ips}"),
     Equivalent("gunicorn", "`preload_app`", "{preload}"),
+    Equivalent("gunicorn", "none: no memory limit per worker (its issue 3581)", "{max_worker_memory}"),
     Equivalent("gunicorn", "`accesslog`", "{access_log}", ("--access-logfile",)),
     Equivalent("gunicorn", "`access_log_format`", "not supported: the access log is in the combined format",
                ("--access-logformat",)),
@@ -875,7 +926,12 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("uWSGI", "`listen`", "{backlog}"),
     Equivalent("uWSGI", "`lazy-apps` (uWSGI preloads unless it is set)", "{preload=false} (our default)"),
     Equivalent("uWSGI", "`harakiri`", _REQUEST_TIMEOUT),
-    Equivalent("uWSGI", "`reload-on-rss`", "none yet (a later issue)"),
+    Equivalent("uWSGI", "`reload-on-rss` (MB, checked by the worker after each request)",
+               "{max_worker_memory} (with a unit: `512MiB`) and {max_worker_memory_kind=rss}; checked by the master "
+               "({memory_sample_rate}), USS by default"),
+    Equivalent("uWSGI", "`evil-reload-on-rss` (the master kills a worker above it)",
+               "{max_worker_memory} with {max_worker_memory_kind=rss}: the master samples, the worker stops gracefully"),
+    Equivalent("uWSGI", "`ksm` (the master runs KSM merging of its workers' pages)", "{memory_merge} (Linux 6.4+)"),
     Equivalent("uWSGI", "`limit-as`", "{limit_address_space} (in bytes, not MiB)"),
     Equivalent("uWSGI", "`cheaper`", "{min_spare_workers} with {max_workers} (uWSGI keeps at least `cheaper` workers; "
                "Tines keeps at least that many idle ones)"),

@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 
 from setproctitle import setproctitle
 
-from tines import limits, logs
+from tines import limits, logs, memory
 from tines.app_loader import load_app
 from tines.config import Config
 from tines.errors import AppLoadError, ConfigError
@@ -211,6 +211,8 @@ def _serve(context: WorkerContext) -> int:
         _write(context.notify_write, encode_boot_error(pid, context.slot, f"cannot set a resource limit: {error}"))
         return EXIT_BOOT_ERROR
     cfg = context.cfg
+    if cfg.memory_merge:
+        memory.opt_in_merge()  # before post_fork and the app: all they map can be merged
     server = ServerView(pid=context.master_pid, config=cfg, app=str(cfg.app))
     worker = WorkerView(pid=pid, slot=context.slot, generation=context.generation, mpm=cfg.mpm)
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ sys.path.insert(0, str(BENCHES))
 
 import loadgen  # noqa: E402
 import model  # noqa: E402
+import procfs  # noqa: E402
 import report  # noqa: E402
 import servers  # noqa: E402
 from model import CellSummary, Scenario, Spread, State  # noqa: E402
@@ -41,7 +43,8 @@ def run(rps: float, cpu: float, *, p50: float = 1000, p99: float = 5000, errors:
     result: dict[str, Any] = {
         "failed": failed, "requests_per_sec": rps, "cpu_us_per_request": cpu,
         "latency_us": {"p50": p50, "p99": p99}, "errors": {"total": errors},
-        "cpu_utilisation": 0.9, "peak_rss_kib": rss, "steal_cpu": 0.01,
+        "cpu_utilisation": 0.9, "pss_total_kib": rss, "master_pss_kib": rss // 4,
+        "worker_uss_kib": rss // 8, "steal_cpu": 0.01,
         "load_cpu_us_per_request": 10.0}
     if cross is not None:
         result["cross"] = cross
@@ -327,6 +330,24 @@ def sample_report(kind: str = "standard") -> report.Report:
                         {"tines-event": "this build of Tines has no event MPM"}, "Benchmark X")
 
 
+def test_server_memory_is_pss_and_uss_per_process_with_the_root_apart() -> None:
+    import subprocess
+
+    # This test process stands for a server's master, a child it starts for a worker.
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        memory = procfs.tree_memory(os.getpid())
+    finally:
+        child.communicate(b"")
+    by_pid = {p["pid"]: p for p in memory["processes"]}
+    assert by_pid[os.getpid()]["role"] == "master" and by_pid[child.pid]["role"] == "worker"
+    assert memory["pss_total_kib"] == sum(p["pss_kib"] for p in memory["processes"])
+    assert memory["master_pss_kib"] == by_pid[os.getpid()]["pss_kib"] > 0
+    assert memory["worker_uss_kib"] == max(p["uss_kib"] for p in memory["processes"] if p["role"] == "worker")
+    assert all(0 < p["uss_kib"] <= p["pss_kib"] for p in memory["processes"])
+
+
 def test_markdown_report() -> None:
     text = report.markdown(sample_report())
     assert text.startswith("# Benchmark X\n")
@@ -338,7 +359,7 @@ def test_markdown_report() -> None:
     assert lines[3] == "| blog/close/c50 | 1,400 | failed |  | – |"
     assert "| hello/keep-alive/c50 | 12.0 | 17.0 | 7.0 | 0.71× (prefork) |" in text
     assert ("| tines-prefork | 60,000 | 58,000–62,000 | 1.00 | 5.00 | 0 | 12.0 | 11.5–12.5 | 90% "
-            "| 40.0 | 1.20× | 0.71× | – | 0.00 | 0.01 |") in text
+            "| 40.0 | 10.0 | 5.0 | 1.20× | 0.71× | – | 0.00 | 0.01 |") in text
     assert "| granian-wsgi | failed: start: <boom> & exit |" in text
     assert "| hello/keep-alive/c50 | granian-wsgi | 50,000 | 49,000 | 1.02× | 10.0 | 9.0 |" in text
     assert "- tines-event: this build of Tines has no event MPM" in text

@@ -1,0 +1,286 @@
+"""Memory of the workers: sampling, the ``max_worker_memory`` limit, kernel same-page merging.
+
+Owns: reading one process's memory from ``/proc/PID/smaps_rollup`` (``read_usage``: RSS, PSS,
+USS, shared, swap) and its KSM counters from ``/proc/PID/ksm_stat``; the master's sampling
+schedule (``Sampler``); the limit decision (``over_limit``) and the lines the master logs about
+memory; the ``memory_merge`` opt-in (``check_merge`` in the master before the first fork,
+``opt_in_merge`` in each worker after fork); sizes as people read them (``format_size``).
+docs/tuning.md says how to use the figures.
+
+The rate, and what it costs: the kernel builds smaps_rollup by walking every page table entry
+of the process under its mmap read lock, so one read costs O(RSS) (tens of microseconds for a
+small worker, about a millisecond per GiB resident) and, while it runs, the worker cannot map
+or unmap memory (page faults still proceed). So the master reads one worker at a time, in turn
+by slot, at most ``memory_sample_rate`` reads per second in total (default 4, at most 10),
+whatever the number of workers: each worker is read every (workers / rate) seconds, 1 s for 4
+workers. A worker is also read once when it reports ready (for the ready line).
+
+Must not: import ``tines._core``, fork, or start threads; the master calls it from its loop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from tines import logs
+from tines.config import Config
+
+
+class HasSlot(Protocol):
+    """What the sampler needs of the master's worker record: its scoreboard slot."""
+
+    @property
+    def slot(self) -> int: ...
+
+
+Sampled = TypeVar("Sampled", bound=HasSlot)
+
+log = logs.get("memory")
+
+PR_SET_MEMORY_MERGE = 67
+PR_GET_MEMORY_MERGE = 68
+"""prctl options of Linux 6.4+ (include/uapi/linux/prctl.h): opt a process's whole address
+space in to KSM (the kernel's same-page merging), and read that opt-in back."""
+
+KSM_RUN = "/sys/kernel/mm/ksm/run"
+"""1 while ksmd, the kernel thread that merges pages, runs; system-wide, off on many hosts."""
+
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+KIB = 1024
+UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+@dataclass(frozen=True)
+class MemoryUsage:
+    """One process's memory, in bytes, from its smaps_rollup (and ksm_stat).
+
+    ``uss`` (unique set size) is what only this process maps (Private_Clean + Private_Dirty):
+    what its exit would free. ``pss`` (proportional set size) charges each shared page to the
+    processes mapping it in equal parts, so PSS sums over processes to what they use together.
+    ``shared`` (Shared_Clean + Shared_Dirty) is resident and mapped by others too: after fork,
+    the pages still shared copy-on-write with the master and the other workers. ``rss`` =
+    ``uss`` + ``shared``. ``ksm_profit`` (bytes) is what KSM merging saves for this process
+    (ksm_process_profit), None when not read.
+    """
+
+    rss: int
+    pss: int
+    uss: int
+    shared: int
+    swap: int
+    ksm_profit: int | None = None
+    ksm_merging: int | None = None
+    """Bytes of this process's pages merged by KSM (ksm_merging_pages x page size)."""
+
+    def figure(self, kind: str) -> int:
+        """The figure ``max_worker_memory_kind`` names: ``rss``, ``pss`` or ``uss``."""
+        return {"rss": self.rss, "pss": self.pss, "uss": self.uss}[kind]
+
+    def describe(self) -> str:
+        """``RSS 20.1 MiB, PSS 9.0 MiB, USS 3.6 MiB, shared 16.5 MiB`` (+ swap and what KSM
+        merged, when not zero)."""
+        text = (f"RSS {format_size(self.rss)}, PSS {format_size(self.pss)}, "
+                f"USS {format_size(self.uss)}, shared {format_size(self.shared)}")
+        if self.swap:
+            text += f", swap {format_size(self.swap)}"
+        if self.ksm_merging:
+            text += f", KSM merged {format_size(self.ksm_merging)}"
+            if self.ksm_profit is not None:
+                text += f" (profit {format_size(self.ksm_profit)})"
+        return text
+
+
+def format_size(size: int) -> str:
+    """``512 MiB``, ``530.2 MiB``, ``3.6 MiB``, ``900 B``: one decimal, none when whole."""
+    value = float(size)
+    unit = UNITS[0]
+    for unit in UNITS:
+        if abs(value) < KIB or unit == UNITS[-1]:
+            break
+        value /= KIB
+    shown = f"{value:.1f}".removesuffix(".0")
+    return f"{shown} {unit}"
+
+
+def parse_smaps_rollup(text: str) -> MemoryUsage | None:
+    """The figures of a smaps_rollup text (fields in kB), or None when it has none (the
+    process exited: a zombie's smaps_rollup is empty)."""
+    fields: dict[str, int] = {}
+    for line in text.splitlines():
+        name, colon, rest = line.partition(":")
+        parts = rest.split()
+        if colon and len(parts) == 2 and parts[1] == "kB" and parts[0].isdigit():
+            fields[name] = int(parts[0]) * KIB
+    if "Rss" not in fields:
+        return None
+    private = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
+    shared = fields.get("Shared_Clean", 0) + fields.get("Shared_Dirty", 0)
+    return MemoryUsage(rss=fields["Rss"], pss=fields.get("Pss", 0), uss=private, shared=shared,
+                       swap=fields.get("Swap", 0))
+
+
+def parse_ksm_stat(text: str) -> tuple[int, int] | None:
+    """(bytes merged, profit in bytes) from a ksm_stat text, or None without those fields."""
+    fields = dict(line.split(None, 1) for line in text.splitlines() if " " in line)
+    try:
+        return int(fields["ksm_merging_pages"]) * PAGE_SIZE, int(fields["ksm_process_profit"])
+    except (KeyError, ValueError):
+        return None
+
+
+class MemoryUnreadable(Exception):
+    """The master cannot read a worker's smaps_rollup: the kernel has none (Linux < 4.14), or
+    the workers' /proc files are not the master's to read (after ``user``, a process that
+    changed its uid is not dumpable, and its /proc/PID files stay root's)."""
+
+
+def read_usage(pid: int, ksm: bool = False) -> MemoryUsage | None:
+    """``pid``'s memory now; None when the process is gone (or exited, not yet reaped).
+
+    With ``ksm``, also its KSM counters (where the kernel has /proc/PID/ksm_stat). Raises
+    MemoryUnreadable when the process exists but its smaps_rollup cannot be read.
+    """
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as file:
+            usage = parse_smaps_rollup(file.read())
+    except FileNotFoundError:
+        if os.path.isdir(f"/proc/{pid}"):
+            raise MemoryUnreadable(f"/proc/{pid}/smaps_rollup does not exist (Linux 4.14+ has it)") from None
+        return None
+    except PermissionError:
+        raise MemoryUnreadable(f"/proc/{pid}/smaps_rollup cannot be read by uid {os.geteuid()} (after "
+                               "user, the workers are not dumpable: their /proc files stay root's)") from None
+    except ProcessLookupError:
+        return None
+    if usage is None or not ksm:
+        return usage
+    try:
+        with open(f"/proc/{pid}/ksm_stat") as file:
+            counters = parse_ksm_stat(file.read())
+    except OSError:
+        counters = None
+    if counters is None:
+        return usage
+    merging, profit = counters
+    return MemoryUsage(usage.rss, usage.pss, usage.uss, usage.shared, usage.swap,
+                       ksm_profit=profit, ksm_merging=merging)
+
+
+# --- the master's schedule and decision --------------------------------------------------------
+
+
+class Sampler:
+    """When to read whose memory: one read every 1/``rate`` seconds, the workers in turn by
+    slot (so each worker is read every len(workers)/rate seconds), none while there is no
+    worker to read. Also warns once when the kernel cannot be sampled, then stops."""
+
+    def __init__(self, rate: float) -> None:
+        self.interval = 1.0 / rate
+        self.next_read = 0.0
+        self.last_slot = -1
+        self.available = True
+
+    def wait(self, now: float) -> float:
+        """Seconds until the next read is due (0 when due now); the loop sleeps at most this."""
+        return max(0.0, self.next_read - now) if self.available else float("inf")
+
+    def pick(self, workers: Sequence[Sampled], now: float) -> Sampled | None:
+        """The worker to read now, or None (not due yet, or none to read). Picking one
+        schedules the next read."""
+        if not self.available or now < self.next_read or not workers:
+            return None
+        self.next_read = now + self.interval
+        ordered = sorted(workers, key=lambda worker: worker.slot)
+        chosen = next((w for w in ordered if w.slot > self.last_slot), ordered[0])
+        self.last_slot = chosen.slot
+        return chosen
+
+    def read(self, pid: int, ksm: bool = False) -> MemoryUsage | None:
+        """``read_usage``, turning sampling off with one warning when smaps_rollup cannot be
+        read (then None, as for every later call)."""
+        if not self.available:
+            return None
+        try:
+            return read_usage(pid, ksm)
+        except MemoryUnreadable as error:
+            self.available = False
+            log.warning("memory sampling is off: %s; max_worker_memory cannot be enforced "
+                        "and no memory figures are reported", error)
+            return None
+
+
+def over_limit(cfg: Config, usage: MemoryUsage) -> str | None:
+    """The recycling line's end (``USS 530.2 MiB > max_worker_memory 512 MiB``) when the
+    sampled figure is above ``max_worker_memory``; None when under it or when it is off."""
+    limit: int = cfg.max_worker_memory
+    kind: str = cfg.max_worker_memory_kind
+    if not limit or usage.figure(kind) <= limit:
+        return None
+    return f"{kind.upper()} {format_size(usage.figure(kind))} > max_worker_memory {format_size(limit)}"
+
+
+# --- kernel same-page merging ------------------------------------------------------------------
+
+
+def _prctl(option: int, argument: int = 0) -> tuple[int, int]:
+    """(result, errno) of prctl(option, argument, 0, 0, 0). ctypes is already loaded in every
+    Tines process (the worker sets its parent-death signal with it), so this costs no import."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    ctypes.set_errno(0)
+    result = libc.prctl(option, ctypes.c_ulong(argument), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                        ctypes.c_ulong(0))
+    return int(result), ctypes.get_errno()
+
+
+def merge_enabled() -> bool | None:
+    """Whether this process is opted in to KSM (PR_GET_MEMORY_MERGE); None when the kernel has
+    no such prctl (before Linux 6.4, or built without CONFIG_KSM)."""
+    result, error = _prctl(PR_GET_MEMORY_MERGE)
+    return None if result < 0 else bool(result)
+
+
+def ksm_running(path: str = KSM_RUN) -> bool | None:
+    """Whether ksmd runs (the system-wide switch reads 1); None when there is no such file."""
+    try:
+        with open(path) as file:
+            return file.read().strip() == "1"
+    except OSError:
+        return None
+
+
+def check_merge(cfg: Config) -> bool:
+    """The master's check of ``memory_merge`` before its first fork: True when workers should
+    opt in. A kernel without PR_SET_MEMORY_MERGE is a warning (the workers run without it), not
+    a failure; so is ksmd not running (workers opt in; nothing is merged until it runs)."""
+    if not cfg.memory_merge:
+        return False
+    result, error = _prctl(PR_GET_MEMORY_MERGE)
+    if result < 0:
+        log.warning("memory_merge: this kernel has no PR_SET_MEMORY_MERGE (%s; it needs Linux 6.4+ "
+                    "with KSM): workers run without kernel same-page merging",
+                    errno.errorcode.get(error, str(error)))
+        return False
+    if not ksm_running():
+        log.warning("memory_merge: ksmd is not running (%s is not 1): workers opt in, but no page is "
+                    "merged until it runs (echo 1 > %s)", KSM_RUN, KSM_RUN)
+    return True
+
+
+def opt_in_merge() -> bool:
+    """In a worker after fork: opt its whole address space in to KSM (current and future
+    mappings). False when the kernel refuses: silently for EINVAL (no such prctl: the master's
+    ``check_merge`` warned once already), else with one warning from this worker."""
+    result, error = _prctl(PR_SET_MEMORY_MERGE, 1)
+    if result < 0 and error == errno.EINVAL:
+        return False
+    if result < 0:
+        log.warning("memory_merge: prctl(PR_SET_MEMORY_MERGE) failed: %s; this worker runs without it",
+                    os.strerror(error))
+        return False
+    return True

@@ -1,0 +1,120 @@
+"""tines.memory on this process's real /proc and on sample texts; the size setting."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from tines import config, memory
+
+MIB = 1 << 20
+
+ROLLUP = """\
+55d0c8a4e000-7ffd2a1f3000 ---p 00000000 00:00 0                          [rollup]
+Rss:               19212 kB
+Pss:                8540 kB
+Pss_Dirty:          3904 kB
+Shared_Clean:      15100 kB
+Shared_Dirty:        416 kB
+Private_Clean:        12 kB
+Private_Dirty:      3684 kB
+Referenced:        19212 kB
+Anonymous:          4100 kB
+KSM:                   0 kB
+Swap:                 64 kB
+SwapPss:              64 kB
+"""
+
+
+def test_a_smaps_rollup_text_gives_rss_pss_uss_shared_and_swap_in_bytes() -> None:
+    usage = memory.parse_smaps_rollup(ROLLUP)
+    assert usage == memory.MemoryUsage(rss=19212 * 1024, pss=8540 * 1024, uss=(12 + 3684) * 1024,
+                                       shared=(15100 + 416) * 1024, swap=64 * 1024)
+
+
+def test_an_empty_smaps_rollup_as_an_exited_process_has_gives_no_figures() -> None:
+    assert memory.parse_smaps_rollup("") is None
+
+
+def test_a_ksm_stat_text_gives_the_merged_bytes_and_the_profit() -> None:
+    text = ("ksm_rmap_items 120\nksm_zero_pages 0\nksm_merging_pages 50\nksm_process_profit 180000\n"
+            "ksm_merge_any: yes\nksm_mergeable: yes\n")
+    assert memory.parse_ksm_stat(text) == (50 * memory.PAGE_SIZE, 180000)
+    assert memory.parse_ksm_stat("ksm_merge_any: no\n") is None
+
+
+def test_this_process_grows_by_what_it_writes_in_uss_and_rss_is_uss_plus_shared() -> None:
+    before = memory.read_usage(os.getpid())
+    assert before is not None and before.rss == before.uss + before.shared and before.pss > 0
+    held = b"x" * (32 * MIB)
+    after = memory.read_usage(os.getpid())
+    assert after is not None and after.uss - before.uss >= 31 * MIB
+    assert len(held) == 32 * MIB
+
+
+def test_a_process_that_is_gone_has_no_figures() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert memory.read_usage(child.pid) is None
+
+
+def test_the_ksm_counters_are_read_on_request_where_the_kernel_has_them() -> None:
+    usage = memory.read_usage(os.getpid(), ksm=True)
+    assert usage is not None
+    assert (usage.ksm_profit is not None) == os.path.exists(f"/proc/{os.getpid()}/ksm_stat")
+
+
+@pytest.mark.parametrize(("size", "shown"), [(512 * MIB, "512 MiB"), (int(530.2 * MIB), "530.2 MiB"),
+                                             (900, "900 B"), (3 * 1024, "3 KiB"), (5 << 40, "5 TiB")])
+def test_sizes_are_shown_with_one_decimal_in_powers_of_1024(size: int, shown: str) -> None:
+    assert memory.format_size(size) == shown
+
+
+@dataclass
+class Slot:
+    slot: int
+
+
+def test_the_sampler_reads_one_worker_at_a_time_in_turn_at_its_rate() -> None:
+    sampler = memory.Sampler(4.0)
+    workers = [Slot(2), Slot(0), Slot(1)]
+    picked = [sampler.pick(workers, now=0.25 * turn) for turn in range(4)]
+    assert [w.slot for w in picked if w] == [0, 1, 2, 0]
+    assert sampler.pick(workers, now=0.8) is None  # the next read is due at 1.0
+    assert sampler.wait(0.8) == pytest.approx(0.2)
+    assert sampler.pick([], now=5.0) is None
+
+
+def _cfg(**values: object) -> config.Config:
+    return config.load({key: value for key, value in values.items()}, environ={})
+
+
+def test_the_limit_is_decided_on_the_figure_its_kind_names() -> None:
+    usage = memory.MemoryUsage(rss=600 * MIB, pss=300 * MIB, uss=int(530.2 * MIB), shared=70 * MIB, swap=0)
+    assert memory.over_limit(_cfg(max_worker_memory="512MiB"), usage) == \
+        "USS 530.2 MiB > max_worker_memory 512 MiB"
+    assert memory.over_limit(_cfg(max_worker_memory="512MiB", max_worker_memory_kind="pss"), usage) is None
+    assert memory.over_limit(_cfg(max_worker_memory="512MiB", max_worker_memory_kind="rss"), usage) == \
+        "RSS 600 MiB > max_worker_memory 512 MiB"
+    assert memory.over_limit(_cfg(), usage) is None  # 0: off
+
+
+@pytest.mark.parametrize(("raw", "size"), [("512MiB", 512 * MIB), ("512M", 512 * MIB), ("1.5G", 3 << 29),
+                                           ("64k", 65536), (" 2 GiB ", 2 << 30), ("100", 100), (4096, 4096),
+                                           ("0", 0)])
+def test_sizes_take_units_in_powers_of_1024(raw: object, size: int) -> None:
+    assert config.size(raw) == size
+
+
+@pytest.mark.parametrize("raw", ["banana", "512MB", "-1", "1e6", "", True, 1.5])
+def test_a_size_that_is_not_one_is_refused(raw: object) -> None:
+    with pytest.raises(ValueError, match="must be a size"):
+        config.size(raw)
+
+
+def test_the_master_check_of_memory_merge_is_off_when_not_asked() -> None:
+    assert memory.check_merge(_cfg()) is False
