@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tines import limits, logs, preflight
+from tines import limits, logs, preflight, watchdog
 from tines import worker as worker_process
 from tines.app_loader import load_app
 from tines.config import Config
@@ -100,6 +100,7 @@ class Arbiter:
         self.notify_buffer = bytearray()
         self.warned_threads = False
         self.scoreboard: object = None
+        self.watchdog: watchdog.Watchdog | None = None
         self.worker_settings: dict[str, object] = {}
         self.wake_read = self.wake_write = -1
         self.notify_read = self.notify_write = -1
@@ -149,7 +150,8 @@ class Arbiter:
         logs.check_access_log(cfg.access_log)  # as the user the workers run as
         import tines._core as _core
 
-        self.scoreboard = _core.Scoreboard(max(self.num_workers * 2, self.num_workers + 8))
+        self.scoreboard = _core.Scoreboard(watchdog.scoreboard_slots(cfg), watchdog.scoreboard_threads(cfg))
+        self.watchdog = watchdog.Watchdog(cfg, self.scoreboard)
         self.wake_read, self.wake_write = self.pipe()
         self.notify_read, self.notify_write = self.pipe()
         self.life_read, self.life_write = self.pipe()
@@ -209,6 +211,8 @@ class Arbiter:
                 while self.signals:
                     self.dispatch(self.signals.popleft())
                 self.read_notifications()
+                if self.watchdog is not None:
+                    self.watchdog.check(list(self.workers.values()))
                 self.manage_workers()
         except Stop as stop:
             return stop.status
@@ -219,11 +223,14 @@ class Arbiter:
         getattr(self, f"handle_{name}")()
 
     def loop_timeout(self) -> float:
-        """Sleep until the next delayed (backed-off) spawn is due, at most LOOP_TIMEOUT."""
+        """Sleep until the next delayed (backed-off) spawn or watchdog deadline is due, at
+        most LOOP_TIMEOUT."""
+        timeout = LOOP_TIMEOUT
         wait = self.next_spawn - time.monotonic()
         if len(self.live_workers()) < self.num_workers and wait > 0:
-            return min(LOOP_TIMEOUT, wait)
-        return LOOP_TIMEOUT
+            timeout = min(timeout, wait)
+        due = self.watchdog.next_wake(self.workers.values()) if self.watchdog is not None else None
+        return timeout if due is None else min(timeout, due)
 
     def sleep(self, timeout: float) -> bool:
         """Wait for a signal (wake-up fd) or a worker message, at most ``timeout``; False when
@@ -374,6 +381,7 @@ class Arbiter:
         ready_new = sum(w.ready for w in self.live_workers())
         for worker in list(self.workers.values()):
             if worker.generation < self.generation and not worker.stopping and ready_new > 0:
+                self.scoreboard.set_exit_reason(worker.slot, "reload")  # type: ignore[attr-defined]
                 self.stop_worker(worker, signal.SIGTERM)
                 ready_new -= 1
 
@@ -395,18 +403,24 @@ class Arbiter:
             if worker is None:
                 continue
             self.scoreboard.clear(worker.slot)  # type: ignore[attr-defined]
-            self.log_exit(worker, status, usage.ru_utime + usage.ru_stime)
+            if self.watchdog is not None:
+                self.watchdog.forget(pid)
+            reason = watchdog.record_exit(self.scoreboard, worker.slot, status, worker.stopping)
+            self.log_exit(worker, status, usage.ru_utime + usage.ru_stime, reason)
             self.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
             if not worker.ready and not worker.stopping:
                 self.on_death_before_ready(worker, status)
             elif not worker.stopping and self.crashed(status):
                 self.on_crash_after_ready()
 
-    def log_exit(self, worker: Worker, status: int, cpu_seconds: float = 0.0) -> None:
+    def log_exit(self, worker: Worker, status: int, cpu_seconds: float = 0.0, reason: str = "none") -> None:
         """One line saying how a worker ended, naming the resource limit that ended it where
-        that can be told (``limits.exit_cause``; ``cpu_seconds`` is its user + system time)."""
+        that can be told (``limits.exit_cause``; ``cpu_seconds`` is its user + system time),
+        or the exit reason the master or the worker recorded (``request_timeout``...)."""
         # A worker the master was stopping may have been killed by the master itself.
         cause = "" if worker.stopping else limits.exit_cause(self.cfg, status, cpu_seconds)
+        if not cause and reason not in ("none", "crash", "signal", "stop"):
+            cause = f" ({reason})"
         if os.WIFSIGNALED(status):
             name = signal.Signals(os.WTERMSIG(status)).name
             level = log.info if worker.stopping and name in ("SIGKILL", "SIGTERM") else log.error
