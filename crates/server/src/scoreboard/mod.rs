@@ -16,8 +16,9 @@
 //! The worker states ([`WorkerState`]), for every MPM: `booting` from fork until the worker's
 //! loop starts; then `busy` while at least one request is dispatched to the app (prefork: its
 //! one thread; thread/event: any app thread); otherwise, as the loop last saw it (each loop
-//! turn, at least once per heartbeat second): `reading` while a connection is part-way
-//! through a request head (or, event MPM, a body the loop reads ahead), `keepalive` while
+//! turn, at least once per heartbeat second): `reading` while a connection waits for its
+//! first request or is part-way through a request head (or, event MPM, a body the loop reads
+//! ahead), `keepalive` while
 //! connections are open and none is (idle keep-alive connections, or event MPM output the
 //! loop finishes), `idle` with no connection; `stopping` once it drains to exit. The state is
 //! a gauge for people; decisions use `active` and the sub-slots, which are exact.
@@ -46,7 +47,8 @@ pub enum WorkerState {
     Busy = 3,
     /// Draining before exit (graceful stop or recycling).
     Stopping = 4,
-    /// No request; a connection is part-way through a request head (or a body read ahead).
+    /// No request; a connection waits for its first request, is part-way through a request
+    /// head, or has a body read ahead.
     Reading = 5,
     /// No request; only idle keep-alive connections (or output the loop finishes).
     KeepAlive = 6,
