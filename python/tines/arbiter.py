@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from setproctitle import setproctitle
 
-from tines import limits, logs, memory, preflight
+from tines import limits, logs, memory, preflight, watchdog
 from tines import pool as spare_pool
 from tines import worker as worker_process
 from tines.app_loader import load_app
@@ -108,6 +108,7 @@ class Arbiter:
         self.notify_buffer = bytearray()
         self.warned_threads = False
         self.scoreboard: object = None
+        self.watchdog: watchdog.Watchdog | None = None
         self.worker_settings: dict[str, object] = {}
         self.wake_read = self.wake_write = -1
         self.notify_read = self.notify_write = -1
@@ -170,7 +171,8 @@ class Arbiter:
         import tines._core as _core
 
         most = self.num_workers if self.pool is None else self.pool.settings.max_workers
-        self.scoreboard = _core.Scoreboard(max(most * 2, most + 8))
+        self.scoreboard = _core.Scoreboard(watchdog.scoreboard_slots(most), watchdog.scoreboard_threads(cfg))
+        self.watchdog = watchdog.Watchdog(cfg, self.scoreboard)
         self.wake_read, self.wake_write = self.pipe()
         self.notify_read, self.notify_write = self.pipe()
         self.life_read, self.life_write = self.pipe()
@@ -238,6 +240,8 @@ class Arbiter:
                 while self.signals:
                     self.dispatch(self.signals.popleft())
                 self.read_notifications()
+                if self.watchdog is not None:
+                    self.duty("watchdog", lambda: self.watchdog.check(list(self.workers.values())))
                 if self.pool is not None and time.monotonic() >= self.next_pool_check:
                     self.next_pool_check = time.monotonic() + spare_pool.CHECK_INTERVAL
                     self.duty("pool", self.check_pool)
@@ -257,8 +261,8 @@ class Arbiter:
         getattr(self, f"handle_{name}")()
 
     def loop_timeout(self) -> float:
-        """Sleep until the next delayed (backed-off) spawn, pool check or memory read is due,
-        at most LOOP_TIMEOUT."""
+        """Sleep until the next delayed (backed-off) spawn, pool check, memory read or
+        watchdog deadline is due, at most LOOP_TIMEOUT."""
         now = time.monotonic()
         timeout = LOOP_TIMEOUT
         if len(self.live_workers()) < self.num_workers and self.next_spawn > now:
@@ -267,7 +271,8 @@ class Arbiter:
             timeout = min(timeout, max(0.0, self.next_pool_check - now))
         if any(w.ready and not w.stopping for w in self.workers.values()):
             timeout = min(timeout, self.memory_sampler.wait(now))
-        return timeout
+        due = self.watchdog.next_wake(self.workers.values()) if self.watchdog is not None else None
+        return timeout if due is None else min(timeout, due)
 
     def sleep(self, timeout: float) -> bool:
         """Wait for a signal (wake-up fd) or a worker message, at most ``timeout``; False when
@@ -390,8 +395,10 @@ class Arbiter:
             log.exception("memory sampling failed")
 
     def record_memory(self, worker: Worker, usage: memory.MemoryUsage) -> None:
-        """Keep a worker's latest memory sample: the one place a sample is written."""
+        """Keep a worker's latest memory sample (and publish it in its scoreboard slot): the
+        one place a sample is written."""
         worker.memory = usage
+        self.scoreboard.set_memory(worker.slot, usage.rss, usage.pss, usage.uss, usage.swap)  # type: ignore[attr-defined]
 
     def retire_worker(self, worker: Worker, reason: str) -> None:
         """Stop one worker gracefully for ``reason``: it finishes its in-flight requests and
@@ -491,6 +498,7 @@ class Arbiter:
         ready_new = sum(w.ready for w in self.live_workers())
         for worker in list(self.workers.values()):
             if worker.generation < self.generation and not worker.stopping and ready_new > 0:
+                self.scoreboard.set_exit_reason(worker.slot, "reload")  # type: ignore[attr-defined]
                 self.stop_worker(worker, signal.SIGTERM)
                 ready_new -= 1
 
@@ -512,7 +520,10 @@ class Arbiter:
             if worker is None:
                 continue
             self.scoreboard.clear(worker.slot)  # type: ignore[attr-defined]
-            self.log_exit(worker, status, usage.ru_utime + usage.ru_stime)
+            if self.watchdog is not None:
+                self.watchdog.forget(pid)
+            reason = watchdog.record_exit(self.scoreboard, worker.slot, status, worker.stopping)
+            self.log_exit(worker, status, usage.ru_utime + usage.ru_stime, reason)
             if worker.memory is not None and worker.memory.ksm_merging:
                 log.info("worker %d (slot %d) last memory sample: %s", worker.pid, worker.slot,
                          worker.memory.describe())
@@ -522,11 +533,14 @@ class Arbiter:
             elif not worker.stopping and self.crashed(status):
                 self.on_crash_after_ready()
 
-    def log_exit(self, worker: Worker, status: int, cpu_seconds: float = 0.0) -> None:
+    def log_exit(self, worker: Worker, status: int, cpu_seconds: float = 0.0, reason: str = "none") -> None:
         """One line saying how a worker ended, naming the resource limit that ended it where
-        that can be told (``limits.exit_cause``; ``cpu_seconds`` is its user + system time)."""
+        that can be told (``limits.exit_cause``; ``cpu_seconds`` is its user + system time),
+        or the exit reason the master or the worker recorded (``request_timeout``...)."""
         # A worker the master was stopping may have been killed by the master itself.
         cause = "" if worker.stopping else limits.exit_cause(self.cfg, status, cpu_seconds)
+        if not cause and reason not in ("none", "crash", "signal", "stop"):
+            cause = f" ({reason})"
         if os.WIFSIGNALED(status):
             name = signal.Signals(os.WTERMSIG(status)).name
             level = log.info if worker.stopping and name in ("SIGKILL", "SIGTERM") else log.error

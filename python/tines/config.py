@@ -482,6 +482,10 @@ _REGISTRY = (
             positive_seconds, 2.0, ("--linger-timeout",), "SECONDS", worker=True),
     Setting("graceful_timeout", "Timeouts", "Seconds the master waits for workers to finish in-flight requests on stop or reload before killing them.",
             positive_seconds, 30.0, ("--graceful-timeout",), "SECONDS"),
+    Setting("request_timeout", "Timeouts", "Seconds the app may hold an app thread without progress (uWSGI `harakiri`, gunicorn `timeout`): from dispatch until the app returns its iterable, and between one body block and the next, so a stream that keeps producing is never cut; time spent waiting on the client (reading the body, sending) does not count. On overrun the master logs the request, the worker's Python stacks (every thread) go to the error log, the client gets 503 if no byte of the response was sent, and the worker is killed and replaced; the other workers serve on. Also catches an app stuck in C code holding the GIL. 0 turns it off. See docs/signals.md.",
+            non_negative_seconds, 60.0, ("--request-timeout",), "SECONDS"),
+    Setting("boot_timeout", "Timeouts", "Seconds a new worker has to become ready (load the app, run `post_fork`); one that does not (an import hanging on the network) has its Python stack written to the error log and is killed, a death before ready for the crash-loop guard (`boot_failure_limit`). 0 turns it off.",
+            non_negative_seconds, 60.0, ("--boot-timeout",), "SECONDS"),
     # Limits
     Setting("max_request_line", "Limits", "Longest request line (method, target, version), in bytes; at least 14, the length of `GET / HTTP/1.1`.",
             request_line_size, 8190, ("--max-request-line",), "BYTES", worker=True),
@@ -827,7 +831,6 @@ def _reference_on_command_line(match: re.Match[str]) -> str:
 _TLS = "not supported yet: terminate TLS in a proxy in front of Tines"
 _RELOAD = ("not supported yet; send `HUP` to the master for new workers, which import the app again "
            "(not with {preload})")
-_REQUEST_TIMEOUT = "not supported yet (planned as {planned:request_timeout}: a request the app runs too long is ended)"
 
 EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Apache", "`Listen`", "{bind}"),
@@ -874,8 +877,11 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("gunicorn", "`keepalive`", "{keepalive_timeout}", ("--keep-alive",)),
     Equivalent("gunicorn", "`graceful_timeout`", "{graceful_timeout}"),
     Equivalent("gunicorn", "`timeout`: a worker silent this many seconds is killed",
-               _REQUEST_TIMEOUT + "; today's timeouts are for waits on the client: "
-               "{header_timeout}, {body_timeout}, {send_timeout}", ("-t", "--timeout")),
+               "{request_timeout}: an app thread held this long without progress gets its worker's "
+               "stacks logged and the worker killed (a stuck request, not a silent worker: a "
+               "streaming response that keeps producing is not cut); waits on the client have "
+               "{header_timeout}, {body_timeout}, {send_timeout}; a slow boot {boot_timeout}",
+               ("-t", "--timeout")),
     Equivalent("gunicorn", "`limit_request_line`", "{max_request_line}", ("--limit-request-line",)),
     Equivalent("gunicorn", "`limit_request_fields`", "{max_headers}", ("--limit-request-fields",)),
     Equivalent("gunicorn", "`limit_request_field_size`", "{max_head_size} (limits the whole head)",
@@ -925,7 +931,8 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("uWSGI", "`max-requests`", "{max_requests}"),
     Equivalent("uWSGI", "`listen`", "{backlog}"),
     Equivalent("uWSGI", "`lazy-apps` (uWSGI preloads unless it is set)", "{preload=false} (our default)"),
-    Equivalent("uWSGI", "`harakiri`", _REQUEST_TIMEOUT),
+    Equivalent("uWSGI", "`harakiri`", "{request_timeout} (also answers 503 when nothing was sent, and "
+               "logs the stacks like `py-tracebacker`)"),
     Equivalent("uWSGI", "`reload-on-rss` (MB, checked by the worker after each request)",
                "{max_worker_memory} (with a unit: `512MiB`) and {max_worker_memory_kind=rss}; checked by the master "
                "({memory_sample_rate}), USS by default"),

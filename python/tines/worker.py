@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 
 from setproctitle import setproctitle
 
-from tines import limits, logs, memory
+from tines import limits, logs, memory, watchdog
 from tines.app_loader import load_app
 from tines.config import Config
 from tines.errors import AppLoadError, ConfigError
@@ -162,6 +162,22 @@ def _raise_open_files_limit() -> None:
             log.warning("cannot raise the open files limit from %d to %d: %s", soft, hard, error)
 
 
+def _register_dump_signal(context: WorkerContext) -> None:
+    """Prepare for the master's dump signal (``request_timeout``, ``boot_timeout``; see
+    ``tines.watchdog``) before anything of the app runs, so a hanging import is caught too.
+
+    Rust's handler goes first and faulthandler is registered in front of it with
+    ``chain=True``: on the signal CPython writes the Python stack of every thread to the
+    error log (fd 2), then re-raises to Rust's handler, which answers 503 on the timed-out
+    connections and sets the slot's ``dumped`` flag. faulthandler writes to fd 2 by number;
+    a reopened error log is put on fd 2 (``logs.reopen``), so the registration stays valid.
+    """
+    import tines._core as _core
+
+    _core.install_dump_handler(context.scoreboard, context.slot, watchdog.DUMP_SIGNAL)
+    faulthandler.register(watchdog.DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=True)
+
+
 def _write(fd: int, data: bytes) -> None:
     try:
         os.write(fd, data)
@@ -194,6 +210,7 @@ def _serve(context: WorkerContext) -> int:
     # A segfault or a fatal error (in the app, a C extension or Rust) leaves the Python stack
     # of every thread in the error log (fd 2) before the worker dies by the signal.
     faulthandler.enable(file=sys.stderr, all_threads=True)
+    _register_dump_signal(context)
     for fd in context.close_in_child:
         try:
             os.close(fd)

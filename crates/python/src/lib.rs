@@ -18,6 +18,11 @@ mod wsgi;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<scoreboard::PyScoreboard>()?;
+    m.add(
+        "EXIT_REASONS",
+        pyo3::types::PyTuple::new(m.py(), scoreboard::exit_reason_names())?,
+    )?;
+    m.add_function(wrap_pyfunction!(scoreboard::install_dump_handler, m)?)?;
     m.add_class::<wsgi::file_wrapper::FileWrapper>()?;
     m.add_class::<wsgi::input::Input>()?;
     m.add_class::<wsgi::start_response::StartResponse>()?;

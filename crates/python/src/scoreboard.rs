@@ -1,15 +1,18 @@
-//! The scoreboard as a Python object, for the master (claim, clear, read) and for handing to
-//! `run_worker` in the forked child.
+//! The scoreboard as a Python object, for the master (claim, clear, read, and the fields it
+//! writes: memory samples, exit reasons, timed-out marks) and for handing to `run_worker`
+//! and `install_dump_handler` in the forked child.
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyIndexError, PyOSError};
+use pyo3::exceptions::{PyIndexError, PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
-use tines_server::Scoreboard;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use tines_server::scoreboard::{monotonic_ns, ThreadState};
+use tines_server::{ExitReason, Scoreboard};
 
-/// `tines._core.Scoreboard(slots)`: a shared-memory region with one slot per worker. Create it
-/// in the master before the first fork.
+/// `tines._core.Scoreboard(slots, threads_per_slot=1)`: a shared-memory region with one slot
+/// per worker and one sub-slot per app thread of each. Create it in the master before the
+/// first fork.
 #[pyclass(name = "Scoreboard", module = "tines._core", frozen)]
 pub struct PyScoreboard {
     pub(crate) inner: Arc<Scoreboard>,
@@ -23,11 +26,17 @@ fn check(ok: bool, slot: usize) -> PyResult<()> {
     }
 }
 
+/// The names of [`ExitReason`], in value order (`tines._core.EXIT_REASONS`).
+pub fn exit_reason_names() -> Vec<&'static str> {
+    ExitReason::ALL.iter().map(|reason| reason.name()).collect()
+}
+
 #[pymethods]
 impl PyScoreboard {
     #[new]
-    fn new(slots: usize) -> PyResult<Self> {
-        let inner = Scoreboard::new(slots)
+    #[pyo3(signature = (slots, threads_per_slot=1))]
+    fn new(slots: usize, threads_per_slot: usize) -> PyResult<Self> {
+        let inner = Scoreboard::new(slots, threads_per_slot)
             .map_err(|err| PyOSError::new_err(format!("cannot create the scoreboard: {err}")))?;
         Ok(PyScoreboard {
             inner: Arc::new(inner),
@@ -40,18 +49,55 @@ impl PyScoreboard {
         self.inner.len()
     }
 
-    /// Gives `slot` to a freshly forked worker (master side).
+    /// App-thread sub-slots per slot.
+    #[getter]
+    fn threads_per_slot(&self) -> usize {
+        self.inner.threads_per_slot()
+    }
+
+    /// Gives `slot` to a freshly forked worker (master side); forgets the previous worker's
+    /// fields, its exit reason too.
     fn claim(&self, slot: usize, pid: u32, generation: u32) -> PyResult<()> {
         check(self.inner.claim(slot, pid, generation), slot)
     }
 
-    /// Frees `slot` after its worker was reaped.
+    /// Frees `slot` after its worker was reaped (the exit reason and counters stay).
     fn clear(&self, slot: usize) -> PyResult<()> {
         check(self.inner.clear(slot), slot)
     }
 
+    /// Records the master's memory sample of the worker in `slot`, in bytes.
+    fn set_memory(&self, slot: usize, rss: u64, pss: u64, uss: u64, swap: u64) -> PyResult<()> {
+        check(self.inner.set_memory(slot, rss, pss, uss, swap), slot)
+    }
+
+    /// Records why the master is about to stop the worker in `slot` (a name from
+    /// `EXIT_REASONS`; ValueError otherwise). Overwrites a reason the worker recorded.
+    fn set_exit_reason(&self, slot: usize, reason: &str) -> PyResult<()> {
+        let reason = ExitReason::from_name(reason)
+            .ok_or_else(|| PyValueError::new_err(format!("no exit reason named {reason:?}")))?;
+        check(self.inner.set_exit_reason(slot, reason), slot)
+    }
+
+    /// Marks request number `request` (the sub-slot's `request` key) of app thread `thread`
+    /// of `slot` as timed out: the worker's dump-signal handler answers it 503 if it is still
+    /// that request and nothing was sent.
+    fn mark_timed_out(&self, slot: usize, thread: usize, request: u64) -> PyResult<()> {
+        let thread_slot = self.inner.thread_slot(slot, thread).ok_or_else(|| {
+            PyIndexError::new_err(format!("no scoreboard sub-slot {slot}.{thread}"))
+        })?;
+        thread_slot.mark_timed_out(request);
+        Ok(())
+    }
+
     /// A dict snapshot of `slot`: pid, generation, state, active, requests, accepted,
-    /// connections, heartbeat and request_start (Unix seconds as floats; 0 when none).
+    /// connections, bytes_out, heartbeat (Unix seconds), request_start (Unix seconds of the
+    /// oldest request in progress; 0 when none), exit_reason (a name), dumped, rss, pss, uss,
+    /// swap (bytes), memory_sampled (Unix seconds; 0: never), and threads: one dict per app
+    /// thread with thread, state ("idle" / "busy"), waiting_on_client, method, target (str,
+    /// truncated; latin-1), fd, request (its number on the thread), requests (finished),
+    /// dispatch_ns and progress_ns (CLOCK_MONOTONIC, as `time.monotonic_ns()`),
+    /// response_bytes, last_app_us, last_response_us, timed_out (the marked request number).
     fn read<'py>(&self, py: Python<'py>, slot: usize) -> PyResult<Bound<'py, PyDict>> {
         let reading = self
             .inner
@@ -65,8 +111,69 @@ impl PyScoreboard {
         dict.set_item("requests", reading.requests)?;
         dict.set_item("accepted", reading.accepted)?;
         dict.set_item("connections", reading.connections)?;
+        dict.set_item("bytes_out", reading.bytes_out)?;
         dict.set_item("heartbeat", reading.heartbeat_ms as f64 / 1000.0)?;
-        dict.set_item("request_start", reading.request_start_ms as f64 / 1000.0)?;
+        dict.set_item("exit_reason", reading.exit_reason.name())?;
+        dict.set_item("dumped", reading.dumped)?;
+        dict.set_item("rss", reading.rss)?;
+        dict.set_item("pss", reading.pss)?;
+        dict.set_item("uss", reading.uss)?;
+        dict.set_item("swap", reading.swap)?;
+        dict.set_item("memory_sampled", reading.memory_sampled_ms as f64 / 1000.0)?;
+        let threads = PyList::empty(py);
+        let mut oldest_dispatch: Option<u64> = None;
+        for (index, thread) in self.inner.read_threads(slot).into_iter().enumerate() {
+            let busy = thread.state != ThreadState::Idle;
+            if busy {
+                oldest_dispatch = Some(
+                    oldest_dispatch
+                        .map_or(thread.dispatch_ns, |oldest| oldest.min(thread.dispatch_ns)),
+                );
+            }
+            let item = PyDict::new(py);
+            item.set_item("thread", index)?;
+            item.set_item("state", if busy { "busy" } else { "idle" })?;
+            item.set_item("waiting_on_client", thread.state == ThreadState::Client)?;
+            item.set_item("method", latin1(py, &thread.method)?)?;
+            item.set_item("target", latin1(py, &thread.target)?)?;
+            item.set_item("fd", thread.fd)?;
+            item.set_item("request", thread.request)?;
+            item.set_item("requests", thread.requests)?;
+            item.set_item("dispatch_ns", thread.dispatch_ns)?;
+            item.set_item("progress_ns", thread.progress_ns)?;
+            item.set_item("response_bytes", thread.response_bytes)?;
+            item.set_item("last_app_us", thread.last_app_us)?;
+            item.set_item("last_response_us", thread.last_response_us)?;
+            item.set_item("timed_out", thread.timed_out)?;
+            threads.append(item)?;
+        }
+        // The oldest request's start in Unix time, from its monotonic dispatch time.
+        let request_start = oldest_dispatch.map_or(0.0, |dispatch| {
+            let age = monotonic_ns().saturating_sub(dispatch) as f64 / 1e9;
+            tines_server::scoreboard::now_ms() as f64 / 1000.0 - age
+        });
+        dict.set_item("request_start", request_start)?;
+        dict.set_item("threads", threads)?;
         Ok(dict)
     }
+}
+
+/// Bytes as they came in the request line (HTTP/1.1 targets are ASCII; latin-1 keeps any
+/// byte, as PEP 3333 does for the environ).
+fn latin1<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+    PyBytes::new(py, bytes).call_method1("decode", ("latin-1",))
+}
+
+/// `install_dump_handler(scoreboard, slot, signum)`: installs the worker's Rust handler for the
+/// master's dump signal (see `tines_server::dump_signal`); call it before
+/// `faulthandler.register(signum, ..., chain=True)`, so faulthandler dumps first and then
+/// chains to it. Once per process.
+#[pyfunction]
+pub fn install_dump_handler(
+    scoreboard: &Bound<'_, PyScoreboard>,
+    slot: usize,
+    signum: i32,
+) -> PyResult<()> {
+    tines_server::dump_signal::install(Arc::clone(&scoreboard.get().inner), slot, signum)
+        .map_err(|err| PyOSError::new_err(format!("cannot install the dump handler: {err}")))
 }

@@ -84,7 +84,7 @@ pub fn drive_connection(input: &[u8]) {
         ..WorkerConfig::default()
     };
     let limits = config.limits;
-    let scoreboard = Arc::new(Scoreboard::new(1).expect("scoreboard"));
+    let scoreboard = Arc::new(Scoreboard::new(1, 1).expect("scoreboard"));
     let shared = Arc::new(WorkerShared::new(
         config,
         vec![Local::Unix(String::new())],

@@ -2,7 +2,8 @@
 //! no knowledge of Python. The `python` crate implements [`App`] for WSGI.
 //!
 //! Layers, from the bottom: [`poller`] (epoll), [`io`] (non-blocking syscalls), [`control`]
-//! (signals, life pipe), [`scoreboard`], [`clock`] (UTC dates for the logs),
+//! (signals, life pipe), [`scoreboard`], [`dump_signal`] (the stuck worker's dump-signal
+//! handler, over the scoreboard), [`clock`] (UTC dates for the logs),
 //! [`log`] (the error log), [`listener`] (accept, addresses), [`trusted_proxies`]
 //! (`forwarded_allow_ips`), [`config`], [`pending`] (response output the event loop finishes),
 //! [`connection`] (the per-connection state machine), [`access_log`], [`shared`] (what a
@@ -16,6 +17,7 @@ pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod control;
+pub mod dump_signal;
 pub mod exchange;
 pub mod fuzzing;
 pub mod io;
@@ -35,7 +37,7 @@ pub use config::{Mpm, WorkerConfig};
 pub use control::StopReason;
 pub use exchange::{Exchange, ResponseError};
 pub use listener::{Local, Peer};
-pub use scoreboard::{Scoreboard, WorkerState};
+pub use scoreboard::{ExitReason, Scoreboard, WorkerState};
 pub use trusted_proxies::{TrustedProxies, TrustedProxiesError};
 pub use worker::{run_worker, WorkerSpec};
 

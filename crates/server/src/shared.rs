@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use crate::access_log::AccessLog;
 use crate::config::WorkerConfig;
 use crate::listener::Local;
-use crate::scoreboard::{now_ms, Scoreboard, Slot, WorkerState};
+use crate::scoreboard::{ExitReason, Scoreboard, Slot, ThreadSlot, WorkerState};
 
 /// What every slot of a worker shares (read-mostly).
 pub struct WorkerShared {
@@ -93,34 +93,69 @@ impl WorkerShared {
         &self.scoreboard
     }
 
-    /// Records the start of a request in the scoreboard.
-    pub(crate) fn request_started(&self) {
+    /// App thread `thread`'s sub-slot (`None` past the scoreboard's threads per slot, which
+    /// `run_worker` rules out).
+    pub fn thread_slot(&self, thread: usize) -> Option<&ThreadSlot> {
+        self.scoreboard.thread_slot(self.slot, thread)
+    }
+
+    /// Records the dispatch of a request to app thread `thread`: the slot's `active` count
+    /// (one locked add on the slot's line) and the thread's sub-slot
+    /// ([`ThreadSlot::begin_request`]: one vDSO clock read and plain stores).
+    pub(crate) fn request_started(&self, thread: usize, method: &[u8], target: &[u8], fd: i32) {
         let slot = self.slot();
-        if slot.active.fetch_add(1, Ordering::Relaxed) == 0 {
-            slot.request_start_ms.store(now_ms(), Ordering::Relaxed);
-            if !self.is_stopping() {
-                slot.state
-                    .store(WorkerState::Busy as u32, Ordering::Relaxed);
-            }
+        if let Some(thread_slot) = self.thread_slot(thread) {
+            thread_slot.begin_request(method, target, fd);
+        }
+        if slot.active.fetch_add(1, Ordering::Relaxed) == 0 && !self.is_stopping() {
+            slot.state
+                .store(WorkerState::Busy as u32, Ordering::Relaxed);
         }
     }
 
-    /// Records the end of a request; asks the worker to recycle when the budget is spent.
-    pub(crate) fn request_finished(&self) {
+    /// Records the end of a request on app thread `thread` (its timing in the sub-slot, no
+    /// clock read; two locked adds on the slot's line: requests and bytes out); asks the
+    /// worker to recycle when the budget is spent.
+    pub(crate) fn request_finished(&self, thread: usize) {
         let slot = self.slot();
+        if let Some(thread_slot) = self.thread_slot(thread) {
+            let sent = thread_slot.end_request();
+            slot.bytes_out.fetch_add(sent, Ordering::Relaxed);
+        }
         slot.requests.fetch_add(1, Ordering::Relaxed);
-        if slot.active.fetch_sub(1, Ordering::Relaxed) == 1 {
-            slot.request_start_ms.store(0, Ordering::Relaxed);
-            if !self.is_stopping() {
-                slot.state
-                    .store(WorkerState::Idle as u32, Ordering::Relaxed);
-            }
+        if slot.active.fetch_sub(1, Ordering::Relaxed) == 1 && !self.is_stopping() {
+            // The loop refines this (reading / keepalive / idle) on its next turn.
+            slot.state
+                .store(WorkerState::KeepAlive as u32, Ordering::Relaxed);
         }
         if self.budget.load(Ordering::Relaxed) != u64::MAX
             && self.budget.fetch_sub(1, Ordering::Relaxed) == 1
         {
             self.recycle.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// The loop, once per turn: the worker state when no request runs (see the scoreboard's
+    /// module doc), from the loop's own counts of open connections and of connections
+    /// part-way through a request. One load and at most one store.
+    pub(crate) fn publish_loop_state(&self, open: usize, reading: usize) {
+        let slot = self.slot();
+        if self.is_stopping() || slot.active.load(Ordering::Relaxed) > 0 {
+            return;
+        }
+        let state = if reading > 0 {
+            WorkerState::Reading
+        } else if open > 0 {
+            WorkerState::KeepAlive
+        } else {
+            WorkerState::Idle
+        };
+        slot.state.store(state as u32, Ordering::Relaxed);
+    }
+
+    /// Records why the worker decided to stop (unless the master recorded a reason first).
+    pub(crate) fn propose_exit_reason(&self, reason: ExitReason) {
+        self.slot().propose_exit_reason(reason);
     }
 
     /// True once `max_requests` was reached.

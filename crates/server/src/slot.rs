@@ -18,7 +18,14 @@ pub(crate) fn serve_connection(
     shared: &Arc<WorkerShared>,
 ) -> (Option<Connection>, SlotContext) {
     loop {
-        shared.request_started();
+        let fd = conn.fd();
+        let head = &conn.head;
+        shared.request_started(
+            ctx.thread,
+            head.method.of(&conn.buf),
+            head.target.of(&conn.buf),
+            fd,
+        );
         let mut exchange = Exchange::new(conn, ctx, Arc::clone(shared));
         let exchange = if exchange.body_too_large() {
             // RFC 9110 15.5.14: refuse before reading (and before any 100 Continue).
@@ -29,7 +36,7 @@ pub(crate) fn serve_connection(
         };
         let (kept, returned) = exchange.complete();
         ctx = returned;
-        shared.request_finished();
+        shared.request_finished(ctx.thread);
         let Some(mut next) = kept else {
             return (None, ctx);
         };

@@ -55,6 +55,20 @@ pub fn run_worker(app: Arc<dyn App>, spec: WorkerSpec) -> io::Result<StopReason>
             "scoreboard slot out of range",
         ));
     }
+    let app_threads = match spec.config.mpm {
+        Mpm::Prefork => 1,
+        Mpm::Thread | Mpm::Event => spec.config.threads.max(1),
+    };
+    if spec.scoreboard.threads_per_slot() < app_threads {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "the scoreboard has {} app-thread sub-slots per worker, {} app threads need one each",
+                spec.scoreboard.threads_per_slot(),
+                app_threads
+            ),
+        ));
+    }
     if spec.listeners.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,

@@ -8,7 +8,8 @@ use std::net::Shutdown;
 use std::time::Duration;
 
 use support::{closed, exchange, read_response, test_config, Echo, TestServer};
-use tines_server::{App, Exchange, Mpm, StopReason};
+use tines_server::scoreboard::ThreadState;
+use tines_server::{App, Exchange, ExitReason, Mpm, StopReason};
 
 fn each_mpm(test: impl Fn(Mpm)) {
     for mpm in [Mpm::Prefork, Mpm::Thread, Mpm::Event] {
@@ -377,6 +378,48 @@ fn counts_requests_in_the_scoreboard() {
 }
 
 #[test]
+fn shows_the_request_an_app_thread_serves_in_its_sub_slot() {
+    each_mpm(|mpm| {
+        let mut config = test_config(mpm);
+        config.max_request_buffer = 0;
+        let server = TestServer::start(config, Echo);
+        let mut stream = server.connect();
+        stream
+            .write_all(b"POST /upload?name=x HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nab")
+            .unwrap();
+        // The app holds the request, blocked reading the rest of the body from the client.
+        let busy = loop {
+            let threads = server.scoreboard.read_threads(0);
+            if let Some(thread) = threads
+                .into_iter()
+                .find(|thread| thread.state == ThreadState::Client)
+            {
+                break thread;
+            }
+            std::thread::yield_now();
+        };
+        assert_eq!(busy.method, b"POST", "{mpm:?}");
+        assert_eq!(busy.target, b"/upload?name=x", "{mpm:?}");
+        assert!(busy.fd >= 0 && busy.request == 1 && busy.response_bytes == 0);
+        stream.write_all(b"cd").unwrap();
+        let response = read_response(&mut stream, &mut Vec::new(), false).unwrap();
+        assert_eq!(response.status, 200);
+        drop(stream);
+        let board = std::sync::Arc::clone(&server.scoreboard);
+        server.stop();
+        let served: Vec<_> = board
+            .read_threads(0)
+            .into_iter()
+            .filter(|thread| thread.requests == 1)
+            .collect();
+        assert_eq!(served.len(), 1, "{mpm:?}");
+        assert_eq!(served[0].state, ThreadState::Idle);
+        assert!(served[0].last_response_us >= served[0].last_app_us);
+        assert!(board.read(0).unwrap().bytes_out > 0);
+    });
+}
+
+#[test]
 fn recycles_after_max_requests() {
     each_mpm(|mpm| {
         let mut config = test_config(mpm);
@@ -391,7 +434,9 @@ fn recycles_after_max_requests() {
                 200
             );
         }
+        let board = std::sync::Arc::clone(&server.scoreboard);
         assert_eq!(server.wait(), StopReason::MaxRequests, "{mpm:?}");
+        assert_eq!(board.read(0).unwrap().exit_reason, ExitReason::MaxRequests);
     });
 }
 

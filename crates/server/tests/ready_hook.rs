@@ -59,7 +59,7 @@ fn a_worker_whose_access_log_cannot_be_opened_fails_without_reporting_ready() {
     let called = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&called);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let scoreboard = Arc::new(Scoreboard::new(1).unwrap());
+    let scoreboard = Arc::new(Scoreboard::new(1, 1).unwrap());
     let spec = WorkerSpec {
         config: tines_server::WorkerConfig {
             access_log: Some("/nonexistent-tines-directory/access.log".to_string()),

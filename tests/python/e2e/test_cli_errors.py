@@ -189,7 +189,7 @@ def test_an_asgi_app_is_named_as_such_not_as_a_factory(spec: str, extra: list[st
 
 
 @pytest.mark.parametrize("words, says", [
-    (["--timeout", "30"], "not supported yet (planned as --request-timeout"),
+    (["--timeout", "30"], "(gunicorn): use --request-timeout"),
     (["--reload"], "not supported yet; send HUP to the master"),
     (["--pid", "tines.pid"], "not supported yet; the master's pid"),
 ])

@@ -17,9 +17,10 @@ TINES_FLAGS = {flag for setting in SETTINGS.values() for flag in setting.flags} 
 
 def test_the_three_reported_flags_get_what_tines_has_instead() -> None:
     assert migration_hint("--timeout") == (
-        "(gunicorn): not supported yet (planned as --request-timeout: a request the app runs too long "
-        "is ended); today's timeouts are for waits on the client: --header-timeout, "
-        "--body-timeout, --send-timeout")
+        "(gunicorn): use --request-timeout: an app thread held this long without progress gets its "
+        "worker's stacks logged and the worker killed (a stuck request, not a silent worker: a "
+        "streaming response that keeps producing is not cut); waits on the client have "
+        "--header-timeout, --body-timeout, --send-timeout; a slow boot --boot-timeout")
     assert migration_hint("--reload") == (
         "(gunicorn, uvicorn): not supported yet; send HUP to the master for new workers, "
         "which import the app again (not with --preload)")
@@ -92,7 +93,8 @@ def test_the_docs_table_is_rendered_from_the_same_rows() -> None:
     assert "| uvicorn | `proxy_headers` (`--proxy-headers`, `--no-proxy-headers`) |" in text
     assert "| Apache | `KeepAlive Off` | `keepalive_timeout = 0` |" in text
     assert ("| gunicorn | `timeout`: a worker silent this many seconds is killed (`-t`, `--timeout`) | "
-            "not supported yet (planned as `request_timeout`") in text
+            "`request_timeout`: an app thread held this long") in text
+    assert "| uWSGI | `harakiri` | `request_timeout` (also answers 503" in text
     assert len([line for line in text.splitlines() if line.startswith("| gunicorn |")]) == len(
         [row for row in EQUIVALENTS if row.server == "gunicorn"])
 

@@ -82,7 +82,9 @@ impl WsgiApp {
             environ::build(py, &self.environ, exchange, input)
         })??;
         let start_response = Bound::new(py, StartResponse::new(input.clone().unbind()))?;
-        let iterable = self.app.bind(py).call1((environ, &start_response))?;
+        let iterable = self.app.bind(py).call1((environ, &start_response));
+        let _ = input.get().with(py, |exchange| exchange.app_returned());
+        let iterable = iterable?;
         let sent = body::send(py, &iterable, &start_response, input.get());
         if iterable.is_exact_instance_of::<PyList>() || iterable.is_exact_instance_of::<PyTuple>() {
             // Lists and tuples have no close(); asking would build an AttributeError each time.

@@ -33,11 +33,16 @@ impl Exchange {
         if self.expect == Continue::Pending {
             self.expect = Continue::Settled;
             if self.phase == Phase::NotStarted || self.phase == Phase::Buffered {
-                write_all(
+                self.begin_client_wait();
+                let written = write_all(
                     self.conn.fd(),
                     &[b"HTTP/1.1 100 Continue\r\n\r\n"],
                     self.shared.config.send_timeout,
-                )?;
+                );
+                // An interim response: not part of the response bytes (the final head may
+                // still be a 503).
+                self.end_client_wait(0);
+                written?;
             }
         }
         Ok(())
@@ -68,12 +73,15 @@ impl Exchange {
         let deadline = self.body_deadline();
         let fd = self.conn.fd();
         let space = self.conn.buf.len() - start;
+        self.begin_client_wait();
         let n = read_with_deadline(
             fd,
             &mut self.conn.buf[start..],
             deadline,
             "request body read",
-        )?;
+        );
+        self.end_client_wait(0);
+        let n = n?;
         self.conn.maybe_more = n == space;
         self.body_received += n as u64;
         if n == 0 {
@@ -204,12 +212,15 @@ impl Exchange {
                 }
                 let want = (out.len() as u64).min(remaining) as usize;
                 let deadline = self.body_deadline();
-                let n = match read_with_deadline(
+                self.begin_client_wait();
+                let read = read_with_deadline(
                     self.conn.fd(),
                     &mut out[..want],
                     deadline,
                     "request body read",
-                ) {
+                );
+                self.end_client_wait(0);
+                let n = match read {
                     Ok(0) => Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "client closed the connection before the request body ended",

@@ -44,12 +44,20 @@ pub struct SlotContext {
     pub(crate) log_line: Vec<u8>,
     /// The cached access-log timestamp.
     pub(crate) log_clock: crate::clock::LogClock,
+    /// Which app thread of the worker this is (its scoreboard sub-slot).
+    pub(crate) thread: usize,
 }
 
 impl SlotContext {
-    /// A fresh context for one slot thread.
+    /// A fresh context for the worker's first (or only) slot thread.
     pub fn new() -> Self {
+        Self::for_thread(0)
+    }
+
+    /// A fresh context for app thread `thread` (its scoreboard sub-slot).
+    pub fn for_thread(thread: usize) -> Self {
         SlotContext {
+            thread,
             out: Vec::with_capacity(OUT_BUFFER_LIMIT),
             date: DateCache::new(),
             log_line: Vec::with_capacity(256),
@@ -287,6 +295,31 @@ impl Exchange {
         }
     }
 
+    /// Marks, in the scoreboard, that the app returned its iterable: the "app done" time of
+    /// the request's timing, and a progress point for `request_timeout` (one vDSO clock read,
+    /// two stores).
+    pub fn app_returned(&self) {
+        if let Some(thread) = self.shared.thread_slot(self.ctx.thread) {
+            thread.app_returned();
+        }
+    }
+
+    /// The thread starts waiting on the client (reading the body, writing): not app time for
+    /// `request_timeout` (one store).
+    pub(crate) fn begin_client_wait(&self) {
+        if let Some(thread) = self.shared.thread_slot(self.ctx.thread) {
+            thread.waiting_on_client();
+        }
+    }
+
+    /// The wait on the client ended having handed `sent` bytes to the socket: a progress point
+    /// (one vDSO clock read, three stores).
+    pub(crate) fn end_client_wait(&self, sent: u64) {
+        if let Some(thread) = self.shared.thread_slot(self.ctx.thread) {
+            thread.progressed(sent);
+        }
+    }
+
     /// The response status (0 before `begin_response`).
     pub fn status(&self) -> u16 {
         self.status
@@ -336,7 +369,9 @@ impl Exchange {
         }
         let mut keep = self.keep_alive;
         if keep && !matches!(self.body, Body::Done) {
+            self.begin_client_wait();
             keep = self.drain_body();
+            self.end_client_wait(0);
         }
         if keep {
             // Undecoded bytes past the body are the start of a pipelined request.

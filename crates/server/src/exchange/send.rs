@@ -20,7 +20,23 @@ impl Exchange {
     /// wait). The event MPM writes what the socket takes without waiting and queues the rest
     /// for the loop; only when more than `max_response_buffer` is queued does the app thread
     /// wait for the client (backpressure on a large streamed body).
+    ///
+    /// The time it takes is the client's, not the app's (`request_timeout`); its return is
+    /// a progress point, and its end time after the last write is the request's "last byte
+    /// handed to the socket".
     pub(super) fn emit(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        self.begin_client_wait();
+        let result = self.emit_parts(parts);
+        let total = if result.is_ok() {
+            parts.iter().map(|part| part.len() as u64).sum()
+        } else {
+            0
+        };
+        self.end_client_wait(total);
+        result
+    }
+
+    fn emit_parts(&mut self, parts: &[&[u8]]) -> io::Result<()> {
         let fd = self.conn.fd();
         let timeout = self.shared.config.send_timeout;
         if !self.deferred {
@@ -107,6 +123,13 @@ impl Exchange {
         if chunked && count > 0 {
             encode_chunk_size(&mut self.ctx.out, count as usize);
         }
+        // The deferred path emits the head through `emit`, which counts it.
+        let head = if self.deferred {
+            0
+        } else {
+            self.ctx.out.len() as u64
+        };
+        self.begin_client_wait();
         let result = if self.deferred {
             self.send_file_deferred(file_fd, offset, count)
                 .inspect_err(|_| {
@@ -119,6 +142,7 @@ impl Exchange {
                 .and_then(|()| send_file(fd, file_fd, offset, count, timeout))
         };
         self.ctx.out.clear();
+        self.end_client_wait(result.as_ref().map_or(0, |sent| head + sent));
         self.phase = Phase::Committed;
         let sent = result.inspect_err(|_| self.keep_alive = false)?;
         self.body_sent += sent;

@@ -15,20 +15,21 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
-/// Starts `count` app threads, each running `body(app, worker, shared)`.
+/// Starts `count` app threads, each running `body(index, app, worker, shared)`; `index` is
+/// the thread's scoreboard sub-slot.
 pub(crate) fn spawn<S: Send + Sync + 'static>(
     count: usize,
     app: &Arc<dyn App>,
     worker: &Arc<WorkerShared>,
     shared: &Arc<S>,
-    body: fn(Arc<dyn App>, Arc<WorkerShared>, Arc<S>),
+    body: fn(usize, Arc<dyn App>, Arc<WorkerShared>, Arc<S>),
 ) -> io::Result<Vec<JoinHandle<()>>> {
     (0..count)
         .map(|index| {
             let (app, worker, shared) = (Arc::clone(app), Arc::clone(worker), Arc::clone(shared));
             std::thread::Builder::new()
                 .name(format!("tines-app-{index}"))
-                .spawn(move || body(app, worker, shared))
+                .spawn(move || body(index, app, worker, shared))
         })
         .collect()
 }

@@ -147,10 +147,10 @@ impl Driver for Pool {
     }
 }
 
-fn app_thread(app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
+fn app_thread(index: usize, app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
     let app_ref = Arc::clone(&app);
     app.run_slot_thread(&mut || {
-        let mut ctx = SlotContext::new();
+        let mut ctx = SlotContext::for_thread(index);
         loop {
             let job = {
                 let mut queue = lock(&pool.queue);

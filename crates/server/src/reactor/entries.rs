@@ -64,6 +64,7 @@ pub(super) enum TimerKind {
 impl Reactor {
     pub(super) fn insert(&mut self, conn: Connection) -> usize {
         self.open += 1;
+        self.reading += 1;
         self.shared
             .slot()
             .connections
@@ -101,8 +102,19 @@ impl Reactor {
             output: None,
         };
         match std::mem::replace(entry, dispatched) {
-            Entry::Parked { conn, .. } => Some(conn),
+            Entry::Parked { conn, kind, .. } => {
+                self.unparked(kind);
+                Some(conn)
+            }
             _ => unreachable!("checked above"),
+        }
+    }
+
+    /// A parked entry of `kind` left the `Parked` state (for the count of connections part-way
+    /// through a request, which the scoreboard's worker state shows).
+    pub(super) fn unparked(&mut self, kind: TimerKind) {
+        if kind != TimerKind::Idle {
+            self.reading = self.reading.saturating_sub(1);
         }
     }
 
@@ -110,7 +122,9 @@ impl Reactor {
         if let Some(entry) = self.entries.get_mut(token) {
             if !matches!(entry, Entry::Vacant) {
                 // Dropping the connection closes its fd, which also removes it from epoll.
-                *entry = Entry::Vacant;
+                if let Entry::Parked { kind, .. } = std::mem::replace(entry, Entry::Vacant) {
+                    self.unparked(kind);
+                }
                 self.free.push(token);
                 self.open -= 1;
                 self.shared

@@ -23,7 +23,7 @@ use crate::control::{Control, StopReason};
 use crate::exchange::SlotContext;
 use crate::listener::Listener;
 use crate::poller::{Event, Poller, Token, Trigger};
-use crate::scoreboard::now_ms;
+use crate::scoreboard::{now_ms, ExitReason};
 use crate::shared::WorkerShared;
 
 mod accept;
@@ -64,6 +64,9 @@ pub struct Reactor {
     entries: Vec<Entry>,
     free: Vec<usize>,
     open: usize,
+    /// Parked connections waiting for (the rest of) a request head or a body read ahead,
+    /// not idle keep-alive ones: the scoreboard's `reading` state.
+    reading: usize,
     /// No parked connection's deadline is earlier than this (it may be stale-early: the
     /// sweep then finds nothing and recomputes it). Timers cost nothing per park: each parked
     /// entry keeps its deadline, and one sweep over the entries runs when this passes.
@@ -113,6 +116,7 @@ impl Reactor {
             entries: Vec::new(),
             free: Vec::new(),
             open: 0,
+            reading: 0,
             next_deadline: None,
             stop: None,
             ctx: SlotContext::new(),
@@ -174,8 +178,10 @@ impl Reactor {
             self.manage_saturation(driver);
             let slot = self.shared.slot();
             slot.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
+            self.shared.publish_loop_state(self.open, self.reading);
             if self.shared.recycle_requested() && self.stop.is_none() {
                 crate::log::info("max_requests reached: recycling this worker");
+                self.shared.propose_exit_reason(ExitReason::MaxRequests);
                 self.begin_stop(StopReason::MaxRequests);
             }
             if let Some(log) = &self.shared.access_log {
@@ -203,6 +209,7 @@ impl Reactor {
             crate::log::info(&format!(
                 "cpu time limit (limit_cpu {limit} s) reached: recycling this worker"
             ));
+            self.shared.propose_exit_reason(ExitReason::CpuLimit);
             self.begin_stop(StopReason::CpuLimit);
         }
     }

@@ -57,6 +57,13 @@ impl Reactor {
             _ => (TimerKind::Idle, Instant::now() + config.keepalive_timeout),
         };
         self.note_deadline(deadline);
+        if let Entry::Parked { kind, .. } = self.entries[token] {
+            // Parked again without being taken: counted once.
+            self.unparked(kind);
+        }
+        if kind != TimerKind::Idle {
+            self.reading += 1;
+        }
         self.entries[token] = Entry::Parked {
             conn,
             deadline,
@@ -112,9 +119,10 @@ impl Reactor {
                     &mut self.ctx.date,
                     &mut self.ctx.out,
                 );
-                if let Entry::Parked { conn, .. } =
+                if let Entry::Parked { conn, kind, .. } =
                     std::mem::replace(&mut self.entries[token], Entry::Vacant)
                 {
+                    self.unparked(kind);
                     // The client may still be sending (a slow head or body): linger.
                     self.entries[token] = Entry::Dispatched {
                         readable: false,

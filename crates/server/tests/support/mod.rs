@@ -54,7 +54,7 @@ impl TestServer {
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
         // SAFETY: fresh fds owned by nobody else.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let scoreboard = Arc::new(Scoreboard::new(1).unwrap());
+        let scoreboard = Arc::new(Scoreboard::new(1, config.threads.max(1)).unwrap());
         scoreboard.claim(0, std::process::id(), 1);
         let spec = WorkerSpec {
             config,

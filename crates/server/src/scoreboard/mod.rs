@@ -1,0 +1,606 @@
+//! The scoreboard: one `MAP_SHARED` anonymous mapping with a fixed slot per worker, and after
+//! the slots one sub-slot per app thread of each slot ([`thread`]).
+//!
+//! The master creates it before the first fork, sized once (`Scoreboard::new(slots,
+//! threads_per_slot)`), so every worker inherits the same physical pages. A worker writes only
+//! its own slot and sub-slots; the master reads all of them, and writes a few fields of a
+//! slot: claim and clear, the memory sample, the exit reason it decided, and the timed-out
+//! mark of a sub-slot. The status endpoint will read them too. Every field is an atomic, so
+//! readers never see a torn value; the sub-slot's strings are read under a seqlock. A reader
+//! may see slot fields from two different moments, which the consumers tolerate: they are
+//! gauges and counters.
+//!
+//! Layout: `slots` [`Slot`]s of 128 bytes (two cache lines), then `slots * threads_per_slot`
+//! [`ThreadSlot`]s of 192 bytes, slot `s`'s thread `t` at index `s * threads_per_slot + t`.
+//!
+//! The worker states ([`WorkerState`]), for every MPM: `booting` from fork until the worker's
+//! loop starts; then `busy` while at least one request is dispatched to the app (prefork: its
+//! one thread; thread/event: any app thread); otherwise, as the loop last saw it (each loop
+//! turn, at least once per heartbeat second): `reading` while a connection waits for its
+//! first request or is part-way through a request head (or, event MPM, a body the loop reads
+//! ahead), `keepalive` while
+//! connections are open and none is (idle keep-alive connections, or event MPM output the
+//! loop finishes), `idle` with no connection; `stopping` once it drains to exit. The state is
+//! a gauge for people; decisions use `active` and the sub-slots, which are exact.
+
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub mod thread;
+
+pub use thread::{monotonic_ns, ThreadReading, ThreadSlot, ThreadState};
+
+/// What a worker is doing, as published in its slot (Apache's `SERVER_*` states, ours named;
+/// the module doc says when each holds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum WorkerState {
+    /// No worker owns the slot.
+    Free = 0,
+    /// Forked, loading the app.
+    Booting = 1,
+    /// No request, no connection.
+    Idle = 2,
+    /// Running a request (thread/event: at least one app thread is).
+    Busy = 3,
+    /// Draining before exit (graceful stop or recycling).
+    Stopping = 4,
+    /// No request; a connection waits for its first request, is part-way through a request
+    /// head, or has a body read ahead.
+    Reading = 5,
+    /// No request; only idle keep-alive connections (or output the loop finishes).
+    KeepAlive = 6,
+}
+
+impl WorkerState {
+    fn from_u32(value: u32) -> Self {
+        match value {
+            1 => WorkerState::Booting,
+            2 => WorkerState::Idle,
+            3 => WorkerState::Busy,
+            4 => WorkerState::Stopping,
+            5 => WorkerState::Reading,
+            6 => WorkerState::KeepAlive,
+            _ => WorkerState::Free,
+        }
+    }
+
+    /// The lower-case name used in Python and in the status output.
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkerState::Free => "free",
+            WorkerState::Booting => "booting",
+            WorkerState::Idle => "idle",
+            WorkerState::Busy => "busy",
+            WorkerState::Stopping => "stopping",
+            WorkerState::Reading => "reading",
+            WorkerState::KeepAlive => "keepalive",
+        }
+    }
+}
+
+/// Why a worker will exit or exited: one list for the log, the status output and metrics.
+/// Kept in the slot after the worker is gone, until the slot is claimed again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum ExitReason {
+    /// No reason recorded (yet).
+    None = 0,
+    /// Exited with a non-zero status on its own.
+    Crash = 1,
+    /// Killed by a signal the master did not send.
+    Signal = 2,
+    /// Served its `max_requests` (the worker decides).
+    MaxRequests = 3,
+    /// Above `max_worker_memory` (the master decides).
+    Memory = 4,
+    /// Reached its soft CPU time limit, SIGXCPU (the worker decides).
+    CpuLimit = 5,
+    /// A request held an app thread past `request_timeout` (the master decides).
+    RequestTimeout = 6,
+    /// Not ready within `boot_timeout` (the master decides).
+    BootTimeout = 7,
+    /// A spare worker retired by the pool (the master decides).
+    IdleRetire = 8,
+    /// Replaced by a reload (the master decides).
+    Reload = 9,
+    /// Stopped with the server (the master decides).
+    Stop = 10,
+}
+
+impl ExitReason {
+    /// Every reason, in value order.
+    pub const ALL: [ExitReason; 11] = [
+        ExitReason::None,
+        ExitReason::Crash,
+        ExitReason::Signal,
+        ExitReason::MaxRequests,
+        ExitReason::Memory,
+        ExitReason::CpuLimit,
+        ExitReason::RequestTimeout,
+        ExitReason::BootTimeout,
+        ExitReason::IdleRetire,
+        ExitReason::Reload,
+        ExitReason::Stop,
+    ];
+
+    fn from_u32(value: u32) -> Self {
+        Self::ALL
+            .get(value as usize)
+            .copied()
+            .unwrap_or(ExitReason::None)
+    }
+
+    /// The lower-case name used in Python, the log and the status output.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExitReason::None => "none",
+            ExitReason::Crash => "crash",
+            ExitReason::Signal => "signal",
+            ExitReason::MaxRequests => "max_requests",
+            ExitReason::Memory => "memory",
+            ExitReason::CpuLimit => "cpu_limit",
+            ExitReason::RequestTimeout => "request_timeout",
+            ExitReason::BootTimeout => "boot_timeout",
+            ExitReason::IdleRetire => "idle_retire",
+            ExitReason::Reload => "reload",
+            ExitReason::Stop => "stop",
+        }
+    }
+
+    /// The reason named `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<ExitReason> {
+        Self::ALL.into_iter().find(|reason| reason.name() == name)
+    }
+}
+
+/// One worker's slot. `#[repr(C)]`, 64-byte aligned, two cache lines: the first holds what
+/// the worker writes per request, the second what the master writes (exit reason, memory)
+/// and the dump flag, so the master's writes never take the line the worker's requests use.
+#[repr(C, align(64))]
+pub struct Slot {
+    /// Worker pid (0 when free).
+    pub pid: AtomicU32,
+    /// Generation the worker belongs to (bumped by reloads).
+    pub generation: AtomicU32,
+    /// A [`WorkerState`] value.
+    pub state: AtomicU32,
+    /// Requests being served right now.
+    pub active: AtomicU32,
+    /// Requests completed since the worker started.
+    pub requests: AtomicU64,
+    /// Connections accepted since the worker started.
+    pub accepted: AtomicU64,
+    /// Last heartbeat, milliseconds since the Unix epoch.
+    pub heartbeat_ms: AtomicU64,
+    /// Connections currently open in this worker.
+    pub connections: AtomicU64,
+    /// Response bytes handed to the socket since the worker started (added per request).
+    pub bytes_out: AtomicU64,
+    _first_line_end: AtomicU64,
+    /// An [`ExitReason`] value.
+    pub exit_reason: AtomicU32,
+    /// Set by the worker's dump-signal handler once the stack dump was written.
+    pub dumped: AtomicU32,
+    /// Last memory sample (bytes), written by the master.
+    pub rss: AtomicU64,
+    /// See [`Slot::rss`].
+    pub pss: AtomicU64,
+    /// See [`Slot::rss`].
+    pub uss: AtomicU64,
+    /// See [`Slot::rss`].
+    pub swap: AtomicU64,
+    /// When the memory sample was taken, milliseconds since the Unix epoch (0: never).
+    pub memory_sampled_ms: AtomicU64,
+}
+
+/// A snapshot of one slot, for readers.
+#[derive(Clone, Copy, Debug)]
+pub struct SlotReading {
+    /// See [`Slot::pid`].
+    pub pid: u32,
+    /// See [`Slot::generation`].
+    pub generation: u32,
+    /// See [`Slot::state`].
+    pub state: WorkerState,
+    /// See [`Slot::active`].
+    pub active: u32,
+    /// See [`Slot::requests`].
+    pub requests: u64,
+    /// See [`Slot::accepted`].
+    pub accepted: u64,
+    /// See [`Slot::heartbeat_ms`].
+    pub heartbeat_ms: u64,
+    /// See [`Slot::connections`].
+    pub connections: u64,
+    /// See [`Slot::bytes_out`].
+    pub bytes_out: u64,
+    /// See [`Slot::exit_reason`].
+    pub exit_reason: ExitReason,
+    /// See [`Slot::dumped`].
+    pub dumped: bool,
+    /// See [`Slot::rss`].
+    pub rss: u64,
+    /// See [`Slot::pss`].
+    pub pss: u64,
+    /// See [`Slot::uss`].
+    pub uss: u64,
+    /// See [`Slot::swap`].
+    pub swap: u64,
+    /// See [`Slot::memory_sampled_ms`].
+    pub memory_sampled_ms: u64,
+}
+
+impl Slot {
+    /// Records `reason` unless one is recorded already (the worker's own decisions: the
+    /// master's, made before it stops the worker, are not overwritten).
+    pub fn propose_exit_reason(&self, reason: ExitReason) {
+        let _ = self.exit_reason.compare_exchange(
+            ExitReason::None as u32,
+            reason as u32,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// The shared mapping. Cloning is not offered: the owner (master) keeps one; forked children
+/// inherit the mapping and keep using the same object.
+pub struct Scoreboard {
+    base: NonNull<Slot>,
+    slots: usize,
+    threads_per_slot: usize,
+}
+
+// SAFETY: the mapping is plain shared memory accessed only through atomics.
+unsafe impl Send for Scoreboard {}
+// SAFETY: as above; every access is an atomic operation on a field of a slot.
+unsafe impl Sync for Scoreboard {}
+
+/// Milliseconds since the Unix epoch, the scoreboard's wall-clock unit.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Scoreboard {
+    /// Maps a zeroed region for `slots` slots of `threads_per_slot` sub-slots each.
+    pub fn new(slots: usize, threads_per_slot: usize) -> io::Result<Self> {
+        if slots == 0 || threads_per_slot == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a scoreboard needs at least one slot and one thread per slot",
+            ));
+        }
+        let len = Self::mapping_len(slots, threads_per_slot).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "scoreboard size overflows")
+        })?;
+        // SAFETY: an anonymous shared mapping with no address hint; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // Anonymous mappings are zero-filled, which is the Free state of every field.
+        let base = NonNull::new(ptr.cast::<Slot>()).expect("mmap returned null without MAP_FAILED");
+        Ok(Scoreboard {
+            base,
+            slots,
+            threads_per_slot,
+        })
+    }
+
+    fn mapping_len(slots: usize, threads_per_slot: usize) -> Option<usize> {
+        let slot_bytes = slots.checked_mul(std::mem::size_of::<Slot>())?;
+        let thread_bytes = slots
+            .checked_mul(threads_per_slot)?
+            .checked_mul(std::mem::size_of::<ThreadSlot>())?;
+        slot_bytes.checked_add(thread_bytes)
+    }
+
+    /// How many slots there are.
+    pub fn len(&self) -> usize {
+        self.slots
+    }
+
+    /// Always false: a scoreboard has at least one slot.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Sub-slots (app threads) per slot.
+    pub fn threads_per_slot(&self) -> usize {
+        self.threads_per_slot
+    }
+
+    /// The slot at `index`, or `None` when out of range.
+    pub fn slot(&self, index: usize) -> Option<&Slot> {
+        if index >= self.slots {
+            return None;
+        }
+        // SAFETY: index is in range and the mapping lives as long as self; slots are only
+        // accessed through atomics, so shared references are sound across processes.
+        Some(unsafe { &*self.base.as_ptr().add(index) })
+    }
+
+    /// The sub-slot of app thread `thread` of slot `index`, or `None` when out of range.
+    pub fn thread_slot(&self, index: usize, thread: usize) -> Option<&ThreadSlot> {
+        if index >= self.slots || thread >= self.threads_per_slot {
+            return None;
+        }
+        // SAFETY: the sub-slots start right after the slots (Slot is 128 bytes, a multiple of
+        // ThreadSlot's 64-byte alignment); the index is in range of the mapping, which lives
+        // as long as self; fields are atomics only.
+        Some(unsafe {
+            let first = self.base.as_ptr().add(self.slots).cast::<ThreadSlot>();
+            &*first.add(index * self.threads_per_slot + thread)
+        })
+    }
+
+    /// Claims a slot for a newly forked worker (called by the master): every field of the
+    /// previous worker (its exit reason too) is forgotten.
+    pub fn claim(&self, index: usize, pid: u32, generation: u32) -> bool {
+        let Some(slot) = self.slot(index) else {
+            return false;
+        };
+        for counter in [
+            &slot.requests,
+            &slot.accepted,
+            &slot.connections,
+            &slot.bytes_out,
+            &slot.rss,
+            &slot.pss,
+            &slot.uss,
+            &slot.swap,
+            &slot.memory_sampled_ms,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
+        slot.active.store(0, Ordering::Relaxed);
+        slot.exit_reason
+            .store(ExitReason::None as u32, Ordering::Relaxed);
+        slot.dumped.store(0, Ordering::Relaxed);
+        for thread in 0..self.threads_per_slot {
+            if let Some(thread_slot) = self.thread_slot(index, thread) {
+                thread_slot.reset();
+            }
+        }
+        slot.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
+        slot.generation.store(generation, Ordering::Relaxed);
+        slot.state
+            .store(WorkerState::Booting as u32, Ordering::Relaxed);
+        slot.pid.store(pid, Ordering::Release);
+        true
+    }
+
+    /// Frees a slot after its worker was reaped. The exit reason and the counters stay, for
+    /// the log and the status output ("last exit reason"), until the slot is claimed again.
+    pub fn clear(&self, index: usize) -> bool {
+        let Some(slot) = self.slot(index) else {
+            return false;
+        };
+        slot.state
+            .store(WorkerState::Free as u32, Ordering::Relaxed);
+        slot.active.store(0, Ordering::Relaxed);
+        slot.connections.store(0, Ordering::Relaxed);
+        slot.pid.store(0, Ordering::Release);
+        true
+    }
+
+    /// Master: records the latest memory sample of slot `index` (bytes).
+    pub fn set_memory(&self, index: usize, rss: u64, pss: u64, uss: u64, swap: u64) -> bool {
+        let Some(slot) = self.slot(index) else {
+            return false;
+        };
+        slot.rss.store(rss, Ordering::Relaxed);
+        slot.pss.store(pss, Ordering::Relaxed);
+        slot.uss.store(uss, Ordering::Relaxed);
+        slot.swap.store(swap, Ordering::Relaxed);
+        slot.memory_sampled_ms.store(now_ms(), Ordering::Release);
+        true
+    }
+
+    /// Master: records why it is about to stop the worker in slot `index` (overwrites).
+    pub fn set_exit_reason(&self, index: usize, reason: ExitReason) -> bool {
+        let Some(slot) = self.slot(index) else {
+            return false;
+        };
+        slot.exit_reason.store(reason as u32, Ordering::Relaxed);
+        true
+    }
+
+    /// Reads one slot.
+    pub fn read(&self, index: usize) -> Option<SlotReading> {
+        let slot = self.slot(index)?;
+        Some(SlotReading {
+            pid: slot.pid.load(Ordering::Acquire),
+            generation: slot.generation.load(Ordering::Relaxed),
+            state: WorkerState::from_u32(slot.state.load(Ordering::Relaxed)),
+            active: slot.active.load(Ordering::Relaxed),
+            requests: slot.requests.load(Ordering::Relaxed),
+            accepted: slot.accepted.load(Ordering::Relaxed),
+            heartbeat_ms: slot.heartbeat_ms.load(Ordering::Relaxed),
+            connections: slot.connections.load(Ordering::Relaxed),
+            bytes_out: slot.bytes_out.load(Ordering::Relaxed),
+            exit_reason: ExitReason::from_u32(slot.exit_reason.load(Ordering::Relaxed)),
+            dumped: slot.dumped.load(Ordering::Acquire) != 0,
+            rss: slot.rss.load(Ordering::Relaxed),
+            pss: slot.pss.load(Ordering::Relaxed),
+            uss: slot.uss.load(Ordering::Relaxed),
+            swap: slot.swap.load(Ordering::Relaxed),
+            memory_sampled_ms: slot.memory_sampled_ms.load(Ordering::Acquire),
+        })
+    }
+
+    /// Reads every sub-slot of slot `index` (empty when out of range).
+    pub fn read_threads(&self, index: usize) -> Vec<ThreadReading> {
+        (0..self.threads_per_slot)
+            .filter_map(|thread| self.thread_slot(index, thread))
+            .map(ThreadSlot::read)
+            .collect()
+    }
+
+    /// Total connections accepted by the live workers, and how many live workers there are
+    /// (for the fair-share accept throttle).
+    pub fn accept_totals(&self) -> (u64, u64) {
+        let mut total = 0;
+        let mut live = 0;
+        for index in 0..self.slots {
+            if let Some(slot) = self.slot(index) {
+                if slot.pid.load(Ordering::Relaxed) != 0 {
+                    live += 1;
+                    total += slot.connections.load(Ordering::Relaxed);
+                }
+            }
+        }
+        (total, live)
+    }
+}
+
+impl Drop for Scoreboard {
+    fn drop(&mut self) {
+        let len = Self::mapping_len(self.slots, self.threads_per_slot)
+            .expect("checked when the mapping was made");
+        // SAFETY: base/len are exactly what mmap returned; no reference outlives self.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_two_cache_lines() {
+        assert_eq!(std::mem::size_of::<Slot>(), 128);
+        assert_eq!(std::mem::align_of::<Slot>(), 64);
+        assert_eq!(std::mem::offset_of!(Slot, exit_reason), 64);
+    }
+
+    #[test]
+    fn the_mapping_holds_the_slots_then_their_threads() {
+        let board = Scoreboard::new(3, 4).unwrap();
+        assert_eq!(board.threads_per_slot(), 4);
+        assert_eq!(Scoreboard::mapping_len(3, 4), Some(3 * 128 + 12 * 192));
+        let first = board.thread_slot(0, 0).unwrap() as *const ThreadSlot as usize;
+        let last = board.thread_slot(2, 3).unwrap() as *const ThreadSlot as usize;
+        assert_eq!(first - board.base.as_ptr() as usize, 3 * 128);
+        assert_eq!(last - first, 11 * 192);
+        assert!(board.thread_slot(2, 4).is_none());
+        assert!(board.thread_slot(3, 0).is_none());
+        assert!(Scoreboard::new(1, 0).is_err());
+    }
+
+    #[test]
+    fn claim_read_and_clear_round_trip() {
+        let board = Scoreboard::new(3, 1).unwrap();
+        assert!(board.claim(1, 4242, 7));
+        let reading = board.read(1).unwrap();
+        assert_eq!(
+            (reading.pid, reading.generation, reading.state),
+            (4242, 7, WorkerState::Booting)
+        );
+        board
+            .slot(1)
+            .unwrap()
+            .requests
+            .fetch_add(5, Ordering::Relaxed);
+        assert_eq!(board.read(1).unwrap().requests, 5);
+        assert!(board.clear(1));
+        assert_eq!(board.read(1).unwrap().state, WorkerState::Free);
+        assert!(board.read(3).is_none());
+    }
+
+    #[test]
+    fn the_exit_reason_outlives_the_worker_until_the_slot_is_claimed() {
+        let board = Scoreboard::new(1, 1).unwrap();
+        board.claim(0, 10, 1);
+        board
+            .slot(0)
+            .unwrap()
+            .propose_exit_reason(ExitReason::MaxRequests);
+        // The worker's proposal does not overwrite a recorded reason; the master's does.
+        board
+            .slot(0)
+            .unwrap()
+            .propose_exit_reason(ExitReason::CpuLimit);
+        assert_eq!(board.read(0).unwrap().exit_reason, ExitReason::MaxRequests);
+        board.set_exit_reason(0, ExitReason::RequestTimeout);
+        board.clear(0);
+        assert_eq!(
+            board.read(0).unwrap().exit_reason,
+            ExitReason::RequestTimeout
+        );
+        board.claim(0, 11, 1);
+        assert_eq!(board.read(0).unwrap().exit_reason, ExitReason::None);
+    }
+
+    #[test]
+    fn exit_reasons_round_trip_by_name() {
+        for (value, reason) in ExitReason::ALL.into_iter().enumerate() {
+            assert_eq!(reason as usize, value);
+            assert_eq!(ExitReason::from_name(reason.name()), Some(reason));
+        }
+        assert_eq!(ExitReason::from_name("bogus"), None);
+    }
+
+    #[test]
+    fn memory_samples_are_kept_per_slot() {
+        let board = Scoreboard::new(2, 1).unwrap();
+        board.claim(1, 10, 1);
+        assert!(board.set_memory(1, 4, 3, 2, 1));
+        let reading = board.read(1).unwrap();
+        assert_eq!(
+            (reading.rss, reading.pss, reading.uss, reading.swap),
+            (4, 3, 2, 1)
+        );
+        assert!(reading.memory_sampled_ms > 0);
+        assert_eq!(board.read(0).unwrap().rss, 0);
+        assert!(!board.set_memory(2, 1, 1, 1, 1));
+    }
+
+    #[test]
+    fn writes_in_a_forked_child_are_seen_by_the_parent() {
+        let board = Scoreboard::new(1, 2).unwrap();
+        // SAFETY: the child only does atomic stores, a vDSO clock read and _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            board.slot(0).unwrap().requests.store(99, Ordering::Release);
+            board
+                .thread_slot(0, 1)
+                .unwrap()
+                .begin_request(b"POST", b"/from/the/child", 5);
+            // SAFETY: _exit never returns and runs no destructors in the child.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked; status is a valid out-pointer.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(board.read(0).unwrap().requests, 99);
+        let threads = board.read_threads(0);
+        assert_eq!(threads[0].state, ThreadState::Idle);
+        assert_eq!(
+            (
+                threads[1].method.as_slice(),
+                threads[1].target.as_slice(),
+                threads[1].fd
+            ),
+            (&b"POST"[..], &b"/from/the/child"[..], 5)
+        );
+        assert!(threads[1].dispatch_ns <= monotonic_ns());
+    }
+}

@@ -1,0 +1,408 @@
+//! One app thread's sub-slot: what request the thread is serving (method, target, fd), since
+//! when (dispatch and last progress on CLOCK_MONOTONIC), how much of the response went out,
+//! and the timing of the last finished request.
+//!
+//! Only the owning app thread writes it, except `timed_out`, which the master sets. The
+//! request identity (request number, fd, dispatch time, method, target) is written under a
+//! sequence counter (a seqlock: odd while the owner writes); readers retry until they see the
+//! same even value before and after, so a reader never sees the method of one request with
+//! the target of another, and the writer never waits. The other fields are single atomics
+//! that change while a request runs (state, progress, bytes) and are read as they are.
+//!
+//! What each write costs (x86-64; every store is `Relaxed` to a cache line only this thread
+//! writes, so it stays in this core's cache): [`ThreadSlot::begin_request`] is one
+//! CLOCK_MONOTONIC read (vDSO, ~20 ns, no syscall) and about 20 plain stores (the release
+//! fence and the `Release` store compile to plain moves on x86);
+//! [`ThreadSlot::app_returned`] and [`ThreadSlot::progressed`] one clock read and two or
+//! three stores each; [`ThreadSlot::waiting_on_client`] one store; [`ThreadSlot::end_request`]
+//! a handful of loads and stores and no clock read (the last write's progress time is the
+//! moment the last byte was handed to the socket).
+
+use std::sync::atomic::{fence, AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+/// Bytes of the request method kept (longer ones are cut: `PROPFIND` and the like fit).
+pub const METHOD_BYTES: usize = 16;
+/// Bytes of the request target kept (longer ones are cut): enough to tell which view of an
+/// app a stuck request is in, small enough that the sub-slot fits three cache lines.
+pub const TARGET_BYTES: usize = 96;
+
+const METHOD_WORDS: usize = METHOD_BYTES / 8;
+const TARGET_WORDS: usize = TARGET_BYTES / 8;
+
+/// How often a reader retries a sub-slot whose writer is mid-write before it gives up on the
+/// strings (the writer finishes in well under a microsecond unless it was killed mid-write).
+const READ_RETRIES: usize = 1000;
+
+/// What an app thread is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum ThreadState {
+    /// No request.
+    Idle = 0,
+    /// The app holds the thread: from dispatch until it returned its iterable, and between
+    /// one body block and the next. `request_timeout` counts this time only.
+    App = 1,
+    /// The thread waits on the client: reading the request body, or sending (body and send
+    /// timeouts bound those waits).
+    Client = 2,
+}
+
+impl ThreadState {
+    fn from_u32(value: u32) -> ThreadState {
+        match value {
+            1 => ThreadState::App,
+            2 => ThreadState::Client,
+            _ => ThreadState::Idle,
+        }
+    }
+}
+
+/// One app thread's sub-slot. `#[repr(C)]`, 64-byte aligned, three cache lines.
+#[repr(C, align(64))]
+pub struct ThreadSlot {
+    /// Seqlock counter over the request identity: odd while the owner writes it.
+    sequence: AtomicU32,
+    /// A [`ThreadState`].
+    state: AtomicU32,
+    /// The connection's fd (-1 when idle).
+    fd: AtomicI32,
+    /// Method length in the low 8 bits, target length above (both after truncation).
+    lengths: AtomicU32,
+    /// Number of the current (or last) request on this thread: requests started so far.
+    request: AtomicU64,
+    /// Dispatch time of the current request, CLOCK_MONOTONIC nanoseconds.
+    dispatch_ns: AtomicU64,
+    /// Last progress: dispatch, the app returning its iterable, or a write returning.
+    progress_ns: AtomicU64,
+    /// When the app returned its iterable (0 before it did).
+    app_returned_ns: AtomicU64,
+    /// Bytes of the current response handed to the socket (head and framing included).
+    response_bytes: AtomicU64,
+    /// Last finished request: dispatch to the app returning its iterable, microseconds.
+    last_app_us: AtomicU64,
+    /// Last finished request: dispatch to the last byte handed to the socket, microseconds.
+    last_response_us: AtomicU64,
+    /// Set by the master: the number of the request it judged timed out (0: none).
+    timed_out: AtomicU64,
+    method: [AtomicU64; METHOD_WORDS],
+    target: [AtomicU64; TARGET_WORDS],
+}
+
+/// A consistent snapshot of a sub-slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadReading {
+    /// See [`ThreadState`].
+    pub state: ThreadState,
+    /// The connection's fd (-1 when idle).
+    pub fd: i32,
+    /// Number of the current (or last) request on this thread.
+    pub request: u64,
+    /// Requests finished on this thread.
+    pub requests: u64,
+    /// Dispatch time, CLOCK_MONOTONIC ns (of the last request when idle).
+    pub dispatch_ns: u64,
+    /// Last progress, CLOCK_MONOTONIC ns.
+    pub progress_ns: u64,
+    /// Bytes of the current response handed to the socket.
+    pub response_bytes: u64,
+    /// Last finished request: dispatch to app returned, µs.
+    pub last_app_us: u64,
+    /// Last finished request: dispatch to last byte handed to the socket, µs.
+    pub last_response_us: u64,
+    /// The request number the master judged timed out (0: none).
+    pub timed_out: u64,
+    /// The request method (truncated to [`METHOD_BYTES`]).
+    pub method: Vec<u8>,
+    /// The request target (truncated to [`TARGET_BYTES`]).
+    pub target: Vec<u8>,
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: system-wide, so the master compares a worker's times with
+/// its own clock (Python's `time.monotonic_ns()` reads the same clock). A vDSO call: no
+/// syscall.
+pub fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+fn store_bytes(words: &[AtomicU64], bytes: &[u8]) {
+    for (word, chunk) in words.iter().zip(bytes.chunks(8)) {
+        let mut packed = [0u8; 8];
+        packed[..chunk.len()].copy_from_slice(chunk);
+        word.store(u64::from_le_bytes(packed), Ordering::Relaxed);
+    }
+}
+
+fn load_bytes(words: &[AtomicU64], len: usize, out: &mut Vec<u8>) {
+    out.clear();
+    for word in words.iter().take(len.div_ceil(8)) {
+        out.extend_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+    }
+    out.truncate(len);
+}
+
+impl ThreadSlot {
+    /// Owner: a request was dispatched to this thread (the app is about to run).
+    pub fn begin_request(&self, method: &[u8], target: &[u8], fd: i32) {
+        let method = &method[..method.len().min(METHOD_BYTES)];
+        let target = &target[..target.len().min(TARGET_BYTES)];
+        let now = monotonic_ns();
+        let sequence = self.sequence.load(Ordering::Relaxed);
+        self.sequence
+            .store(sequence.wrapping_add(1), Ordering::Relaxed);
+        // Orders the odd sequence before the field stores (seqlock writer, as in the C++
+        // memory model paper by Boehm, "Can seqlocks get along with programming language
+        // memory models?").
+        fence(Ordering::Release);
+        // One writer: a load and a store, not a locked read-modify-write.
+        let request = self.request.load(Ordering::Relaxed);
+        self.request.store(request + 1, Ordering::Relaxed);
+        self.fd.store(fd, Ordering::Relaxed);
+        self.lengths.store(
+            method.len() as u32 | (target.len() as u32) << 8,
+            Ordering::Relaxed,
+        );
+        store_bytes(&self.method, method);
+        store_bytes(&self.target, target);
+        self.dispatch_ns.store(now, Ordering::Relaxed);
+        self.progress_ns.store(now, Ordering::Relaxed);
+        self.app_returned_ns.store(0, Ordering::Relaxed);
+        self.response_bytes.store(0, Ordering::Relaxed);
+        self.state.store(ThreadState::App as u32, Ordering::Relaxed);
+        self.sequence
+            .store(sequence.wrapping_add(2), Ordering::Release);
+    }
+
+    /// Owner: the app returned its iterable (a progress point, and the "app done" time).
+    pub fn app_returned(&self) {
+        let now = monotonic_ns();
+        self.app_returned_ns.store(now, Ordering::Relaxed);
+        self.progress_ns.store(now, Ordering::Relaxed);
+    }
+
+    /// Owner: the thread starts waiting on the client (a body read, a write); the time until
+    /// [`ThreadSlot::progressed`] is not the app's.
+    pub fn waiting_on_client(&self) {
+        self.state
+            .store(ThreadState::Client as u32, Ordering::Relaxed);
+    }
+
+    /// Owner: a wait on the client ended, `sent` response bytes went to the socket; the app
+    /// holds the thread again from now.
+    pub fn progressed(&self, sent: u64) {
+        if sent > 0 {
+            let bytes = self.response_bytes.load(Ordering::Relaxed);
+            self.response_bytes.store(bytes + sent, Ordering::Relaxed);
+        }
+        self.progress_ns.store(monotonic_ns(), Ordering::Relaxed);
+        self.state.store(ThreadState::App as u32, Ordering::Relaxed);
+    }
+
+    /// Owner: the request is complete; records its timing. Returns the response bytes (for
+    /// the slot's total).
+    pub fn end_request(&self) -> u64 {
+        let dispatch = self.dispatch_ns.load(Ordering::Relaxed);
+        let returned = self.app_returned_ns.load(Ordering::Relaxed);
+        let done = self.progress_ns.load(Ordering::Relaxed);
+        let app_done = if returned == 0 { done } else { returned };
+        self.last_app_us
+            .store(app_done.saturating_sub(dispatch) / 1000, Ordering::Relaxed);
+        self.last_response_us
+            .store(done.saturating_sub(dispatch) / 1000, Ordering::Relaxed);
+        self.fd.store(-1, Ordering::Relaxed);
+        self.state
+            .store(ThreadState::Idle as u32, Ordering::Relaxed);
+        self.response_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Master: marks request number `request` as timed out (the dump signal handler answers
+    /// it 503 if it is still that request and nothing was sent).
+    pub fn mark_timed_out(&self, request: u64) {
+        self.timed_out.store(request, Ordering::Release);
+    }
+
+    /// Any reader: a consistent snapshot, retrying while the owner writes the identity. If the
+    /// owner stays mid-write (it was killed there), the strings come back empty.
+    pub fn read(&self) -> ThreadReading {
+        let mut reading = ThreadReading {
+            state: ThreadState::Idle,
+            fd: -1,
+            request: 0,
+            requests: 0,
+            dispatch_ns: 0,
+            progress_ns: 0,
+            response_bytes: 0,
+            last_app_us: 0,
+            last_response_us: 0,
+            timed_out: 0,
+            method: Vec::with_capacity(METHOD_BYTES),
+            target: Vec::with_capacity(TARGET_BYTES),
+        };
+        for _ in 0..READ_RETRIES {
+            let before = self.sequence.load(Ordering::Acquire);
+            if before & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            self.read_fields(&mut reading);
+            // Orders the field loads before the second sequence load (seqlock reader).
+            fence(Ordering::Acquire);
+            if self.sequence.load(Ordering::Relaxed) == before {
+                return reading;
+            }
+        }
+        self.read_fields(&mut reading);
+        reading.method.clear();
+        reading.target.clear();
+        reading
+    }
+
+    fn read_fields(&self, reading: &mut ThreadReading) {
+        reading.state = ThreadState::from_u32(self.state.load(Ordering::Relaxed));
+        reading.fd = self.fd.load(Ordering::Relaxed);
+        reading.request = self.request.load(Ordering::Relaxed);
+        reading.requests = reading
+            .request
+            .saturating_sub(u64::from(reading.state != ThreadState::Idle));
+        reading.dispatch_ns = self.dispatch_ns.load(Ordering::Relaxed);
+        reading.progress_ns = self.progress_ns.load(Ordering::Relaxed);
+        reading.response_bytes = self.response_bytes.load(Ordering::Relaxed);
+        reading.last_app_us = self.last_app_us.load(Ordering::Relaxed);
+        reading.last_response_us = self.last_response_us.load(Ordering::Relaxed);
+        reading.timed_out = self.timed_out.load(Ordering::Relaxed);
+        let lengths = self.lengths.load(Ordering::Relaxed) as usize;
+        load_bytes(
+            &self.method,
+            (lengths & 0xff).min(METHOD_BYTES),
+            &mut reading.method,
+        );
+        load_bytes(
+            &self.target,
+            (lengths >> 8).min(TARGET_BYTES),
+            &mut reading.target,
+        );
+    }
+
+    /// Async-signal-safe (atomics only): the fd to answer 503 on when this thread still serves
+    /// the request the master marked timed out, in the app, with nothing sent yet. `None` when
+    /// the owner is between requests or writing a new identity (the marked request is over).
+    pub fn timed_out_fd(&self) -> Option<i32> {
+        let sequence = self.sequence.load(Ordering::Acquire);
+        let marked = self.timed_out.load(Ordering::Acquire);
+        if sequence & 1 == 1 || marked == 0 || self.request.load(Ordering::Relaxed) != marked {
+            return None;
+        }
+        let state = ThreadState::from_u32(self.state.load(Ordering::Relaxed));
+        let fd = self.fd.load(Ordering::Relaxed);
+        let unsent = self.response_bytes.load(Ordering::Relaxed) == 0;
+        // Loaded again after: a request that ended meanwhile has a new sequence or none.
+        fence(Ordering::Acquire);
+        let unchanged = self.sequence.load(Ordering::Relaxed) == sequence;
+        (unchanged && state == ThreadState::App && unsent && fd >= 0).then_some(fd)
+    }
+
+    /// Master, on claiming the slot for a new worker: forget the previous worker's requests.
+    pub(super) fn reset(&self) {
+        self.state
+            .store(ThreadState::Idle as u32, Ordering::Relaxed);
+        self.fd.store(-1, Ordering::Relaxed);
+        self.request.store(0, Ordering::Relaxed);
+        self.timed_out.store(0, Ordering::Relaxed);
+        self.response_bytes.store(0, Ordering::Relaxed);
+        self.lengths.store(0, Ordering::Relaxed);
+        // Even: a worker killed mid-write left it odd.
+        let sequence = self.sequence.load(Ordering::Relaxed);
+        self.sequence
+            .store(sequence.wrapping_add(sequence & 1), Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zeroed() -> Box<ThreadSlot> {
+        // SAFETY: every field is an atomic integer, for which all-zero bytes are valid.
+        Box::new(unsafe { std::mem::zeroed() })
+    }
+
+    #[test]
+    fn sub_slots_are_three_cache_lines() {
+        assert_eq!(std::mem::size_of::<ThreadSlot>(), 192);
+        assert_eq!(std::mem::align_of::<ThreadSlot>(), 64);
+    }
+
+    #[test]
+    fn a_request_round_trips_with_truncated_strings() {
+        let slot = zeroed();
+        let long_target = vec![b'x'; 200];
+        slot.begin_request(b"GET", &long_target, 7);
+        let reading = slot.read();
+        assert_eq!(reading.state, ThreadState::App);
+        assert_eq!(reading.method, b"GET");
+        assert_eq!(reading.target, vec![b'x'; TARGET_BYTES]);
+        assert_eq!((reading.fd, reading.request, reading.requests), (7, 1, 0));
+        slot.waiting_on_client();
+        assert_eq!(slot.read().state, ThreadState::Client);
+        slot.progressed(100);
+        assert_eq!(slot.end_request(), 100);
+        let done = slot.read();
+        assert_eq!(
+            (done.state, done.fd, done.requests),
+            (ThreadState::Idle, -1, 1)
+        );
+        assert!(done.last_response_us >= done.last_app_us);
+    }
+
+    #[test]
+    fn timed_out_fd_names_only_the_marked_request_with_nothing_sent() {
+        let slot = zeroed();
+        slot.begin_request(b"GET", b"/stuck", 9);
+        assert_eq!(slot.timed_out_fd(), None);
+        slot.mark_timed_out(1);
+        assert_eq!(slot.timed_out_fd(), Some(9));
+        slot.waiting_on_client();
+        assert_eq!(slot.timed_out_fd(), None, "waiting on the client");
+        slot.progressed(10);
+        assert_eq!(slot.timed_out_fd(), None, "bytes were sent");
+        slot.end_request();
+        slot.begin_request(b"GET", b"/next", 9);
+        assert_eq!(slot.timed_out_fd(), None, "a later request on a reused fd");
+    }
+
+    #[test]
+    fn readers_never_see_a_torn_method_and_target() {
+        let slot: &'static ThreadSlot = Box::leak(zeroed());
+        let writer = std::thread::spawn(move || {
+            for round in 0..20_000u32 {
+                let (method, target): (&[u8], &[u8]) = if round % 2 == 0 {
+                    (b"GET", b"/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
+                } else {
+                    (
+                        b"DELETE",
+                        b"/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+                    )
+                };
+                slot.begin_request(method, target, round as i32);
+                slot.end_request();
+            }
+        });
+        let mut checked = 0;
+        while !writer.is_finished() || checked == 0 {
+            let reading = slot.read();
+            match reading.method.as_slice() {
+                b"GET" => assert!(reading.target.iter().skip(1).all(|&b| b == b'a')),
+                b"DELETE" => assert!(reading.target.iter().skip(1).all(|&b| b == b'b')),
+                b"" => assert!(reading.target.is_empty()),
+                other => panic!("torn method {other:?}"),
+            }
+            checked += 1;
+        }
+        writer.join().unwrap();
+    }
+}
