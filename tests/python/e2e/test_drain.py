@@ -141,11 +141,13 @@ def test_a_retiring_worker_leaves_the_listen_queue_to_the_others(tines_server: A
     gates.mkdir()
     server = tines_server("gated:app", "-w", "2", env={"TINES_TEST_GATES": str(gates)})
     youngest = int(server.wait_for_log(r"worker (\d+) \(slot 1\) ready")[0].group(1))
-    # Both workers (prefork) hold a slow request: nobody accepts.
-    slow = [socket.create_connection(("127.0.0.1", server.port), timeout=60) for _ in range(2)]
-    for sock in slow:
-        sock.sendall(b"GET /slow HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        wait_until(lambda: len(list(gates.glob("started-*"))) >= slow.index(sock) + 1, what="a slow request")
+    # Both workers (prefork) hold a slow request: nobody accepts. Each connection is opened
+    # once the previous request runs (opened together, one worker could take both).
+    slow: list[socket.socket] = []
+    for count in (1, 2):
+        slow.append(socket.create_connection(("127.0.0.1", server.port), timeout=60))
+        slow[-1].sendall(b"GET /slow HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        wait_until(lambda: len(list(gates.glob("started-*"))) >= count, what="a slow request")
     busy = sorted(int(path.name.split("-")[1]) for path in gates.glob("started-*"))
     assert youngest in busy and len(busy) == 2
     other = next(pid for pid in busy if pid != youngest)
