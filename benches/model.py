@@ -255,6 +255,32 @@ def event_checks(table: dict[str, dict[str, CellSummary]]) -> list[Check]:
     ]
 
 
+HELLO_CLOSE = Scenario("hello", "close", 50)
+PROCESS_PER_REQUEST_SHARE = 0.2
+"""Issue 12: process per request (``--max-requests 1 --preload``) reaches at least 1/5 of
+prefork reusing its worker (the seed measured 14x between them)."""
+
+
+def recycling_checks(table: dict[str, dict[str, CellSummary]]) -> list[Check]:
+    """Issue 12's process-per-request target, on hello at 50 connections (keep-alive, and new
+    connections): ``tines-prefork-per-request`` req/s >= 1/5 of ``tines-prefork``'s; the
+    detail names the ratio."""
+    checks = []
+    for scenario in (HELLO_KA, HELLO_CLOSE):
+        name = f"{scenario.name}: process per request (max_requests=1, preload) >= 1/5 of prefork reuse"
+        cells = table.get(scenario.name, {})
+        per_request, reuse = cells.get("tines-prefork-per-request"), cells.get("tines-prefork")
+        if not (per_request and per_request.rps and reuse and reuse.rps):
+            checks.append(Check(name, "not measured",
+                                "no successful run of tines-prefork-per-request and tines-prefork"))
+            continue
+        share = per_request.rps.median / reuse.rps.median
+        detail = (f"per request {per_request.rps.median:,.0f} vs reuse {reuse.rps.median:,.0f} req/s: "
+                  f"1/{1 / share:.1f} of reuse" if share > 0 else "per request served nothing")
+        checks.append(Check(name, "pass" if share >= PROCESS_PER_REQUEST_SHARE else "fail", detail))
+    return checks
+
+
 # --------------------------------------------------------------------------- the state file
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from model import (Best, CellSummary, Check, Plan, Scenario, best_peer, event_checks, is_peer,
-                   is_tines, ratio, summarise)
+                   is_tines, ratio, recycling_checks, summarise)
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def build(runs_of: Any, cells: list[tuple[Scenario, list[str]]], url_paths: dict
         best = best_peer(rows, skip_ignores_close=meta.get("primary") == "wrk")
         tables.append(Table(scenario, url_paths.get(scenario.app, "/"), rows, best))
         by_name[scenario.name] = {row.server: row for row in rows}
-    return Report(title, plan, meta, skipped, tables, event_checks(by_name))
+    return Report(title, plan, meta, skipped, tables, event_checks(by_name) + recycling_checks(by_name))
 
 
 # --------------------------------------------------------------------------- formatting
@@ -243,7 +243,7 @@ def markdown(report: Report) -> str:
     lines += [ERRORS_NOTE, ""] if any_errors(report) else []
     lines += ["## Server CPU µs per request (median)", ""]
     lines += md_table(main_table(report, cpu=True)) + [""]
-    lines += ["## Event MPM targets (issue 4)", ""]
+    lines += ["## Targets: event MPM (issue 4), process per request (issue 12)", ""]
     for check in report.checks:
         lines.append(f"- **{check.verdict.upper()}**: {check.name}: {check.detail}")
     lines.append("")
@@ -355,7 +355,7 @@ def html_page(report: Report) -> str:
         parts.append(f"<p>{e(ERRORS_NOTE)}</p>")
     parts.append("<h2>Server CPU µs per request (median)</h2>")
     parts.append(html_table(main_table(report, cpu=True)))
-    parts.append("<h2>Event MPM targets (issue 4)</h2><ul>")
+    parts.append("<h2>Targets: event MPM (issue 4), process per request (issue 12)</h2><ul>")
     for check in report.checks:
         css = {"pass": "pass", "fail": "fail"}.get(check.verdict, "not")
         parts.append(f'<li><span class="{css}">{e(check.verdict.upper())}</span>: '

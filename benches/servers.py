@@ -81,12 +81,14 @@ def tines_binary() -> Path:
     return candidate if candidate.exists() else REPO / ".venv" / "bin" / "tines"
 
 
-def tines_command(mpm: str, threads: int | None, binary: Path | None = None) -> Command:
-    """``tines serve`` with one worker of ``mpm``; ``binary`` is the ``tines`` to run (default
-    ``tines_binary()``, looked up at each start; benches/ab.py passes a baseline build's)."""
+def tines_command(mpm: str, threads: int | None, binary: Path | None = None,
+                  extra: tuple[str, ...] = ()) -> Command:
+    """``tines serve`` with one worker of ``mpm`` and the ``extra`` flags; ``binary`` is the
+    ``tines`` to run (default ``tines_binary()``, looked up at each start; benches/ab.py passes
+    a baseline build's)."""
     def command(app: App, port: int, ready_fd: int | None, _workdir: Path) -> list[str]:
         cmd = [str(binary or tines_binary()), "serve", app.file_target, "-b",
-               f"127.0.0.1:{port}", "-w", "1", "--mpm", mpm]
+               f"127.0.0.1:{port}", "-w", "1", "--mpm", mpm, *extra]
         if threads is not None:
             cmd += ["--threads", str(threads)]
         if ready_fd is not None:
@@ -157,10 +159,24 @@ def tines_server(mpm: str, binary: Path | None = None, name: str | None = None) 
                   uses_ready_fd=True)
 
 
+PROCESS_PER_REQUEST = "tines-prefork-per-request"
+"""Process per request (TreeFrog's mode): prefork recycling its one worker after every request
+(``--max-requests 1``), the app preloaded so each new worker is a fork, not an import. Only on
+hello; the report sets it against ``tines-prefork`` (the same worker, reused)."""
+
+
+def process_per_request_server() -> Server:
+    """The suite's process-per-request row (see PROCESS_PER_REQUEST)."""
+    return Server(PROCESS_PER_REQUEST,
+                  tines_command("prefork", None, extra=("--max-requests", "1", "--preload")),
+                  uses_ready_fd=True, apps=frozenset({"hello"}))
+
+
 def wsgi_servers() -> list[Server]:
     """Every WSGI server the suite knows, Tines' MPMs first."""
     return [
         *(tines_server(mpm) for mpm in TINES_THREADS),
+        process_per_request_server(),
         Server("gunicorn-gthread", gunicorn_command),
         Server("uwsgi", uwsgi_command),
         Server("granian-wsgi", granian_command),
@@ -201,7 +217,7 @@ def available_servers() -> tuple[list[Server], dict[str, str]]:
     mpms = tines_mpms(help_text)
     servers, skipped = [], {}
     for server in wsgi_servers():
-        mpm = server.name.removeprefix("tines-") if server.name.startswith("tines-") else None
+        mpm = server.name.removeprefix("tines-").split("-")[0] if server.name.startswith("tines-") else None
         if mpm is not None and mpm not in mpms:
             skipped[server.name] = (f"this build of Tines has no {mpm} MPM (`tines serve --help` "
                                     f"offers --mpm {{{','.join(sorted(mpms))}}})")

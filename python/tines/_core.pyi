@@ -36,6 +36,7 @@ def run_worker(
     slot: int,
     life_fd: int | None = None,
     ready: tuple[int, bytes] | None = None,
+    draining: tuple[int, dict[str, bytes]] | None = None,
 ) -> str: ...
 
 def check_worker_settings(settings: dict[str, object]) -> None:

@@ -78,6 +78,11 @@ class Worker:
     stopping: bool = False
     memory: memory.MemoryUsage | None = None
     """The latest memory sample (``Arbiter.record_memory``)."""
+    reason: str | None = None
+    """Why it is stopping while the others go on (``retire_worker``'s reason, or the one the
+    worker gave in its ``draining`` message); None for the final stop and while serving."""
+    own_decision: bool = False
+    """It started draining by itself (max_requests, cpu_limit): the master did not signal it."""
 
 
 class Stop(Exception):
@@ -306,6 +311,8 @@ class Arbiter:
         for kind, pid, slot, text in worker_process.decode(self.notify_buffer):
             if kind == "ready":
                 self.on_ready(pid)
+            elif kind == "draining":
+                self.on_draining(pid, text)
             else:
                 self.on_boot_error(pid, slot, text)
 
@@ -326,6 +333,18 @@ class Arbiter:
         self.retire_old_generation()
         if not self.announced and sum(w.ready for w in self.live_workers()) >= self.num_workers:
             self.announce_ready()
+
+    def on_draining(self, pid: int, reason: str) -> None:
+        """A worker started draining by itself (max_requests, cpu_limit): it is no longer
+        live, so the loop's ``manage_workers`` spawns its replacement in this same turn while
+        it finishes its connections (it still counts toward the processes until it exits)."""
+        worker = self.workers.get(pid)
+        if worker is None or worker.stopping:
+            return
+        worker.stopping = True
+        worker.own_decision = True
+        worker.reason = reason
+        log.info("worker %d (slot %d) draining (%s): starting its replacement", pid, worker.slot, reason)
 
     def announce_ready(self) -> None:
         """Log and (with --ready-fd) write the machine-readable ready line, once."""
@@ -371,7 +390,7 @@ class Arbiter:
             live = self.live_workers()
         extra = len(live) - self.num_workers
         for worker in sorted(live, key=lambda w: w.born, reverse=True)[:max(extra, 0)]:
-            self.stop_worker(worker, signal.SIGTERM)
+            self.retire_worker(worker, "idle_retire", "fewer workers")
 
     def sample_memory(self) -> None:
         """Read one worker's memory when the schedule says so (``memory.Sampler``: at most
@@ -400,12 +419,6 @@ class Arbiter:
         worker.memory = usage
         self.scoreboard.set_memory(worker.slot, usage.rss, usage.pss, usage.uss, usage.swap)  # type: ignore[attr-defined]
 
-    def retire_worker(self, worker: Worker, reason: str) -> None:
-        """Stop one worker gracefully for ``reason``: it finishes its in-flight requests and
-        exits. It is no longer live, so the loop starts its replacement at once."""
-        log.info("retiring worker %d (slot %d): %s", worker.pid, worker.slot, reason)
-        self.stop_worker(worker, signal.SIGTERM)
-
     def spawn_worker(self) -> bool:
         """Fork one worker into a free slot; False when no slot is free."""
         slot = self.free_slot()
@@ -427,9 +440,13 @@ class Arbiter:
         )
         self.hooks.call_logged("pre_fork", self.server_view(),
                                WorkerView(pid=None, slot=slot, generation=self.generation, mpm=self.cfg.mpm))
+        # The child is born with USR2 (retire) blocked, so a retire sent while it boots waits
+        # for the worker's own handler (tines.worker) instead of killing it.
+        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
         pid = os.fork()
         if pid == 0:
             worker_process.run(context)  # never returns
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         self.scoreboard.claim(slot, pid, self.generation)  # type: ignore[attr-defined]
         self.workers[pid] = Worker(pid, slot, self.generation)
         log.debug("spawned worker %d (slot %d)", pid, slot)
@@ -453,7 +470,7 @@ class Arbiter:
         if decision.limit_reached is not None:
             log.warning("%s", decision.limit_reached)
         if decision.retire is not None:
-            self.retire_worker(self.workers[decision.retire], decision.message)
+            self.retire_worker(self.workers[decision.retire], "idle_retire", decision.message)
             self.num_workers = len(self.live_workers())
             return
         if decision.message:
@@ -481,6 +498,24 @@ class Arbiter:
         except ProcessLookupError:
             pass
 
+    def retire_worker(self, worker: Worker, reason: str, why: str = "") -> None:
+        """Stop one worker while the others go on, with the drain (docs/signals.md, USR2): it
+        stops accepting at once (the others and its replacement take the listen queue), ends
+        in-flight requests and kept-alive connections with ``Connection: close``, closes
+        connections silent for ``drain_timeout`` and exits. It is no longer live, so
+        ``manage_workers`` starts its replacement in the same turn; it still counts as a
+        process until it exits. A worker still booting takes the retire once it can drain
+        (tines.worker keeps USR2 pending until then). ``reason`` is the exit reason (a name of
+        ``tines._core.EXIT_REASONS``: memory, idle_retire, reload) recorded in its scoreboard
+        slot and logged, now and at its exit, with ``why`` (words for the log) now.
+        """
+        if worker.stopping:
+            return
+        worker.reason = reason
+        self.scoreboard.set_exit_reason(worker.slot, reason)  # type: ignore[attr-defined]
+        log.info("retiring worker %d (slot %d): %s", worker.pid, worker.slot, f"{reason}: {why}" if why else reason)
+        self.stop_worker(worker, signal.SIGUSR2)
+
     def signal_workers(self, signum: int) -> None:
         """Signal every worker."""
         for worker in list(self.workers.values()):
@@ -498,8 +533,7 @@ class Arbiter:
         ready_new = sum(w.ready for w in self.live_workers())
         for worker in list(self.workers.values()):
             if worker.generation < self.generation and not worker.stopping and ready_new > 0:
-                self.scoreboard.set_exit_reason(worker.slot, "reload")  # type: ignore[attr-defined]
-                self.stop_worker(worker, signal.SIGTERM)
+                self.retire_worker(worker, "reload")
                 ready_new -= 1
 
     def reap_workers(self) -> None:
@@ -512,9 +546,9 @@ class Arbiter:
             if pid == 0:
                 return
             known = self.workers.get(pid)
-            if known is not None and not known.ready and not known.stopping:
-                # A worker can say ready, serve and die between two turns of the loop: its
-                # ready message is in the pipe before its death, so read it before judging.
+            if known is not None and not known.stopping:
+                # A worker can say ready (or draining), serve and die between two turns of the
+                # loop: its messages are in the pipe before its death, so read them first.
                 self.read_notifications()
             worker = self.workers.pop(pid, None)
             if worker is None:
@@ -530,7 +564,7 @@ class Arbiter:
             self.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
             if not worker.ready and not worker.stopping:
                 self.on_death_before_ready(worker, status)
-            elif not worker.stopping and self.crashed(status):
+            elif (not worker.stopping or worker.own_decision) and self.crashed(status):
                 self.on_crash_after_ready()
 
     def log_exit(self, worker: Worker, status: int, cpu_seconds: float = 0.0, reason: str = "none") -> None:
@@ -538,12 +572,15 @@ class Arbiter:
         that can be told (``limits.exit_cause``; ``cpu_seconds`` is its user + system time),
         or the exit reason the master or the worker recorded (``request_timeout``...)."""
         # A worker the master was stopping may have been killed by the master itself.
-        cause = "" if worker.stopping else limits.exit_cause(self.cfg, status, cpu_seconds)
-        if not cause and reason not in ("none", "crash", "signal", "stop"):
+        signalled = worker.stopping and not worker.own_decision
+        cause = "" if signalled else limits.exit_cause(self.cfg, status, cpu_seconds)
+        if not cause and worker.reason is not None:
+            cause = f" (retired: {worker.reason})"
+        elif not cause and reason not in ("none", "crash", "signal", "stop"):
             cause = f" ({reason})"
         if os.WIFSIGNALED(status):
             name = signal.Signals(os.WTERMSIG(status)).name
-            level = log.info if worker.stopping and name in ("SIGKILL", "SIGTERM") else log.error
+            level = log.info if signalled and name in ("SIGKILL", "SIGTERM") else log.error
             level("worker %d (slot %d) was killed by signal %s%s", worker.pid, worker.slot, name, cause)
         else:
             code = os.WEXITSTATUS(status)

@@ -175,6 +175,13 @@ def non_negative_seconds(raw: object) -> float:
     return _seconds(raw, allow_zero=True)
 
 
+def optional_non_negative_seconds(raw: object) -> float | None:
+    """A finite number of seconds >= 0, as float, or None (``""`` also means None)."""
+    if raw is None or raw == "":
+        return None
+    return _seconds(raw, allow_zero=True)
+
+
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
@@ -466,6 +473,8 @@ _REGISTRY = (
     # Timeouts
     Setting("keepalive_timeout", "Timeouts", "Seconds an idle keep-alive connection is kept open; 0 disables keep-alive.",
             non_negative_seconds, 5.0, ("--keepalive-timeout",), "SECONDS", worker=True),
+    Setting("drain_timeout", "Timeouts", "When a worker stops while the listener stays open (recycling at `max_requests` or the soft CPU limit, fewer workers, the old workers after a reload) and at the final graceful stop, it stops accepting and drains: in-flight requests finish with `Connection: close`, and each idle keep-alive connection is kept this many seconds for its next request, which is answered with `Connection: close`; one that stays silent is then closed (never later than its own `keepalive_timeout`). The worker exits when no connection is left. Unset: `keepalive_timeout`.",
+            optional_non_negative_seconds, None, ("--drain-timeout",), "SECONDS", worker=True, default_text="`keepalive_timeout`"),
     Setting("header_timeout", "Timeouts", "Seconds allowed for the request head to arrive (else 408 and close); extended while the client keeps sending at `header_min_rate`, up to `header_timeout_max` (Apache mod_reqtimeout `header=20-40,MinRate=500`).",
             positive_seconds, 20.0, ("--header-timeout",), "SECONDS", worker=True),
     Setting("header_timeout_max", "Timeouts", "The most the header timeout is extended to, in seconds, for a client that keeps sending.",

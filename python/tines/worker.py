@@ -12,6 +12,13 @@ Notify-pipe messages (one ``write`` each, at most PIPE_BUF = 4096 bytes, so atom
 
 - ready:      ``b"R" + struct.pack("<ii", pid, slot)``
 - boot error: ``b"E" + struct.pack("<iiH", pid, slot, n) + <n bytes of UTF-8 message>``
+- draining:   ``b"D" + struct.pack("<iiH", pid, slot, n) + <n bytes of ASCII reason>``, written
+  by Rust the moment a worker starts draining by its own decision (reason ``max_requests`` or
+  ``cpu_limit``), so that the master starts its replacement in the same turn.
+
+Retire (SIGUSR2 from the master): the child blocks USR2 right after fork and Rust unblocks it
+once its handler is installed, so a retire sent while the worker boots waits until the worker
+can drain (it then stops at once, having accepted nothing) instead of killing it.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ from tines.hooks import HookError, Hooks, ServerView, WorkerView, wrap_app
 
 READY = b"R"
 BOOT_ERROR = b"E"
+DRAINING = b"D"
+DRAINING_REASONS = ("max_requests", "cpu_limit")
+"""The reasons a worker drains by its own decision (``run_worker``'s stop reasons)."""
 READY_FORMAT = "<ii"
 ERROR_FORMAT = "<iiH"
 PIPE_BUF = 4096
@@ -110,6 +120,12 @@ def encode_boot_error(pid: int, slot: int, message: str) -> bytes:
     return BOOT_ERROR + struct.pack(ERROR_FORMAT, pid, slot, len(data)) + data
 
 
+def encode_draining(pid: int, slot: int, reason: str) -> bytes:
+    """The draining message (a worker stops by its own decision; ``reason`` is short ASCII)."""
+    data = reason.encode("ascii")
+    return DRAINING + struct.pack(ERROR_FORMAT, pid, slot, len(data)) + data
+
+
 def decode(buffer: bytearray) -> list[tuple[str, int, int, str]]:
     """Take every complete message off the front of ``buffer``: (kind, pid, slot, text)."""
     messages = []
@@ -121,7 +137,7 @@ def decode(buffer: bytearray) -> list[tuple[str, int, int, str]]:
                 break
             pid, slot = struct.unpack_from(READY_FORMAT, buffer, 1)
             messages.append(("ready", pid, slot, ""))
-        elif kind == BOOT_ERROR:
+        elif kind in (BOOT_ERROR, DRAINING):
             head = 1 + struct.calcsize(ERROR_FORMAT)
             if len(buffer) < head:
                 break
@@ -129,7 +145,8 @@ def decode(buffer: bytearray) -> list[tuple[str, int, int, str]]:
             size = head + length
             if len(buffer) < size:
                 break
-            messages.append(("boot_error", pid, slot, buffer[head:size].decode("utf-8", "replace")))
+            name = "boot_error" if kind == BOOT_ERROR else "draining"
+            messages.append((name, pid, slot, buffer[head:size].decode("utf-8", "replace")))
         else:
             # Not a message we know: drop the byte rather than stall the stream.
             size = 1
@@ -202,6 +219,10 @@ def run(context: WorkerContext) -> NoReturn:
 
 
 def _serve(context: WorkerContext) -> int:
+    # A retire (USR2) that comes before Rust's handler stays pending: the master forked us with
+    # it blocked, and Rust unblocks it once its handler is installed. Blocked here too, for
+    # callers that fork without it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
     # First, so ps tells this process from the master (whose title it inherited) at once.
     setproctitle(f"tines: worker {context.slot} [{context.cfg.mpm}] gen {context.generation}")
     for signum in RESET_SIGNALS:
@@ -260,9 +281,11 @@ def _serve(context: WorkerContext) -> int:
     import tines._core as _core
 
     # Rust writes the ready message once the access log is open and the app threads started.
+    draining = {reason: encode_draining(pid, context.slot, reason) for reason in DRAINING_REASONS}
     reason = _core.run_worker(app, context.settings, context.listeners, context.scoreboard,
                               context.slot, context.life_read,
-                              (context.notify_write, encode_ready(pid, context.slot)))
+                              (context.notify_write, encode_ready(pid, context.slot)),
+                              (context.notify_write, draining))
     log.debug("worker %d (slot %d) stopped: %s", pid, context.slot, reason)
     context.hooks.call_logged("worker_exit", server, worker)
     return 0

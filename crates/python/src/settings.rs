@@ -70,6 +70,12 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         max_response_buffer: get(settings, "max_response_buffer")?,
         max_request_buffer: get(settings, "max_request_buffer")?,
         keepalive_timeout: seconds(settings, "keepalive_timeout")?,
+        // Unset (None): as long as a kept-alive connection may idle anyway.
+        drain_timeout: if get::<Option<f64>>(settings, "drain_timeout")?.is_some() {
+            seconds(settings, "drain_timeout")?
+        } else {
+            seconds(settings, "keepalive_timeout")?
+        },
         max_keepalive_requests: get(settings, "max_keepalive_requests")?,
         header_timeout: seconds(settings, "header_timeout")?,
         header_timeout_max: seconds(settings, "header_timeout_max")?,

@@ -2,6 +2,7 @@
 //! app loading. The GIL is released for the worker's whole life; slot threads re-take it per
 //! request (see `wsgi::WsgiApp::run_slot_thread`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use pyo3::exceptions::PyOSError;
@@ -14,13 +15,17 @@ use crate::settings::worker_config;
 use crate::wsgi::WsgiApp;
 
 /// Runs the MPM named by `settings["mpm"]` until the worker is told to stop; returns why it
-/// stopped: "graceful", "quick", "master_gone", "max_requests" or "cpu_limit".
+/// stopped: "graceful", "retire", "quick", "master_gone", "max_requests" or "cpu_limit".
 ///
 /// `ready` is `(fd, message)`: once the worker's whole set-up is done (access log open, app
 /// threads started, loop about to serve), `message` is written to `fd` in one `write` (the
 /// master's notify pipe; the message is at most PIPE_BUF bytes, so the write is atomic).
+///
+/// `draining` is `(fd, {reason: message})`: when the worker starts draining by its own
+/// decision ("max_requests", "cpu_limit"), the message for that reason is written to `fd` in
+/// one `write`, at once, so the master starts the replacement while this worker drains.
 #[pyfunction]
-#[pyo3(signature = (app, settings, listeners, scoreboard, slot, life_fd=None, ready=None))]
+#[pyo3(signature = (app, settings, listeners, scoreboard, slot, life_fd=None, ready=None, draining=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn run_worker(
     py: Python<'_>,
@@ -31,6 +36,7 @@ pub fn run_worker(
     slot: usize,
     life_fd: Option<i32>,
     ready: Option<(i32, Vec<u8>)>,
+    draining: Option<(i32, HashMap<String, Vec<u8>>)>,
 ) -> PyResult<&'static str> {
     let config = worker_config(settings)?;
     let wsgi = WsgiApp::new(py, app, settings, &config)?;
@@ -42,6 +48,13 @@ pub fn run_worker(
         life_fd,
         on_ready: ready.map(|(fd, message)| -> tines_server::worker::ReadyHook {
             Box::new(move || write_message(fd, &message))
+        }),
+        on_draining: draining.map(|(fd, messages)| -> tines_server::worker::DrainingHook {
+            Box::new(move |reason| {
+                if let Some(message) = messages.get(reason.name()) {
+                    write_message(fd, message);
+                }
+            })
         }),
     };
     let app: Arc<dyn tines_server::App> = Arc::new(wsgi);

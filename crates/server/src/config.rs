@@ -55,6 +55,10 @@ pub struct WorkerConfig {
     pub max_request_buffer: u64,
     /// Idle time allowed between requests on a keep-alive connection (zero disables keep-alive).
     pub keepalive_timeout: Duration,
+    /// How long a stopping worker keeps an idle keep-alive connection for its next request
+    /// (answered with `Connection: close`) before closing it (`drain_timeout`; the registry
+    /// defaults it to `keepalive_timeout`). Never longer than the connection's keep-alive.
+    pub drain_timeout: Duration,
     /// Requests per connection before it is closed (0 = unlimited).
     pub max_keepalive_requests: u32,
     /// Time allowed for a request head to arrive, before extensions.
@@ -142,6 +146,7 @@ impl Default for WorkerConfig {
             max_response_buffer: 1024 * 1024,
             max_request_buffer: 64 * 1024,
             keepalive_timeout: Duration::from_secs(5),
+            drain_timeout: Duration::from_secs(5),
             max_keepalive_requests: 1000,
             header_timeout: Duration::from_secs(20),
             header_timeout_max: Duration::from_secs(40),

@@ -163,7 +163,7 @@ impl Connection {
     }
 
     /// True between requests on a kept-alive connection (it served one, and no byte of the
-    /// next has arrived). A stopping worker closes these; a new connection that has sent
+    /// next has arrived). A stopping worker keeps these until `drain_timeout`; a new connection that has sent
     /// nothing yet is not idle: it gets the header timeout.
     pub fn is_idle_keepalive(&self) -> bool {
         self.served > 0 && self.filled == 0

@@ -10,13 +10,17 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGXCPU};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGXCPU};
 
 /// Why a worker's loop ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
-    /// TERM: stopped accepting, drained in-flight requests.
+    /// TERM (the master's final, graceful stop): accepted what the listener had queued, then
+    /// drained.
     Graceful,
+    /// USR2 (the master retires this worker while the others go on: fewer workers, a spare
+    /// too many, an old generation after a reload): stopped accepting at once, drained.
+    Retire,
     /// INT or QUIT: left at once.
     Quick,
     /// The life pipe closed: the master died; drained like a graceful stop.
@@ -33,11 +37,26 @@ impl StopReason {
     pub fn name(self) -> &'static str {
         match self {
             StopReason::Graceful => "graceful",
+            StopReason::Retire => "retire",
             StopReason::Quick => "quick",
             StopReason::MasterGone => "master_gone",
             StopReason::MaxRequests => "max_requests",
             StopReason::CpuLimit => "cpu_limit",
         }
+    }
+
+    /// True when the worker accepts what the listener already queued before it stops
+    /// accepting: only when every worker stops (the final TERM, or the master gone), since
+    /// the listener then closes and its queue would be reset. A worker stopping while the
+    /// others go on leaves the queue to them (and to its replacement).
+    pub fn accepts_backlog(self) -> bool {
+        matches!(self, StopReason::Graceful | StopReason::MasterGone)
+    }
+
+    /// True when the worker decided to stop by itself (the master must hear of it at once, to
+    /// start the replacement while this one drains).
+    pub fn is_own_decision(self) -> bool {
+        matches!(self, StopReason::MaxRequests | StopReason::CpuLimit)
     }
 }
 
@@ -52,6 +71,8 @@ pub struct Requests {
     pub reopen_logs: bool,
     /// XCPU arrived: the soft CPU time limit was reached; recycle gracefully.
     pub cpu_limit: bool,
+    /// USR2 arrived: the master retires this worker (stop accepting at once, drain).
+    pub retire: bool,
 }
 
 /// The installed signal handlers plus the life pipe.
@@ -63,6 +84,7 @@ pub struct Control {
     reopen: Arc<AtomicBool>,
     hup: Arc<AtomicBool>,
     cpu_limit: Arc<AtomicBool>,
+    retire: Arc<AtomicBool>,
     cpu_time_limit: Option<u64>,
     life_fd: Option<RawFd>,
     signal_ids: Vec<signal_hook::SigId>,
@@ -80,10 +102,13 @@ fn pipe_nonblocking() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 impl Control {
-    /// Installs the worker's signal handlers (TERM, INT, QUIT, USR1, XCPU; HUP is ignored in
-    /// workers: the master reloads) and adopts the life pipe's read end, if any. XCPU replaces
-    /// the default action (terminate with a core dump), so a worker at its soft CPU time limit
-    /// recycles gracefully instead.
+    /// Installs the worker's signal handlers (TERM, INT, QUIT, USR1, USR2, XCPU; HUP is
+    /// ignored in workers: the master reloads) and adopts the life pipe's read end, if any.
+    /// XCPU replaces the default action (terminate with a core dump), so a worker at its soft
+    /// CPU time limit recycles gracefully instead. USR2 is then unblocked: the worker's boot
+    /// code (Python, `tines.worker`) blocks it, so a retire the master sent while the worker
+    /// was still booting stays pending until this handler can take it, instead of killing
+    /// the worker by USR2's default action.
     pub fn install(life_fd: Option<RawFd>) -> io::Result<Control> {
         let (pipe_read, pipe_write) = pipe_nonblocking()?;
         let graceful = Arc::new(AtomicBool::new(false));
@@ -91,20 +116,23 @@ impl Control {
         let reopen = Arc::new(AtomicBool::new(false));
         let hup = Arc::new(AtomicBool::new(false));
         let cpu_limit = Arc::new(AtomicBool::new(false));
+        let retire = Arc::new(AtomicBool::new(false));
         let mut signal_ids = Vec::new();
-        let table: [(i32, &Arc<AtomicBool>); 6] = [
+        let table: [(i32, &Arc<AtomicBool>); 7] = [
             (SIGTERM, &graceful),
             (SIGINT, &quick),
             (SIGQUIT, &quick),
             (SIGUSR1, &reopen),
             (SIGHUP, &hup),
             (SIGXCPU, &cpu_limit),
+            (SIGUSR2, &retire),
         ];
         for (signal, flag) in table {
             signal_ids.push(signal_hook::flag::register(signal, Arc::clone(flag))?);
             let write_end = pipe_write.try_clone()?;
             signal_ids.push(signal_hook::low_level::pipe::register(signal, write_end)?);
         }
+        unblock_signal(SIGUSR2)?;
         if let Some(fd) = life_fd {
             set_nonblocking(fd)?;
         }
@@ -116,6 +144,7 @@ impl Control {
             reopen,
             hup,
             cpu_limit,
+            retire,
             cpu_time_limit: soft_cpu_time_limit(),
             life_fd,
             signal_ids,
@@ -162,7 +191,17 @@ impl Control {
             quick: self.quick.swap(false, Ordering::Relaxed),
             reopen_logs: self.reopen.swap(false, Ordering::Relaxed),
             cpu_limit: self.cpu_limit.swap(false, Ordering::Relaxed),
+            retire: self.retire.swap(false, Ordering::Relaxed),
         }
+    }
+
+    /// True when a stop signal (TERM, INT, QUIT, USR2, XCPU) arrived and was not taken yet:
+    /// the loop looks before each accept, since a prefork worker that has just served a long
+    /// request inline would otherwise take the listen queue before it reads its signals.
+    pub fn stop_pending(&self) -> bool {
+        [&self.graceful, &self.quick, &self.retire, &self.cpu_limit]
+            .iter()
+            .any(|flag| flag.load(Ordering::Relaxed))
     }
 
     /// True when the life pipe reports EOF (the master is gone). Call when it is readable.
@@ -193,6 +232,23 @@ fn soft_cpu_time_limit() -> Option<u64> {
     // SAFETY: valid out-pointer.
     let rc = unsafe { libc::getrlimit(libc::RLIMIT_CPU, &mut limit) };
     (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
+}
+
+/// Unblocks `signal` for the calling thread (and the threads it starts later), so a pending
+/// one is delivered now, to the handler just installed.
+fn unblock_signal(signal: i32) -> io::Result<()> {
+    // SAFETY: a zeroed sigset_t is a valid argument to sigemptyset, which initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t; a null old-set pointer is allowed.
+    let rc = unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut())
+    };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
 }
 
 /// Sets O_NONBLOCK on an fd.

@@ -92,6 +92,7 @@ pub fn drive_connection(input: &[u8]) {
         scoreboard,
         0,
         u64::MAX,
+        None,
     ));
     serve_until_closed(Connection::new(server, Peer::Unix, 0), &shared, limits);
     let mut output = Vec::new();

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::access_log::AccessLog;
 use crate::config::WorkerConfig;
+use crate::control::StopReason;
 use crate::listener::Local;
 use crate::scoreboard::{ExitReason, Scoreboard, Slot, ThreadSlot, WorkerState};
 
@@ -29,10 +30,16 @@ pub struct WorkerShared {
     budget: AtomicU64,
     /// Called once, when the worker's set-up is complete (see [`crate::WorkerSpec::on_ready`]).
     pub(crate) on_ready: Mutex<Option<ReadyHook>>,
+    /// Called when the worker starts draining by its own decision.
+    on_draining: Option<DrainingHook>,
 }
 
 /// What a worker runs once it can serve (e.g. telling its master it is ready).
 pub type ReadyHook = Box<dyn FnOnce() + Send>;
+
+/// What a worker runs when it starts draining by its own decision (e.g. telling its master,
+/// which starts the replacement at once), with the reason.
+pub type DrainingHook = Box<dyn Fn(StopReason) + Send + Sync>;
 
 impl WorkerShared {
     pub(crate) fn new(
@@ -42,6 +49,7 @@ impl WorkerShared {
         scoreboard: Arc<Scoreboard>,
         slot: usize,
         budget: u64,
+        on_draining: Option<DrainingHook>,
     ) -> WorkerShared {
         WorkerShared {
             config,
@@ -53,6 +61,15 @@ impl WorkerShared {
             recycle: AtomicBool::new(false),
             budget: AtomicU64::new(budget),
             on_ready: Mutex::new(None),
+            on_draining,
+        }
+    }
+
+    /// Runs the draining hook, if any (the reactor calls it once, when it starts a stop it
+    /// decided itself).
+    pub(crate) fn announce_draining(&self, reason: StopReason) {
+        if let Some(hook) = &self.on_draining {
+            hook(reason);
         }
     }
 
@@ -128,9 +145,14 @@ impl WorkerShared {
             slot.state
                 .store(WorkerState::KeepAlive as u32, Ordering::Relaxed);
         }
-        if self.budget.load(Ordering::Relaxed) != u64::MAX
-            && self.budget.fetch_sub(1, Ordering::Relaxed) == 1
-        {
+        // Saturating: requests a draining worker still answers do not wrap the budget round
+        // to "unlimited".
+        let spent = self
+            .budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                (left != u64::MAX && left > 0).then(|| left - 1)
+            });
+        if spent == Ok(1) {
             self.recycle.store(true, Ordering::Relaxed);
         }
     }
@@ -156,6 +178,14 @@ impl WorkerShared {
     /// Records why the worker decided to stop (unless the master recorded a reason first).
     pub(crate) fn propose_exit_reason(&self, reason: ExitReason) {
         self.slot().propose_exit_reason(reason);
+    }
+
+    /// True when the request being answered is the last of this worker's `max_requests`
+    /// budget: its response closes the connection, so the client's next request goes to
+    /// another worker (or the replacement) instead of waiting in this one's drain. With
+    /// threads, requests in flight at once may each see the last unit; then all of them close.
+    pub(crate) fn is_last_request(&self) -> bool {
+        self.budget.load(Ordering::Relaxed) <= 1
     }
 
     /// True once `max_requests` was reached.

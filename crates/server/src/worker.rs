@@ -12,8 +12,8 @@ use crate::config::{Mpm, WorkerConfig};
 use crate::control::{Control, StopReason};
 use crate::listener::{raise_fd_limit, Listener};
 use crate::scoreboard::{now_ms, Scoreboard, WorkerState};
-pub use crate::shared::ReadyHook;
 use crate::shared::WorkerShared;
+pub use crate::shared::{DrainingHook, ReadyHook};
 use crate::App;
 
 /// A small random number from the kernel (for `max_requests_jitter`).
@@ -45,6 +45,10 @@ pub struct WorkerSpec {
     /// Called once when the whole set-up is done and the loop is about to serve; a set-up
     /// failure returns an error from [`run_worker`] without calling it.
     pub on_ready: Option<ReadyHook>,
+    /// Called when the worker starts draining by its own decision (`max_requests`, the soft
+    /// CPU limit; see [`StopReason::is_own_decision`]), with the reason, so the master can
+    /// start its replacement at once.
+    pub on_draining: Option<DrainingHook>,
 }
 
 /// Runs the worker until it is told to stop; returns why it stopped.
@@ -105,6 +109,7 @@ pub fn run_worker(app: Arc<dyn App>, spec: WorkerSpec) -> io::Result<StopReason>
         spec.scoreboard,
         spec.slot,
         budget,
+        spec.on_draining,
     );
     *shared
         .on_ready

@@ -185,6 +185,28 @@ def test_scenario_names_round_trip() -> None:
     assert Scenario("plaintext", "keep-alive", 50, 16).name == "plaintext/keep-alive/c50/p16"
 
 
+def test_process_per_request_check_names_the_share_of_prefork_reuse() -> None:
+    table = {"hello/keep-alive/c50": {"tines-prefork": summary("tines-prefork", 50_000, 10.0),
+                                      "tines-prefork-per-request": summary("tines-prefork-per-request",
+                                                                           12_500, 80.0)},
+             "hello/close/c50": {"tines-prefork": summary("tines-prefork", 20_000, 30.0),
+                                 "tines-prefork-per-request": summary("tines-prefork-per-request",
+                                                                      3_000, 200.0)}}
+    keep_alive, close = model.recycling_checks(table)
+    assert keep_alive.verdict == "pass" and "1/4.0 of reuse" in keep_alive.detail
+    assert close.verdict == "fail" and "1/6.7 of reuse" in close.detail
+    assert [c.verdict for c in model.recycling_checks({})] == ["not measured", "not measured"]
+
+
+def test_the_process_per_request_row_is_prefork_with_max_requests_1_and_preload() -> None:
+    server = servers.process_per_request_server()
+    command = server.command(servers.APPS["hello"], 8080, None, Path("/tmp"))
+    assert server.name == servers.PROCESS_PER_REQUEST and server.apps == frozenset({"hello"})
+    assert command[command.index("--mpm") + 1] == "prefork"
+    assert command[command.index("--max-requests") + 1] == "1" and "--preload" in command
+    assert server.name in [s.name for s in servers.wsgi_servers()]
+
+
 # --------------------------------------------------------------------------- matrices
 
 ALL = ["tines-prefork", "tines-thread", "tines-event", "gunicorn-gthread", "uwsgi",
@@ -363,7 +385,8 @@ def test_markdown_report() -> None:
     assert "| granian-wsgi | failed: start: <boom> & exit |" in text
     assert "| hello/keep-alive/c50 | granian-wsgi | 50,000 | 49,000 | 1.02× | 10.0 | 9.0 |" in text
     assert "- tines-event: this build of Tines has no event MPM" in text
-    assert text.count("**NOT MEASURED**") == 3
+    # Issue 4's three checks and issue 12's two process-per-request checks.
+    assert text.count("**NOT MEASURED**") == 5
     assert "Quick run" not in text
     assert "Quick run" in report.markdown(sample_report("quick"))
 

@@ -1,6 +1,6 @@
 //! Whether the connection is kept after this exchange: the conditions a response head
 //! decides on (the client's wish, an unread body small enough to drain, the framing, the
-//! keep-alive settings, a stopping worker), and the drain of an unread body at the end.
+//! keep-alive settings, a stopping worker and the requests it still serves), and the drain of an unread body at the end.
 //!
 //! It must not write anything: [`super::response`] encodes what is decided here.
 
@@ -25,7 +25,19 @@ impl Exchange {
             && !config.keepalive_timeout.is_zero()
             && (config.max_keepalive_requests == 0
                 || self.conn.served + 1 < config.max_keepalive_requests)
-            && !self.shared.is_stopping()
+            && self.may_stay_open_while_draining()
+    }
+
+    /// A stopping worker (or one answering the last request of its `max_requests`) closes
+    /// each connection after its current request, with `Connection: close`, unless the
+    /// client already pipelined bytes of a next request (buffered past this one, whose body
+    /// is read): those were sent before the client could see the close, so they are served
+    /// too, and the last of them closes. A connection kept this way is never idle.
+    fn may_stay_open_while_draining(&self) -> bool {
+        if !self.shared.is_stopping() && !self.shared.is_last_request() {
+            return true;
+        }
+        matches!(self.body, Body::Done) && !self.raw.is_empty()
     }
 
     pub(super) fn drain_body(&mut self) -> bool {

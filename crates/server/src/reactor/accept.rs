@@ -109,6 +109,12 @@ impl Reactor {
         // behind it while other workers sit idle).
         let mut accepted = 0;
         while accepted < ACCEPT_BATCH && self.listening {
+            if self.shared.recycle_requested() || self.control.stop_pending() {
+                // The last request of `max_requests` was served, or a stop signal came while
+                // the app ran (prefork serves inline): take nothing more; the loop begins the
+                // stop after this batch of events.
+                break;
+            }
             if self.accepts_only_when_free() && !driver.can_take_connection() {
                 self.saturated = true;
                 self.pause_listening();

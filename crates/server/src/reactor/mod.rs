@@ -73,6 +73,9 @@ pub struct Reactor {
     next_deadline: Option<Instant>,
     shared: Arc<WorkerShared>,
     stop: Option<StopReason>,
+    /// While stopping: the latest an idle keep-alive connection is kept for its next request
+    /// (the stop's start plus `drain_timeout`).
+    drain_until: Option<Instant>,
     ctx: SlotContext,
     returned: Vec<(usize, Option<Connection>)>,
     /// Recycled read buffers (see [`SPARE_BUFFERS`]).
@@ -119,6 +122,7 @@ impl Reactor {
             reading: 0,
             next_deadline: None,
             stop: None,
+            drain_until: None,
             ctx: SlotContext::new(),
             returned: Vec::new(),
             spare_buffers: Vec::new(),
@@ -201,6 +205,9 @@ impl Reactor {
             self.begin_stop(StopReason::Quick);
         } else if requests.graceful {
             self.begin_stop(StopReason::Graceful);
+        } else if requests.retire {
+            crate::log::info("retired by the master: draining");
+            self.begin_stop(StopReason::Retire);
         } else if requests.cpu_limit && self.stop.is_none() {
             let limit = self
                 .control
@@ -214,31 +221,51 @@ impl Reactor {
         }
     }
 
-    /// Starts the stop sequence: accept what is already queued, stop listening, close idle
-    /// connections; in-flight requests finish with `Connection: close`.
+    /// Starts the stop sequence, the one drain every graceful stop shares: stop accepting;
+    /// in-flight requests finish with `Connection: close`; an idle keep-alive connection stays
+    /// open for its next request (answered with `Connection: close`) until `drain_timeout`,
+    /// then closes; a partial head or body goes on under its own timeout. The loop ends when
+    /// no connection is left.
+    ///
+    /// Only a stop of every worker (TERM, the master gone) first accepts what the listener
+    /// already queued, so that it is served rather than reset when the master closes the
+    /// listener. The listeners are shared by all workers (one socket each, inherited from the
+    /// master; no per-worker `SO_REUSEPORT` socket), so a retiring worker leaves the queue to
+    /// the others and its replacement: nothing queued is lost when it stops.
     fn begin_stop(&mut self, reason: StopReason) {
         if reason == StopReason::Quick {
             self.stop = Some(reason);
             return;
         }
+        if reason.accepts_backlog() && !self.stop.is_some_and(StopReason::accepts_backlog) {
+            // Also when already draining (a retire, max_requests): the final TERM means no
+            // worker is left to take the queue.
+            for index in 0..self.listeners.len() {
+                self.accept_from(index, usize::MAX);
+            }
+        }
         if self.stop.is_some() {
+            if reason.accepts_backlog() {
+                self.stop = Some(reason);
+            }
             return;
         }
         self.stop = Some(reason);
         self.shared.set_stopping();
-        // Accept what the listener already queued, so that it is served rather than reset when
-        // the master closes the listener; then stop accepting.
-        for index in 0..self.listeners.len() {
-            self.accept_from(index, usize::MAX);
+        if reason.is_own_decision() {
+            self.shared.announce_draining(reason);
         }
         self.pause_listening();
+        let drain_until = Instant::now() + self.shared.config.drain_timeout;
+        self.drain_until = Some(drain_until);
         for token in 0..self.entries.len() {
-            if let Entry::Parked { conn, .. } = &self.entries[token] {
-                if conn.is_idle_keepalive() {
-                    self.close(token);
+            if let Entry::Parked { conn, deadline, .. } = &mut self.entries[token] {
+                if conn.is_idle_keepalive() && *deadline > drain_until {
+                    *deadline = drain_until;
                 }
             }
         }
+        self.note_deadline(drain_until);
     }
 
     fn on_connection_event(&mut self, event: &Event, driver: &mut dyn Driver) {

@@ -29,9 +29,6 @@ impl Reactor {
     }
 
     pub(super) fn park(&mut self, token: usize, conn: Connection) {
-        if self.stop.is_some() && conn.is_idle_keepalive() {
-            return self.close(token);
-        }
         let mut conn = conn;
         if let Some(buf) = conn.take_idle_buffer() {
             if self.spare_buffers.len() < SPARE_BUFFERS {
@@ -54,7 +51,14 @@ impl Reactor {
             ),
             // A new connection that has sent nothing yet gets the header timeout.
             _ if conn.served == 0 => (TimerKind::Header, Instant::now() + config.header_timeout),
-            _ => (TimerKind::Idle, Instant::now() + config.keepalive_timeout),
+            // While stopping, no later than the drain's end.
+            _ => {
+                let idle_until = Instant::now() + config.keepalive_timeout;
+                let deadline = self
+                    .drain_until
+                    .map_or(idle_until, |drain_until| drain_until.min(idle_until));
+                (TimerKind::Idle, deadline)
+            }
         };
         self.note_deadline(deadline);
         if let Entry::Parked { kind, .. } = self.entries[token] {
