@@ -245,8 +245,7 @@ class Arbiter:
                 while self.signals:
                     self.dispatch(self.signals.popleft())
                 self.read_notifications()
-                if self.watchdog is not None:
-                    self.duty("watchdog", lambda: self.watchdog.check(list(self.workers.values())))
+                self.duty("watchdog", self.check_requests)
                 if self.pool is not None and time.monotonic() >= self.next_pool_check:
                     self.next_pool_check = time.monotonic() + spare_pool.CHECK_INTERVAL
                     self.duty("pool", self.check_pool)
@@ -413,6 +412,12 @@ class Arbiter:
         except Exception:  # noqa: BLE001 - a duty of the master must never end it
             log.exception("memory sampling failed")
 
+    def check_requests(self) -> None:
+        """The watchdog's turn: requests over ``request_timeout``, boots over ``boot_timeout``,
+        and the kills of dumped workers (``tines.watchdog``)."""
+        if self.watchdog is not None:
+            self.watchdog.check(list(self.workers.values()))
+
     def record_memory(self, worker: Worker, usage: memory.MemoryUsage) -> None:
         """Keep a worker's latest memory sample (and publish it in its scoreboard slot): the
         one place a sample is written."""
@@ -507,13 +512,13 @@ class Arbiter:
         process until it exits. A worker still booting takes the retire once it can drain
         (tines.worker keeps USR2 pending until then). ``reason`` is the exit reason (a name of
         ``tines._core.EXIT_REASONS``: memory, idle_retire, reload) recorded in its scoreboard
-        slot and logged, now and at its exit, with ``why`` (words for the log) now.
+        slot; ``why`` (words for the log; the reason when empty) is logged now and at its exit.
         """
         if worker.stopping:
             return
-        worker.reason = reason
+        worker.reason = why or reason
         self.scoreboard.set_exit_reason(worker.slot, reason)  # type: ignore[attr-defined]
-        log.info("retiring worker %d (slot %d): %s", worker.pid, worker.slot, f"{reason}: {why}" if why else reason)
+        log.info("retiring worker %d (slot %d): %s", worker.pid, worker.slot, worker.reason)
         self.stop_worker(worker, signal.SIGUSR2)
 
     def signal_workers(self, signum: int) -> None:

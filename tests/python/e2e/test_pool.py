@@ -127,7 +127,7 @@ def test_the_pool_grows_to_max_workers_under_load_and_shrinks_to_max_spare_when_
         gate.open()
         results = clients.join()
         assert len(results) == 5 and all(isinstance(r, tuple) and r[0] == 200 for r in results), results
-        server.wait_for_log(r"retiring worker \d+ \(idle \d+ > max_spare_workers 2, fewest connections \d+\)",
+        server.wait_for_log(r"retiring worker \d+ \(slot \d+\): idle \d+ > max_spare_workers 2, fewest connections \d+",
                             DEADLINE, count=2)
         wait_until(lambda: len(server.worker_pids()) == 2, DEADLINE, "two workers left")
         wait_for_more_checks(server, 3)
@@ -190,7 +190,7 @@ def test_thread_mpm_spares_are_counted_in_app_threads(tines_server: Any, tmp_pat
         gate.open()
         assert [r[0] for r in one.join() + two.join()] == [200, 200]  # type: ignore[index]
         # 4 idle threads > 3: one worker is retired, the one with the fewest connections.
-        server.wait_for_log(r"retiring worker \d+ \(idle 4 > max_spare_threads 3, fewest connections \d+\)", DEADLINE)
+        server.wait_for_log(r"retiring worker \d+ \(slot \d+\): idle 4 > max_spare_threads 3, fewest connections \d+", DEADLINE)
         wait_until(lambda: len(server.worker_pids()) == 1, DEADLINE, "one worker left")
     finally:
         gate.close()
@@ -210,8 +210,8 @@ def test_ttin_and_ttou_add_and_remove_one_worker_in_the_dynamic_pool(tines_serve
         assert len(server.worker_pids()) == 2 and "retiring" not in server.log_text()
         [second] = set(server.worker_pids()) - {first}
         server.signal(signal.SIGTTOU)
-        server.wait_for_log(r"retiring worker \d+ \(TTOU: idle workers now kept between 1 and 2, "
-                            r"fewest connections 0\)")
+        server.wait_for_log(r"retiring worker \d+ \(slot \d+\): TTOU: idle workers now kept between 1 and 2, "
+                            r"fewest connections 0")
         wait_until(lambda: len(server.worker_pids()) == 1, DEADLINE, "one worker left")
         wait_for_more_checks(server, 2)
         assert server.worker_pids() in ([first], [second])
