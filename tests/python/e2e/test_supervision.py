@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from client_load import ClientLoad
 from conftest import alive, http_get, wait_until
 
 HELLO = "examples/hello.py:app"
@@ -23,56 +24,11 @@ HELLO = "examples/hello.py:app"
 get = http_get
 
 
-class KeepAliveLoad:
-    """A few client threads sending keep-alive requests until stopped; counts outcomes."""
-
-    def __init__(self, port: int, clients: int = 4, keep_alive: bool = True) -> None:
-        self.port = port
-        self.headers = {} if keep_alive else {"Connection": "close"}
-        self.stop = threading.Event()
-        self.ok = 0
-        self.failed = 0
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self.client, daemon=True) for _ in range(clients)]
-
-    def client(self) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
-        while not self.stop.is_set():
-            try:
-                connection.request("GET", "/pid", headers=self.headers)
-                response = connection.getresponse()
-                response.read()
-                with self.lock:
-                    self.ok += response.status == 200
-                    self.failed += response.status != 200
-            except (OSError, http.client.HTTPException):
-                # Only a request on the killed worker may fail: reconnect and go on.
-                with self.lock:
-                    self.failed += 1
-                connection.close()
-                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
-        connection.close()
-
-    def __enter__(self) -> "KeepAliveLoad":
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(30)
-
-    def count(self) -> int:
-        with self.lock:
-            return self.ok
-
-
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGSEGV"])
 def test_a_killed_worker_is_replaced_while_the_others_keep_serving(tines_server: Any, how: str) -> None:
     server = tines_server("crashy:app", "-w", "2")
     victim = server.worker_pids()[0]
-    with KeepAliveLoad(server.port) as load:
+    with ClientLoad(server.port, path="/pid") as load:
         wait_until(lambda: load.count() > 20, what="load to start")
         os.kill(victim, getattr(signal, how))
         server.wait_for_log(rf"worker {victim} \(slot \d+\) was killed by signal {how}")
@@ -235,7 +191,7 @@ def test_hup_replaces_every_worker_without_refusing_requests(tines_server: Any) 
     # client sends on it is the race every HTTP/1.1 server has (clients retry; docs/signals.md).
     server = tines_server("crashy:app", "-w", "2")
     old = set(server.worker_pids())
-    with KeepAliveLoad(server.port, keep_alive=False) as load:
+    with ClientLoad(server.port, keep_alive=False, path="/pid") as load:
         wait_until(lambda: load.count() > 10, what="load to start")
         server.signal(signal.SIGHUP)
         wait_until(lambda: not (set(server.worker_pids()) & old) and len(server.worker_pids()) == 2,
