@@ -32,127 +32,101 @@ pub mod thread;
 
 pub use thread::{monotonic_ns, ThreadReading, ThreadSlot, ThreadState};
 
-/// What a worker is doing, as published in its slot (Apache's `SERVER_*` states, ours named;
-/// the module doc says when each holds).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum WorkerState {
-    /// No worker owns the slot.
-    Free = 0,
-    /// Forked, loading the app.
-    Booting = 1,
-    /// No request, no connection.
-    Idle = 2,
-    /// Running a request (thread/event: at least one app thread is).
-    Busy = 3,
-    /// Draining before exit (graceful stop or recycling).
-    Stopping = 4,
-    /// No request; a connection waits for its first request, is part-way through a request
-    /// head, or has a body read ahead.
-    Reading = 5,
-    /// No request; only idle keep-alive connections (or output the loop finishes).
-    KeepAlive = 6,
+/// Declares a `#[repr(u32)]` enum stored in a scoreboard atomic, with its lower-case names:
+/// `ALL` (in value order), `from_u32` (an unknown value reads as the first variant, so a
+/// slot written by a newer build never panics an older reader), `name` and `from_name`. One
+/// declaration per enum keeps the value, the variant and the name Python sees on one line.
+macro_rules! slot_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $enum:ident {
+            $( $(#[$variant_meta:meta])* $variant:ident = $value:literal => $name:literal, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(u32)]
+        pub enum $enum {
+            $( $(#[$variant_meta])* $variant = $value, )+
+        }
+
+        impl $enum {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$enum] = &[$($enum::$variant),+];
+
+            /// The value stored in the atomic (unknown values read as the first variant).
+            pub(crate) fn from_u32(value: u32) -> Self {
+                Self::ALL
+                    .iter()
+                    .copied()
+                    .find(|candidate| *candidate as u32 == value)
+                    .unwrap_or(Self::ALL[0])
+            }
+
+            /// The lower-case name used in Python, the log and the status output.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( $enum::$variant => $name, )+
+                }
+            }
+
+            /// The value named `name`, if there is one.
+            pub fn from_name(name: &str) -> Option<Self> {
+                Self::ALL.iter().copied().find(|candidate| candidate.name() == name)
+            }
+        }
+    };
+}
+pub(crate) use slot_enum;
+
+slot_enum! {
+    /// What a worker is doing, as published in its slot (Apache's `SERVER_*` states, ours
+    /// named; the module doc says when each holds).
+    pub enum WorkerState {
+        /// No worker owns the slot.
+        Free = 0 => "free",
+        /// Forked, loading the app.
+        Booting = 1 => "booting",
+        /// No request, no connection.
+        Idle = 2 => "idle",
+        /// Running a request (thread/event: at least one app thread is).
+        Busy = 3 => "busy",
+        /// Draining before exit (graceful stop or recycling).
+        Stopping = 4 => "stopping",
+        /// No request; a connection waits for its first request, is part-way through a request
+        /// head, or has a body read ahead.
+        Reading = 5 => "reading",
+        /// No request; only idle keep-alive connections (or output the loop finishes).
+        KeepAlive = 6 => "keepalive",
+    }
 }
 
-impl WorkerState {
-    fn from_u32(value: u32) -> Self {
-        match value {
-            1 => WorkerState::Booting,
-            2 => WorkerState::Idle,
-            3 => WorkerState::Busy,
-            4 => WorkerState::Stopping,
-            5 => WorkerState::Reading,
-            6 => WorkerState::KeepAlive,
-            _ => WorkerState::Free,
-        }
-    }
-
-    /// The lower-case name used in Python and in the status output.
-    pub fn name(self) -> &'static str {
-        match self {
-            WorkerState::Free => "free",
-            WorkerState::Booting => "booting",
-            WorkerState::Idle => "idle",
-            WorkerState::Busy => "busy",
-            WorkerState::Stopping => "stopping",
-            WorkerState::Reading => "reading",
-            WorkerState::KeepAlive => "keepalive",
-        }
-    }
-}
-
-/// Why a worker will exit or exited: one list for the log, the status output and metrics.
-/// Kept in the slot after the worker is gone, until the slot is claimed again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum ExitReason {
-    /// No reason recorded (yet).
-    None = 0,
-    /// Exited with a non-zero status on its own.
-    Crash = 1,
-    /// Killed by a signal the master did not send.
-    Signal = 2,
-    /// Served its `max_requests` (the worker decides).
-    MaxRequests = 3,
-    /// Above `max_worker_memory` (the master decides).
-    Memory = 4,
-    /// Reached its soft CPU time limit, SIGXCPU (the worker decides).
-    CpuLimit = 5,
-    /// A request held an app thread past `request_timeout` (the master decides).
-    RequestTimeout = 6,
-    /// Not ready within `boot_timeout` (the master decides).
-    BootTimeout = 7,
-    /// A spare worker retired by the pool (the master decides).
-    IdleRetire = 8,
-    /// Replaced by a reload (the master decides).
-    Reload = 9,
-    /// Stopped with the server (the master decides).
-    Stop = 10,
-}
-
-impl ExitReason {
-    /// Every reason, in value order.
-    pub const ALL: [ExitReason; 11] = [
-        ExitReason::None,
-        ExitReason::Crash,
-        ExitReason::Signal,
-        ExitReason::MaxRequests,
-        ExitReason::Memory,
-        ExitReason::CpuLimit,
-        ExitReason::RequestTimeout,
-        ExitReason::BootTimeout,
-        ExitReason::IdleRetire,
-        ExitReason::Reload,
-        ExitReason::Stop,
-    ];
-
-    fn from_u32(value: u32) -> Self {
-        Self::ALL
-            .get(value as usize)
-            .copied()
-            .unwrap_or(ExitReason::None)
-    }
-
-    /// The lower-case name used in Python, the log and the status output.
-    pub fn name(self) -> &'static str {
-        match self {
-            ExitReason::None => "none",
-            ExitReason::Crash => "crash",
-            ExitReason::Signal => "signal",
-            ExitReason::MaxRequests => "max_requests",
-            ExitReason::Memory => "memory",
-            ExitReason::CpuLimit => "cpu_limit",
-            ExitReason::RequestTimeout => "request_timeout",
-            ExitReason::BootTimeout => "boot_timeout",
-            ExitReason::IdleRetire => "idle_retire",
-            ExitReason::Reload => "reload",
-            ExitReason::Stop => "stop",
-        }
-    }
-
-    /// The reason named `name`, if there is one.
-    pub fn from_name(name: &str) -> Option<ExitReason> {
-        Self::ALL.into_iter().find(|reason| reason.name() == name)
+slot_enum! {
+    /// Why a worker will exit or exited: one list for the log, the status output and metrics.
+    /// Kept in the slot after the worker is gone, until the slot is claimed again.
+    pub enum ExitReason {
+        /// No reason recorded (yet).
+        None = 0 => "none",
+        /// Exited with a non-zero status on its own.
+        Crash = 1 => "crash",
+        /// Killed by a signal the master did not send.
+        Signal = 2 => "signal",
+        /// Served its `max_requests` (the worker decides).
+        MaxRequests = 3 => "max_requests",
+        /// Above `max_worker_memory` (the master decides).
+        Memory = 4 => "memory",
+        /// Reached its soft CPU time limit, SIGXCPU (the worker decides).
+        CpuLimit = 5 => "cpu_limit",
+        /// A request held an app thread past `request_timeout` (the master decides).
+        RequestTimeout = 6 => "request_timeout",
+        /// Not ready within `boot_timeout` (the master decides).
+        BootTimeout = 7 => "boot_timeout",
+        /// A spare worker retired by the pool (the master decides).
+        IdleRetire = 8 => "idle_retire",
+        /// Replaced by a reload (the master decides).
+        Reload = 9 => "reload",
+        /// Stopped with the server (the master decides).
+        Stop = 10 => "stop",
     }
 }
 
@@ -551,11 +525,27 @@ mod tests {
 
     #[test]
     fn exit_reasons_round_trip_by_name() {
-        for (value, reason) in ExitReason::ALL.into_iter().enumerate() {
+        for (value, reason) in ExitReason::ALL.iter().copied().enumerate() {
             assert_eq!(reason as usize, value);
+            assert_eq!(ExitReason::from_u32(value as u32), reason);
             assert_eq!(ExitReason::from_name(reason.name()), Some(reason));
         }
         assert_eq!(ExitReason::from_name("bogus"), None);
+    }
+
+    #[test]
+    fn every_slot_enum_reads_back_its_own_values_and_unknown_values_as_the_first() {
+        for state in WorkerState::ALL.iter().copied() {
+            assert_eq!(WorkerState::from_u32(state as u32), state);
+            assert_eq!(WorkerState::from_name(state.name()), Some(state));
+        }
+        for state in ThreadState::ALL.iter().copied() {
+            assert_eq!(ThreadState::from_u32(state as u32), state);
+        }
+        assert_eq!(WorkerState::from_u32(99), WorkerState::Free);
+        assert_eq!(ExitReason::from_u32(99), ExitReason::None);
+        assert_eq!(ThreadState::from_u32(99), ThreadState::Idle);
+        assert_eq!(WorkerState::KeepAlive.name(), "keepalive");
     }
 
     #[test]

@@ -33,27 +33,17 @@ const TARGET_WORDS: usize = TARGET_BYTES / 8;
 /// strings (the writer finishes in well under a microsecond unless it was killed mid-write).
 const READ_RETRIES: usize = 1000;
 
-/// What an app thread is doing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum ThreadState {
-    /// No request.
-    Idle = 0,
-    /// The app holds the thread: from dispatch until it returned its iterable, and between
-    /// one body block and the next. `request_timeout` counts this time only.
-    App = 1,
-    /// The thread waits on the client: reading the request body, or sending (body and send
-    /// timeouts bound those waits).
-    Client = 2,
-}
-
-impl ThreadState {
-    fn from_u32(value: u32) -> ThreadState {
-        match value {
-            1 => ThreadState::App,
-            2 => ThreadState::Client,
-            _ => ThreadState::Idle,
-        }
+super::slot_enum! {
+    /// What an app thread is doing.
+    pub enum ThreadState {
+        /// No request.
+        Idle = 0 => "idle",
+        /// The app holds the thread: from dispatch until it returned its iterable, and between
+        /// one body block and the next. `request_timeout` counts this time only.
+        App = 1 => "app",
+        /// The thread waits on the client: reading the request body, or sending (body and send
+        /// timeouts bound those waits).
+        Client = 2 => "client",
     }
 }
 
