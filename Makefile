@@ -14,7 +14,7 @@ PYTHON_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.
 ZIG_STAMP := $(VENV)/.zig-stamp
 WHEEL_STAMP := dist/.wheel-stamp
 
-.PHONY: all build wheel serve test test-rust test-python typecheck bench bench-full bench-ab bench-tool fuzz fmt lint clean docs
+.PHONY: all build wheel serve test test-rust test-python typecheck bench bench-full bench-ab bench-tool bench-deploy fuzz fmt lint clean docs
 
 all: build
 
@@ -98,6 +98,12 @@ bench-ab: build
 # about 70 s. Exit status 1 when tines-bench misses wrk's rate, CPU or memory marks.
 bench-tool: build
 	$(PY) benches/loadgen_vs_wrk.py
+
+# What a client under load sees across each deploy operation (HUP, HUP with a broken app, USR2,
+# USR2 with a broken app, TERM) on every MPM, keep-alive and close: about 5 minutes; the table
+# goes to benches/results/deploy-*.md. DEPLOY_ARGS for more flags (benches/deploy.py --help).
+bench-deploy: build
+	$(PY) benches/deploy.py $(DEPLOY_ARGS)
 
 # Each fuzz target for FUZZ_SECONDS (default 60) on nightly; the corpora are replayed by
 # `make test` on stable (crates/proto/tests/fuzz_corpus.rs).
