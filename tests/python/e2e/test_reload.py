@@ -244,3 +244,21 @@ def test_a_hup_during_a_reload_runs_when_that_reload_ends_with_the_newest_code(
         "reload done: generation 2", "HUP: starting worker generation 3", "reload done: generation 3")]
     assert order == sorted(order)
     assert version_of(http_get(server.port, close=True)[1]) == "3"
+
+
+def test_hup_with_the_dynamic_pool_replaces_every_worker_and_loses_nothing(
+        tines_server: Any, tmp_path: Path) -> None:
+    server = start(tines_server, tmp_path, "--max-workers", "4", "--start-workers", "3",
+                   "--min-spare-workers", "1", "--max-spare-workers", "3")
+    old = set(server.worker_pids())
+    with ClientLoad(server.port, keep_alive=True) as load:
+        load.wait_more(50, "load before the reload")
+        write_app(tmp_path, "2")
+        server.signal(signal.SIGHUP)
+        server.wait_for_log(r"reload done: generation 2 serves with \d workers")
+        wait_until(lambda: not set(server.worker_pids()) & old, what="the old workers to exit")
+        load.wait_for_body(lambda body: version_of(body) == "2", count=50, what="the new code")
+    print(f"\nHUP with the dynamic pool under keep-alive load: {load.summary()}")
+    load.assert_nothing_lost()
+    assert pids_of(load, "2").isdisjoint(old)
+    assert "max_workers reached" not in server.log_text()
