@@ -23,13 +23,14 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from setproctitle import setproctitle
 
 from tines import limits, logs, memory, preflight, watchdog
 from tines import pool as spare_pool
+from tines import reload as reloading
 from tines import worker as worker_process
 from tines.app_loader import load_app
 from tines.config import Config
@@ -94,9 +95,13 @@ class Stop(Exception):
 
 
 class Arbiter:
-    """The master. ``Arbiter(cfg).run()`` returns the process exit status."""
+    """The master. ``Arbiter(cfg).run()`` returns the process exit status.
 
-    def __init__(self, cfg: Config) -> None:
+    ``overrides`` are the command-line values ``cfg`` was resolved with (``tines.config.load``):
+    HUP resolves the settings again with them (``tines.reload``).
+    """
+
+    def __init__(self, cfg: Config, overrides: Mapping[str, object] | None = None) -> None:
         self.cfg = cfg
         self.pid = os.getpid()
         self.num_workers: int = cfg.workers
@@ -128,6 +133,8 @@ class Arbiter:
         self.memory_sampler = memory.Sampler(cfg.memory_sample_rate)
         self.memory_merge = False
         """memory_merge is on and the kernel has it (``memory.check_merge``)."""
+        self.reloader = reloading.Reloader(self, dict(overrides or {}))
+        """HUP's reload: the new generation, a bad deploy, a HUP during a HUP."""
 
     # ----- start -----------------------------------------------------------------------------
 
@@ -177,6 +184,7 @@ class Arbiter:
 
         most = self.num_workers if self.pool is None else self.pool.settings.max_workers
         self.scoreboard = _core.Scoreboard(watchdog.scoreboard_slots(most), watchdog.scoreboard_threads(cfg))
+        self.reloader.capacity = reloading.Capacity(watchdog.scoreboard_slots(most), watchdog.scoreboard_threads(cfg))
         self.watchdog = watchdog.Watchdog(cfg, self.scoreboard)
         self.wake_read, self.wake_write = self.pipe()
         self.notify_read, self.notify_write = self.pipe()
@@ -361,7 +369,11 @@ class Arbiter:
         self.hooks.call_logged("when_ready", self.server_view())
 
     def on_boot_error(self, pid: int, slot: int, message: str) -> None:
-        """A worker could not load the app. On the first boot that is fatal (exit 2)."""
+        """A worker could not load the app. On the first boot that is fatal (exit 2); in a
+        reload's new generation it abandons the reload (``tines.reload``)."""
+        worker = self.workers.get(pid)
+        if worker is not None and self.reloader.on_boot_error(worker, message):
+            return
         log.error("worker %d (slot %d) failed to boot: %s", pid, slot, message)
         if not self.ever_ready:
             raise AppLoadError(message)
@@ -381,7 +393,10 @@ class Arbiter:
         return None
 
     def manage_workers(self) -> None:
-        """Spawn up to the wanted count (after any backoff); stop extra workers."""
+        """Spawn up to the wanted count (after any backoff); stop extra workers. During a
+        reload, the reload's rolling replacement does this (``tines.reload``)."""
+        if self.reloader.step():
+            return
         live = self.live_workers()
         while len(live) < self.num_workers and time.monotonic() >= self.next_spawn:
             if not self.spawn_worker():
@@ -461,6 +476,8 @@ class Arbiter:
         """The dynamic pool's check (once per pool.CHECK_INTERVAL): read every worker's slot,
         ask the policy, log and act (the spawns happen in ``manage_workers``, with the backoff)."""
         assert self.pool is not None
+        if self.reloader.active:
+            return  # the pool counts the new generation again once the reload is done
         decision = self.pool.check(self.pool_samples(), self.owed_starts())
         log.debug("pool check: %s", decision.summary)
         self.carry_out(decision)
@@ -534,12 +551,20 @@ class Arbiter:
             pass
 
     def retire_old_generation(self) -> None:
-        """After a reload: stop old workers once the new generation is ready."""
-        ready_new = sum(w.ready for w in self.live_workers())
-        for worker in list(self.workers.values()):
-            if worker.generation < self.generation and not worker.stopping and ready_new > 0:
-                self.retire_worker(worker, "reload")
-                ready_new -= 1
+        """During a reload: retire an old worker for each new one that is ready, start the
+        next ones (``tines.reload``)."""
+        self.reloader.step()
+
+    def reload_started(self) -> None:
+        """A reload begins (HUP): the config is read again."""
+        log.info("reload: reading the config again (generation %d serves meanwhile)", self.generation)
+
+    def reload_finished(self, succeeded: bool) -> None:
+        """A reload ended: the new generation serves, or (``succeeded`` False) the old one
+        still does (the error line was logged)."""
+        if succeeded:
+            log.info("reload done: generation %d serves with %d workers", self.generation,
+                     len(self.live_workers()))
 
     def reap_workers(self) -> None:
         """Collect every exited worker, log why it ended, free its slot."""
@@ -615,7 +640,10 @@ class Arbiter:
                     crashes, now - self.crash_times[0], delay)
 
     def on_death_before_ready(self, worker: Worker, status: int) -> None:
-        """The crash-loop guard: count deaths before ready, back off, give up at the limit."""
+        """The crash-loop guard: count deaths before ready, back off, give up at the limit.
+        A reload's new generation is not counted: the old one still serves (``tines.reload``)."""
+        if self.reloader.on_death_before_ready(worker, status):
+            return
         if not self.ever_ready and os.WIFEXITED(status) \
                 and os.WEXITSTATUS(status) == worker_process.EXIT_BOOT_ERROR:
             # Its boot_error message says why; read it now if it is still in the pipe.
@@ -652,13 +680,15 @@ class Arbiter:
         self.stop(graceful=False)
 
     def handle_hup(self) -> None:
-        """Reload: start a new generation of workers; old ones stop once the new are ready.
+        """Reload: read the config again and start a new generation of workers, a batch at a
+        time; each old worker is retired as a new one is ready (``tines.reload``). A bad
+        config or code that cannot boot leaves the old generation serving; a HUP during a
+        reload runs when it ends. The one entry point for every reload.
 
         Listeners stay open throughout, so no connection is refused. With --preload the app
         object is the master's, so code changes need a restart (as with gunicorn).
         """
-        self.generation += 1
-        log.info("HUP: starting worker generation %d", self.generation)
+        self.reloader.request()
         self.manage_workers()
 
     def handle_ttin(self) -> None:

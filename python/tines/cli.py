@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from tines import __version__
@@ -176,8 +176,9 @@ def check_config(cfg: Config, check_app: bool) -> str:
     return mode
 
 
-def serve(cfg: Config) -> int:
-    """Run the arbiter until it stops; its return value is the exit status."""
+def serve(cfg: Config, overrides: Mapping[str, object] | None = None) -> int:
+    """Run the arbiter until it stops; its return value is the exit status. ``overrides``
+    (the command-line values ``cfg`` was resolved with) let HUP resolve the settings again."""
     if cfg.app is None:
         raise ConfigError(f"serve needs APP ({APP_FORMS})")
     from tines import logs
@@ -190,7 +191,7 @@ def serve(cfg: Config) -> int:
     for message in ignored:
         logs.get("config").warning(message)
 
-    return int(Arbiter(cfg).run())
+    return int(Arbiter(cfg, overrides).run())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -214,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             mode = check_config(cfg, arguments.check_app)
             sys.stdout.write(format_table(cfg) + f"mode: {mode}\n")
             return 0
-        return serve(cfg)
+        return serve(cfg, {name: value for name, value in vars(arguments).items()
+                           if name in SETTINGS or name == "config"})
     except (ConfigError, AppLoadError) as error:
         print(f"tines: error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -443,6 +443,8 @@ _REGISTRY = (
             optional_positive_int, None, ("--min-spare-threads",), "N", default_text="CPU cores x `threads` (at most `max_workers` x `threads`)"),
     Setting("max_spare_threads", "Workers", "Dynamic pool, `thread` and `event`: most idle app threads kept; above it the master retires one worker a second (Apache's MaxSpareThreads). At least `min_spare_threads` + `threads`. Needs `max_workers`.",
             optional_positive_int, None, ("--max-spare-threads",), "N", default_text="`min_spare_threads` + CPU cores x `threads`"),
+    Setting("reload_batch", "Workers", "HUP (reload): new workers started at a time. Each old worker is retired as a new one is ready, so capacity never dips, and live plus draining workers stay within the larger of the old and new worker counts (`workers`, or the pool's count, at most `max_workers`) + this many (docs/signals.md, Reload).",
+            optional_positive_int, None, ("--reload-batch",), "N", default_text="a quarter of the workers, at least 1"),
     Setting("mpm", "Workers", "How a worker runs requests: `prefork` (one at a time, on the worker's only thread), `thread` (on a pool of app threads, see `threads`) or `event` (one loop thread owns every socket and finishes slow writes; app threads only run the app). See docs/mpm.md.",
             text, "prefork", ("--mpm",), choices=("prefork", "thread", "event"), worker=True),
     Setting("threads", "Workers", "App threads per worker with the `thread` and `event` MPMs; `prefork` ignores it (and warns at start when it is above 1). With `event`, 0 runs the app on the loop thread itself (no hand-off; for apps that return quickly).",
