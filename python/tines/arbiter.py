@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from setproctitle import setproctitle
 
-from tines import limits, logs, memory, preflight, watchdog
+from tines import limits, logs, memory, preflight, reloader, watchdog
 from tines import pool as spare_pool
 from tines import worker as worker_process
 from tines.app_loader import load_app
@@ -128,6 +128,8 @@ class Arbiter:
         self.memory_sampler = memory.Sampler(cfg.memory_sample_rate)
         self.memory_merge = False
         """memory_merge is on and the kernel has it (``memory.check_merge``)."""
+        self.reloader: reloader.Reloader | None = None
+        """The development reload's watcher (``--reload``; tines.reloader)."""
 
     # ----- start -----------------------------------------------------------------------------
 
@@ -182,6 +184,8 @@ class Arbiter:
         self.notify_read, self.notify_write = self.pipe()
         self.life_read, self.life_write = self.pipe()
         os.set_blocking(self.notify_write, True)
+        if cfg.reload:
+            self.reloader = reloader.Reloader(cfg, logs.get("reload"), self.handle_hup)
         signal.set_wakeup_fd(self.wake_write, warn_on_full_buffer=False)
         for name in HANDLED_SIGNALS:
             signal.signal(getattr(signal, f"SIG{name}"), self.on_signal)
@@ -245,6 +249,8 @@ class Arbiter:
                 while self.signals:
                     self.dispatch(self.signals.popleft())
                 self.read_notifications()
+                if self.reloader is not None:
+                    self.duty("development reload", self.reloader.check)
                 self.duty("watchdog", self.check_requests)
                 if self.pool is not None and time.monotonic() >= self.next_pool_check:
                     self.next_pool_check = time.monotonic() + spare_pool.CHECK_INTERVAL
@@ -275,6 +281,9 @@ class Arbiter:
             timeout = min(timeout, max(0.0, self.next_pool_check - now))
         if any(w.ready and not w.stopping for w in self.workers.values()):
             timeout = min(timeout, self.memory_sampler.wait(now))
+        if self.reloader is not None:
+            reload_due = self.reloader.wait(now)
+            timeout = timeout if reload_due is None else min(timeout, reload_due)
         due = self.watchdog.next_wake(self.workers.values()) if self.watchdog is not None else None
         return timeout if due is None else min(timeout, due)
 
@@ -284,11 +293,16 @@ class Arbiter:
         if self.signals:
             return True
         try:
-            ready, _, _ = select.select([self.wake_read, self.notify_read], [], [], timeout)
+            watched = [self.wake_read, self.notify_read]
+            if self.reloader is not None:
+                watched.append(self.reloader.fileno())
+            ready, _, _ = select.select(watched, [], [], timeout)
         except InterruptedError:
             return True
         if not ready:
             return False
+        if self.reloader is not None and self.reloader.fileno() in ready:
+            self.duty("development reload", self.reloader.read)
         if self.wake_read in ready:
             try:
                 while os.read(self.wake_read, 4096):
@@ -440,7 +454,8 @@ class Arbiter:
             cfg=self.cfg, slot=slot, generation=self.generation,
             listeners=[listener.fileno() for listener in self.listeners],
             scoreboard=self.scoreboard, life_read=self.life_read, notify_write=self.notify_write,
-            close_in_child=[self.life_write, self.notify_read, self.wake_read, self.wake_write],
+            close_in_child=[self.life_write, self.notify_read, self.wake_read, self.wake_write,
+                            *([self.reloader.fileno()] if self.reloader is not None else [])],
             master_pid=self.pid, app=self.app, settings=self.worker_settings, hooks=self.hooks,
         )
         self.hooks.call_logged("pre_fork", self.server_view(),
@@ -739,6 +754,8 @@ class Arbiter:
         for listener in self.listeners:
             listener.close()
         self.listeners = []
+        if self.reloader is not None:
+            self.reloader.close()
         try:
             signal.set_wakeup_fd(-1)
         except ValueError:
