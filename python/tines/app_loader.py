@@ -3,7 +3,8 @@
 Owns: parsing the spec (``module:attr``, ``package.module:attr``, ``path/to/file.py:attr``,
 ``module`` alone), importing it, resolving a dotted attribute, calling a factory, and the
 one-line ``AppLoadError`` messages for each way that can fail (an ASGI app among them: Tines
-serves WSGI only, so one is named as ASGI rather than taken for a factory).
+serves WSGI only, so one is named as ASGI rather than taken for a factory), and the directory
+the app is imported from (``source_directory``, what ``--reload`` watches).
 
 Must not: import ``tines._core``, configure logging, or print: the caller (the arbiter with
 ``--preload``, else each worker) decides where the message and the traceback go.
@@ -12,6 +13,7 @@ Must not: import ``tines._core``, configure logging, or print: the caller (the a
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import os
@@ -71,6 +73,34 @@ def import_target(target: str) -> ModuleType:
     if not _is_file(target) and not all(part.isidentifier() for part in target.split(".")):
         raise AppLoadError(f"bad module {target!r} (expected package.module or path/to/file.py)")
     return _import_file(target) if _is_file(target) else _import_module(target)
+
+
+def source_directory(spec: str) -> str:
+    """The directory the app named by ``spec`` is imported from, found without importing it
+    (``--reload`` watches it): a file spec's directory; for a module spec, the directory
+    holding its top-level module or package on ``sys.path`` as the workers search it (the
+    current directory first), except that a package found outside the current directory (one
+    installed elsewhere) gives its own directory rather than its whole ``sys.path`` entry. The
+    current directory when the module is not found (the workers will say why it cannot load).
+    """
+    target = spec.strip().partition(":")[0]
+    if _is_file(target):
+        return os.path.dirname(os.path.abspath(target))
+    current = os.getcwd()
+    search = [entry or current for entry in sys.path]
+    if current not in search:
+        search.insert(0, current)
+    found = importlib.machinery.PathFinder.find_spec(target.split(".")[0], search)
+    if found is None:
+        return current
+    locations = list(found.submodule_search_locations or ())
+    if locations:
+        package = os.path.abspath(locations[0])
+        holder = os.path.dirname(package)
+        return holder if os.path.realpath(holder) == os.path.realpath(current) else package
+    if found.origin is None:  # pragma: no cover - a path finder's plain module has an origin
+        return current
+    return os.path.dirname(os.path.abspath(found.origin))
 
 
 def _parse(spec: str) -> tuple[str, tuple[str, ...]]:

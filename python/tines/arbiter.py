@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from setproctitle import setproctitle
 
-from tines import limits, logs, memory, preflight, watchdog
+from tines import limits, logs, memory, preflight, reloader, watchdog
 from tines import pool as spare_pool
 from tines import reload as reloading
 from tines import worker as worker_process
@@ -135,6 +135,8 @@ class Arbiter:
         """memory_merge is on and the kernel has it (``memory.check_merge``)."""
         self.reloader = reloading.Reloader(self, dict(overrides or {}))
         """HUP's reload: the new generation, a bad deploy, a HUP during a HUP."""
+        self.watcher: reloader.SourceWatcher | None = None
+        """The development reload's source watcher (``--reload``; tines.reloader)."""
 
     # ----- start -----------------------------------------------------------------------------
 
@@ -190,6 +192,8 @@ class Arbiter:
         self.notify_read, self.notify_write = self.pipe()
         self.life_read, self.life_write = self.pipe()
         os.set_blocking(self.notify_write, True)
+        if cfg.reload:
+            self.watcher = reloader.SourceWatcher(cfg, logs.get("reload"), self.handle_hup)
         signal.set_wakeup_fd(self.wake_write, warn_on_full_buffer=False)
         for name in HANDLED_SIGNALS:
             signal.signal(getattr(signal, f"SIG{name}"), self.on_signal)
@@ -253,6 +257,8 @@ class Arbiter:
                 while self.signals:
                     self.dispatch(self.signals.popleft())
                 self.read_notifications()
+                if self.watcher is not None:
+                    self.duty("development reload", self.watcher.check)
                 self.duty("watchdog", self.check_requests)
                 if self.pool is not None and time.monotonic() >= self.next_pool_check:
                     self.next_pool_check = time.monotonic() + spare_pool.CHECK_INTERVAL
@@ -283,6 +289,9 @@ class Arbiter:
             timeout = min(timeout, max(0.0, self.next_pool_check - now))
         if any(w.ready and not w.stopping for w in self.workers.values()):
             timeout = min(timeout, self.memory_sampler.wait(now))
+        if self.watcher is not None:
+            reload_due = self.watcher.wait(now)
+            timeout = timeout if reload_due is None else min(timeout, reload_due)
         due = self.watchdog.next_wake(self.workers.values()) if self.watchdog is not None else None
         return timeout if due is None else min(timeout, due)
 
@@ -292,11 +301,16 @@ class Arbiter:
         if self.signals:
             return True
         try:
-            ready, _, _ = select.select([self.wake_read, self.notify_read], [], [], timeout)
+            watched = [self.wake_read, self.notify_read]
+            if self.watcher is not None:
+                watched.append(self.watcher.fileno())
+            ready, _, _ = select.select(watched, [], [], timeout)
         except InterruptedError:
             return True
         if not ready:
             return False
+        if self.watcher is not None and self.watcher.fileno() in ready:
+            self.duty("development reload", self.watcher.read)
         if self.wake_read in ready:
             try:
                 while os.read(self.wake_read, 4096):
@@ -455,7 +469,8 @@ class Arbiter:
             cfg=self.cfg, slot=slot, generation=self.generation,
             listeners=[listener.fileno() for listener in self.listeners],
             scoreboard=self.scoreboard, life_read=self.life_read, notify_write=self.notify_write,
-            close_in_child=[self.life_write, self.notify_read, self.wake_read, self.wake_write],
+            close_in_child=[self.life_write, self.notify_read, self.wake_read, self.wake_write,
+                            *([self.watcher.fileno()] if self.watcher is not None else [])],
             master_pid=self.pid, app=self.app, settings=self.worker_settings, hooks=self.hooks,
         )
         self.hooks.call_logged("pre_fork", self.server_view(),
@@ -769,6 +784,8 @@ class Arbiter:
         for listener in self.listeners:
             listener.close()
         self.listeners = []
+        if self.watcher is not None:
+            self.watcher.close()
         try:
             signal.set_wakeup_fd(-1)
         except ValueError:

@@ -526,6 +526,12 @@ _REGISTRY = (
             group_id, None, ("--group",), "GROUP"),
     Setting("chdir", "Process", "Change to this directory before loading the app.",
             directory, None, ("--chdir",), "DIR"),
+    Setting("reload", "Process", "Development only (warned at start): watch the app's source tree with inotify and, when a file matching `reload_include` changes, do what HUP does (a new generation of workers; docs/signals.md, Development reload). A changed `.py` file is compiled first: one with a syntax error is logged with its traceback and the old code keeps serving until the next save. The tree is the directory the app is imported from (after `chdir`): a `path/to/file.py` app's directory; for `module` or `package.module`, the directory holding the top-level module or package (the package's own directory when it is found outside the current directory); every subdirectory not matching `reload_exclude`, including ones created later.",
+            boolean, False, ("--reload",)),
+    Setting("reload_include", "Process", "With `reload`: file names (or paths relative to the watched tree) that trigger a reload, as shell globs (`*.py`, `templates/*.html`). Giving it replaces the default, so list `*.py` too.",
+            text, ("*.py",), ("--reload-include",), "GLOB", multiple=True),
+    Setting("reload_exclude", "Process", "With `reload`: file and directory names (or paths relative to the watched tree) never watched, as shell globs; they win over `reload_include`. Giving it replaces the default.",
+            text, (".*", "*~", "4913", "__pycache__", "*.pyc", ".venv", "venv", "node_modules"), ("--reload-exclude",), "GLOB", multiple=True),
     Setting("umask", "Process", "File mode creation mask (octal, e.g. `022`; in TOML write it as a string), applied at start; it also sets unix socket permissions.",
             umask, None, ("--umask",), "MASK", show=lambda mask: f"{mask:03o}"),
     Setting("ready_fd", "Process", "When every worker is ready, write one JSON line to this inherited file descriptor.",
@@ -704,6 +710,10 @@ def ignored_settings(cfg: Config) -> list[str]:
             if kind != counted and cfg.value(name) is not None and cfg.max_workers is not None:
                 found.append(f"{name} {cfg.value(name)} ({cfg.source(name)}) is ignored by mpm {cfg.mpm}, "
                              f"whose spares are counted in {counted}: use {bound}_spare_{counted}")
+    if not cfg.reload:
+        for name in ("reload_include", "reload_exclude"):
+            if cfg.source(name) != "default":
+                found.append(f"{name} ({cfg.source(name)}) is ignored without reload (--reload)")
     if cfg.mpm == "prefork" and cfg.threads > 1:
         found.append(f"threads {cfg.threads} ({cfg.source('threads')}) is ignored by mpm prefork, which runs "
                      "one request at a time per worker: for app threads use --mpm thread or --mpm event")
@@ -840,8 +850,6 @@ def _reference_on_command_line(match: re.Match[str]) -> str:
 
 
 _TLS = "not supported yet: terminate TLS in a proxy in front of Tines"
-_RELOAD = ("not supported yet; send `HUP` to the master for new workers, which import the app again "
-           "(not with {preload})")
 
 EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Apache", "`Listen`", "{bind}"),
@@ -912,7 +920,11 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                ("-p", "--pid")),
     Equivalent("gunicorn", "`daemon`", "not supported: run Tines in the foreground under a supervisor "
                "(systemd, a container)", ("-D", "--daemon")),
-    Equivalent("gunicorn", "`reload`", _RELOAD, ("--reload",)),
+    Equivalent("gunicorn", "`reload`", "{reload} (inotify in the master's own loop, no thread; a syntax error "
+               "keeps the old code serving)"),
+    Equivalent("gunicorn", "`reload_engine`", "not needed: {reload} always uses inotify", ("--reload-engine",)),
+    Equivalent("gunicorn", "`reload_extra_files`", "{reload_include} (globs, relative to the watched tree)",
+               ("--reload-extra-file",)),
     Equivalent("gunicorn", "`certfile`, `keyfile`", _TLS, ("--certfile", "--keyfile")),
     Equivalent("gunicorn", "server hooks (`on_starting`, `post_fork`, `pre_request`... in the config file)",
                "{hooks}: the same functions, in a module of their own (docs/hooks.md)"),
@@ -923,7 +935,12 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("uvicorn", "`fd`", "{bind} with `fd://N`", ("--fd",)),
     Equivalent("uvicorn", "`workers`, `backlog`, `factory`, `log_level`, `forwarded_allow_ips`", "same names"),
     Equivalent("uvicorn", "`interface`", "WSGI only: ASGI is not supported yet", ("--interface",)),
-    Equivalent("uvicorn", "`reload`", _RELOAD, ("--reload",)),
+    Equivalent("uvicorn", "`reload`", "{reload}"),
+    Equivalent("uvicorn", "`reload_dirs`", "not supported: {reload} watches the directory the app is imported "
+               "from (docs/signals.md)", ("--reload-dir",)),
+    Equivalent("uvicorn", "`reload_includes`, `reload_excludes`", "{reload_include}, {reload_exclude}"),
+    Equivalent("uvicorn", "`reload_delay`", "not needed: {reload} acts once a save has gone quiet for 0.1 s",
+               ("--reload-delay",)),
     Equivalent("uvicorn", "`app_dir`", "{chdir} (the app is imported from there)", ("--app-dir",)),
     Equivalent("uvicorn", "`proxy_headers`", "always on for the peers in {forwarded_allow_ips}; "
                "{forwarded_allow_ips=} trusts none", ("--proxy-headers", "--no-proxy-headers")),

@@ -21,9 +21,10 @@ def test_the_three_reported_flags_get_what_tines_has_instead() -> None:
         "worker's stacks logged and the worker killed (a stuck request, not a silent worker: a "
         "streaming response that keeps producing is not cut); waits on the client have "
         "--header-timeout, --body-timeout, --send-timeout; a slow boot --boot-timeout")
-    assert migration_hint("--reload") == (
-        "(gunicorn, uvicorn): not supported yet; send HUP to the master for new workers, "
-        "which import the app again (not with --preload)")
+    assert "--reload" in TINES_FLAGS and migration_hint("--reload") is None  # the reload setting
+    assert migration_hint("--reload-dir") == (
+        "(uvicorn): not supported: --reload watches the directory the app is imported from "
+        "(docs/signals.md)")
     assert migration_hint("--pid") == (
         "(gunicorn): not supported yet; the master's pid is in the line written to --ready-fd")
 
@@ -71,7 +72,7 @@ def test_a_flag_in_several_rows_gets_one_answer() -> None:
 
 
 @pytest.mark.parametrize("flag", [
-    "--timeout", "-t", "--reload", "--pid", "-p", "--daemon", "-D", "--worker-class", "-k",
+    "--timeout", "-t", "--reload-dir", "--reload-engine", "--reload-delay", "--pid", "-p", "--daemon", "-D", "--worker-class", "-k",
     "--worker-connections", "--capture-output", "--certfile", "--keyfile", "--limit-request-line",
     "--limit-request-fields", "--keep-alive", "--access-logfile", "--error-logfile",
     "--host", "--port", "--uds", "--proxy-headers", "--no-proxy-headers", "--timeout-keep-alive",
