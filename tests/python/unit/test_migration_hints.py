@@ -24,8 +24,7 @@ def test_the_three_reported_flags_get_what_tines_has_instead() -> None:
     assert migration_hint("--reload") == (
         "(gunicorn, uvicorn): not supported yet; send HUP to the master for new workers, "
         "which import the app again (not with --preload)")
-    assert migration_hint("--pid") == (
-        "(gunicorn): not supported yet; the master's pid is in the line written to --ready-fd")
+    assert migration_hint("--pid") == "(gunicorn): use --pid-file"
 
 
 def test_renamed_settings_are_given_as_tines_flags_with_their_values() -> None:
