@@ -19,6 +19,7 @@ Design: docs/adr/0006-binary-upgrade.md; the sequence: docs/signals.md "Upgrade"
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import sys
@@ -39,7 +40,7 @@ is for settings, and the CLI warns about unknown ones)."""
 ENV_OLD_MASTER = "_TINES_UPGRADE_OLD_MASTER"
 """The old master's pid (its pid file may be replaced; USR2 waits until it has exited)."""
 ENV_UNLINK = "_TINES_UPGRADE_UNLINK"
-"""Unix socket paths (NUL-separated) that the old master bound: the new master owns them now."""
+"""Unix socket paths (a JSON list) that the old master bound: the new master owns them now."""
 LISTEN_FDNAME = "tines"
 """The name of each passed listener in ``LISTEN_FDNAMES`` (sd_listen_fds_with_names(3))."""
 
@@ -119,9 +120,9 @@ class Upgrade:
                 os.set_inheritable(int(ready), False)
                 self.ready_write = int(ready)
                 self.old_master = int(old)
-                self.unlink_paths = [path for path in (unlink or "").split("\0") if path]
-            except OSError as error:
-                log.warning("%s=%s is not an open fd (%s): the old master will not be told", ENV_READY_FD, ready, error)
+                self.unlink_paths = [str(path) for path in json.loads(unlink or "[]")]
+            except (OSError, ValueError, TypeError) as error:
+                log.warning("cannot take over from the old master (%s=%s): %s", ENV_READY_FD, ready, error)
 
     # ----- both sides ------------------------------------------------------------------------
 
@@ -243,7 +244,7 @@ class Upgrade:
                 "LISTEN_FDNAMES": ":".join([LISTEN_FDNAME] * len(arbiter.listeners)),
                 ENV_READY_FD: str(ready_target),
                 ENV_OLD_MASTER: str(arbiter.pid),
-                ENV_UNLINK: "\0".join(path for _, path in self.kept_unlink),
+                ENV_UNLINK: json.dumps([path for _, path in self.kept_unlink]),
             })
             os.chdir(self.invocation.cwd)
             command = self.invocation.command()

@@ -13,6 +13,7 @@ import pwd
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -239,6 +240,37 @@ def test_term_on_the_old_master_during_an_upgrade_leaves_the_new_master_serving(
                what="the new master's line about the old one")
     server.kill()
     wait_until(lambda: gone([master, *new_workers]), what="no process left")  # type: ignore[list-item]
+
+
+def get_over_unix(path: Path) -> bytes:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.settimeout(20)
+        client.connect(str(path))
+        client.sendall(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        response = b""
+        while chunk := client.recv(65536):
+            response += chunk
+    return response
+
+
+def test_usr2_hands_the_unix_socket_files_over_to_the_new_master(tines_server: Any, tmp_path: Path) -> None:
+    pid_file = tmp_path / "tines.pid"
+    paths = [tmp_path / "a.sock", tmp_path / "b.sock"]
+    server = tines_server("hello_pid:app", "-w", "1", "--pid-file", str(pid_file),
+                          "-b", f"unix:{paths[0]}", "-b", f"unix:{paths[1]}")
+    server.signal(signal.SIGUSR2)
+    master = new_master(pid_file, server.pid)
+    assert server.wait() == 0
+    assert all(path.exists() for path in paths)  # the old master left them to the new one
+    workers = wait_until(lambda: children(master), what="the new master's worker")
+    for path in paths:
+        head, _, body = get_over_unix(path).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and int(body) in workers  # type: ignore[operator]
+    assert "Listening at: unix:" in server.log_text()
+    os.kill(master, signal.SIGTERM)
+    wait_until(lambda: not alive(master), what="the new master's exit")
+    assert not any(path.exists() for path in paths)  # and it removed them at its exit
+    assert not pid_file.exists()
 
 
 @pytest.fixture

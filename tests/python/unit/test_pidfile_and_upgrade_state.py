@@ -77,7 +77,7 @@ def test_upgrade_takes_what_the_old_master_passed_out_of_the_environment(tmp_pat
     read, write = os.pipe()
     try:
         environ = {upgrade.ENV_READY_FD: str(write), upgrade.ENV_OLD_MASTER: "4242",
-                   upgrade.ENV_UNLINK: "/run/a.sock\0/run/b.sock", "OTHER": "kept"}
+                   upgrade.ENV_UNLINK: '["/run/a.sock", "/run/b.sock"]', "OTHER": "kept"}
         state = upgrade.Upgrade(upgrade.Invocation((), str(tmp_path)), "tines.pid", environ)
         assert environ == {"OTHER": "kept"}
         assert state.old_master == 4242 and state.ready_write == write
