@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from setproctitle import setproctitle
 
-from tines import limits, logs, memory, preflight, reloader, watchdog
+from tines import limits, logs, memory, preflight, reloader, upgrade, watchdog
 from tines import pool as spare_pool
 from tines import reload as reloading
 from tines import worker as worker_process
@@ -39,7 +39,7 @@ from tines.errors import AppLoadError, ConfigError
 from tines.hooks import HookError, Hooks, ServerView, WorkerView
 from tines.sockets import Listener, bind_all
 
-HANDLED_SIGNALS = ("CHLD", "TERM", "INT", "QUIT", "HUP", "TTIN", "TTOU", "USR1", "WINCH")
+HANDLED_SIGNALS = ("CHLD", "TERM", "INT", "QUIT", "HUP", "TTIN", "TTOU", "USR1", "USR2", "WINCH")
 
 SIGNAL_QUEUE_LIMIT = 8
 """Signals queued beyond this are dropped (a burst of the same signal means the same thing)."""
@@ -137,6 +137,8 @@ class Arbiter:
         """HUP's reload: the new generation, a bad deploy, a HUP during a HUP."""
         self.watcher: reloader.SourceWatcher | None = None
         """The development reload's source watcher (``--reload``; tines.reloader)."""
+        self.upgrade = upgrade.Upgrade(upgrade.Invocation.record(), cfg.pid_file)
+        """USR2 (and HUP with preload): the new master, the pid file (``tines.upgrade``)."""
 
     # ----- start -----------------------------------------------------------------------------
 
@@ -167,6 +169,7 @@ class Arbiter:
             self.pool = spare_pool.Pool(checked.pool)
             self.num_workers = checked.pool.start_workers
         self.memory_merge = memory.check_merge(cfg)
+        self.upgrade.write_pid_file(self.pid)
         if cfg.umask is not None:
             os.umask(cfg.umask)
         try:
@@ -175,6 +178,7 @@ class Arbiter:
             raise ConfigError(str(error)) from None
         self.started = True
         self.listeners = bind_all(list(cfg.bind), cfg.backlog)
+        self.upgrade.adopt(self.listeners)
         if cfg.preload:
             self.app = load_app(cfg.app, cfg.factory)
             # Objects the app made at import time stay shared copy-on-write: keep the cyclic
@@ -223,12 +227,10 @@ class Arbiter:
         return read, write
 
     def drop_privileges(self) -> None:
-        """Switch to --group / --user after binding (so privileged ports can be bound)."""
-        if self.cfg.group is not None:
-            os.setgid(self.cfg.group)
-            os.setgroups([self.cfg.group])
-        if self.cfg.user is not None:
-            os.setuid(self.cfg.user)
+        """Switch to --group / --user after binding (so privileged ports can be bound). A
+        change already in effect is skipped: a master started by an upgrade runs as the user
+        its old master switched to, where setgroups would fail."""
+        upgrade.drop_privileges(self.cfg.group, self.cfg.user)
 
     def on_signal(self, signum: int, frame: object) -> None:
         """The only work done in signal context: queue it (the wake-up fd wakes the loop)."""
@@ -264,6 +266,7 @@ class Arbiter:
                     self.next_pool_check = time.monotonic() + spare_pool.CHECK_INTERVAL
                     self.duty("pool", self.check_pool)
                 self.duty("memory sampling", self.sample_memory)
+                self.duty("upgrade", lambda: self.upgrade.turn(self))
                 self.duty("start workers", self.manage_workers)
         except Stop as stop:
             return stop.status
@@ -301,7 +304,7 @@ class Arbiter:
         if self.signals:
             return True
         try:
-            watched = [self.wake_read, self.notify_read]
+            watched = [self.wake_read, self.notify_read, *self.upgrade.watched()]
             if self.watcher is not None:
                 watched.append(self.watcher.fileno())
             ready, _, _ = select.select(watched, [], [], timeout)
@@ -372,7 +375,9 @@ class Arbiter:
         self.announced = True
         binds = [listener.address for listener in self.listeners]
         log.info("ready: %d workers, mpm=%s", self.num_workers, self.cfg.mpm)
-        if self.cfg.ready_fd is not None:
+        # A master started by an upgrade does not write --ready-fd: that fd was its old
+        # master's (closed after its own ready line; the number may be a listener here).
+        if self.cfg.ready_fd is not None and self.upgrade.old_master is None:
             line = json.dumps({"event": "ready", "pid": self.pid, "workers": self.num_workers,
                                "mpm": self.cfg.mpm, "binds": binds})
             try:
@@ -381,6 +386,7 @@ class Arbiter:
             except OSError as error:
                 log.warning("cannot write to --ready-fd %d: %s", self.cfg.ready_fd, error)
         self.hooks.call_logged("when_ready", self.server_view())
+        self.upgrade.tell_old_master_ready()
 
     def on_boot_error(self, pid: int, slot: int, message: str) -> None:
         """A worker could not load the app. On the first boot that is fatal (exit 2); in a
@@ -409,6 +415,8 @@ class Arbiter:
     def manage_workers(self) -> None:
         """Spawn up to the wanted count (after any backoff); stop extra workers. During a
         reload, the reload's rolling replacement does this (``tines.reload``)."""
+        if not self.upgrade.wants_workers:
+            return  # WINCH during an upgrade, or handing over to the new master
         if self.reloader.step():
             return
         live = self.live_workers()
@@ -491,6 +499,8 @@ class Arbiter:
         """The dynamic pool's check (once per pool.CHECK_INTERVAL): read every worker's slot,
         ask the policy, log and act (the spawns happen in ``manage_workers``, with the backoff)."""
         assert self.pool is not None
+        if not self.upgrade.wants_workers:
+            return
         if self.reloader.active:
             return  # the pool counts the new generation again once the reload is done
         decision = self.pool.check(self.pool_samples(), self.owed_starts())
@@ -590,6 +600,8 @@ class Arbiter:
                 return
             if pid == 0:
                 return
+            if self.upgrade.reaped(self, pid, status):
+                continue  # the new master of an upgrade, not a worker
             known = self.workers.get(pid)
             if known is not None and not known.stopping:
                 # A worker can say ready (or draining), serve and die between two turns of the
@@ -701,8 +713,15 @@ class Arbiter:
         reload runs when it ends. The one entry point for every reload.
 
         Listeners stay open throughout, so no connection is refused. With --preload the app
-        object is the master's, so code changes need a restart (as with gunicorn).
+        object is the master's: HUP starts a new master as USR2 does (``tines.upgrade``), which
+        imports the new code. During an upgrade, see ``Upgrade.hup``.
         """
+        if self.upgrade.in_overlap:
+            self.upgrade.hup()
+            return
+        if self.cfg.preload:
+            self.duty("upgrade", lambda: self.upgrade.start(self, "HUP with --preload"))
+            return
         self.reloader.request()
         self.manage_workers()
 
@@ -731,14 +750,27 @@ class Arbiter:
         self.duty("reopen the error log", lambda: logs.reopen(self.cfg.error_log))
         self.signal_workers(signal.SIGUSR1)
 
+    def handle_usr2(self) -> None:
+        """Binary upgrade: start a new master with the listeners; this one leaves once the new
+        one is ready, or keeps serving if it fails (``tines.upgrade``, docs/signals.md)."""
+        self.duty("upgrade", lambda: self.upgrade.start(self, "USR2"))
+
+    def upgrade_succeeded(self, new_pid: int) -> None:
+        """The new master of an upgrade is ready: this master hands over (its workers drain)
+        and exits 0. The one place that knows the upgrade succeeded (MAINPID= goes here)."""
+        self.upgrade.hand_over(self, new_pid)
+
     def handle_winch(self) -> None:
-        """Ignored (sent by terminals on resize)."""
+        """During an upgrade, stop this master's workers (it stays for a rollback); otherwise
+        ignored (sent by terminals on resize)."""
+        self.upgrade.winch(self)
 
     # ----- stop ------------------------------------------------------------------------------
 
     def stop(self, graceful: bool) -> None:
         """Stop every worker (TERM and wait up to graceful_timeout, or QUIT and a short wait),
         then SIGKILL whatever is left; leave the loop with status 0."""
+        self.upgrade.final_stop()
         signum = signal.SIGTERM if graceful else signal.SIGQUIT
         timeout = self.cfg.graceful_timeout if graceful else min(QUICK_STOP_WAIT, self.cfg.graceful_timeout)
         self.wait_for_workers(signum, timeout)
@@ -798,6 +830,7 @@ class Arbiter:
                 except OSError as error:
                     if error.errno != errno.EBADF:
                         raise
+        self.upgrade.at_exit(self.pid)
         if self.started:
             self.hooks.call_logged("on_exit", self.server_view())
         log.info("master %d exiting", self.pid)

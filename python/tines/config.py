@@ -536,6 +536,8 @@ _REGISTRY = (
             umask, None, ("--umask",), "MASK", show=lambda mask: f"{mask:03o}"),
     Setting("ready_fd", "Process", "When every worker is ready, write one JSON line to this inherited file descriptor.",
             optional_non_negative_int, None, ("--ready-fd",), "FD"),
+    Setting("pid_file", "Process", "Write the master's pid to this file (atomically) at start and remove it at exit; refused (exit 2) while a live process holds it. A relative path is taken from the directory `tines` starts in, not `chdir`. During a binary upgrade (`USR2`) the old master's file is `PATH.oldbin` and the new master writes PATH (docs/signals.md); put it in a directory the `user` owns (`/run/tines/`), since the master renames and removes it after dropping privileges.",
+            optional_text, None, ("--pid-file",), "PATH", default_text="none"),
     # Resource limits (setrlimit in each worker after fork, before post_fork and the app; docs/limits.md)
     Setting("limit_address_space", "Resource limits", "RLIMIT_AS of each worker, in bytes (soft and hard): its virtual address space. It counts every mapping, not what is resident: each thread's stack and glibc's malloc arena per thread (64 MiB of address space each), so the `thread` and `event` MPMs need far more than their RSS (docs/limits.md). Python raises `MemoryError` past it; Rust aborts the worker.",
             optional_positive_int, None, ("--limit-address-space",), "BYTES", default_text="unlimited"),
@@ -916,7 +918,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("gunicorn", "`capture_output`", "not needed for stderr: with {error_log} set to a file, every "
                "process's stderr (prints, tracebacks) goes to it; stdout is not redirected", ("--capture-output",)),
     Equivalent("gunicorn", "`user`, `group`, `chdir`, `umask`", "same names"),
-    Equivalent("gunicorn", "`pidfile`", "not supported yet; the master's pid is in the line written to {ready_fd}",
+    Equivalent("gunicorn", "`pidfile`", "{pid_file}",
                ("-p", "--pid")),
     Equivalent("gunicorn", "`daemon`", "not supported: run Tines in the foreground under a supervisor "
                "(systemd, a container)", ("-D", "--daemon")),

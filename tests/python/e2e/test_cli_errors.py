@@ -191,7 +191,7 @@ def test_an_asgi_app_is_named_as_such_not_as_a_factory(spec: str, extra: list[st
 @pytest.mark.parametrize("words, says", [
     (["--timeout", "30"], "(gunicorn): use --request-timeout"),
     (["--reload-engine", "inotify"], "(gunicorn): not needed: --reload always uses inotify"),
-    (["--pid", "tines.pid"], "not supported yet; the master's pid"),
+    (["--pid", "tines.pid"], "(gunicorn): use --pid-file"),
 ])
 def test_gunicorn_flags_get_what_tines_has_instead_not_a_similar_spelling(words: list[str], says: str) -> None:
     result = tines("serve", *words, "examples/hello.py:app")

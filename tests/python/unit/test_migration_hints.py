@@ -25,8 +25,7 @@ def test_the_three_reported_flags_get_what_tines_has_instead() -> None:
     assert migration_hint("--reload-dir") == (
         "(uvicorn): not supported: --reload watches the directory the app is imported from "
         "(docs/signals.md)")
-    assert migration_hint("--pid") == (
-        "(gunicorn): not supported yet; the master's pid is in the line written to --ready-fd")
+    assert migration_hint("--pid") == "(gunicorn): use --pid-file"
 
 
 def test_renamed_settings_are_given_as_tines_flags_with_their_values() -> None:

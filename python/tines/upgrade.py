@@ -1,0 +1,371 @@
+"""Binary upgrade with rollback (``USR2``, and ``HUP`` with ``--preload``): nginx's scheme.
+
+Owns: the command line and working directory recorded at start (``Invocation``), starting a
+new master (fork, then exec of ``sys.executable -m tines`` with that argv in that directory,
+the listeners passed as inherited fds 3.. with a systemd-style ``LISTEN_PID``/``LISTEN_FDS``/
+``LISTEN_FDNAMES`` environment, which ``tines.sockets.bind_all`` adopts instead of binding),
+the readiness pipe (an inherited fd named in ``_TINES_UPGRADE_READY_FD``: the new master writes
+one byte to it once all its workers are ready), the hand-over (this master retires its workers
+with the drain and exits 0), the rollback (the new master exits before ready: this master never
+stopped its workers and keeps serving, with one log line saying why), ``WINCH`` / ``HUP`` /
+``TERM`` / ``USR2`` during the overlap, the Unix socket files (only the master that owns the
+listeners at its exit removes them) and the pid file's moves (``tines.pidfile``).
+
+Must not: exec in place (that would end this master and any rollback), or kill the new master
+(it is a master of its own: no parent-death signal, it is reparented when this one exits).
+Design: docs/adr/0006-binary-upgrade.md; the sequence: docs/signals.md "Upgrade".
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tines import logs
+from tines.pidfile import PidFile
+from tines.sockets import SD_LISTEN_FDS_START, Listener
+
+if TYPE_CHECKING:
+    from tines.arbiter import Arbiter
+
+ENV_READY_FD = "_TINES_UPGRADE_READY_FD"
+"""The fd on which a new master tells its old master it is ready (not ``TINES_*``: that prefix
+is for settings, and the CLI warns about unknown ones)."""
+ENV_OLD_MASTER = "_TINES_UPGRADE_OLD_MASTER"
+"""The old master's pid (its pid file may be replaced; USR2 waits until it has exited)."""
+ENV_UNLINK = "_TINES_UPGRADE_UNLINK"
+"""Unix socket paths (a JSON list) that the old master bound: the new master owns them now."""
+LISTEN_FDNAME = "tines"
+"""The name of each passed listener in ``LISTEN_FDNAMES`` (sd_listen_fds_with_names(3))."""
+
+READY_BYTE = b"R"
+EXIT_EXEC_FAILED = 127
+"""Exit status of the forked child when the exec itself fails (the shell's 'cannot execute')."""
+
+log = logs.get("upgrade")
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """How this master was started, recorded before any ``chdir``: what a new master re-runs."""
+
+    arguments: tuple[str, ...]
+    """``sys.argv[1:]``: the words after ``tines`` / ``python -m tines``."""
+    cwd: str
+
+    @classmethod
+    def record(cls) -> Invocation:
+        """The current process's arguments and working directory."""
+        return cls(tuple(sys.argv[1:]), os.getcwd())
+
+    def command(self) -> list[str]:
+        """The new master's argv: this interpreter running the ``tines`` package now installed."""
+        return [sys.executable, "-m", "tines", *self.arguments]
+
+
+def drop_privileges(group: int | None, user: int | None) -> None:
+    """Switch to ``group`` (only group) and ``user``, skipping what is already in effect: a
+    master started by an upgrade runs as the user its old master switched to, where
+    ``setgroups`` would fail (EPERM) and ``setuid`` / ``setgid`` to the same ids change nothing."""
+    if group is not None and not (os.getgid() == os.getegid() == group and set(os.getgroups()) <= {group}):
+        os.setgid(group)
+        os.setgroups([group])
+    if user is not None and not os.getuid() == os.geteuid() == user:
+        os.setuid(user)
+
+
+def describe_status(status: int) -> str:
+    """``exited with status N`` / ``was killed by signal SIGX`` for a wait status."""
+    if os.WIFSIGNALED(status):
+        return f"was killed by signal {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited with status {os.WEXITSTATUS(status)}"
+
+
+class Upgrade:
+    """The master's side of upgrades, as the old master (``start`` ... ``reaped``) and as a new
+    one (``old_master``, ``tell_old_master_ready``)."""
+
+    def __init__(self, invocation: Invocation, pid_file: str | None,
+                 environ: dict[str, str] | os._Environ[str] | None = None) -> None:
+        env = os.environ if environ is None else environ
+        self.invocation = invocation
+        self.pid_file = PidFile(os.path.join(invocation.cwd, pid_file)) if pid_file else None
+        self.new_pid: int | None = None
+        """The new master during an overlap (from the fork until it is reaped)."""
+        self.ready_read = -1
+        self.handing_over = False
+        """The new master said ready: this master's workers drain, then it exits."""
+        self.deadline = 0.0
+        self.workers_stopped = False
+        """WINCH during the overlap stopped this master's workers (started again on rollback)."""
+        self.leaving = False
+        """This master's final stop (TERM, INT, QUIT) has begun."""
+        self.kept_unlink: list[tuple[Listener, str]] = []
+        # As a new master: what the old one passed (removed from the environment, so neither the
+        # workers nor a later upgrade see it).
+        self.old_master: int | None = None
+        self.ready_write = -1
+        self.unlink_paths: list[str] = []
+        ready = env.pop(ENV_READY_FD, None)
+        old = env.pop(ENV_OLD_MASTER, None)
+        unlink = env.pop(ENV_UNLINK, None)
+        if ready is not None and ready.isdigit() and old is not None and old.isdigit():
+            try:
+                os.set_inheritable(int(ready), False)
+                self.ready_write = int(ready)
+                self.old_master = int(old)
+                self.unlink_paths = [str(path) for path in json.loads(unlink or "[]")]
+            except (OSError, ValueError, TypeError) as error:
+                log.warning("cannot take over from the old master (%s=%s): %s", ENV_READY_FD, ready, error)
+
+    # ----- both sides ------------------------------------------------------------------------
+
+    def write_pid_file(self, pid: int) -> None:
+        """At start: PATH gets this master's pid (ConfigError while a live process holds it;
+        a new master may replace its old master's pid if the rename to .oldbin failed)."""
+        if self.pid_file is not None:
+            self.pid_file.write(pid, may_replace=self.old_master)
+
+    def adopt(self, listeners: list[Listener]) -> None:
+        """As a new master: take over the removal at exit of the Unix socket files the old
+        master bound (the adopted listeners have none: ``sockets`` never removes what it did
+        not bind)."""
+        for listener in listeners:
+            path = listener.address[len("unix:"):] if listener.address.startswith("unix:") else None
+            if path is not None and path in self.unlink_paths:
+                listener.unlink = path
+
+    def at_exit(self, pid: int) -> None:
+        """Last, as the master exits: close the pipes, remove whichever of PATH and
+        PATH.oldbin holds this master's pid (never the new master's PATH)."""
+        for fd in (self.ready_read, self.ready_write):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.ready_read = self.ready_write = -1
+        if self.pid_file is not None:
+            self.pid_file.remove(pid)
+
+    # ----- as the new master -----------------------------------------------------------------
+
+    def tell_old_master_ready(self) -> None:
+        """Once all this master's workers are ready: the old master may hand over."""
+        if self.ready_write < 0:
+            return
+        try:
+            os.write(self.ready_write, READY_BYTE)
+            log.info("upgrade: told the old master %s that this master is ready", self.old_master)
+        except OSError as error:
+            log.info("upgrade: the old master %s is gone (%s): this master serves alone",
+                     self.old_master, error.strerror)
+        finally:
+            os.close(self.ready_write)
+            self.ready_write = -1
+
+    # ----- as the old master -----------------------------------------------------------------
+
+    @property
+    def wants_workers(self) -> bool:
+        """False while this master's workers are to stay stopped (WINCH, the hand-over)."""
+        return not (self.workers_stopped or self.handing_over)
+
+    def watched(self) -> list[int]:
+        """The fds the master's loop waits on for the upgrade (the readiness pipe)."""
+        return [self.ready_read] if self.ready_read >= 0 else []
+
+    def start(self, arbiter: Arbiter, why: str) -> None:
+        """Start a new master (``why``: ``USR2``, ``HUP with --preload``), unless one runs."""
+        if self.new_pid is not None:
+            log.warning("%s ignored: an upgrade is in progress (new master %d)", why, self.new_pid)
+            return
+        if not arbiter.announced:
+            log.warning("%s ignored: this master is not ready yet", why)
+            return
+        if self.old_master is not None and os.getppid() == self.old_master:
+            # nginx's rule: the old master still holds PATH.oldbin.
+            log.warning("%s ignored: this master's old master %d has not exited yet", why, self.old_master)
+            return
+        read, write = os.pipe2(os.O_CLOEXEC)
+        os.set_blocking(read, False)
+        if self.pid_file is not None:
+            self.pid_file.to_oldbin(arbiter.pid)
+        # During the overlap the socket files belong to whichever master lives on.
+        self.kept_unlink = [(listener, listener.unlink) for listener in arbiter.listeners if listener.unlink]
+        for listener, _ in self.kept_unlink:
+            listener.unlink = None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError as error:
+            os.close(read)
+            os.close(write)
+            log.error("%s: cannot fork a new master: %s; this master keeps serving", why, error)
+            self.restore()
+            return
+        if pid == 0:
+            self.exec_new_master(arbiter, write)  # never returns
+        os.close(write)
+        self.new_pid = pid
+        self.ready_read = read
+        log.info("%s: started new master %d (%s); this master %d serves until it is ready",
+                 why, pid, " ".join(self.invocation.command()), arbiter.pid)
+
+    def exec_new_master(self, arbiter: Arbiter, ready_write: int) -> None:
+        """In the forked child: listeners to fds 3.., the readiness pipe after them, nothing
+        else inherited, then exec. Never returns (exit 127 if the exec fails)."""
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.pthread_sigmask(signal.SIG_SETMASK, set())
+            sources = [listener.fileno() for listener in arbiter.listeners] + [ready_write]
+            ready_target = SD_LISTEN_FDS_START + len(arbiter.listeners)
+            # Out of the way first, so no target number clobbers a source.
+            moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, ready_target + 1) for fd in sources]
+            for index, fd in enumerate(moved):
+                os.dup2(fd, SD_LISTEN_FDS_START + index, inheritable=True)
+            for name in os.listdir("/proc/self/fd"):
+                if int(name) > ready_target:
+                    try:
+                        os.set_inheritable(int(name), False)
+                    except OSError:
+                        pass  # the listdir's own fd, closed by now
+            env = dict(os.environ)
+            env.update({
+                "LISTEN_PID": str(os.getpid()),
+                "LISTEN_FDS": str(len(arbiter.listeners)),
+                "LISTEN_FDNAMES": ":".join([LISTEN_FDNAME] * len(arbiter.listeners)),
+                ENV_READY_FD: str(ready_target),
+                ENV_OLD_MASTER: str(arbiter.pid),
+                ENV_UNLINK: json.dumps([path for _, path in self.kept_unlink]),
+            })
+            os.chdir(self.invocation.cwd)
+            command = self.invocation.command()
+            os.execve(command[0], command, env)
+        except BaseException as error:  # noqa: BLE001 - the child must never return into the master
+            try:
+                os.write(2, f"tines: upgrade: cannot start the new master: {error}\n".encode())
+            finally:
+                os._exit(EXIT_EXEC_FAILED)
+
+    def read_ready(self) -> bool:
+        """True once the new master wrote its ready byte. EOF (it and its workers are gone)
+        closes the pipe; its exit status comes with the reap."""
+        if self.ready_read < 0:
+            return False
+        try:
+            data = os.read(self.ready_read, 64)
+        except BlockingIOError:
+            return False
+        if data:
+            return True
+        os.close(self.ready_read)
+        self.ready_read = -1
+        return False
+
+    def turn(self, arbiter: Arbiter) -> None:
+        """Each turn of the loop: hand over once the new master is ready; leave once this
+        master's workers are gone (or at ``graceful_timeout``; shutdown kills what is left)."""
+        from tines.arbiter import EXIT_OK, Stop
+
+        if self.new_pid is not None and not self.handing_over and self.read_ready():
+            arbiter.upgrade_succeeded(self.new_pid)
+        if not self.handing_over:
+            return
+        if not arbiter.workers:
+            log.info("upgrade: this master's workers are gone; exiting (new master %s serves)", self.new_pid)
+            raise Stop(EXIT_OK)
+        if time.monotonic() >= self.deadline:
+            log.warning("upgrade: %d worker(s) still draining after graceful_timeout: killing them and exiting",
+                        len(arbiter.workers))
+            raise Stop(EXIT_OK)
+
+    def hand_over(self, arbiter: Arbiter, new_pid: int) -> None:
+        """The new master is ready: retire every worker (the drain; the new master's workers
+        take the listen queue) and leave once they are gone."""
+        if self.ready_read >= 0:
+            os.close(self.ready_read)
+            self.ready_read = -1
+        self.handing_over = True
+        self.deadline = time.monotonic() + arbiter.cfg.graceful_timeout
+        log.info("upgrade: new master %d is ready: this master %d retires its %d worker(s) and exits",
+                 new_pid, arbiter.pid, len(arbiter.workers))
+        for worker in list(arbiter.workers.values()):
+            arbiter.retire_worker(worker, "reload", f"upgrade: new master {new_pid} is ready")
+
+    def reaped(self, arbiter: Arbiter, pid: int, status: int) -> bool:
+        """``reap_workers`` collected ``pid``: True when it was the new master (its end is
+        handled here: a rollback unless this master is stopping anyway)."""
+        if self.new_pid is None or pid != self.new_pid:
+            return False
+        self.new_pid = None
+        said_ready = self.handing_over or self.read_ready()
+        if self.ready_read >= 0:
+            os.close(self.ready_read)
+            self.ready_read = -1
+        how = describe_status(status)
+        if self.leaving:
+            log.info("upgrade: new master %d %s while this master stops", pid, how)
+            return True
+        restart = self.workers_stopped or self.handing_over
+        self.restore()  # first: the pid file is back when the line below is read
+        if said_ready:
+            log.error("upgrade failed: new master %d %s after it was ready, before this master "
+                      "had left; this master (%d) keeps serving", pid, how, arbiter.pid)
+        else:
+            log.error("upgrade failed: new master %d %s before ready; this master (%d) keeps serving",
+                      pid, how, arbiter.pid)
+        if restart:
+            log.info("upgrade: starting this master's workers again")
+        return True
+
+    def restore(self) -> None:
+        """Rollback: PATH.oldbin back to PATH, the socket files ours again, workers wanted."""
+        if self.pid_file is not None:
+            self.pid_file.from_oldbin(os.getpid())
+        for listener, path in self.kept_unlink:
+            listener.unlink = path
+        self.kept_unlink = []
+        self.workers_stopped = False
+        self.handing_over = False
+
+    def winch(self, arbiter: Arbiter) -> None:
+        """WINCH: during an overlap, stop (retire, with the drain) this master's workers while
+        it stays up for a rollback; otherwise ignored (terminals send it on resize)."""
+        if self.new_pid is None or self.handing_over or self.leaving or self.workers_stopped:
+            return
+        self.workers_stopped = True
+        log.info("WINCH during the upgrade: stopping this master's %d worker(s); this master stays "
+                 "for a rollback until new master %d is ready", len(arbiter.workers), self.new_pid)
+        for worker in list(arbiter.workers.values()):
+            arbiter.retire_worker(worker, "reload", "WINCH during an upgrade")
+
+    @property
+    def in_overlap(self) -> bool:
+        """A new master exists (started, not yet reaped)."""
+        return self.new_pid is not None
+
+    def hup(self) -> None:
+        """HUP during an overlap: starts the workers a WINCH stopped (nginx's manual rollback,
+        followed by a TERM to the new master); otherwise ignored with a line."""
+        if self.workers_stopped and not self.handing_over:
+            self.workers_stopped = False
+            log.info("HUP during the upgrade: starting this master's workers again (new master %s "
+                     "still starting; TERM it to roll back)", self.new_pid)
+            return
+        log.warning("HUP ignored: an upgrade is in progress (new master %s); send HUP to the new "
+                    "master once this one has exited", self.new_pid)
+
+    def final_stop(self) -> None:
+        """TERM / INT / QUIT on this master: during an overlap the new master goes on alone
+        (it holds the listeners too and owns PATH); this master leaves PATH.oldbin behind it."""
+        self.leaving = True
+        if self.new_pid is not None and not self.handing_over:
+            log.info("stopping during an upgrade: new master %d goes on without this master", self.new_pid)
