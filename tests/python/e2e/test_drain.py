@@ -124,6 +124,9 @@ def test_a_retired_worker_answers_a_kept_alive_connection_with_close_and_closes_
     talking, silent = held
     server.signal(signal.SIGTTOU)
     server.wait_for_log(rf"retiring worker {youngest} \(slot 1\): fewer workers")
+    # The master logs that line before it sends USR2: wait for the worker's own line, written
+    # as it starts draining (a request sent before it would be served as usual).
+    server.wait_for_log(rf"\[{youngest}\] \[INFO\] retired by the master: draining")
     # The next request on a kept-alive connection is served by the draining worker, with close.
     status, headers, body = get_on(talking)
     assert (status, headers.get("connection"), int(body)) == (200, "close", youngest)
