@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from setproctitle import setproctitle
 
-from tines import limits, logs, memory, preflight, watchdog
+from tines import limits, logs, memory, preflight, sdnotify, watchdog
 from tines import pool as spare_pool
 from tines import worker as worker_process
 from tines.app_loader import load_app
@@ -128,6 +128,11 @@ class Arbiter:
         self.memory_sampler = memory.Sampler(cfg.memory_sample_rate)
         self.memory_merge = False
         """memory_merge is on and the kernel has it (``memory.check_merge``)."""
+        self.notifier = sdnotify.Notifier(None)
+        """sd_notify (``NOTIFY_SOCKET``): readiness, reloads and the stop told to systemd."""
+        self.stop_at: float | None = None
+        """When the graceful stop begins, during a TERM's ``shutdown_delay`` (readiness is off,
+        the workers serve on); None otherwise."""
 
     # ----- start -----------------------------------------------------------------------------
 
@@ -165,6 +170,7 @@ class Arbiter:
         except HookError as error:
             raise ConfigError(str(error)) from None
         self.started = True
+        self.notifier = sdnotify.Notifier.from_environment()
         self.listeners = bind_all(list(cfg.bind), cfg.backlog)
         if cfg.preload:
             self.app = load_app(cfg.app, cfg.factory)
@@ -244,6 +250,9 @@ class Arbiter:
                     quiet_since = time.monotonic()
                 while self.signals:
                     self.dispatch(self.signals.popleft())
+                if self.stop_at is not None and time.monotonic() >= self.stop_at:
+                    log.info("shutdown_delay over: graceful stop")
+                    self.stop(graceful=True)
                 self.read_notifications()
                 self.duty("watchdog", self.check_requests)
                 if self.pool is not None and time.monotonic() >= self.next_pool_check:
@@ -275,6 +284,8 @@ class Arbiter:
             timeout = min(timeout, max(0.0, self.next_pool_check - now))
         if any(w.ready and not w.stopping for w in self.workers.values()):
             timeout = min(timeout, self.memory_sampler.wait(now))
+        if self.stop_at is not None:
+            timeout = min(timeout, max(0.0, self.stop_at - now))
         due = self.watchdog.next_wake(self.workers.values()) if self.watchdog is not None else None
         return timeout if due is None else min(timeout, due)
 
@@ -330,6 +341,7 @@ class Arbiter:
         figures = f" ({usage.describe()})" if usage is not None else ""
         log.info("worker %d (slot %d) ready in %.1f ms%s", pid, worker.slot, took, figures)
         self.retire_old_generation()
+        self.check_reload_finished()
         if not self.announced and sum(w.ready for w in self.live_workers()) >= self.num_workers:
             self.announce_ready()
 
@@ -359,6 +371,22 @@ class Arbiter:
             except OSError as error:
                 log.warning("cannot write to --ready-fd %d: %s", self.cfg.ready_fd, error)
         self.hooks.call_logged("when_ready", self.server_view())
+        self.notifier.ready(self.status_text())
+
+    def status_text(self) -> str:
+        """One line for sd_notify's ``STATUS=``: workers, MPM, binds."""
+        binds = ", ".join(listener.address for listener in self.listeners)
+        return f"{self.num_workers} workers, mpm {self.cfg.mpm}, listening on {binds}"
+
+    def check_reload_finished(self) -> None:
+        """Tell systemd a reload is over (``READY=1``) once the new generation is all ready
+        and no old worker is left serving."""
+        if not self.notifier.reloading:
+            return
+        live = self.live_workers()
+        old_serving = any(w.generation < self.generation and not w.stopping for w in self.workers.values())
+        if len(live) >= self.num_workers and all(w.ready for w in live) and not old_serving:
+            self.notifier.reload_finished(True, self.status_text())
 
     def on_boot_error(self, pid: int, slot: int, message: str) -> None:
         """A worker could not load the app. On the first boot that is fatal (exit 2)."""
@@ -440,7 +468,8 @@ class Arbiter:
             cfg=self.cfg, slot=slot, generation=self.generation,
             listeners=[listener.fileno() for listener in self.listeners],
             scoreboard=self.scoreboard, life_read=self.life_read, notify_write=self.notify_write,
-            close_in_child=[self.life_write, self.notify_read, self.wake_read, self.wake_write],
+            close_in_child=[self.life_write, self.notify_read, self.wake_read, self.wake_write,
+                            *filter(None, [self.notifier.fileno()])],
             master_pid=self.pid, app=self.app, settings=self.worker_settings, hooks=self.hooks,
         )
         self.hooks.call_logged("pre_fork", self.server_view(),
@@ -637,18 +666,32 @@ class Arbiter:
         self.reap_workers()
 
     def handle_term(self) -> None:
-        """Graceful stop: workers finish in-flight requests, then the master exits."""
+        """Graceful stop, in the order of docs/signals.md ("Stop sequence"): readiness off
+        (``STOPPING=1``), then ``shutdown_delay`` seconds of normal service (the loop goes on;
+        a second TERM ends the delay), then workers take what is queued, finish in-flight
+        requests and exit, and the master closes the listeners last."""
+        if self.stop_at is not None:
+            log.info("TERM again during shutdown_delay: graceful stop now")
+            self.stop(graceful=True)
         log.info("TERM: graceful stop")
+        self.notifier.stopping()
+        if self.cfg.shutdown_delay > 0:
+            self.stop_at = time.monotonic() + self.cfg.shutdown_delay
+            log.info("readiness off: workers serve on for %g s (shutdown_delay), then the graceful stop",
+                     self.cfg.shutdown_delay)
+            return
         self.stop(graceful=True)
 
     def handle_int(self) -> None:
         """Quick stop."""
         log.info("INT: quick stop")
+        self.notifier.stopping()
         self.stop(graceful=False)
 
     def handle_quit(self) -> None:
         """Quick stop."""
         log.info("QUIT: quick stop")
+        self.notifier.stopping()
         self.stop(graceful=False)
 
     def handle_hup(self) -> None:
@@ -657,6 +700,10 @@ class Arbiter:
         Listeners stay open throughout, so no connection is refused. With --preload the app
         object is the master's, so code changes need a restart (as with gunicorn).
         """
+        if self.stop_at is not None:
+            log.info("HUP ignored: stopping (shutdown_delay)")
+            return
+        self.notifier.reload_started()
         self.generation += 1
         log.info("HUP: starting worker generation %d", self.generation)
         self.manage_workers()
@@ -702,6 +749,8 @@ class Arbiter:
     def wait_for_workers(self, signum: int, timeout: float) -> None:
         """Signal every worker, reap until none is left or the deadline passes, then KILL."""
         self.signal_workers(signum)
+        log.info("sent %s to %d worker(s): waiting up to %g s for them to exit",
+                 signal.Signals(signum).name, len(self.workers), timeout)
         deadline = time.monotonic() + timeout
         while self.workers:
             self.reap_workers()
@@ -751,6 +800,7 @@ class Arbiter:
                 except OSError as error:
                     if error.errno != errno.EBADF:
                         raise
+        self.notifier.close()
         if self.started:
             self.hooks.call_logged("on_exit", self.server_view())
         log.info("master %d exiting", self.pid)
