@@ -170,15 +170,17 @@ def test_int_during_shutdown_delay_is_a_quick_stop(tines_server: Any) -> None:
 # ----- TERM under load, and the listen backlog --------------------------------------------------
 
 
+@pytest.mark.parametrize("keep_alive", [True, False], ids=["keep-alive", "close"])
 @pytest.mark.parametrize("mpm", MPMS)
-def test_term_under_keep_alive_load_answers_every_request_a_worker_accepted(tines_server: Any, mpm: str) -> None:
+def test_term_under_load_answers_every_request_a_worker_accepted(tines_server: Any, mpm: str, keep_alive: bool) -> None:
     server = tines_server("hello_pid:app", "-w", "2", "--mpm", mpm, "--threads", "2")
-    load = ClientLoad(server.port, clients=8, keep_alive=True, stop_when_refused=True)
+    load = ClientLoad(server.port, clients=8, keep_alive=keep_alive, stop_when_refused=True)
     with load:
         load.wait_more(300)
         server.signal(signal.SIGTERM)
         assert server.wait(120) == 0
-    print(f"\nTERM under keep-alive load, {mpm}: {load.summary()}; kinds {dict(load.failure_kinds)}")
+    mode = "keep-alive" if keep_alive else "close"
+    print(f"\nTERM under {mode} load, {mpm}: {load.summary()}; kinds {dict(load.failure_kinds)}")
     # Every request on a connection a worker had accepted got a full 200 (a truncated or missing
     # response there would be a failure on a kept-alive connection, or a bad status). What may
     # fail is a new connection that came after the last accept: reset when the master closed
