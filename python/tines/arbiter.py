@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from setproctitle import setproctitle
 
-from tines import limits, logs, memory, preflight, reloader, upgrade, watchdog
+from tines import limits, logs, memory, preflight, reloader, sdnotify, upgrade, watchdog
 from tines import pool as spare_pool
 from tines import reload as reloading
 from tines import worker as worker_process
@@ -139,6 +139,11 @@ class Arbiter:
         """The development reload's source watcher (``--reload``; tines.reloader)."""
         self.upgrade = upgrade.Upgrade(upgrade.Invocation.record(), cfg.pid_file)
         """USR2 (and HUP with preload): the new master, the pid file (``tines.upgrade``)."""
+        self.notifier = sdnotify.Notifier(None)
+        """sd_notify (``NOTIFY_SOCKET``): readiness, reloads and the stop told to systemd."""
+        self.stop_at: float | None = None
+        """When the graceful stop begins, during a TERM's ``shutdown_delay`` (readiness is off,
+        the workers serve on); None otherwise."""
 
     # ----- start -----------------------------------------------------------------------------
 
@@ -177,6 +182,7 @@ class Arbiter:
         except HookError as error:
             raise ConfigError(str(error)) from None
         self.started = True
+        self.notifier = sdnotify.Notifier.from_environment()
         self.listeners = bind_all(list(cfg.bind), cfg.backlog)
         self.upgrade.adopt(self.listeners)
         if cfg.preload:
@@ -258,6 +264,9 @@ class Arbiter:
                     quiet_since = time.monotonic()
                 while self.signals:
                     self.dispatch(self.signals.popleft())
+                if self.stop_at is not None and time.monotonic() >= self.stop_at:
+                    log.info("shutdown_delay over: graceful stop")
+                    self.stop(graceful=True)
                 self.read_notifications()
                 if self.watcher is not None:
                     self.duty("development reload", self.watcher.check)
@@ -295,6 +304,8 @@ class Arbiter:
         if self.watcher is not None:
             reload_due = self.watcher.wait(now)
             timeout = timeout if reload_due is None else min(timeout, reload_due)
+        if self.stop_at is not None:
+            timeout = min(timeout, max(0.0, self.stop_at - now))
         due = self.watchdog.next_wake(self.workers.values()) if self.watchdog is not None else None
         return timeout if due is None else min(timeout, due)
 
@@ -386,7 +397,13 @@ class Arbiter:
             except OSError as error:
                 log.warning("cannot write to --ready-fd %d: %s", self.cfg.ready_fd, error)
         self.hooks.call_logged("when_ready", self.server_view())
+        self.notifier.ready(self.status_text())
         self.upgrade.tell_old_master_ready()
+
+    def status_text(self) -> str:
+        """One line for sd_notify's ``STATUS=``: workers, MPM, binds."""
+        binds = ", ".join(listener.address for listener in self.listeners)
+        return f"{self.num_workers} workers, mpm {self.cfg.mpm}, listening on {binds}"
 
     def on_boot_error(self, pid: int, slot: int, message: str) -> None:
         """A worker could not load the app. On the first boot that is fatal (exit 2); in a
@@ -478,7 +495,8 @@ class Arbiter:
             listeners=[listener.fileno() for listener in self.listeners],
             scoreboard=self.scoreboard, life_read=self.life_read, notify_write=self.notify_write,
             close_in_child=[self.life_write, self.notify_read, self.wake_read, self.wake_write,
-                            *([self.watcher.fileno()] if self.watcher is not None else [])],
+                            *([self.watcher.fileno()] if self.watcher is not None else []),
+                            *filter(None, [self.notifier.fileno()])],
             master_pid=self.pid, app=self.app, settings=self.worker_settings, hooks=self.hooks,
         )
         self.hooks.call_logged("pre_fork", self.server_view(),
@@ -581,15 +599,18 @@ class Arbiter:
         self.reloader.step()
 
     def reload_started(self) -> None:
-        """A reload begins (HUP): the config is read again."""
+        """A reload begins (HUP): the config is read again; systemd hears ``RELOADING=1``."""
         log.info("reload: reading the config again (generation %d serves meanwhile)", self.generation)
+        self.notifier.reload_started()
 
     def reload_finished(self, succeeded: bool) -> None:
         """A reload ended: the new generation serves, or (``succeeded`` False) the old one
-        still does (the error line was logged)."""
+        still does (the error line was logged). systemd hears ``READY=1`` either way (a
+        reload it was told of: HUP, or HUP with --preload's upgrade)."""
         if succeeded:
             log.info("reload done: generation %d serves with %d workers", self.generation,
                      len(self.live_workers()))
+        self.notifier.reload_finished(succeeded, self.status_text())
 
     def reap_workers(self) -> None:
         """Collect every exited worker, log why it ended, free its slot."""
@@ -692,18 +713,32 @@ class Arbiter:
         self.reap_workers()
 
     def handle_term(self) -> None:
-        """Graceful stop: workers finish in-flight requests, then the master exits."""
+        """Graceful stop, in the order of docs/signals.md ("Stop sequence"): readiness off
+        (``STOPPING=1``), then ``shutdown_delay`` seconds of normal service (the loop goes on;
+        a second TERM ends the delay), then workers take what is queued, finish in-flight
+        requests and exit, and the master closes the listeners last."""
+        if self.stop_at is not None:
+            log.info("TERM again during shutdown_delay: graceful stop now")
+            self.stop(graceful=True)
         log.info("TERM: graceful stop")
+        self.notifier.stopping()
+        if self.cfg.shutdown_delay > 0:
+            self.stop_at = time.monotonic() + self.cfg.shutdown_delay
+            log.info("readiness off: workers serve on for %g s (shutdown_delay), then the graceful stop",
+                     self.cfg.shutdown_delay)
+            return
         self.stop(graceful=True)
 
     def handle_int(self) -> None:
         """Quick stop."""
         log.info("INT: quick stop")
+        self.notifier.stopping()
         self.stop(graceful=False)
 
     def handle_quit(self) -> None:
         """Quick stop."""
         log.info("QUIT: quick stop")
+        self.notifier.stopping()
         self.stop(graceful=False)
 
     def handle_hup(self) -> None:
@@ -716,10 +751,14 @@ class Arbiter:
         object is the master's: HUP starts a new master as USR2 does (``tines.upgrade``), which
         imports the new code. During an upgrade, see ``Upgrade.hup``.
         """
+        if self.stop_at is not None:
+            log.info("HUP ignored: stopping (shutdown_delay)")
+            return
         if self.upgrade.in_overlap:
             self.upgrade.hup()
             return
         if self.cfg.preload:
+            self.notifier.reload_started()
             self.duty("upgrade", lambda: self.upgrade.start(self, "HUP with --preload"))
             return
         self.reloader.request()
@@ -757,7 +796,11 @@ class Arbiter:
 
     def upgrade_succeeded(self, new_pid: int) -> None:
         """The new master of an upgrade is ready: this master hands over (its workers drain)
-        and exits 0. The one place that knows the upgrade succeeded (MAINPID= goes here)."""
+        and exits 0. The one place that knows the upgrade succeeded: systemd is told the new
+        main pid (``MAINPID=``; the new master already said ``READY=1``), after which this
+        master sends it nothing more."""
+        self.notifier.reloading = False  # a HUP with --preload: the new master's READY=1 ended it
+        self.notifier.main_pid(new_pid)
         self.upgrade.hand_over(self, new_pid)
 
     def handle_winch(self) -> None:
@@ -779,6 +822,8 @@ class Arbiter:
     def wait_for_workers(self, signum: int, timeout: float) -> None:
         """Signal every worker, reap until none is left or the deadline passes, then KILL."""
         self.signal_workers(signum)
+        log.info("sent %s to %d worker(s): waiting up to %g s for them to exit",
+                 signal.Signals(signum).name, len(self.workers), timeout)
         deadline = time.monotonic() + timeout
         while self.workers:
             self.reap_workers()
@@ -831,6 +876,7 @@ class Arbiter:
                     if error.errno != errno.EBADF:
                         raise
         self.upgrade.at_exit(self.pid)
+        self.notifier.close()
         if self.started:
             self.hooks.call_logged("on_exit", self.server_view())
         log.info("master %d exiting", self.pid)

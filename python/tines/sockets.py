@@ -2,7 +2,8 @@
 
 Owns: parsing a bind address (``HOST:PORT``, ``[IPv6]:PORT``, ``unix:/path``, ``fd://N``),
 binding with ``SO_REUSEADDR`` and the configured backlog, systemd socket activation
-(``LISTEN_PID``/``LISTEN_FDS``: fds 3.. are used instead of binding), the address actually
+(``LISTEN_PID``/``LISTEN_FDS``/``LISTEN_FDNAMES``: fds 3.. are used instead of binding, and
+the variables are removed from the environment so that nothing the app starts adopts them too), the address actually
 bound (port 0 works), and removing Unix socket files at exit.
 
 Errors are ``ConfigError`` with one line, e.g.
@@ -16,10 +17,13 @@ import socket
 import stat
 from dataclasses import dataclass
 
+from tines import logs
 from tines.errors import ConfigError
 
 SD_LISTEN_FDS_START = 3
 """The first fd systemd passes (sd_listen_fds(3))."""
+
+log = logs.get("sockets")
 
 
 @dataclass
@@ -126,9 +130,14 @@ def bind_all(binds: tuple[str, ...] | list[str], backlog: int) -> list[Listener]
     try:
         inherited = systemd_fds()
         if inherited:
+            names = os.environ.get("LISTEN_FDNAMES", "").split(":")
             for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
                 os.environ.pop(name, None)
-            return [_adopt(fd, backlog, f"systemd socket fd {fd}") for fd in inherited]
+            for index, fd in enumerate(inherited):
+                listeners.append(_adopt(fd, backlog, f"systemd socket fd {fd}"))
+                name = names[index] if index < len(names) and names[index] else "unnamed"
+                log.info("socket activation: fd %d (%s) is %s", fd, name, listeners[-1].address)
+            binds = []
         for address in binds:
             if address.startswith("unix:"):
                 listeners.append(_bind_unix(address[len("unix:"):], backlog))

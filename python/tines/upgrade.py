@@ -246,6 +246,10 @@ class Upgrade:
                 ENV_OLD_MASTER: str(arbiter.pid),
                 ENV_UNLINK: json.dumps([path for _, path in self.kept_unlink]),
             })
+            if arbiter.notifier.address is not None:
+                # The master took NOTIFY_SOCKET out of its environment (tines.sdnotify): the
+                # new master tells systemd its own readiness.
+                env["NOTIFY_SOCKET"] = arbiter.notifier.address
             os.chdir(self.invocation.cwd)
             command = self.invocation.command()
             os.execve(command[0], command, env)
@@ -324,6 +328,7 @@ class Upgrade:
                       pid, how, arbiter.pid)
         if restart:
             log.info("upgrade: starting this master's workers again")
+        arbiter.reload_finished(False)  # READY=1 again after a HUP with --preload's RELOADING=1
         return True
 
     def restore(self) -> None:

@@ -7,6 +7,12 @@ Every request ends as exactly one of: ``ok`` (a 200), ``bad_status`` (any other 
 failure (a reset, an EOF before the response, a timeout), recorded with its reason in
 ``failures``. Nothing is retried: a request lost to a reset counts, which is the point.
 
+Failures are also counted by where they happened: ``failed_new`` on a connection's first
+request (it may never have been accepted: a reset from a closing listener, a refused connect)
+and ``failed_reused`` on a connection that had already served a response. With
+``stop_when_refused=True`` a client ends at its first refused connection (the server is gone),
+so a load can run through a stop.
+
 The bodies are counted too (``bodies``), so an app that answers with its pid or its code
 version shows which generation served what. Wait on ``wait_more`` / ``wait_for_body`` (they
 poll the counts), never on a sleep.
@@ -29,7 +35,7 @@ class ClientLoad:
     """``with ClientLoad(port) as load: ...``; then ``load.failed == 0``."""
 
     def __init__(self, port: int, clients: int = 4, keep_alive: bool = True, path: str = "/",
-                 host: str = "127.0.0.1", timeout: float = 30.0) -> None:
+                 host: str = "127.0.0.1", timeout: float = 30.0, stop_when_refused: bool = False) -> None:
         self.port = port
         self.host = host
         self.path = path
@@ -42,6 +48,12 @@ class ClientLoad:
         self.bad_status = 0
         self.failed = 0
         self.failures: list[str] = []
+        self.failure_kinds: collections.Counter[str] = collections.Counter()
+        """Failures by exception class name (``ConnectionResetError``...), exact counts."""
+        self.failed_new = 0
+        self.failed_reused = 0
+        self.refused = 0
+        self.stop_when_refused = stop_when_refused
         self.bodies: collections.Counter[bytes] = collections.Counter()
         self.threads = [threading.Thread(target=self.client, daemon=True) for _ in range(clients)]
 
@@ -50,16 +62,26 @@ class ClientLoad:
         while not self.stop.is_set():
             with self.lock:
                 self.sent += 1
+            reused = connection.sock is not None
             try:
                 connection.request("GET", self.path, headers=self.headers)
                 response = connection.getresponse()
                 body = response.read()
             except (OSError, http.client.HTTPException) as error:
+                refused = isinstance(error, ConnectionRefusedError)
                 with self.lock:
                     self.failed += 1
+                    self.refused += refused
+                    self.failure_kinds[type(error).__name__] += 1
+                    if reused:
+                        self.failed_reused += 1
+                    else:
+                        self.failed_new += 1
                     if len(self.failures) < FAILURES_KEPT:
                         self.failures.append(repr(error))
                 connection.close()
+                if refused and self.stop_when_refused:
+                    break
                 connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
                 continue
             with self.lock:
@@ -110,7 +132,8 @@ class ClientLoad:
         """Sent / ok / failed, with the first failure reasons (for assertion messages)."""
         with self.lock:
             return (f"sent {self.sent}, ok {self.ok}, bad status {self.bad_status}, "
-                    f"failed {self.failed}: {self.failures[:10]}")
+                    f"failed {self.failed} (on a new connection {self.failed_new}, of them refused "
+                    f"{self.refused}; on a kept-alive one {self.failed_reused}): {self.failures[:10]}")
 
     def assert_nothing_lost(self) -> None:
         """Every request got a 200 (call after ``finish``)."""

@@ -130,11 +130,13 @@ class Server:
 
 def start_server(app: str, *args: str, env: dict[str, str] | None = None, log_path: Path,
                  cwd: Path = ROOT, open_files: int | None = None,
-                 program: Sequence[str] = (sys.executable, "-m", "tines")) -> Server:
+                 program: Sequence[str] = (sys.executable, "-m", "tines"),
+                 pass_fds: Sequence[int] = ()) -> Server:
     """Start a server and wait for its ready line; raise with the log if it does not come.
 
     ``open_files`` sets the server's RLIMIT_NOFILE (soft and hard) before it starts; ``program``
-    is the ``tines`` command to run (another virtualenv's ``bin/tines``, say).
+    is the ``tines`` command to run (another virtualenv's ``bin/tines``, say); ``pass_fds`` are
+    more fds the server inherits (under their own numbers).
     """
     read_fd, write_fd = os.pipe()
     environment = dict(os.environ)
@@ -148,7 +150,7 @@ def start_server(app: str, *args: str, env: dict[str, str] | None = None, log_pa
 
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                pass_fds=(write_fd,), start_new_session=True, env=environment, cwd=cwd,
+                                pass_fds=(write_fd, *pass_fds), start_new_session=True, env=environment, cwd=cwd,
                                 preexec_fn=limit_open_files if open_files is not None else None)
     os.close(write_fd)
     try:
@@ -179,13 +181,16 @@ def start_server(app: str, *args: str, env: dict[str, str] | None = None, log_pa
 
 @pytest.fixture
 def tines_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
-    """Factory: ``tines_server(app_spec, *args, env=None)``; every server is killed at the end."""
+    """Factory: ``tines_server(app_spec, *args, env=None, open_files=None, program=None,
+    pass_fds=())`` (``start_server``'s options); every server is killed at the end."""
     servers: list[Server] = []
 
     def start(app: str, *args: str, env: dict[str, str] | None = None,
-              open_files: int | None = None) -> Server:
+              open_files: int | None = None, program: Sequence[str] | None = None,
+              pass_fds: Sequence[int] = ()) -> Server:
         server = start_server(app, *args, env=env, log_path=tmp_path / f"server-{len(servers)}.log",
-                              open_files=open_files)
+                              open_files=open_files, pass_fds=pass_fds,
+                              **({"program": program} if program is not None else {}))
         servers.append(server)
         return server
 
