@@ -470,6 +470,8 @@ _REGISTRY = (
             non_negative_int, 1000, ("--max-keepalive-requests",), "N", worker=True),
     Setting("forwarded_allow_ips", "HTTP", "Peers trusted to set `X-Forwarded-*`/`Forwarded` (client address and scheme): IP addresses or networks, comma-separated, or `*` for any.",
             network, ("127.0.0.1", "::1"), ("--forwarded-allow-ips",), "IPS", worker=True, multiple=True),
+    Setting("proxy_protocol", "HTTP", "Every connection, on every bind, must begin with a PROXY protocol header (HAProxy's, version 1 or 2, told apart by its first bytes) before its first request: the header's client address and port become `REMOTE_ADDR`/`REMOTE_PORT` and the access log's client, once per connection. Only peers in `forwarded_allow_ips` may send it (a Unix-socket peer always may); a connection from any other peer, or one that does not begin with a valid header, is closed without a response and logged at info. A `LOCAL` header (a proxy's health check) or `UNKNOWN` keeps the real peer. The header shares the first request's `header_timeout`. See docs/proxy-protocol.md.",
+            boolean, False, ("--proxy-protocol",), worker=True),
     Setting("server_header", "HTTP", "Value of the `Server` response header; an empty string omits the header.",
             header_value, "tines", ("--server-header",), "TEXT", worker=True),
     # Timeouts
@@ -910,6 +912,9 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("gunicorn", "`limit_request_field_size`", "{max_head_size} (limits the whole head)",
                ("--limit-request-field_size",)),
     Equivalent("gunicorn", "`forwarded_allow_ips`", "{forwarded_allow_ips}"),
+    Equivalent("gunicorn", "`proxy_protocol`, `proxy_allow_ips`",
+               "{proxy_protocol} (versions 1 and 2), from the peers in {forwarded_allow_ips}",
+               ("--proxy-allow-from",)),
     Equivalent("gunicorn", "`preload_app`", "{preload}"),
     Equivalent("gunicorn", "none: no memory limit per worker (its issue 3581)", "{max_worker_memory}"),
     Equivalent("gunicorn", "`accesslog`", "{access_log}", ("--access-logfile",)),

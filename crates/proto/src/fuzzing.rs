@@ -5,6 +5,7 @@
 //! panic for any other reason. They assert properties, not just "no crash".
 
 use crate::chunked::{ChunkedDecoder, ChunkedError, ChunkedEvent};
+use crate::proxy::{parse_proxy_header, ProxyHeader, ProxyStatus, MAX_V2_PAYLOAD};
 use crate::request::{parse_request_head, HeadStatus, Limits, RequestHead};
 use crate::response::{check_app_header, encode_header, parse_status};
 
@@ -135,5 +136,41 @@ pub fn check_response_header(input: &[u8]) {
             !line.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0),
             "an accepted header injects a line break or NUL"
         );
+    }
+}
+
+/// `parse_proxy_header` never panics and is incremental: the outcome is decided by a prefix
+/// (Partial until then) and never changes as bytes are added; a Complete header lies within
+/// the input, is no longer than the spec's limits, and parses the same on its own.
+pub fn check_proxy_header(input: &[u8]) {
+    // Past the longest header the outcome is decided: no need to look at longer prefixes.
+    let longest = 16 + MAX_V2_PAYLOAD + 1;
+    let whole = parse_proxy_header(input);
+    let mut decided = None;
+    for cut in 0..=input.len().min(longest) {
+        let outcome = parse_proxy_header(&input[..cut]);
+        match (outcome, decided) {
+            (Ok(ProxyStatus::Partial), None) => {}
+            (Ok(ProxyStatus::Partial), Some(_)) => panic!("a decided prefix became Partial"),
+            (outcome, None) => decided = Some(outcome),
+            (outcome, Some(first)) => assert_eq!(outcome, first, "the outcome changed"),
+        }
+    }
+    if let Some(first) = decided {
+        assert_eq!(whole, first, "the whole input disagrees with its prefix");
+    }
+    if let Ok(ProxyStatus::Complete { consumed, header }) = whole {
+        assert!(consumed <= input.len(), "consumed past the input");
+        assert!(consumed <= 16 + MAX_V2_PAYLOAD, "a header over the cap");
+        if input[0] == b'P' {
+            assert!(
+                consumed <= crate::proxy::MAX_V1_LENGTH,
+                "a v1 line over 107 bytes"
+            );
+            assert_eq!(&input[consumed - 2..consumed], b"\r\n");
+            assert_ne!(header, ProxyHeader::Local, "LOCAL is a v2 command");
+        }
+        let again = parse_proxy_header(&input[..consumed]);
+        assert_eq!(again, whole);
     }
 }

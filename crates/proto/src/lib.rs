@@ -6,7 +6,8 @@
 //! spawn threads, touch Python, or allocate on the hot path once its reusable
 //! buffers have grown. The server crate drives it from its connection state
 //! machine; tests drive it from byte strings. `client` reads response heads
-//! for the load generator (`tines bench`).
+//! for the load generator (`tines bench`); `proxy` reads the PROXY protocol header a
+//! load balancer sends before the first request (`proxy_protocol`).
 //!
 //! Where HTTP allows a choice, the strict reading is taken: a request that one
 //! parser could read two ways is refused rather than guessed at.
@@ -15,6 +16,7 @@ pub mod chunked;
 pub mod client;
 pub mod date;
 pub mod fuzzing;
+pub mod proxy;
 pub mod request;
 pub mod response;
 pub mod status;
@@ -23,6 +25,7 @@ mod target;
 
 pub use chunked::{ChunkedDecoder, ChunkedError, ChunkedEvent};
 pub use date::DateCache;
+pub use proxy::{parse_proxy_header, ProxyError, ProxyHeader, ProxyStatus};
 pub use request::{
     parse_request_head, BodyFraming, ConnectionOption, HeadStatus, Limits, ParseError, RequestHead,
     Version,

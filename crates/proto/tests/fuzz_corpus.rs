@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use tines_proto::fuzzing::{check_chunked, check_request_head, check_response_header};
+use tines_proto::fuzzing::{
+    check_chunked, check_proxy_header, check_request_head, check_response_header,
+};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -60,6 +62,14 @@ fn replays_the_response_header_corpus() {
 }
 
 #[test]
+fn replays_the_proxy_header_corpus() {
+    assert!(
+        replay("proxy_header", check_proxy_header) > 0,
+        "fuzz/corpus/proxy_header is empty"
+    );
+}
+
+#[test]
 fn the_request_corpus_holds_every_invariant() {
     for kind in ["valid", "invalid"] {
         for path in files(&root().join("tests/http-corpus").join(kind)) {
@@ -67,6 +77,7 @@ fn the_request_corpus_holds_every_invariant() {
                 let data = std::fs::read(&path).unwrap();
                 check_request_head(&data);
                 check_response_header(&data);
+                check_proxy_header(&data);
                 let mut seeded = vec![3u8];
                 seeded.extend_from_slice(&data);
                 check_chunked(&seeded);

@@ -65,6 +65,7 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
             get::<usize>(settings, "threads")?.max(1)
         },
         trusted_proxies,
+        proxy_protocol: get(settings, "proxy_protocol")?,
         max_connections: get::<usize>(settings, "max_connections")?.max(1),
         max_queued_requests: get(settings, "max_queued_requests")?,
         max_response_buffer: get(settings, "max_response_buffer")?,

@@ -41,6 +41,9 @@ pub struct WorkerConfig {
     /// `forwarded_allow_ips`: peers whose `X-Forwarded-*` headers are believed (the client
     /// address the environ, the access log and the status output show).
     pub trusted_proxies: TrustedProxies,
+    /// `proxy_protocol`: every connection begins with a PROXY protocol header (v1 or v2),
+    /// accepted from `trusted_proxies` only; its source address becomes the peer.
+    pub proxy_protocol: bool,
     /// Most connections one worker holds open; above it the worker stops accepting until one
     /// closes (every MPM).
     pub max_connections: usize,
@@ -141,6 +144,7 @@ impl Default for WorkerConfig {
             mpm: Mpm::Prefork,
             threads: 1,
             trusted_proxies: TrustedProxies::Networks(Vec::new()),
+            proxy_protocol: false,
             max_connections: 10_000,
             max_queued_requests: 1024,
             max_response_buffer: 1024 * 1024,

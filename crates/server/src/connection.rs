@@ -1,6 +1,7 @@
 //! One client connection and its state: the state machine every MPM drives.
 //!
 //! ```text
+//! [ReadingProxyHeader] --PROXY header parsed--> ReadingHead
 //! ReadingHead --head complete--> [ReadingBody] --> Dispatched --app responds--> Writing --+--> KeepAlive --> ReadingHead
 //!                                                                                        +--> Closed
 //!                                                  (Upgraded: reserved for WebSocket, later)
@@ -15,7 +16,10 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Instant;
 
-use tines_proto::{parse_request_head, HeadStatus, Limits, ParseError, RequestHead};
+use tines_proto::{
+    parse_proxy_header, parse_request_head, HeadStatus, Limits, ParseError, ProxyError,
+    ProxyHeader, ProxyStatus, RequestHead,
+};
 
 use crate::io::read_nonblocking;
 use crate::listener::Peer;
@@ -25,6 +29,10 @@ use std::sync::Arc;
 /// Where a connection is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConnState {
+    /// `proxy_protocol`: waiting for (the rest of) the PROXY header that must come before the
+    /// first request head, in the poller, under the header timeout (the header and the first
+    /// head share one deadline).
+    ReadingProxyHeader,
     /// Waiting for (the rest of) a request head, in the poller.
     ReadingHead,
     /// The head is complete; the loop reads a small body before dispatch (`event` MPM).
@@ -53,6 +61,9 @@ pub enum Readiness {
     Closed,
     /// The head is malformed or over a limit: answer with the error's status and close.
     Rejected(ParseError),
+    /// `proxy_protocol`: the connection did not begin with a valid PROXY header. Close it
+    /// without a response: the peer speaks the PROXY protocol (or is not the proxy), not HTTP.
+    BadProxyHeader(ProxyError),
 }
 
 /// The first read buffer of a connection. 8 KiB holds the head of nearly every request
@@ -122,6 +133,14 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// Wraps a freshly accepted, non-blocking socket that must begin with a PROXY header
+    /// (`proxy_protocol`; the caller checked that the peer is a trusted proxy).
+    pub fn behind_proxy(fd: OwnedFd, peer: Peer, listener: usize) -> Self {
+        let mut conn = Connection::new(fd, peer, listener);
+        conn.state = ConnState::ReadingProxyHeader;
+        conn
+    }
+
     /// Wraps a freshly accepted, non-blocking socket.
     pub fn new(fd: OwnedFd, peer: Peer, listener: usize) -> Self {
         Connection {
@@ -195,8 +214,12 @@ impl Connection {
             }
             if self.filled == self.buf.len() {
                 if self.buf.len() >= cap {
-                    // Full up to the limit: the parser reports 431 or 414.
-                    return self.parse(limits);
+                    // Full up to the limit: the parser reports 431 or 414, unless taking the
+                    // PROXY header off the front made room.
+                    match self.parse(limits) {
+                        Readiness::Pending if self.filled < self.buf.len() => continue,
+                        other => return other,
+                    }
                 }
                 let grown = (self.buf.len() * 2).min(cap).max(self.filled + 1);
                 self.buf.resize(grown, 0);
@@ -295,6 +318,11 @@ impl Connection {
     }
 
     fn parse(&mut self, limits: &Limits) -> Readiness {
+        if self.state == ConnState::ReadingProxyHeader {
+            if let Err(err) = self.take_proxy_header() {
+                return err;
+            }
+        }
         if self.filled == 0 {
             return Readiness::Pending;
         }
@@ -303,6 +331,32 @@ impl Connection {
             Ok(HeadStatus::Partial) => Readiness::Pending,
             Err(err) => Readiness::Rejected(err),
         }
+    }
+
+    /// Parses the PROXY header at the front of the buffer; once it is complete, takes it off
+    /// (the request head then starts at 0), makes its source address the peer, and moves to
+    /// `ReadingHead`. `Err` carries what to report: `Pending` while the header is incomplete,
+    /// `BadProxyHeader` when it is invalid.
+    fn take_proxy_header(&mut self) -> Result<(), Readiness> {
+        match parse_proxy_header(&self.buf[..self.filled]) {
+            Ok(ProxyStatus::Partial) => Err(Readiness::Pending),
+            Err(err) => Err(Readiness::BadProxyHeader(err)),
+            Ok(ProxyStatus::Complete { consumed, header }) => {
+                if let ProxyHeader::Proxied { source, .. } = header {
+                    self.peer = Peer::Tcp(source);
+                }
+                // LOCAL (a health check) and UNKNOWN keep the real peer, as the spec asks.
+                self.buf.copy_within(consumed..self.filled, 0);
+                self.filled -= consumed;
+                self.state = ConnState::ReadingHead;
+                Ok(())
+            }
+        }
+    }
+
+    /// True while the PROXY header has not been read (the connection has sent no HTTP yet).
+    pub fn awaits_proxy_header(&self) -> bool {
+        self.state == ConnState::ReadingProxyHeader
     }
 
     /// Ends the current request: keeps the `leftover` bytes (the start of a pipelined next

@@ -131,7 +131,7 @@ fn serve_until_closed(
                 // that never comes (the EOF raised its edge before this read).
                 panic!("the connection waits for bytes after the client's EOF");
             }
-            Readiness::Closed => break,
+            Readiness::Closed | Readiness::BadProxyHeader(_) => break,
             Readiness::Rejected(err) => {
                 crate::reactor::reject(&mut conn, &err, &shared.config, &mut ctx);
                 break;

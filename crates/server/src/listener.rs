@@ -17,6 +17,16 @@ pub enum Peer {
     Unix,
 }
 
+impl std::fmt::Display for Peer {
+    /// `address:port` (`[v6]:port`), or `a Unix-socket peer`: for log lines.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::Tcp(addr) => write!(f, "{addr}"),
+            Peer::Unix => f.write_str("a Unix-socket peer"),
+        }
+    }
+}
+
 /// What a listener is bound to, for SERVER_NAME / SERVER_PORT.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Local {

@@ -52,7 +52,8 @@ pub(crate) fn serve_connection(
         match next.on_readable(&shared.config.limits) {
             Readiness::HeadComplete => conn = next,
             Readiness::Pending => return (Some(next), ctx),
-            Readiness::Closed => return (None, ctx),
+            // The PROXY header came before the first request: never here.
+            Readiness::Closed | Readiness::BadProxyHeader(_) => return (None, ctx),
             Readiness::Rejected(err) => {
                 crate::reactor::reject(&mut next, &err, &shared.config, &mut ctx);
                 // Earlier responses may still be unread: linger rather than reset them.

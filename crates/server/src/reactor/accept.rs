@@ -168,7 +168,19 @@ impl Reactor {
             }
             match self.listeners[index].accept() {
                 Ok(Some((fd, peer))) => {
-                    let conn = Connection::new(fd, peer, index);
+                    let conn = if !self.shared.config.proxy_protocol {
+                        Connection::new(fd, peer, index)
+                    } else if self.shared.config.trusted_proxies.trusts_peer(peer) {
+                        Connection::behind_proxy(fd, peer, index)
+                    } else {
+                        // Only a trusted proxy may say who the client is: closed unread (the fd
+                        // drops here), nothing answered.
+                        crate::log::info(&format!(
+                            "proxy_protocol: closed a connection from {}: not in forwarded_allow_ips",
+                            peer
+                        ));
+                        continue;
+                    };
                     let token = self.insert(conn);
                     match &self.entries[token] {
                         Entry::Parked { conn, .. } => {

@@ -149,6 +149,13 @@ impl Reactor {
                     reject(&mut conn, &err, &self.shared.config, &mut self.ctx);
                     return self.linger(token, conn, Linger::UntilEof);
                 }
+                Readiness::BadProxyHeader(err) => {
+                    crate::log::info(&format!(
+                        "proxy_protocol: closed a connection from {}: {err}",
+                        conn.peer
+                    ));
+                    return self.close(token);
+                }
             }
         }
     }

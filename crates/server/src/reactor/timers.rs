@@ -45,7 +45,9 @@ impl Reactor {
                     .unwrap_or_else(|| Instant::now() + config.body_timeout);
                 (TimerKind::Body, deadline)
             }
-            Some(started) if !conn.is_idle() => (
+            // A PROXY header and the first head share one deadline: it started with the
+            // header's first byte, even when no byte of the head has come yet.
+            Some(started) if !conn.is_idle() || conn.served == 0 => (
                 TimerKind::Header,
                 config.header_deadline(started, conn.filled),
             ),
@@ -100,7 +102,10 @@ impl Reactor {
                     match kind {
                         // RFC 9110 15.5.9: 408 tells the client the server closes an unused
                         // connection.
-                        TimerKind::Header if !conn.is_idle() => Some(408),
+                        // A slow PROXY header is closed silently: the proxy speaks no HTTP yet.
+                        TimerKind::Header if !conn.is_idle() && !conn.awaits_proxy_header() => {
+                            Some(408)
+                        }
                         TimerKind::Body => Some(408),
                         _ => None,
                     },
