@@ -824,6 +824,13 @@ class Arbiter:
         self.signal_workers(signum)
         log.info("sent %s to %d worker(s): waiting up to %g s for them to exit",
                  signal.Signals(signum).name, len(self.workers), timeout)
+        # The master's copy of each listening socket goes now: the workers take what is queued
+        # and close theirs (crates/server, Listener::close), so the socket closes as soon as
+        # the last of them has, and a later connection is refused at once instead of waiting,
+        # unserved, to be reset when the stop ends (docs/signals.md, Stop sequence). Unix
+        # socket files are still removed last, by shutdown.
+        for listener in self.listeners:
+            listener.close_socket()
         deadline = time.monotonic() + timeout
         while self.workers:
             self.reap_workers()

@@ -40,6 +40,11 @@ class Listener:
         """The listening fd."""
         return self.sock.fileno()
 
+    def close_socket(self) -> None:
+        """Close this process's copy of the socket, keeping the file (the final stop: the
+        socket itself closes once the workers' copies are closed too)."""
+        self.sock.close()
+
     def close(self) -> None:
         """Close the socket and remove its file if we created it."""
         self.sock.close()

@@ -123,6 +123,19 @@ impl Listener {
         self.fd
     }
 
+    /// Closes this process's copy of the listening socket (the final stop, once the worker
+    /// has taken what was queued). The socket itself closes when the last process holding it
+    /// does (the master closes its copy as it sends the final TERM); from then on the kernel
+    /// refuses a new connection at once instead of queueing it, unserved, to be reset at the
+    /// end of the stop. Under systemd socket activation systemd keeps its own copy, so
+    /// connections queue for the next start instead.
+    pub fn close(self) {
+        // SAFETY: `fd` is this process's inherited copy, used by nothing else in the worker
+        // once the reactor drops its listeners (the master's Python socket objects, copied
+        // into the worker by fork, are never closed there: a worker leaves with `_exit`).
+        unsafe { libc::close(self.fd) };
+    }
+
     /// Accepts one connection: non-blocking, close-on-exec, TCP_NODELAY for TCP.
     /// `Ok(None)` when there is nothing to accept.
     pub fn accept(&self) -> io::Result<Option<(OwnedFd, Peer)>> {

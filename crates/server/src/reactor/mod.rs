@@ -228,10 +228,13 @@ impl Reactor {
     /// no connection is left.
     ///
     /// Only a stop of every worker (TERM, the master gone) first accepts what the listener
-    /// already queued, so that it is served rather than reset when the master closes the
-    /// listener. The listeners are shared by all workers (one socket each, inherited from the
-    /// master; no per-worker `SO_REUSEPORT` socket), so a retiring worker leaves the queue to
-    /// the others and its replacement: nothing queued is lost when it stops.
+    /// already queued, so that it is served rather than reset, and then closes this worker's
+    /// copy of the listeners: once every worker has (and the master, as it sent TERM), the
+    /// socket is gone and a new connection is refused at once, where it used to wait in the
+    /// queue, unserved, until the master's close reset it. The listeners are shared by all
+    /// workers (one socket each, inherited from the master; no per-worker `SO_REUSEPORT`
+    /// socket), so a retiring worker leaves the queue to the others and its replacement:
+    /// nothing queued is lost when it stops.
     fn begin_stop(&mut self, reason: StopReason) {
         if reason == StopReason::Quick {
             self.stop = Some(reason);
@@ -243,6 +246,7 @@ impl Reactor {
             for index in 0..self.listeners.len() {
                 self.accept_from(index, usize::MAX);
             }
+            self.close_listeners();
         }
         if self.stop.is_some() {
             if reason.accepts_backlog() {
