@@ -29,6 +29,8 @@ import time
 VERSION = {version!r}
 GATE = {gate!r}
 {broken}
+if GATE:
+    open(GATE + ".waiting", "w").close()  # this worker has read this version of the file
 while GATE and not os.path.exists(GATE):  # a slow import: until the test opens the gate
     time.sleep(0.01)
 
@@ -43,8 +45,11 @@ def app(environ, start_response):
 def write_app(directory: Path, version: str, broken: bool = False, gate: Path | None = None) -> None:
     """(Re)write versioned.py in ``directory``."""
     raising = 'raise RuntimeError("the deploy is broken")' if broken else ""
-    (directory / "versioned.py").write_text(
-        APP.format(version=version, gate=str(gate) if gate else "", broken=raising))
+    # Written aside and renamed over, as a deploy tool does: a worker importing it meanwhile
+    # reads the old file or the new one, never half of one.
+    staged = directory / "versioned.py.new"
+    staged.write_text(APP.format(version=version, gate=str(gate) if gate else "", broken=raising))
+    staged.replace(directory / "versioned.py")
 
 
 def start(tines_server: Any, tmp_path: Path, *args: str) -> Server:
@@ -233,6 +238,8 @@ def test_a_hup_during_a_reload_runs_when_that_reload_ends_with_the_newest_code(
         server.wait_for_log(r"HUP: starting worker generation 2")
         server.signal(signal.SIGHUP)
         server.wait_for_log(r"HUP: generation 2 is still starting; the reload runs again when it ends")
+        # Version 3 goes on disk only once generation 2's first worker has read version 2.
+        wait_until(lambda: Path(f"{gate}.waiting").exists(), what="generation 2 importing version 2")
         write_app(tmp_path, "3")
         gate.touch()
         server.wait_for_log(r"reload done: generation 3 serves with 2 workers")
