@@ -78,8 +78,9 @@ fn sockaddr_to_std(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
 }
 
 impl Listener {
-    /// Adopts an inherited listening fd (not owned: the master keeps it open; the worker's
-    /// copy closes when the process exits). Makes it non-blocking.
+    /// Adopts an inherited listening fd: this process's copy, which the worker's reactor owns
+    /// from now on and closes with `close` (at the final stop, or when the loop ends; the
+    /// master keeps its own copy). Makes it non-blocking.
     pub fn from_fd(fd: RawFd) -> io::Result<Listener> {
         crate::control::set_nonblocking(fd)?;
         // SAFETY: a zeroed sockaddr_storage is valid; len is its size.

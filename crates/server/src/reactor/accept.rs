@@ -30,8 +30,8 @@ impl Reactor {
     }
 
     /// Stops watching the listeners and closes this worker's copy of them (the final stop,
-    /// after the queue was taken; `Listener::close`). An event for a listener already fetched
-    /// in this turn matches no token any more and is ignored.
+    /// after the queue was taken, and when the reactor is dropped; `Listener::close`). An event
+    /// for a listener already fetched in this turn matches no token any more and is ignored.
     pub(super) fn close_listeners(&mut self) {
         self.pause_listening();
         for listener in self.listeners.drain(..) {

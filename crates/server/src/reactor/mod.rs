@@ -90,6 +90,14 @@ pub struct Reactor {
     loop_writes: bool,
 }
 
+/// The worker owns the listener fds it was given: whatever way the loop ends, its copies are
+/// closed with it (the final stop closed them already: then there is nothing left to close).
+impl Drop for Reactor {
+    fn drop(&mut self) {
+        self.close_listeners();
+    }
+}
+
 impl Reactor {
     /// Creates the poller and registers the listeners and control fds.
     pub fn new(
@@ -163,6 +171,12 @@ impl Reactor {
                     SIGNAL_TOKEN => self.on_control(),
                     LIFE_TOKEN => {
                         if self.control.master_gone() {
+                            // The pipe's EOF stays readable (level-triggered): stop watching
+                            // it, or every later turn would wake at once (a busy loop for the
+                            // whole drain, and this line logged each time).
+                            if let Some(fd) = self.control.life_fd() {
+                                let _ = self.poller.deregister(fd);
+                            }
                             crate::log::info("master is gone: stopping");
                             self.begin_stop(StopReason::MasterGone);
                         }

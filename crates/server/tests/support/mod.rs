@@ -19,7 +19,6 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub scoreboard: Arc<Scoreboard>,
     life: Option<OwnedFd>,
-    listener_fd: i32,
     handle: Option<JoinHandle<std::io::Result<StopReason>>>,
 }
 
@@ -58,7 +57,7 @@ impl TestServer {
         scoreboard.claim(0, std::process::id(), 1);
         let spec = WorkerSpec {
             config,
-            listeners: vec![listener_fd],
+            listeners: vec![listener_fd], // the worker owns it from now on (closes it when it stops)
             scoreboard: Arc::clone(&scoreboard),
             slot: 0,
             life_fd: Some(read.into_raw_fd()),
@@ -71,7 +70,6 @@ impl TestServer {
             addr,
             scoreboard,
             life: Some(write),
-            listener_fd,
             handle: Some(handle),
         }
     }
@@ -107,8 +105,6 @@ impl Drop for TestServer {
         if let Some(handle) = self.handle.take() {
             let _ = handle.join();
         }
-        // SAFETY: the listener fd was leaked into the worker, which has stopped.
-        unsafe { libc::close(self.listener_fd) };
     }
 }
 
