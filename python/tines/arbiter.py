@@ -496,7 +496,7 @@ class Arbiter:
             scoreboard=self.scoreboard, life_read=self.life_read, notify_write=self.notify_write,
             close_in_child=[self.life_write, self.notify_read, self.wake_read, self.wake_write,
                             *([self.watcher.fileno()] if self.watcher is not None else []),
-                            *filter(None, [self.notifier.fileno()])],
+                            *filter(None, [self.notifier.fileno()]), *self.upgrade.inherited_fds()],
             master_pid=self.pid, app=self.app, settings=self.worker_settings, hooks=self.hooks,
         )
         self.hooks.call_logged("pre_fork", self.server_view(),
@@ -697,6 +697,16 @@ class Arbiter:
             # Its boot_error message says why; read it now if it is still in the pipe.
             self.read_notifications()
         self.boot_failures += 1
+        serving = sum(w.ready and not w.stopping for w in self.workers.values())
+        if self.boot_failures >= self.cfg.boot_failure_limit and self.reloader.last_failed and serving:
+            # The code on disk is the deploy a reload could not boot: giving up would stop the
+            # workers that still serve the old code. Keep them, retry slowly, say why.
+            self.next_spawn = time.monotonic() + BACKOFF_MAX
+            log.error("workers keep dying before they are ready (%d in a row): the code on disk "
+                      "cannot boot (the last reload failed too); %d worker(s) still serve the old "
+                      "code; next start in %.1f s; deploy a fix and send HUP",
+                      self.boot_failures, serving, BACKOFF_MAX)
+            return
         if self.boot_failures >= self.cfg.boot_failure_limit:
             log.error("workers keep dying before they are ready (%d in a row): giving up",
                       self.boot_failures)
@@ -715,13 +725,14 @@ class Arbiter:
     def handle_term(self) -> None:
         """Graceful stop, in the order of docs/signals.md ("Stop sequence"): readiness off
         (``STOPPING=1``), then ``shutdown_delay`` seconds of normal service (the loop goes on;
-        a second TERM ends the delay), then workers take what is queued, finish in-flight
-        requests and exit, and the master closes the listeners last."""
+        a second TERM ends the delay), then workers take what is queued, close their copies of
+        the listeners (the master closes its own as it sends TERM: ADR 0007), finish in-flight
+        requests and exit."""
         if self.stop_at is not None:
             log.info("TERM again during shutdown_delay: graceful stop now")
             self.stop(graceful=True)
         log.info("TERM: graceful stop")
-        self.notifier.stopping()
+        self.tell_stopping()
         if self.cfg.shutdown_delay > 0:
             self.stop_at = time.monotonic() + self.cfg.shutdown_delay
             log.info("readiness off: workers serve on for %g s (shutdown_delay), then the graceful stop",
@@ -732,14 +743,24 @@ class Arbiter:
     def handle_int(self) -> None:
         """Quick stop."""
         log.info("INT: quick stop")
-        self.notifier.stopping()
+        self.tell_stopping()
         self.stop(graceful=False)
 
     def handle_quit(self) -> None:
         """Quick stop."""
         log.info("QUIT: quick stop")
-        self.notifier.stopping()
+        self.tell_stopping()
         self.stop(graceful=False)
+
+    def tell_stopping(self) -> None:
+        """``STOPPING=1`` to systemd, unless this is the new master of an upgrade whose old
+        master still runs (a TERM to it is a manual rollback: the old one is the main pid and
+        the unit is not stopping)."""
+        if self.upgrade.old_master_alive():
+            log.info("not telling systemd STOPPING=1: old master %s is still the main process",
+                     self.upgrade.old_master)
+            return
+        self.notifier.stopping()
 
     def handle_hup(self) -> None:
         """Reload: read the config again and start a new generation of workers, a batch at a
@@ -759,7 +780,10 @@ class Arbiter:
             return
         if self.cfg.preload:
             self.notifier.reload_started()
-            self.duty("upgrade", lambda: self.upgrade.start(self, "HUP with --preload"))
+            started: list[bool] = []
+            self.duty("upgrade", lambda: started.append(self.upgrade.start(self, "HUP with --preload")))
+            if not any(started):
+                self.reload_finished(False)  # systemd's RELOADING=1 gets its READY=1
             return
         self.reloader.request()
         self.manage_workers()
@@ -792,6 +816,13 @@ class Arbiter:
     def handle_usr2(self) -> None:
         """Binary upgrade: start a new master with the listeners; this one leaves once the new
         one is ready, or keeps serving if it fails (``tines.upgrade``, docs/signals.md)."""
+        if self.stop_at is not None:
+            log.info("USR2 ignored: stopping (shutdown_delay)")
+            return
+        if self.reloader.active:
+            log.warning("USR2 ignored: a reload (generation %d) is in progress; send it again "
+                        "once it is done", self.generation)
+            return
         self.duty("upgrade", lambda: self.upgrade.start(self, "USR2"))
 
     def upgrade_succeeded(self, new_pid: int) -> None:

@@ -68,14 +68,26 @@ class PidFile:
                 os.link(temp, self.path)  # exclusive: fails when PATH exists
             except FileExistsError:
                 holder = read_pid(self.path)
-                if holder is not None and holder not in (pid, may_replace) and process_alive(holder):
+                if holder is not None and holder in (pid, may_replace):
+                    os.rename(temp, self.path)  # ours, or the old master's of this upgrade
+                    return
+                if holder is not None and process_alive(holder):
                     raise ConfigError(f"pid file {self.path} is held by running process {holder} "
                                       "(another tines master?); stop it, or remove the file if "
                                       "that process is not tines") from None
-                if holder not in (pid, may_replace):
-                    log.warning("replacing stale pid file %s (%s)", self.path,
-                                "no pid in it" if holder is None else f"process {holder} is gone")
-                os.rename(temp, self.path)
+                log.warning("replacing stale pid file %s (%s)", self.path,
+                            "no pid in it" if holder is None else f"process {holder} is gone")
+                # Removed, then linked again: the exclusive step stays exclusive, so of two
+                # masters replacing the same stale file at once, one is refused.
+                try:
+                    os.unlink(self.path)
+                except FileNotFoundError:
+                    pass
+                try:
+                    os.link(temp, self.path)
+                except FileExistsError:
+                    raise ConfigError(f"pid file {self.path} was taken by another process while "
+                                      "this one replaced a stale one") from None
         except OSError as error:
             raise ConfigError(f"cannot write pid file {self.path}: {error}") from None
         finally:

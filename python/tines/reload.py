@@ -48,6 +48,10 @@ RESTART_ONLY: Mapping[str, str] = {
              "config file) are found from there",
     "error_log": "the master pointed its error log at it at start (USR1 reopens that file)",
     "ready_fd": "it is written once, when the first generation is ready",
+    "pid_file": "the master wrote it at start, and an upgrade moves that file",
+    "reload": "the source watcher is set up (or not) at start",
+    "reload_include": "the source watcher's globs are set at start",
+    "reload_exclude": "the source watcher's globs are set at start",
 }
 """Settings fixed at start, and why. A changed value is logged and the old one kept."""
 
@@ -173,6 +177,10 @@ class Reloader:
     queued: bool = False
     latest_generation: int = 1
     """The highest generation number given so far (an abandoned one is not reused)."""
+    last_failed: bool = False
+    """The last reload was abandoned (its code could not boot) and no reload succeeded since:
+    replacements of the serving generation import that code too (``Arbiter.on_death_before_ready``
+    then keeps backing off instead of giving up while workers still serve)."""
 
     @property
     def active(self) -> bool:
@@ -293,6 +301,9 @@ class Reloader:
         it can run, move the one in progress on. True while a reload is in progress (then the
         arbiter's usual worker management waits)."""
         arbiter = self.arbiter
+        if not arbiter.upgrade.wants_workers:
+            # An upgrade hands over (or WINCH stopped the workers): start nothing.
+            return self.attempt is not None
         if self.attempt is None:
             if self.queued and arbiter.announced:
                 self.begin()
@@ -309,6 +320,7 @@ class Reloader:
             arbiter.retire_worker(worker, "reload")
         if decided.done:
             self.attempt = None
+            self.last_failed = False
             arbiter.reload_finished(True)
             if self.queued:
                 self.begin()
@@ -352,6 +364,7 @@ class Reloader:
         attempt = self.attempt
         assert attempt is not None
         self.attempt = None
+        self.last_failed = True
         saved = attempt.saved
         log.error("reload failed: generation %d could not boot: %s; generation %d keeps serving",
                   attempt.generation, why, saved.generation)

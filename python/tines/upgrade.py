@@ -181,18 +181,19 @@ class Upgrade:
         """The fds the master's loop waits on for the upgrade (the readiness pipe)."""
         return [self.ready_read] if self.ready_read >= 0 else []
 
-    def start(self, arbiter: Arbiter, why: str) -> None:
-        """Start a new master (``why``: ``USR2``, ``HUP with --preload``), unless one runs."""
+    def start(self, arbiter: Arbiter, why: str) -> bool:
+        """Start a new master (``why``: ``USR2``, ``HUP with --preload``), unless one runs;
+        True when one was started (its outcome comes later: ``turn``, ``reaped``)."""
         if self.new_pid is not None:
             log.warning("%s ignored: an upgrade is in progress (new master %d)", why, self.new_pid)
-            return
+            return False
         if not arbiter.announced:
             log.warning("%s ignored: this master is not ready yet", why)
-            return
+            return False
         if self.old_master is not None and os.getppid() == self.old_master:
             # nginx's rule: the old master still holds PATH.oldbin.
             log.warning("%s ignored: this master's old master %d has not exited yet", why, self.old_master)
-            return
+            return False
         read, write = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(read, False)
         if self.pid_file is not None:
@@ -210,7 +211,7 @@ class Upgrade:
             os.close(write)
             log.error("%s: cannot fork a new master: %s; this master keeps serving", why, error)
             self.restore()
-            return
+            return False
         if pid == 0:
             self.exec_new_master(arbiter, write)  # never returns
         os.close(write)
@@ -218,6 +219,7 @@ class Upgrade:
         self.ready_read = read
         log.info("%s: started new master %d (%s); this master %d serves until it is ready",
                  why, pid, " ".join(self.invocation.command()), arbiter.pid)
+        return True
 
     def exec_new_master(self, arbiter: Arbiter, ready_write: int) -> None:
         """In the forked child: listeners to fds 3.., the readiness pipe after them, nothing
@@ -328,6 +330,10 @@ class Upgrade:
                       pid, how, arbiter.pid)
         if restart:
             log.info("upgrade: starting this master's workers again")
+        if said_ready:
+            # systemd was told the new master is the main one: name this one again.
+            arbiter.notifier.main_pid(arbiter.pid)
+            arbiter.notifier.ready(arbiter.status_text())
         arbiter.reload_finished(False)  # READY=1 again after a HUP with --preload's RELOADING=1
         return True
 
@@ -351,6 +357,15 @@ class Upgrade:
                  "for a rollback until new master %d is ready", len(arbiter.workers), self.new_pid)
         for worker in list(arbiter.workers.values()):
             arbiter.retire_worker(worker, "reload", "WINCH during an upgrade")
+
+    def old_master_alive(self) -> bool:
+        """This is the new master of an upgrade and its old master has not exited yet."""
+        return self.old_master is not None and os.getppid() == self.old_master
+
+    def inherited_fds(self) -> list[int]:
+        """The readiness pipe's ends this master holds (a forked worker closes them, so the
+        pipe's EOF still means the new master is gone)."""
+        return [fd for fd in (self.ready_read, self.ready_write) if fd >= 0]
 
     @property
     def in_overlap(self) -> bool:

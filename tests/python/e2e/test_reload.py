@@ -10,6 +10,7 @@ Loads count every response (client_load.ClientLoad); readiness from the log, nev
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 from pathlib import Path
@@ -125,6 +126,42 @@ def test_hup_with_code_that_cannot_import_keeps_the_old_generation_serving_and_a
     assert "Traceback" in server.log_text() and 'RuntimeError: the deploy is broken' in server.log_text()
     assert not set(server.worker_pids()) & old
     assert pids_of(load, "3").isdisjoint(old)
+
+
+def test_after_a_failed_reload_replacements_that_cannot_boot_never_stop_the_workers_that_serve(
+        tines_server: Any, tmp_path: Path) -> None:
+    # The broken deploy stays on disk: a replacement of the serving generation imports it and
+    # dies before ready. boot_failure_limit 1 would end the master at once, killing the worker
+    # that still serves the old code.
+    server = start(tines_server, tmp_path, "-w", "2", "--boot-failure-limit", "1")
+    write_app(tmp_path, "2", broken=True)
+    server.signal(signal.SIGHUP)
+    server.wait_for_log(r"reload failed: generation 2 could not boot")
+    victim, survivor = server.worker_pids()
+    os.kill(victim, signal.SIGKILL)
+    server.wait_for_log(r"the code on disk cannot boot \(the last reload failed too\); 1 worker\(s\) "
+                        r"still serve the old code")
+    assert server.proc.poll() is None, "the master stays up"
+    assert version_of(http_get(server.port, close=True)[1]) == "1"
+    assert survivor in server.worker_pids()
+    write_app(tmp_path, "3")
+    server.signal(signal.SIGHUP)
+    server.wait_for_log(r"reload done: generation 3 serves with 2 workers")
+    assert version_of(http_get(server.port, close=True)[1]) == "3"
+
+
+def test_usr2_during_a_reload_is_refused_and_the_reload_goes_on(tines_server: Any, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    server = start(tines_server, tmp_path, "-w", "2")
+    write_app(tmp_path, "2", gate=gate)
+    server.signal(signal.SIGHUP)
+    server.wait_for_log(r"HUP: starting worker generation 2")
+    server.signal(signal.SIGUSR2)
+    server.wait_for_log(r"USR2 ignored: a reload \(generation 2\) is in progress")
+    gate.touch()
+    server.wait_for_log(r"reload done: generation 2 serves with 2 workers")
+    assert version_of(http_get(server.port, close=True)[1]) == "2"
+    assert "started new master" not in server.log_text()
 
 
 def test_hup_with_an_invalid_config_file_keeps_serving_and_a_fixed_file_applies_its_change(
