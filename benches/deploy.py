@@ -7,7 +7,7 @@ starts `tines serve` (4 workers, an app that answers with its version and pid), 
 waits until the operation has finished (by what the processes show: the old workers gone, the
 old master gone, the failure logged) and reports the load generator's counts:
 
-- sent: every request the generator finished (ok + errors);
+- sent: every request the generator finished (ok + errors), refused connects not counted;
 - failed: requests lost to the operation: resets, a connection closed before the response
   (parse), timeouts and non-200 statuses;
 - refused: connects refused (TERM only: the listener is closed at the end of the stop, so new
@@ -212,7 +212,8 @@ def measure(operation: str, mpm: str, mode: str, workers: int, connections: int,
     if operation != "term" and refused:
         failed += refused
         refused = 0
-    return Outcome(operation, mpm, mode, int(report["ok"]) + int(report["errors"]["total"]),
+    # sent: requests the server could have answered (a refused connect sent none).
+    return Outcome(operation, mpm, mode, int(report["ok"]) + int(report["errors"]["total"]) - refused,
                    int(report["ok"]), failed, refused, errors, finished, note)
 
 
@@ -222,9 +223,10 @@ def markdown(outcomes: list[Outcome], workers: int, connections: int, duration: 
         f"# Deploy operations under load ({time.strftime('%Y-%m-%d %H:%M')})",
         "",
         f"`benches/deploy.py`: {workers} workers (`--threads 4`), `tines bench -c {connections} "
-        f"-t 1 -d {duration}s`, the operation a quarter into the run. failed = reset + closed "
-        "before the response + timeout + non-200; refused = connects refused after a TERM "
-        "closed the listener (the stop's contract).",
+        f"-t 1 -d {duration}s`, the operation a quarter into the run. sent = ok + failed; failed = "
+        "reset + closed before the response + timeout + non-200; refused = connects refused "
+        "after a TERM closed the listener (the stop's contract; the generator retries at once, "
+        "so the count only says how long it ran on).",
         "",
         "| operation | mpm | mode | sent | ok | failed | refused | errors | note |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |",
