@@ -30,8 +30,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from procfs import children
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benches" / "results"
@@ -70,34 +73,8 @@ class Outcome:
     note: str
 
 
-def children(pid: int) -> set[int]:
-    """Live direct children of ``pid`` (from /proc)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.add(int(entry))
-    return found
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_for(predicate: object, deadline: float) -> bool:
-    """Poll ``predicate`` (a callable) until it is true or ``deadline`` (monotonic) passes."""
-    assert callable(predicate)
+def wait_for(predicate: Callable[[], bool], deadline: float) -> bool:
+    """Poll ``predicate`` until it is true or ``deadline`` (monotonic) passes."""
     while time.monotonic() < deadline:
         if predicate():
             return True

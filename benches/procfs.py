@@ -21,6 +21,7 @@ class ProcStat:
     pid: int
     ppid: int
     cpu_ticks: int  # utime + stime + cutime + cstime
+    state: str = "R"  # field 3: R, S, D, Z (zombie: exited, not reaped yet) ...
 
 
 def read_stat(pid: int) -> ProcStat | None:
@@ -31,7 +32,13 @@ def read_stat(pid: int) -> ProcStat | None:
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
     fields = raw[raw.rindex(")") + 2:].split()
     # fields[0] is field 3 (state); ppid is field 4, utime..cstime are fields 14..17.
-    return ProcStat(pid, int(fields[1]), sum(int(f) for f in fields[11:15]))
+    return ProcStat(pid, int(fields[1]), sum(int(f) for f in fields[11:15]), fields[0])
+
+
+def children(pid: int) -> set[int]:
+    """The live (not zombie) direct children of ``pid``."""
+    stats = (read_stat(int(p)) for p in os.listdir("/proc") if p.isdigit())
+    return {s.pid for s in stats if s is not None and s.ppid == pid and s.state != "Z"}
 
 
 def tree(root: int) -> list[ProcStat]:

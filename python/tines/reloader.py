@@ -382,13 +382,19 @@ class SourceWatcher:
             return False
         return True
 
-    @staticmethod
-    def drop_bytecode(path: str) -> None:
+    def drop_bytecode(self, path: str) -> None:
         """Remove the changed file's cached bytecode. CPython trusts a ``.pyc`` whose recorded
         source mtime (whole seconds) and size match, so an edit that keeps the size within the
         same second as the last import (or a save that restores the old mtime) would otherwise
         load the old code."""
         try:
-            os.unlink(importlib.util.cache_from_source(path))
-        except (OSError, ValueError, NotImplementedError):
-            pass
+            cached = importlib.util.cache_from_source(path)
+        except NotImplementedError:
+            return  # an interpreter without a bytecode cache (no cache_tag): nothing to drop
+        try:
+            os.unlink(cached)
+        except FileNotFoundError:
+            return  # never imported, or bytecode not written (PYTHONDONTWRITEBYTECODE)
+        except OSError as error:
+            self.log.warning("reload: cannot remove %s (%s): a same-size edit within the second "
+                             "may load the old bytecode", cached, error)
