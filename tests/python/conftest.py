@@ -15,6 +15,7 @@ import re
 import resource
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -50,6 +51,18 @@ def http_get(port: int, path: str = "/", close: bool = False, timeout: float = 2
         return response.status, response.read()
     finally:
         connection.close()
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends on ``sock`` until it closes. A close with bytes of ours
+    left unread makes the kernel reset instead of a FIN: that ends the read too."""
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except ConnectionResetError:
+        pass
+    return received
 
 
 def children(pid: int) -> list[int]:

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from conftest import read_until_closed
+
 CORPUS = Path(__file__).resolve().parents[2] / "http-corpus"
 
 
@@ -72,13 +74,7 @@ def exchange(port: int, data: bytes) -> bytes:
             sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass  # the server may have answered and closed already
-        received = b""
-        try:
-            while chunk := sock.recv(65536):
-                received += chunk
-        except ConnectionResetError:
-            pass
-    return received
+        return read_until_closed(sock)
 
 
 def split_responses(data: bytes, heads: list[bool] | None = None) -> list[tuple[int, bytes]]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import wait_until
+from conftest import read_until_closed, wait_until
 
 MPMS = [("prefork",), ("thread", "--threads", "2"), ("event", "--threads", "1")]
 MPM_IDS = ["prefork", "thread", "event"]
@@ -84,14 +84,7 @@ def refused(port: int, data: bytes) -> bytes:
     """Sends ``data`` and reads until the server closes: what it answered (nothing, when refused)."""
     with connect(port) as sock:
         sock.sendall(data)
-        received = b""
-        try:
-            while chunk := sock.recv(65536):
-                received += chunk
-        except ConnectionResetError:
-            # Closed with our bytes unread: the kernel resets instead of a FIN.
-            pass
-        return received
+        return read_until_closed(sock)
 
 
 @pytest.mark.parametrize("mpm", MPMS, ids=MPM_IDS)

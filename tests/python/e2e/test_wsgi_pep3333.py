@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import wait_until
+from conftest import read_until_closed, wait_until
 
 APP = "pep3333_app:app"
 
@@ -48,13 +48,7 @@ def raw(server: Any, data: bytes, shut: bool = False) -> bytes:
         sock.sendall(data)
         if shut:
             sock.shutdown(socket.SHUT_WR)
-        received = b""
-        try:
-            while chunk := sock.recv(65536):
-                received += chunk
-        except ConnectionResetError:
-            pass
-        return received
+        return read_until_closed(sock)
 
 
 def test_environ_follows_pep_3333_and_cgi(server: Any, mpm: str) -> None:
