@@ -28,6 +28,7 @@ import os
 import pwd
 import re
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -510,10 +511,20 @@ _REGISTRY = (
             head_size, 32768, ("--max-head-size",), "BYTES", worker=True),
     Setting("max_body_size", "Limits", "Largest request body, in bytes: a larger Content-Length gets 413 before the app runs. A chunked body's size is known only as it is read: once it grows past the limit, the app's read of `wsgi.input` raises `OSError`; if the app lets that propagate, Tines answers 413, but an app or framework that catches it answers with its own status, and that stands (Flask answers 500). 0 means no limit. Bodies stream through `wsgi.input`, so this bounds what one request may send, not memory.",
             non_negative_int, 104857600, ("--max-body-size",), "BYTES", worker=True, default_text="104857600 (100 MiB)"),
-    Setting("max_request_buffer", "Limits", "`event` MPM: a request body with a Content-Length up to this many bytes is read by the loop thread before the app runs, so a slow upload holds no app thread; larger bodies (and chunked ones, and `Expect: 100-continue`) stream through `wsgi.input` on the app thread. 0 turns reading ahead off.",
-            non_negative_int, 65536, ("--max-request-buffer",), "BYTES", worker=True),
-    Setting("max_response_buffer", "Limits", "`event` MPM: response bytes an app thread may leave for the loop thread to write when the client reads slowly, so a slow reader holds no app thread; a larger streamed body waits for the client on the app thread. Files (`wsgi.file_wrapper`) are always finished by the loop.",
-            non_negative_int, 1048576, ("--max-response-buffer",), "BYTES", worker=True, default_text="1048576 (1 MiB)"),
+    Setting("request_buffer_memory", "Limits", "Request bodies are read whole before the app runs, on every MPM, by the worker's poller, not by an app slot (docs/slow-clients.md): a body up to this many bytes is held in memory; a larger one (or one that would take the worker's parked bodies past `request_buffer_total`) goes to an unlinked temporary file in `request_buffer_dir`. The app's `wsgi.input` then reads memory or the file at full speed. Paths in `stream_body_paths` are the exception.",
+            size, 262144, ("--request-buffer-memory",), "SIZE", worker=True, default_text="262144 (256 KiB)"),
+    Setting("request_buffer_total", "Limits", "Memory one worker holds at most for request bodies being read before dispatch, together; beyond it a body spills to a temporary file (`request_buffer_dir`) even when it is smaller than `request_buffer_memory`.",
+            size, 33554432, ("--request-buffer-total",), "SIZE", worker=True, default_text="33554432 (32 MiB)"),
+    Setting("request_buffer_dir", "Limits", "Directory for the temporary files of request bodies and response output too large for memory. Each file is unlinked at once (`O_TMPFILE`), so a crash or a `SIGKILL` leaves nothing behind; the directory must accept `O_TMPFILE` (ext4, xfs, btrfs, tmpfs). On a tmpfs, these files are memory too.",
+            directory, tempfile.gettempdir, ("--request-buffer-dir",), "DIR", worker=True, default_text="the system temp dir (`TMPDIR`, else `/tmp`)"),
+    Setting("buffer_disk_total", "Limits", "Bytes of temporary files one worker holds at most, request bodies and response output together; beyond it a new request body waits unread (its body timeout running) and a response waits on its slot (up to `send_timeout` per wait). A full disk (`ENOSPC`) fails the one request that met it with 507 and a log line.",
+            size, 1073741824, ("--buffer-disk-total",), "SIZE", worker=True, default_text="1073741824 (1 GiB)"),
+    Setting("stream_body_paths", "Limits", "Path prefixes (matched against the request target's path, before any `?`) whose request bodies are not read before dispatch but stream through `wsgi.input` while the app runs, as the app reads them (and `Expect: 100-continue` is then answered on the app's first read): for an endpoint that must start on the first bytes of a long upload. Such routes are not slow-client safe: a slow uploader holds an app slot for as long as `body_timeout` and `body_min_rate` allow. Comma-separated.",
+            text, (), ("--stream-body-paths",), "PATHS", worker=True, multiple=True),
+    Setting("max_response_buffer", "Limits", "Response bytes of a body the app is still producing (a generator, `write()`) that a slot may leave for the poller to write when the client reads slowly, every MPM; beyond it the slot waits for the client (backpressure, `send_timeout` per wait). Complete bodies (a list or tuple) are bounded by `response_buffer_total` instead, and files (`wsgi.file_wrapper`) always go by their fd.",
+            size, 1048576, ("--max-response-buffer",), "SIZE", worker=True, default_text="1048576 (1 MiB)"),
+    Setting("response_buffer_total", "Limits", "Memory one worker holds at most for response output its slots handed to the poller (clients reading slowly), together; beyond it a complete body (a list or tuple) spills to a temporary file in `request_buffer_dir` within `buffer_disk_total`, and only when that is full too does the slot wait for the client.",
+            size, 67108864, ("--response-buffer-total",), "SIZE", worker=True, default_text="67108864 (64 MiB)"),
     Setting("max_body_drain", "Limits", "Request body the app did not read is drained up to this many bytes to keep the connection; beyond it the connection is closed.",
             non_negative_int, 65536, ("--max-body-drain",), "BYTES", worker=True),
     # Logging

@@ -69,7 +69,17 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         max_connections: get::<usize>(settings, "max_connections")?.max(1),
         max_queued_requests: get(settings, "max_queued_requests")?,
         max_response_buffer: get(settings, "max_response_buffer")?,
-        max_request_buffer: get(settings, "max_request_buffer")?,
+        request_buffer_memory: get(settings, "request_buffer_memory")?,
+        request_buffer_total: get(settings, "request_buffer_total")?,
+        // Unset (None, or ""): the system's temporary directory.
+        request_buffer_dir: get::<Option<String>>(settings, "request_buffer_dir")?
+            .map_or_else(std::env::temp_dir, Into::into),
+        buffer_disk_total: get(settings, "buffer_disk_total")?,
+        stream_body_paths: get::<Vec<String>>(settings, "stream_body_paths")?
+            .into_iter()
+            .map(String::into_bytes)
+            .collect(),
+        response_buffer_total: get(settings, "response_buffer_total")?,
         keepalive_timeout: seconds(settings, "keepalive_timeout")?,
         // Unset (None): as long as a kept-alive connection may idle anyway.
         drain_timeout: if get::<Option<f64>>(settings, "drain_timeout")?.is_some() {

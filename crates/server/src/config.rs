@@ -50,12 +50,28 @@ pub struct WorkerConfig {
     /// Event MPM: requests waiting for an app thread beyond which a new request gets 503 with
     /// `Retry-After` at once (idle connections never count).
     pub max_queued_requests: usize,
-    /// Event MPM: response bytes the app thread may leave for the loop to write (a slow reader
-    /// then holds no app thread); beyond it the app thread waits for the client.
+    /// Response bytes of a body the app is still producing that a slot may leave for the
+    /// poller to write (a slow reader then holds no slot); beyond it the slot waits for the
+    /// client. Complete bodies are bounded by `response_buffer_total` instead.
     pub max_response_buffer: usize,
-    /// Event MPM: request bodies (Content-Length) up to this size are read by the loop before
-    /// the app runs, so a slow upload holds no app thread; larger ones stream through the app.
-    pub max_request_buffer: u64,
+    /// Request bodies are read before dispatch (every MPM); one up to this size is held in
+    /// memory, a larger one goes to a temporary file in `request_buffer_dir`.
+    pub request_buffer_memory: u64,
+    /// Memory one worker holds at most for request bodies read before dispatch, together;
+    /// beyond it bodies spill to temporary files.
+    pub request_buffer_total: u64,
+    /// Directory of the (unlinked, `O_TMPFILE`) temporary files of request bodies and
+    /// response output too large for memory.
+    pub request_buffer_dir: std::path::PathBuf,
+    /// Bytes of temporary files one worker holds at most (request bodies and response output
+    /// together); beyond it a new body waits unread and a response waits on its slot.
+    pub buffer_disk_total: u64,
+    /// Path prefixes whose request bodies stream through the app instead of being read
+    /// before dispatch (not slow-client safe).
+    pub stream_body_paths: Vec<Vec<u8>>,
+    /// Memory one worker holds at most for response output handed to the poller, together;
+    /// beyond it complete bodies spill to temporary files.
+    pub response_buffer_total: u64,
     /// Idle time allowed between requests on a keep-alive connection (zero disables keep-alive).
     pub keepalive_timeout: Duration,
     /// How long a stopping worker keeps an idle keep-alive connection for its next request
@@ -148,7 +164,12 @@ impl Default for WorkerConfig {
             max_connections: 10_000,
             max_queued_requests: 1024,
             max_response_buffer: 1024 * 1024,
-            max_request_buffer: 64 * 1024,
+            request_buffer_memory: 256 * 1024,
+            request_buffer_total: 32 * 1024 * 1024,
+            request_buffer_dir: std::env::temp_dir(),
+            buffer_disk_total: 1024 * 1024 * 1024,
+            stream_body_paths: Vec::new(),
+            response_buffer_total: 64 * 1024 * 1024,
             keepalive_timeout: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(5),
             max_keepalive_requests: 1000,

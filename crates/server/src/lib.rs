@@ -5,7 +5,8 @@
 //! (signals, life pipe), [`scoreboard`], [`dump_signal`] (the stuck worker's dump-signal
 //! handler, over the scoreboard), [`clock`] (UTC dates for the logs),
 //! [`log`] (the error log), [`listener`] (accept, addresses), [`trusted_proxies`]
-//! (`forwarded_allow_ips`), [`config`], [`pending`] (response output the event loop finishes),
+//! (`forwarded_allow_ips`), [`config`], [`spool`] (the buffer budgets and temporary files of
+//! bodies and responses that wait for a slow client), [`pending`] (response output the event loop finishes),
 //! [`connection`] (the per-connection state machine), [`access_log`], [`shared`] (what a
 //! worker's slots share), [`exchange`] (one request/response: body decoding, response
 //! framing, keep-alive), [`reactor`] (the poller loop shared by the MPMs), the slot's serving
@@ -30,6 +31,7 @@ pub mod reactor;
 pub mod scoreboard;
 pub mod shared;
 mod slot;
+pub mod spool;
 pub mod trusted_proxies;
 pub mod worker;
 

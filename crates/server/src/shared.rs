@@ -13,6 +13,7 @@ use crate::config::WorkerConfig;
 use crate::control::StopReason;
 use crate::listener::Local;
 use crate::scoreboard::{ExitReason, Scoreboard, Slot, ThreadSlot, WorkerState};
+use crate::spool::Buffers;
 
 /// What every slot of a worker shares (read-mostly).
 pub struct WorkerShared {
@@ -22,6 +23,9 @@ pub struct WorkerShared {
     pub locals: Vec<Local>,
     /// The access log, when enabled.
     pub access_log: Option<AccessLog>,
+    /// The worker's buffer budgets and temporary files (request bodies read before dispatch,
+    /// response output handed to the poller).
+    pub buffers: Arc<Buffers>,
     scoreboard: Arc<Scoreboard>,
     slot: usize,
     stopping: AtomicBool,
@@ -52,6 +56,7 @@ impl WorkerShared {
         on_draining: Option<DrainingHook>,
     ) -> WorkerShared {
         WorkerShared {
+            buffers: Arc::new(Buffers::new(&config)),
             config,
             locals,
             access_log,

@@ -339,7 +339,7 @@ fn stops_when_the_master_goes_away_after_finishing_in_flight_requests() {
         let mut config = test_config(mpm);
         // The event loop would read this small body ahead, and the app would not hold the
         // request until it is complete: let the app read it, as in the other MPMs.
-        config.max_request_buffer = 0;
+        config.request_buffer_memory = 0;
         let mut server = TestServer::start(config, Echo);
         let mut stream = server.connect();
         stream
@@ -381,7 +381,7 @@ fn counts_requests_in_the_scoreboard() {
 fn shows_the_request_an_app_thread_serves_in_its_sub_slot() {
     each_mpm(|mpm| {
         let mut config = test_config(mpm);
-        config.max_request_buffer = 0;
+        config.request_buffer_memory = 0;
         let server = TestServer::start(config, Echo);
         let mut stream = server.connect();
         stream

@@ -105,7 +105,7 @@ fn variants() -> Vec<(&'static str, WorkerConfig)> {
         config.limits.max_request_line = 64;
         config.limits.max_headers = 10;
         // The event loop reads bodies up to 16 bytes ahead of the app; longer ones stream.
-        config.max_request_buffer = 16;
+        config.request_buffer_memory = 16;
         config
     };
     let mut inline = base(Mpm::Event);

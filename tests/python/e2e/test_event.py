@@ -614,7 +614,7 @@ def body_pattern(size: int) -> bytes:
 
 def test_a_slow_small_upload_is_read_by_the_loop_and_echoed(tines_server: Any) -> None:
     server = tines_server(APP, "-w", "1", "--mpm", "event", "--threads", "1",
-                          "--max-request-buffer", "65536")
+                          "--request-buffer-memory", "65536")
     body = body_pattern(32 << 10)
     with connect(server.port) as sock:
         sock.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(body))
@@ -636,7 +636,7 @@ def test_a_slow_small_upload_is_read_by_the_loop_and_echoed(tines_server: Any) -
 
 def test_a_large_body_streams_through_the_app_intact(tines_server: Any) -> None:
     server = tines_server(APP, "-w", "1", "--mpm", "event", "--threads", "1",
-                          "--max-request-buffer", "65536")
+                          "--request-buffer-memory", "65536")
     body = body_pattern(1 << 20)
     client = http.client.HTTPConnection("127.0.0.1", server.port, timeout=IO_TIMEOUT)
     try:

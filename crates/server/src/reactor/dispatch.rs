@@ -68,7 +68,7 @@ impl Reactor {
         // out on its first read); over `max_body_size` the slot answers 413 unread.
         if !self.loop_writes
             || length == 0
-            || length > config.max_request_buffer
+            || length > config.request_buffer_memory
             || head.expect_continue
             || (config.max_body_size > 0 && length > config.max_body_size)
         {
