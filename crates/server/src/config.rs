@@ -14,7 +14,8 @@ pub enum Mpm {
     Prefork,
     /// A poller thread plus `threads` app threads per process.
     Thread,
-    /// One loop thread owns every socket (reads small bodies ahead, finishes response writes);
+    /// One loop thread owns every socket (reads small bodies ahead; finishes response writes,
+    /// as every MPM's poller does);
     /// `threads` app threads only run the app (0: the app runs on the loop thread).
     Event,
 }
@@ -116,7 +117,8 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
-    /// True when the loop thread finishes response writes and reads small bodies ahead.
+    /// True when the loop thread reads small request bodies ahead of dispatch (event MPM).
+    /// Response output is handed to the poller on every MPM (ADR 0009).
     pub fn loop_owns_sockets(&self) -> bool {
         self.mpm == Mpm::Event
     }

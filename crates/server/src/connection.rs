@@ -9,7 +9,8 @@
 //! The poller owns a connection in `ReadingHead` / `ReadingBody` / `KeepAlive`; a slot (the
 //! prefork process's thread or an app thread) owns it from `Dispatched` until it is parked again
 //! or closed. With the `event` MPM the loop also reads small request bodies before dispatch
-//! (`ReadingBody`) and finishes response output the slot left [`Pending`] (`Writing`).
+//! (`ReadingBody`); on every MPM it finishes response output the slot left [`Pending`]
+//! (`Writing`, ADR 0009).
 //! MPMs decide who runs a connection and when; this module and `exchange` decide how HTTP works.
 
 use std::io;
@@ -120,9 +121,8 @@ pub struct Connection {
     /// edge-triggered event will announce: read again before parking. False after a short
     /// read or `EAGAIN`, which saves a `read` that would only say `EAGAIN` after each response.
     pub(crate) maybe_more: bool,
-    /// Response output a slot could not write without waiting (`event` MPM), shared with
-    /// the loop, which writes it as the client reads. Created by the loop at the first
-    /// dispatch (event MPM only).
+    /// Response output a slot could not write without waiting, shared with the poller,
+    /// which writes it as the client reads (every MPM). Created at the first response.
     pub(crate) output: Option<Arc<Output>>,
     /// Close once the output is written (the response ended the connection).
     pub(crate) close_after_write: bool,
@@ -304,14 +304,14 @@ impl Connection {
         }
     }
 
-    /// True when response output waits to be written.
+    /// True when response output waits to be written (no lock taken).
     pub fn has_pending_output(&self) -> bool {
         self.output
             .as_ref()
             .is_some_and(|output| !output.is_empty())
     }
 
-    /// The shared output (event MPM), created on first use.
+    /// The shared output, created on first use.
     pub(crate) fn output(&mut self) -> &Arc<Output> {
         let fd = self.fd();
         self.output.get_or_insert_with(|| Arc::new(Output::new(fd)))

@@ -92,14 +92,16 @@ impl Poller {
         self.control(libc::EPOLL_CTL_ADD, fd, token, Self::mask(trigger, false))
     }
 
-    /// Watches a client connection, edge-triggered: for readability, and for writability too
-    /// when the loop finishes response writes (event MPM).
-    pub fn register_connection(&self, fd: RawFd, token: Token, writable: bool) -> io::Result<()> {
+    /// Watches a client connection, edge-triggered, for readability and writability (the
+    /// poller finishes response output a slot left pending, every MPM: ADR 0009). A
+    /// writability edge comes only when the socket had been full, so a connection whose
+    /// writes never block costs no extra wake-up.
+    pub fn register_connection(&self, fd: RawFd, token: Token) -> io::Result<()> {
         self.control(
             libc::EPOLL_CTL_ADD,
             fd,
             token,
-            Self::mask(Trigger::Edge, writable),
+            Self::mask(Trigger::Edge, true),
         )
     }
 

@@ -6,13 +6,12 @@
 //! through this type; it never sees the socket. It enforces HTTP/1.1 framing; each idea has
 //! its own file: `body` (request body decoding, `100 Continue`, reading and its deadlines),
 //! `response` (the head, the response framing, the app's Content-Length honoured exactly),
-//! `send` (how the bytes reach the socket: waiting, or left to the event loop) and
+//! `send` (how the bytes reach the socket: at once, or handed to the poller) and
 //! `keepalive` (whether the connection is kept, draining an unread body). One write per
 //! response where possible: the head and small bodies are gathered in the slot's output buffer
 //! and sent with one `sendmsg`.
 //!
-//! It must not watch sockets for readiness (the reactor does) nor know which MPM runs it
-//! beyond the `deferred` flag.
+//! It must not watch sockets for readiness (the reactor does) nor know which MPM runs it.
 
 use std::net::IpAddr;
 use std::ops::Range;
@@ -141,9 +140,10 @@ pub struct Exchange {
     fault: Option<u16>,
     /// When the slot took the request.
     pub started: Instant,
-    /// `event` MPM: write what the socket takes now and leave the rest in the connection's
-    /// pending output for the loop (up to `max_response_buffer`), instead of waiting.
-    deferred: bool,
+    /// The response was begun with its body's length known up front (a WSGI list or tuple):
+    /// the whole body exists already, so what the socket does not take goes to the response
+    /// store (memory, then a spill file) rather than holding the slot (`exchange::send`).
+    complete_body: bool,
     /// The response must close the connection (an error response from [`Exchange::fail`]):
     /// the head then says `Connection: close` (RFC 9112 9.6).
     must_close: bool,
@@ -166,7 +166,6 @@ impl Exchange {
         };
         let is_head = conn.head.method_is(&conn.buf, b"HEAD");
         let raw = head_len..conn.filled;
-        let deferred = shared.config.loop_owns_sockets();
         let mut exchange = Exchange {
             conn,
             ctx,
@@ -187,7 +186,7 @@ impl Exchange {
             body_received: 0,
             fault: None,
             started: Instant::now(),
-            deferred,
+            complete_body: false,
             must_close: false,
         };
         exchange.conn.state = ConnState::Dispatched;

@@ -42,7 +42,9 @@ impl std::error::Error for ResponseError {}
 impl Exchange {
     /// Starts the response: validates the app's status and headers (nothing is written when
     /// they are bad), decides the framing and encodes the head into the output buffer.
-    /// `body_length` is the body's length when the caller knows it (a WSGI list body).
+    /// `body_length` is the body's length when the caller knows it (a WSGI list body): the
+    /// whole body exists already, so what the socket does not take at once is handed to the
+    /// response store instead of holding the slot (`exchange::send`).
     pub fn begin_response<'h, I>(
         &mut self,
         status: &[u8],
@@ -135,6 +137,7 @@ impl Exchange {
             _ => None,
         });
         self.status = code;
+        self.complete_body = body_length.is_some();
         self.phase = Phase::Buffered;
         Ok(())
     }
@@ -158,6 +161,7 @@ impl Exchange {
             self.declared = None;
             self.framing = ResponseFraming::NoBody;
             self.status = 0;
+            self.complete_body = false;
             return true;
         }
         self.phase == Phase::NotStarted

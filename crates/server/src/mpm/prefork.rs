@@ -1,5 +1,7 @@
 //! `prefork`: one thread per process. The poller thread runs the app inline once a head is
-//! complete, writes the response and parks the connection again. A crash or a leak touches
+//! complete, writes what the socket takes of the response (the rest is handed to the
+//! poller, which finishes it while the process serves others: ADR 0009) and parks the
+//! connection again. A crash or a leak touches
 //! one process; `max_requests = 1` gives "a process per request".
 
 use std::io;
@@ -35,6 +37,10 @@ impl Driver for Inline {
 
     fn waker_fd(&self) -> Option<std::os::fd::RawFd> {
         None
+    }
+
+    fn serves_inline(&self) -> bool {
+        true
     }
 }
 

@@ -194,11 +194,10 @@ impl Reactor {
                     let token = self.insert(conn);
                     match &self.entries[token] {
                         Entry::Parked { conn, .. } => {
-                            if let Err(err) = self.poller.register_connection(
-                                conn.fd(),
-                                Token(token as u64),
-                                self.loop_writes,
-                            ) {
+                            if let Err(err) = self
+                                .poller
+                                .register_connection(conn.fd(), Token(token as u64))
+                            {
                                 crate::log::error(&format!("cannot watch a new connection: {err}"));
                                 self.close(token);
                                 continue;

@@ -53,6 +53,12 @@ pub(crate) trait Driver {
     fn can_take_connection(&self) -> bool {
         true
     }
+    /// True when `dispatch` serves the connection on the loop's own thread (prefork): the
+    /// loop cannot help write a response while it is being produced, so the handed-out
+    /// entry keeps no reference to the connection's output.
+    fn serves_inline(&self) -> bool {
+        false
+    }
 }
 
 impl Reactor {
@@ -66,7 +72,7 @@ impl Reactor {
         };
         // With `Expect: 100-continue` the app decides whether the body is wanted (the 100 goes
         // out on its first read); over `max_body_size` the slot answers 413 unread.
-        if !self.loop_writes
+        if !config.loop_owns_sockets()
             || length == 0
             || length > config.request_buffer_memory
             || head.expect_continue
@@ -107,7 +113,9 @@ impl Reactor {
                         }
                     }
                     conn.state = ConnState::Dispatched;
-                    let output = self.loop_writes.then(|| Arc::clone(conn.output()));
+                    // A slot on another thread may leave output pending while it still
+                    // produces the response: the loop helps write it (ADR 0009).
+                    let output = (!driver.serves_inline()).then(|| Arc::clone(conn.output()));
                     match driver.dispatch(token, conn) {
                         Dispatch::Handed => {
                             self.entries[token] = Entry::Dispatched {

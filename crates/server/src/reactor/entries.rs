@@ -23,9 +23,10 @@ pub(super) enum Entry {
         deadline: Instant,
         kind: TimerKind,
     },
-    /// A slot owns the connection; `readable` records an event that arrived meanwhile. With
-    /// the event MPM, `output` lets the loop write what the slot left pending whenever the
-    /// socket becomes writable, while the slot still produces the response.
+    /// A slot owns the connection; `readable` records an event that arrived meanwhile. When
+    /// the slot runs on another thread (thread, event), `output` lets the loop write what the
+    /// slot left pending whenever the socket becomes writable, while the slot still produces
+    /// the response.
     Dispatched {
         readable: bool,
         output: Option<Arc<Output>>,
@@ -39,7 +40,7 @@ pub(super) enum Entry {
         conn: Connection,
         deadline: Instant,
     },
-    /// The loop finishes response output a slot left pending (`event` MPM), until `deadline`
+    /// The loop finishes response output a slot left pending (every MPM), until `deadline`
     /// (the send timeout, renewed on progress); `readable` records a read event meanwhile.
     Writing {
         conn: Connection,

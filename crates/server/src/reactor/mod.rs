@@ -7,7 +7,8 @@
 //! stop sequence; each other idea has its own file: `accept` (listening, the fair-share
 //! throttle, `max_connections`), `entries` (the table of connections by token), `timers`
 //! (parking under a deadline, expiry), `dispatch` (the MPM's `Driver`, handing ready
-//! connections out and taking them back), `writing` (output the event loop finishes),
+//! connections out and taking them back), `writing` (response output the poller finishes,
+//! every MPM),
 //! `linger` (lingering close) and `error_response` (the responses the loop writes itself).
 //!
 //! It must not decide how HTTP works (that is the connection's and the exchange's) nor run the
@@ -85,9 +86,6 @@ pub struct Reactor {
     /// Accept is paused because every app slot is taken (more than one worker only; see
     /// [`Driver::can_take_connection`]).
     saturated: bool,
-    /// The loop finishes writes and reads bodies ahead (`event` MPM): connections are watched
-    /// for writability too.
-    loop_writes: bool,
 }
 
 /// The worker owns the listener fds it was given: whatever way the loop ends, its copies are
@@ -136,7 +134,6 @@ impl Reactor {
             spare_buffers: Vec::new(),
             full: false,
             saturated: false,
-            loop_writes: shared.config.loop_owns_sockets(),
             shared,
         })
     }
@@ -292,8 +289,8 @@ impl Reactor {
             return;
         };
         match entry {
-            // A writability edge alone (the loop watches writes too, event MPM) says nothing
-            // to a connection that waits for bytes.
+            // A writability edge alone (connections are watched for writes too, ADR 0009) says
+            // nothing to a connection that waits for bytes.
             Entry::Parked { .. } if event.readable => {
                 if let Some(conn) = self.take_parked(token) {
                     self.advance(token, conn, driver);

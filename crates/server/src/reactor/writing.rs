@@ -1,7 +1,8 @@
-//! Response output the loop finishes (event MPM): a connection whose slot left output pending
-//! is held as `Entry::Writing` and written whenever the socket becomes writable, under the send
-//! timeout (renewed when the client takes bytes); then the next request is read, or the
-//! connection parked or closed.
+//! Response output the poller finishes, on every MPM (ADR 0009): a connection whose slot left
+//! output pending (memory, a file range, a spill file) is held as `Entry::Writing` and written
+//! whenever the socket becomes writable, under the send timeout (renewed when the client takes
+//! bytes); then the next request is read, or the connection parked or closed. A client that
+//! passes the send timeout or goes away is closed, which gives its memory and disk back.
 //!
 //! It writes only what the slot queued; it must not frame or produce a response.
 
@@ -63,7 +64,7 @@ impl Reactor {
         }
     }
 
-    /// Takes over a connection whose response output is not all written (event MPM).
+    /// Takes over a connection whose response output is not all written.
     pub(super) fn start_writing(
         &mut self,
         token: usize,
