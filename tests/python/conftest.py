@@ -81,6 +81,41 @@ def children(pid: int) -> list[int]:
     return sorted(found)
 
 
+def server_side_inode(client: socket.socket) -> int | None:
+    """The socket inode of the server's end of the loopback TCP connection ``client``
+    (from /proc/net/tcp), or None once no process holds that end (closed, or orphaned while
+    the kernel still sends what it queued)."""
+    client_port = client.getsockname()[1]
+    server_port = client.getpeername()[1]
+    with open("/proc/net/tcp") as handle:
+        next(handle)
+        for line in handle:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if (local_port, remote_port) == (server_port, client_port):
+                inode = int(fields[9])
+                return inode or None
+    return None
+
+
+def holds_connection(pid: int, client: socket.socket) -> bool:
+    """True while process ``pid`` has an fd open on the server's end of ``client``."""
+    inode = server_side_inode(client)
+    return inode is not None and f"socket:[{inode}]" in fd_targets(pid)
+
+
+def fd_targets(pid: int) -> list[str]:
+    """What each open fd of ``pid`` points at (``readlink /proc/PID/fd/N``)."""
+    targets = []
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/{pid}/fd/{name}"))
+        except OSError:
+            continue  # closed meanwhile
+    return targets
+
+
 def alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
     try:

@@ -1,0 +1,48 @@
+"""The app the response hand-off tests drive (tests/python/e2e/test_responses.py).
+
+Routes:
+- ``/hello``: ``hello``.
+- ``/list``: ``SIZE`` bytes of ``PATTERN`` as a list of 1 MiB bytes objects (a complete body:
+  Content-Length known up front).
+- ``/gen``: the same bytes from a generator of 64 KiB pieces (a body still being produced).
+
+``PATTERN`` is the numbers 0, 1, 2, ... as 4-byte big-endian integers, so a missing,
+repeated or reordered piece anywhere in a response is detected.
+"""
+
+import struct
+from array import array
+
+SIZE = 10 << 20
+ITEM = 1 << 20
+PIECE = 64 << 10
+
+
+def pattern(size: int = SIZE) -> bytes:
+    words = array("I", range(size // 4))
+    if struct.pack("=I", 1) != struct.pack(">I", 1):
+        words.byteswap()
+    return words.tobytes()
+
+
+PATTERN = pattern()
+ITEMS = [PATTERN[start:start + ITEM] for start in range(0, SIZE, ITEM)]
+
+
+def _generate():
+    view = memoryview(PATTERN)
+    for start in range(0, SIZE, PIECE):
+        yield bytes(view[start:start + PIECE])
+
+
+def app(environ, start_response):
+    path = environ["PATH_INFO"]
+    if path == "/list":
+        start_response("200 OK", [("Content-Type", "application/octet-stream")])
+        return list(ITEMS)
+    if path == "/gen":
+        start_response("200 OK", [("Content-Type", "application/octet-stream"),
+                                  ("Content-Length", str(SIZE))])
+        return _generate()
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "5")])
+    return [b"hello"]

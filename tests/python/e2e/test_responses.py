@@ -1,0 +1,167 @@
+"""Responses are handed to the poller on every MPM (ADR 0009): a client that does not read its
+response holds no app slot. A complete (list) body goes to the worker's response store
+(memory up to ``response_buffer_total``, then an unlinked file within ``buffer_disk_total``);
+a streamed one may leave ``max_response_buffer``; beyond that the slot waits for the client,
+up to ``send_timeout``. One worker with one app slot everywhere, so a held slot shows."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import APPS, fd_targets, holds_connection, read_until_closed, wait_until
+from test_event import Reader, connect, get, wait_readable, worker_pid
+
+APP = "responses_app:app"
+MPMS = ["prefork", "thread", "event"]
+
+
+def _load_app_module() -> Any:
+    spec = importlib.util.spec_from_file_location("responses_app", APPS / "responses_app.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_APP = _load_app_module()
+SIZE: int = _APP.SIZE
+PATTERN: bytes = _APP.PATTERN
+
+
+def stalled(stack: ExitStack, port: int, path: str, wait: bool = True) -> socket.socket:
+    """A client with a 4 KiB receive buffer that asks for ``path`` and reads nothing; with
+    ``wait``, until the first response bytes arrived (so the app has run)."""
+    sock = stack.enter_context(connect(port, rcvbuf=4096))
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: slow\r\n\r\n".encode())
+    if wait:
+        wait_readable(sock)
+    return sock
+
+
+def assert_whole(sock: socket.socket) -> None:
+    response = Reader(sock).response()
+    assert response.status == 200
+    assert len(response.body) == SIZE
+    assert response.body == PATTERN, "the body arrived corrupted or out of order"
+
+
+def spill_fds(pid: int, directory: Path) -> list[str]:
+    return [target for target in fd_targets(pid) if target.startswith(str(directory))]
+
+
+@pytest.fixture
+def spool_dir(tmp_path: Path) -> Iterator[Path]:
+    directory = tmp_path / "spool"
+    directory.mkdir()
+    yield directory
+    assert list(directory.iterdir()) == [], "a temporary file kept a name"
+
+
+@pytest.mark.parametrize("mpm", MPMS)
+def test_clients_that_never_read_ten_mib_list_bodies_do_not_stop_a_normal_client(
+        tines_server: Any, spool_dir: Path, mpm: str) -> None:
+    """Default buffer settings; ten clients asked for 10 MiB each and read nothing (all still
+    connected): every request of a normal client is answered, in order. Then the stalled
+    clients read, and each gets its body byte-exact (memory and spill file alike)."""
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "1",
+                          "--request-buffer-dir", str(spool_dir))
+    with ExitStack() as stack:
+        slow = [stalled(stack, server.port, "/list", wait=False) for _ in range(10)]
+        with connect(server.port) as normal:
+            normal.settimeout(10)
+            reader = Reader(normal)
+            for index in range(5):
+                normal.sendall(f"GET /hello?{index} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+                response = reader.response()
+                assert (response.status, response.body) == (200, b"hello")
+        pid = worker_pid(server)
+        for sock in slow:
+            wait_readable(sock)
+            assert holds_connection(pid, sock), "a stalled client was cut off early"
+        for sock in slow:
+            assert_whole(sock)
+
+
+@pytest.mark.parametrize("mpm", MPMS)
+def test_list_bodies_beyond_the_memory_budget_spill_to_a_nameless_file_and_arrive_whole(
+        tines_server: Any, spool_dir: Path, mpm: str) -> None:
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "1",
+                          "--response-buffer-total", str(1 << 20),
+                          "--request-buffer-dir", str(spool_dir))
+    pid = worker_pid(server)
+    with ExitStack() as stack:
+        first = stalled(stack, server.port, "/list")
+        second = stalled(stack, server.port, "/list")
+        assert get(server.port, "/hello", timeout=10).body == b"hello"
+        spilled = spill_fds(pid, spool_dir)
+        assert len(spilled) == 2 and all(target.endswith("(deleted)") for target in spilled), spilled
+        assert list(spool_dir.iterdir()) == []
+        assert_whole(first)
+        assert_whole(second)
+        wait_until(lambda: not spill_fds(pid, spool_dir), what="the spill files closed once read")
+        # A client that goes away unread: its file is closed too.
+        gone = stalled(stack, server.port, "/list")
+        wait_until(lambda: spill_fds(pid, spool_dir), what="a spill file for the third client")
+        gone.close()
+        wait_until(lambda: not spill_fds(pid, spool_dir), what="the spill file closed on disconnect")
+        assert get(server.port, "/hello", timeout=10).body == b"hello"
+
+
+@pytest.mark.parametrize("mpm", MPMS)
+def test_with_both_budgets_full_the_slot_waits_and_the_send_timeout_frees_it(
+        tines_server: Any, spool_dir: Path, mpm: str) -> None:
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "1",
+                          "--response-buffer-total", "65536", "--buffer-disk-total", "65536",
+                          "--send-timeout", "1", "--request-buffer-dir", str(spool_dir))
+    pid = worker_pid(server)
+    with ExitStack() as stack:
+        stuck = stalled(stack, server.port, "/list")
+        # Served once the send timeout cut the stuck client off (the deadline is generous).
+        assert get(server.port, "/hello", timeout=20).body == b"hello"
+        wait_until(lambda: not holds_connection(pid, stuck), what="the stuck client cut off")
+        stuck.settimeout(20)
+        assert 0 < len(read_until_closed(stuck)) < SIZE, "a cut response, then the close"
+        assert get(server.port, "/hello", timeout=10).body == b"hello"
+
+
+@pytest.mark.parametrize("mpm", MPMS)
+def test_the_poller_cuts_a_non_reader_off_at_the_send_timeout(
+        tines_server: Any, spool_dir: Path, mpm: str) -> None:
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "1", "--send-timeout", "1",
+                          "--request-buffer-dir", str(spool_dir))
+    pid = worker_pid(server)
+    with ExitStack() as stack:
+        stuck = stalled(stack, server.port, "/list")
+        assert get(server.port, "/hello", timeout=10).body == b"hello"
+        wait_until(lambda: not holds_connection(pid, stuck), what="the stuck client cut off")
+        stuck.settimeout(20)
+        assert 0 < len(read_until_closed(stuck)) < SIZE, "a cut response, then the close"
+        assert get(server.port, "/hello", timeout=10).body == b"hello"
+
+
+@pytest.mark.parametrize("mpm", MPMS)
+def test_a_streamed_body_beyond_max_response_buffer_waits_for_its_reader_and_arrives_whole(
+        tines_server: Any, spool_dir: Path, mpm: str) -> None:
+    """Backpressure: the generator's slot waits for the slow reader, so a second request on
+    the one-slot worker is answered only after the reader took the body (checked one-sided:
+    not answered within 2 s while the reader stalls)."""
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "1",
+                          "--max-response-buffer", "65536", "--send-timeout", "60",
+                          "--request-buffer-dir", str(spool_dir))
+    with ExitStack() as stack:
+        slow = stalled(stack, server.port, "/gen")
+        with connect(server.port) as other:
+            other.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+            other.settimeout(2.0)
+            with pytest.raises(socket.timeout):
+                other.recv(1)
+            assert_whole(slow)
+            other.settimeout(20)
+            assert Reader(other).response().body == b"hello"
