@@ -151,7 +151,8 @@ pub struct Slot {
     pub heartbeat_ms: AtomicU64,
     /// Connections currently open in this worker.
     pub connections: AtomicU64,
-    /// Response bytes handed to the socket since the worker started (added per request).
+    /// Response bytes handed to the socket, or to the poller to write (ADR 0009), since the
+    /// worker started (added per request).
     pub bytes_out: AtomicU64,
     _first_line_end: AtomicU64,
     /// An [`ExitReason`] value.

@@ -66,7 +66,8 @@ pub struct ThreadSlot {
     progress_ns: AtomicU64,
     /// When the app returned its iterable (0 before it did).
     app_returned_ns: AtomicU64,
-    /// Bytes of the current response handed to the socket (head and framing included).
+    /// Bytes of the current response handed to the socket or to the poller (head and framing
+    /// included).
     response_bytes: AtomicU64,
     /// Last finished request: dispatch to the app returning its iterable, microseconds.
     last_app_us: AtomicU64,
