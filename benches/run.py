@@ -26,6 +26,8 @@ from typing import Any, Callable, TypeVar
 # benches/ is sys.path[0] when this file runs as a script.
 import report as reporting
 from apps import fortunes_db
+from attack import AttackFailed, under_attack
+from attack import description as attack_description
 from loadgen import (LOAD_CPU, Load, LoadFailed, Tool, find_tines_bench, run_load,
                      tines_bench_command, wrk_command)
 from model import PLANS, Plan, Scenario, State, StateMismatch, cell_key, estimate_seconds, matrix
@@ -141,6 +143,9 @@ def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: T
                                load.pipeline), log_path, workdir)
         settle(running.process.pid)
         result = {**base, **measured(primary, load, running.process.pid, log_path, workdir)}
+        if scenario.attacked:
+            return {**base, **attacked(result, primary, load, running.process.pid, log_path,
+                                       workdir, port)}
         result["honours_close"] = honours_close
         memory = tree_memory(running.process.pid)
         result["memory"] = memory["processes"]
@@ -162,6 +167,30 @@ def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: T
         stop(running)
         for suffix in ("", "-wal", "-shm"):
             Path(f"{database}{suffix}").unlink(missing_ok=True)
+
+
+def attacked(unattacked: dict[str, Any], primary: Tool, load: Load, pid: int, log_path: Path,
+             workdir: Path, port: int) -> dict[str, Any]:
+    """The attack row's second half, on the same warm server: the same load again while the
+    slow-client attack holds its connections (attack.under_attack). The result is the attacked
+    run's, with ``unattacked`` (the run just taken) and ``attack`` (the attackers' outcomes).
+    A server that falls over under the attack (no successful response) is not a failed cell:
+    its fraction is 0; only a failed unattacked run, or an attack that could not connect, is."""
+    if unattacked.get("failed"):
+        return unattacked
+    try:
+        result = under_attack(port, lambda: measured(primary, load, pid, log_path, workdir))
+    except AttackFailed as error:
+        return {**unattacked, "failed": f"attack: {error}"}
+    except LoadFailed as error:  # the generator itself broke down, not the server
+        return {**unattacked, "failed": f"load under attack: {error}"}
+    result["fell_over"] = result.pop("failed", None)
+    result["failed"] = None
+    result["unattacked"] = unattacked
+    result["memory"] = tree_memory(pid)["processes"]
+    result["processes"] = len(tree(pid))
+    result["load_average_1m"] = os.getloadavg()[0]
+    return result
 
 
 # --------------------------------------------------------------------------- the run
@@ -337,6 +366,9 @@ def command_lines(servers: list[Server], cells: list[tuple[Scenario, list[str]]]
     bench = Tool("tines-bench", ("tines", "bench"))
     out.append("load (tines bench): `" + " ".join(tines_bench_command(bench, sample))
                + "` (+ `--no-keepalive`, `--pipeline 16`, `-c 1000` per scenario)")
+    if any(scenario.attacked for scenario, _ in cells):
+        out.append(f"{attack_description()}; the load as for hello keep-alive, measured once "
+                   "without and once with the attack in each start")
     out.append("load (wrk): `" + " ".join(wrk_command(Tool("wrk", ("wrk",)), sample, TMP))
                .replace(str(REPO) + "/", "")
                + "` (+ `-H 'Connection: close'`; pipelined: a generated copy of the script "

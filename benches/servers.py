@@ -61,6 +61,10 @@ APPS = {
     "plaintext": App("plaintext", BENCH_APPS / "techempower.py", "app", "/plaintext"),
     "json": App("json", BENCH_APPS / "techempower.py", "app", "/json"),
     "fortunes": App("fortunes", BENCH_APPS / "techempower.py", "app", "/fortunes"),
+    # The slow-client attack row (model.ATTACK_APP): hello's answer at /, the attack's targets
+    # beside it; the app the e2e test of issue 14 uses.
+    "attacked": App("attacked", REPO / "tests" / "python" / "e2e" / "apps" / "slow_clients_app.py",
+                    "app", "/"),
 }
 
 # command(app, port, ready_fd or None, workdir) -> argv
