@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -36,6 +37,7 @@ from provision import ensure_peers, ensure_tools, machine_info, tool_path, versi
 from servers import (APPS, SERVER_CPU, Server, StartFailed, available_servers,
                      closes_after_close_request, display_command, free_port, start, stop,
                      tines_binary)
+from uploads import UPLOAD_APPS, PrepareFailed, request_for
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benches" / "results"
@@ -137,10 +139,13 @@ def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: T
     load = Load(url, scenario.connections, plan.duration_s, scenario.mode == "keep-alive",
                 scenario.pipeline)
     try:
+        if scenario.app in UPLOAD_APPS:
+            sent = request_for(scenario.app, port, workdir)
+            load = replace(load, method=sent.method, headers=sent.headers,
+                           body_file=sent.body_file)
         honours_close = (closes_after_close_request(port, app.url_path)
                          if scenario.mode == "close" else None)
-        run_load(primary, Load(url, load.connections, plan.warmup_s, load.keepalive,
-                               load.pipeline), log_path, workdir)
+        run_load(primary, replace(load, duration_s=plan.warmup_s), log_path, workdir)
         settle(running.process.pid)
         result = {**base, **measured(primary, load, running.process.pid, log_path, workdir)}
         if scenario.attacked:
@@ -154,7 +159,7 @@ def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: T
         result["processes"] = len(tree(running.process.pid))
         result["load_average_1m"] = os.getloadavg()[0]
         if cross is not None and run == plan.cross_run:
-            cross_load = Load(url, load.connections, plan.cross_s, load.keepalive, load.pipeline)
+            cross_load = replace(load, duration_s=plan.cross_s)
             try:
                 result["cross"] = measured(cross, cross_load, running.process.pid, log_path,
                                            workdir)
@@ -163,6 +168,8 @@ def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: T
         return result
     except (LoadFailed, OSError) as error:
         return {**base, "failed": f"load: {error}"}
+    except PrepareFailed as error:
+        return {**base, "failed": f"prepare: {error}"}
     finally:
         stop(running)
         for suffix in ("", "-wal", "-shm"):

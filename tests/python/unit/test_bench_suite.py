@@ -260,6 +260,29 @@ def test_tines_bench_command() -> None:
                                                            "http://h/p"]
 
 
+def test_an_upload_load_posts_its_body_file_with_its_headers(tmp_path: Path) -> None:
+    import uploads
+
+    body = uploads.upload_body(tmp_path)
+    data = body.read_bytes()
+    assert data.startswith(f"--{uploads.BOUNDARY}\r\n".encode())
+    assert data.endswith(f"\r\n--{uploads.BOUNDARY}--\r\n".encode())
+    head_end = data.index(b"\r\n\r\n") + 4
+    assert len(data) - head_end - len(f"\r\n--{uploads.BOUNDARY}--\r\n") == uploads.UPLOAD_SIZE
+    request = uploads.request_for("upload", 9, tmp_path)
+    load = loadgen.Load("http://h/upload", 4, 5, method=request.method, headers=request.headers,
+                        body_file=request.body_file)
+    tool = loadgen.Tool("tines-bench", ("tines", "bench"))
+    assert loadgen.tines_bench_command(tool, load)[8:] == [
+        "--json", "-m", "POST", "-H",
+        f"Content-Type: multipart/form-data; boundary={uploads.BOUNDARY}",
+        "--body-file", str(body), "http://h/upload"]
+    with pytest.raises(loadgen.LoadFailed):
+        loadgen.wrk_command(loadgen.Tool("wrk", ("wrk",)), load, tmp_path)
+    with pytest.raises(ValueError):
+        uploads.request_for("hello", 9, tmp_path)
+
+
 def test_wrk_command_and_pipeline_script(tmp_path: Path) -> None:
     tool = loadgen.Tool("wrk", ("wrk",))
     assert loadgen.wrk_command(tool, LOAD, tmp_path) == [
