@@ -141,7 +141,8 @@ INSIDE_EVENT_BUFFERS = ("--request-buffer-memory", "2MiB", "--max-response-buffe
 
 
 @pytest.mark.parametrize("mpm, settings", [
-    ("prefork", ()), ("thread", ()), ("event", ()),
+    pytest.param("prefork", (), id="prefork"), pytest.param("thread", (), id="thread"),
+    pytest.param("event", (), id="event"),
     pytest.param("event", INSIDE_EVENT_BUFFERS, id="event-inside-its-buffers"),
 ])
 def test_a_normal_client_is_served_while_slow_uploaders_and_non_readers_hold_connections(
