@@ -59,7 +59,8 @@ test: build typecheck test-rust test-python
 
 typecheck: build
 	$(VENV)/bin/mypy --strict python/tines
-	cd benches && ../$(VENV)/bin/mypy --strict *.py apps/techempower.py
+	# benches/attack.py imports the slow-client harness from tests/python (shared with the e2e test).
+	cd benches && MYPYPATH=../tests/python ../$(VENV)/bin/mypy --strict *.py apps/techempower.py apps/flask_upload.py
 
 test-rust:
 	cargo test --workspace --release --quiet
@@ -71,7 +72,7 @@ test-python: build wheel
 docs: build
 	$(PY) tools/gen_settings_doc.py
 
-# The side-by-side suite (docs/benchmarks.md): about 15-17 minutes of both cores; it installs
+# The side-by-side suite (docs/benchmarks.md): about 18-20 minutes of both cores; it installs
 # wrk, nginx and the peers itself. BENCH_QUICK=1 for a 3-minute development run.
 bench: build
 	cargo build --release --quiet -p tines-loadgen --bin tines-bench

@@ -40,6 +40,7 @@ from provision import blog_pins, first_line, machine_info
 from run import (RESULTS, STANDALONE_BENCH, TMP, interrupted, measure, raise_nofile, shown)
 from servers import (APPS, SERVER_CPU, TINES_THREADS, Server, display_command, tines_binary,
                      tines_mpms, tines_serve_help, tines_server)
+from uploads import UPLOAD_APPS, UPLOAD_SIZE
 
 REPO = Path(__file__).resolve().parent.parent
 # One directory per baseline commit: its virtualenv, wheel, build log and stamp.
@@ -234,7 +235,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mpms", default="prefork",
                         help="comma-separated MPMs: prefork, thread, event (default prefork)")
     parser.add_argument("--apps", default="hello,blog",
-                        help="comma-separated apps (default hello,blog): " + ", ".join(APPS))
+                        help="comma-separated apps (default hello,blog): " + ", ".join(APPS)
+                             + " (upload: a 20 MB Flask file upload; blog-post: the blog's "
+                               "form post; attacked: hello under the slow-client attack)")
     parser.add_argument("--modes", default="keep-alive,close",
                         help="comma-separated: keep-alive, close (default both)")
     parser.add_argument("--threshold", type=float, default=NO_CHANGE_THRESHOLD,
@@ -382,6 +385,13 @@ def command_lines(arguments: list[str], servers: dict[tuple[str, str], Server],
                        f"{display_command(server, APPS[app])}`")
     load = shlex.join(["taskset", "-c", LOAD_CPU, *tines_bench_command(primary, sample)])
     out.append(f"load: `{load.replace(str(REPO) + '/', '')}` (+ `--no-keepalive` for close)")
+    if any(t.scenario.app in UPLOAD_APPS for t in tables):
+        out.append("upload workloads (benches/uploads.py): `upload` adds `-m POST -H "
+                   "'Content-Type: multipart/form-data; boundary=...' --body-file "
+                   f"WORKDIR/upload-{UPLOAD_SIZE}.multipart` (a {UPLOAD_SIZE:,}-byte file part); "
+                   "`blog-post` adds `-m POST -H 'Cookie: blog_csrf=...' -H 'Content-Type: "
+                   "application/x-www-form-urlencoded' --body-file WORKDIR/blog-post-PORT.form` "
+                   "(the start's CSRF pair from `GET /blog/create`, a title, a 2 KB body)")
     return out
 
 

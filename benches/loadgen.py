@@ -36,6 +36,11 @@ class Load:
     duration_s: float
     keepalive: bool = True
     pipeline: int = 1
+    # What every request sends besides its URL (tines bench only; the upload workloads of
+    # benches/uploads.py): the method, extra headers (`Name: value`) and a body file.
+    method: str = "GET"
+    headers: tuple[str, ...] = ()
+    body_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,12 @@ def tines_bench_command(tool: Tool, load: Load) -> list[str]:
         command.append("--no-keepalive")
     if load.pipeline > 1:
         command += ["--pipeline", str(load.pipeline)]
+    if load.method != "GET":
+        command += ["-m", load.method]
+    for header in load.headers:
+        command += ["-H", header]
+    if load.body_file is not None:
+        command += ["--body-file", str(load.body_file)]
     return [*command, load.url]
 
 
@@ -86,6 +97,8 @@ def wrk_script(load: Load, workdir: Path) -> Path:
 
 
 def wrk_command(tool: Tool, load: Load, workdir: Path) -> list[str]:
+    if load.method != "GET" or load.headers or load.body_file is not None:
+        raise LoadFailed("the wrk command line here sends GETs only (no method, headers or body)")
     command = [*tool.argv, "-t1", f"-c{load.connections}", f"-d{seconds(load.duration_s)}",
                "--latency", "-s", str(wrk_script(load, workdir))]
     if not load.keepalive:

@@ -8,11 +8,12 @@ no script, nothing loaded from anywhere), both rendered from the state file's me
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from model import (Best, CellSummary, Check, Plan, Scenario, best_peer, event_checks, is_peer,
-                   is_tines, ratio, recycling_checks, summarise)
+from model import (ATTACK_TARGET, AttackSummary, Best, CellSummary, Check, Plan, Scenario,
+                   attack_checks, best_peer, event_checks, is_peer, is_tines, ratio,
+                   recycling_checks, summarise, summarise_attack)
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Report:
     skipped: dict[str, str]  # server or app -> reason
     tables: list[Table]
     checks: list[Check]
+    attack: list[AttackSummary] = field(default_factory=list)  # the slow-client attack row
 
     @property
     def servers(self) -> list[str]:
@@ -48,14 +50,55 @@ def build(runs_of: Any, cells: list[tuple[Scenario, list[str]]], url_paths: dict
     """``runs_of(scenario, server)`` gives a cell's recorded runs (State.runs)."""
     tables = []
     by_name: dict[str, dict[str, CellSummary]] = {}
+    attack: list[AttackSummary] = []
     for scenario, servers in cells:
+        if scenario.attacked:  # its own table: fractions of the same start's unattacked rate
+            attack += [summarise_attack(server, runs_of(scenario, server), plan.runs)
+                       for server in servers]
+            continue
         rows = [summarise(server, runs_of(scenario, server), plan.runs) for server in servers]
         # tines bench --no-keepalive opens a connection per request whatever the server says;
         # wrk follows the server, so with wrk as the primary such a row is not comparable.
         best = best_peer(rows, skip_ignores_close=meta.get("primary") == "wrk")
         tables.append(Table(scenario, url_paths.get(scenario.app, "/"), rows, best))
         by_name[scenario.name] = {row.server: row for row in rows}
-    return Report(title, plan, meta, skipped, tables, event_checks(by_name) + recycling_checks(by_name))
+    return Report(title, plan, meta, skipped, tables,
+                  event_checks(by_name) + recycling_checks(by_name) + attack_checks(attack),
+                  attack)
+
+
+ATTACK_HEAD = ["server", "unattacked req/s", "attacked req/s", "attacked ÷ unattacked",
+               "fraction spread", "errors under attack", "unanswered at the end", "fell over (runs)",
+               "attackers still connected at the end"]
+
+ATTACK_TEXT = ("hello keep-alive at 50 connections (`GET /` of "
+               "tests/python/e2e/apps/slow_clients_app.py), measured twice in each start of "
+               "the server: without, then while 50 slow uploaders (POST, Content-Length "
+               "1,000,000, one byte per second) and 50 clients that never read a 10 MiB list "
+               "body hold their connections (tests/python/slow_clients.py). The fraction is "
+               "the attacked rate over the same start's unattacked rate, median over the runs, "
+               f"with its min–max; issue 14's target for Tines is >= {ATTACK_TARGET}. A server "
+               "that served nothing under the attack fell over (fraction 0). Errors: the load "
+               "generator's failed requests; unanswered: its requests in flight when the run "
+               "ended, summed over the runs (a closed loop always ends with some; a server "
+               "that stalls ends with all 50 and no answers).")
+
+
+def attack_rows(report: Report) -> list[list[str]]:
+    out = []
+    for row in report.attack:
+        label = row.server + (f" ({row.runs_ok}/{row.runs_planned} runs)"
+                              if 0 < row.runs_ok < row.runs_planned else "")
+        if row.failed or not row.fraction or not row.unattacked or not row.attacked:
+            out.append([label, f"failed: {row.failed}"] + [""] * (len(ATTACK_HEAD) - 2))
+            continue
+        out.append([label, num(row.unattacked.median), num(row.attacked.median),
+                    f"{row.fraction.median:.2f}",
+                    f"{row.fraction.low:.2f}–{row.fraction.high:.2f}", str(row.errors),
+                    str(row.in_flight),
+                    f"{row.fell_over}/{row.runs_ok}",
+                    f"{row.attackers_left:g} of {row.attackers}"])
+    return out
 
 
 # --------------------------------------------------------------------------- formatting
@@ -243,10 +286,14 @@ def markdown(report: Report) -> str:
     lines += [ERRORS_NOTE, ""] if any_errors(report) else []
     lines += ["## Server CPU µs per request (median)", ""]
     lines += md_table(main_table(report, cpu=True)) + [""]
-    lines += ["## Targets: event MPM (issue 4), process per request (issue 12)", ""]
+    lines += ["## Targets: event MPM (issue 4), process per request (issue 12), slow clients "
+              "(issue 14)", ""]
     for check in report.checks:
         lines.append(f"- **{check.verdict.upper()}**: {check.name}: {check.detail}")
     lines.append("")
+    if report.attack:
+        lines += ["## hello keep-alive while under the slow-client attack", "", ATTACK_TEXT, ""]
+        lines += md_table([ATTACK_HEAD, *attack_rows(report)]) + [""]
     if report.skipped:
         lines += ["## Skipped", ""]
         lines += [f"- {name}: {reason}" for name, reason in report.skipped.items()] + [""]
@@ -355,12 +402,17 @@ def html_page(report: Report) -> str:
         parts.append(f"<p>{e(ERRORS_NOTE)}</p>")
     parts.append("<h2>Server CPU µs per request (median)</h2>")
     parts.append(html_table(main_table(report, cpu=True)))
-    parts.append("<h2>Targets: event MPM (issue 4), process per request (issue 12)</h2><ul>")
+    parts.append("<h2>Targets: event MPM (issue 4), process per request (issue 12), slow "
+                 "clients (issue 14)</h2><ul>")
     for check in report.checks:
         css = {"pass": "pass", "fail": "fail"}.get(check.verdict, "not")
         parts.append(f'<li><span class="{css}">{e(check.verdict.upper())}</span>: '
                      f"{e(check.name)}: {e(check.detail)}</li>")
     parts.append("</ul>")
+    if report.attack:
+        parts.append("<h2>hello keep-alive while under the slow-client attack</h2>")
+        parts.append(f"<p>{e(ATTACK_TEXT)}</p>")
+        parts.append(html_table([ATTACK_HEAD, *attack_rows(report)]))
     if report.skipped:
         parts.append("<h2>Skipped</h2><ul>" + "".join(
             f"<li>{e(k)}: {e(v)}</li>" for k, v in report.skipped.items()) + "</ul>")

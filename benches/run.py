@@ -20,12 +20,15 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 # benches/ is sys.path[0] when this file runs as a script.
 import report as reporting
 from apps import fortunes_db
+from attack import AttackFailed, under_attack
+from attack import description as attack_description
 from loadgen import (LOAD_CPU, Load, LoadFailed, Tool, find_tines_bench, run_load,
                      tines_bench_command, wrk_command)
 from model import PLANS, Plan, Scenario, State, StateMismatch, cell_key, estimate_seconds, matrix
@@ -34,6 +37,7 @@ from provision import ensure_peers, ensure_tools, machine_info, tool_path, versi
 from servers import (APPS, SERVER_CPU, Server, StartFailed, available_servers,
                      closes_after_close_request, display_command, free_port, start, stop,
                      tines_binary)
+from uploads import UPLOAD_APPS, PrepareFailed, request_for
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benches" / "results"
@@ -135,12 +139,18 @@ def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: T
     load = Load(url, scenario.connections, plan.duration_s, scenario.mode == "keep-alive",
                 scenario.pipeline)
     try:
+        if scenario.app in UPLOAD_APPS:
+            sent = request_for(scenario.app, port, workdir)
+            load = replace(load, method=sent.method, headers=sent.headers,
+                           body_file=sent.body_file)
         honours_close = (closes_after_close_request(port, app.url_path)
                          if scenario.mode == "close" else None)
-        run_load(primary, Load(url, load.connections, plan.warmup_s, load.keepalive,
-                               load.pipeline), log_path, workdir)
+        run_load(primary, replace(load, duration_s=plan.warmup_s), log_path, workdir)
         settle(running.process.pid)
         result = {**base, **measured(primary, load, running.process.pid, log_path, workdir)}
+        if scenario.attacked:
+            return {**base, **attacked(result, primary, load, running.process.pid, log_path,
+                                       workdir, port)}
         result["honours_close"] = honours_close
         memory = tree_memory(running.process.pid)
         result["memory"] = memory["processes"]
@@ -149,7 +159,7 @@ def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: T
         result["processes"] = len(tree(running.process.pid))
         result["load_average_1m"] = os.getloadavg()[0]
         if cross is not None and run == plan.cross_run:
-            cross_load = Load(url, load.connections, plan.cross_s, load.keepalive, load.pipeline)
+            cross_load = replace(load, duration_s=plan.cross_s)
             try:
                 result["cross"] = measured(cross, cross_load, running.process.pid, log_path,
                                            workdir)
@@ -158,10 +168,36 @@ def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: T
         return result
     except (LoadFailed, OSError) as error:
         return {**base, "failed": f"load: {error}"}
+    except PrepareFailed as error:
+        return {**base, "failed": f"prepare: {error}"}
     finally:
         stop(running)
         for suffix in ("", "-wal", "-shm"):
             Path(f"{database}{suffix}").unlink(missing_ok=True)
+
+
+def attacked(unattacked: dict[str, Any], primary: Tool, load: Load, pid: int, log_path: Path,
+             workdir: Path, port: int) -> dict[str, Any]:
+    """The attack row's second half, on the same warm server: the same load again while the
+    slow-client attack holds its connections (attack.under_attack). The result is the attacked
+    run's, with ``unattacked`` (the run just taken) and ``attack`` (the attackers' outcomes).
+    A server that falls over under the attack (no successful response) is not a failed cell:
+    its fraction is 0; only a failed unattacked run, or an attack that could not connect, is."""
+    if unattacked.get("failed"):
+        return unattacked
+    try:
+        result = under_attack(port, lambda: measured(primary, load, pid, log_path, workdir))
+    except AttackFailed as error:
+        return {**unattacked, "failed": f"attack: {error}"}
+    except LoadFailed as error:  # the generator itself broke down, not the server
+        return {**unattacked, "failed": f"load under attack: {error}"}
+    result["fell_over"] = result.pop("failed", None)
+    result["failed"] = None
+    result["unattacked"] = unattacked
+    result["memory"] = tree_memory(pid)["processes"]
+    result["processes"] = len(tree(pid))
+    result["load_average_1m"] = os.getloadavg()[0]
+    return result
 
 
 # --------------------------------------------------------------------------- the run
@@ -337,6 +373,9 @@ def command_lines(servers: list[Server], cells: list[tuple[Scenario, list[str]]]
     bench = Tool("tines-bench", ("tines", "bench"))
     out.append("load (tines bench): `" + " ".join(tines_bench_command(bench, sample))
                + "` (+ `--no-keepalive`, `--pipeline 16`, `-c 1000` per scenario)")
+    if any(scenario.attacked for scenario, _ in cells):
+        out.append(f"{attack_description()}; the load as for hello keep-alive, measured once "
+                   "without and once with the attack in each start")
     out.append("load (wrk): `" + " ".join(wrk_command(Tool("wrk", ("wrk",)), sample, TMP))
                .replace(str(REPO) + "/", "")
                + "` (+ `-H 'Connection: close'`; pipelined: a generated copy of the script "

@@ -61,6 +61,13 @@ APPS = {
     "plaintext": App("plaintext", BENCH_APPS / "techempower.py", "app", "/plaintext"),
     "json": App("json", BENCH_APPS / "techempower.py", "app", "/json"),
     "fortunes": App("fortunes", BENCH_APPS / "techempower.py", "app", "/fortunes"),
+    # Upload workloads of the before/after runs (benches/uploads.py; benches/ab.py --apps).
+    "upload": App("upload", BENCH_APPS / "flask_upload.py", "app", "/upload"),
+    "blog-post": App("blog-post", EXAMPLES / "blog" / "app.py", "app", "/blog/create"),
+    # The slow-client attack row (model.ATTACK_APP): hello's answer at /, the attack's targets
+    # beside it; the app the e2e test of issue 14 uses.
+    "attacked": App("attacked", REPO / "tests" / "python" / "e2e" / "apps" / "slow_clients_app.py",
+                    "app", "/"),
 }
 
 # command(app, port, ready_fd or None, workdir) -> argv

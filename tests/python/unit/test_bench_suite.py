@@ -221,13 +221,15 @@ def test_standard_matrix() -> None:
     assert cells["blog/close/c50"] == ALL[:-1]
     assert cells["hello/close/c1000"] == ["tines-thread", "tines-event"]
     assert cells["blog/keep-alive/c1000"] == ["tines-thread", "tines-event"]
-    assert len(cells) == 8
+    assert cells["attacked/keep-alive/c50"] == ["tines-prefork", "tines-thread", "tines-event",
+                                                 "gunicorn-gthread", "granian-wsgi"]
+    assert len(cells) == 9
     without_event = dict((sc.name, names) for sc, names in
                          model.matrix("standard", [s for s in ALL if s != "tines-event"], SERVES))
     assert without_event["hello/keep-alive/c1000"] == ["tines-thread"]
     plan = model.PLANS["standard"]
     minutes = model.estimate_seconds(plan, model.matrix("standard", ALL, SERVES)) / 60
-    assert 10 <= minutes <= 16, minutes
+    assert 12 <= minutes <= 19, minutes
 
 
 def test_full_matrix() -> None:
@@ -237,7 +239,8 @@ def test_full_matrix() -> None:
     assert cells["plaintext/keep-alive/c50/p16"] == ALL
     assert cells["fortunes/keep-alive/c1000"] == ALL[:-1]
     assert "json/close/c50" not in cells
-    assert len(cells) == 12 + 2 + 6
+    assert len(cells) == 12 + 2 + 6 + 1
+    assert "attacked/keep-alive/c50" in cells
     with pytest.raises(ValueError):
         model.matrix("huge", ALL, SERVES)
 
@@ -255,6 +258,29 @@ def test_tines_bench_command() -> None:
     piped = loadgen.Load("http://h/p", 50, 0.5, keepalive=True, pipeline=16)
     assert loadgen.tines_bench_command(tool, piped)[7:] == ["500ms", "--json", "--pipeline", "16",
                                                            "http://h/p"]
+
+
+def test_an_upload_load_posts_its_body_file_with_its_headers(tmp_path: Path) -> None:
+    import uploads
+
+    body = uploads.upload_body(tmp_path)
+    data = body.read_bytes()
+    assert data.startswith(f"--{uploads.BOUNDARY}\r\n".encode())
+    assert data.endswith(f"\r\n--{uploads.BOUNDARY}--\r\n".encode())
+    head_end = data.index(b"\r\n\r\n") + 4
+    assert len(data) - head_end - len(f"\r\n--{uploads.BOUNDARY}--\r\n") == uploads.UPLOAD_SIZE
+    request = uploads.request_for("upload", 9, tmp_path)
+    load = loadgen.Load("http://h/upload", 4, 5, method=request.method, headers=request.headers,
+                        body_file=request.body_file)
+    tool = loadgen.Tool("tines-bench", ("tines", "bench"))
+    assert loadgen.tines_bench_command(tool, load)[8:] == [
+        "--json", "-m", "POST", "-H",
+        f"Content-Type: multipart/form-data; boundary={uploads.BOUNDARY}",
+        "--body-file", str(body), "http://h/upload"]
+    with pytest.raises(loadgen.LoadFailed):
+        loadgen.wrk_command(loadgen.Tool("wrk", ("wrk",)), load, tmp_path)
+    with pytest.raises(ValueError):
+        uploads.request_for("hello", 9, tmp_path)
 
 
 def test_wrk_command_and_pipeline_script(tmp_path: Path) -> None:
@@ -542,3 +568,63 @@ def test_a_partial_state_is_reported_as_partial() -> None:
         return report.markdown(built)
     assert "**Partial: 1 of 3 measurements so far" in build(1)
     assert "Partial" not in build(3)
+
+
+# --------------------------------------------------------------------------- the slow-client attack
+
+ATTACKED = Scenario(model.ATTACK_APP, "keep-alive", 50)
+
+
+def attacked_run(unattacked_rps: float, attacked_rps: float, errors: int = 0,
+                 left: int = 100) -> dict[str, Any]:
+    """An attack-row measurement as run.attacked records it."""
+    result = run(attacked_rps, 12.0, errors=errors)
+    result.update(ok=int(attacked_rps), unattacked=run(unattacked_rps, 11.0),
+                  in_flight_at_end=0 if attacked_rps else 50,
+                  attack={"attackers": 100, "uploaders": {"connected": left // 2},
+                          "non_readers": {"connected": left - left // 2}})
+    return result
+
+
+def test_the_attack_row_is_the_attacked_rate_over_the_same_starts_unattacked_rate() -> None:
+    row = model.summarise_attack("tines-event", [attacked_run(10_000, 9_500),
+                                                 attacked_run(12_000, 6_000, left=40),
+                                                 attacked_run(10_000, 10_000)], 3)
+    assert row.fraction is not None and row.unattacked is not None and row.attacked is not None
+    assert (row.fraction.median, row.fraction.low, row.fraction.high) == (0.95, 0.5, 1.0)
+    assert (row.unattacked.median, row.attacked.median) == (10_000, 9_500)
+    assert (row.attackers_left, row.attackers, row.fell_over) == (100, 100, 0)
+    assert ATTACKED.attacked and not Scenario("hello", "keep-alive", 50).attacked
+    assert "slow-client attack" in ATTACKED.title
+
+
+def test_a_server_that_falls_over_under_the_attack_keeps_nothing_and_fails_its_target() -> None:
+    fell = model.summarise_attack("tines-prefork", [attacked_run(10_000, 0, errors=50)], 1)
+    assert fell.fraction is not None and fell.fraction.median == 0.0
+    assert (fell.fell_over, fell.errors) == (1, 50)
+    kept = model.summarise_attack("tines-thread", [attacked_run(10_000, 9_000)], 1)
+    peer = model.summarise_attack("gunicorn-gthread", [attacked_run(10_000, 0)], 1)
+    missing = model.summarise_attack("tines-event", [run(0, 0, failed="attack: 3 of 50")], 1)
+    checks = model.attack_checks([fell, kept, peer, missing])
+    assert [(c.verdict, c.name.split(": ")[1].split()[0]) for c in checks] == [
+        ("fail", "tines-prefork"), ("pass", "tines-thread"), ("not measured", "tines-event")]
+    assert "0.90 (9,000 vs 10,000 req/s)" in checks[1].detail
+    assert "attack: 3 of 50" in checks[2].detail
+
+
+def test_the_report_shows_the_attack_row_in_its_own_table() -> None:
+    hello = Scenario("hello", "keep-alive", 50)
+    runs = {(hello.name, "tines-prefork"): [run(60_000, 12.0)],
+            (ATTACKED.name, "tines-prefork"): [attacked_run(10_000, 0, errors=50, left=100)],
+            (ATTACKED.name, "granian-wsgi"): [attacked_run(20_000, 19_000, left=60)]}
+    cells = [(hello, ["tines-prefork"]), (ATTACKED, ["tines-prefork", "granian-wsgi"])]
+    built = report.build(lambda sc, server: runs.get((sc.name, server), []), cells,
+                         {"hello": "/", model.ATTACK_APP: "/"}, model.PLANS["quick"],
+                         {"started": "X", "primary": "tines-bench", "cross": "wrk"}, {}, "B")
+    assert [t.scenario.name for t in built.tables] == ["hello/keep-alive/c50"]
+    text = report.markdown(built)
+    assert "## hello keep-alive while under the slow-client attack" in text
+    assert "| tines-prefork | 10,000 | 0 | 0.00 | 0.00–0.00 | 50 | 50 | 1/1 | 100 of 100 |" in text
+    assert "| granian-wsgi | 20,000 | 19,000 | 0.95 | 0.95–0.95 | 0 | 0 | 0/1 | 60 of 100 |" in text
+    assert "**FAIL**: hello keep-alive under the slow-client attack: tines-prefork" in text
+    assert "slow-client attack" in report.html_page(built)
