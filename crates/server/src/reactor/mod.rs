@@ -7,7 +7,7 @@
 //! stop sequence; each other idea has its own file: `accept` (listening, the fair-share
 //! throttle, `max_connections`), `entries` (the table of connections by token), `timers`
 //! (parking under a deadline, expiry), `dispatch` (the MPM's `Driver`, handing ready
-//! connections out and taking them back), `writing` (output the event loop finishes),
+//! connections out and taking them back), `body` (reading request bodies before dispatch), `writing` (output the event loop finishes),
 //! `linger` (lingering close) and `error_response` (the responses the loop writes itself).
 //!
 //! It must not decide how HTTP works (that is the connection's and the exchange's) nor run the
@@ -27,6 +27,7 @@ use crate::scoreboard::{now_ms, ExitReason};
 use crate::shared::WorkerShared;
 
 mod accept;
+mod body;
 mod dispatch;
 mod entries;
 mod error_response;
@@ -34,6 +35,7 @@ mod linger;
 mod timers;
 mod writing;
 
+pub(crate) use body::must_read_before_dispatch;
 pub(crate) use dispatch::{Dispatch, Driver};
 use entries::Entry;
 pub(crate) use error_response::reject;
@@ -88,6 +90,8 @@ pub struct Reactor {
     /// The loop finishes writes and reads bodies ahead (`event` MPM): connections are watched
     /// for writability too.
     loop_writes: bool,
+    /// Reading request bodies before dispatch (`body`).
+    bodies: body::BodyReading,
 }
 
 /// The worker owns the listener fds it was given: whatever way the loop ends, its copies are
@@ -137,6 +141,7 @@ impl Reactor {
             full: false,
             saturated: false,
             loop_writes: shared.config.loop_owns_sockets(),
+            bodies: body::BodyReading::new(),
             shared,
         })
     }
@@ -191,6 +196,7 @@ impl Reactor {
             self.events = events;
             driver.flush();
             self.expire_timers();
+            self.retry_disk_waiters(driver);
             self.manage_throttle();
             driver.flush();
             self.manage_saturation(driver);
