@@ -4,8 +4,8 @@ Every path but ``/stream/...`` and ``/hold`` reads all of ``wsgi.input`` in bloc
 upload of any size costs the app no memory) and answers
 ``<bytes read> <CONTENT_LENGTH or -> <HTTP_TRANSFER_ENCODING or ->``. ``/stream/...`` reads
 ten bytes and answers them at once (with ``--stream-body-paths /stream`` it runs before the
-body is complete). ``/hold`` reads its body, then waits at the gate of ``gate.py``
-(``GATE_SOCKET``) until the test closes it.
+body is complete). ``/hold`` first waits at a gate like ``gate.py``'s (``GATE_SOCKET``) until
+the test closes it, its body unread (a body in a file keeps its file until read or done).
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable
     if environ["PATH_INFO"].startswith("/stream/"):
         body = b"first " + stream.read(10)
     else:
-        total = 0
-        while block := stream.read(BLOCK):
-            total += len(block)
         if environ["PATH_INFO"] == "/hold":
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gate:
                 gate.connect(os.environ["GATE_SOCKET"])
                 gate.sendall(f"{os.getpid()}\n".encode())
                 while gate.recv(64):
                     pass
+        total = 0
+        while block := stream.read(BLOCK):
+            total += len(block)
         body = (f"{total} {environ.get('CONTENT_LENGTH', '-') or '-'} "
                 f"{environ.get('HTTP_TRANSFER_ENCODING', '-')}").encode()
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
