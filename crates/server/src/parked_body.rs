@@ -259,9 +259,8 @@ impl ParkedBody {
                     pos += n;
                 }
                 Framing::Chunked(decoder) => {
-                    let (consumed, event) = decoder
-                        .decode(&bytes[pos..])
-                        .map_err(BodyFault::BadChunk)?;
+                    let (consumed, event) =
+                        decoder.decode(&bytes[pos..]).map_err(BodyFault::BadChunk)?;
                     let at = pos;
                     pos += consumed;
                     match event {
@@ -338,8 +337,7 @@ mod tests {
     }
 
     fn temp_dir(name: &str) -> std::path::PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("tines-parked-{name}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("tines-parked-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }
@@ -388,10 +386,18 @@ mod tests {
         let head = b"POST / HTTP/1.1\r\n\r\n";
         let mut buf = head.to_vec();
         let mut filled = head.len();
-        let mut body =
-            ParkedBody::new(BodyFraming::Chunked, &buffers, 1 << 16, 0, 4096).unwrap();
+        let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 1 << 16, 0, 4096).unwrap();
         let raw = b"5\r\nhello\r\n1;ext=1\r\n \r\n6\r\nworld!\r\n0\r\nX-T: 1\r\n\r\nGET /next HTTP/1.1\r\n\r\n";
-        let taken = feed(&mut body, &mut buf, &mut filled, head.len(), &buffers, raw, 3).unwrap();
+        let taken = feed(
+            &mut body,
+            &mut buf,
+            &mut filled,
+            head.len(),
+            &buffers,
+            raw,
+            3,
+        )
+        .unwrap();
         assert!(body.is_complete());
         // What came in the read that ended the body is kept; the rest is still unread.
         let mut next = buf[head.len() + 12..filled].to_vec();
@@ -415,8 +421,7 @@ mod tests {
         let head = b"POST / HTTP/1.1\r\n\r\n";
         let mut buf = head.to_vec();
         let mut filled = head.len();
-        let mut body =
-            ParkedBody::new(BodyFraming::Chunked, &buffers, 20_000, 0, 4096).unwrap();
+        let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 20_000, 0, 4096).unwrap();
         let data: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
         let mut raw = Vec::new();
         for piece in data.chunks(7_000) {
@@ -426,7 +431,16 @@ mod tests {
         }
         raw.extend_from_slice(b"0\r\n\r\nNEXT");
         // One read brings the body's end and the next request's first bytes.
-        feed(&mut body, &mut buf, &mut filled, head.len(), &buffers, &raw, 1 << 20).unwrap();
+        feed(
+            &mut body,
+            &mut buf,
+            &mut filled,
+            head.len(),
+            &buffers,
+            &raw,
+            1 << 20,
+        )
+        .unwrap();
         assert!(body.in_file());
         assert_eq!(buffers.request_memory.used(), 0);
         let finished = body.finish();
@@ -451,7 +465,16 @@ mod tests {
         let mut filled = 1;
         let mut body =
             ParkedBody::new(BodyFraming::Length(30), &buffers, 1 << 16, 0, 4096).unwrap();
-        feed(&mut body, &mut buf, &mut filled, 1, &buffers, &[7u8; 10], 64).unwrap();
+        feed(
+            &mut body,
+            &mut buf,
+            &mut filled,
+            1,
+            &buffers,
+            &[7u8; 10],
+            64,
+        )
+        .unwrap();
         assert!(body.in_file());
         let mut area = Area {
             buf: &mut buf,
@@ -468,8 +491,7 @@ mod tests {
         let buffers = buffers(1 << 20, 1 << 20, &dir);
         let mut buf = Vec::new();
         let mut filled = 0;
-        let mut body =
-            ParkedBody::new(BodyFraming::Chunked, &buffers, 1 << 16, 8, 4096).unwrap();
+        let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 1 << 16, 8, 4096).unwrap();
         let result = feed(
             &mut body,
             &mut buf,

@@ -196,12 +196,11 @@ impl Exchange {
                 }
             },
         };
-        let expect =
-            if conn.head.expect_continue && !matches!(body, Body::Done) && !read_ahead {
-                Continue::Pending
-            } else {
-                Continue::Settled
-            };
+        let expect = if conn.head.expect_continue && !matches!(body, Body::Done) && !read_ahead {
+            Continue::Pending
+        } else {
+            Continue::Settled
+        };
         let is_head = conn.head.method_is(&conn.buf, b"HEAD");
         let raw = head_len..conn.filled;
         let deferred = shared.config.loop_owns_sockets();
