@@ -58,6 +58,7 @@ pub fn reason_phrase(code: u16) -> &'static str {
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
         505 => "HTTP Version Not Supported",
+        507 => "Insufficient Storage",
         511 => "Network Authentication Required",
         _ => "",
     }

@@ -117,12 +117,6 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
-    /// True when the loop thread reads small request bodies ahead of dispatch (event MPM).
-    /// Response output is handed to the poller on every MPM (ADR 0009).
-    pub fn loop_owns_sockets(&self) -> bool {
-        self.mpm == Mpm::Event
-    }
-
     /// The header deadline for a head that started at `started` and has `received` bytes so
     /// far: `header_timeout`, plus a second per `header_min_rate` bytes, at most
     /// `header_timeout_max` (mod_reqtimeout's `header=20-40,MinRate=500`).

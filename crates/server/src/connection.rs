@@ -8,9 +8,9 @@
 //! ```
 //! The poller owns a connection in `ReadingHead` / `ReadingBody` / `KeepAlive`; a slot (the
 //! prefork process's thread or an app thread) owns it from `Dispatched` until it is parked again
-//! or closed. With the `event` MPM the loop also reads small request bodies before dispatch
-//! (`ReadingBody`); on every MPM it finishes response output the slot left [`Pending`]
-//! (`Writing`, ADR 0009).
+//! or closed. On every MPM the loop reads request bodies before dispatch (`ReadingBody`, into
+//! the [`ParkedBody`] the connection carries; `reactor::body`), except on `stream_body_paths`,
+//! and finishes response output the slot left [`Pending`] (`Writing`, ADR 0009).
 //! MPMs decide who runs a connection and when; this module and `exchange` decide how HTTP works.
 
 use std::io;
@@ -24,6 +24,7 @@ use tines_proto::{
 
 use crate::io::read_nonblocking;
 use crate::listener::Peer;
+use crate::parked_body::ParkedBody;
 use crate::pending::Output;
 use std::sync::Arc;
 
@@ -36,7 +37,8 @@ pub enum ConnState {
     ReadingProxyHeader,
     /// Waiting for (the rest of) a request head, in the poller.
     ReadingHead,
-    /// The head is complete; the loop reads a small body before dispatch (`event` MPM).
+    /// The head is complete; the loop reads the body before dispatch (into memory or a
+    /// temporary file, `reactor::body`).
     ReadingBody,
     /// A complete head was handed to a slot; the app runs.
     Dispatched,
@@ -70,17 +72,6 @@ pub enum Readiness {
 /// The first read buffer of a connection. 8 KiB holds the head of nearly every request
 /// (browsers send 0.5–2 KiB) and a small body; larger heads grow it up to `max_head_size`.
 pub(crate) const INITIAL_BUFFER: usize = 8 * 1024;
-
-/// What reading a request body ahead of dispatch produced.
-#[derive(Debug, PartialEq, Eq)]
-pub enum BodyAhead {
-    /// The whole body is buffered.
-    Complete,
-    /// More bytes are needed; the socket was drained.
-    Pending,
-    /// The peer closed or the socket failed.
-    Closed,
-}
 
 /// Whether a connection the server closes after its response must linger first (a lingering
 /// close, `reactor::linger`): closing with unread input makes the kernel answer the client's
@@ -128,8 +119,9 @@ pub struct Connection {
     pub(crate) close_after_write: bool,
     /// How to close once the response is out (see [`Linger`]).
     pub(crate) linger: Linger,
-    /// When the loop started reading the current request's body ahead (`ReadingBody`).
-    pub(crate) body_started: Option<Instant>,
+    /// The current request's body while the loop reads it before dispatch (`ReadingBody`);
+    /// the exchange takes it over at dispatch (memory charge, temporary file).
+    pub(crate) parked_body: Option<Box<ParkedBody>>,
 }
 
 impl Connection {
@@ -157,7 +149,7 @@ impl Connection {
             output: None,
             close_after_write: false,
             linger: Linger::No,
-            body_started: None,
+            parked_body: None,
         }
     }
 
@@ -265,29 +257,12 @@ impl Connection {
         }
     }
 
-    /// Reads request-body bytes until the buffer holds `end` bytes (the head plus the whole
-    /// body) or the socket would block. Never reads past `end`, so a pipelined next request
-    /// stays in the socket (`maybe_more` then says to read again after the response).
-    pub fn read_body_ahead(&mut self, end: usize) -> BodyAhead {
-        while self.filled < end {
-            if self.filled == self.buf.len() {
-                // Grow as bytes arrive (doubling), not to the announced length up front: a
-                // client that announces a body and sends nothing costs no memory for it.
-                let grown = (self.buf.len() * 2).max(INITIAL_BUFFER).min(end);
-                self.buf.resize(grown, 0);
-            }
-            let limit = self.buf.len().min(end);
-            match read_nonblocking(self.fd(), &mut self.buf[self.filled..limit]) {
-                Ok(Some(0)) | Err(_) => return BodyAhead::Closed,
-                Ok(Some(n)) => self.filled += n,
-                Ok(None) => {
-                    self.maybe_more = false;
-                    return BodyAhead::Pending;
-                }
-            }
-        }
-        self.maybe_more = true;
-        BodyAhead::Complete
+    /// The body read so far: when reading began, the raw bytes received, when bytes last came
+    /// (for the body deadlines while it is parked).
+    pub(crate) fn body_progress(&self) -> Option<(Instant, u64, Instant)> {
+        self.parked_body
+            .as_ref()
+            .map(|body| (body.started, body.received, body.last_progress))
     }
 
     /// Takes the read buffer of a connection that holds no bytes (to reuse it elsewhere while
@@ -370,7 +345,7 @@ impl Connection {
         self.head.clear();
         self.served += 1;
         self.head_started = if len > 0 { Some(Instant::now()) } else { None };
-        self.body_started = None;
+        self.parked_body = None;
         self.state = ConnState::KeepAlive;
         if len == 0 && self.buf.len() > INITIAL_BUFFER {
             // A large head grew the buffer: give the memory back while idle.

@@ -6,7 +6,8 @@
 //! handler, over the scoreboard), [`clock`] (UTC dates for the logs),
 //! [`log`] (the error log), [`listener`] (accept, addresses), [`trusted_proxies`]
 //! (`forwarded_allow_ips`), [`config`], [`spool`] (the buffer budgets and temporary files of
-//! bodies and responses that wait for a slow client), [`pending`] (response output the event loop finishes),
+//! bodies and responses that wait for a slow client), [`parked_body`] (a request body read
+//! before dispatch: memory or temporary file, chunked decoding), [`pending`] (response output the event loop finishes),
 //! [`connection`] (the per-connection state machine), [`access_log`], [`shared`] (what a
 //! worker's slots share), [`exchange`] (one request/response: body decoding, response
 //! framing, keep-alive), [`reactor`] (the poller loop shared by the MPMs), the slot's serving
@@ -25,6 +26,7 @@ pub mod io;
 pub mod listener;
 pub mod log;
 pub mod mpm;
+pub mod parked_body;
 pub mod pending;
 pub mod poller;
 pub mod reactor;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::connection::{Connection, Linger, Readiness};
 use crate::exchange::{Exchange, SlotContext};
+use crate::reactor::must_read_before_dispatch;
 use crate::shared::WorkerShared;
 use crate::App;
 
@@ -50,6 +51,10 @@ pub(crate) fn serve_connection(
         }
         // Pipelined bytes are buffered: serve the next request now if its head is complete.
         match next.on_readable(&shared.config.limits) {
+            // Its body is not all here: the loop reads it before it is served.
+            Readiness::HeadComplete if must_read_before_dispatch(&next, &shared.config) => {
+                return (Some(next), ctx)
+            }
             Readiness::HeadComplete => conn = next,
             Readiness::Pending => return (Some(next), ctx),
             // The PROXY header came before the first request: never here.

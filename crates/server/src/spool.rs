@@ -47,6 +47,19 @@ impl Account {
             .is_ok()
     }
 
+    /// Takes as much of `bytes` as the budget has room for (all, part or none); returns what
+    /// was taken.
+    pub fn take_up_to(&self, bytes: u64) -> u64 {
+        let mut taken = 0;
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                taken = bytes.min(self.limit.saturating_sub(used));
+                (taken > 0).then_some(used + taken)
+            });
+        taken
+    }
+
     /// Gives `bytes` taken earlier back.
     pub fn give_back(&self, bytes: u64) {
         let before = self.used.fetch_sub(bytes, Ordering::AcqRel);
@@ -145,6 +158,13 @@ impl Held {
         taken
     }
 
+    /// Charges as much of `bytes` more as the budget allows; returns what was charged.
+    pub fn grow_up_to(&mut self, bytes: u64) -> u64 {
+        let taken = self.buffers.account(self.budget).take_up_to(bytes);
+        self.bytes += taken;
+        taken
+    }
+
     /// Gives back up to `bytes` of the charge (what was written out or dropped).
     pub fn shrink(&mut self, bytes: u64) {
         let bytes = bytes.min(self.bytes);
@@ -208,7 +228,10 @@ impl std::fmt::Display for SpoolError {
 pub struct SpoolFile {
     file: File,
     len: u64,
+    /// The disk charge: the bytes written plus `reserved`.
     held: Held,
+    /// Bytes charged ahead of the appends that will use them ([`SpoolFile::reserve_up_to`]).
+    reserved: u64,
 }
 
 impl SpoolFile {
@@ -218,16 +241,36 @@ impl SpoolFile {
             file: temp_file(buffers.dir())?,
             len: 0,
             held: Held::new(buffers, Budget::Disk),
+            reserved: 0,
         })
     }
 
-    /// Appends `bytes` (charging them to the disk budget first).
+    /// Charges up to `bytes` to the disk budget ahead of the appends that will use them (a
+    /// reader must know the bytes it takes off a socket can be stored before it reads them);
+    /// returns the bytes reserved (0 when the budget is full).
+    pub fn reserve_up_to(&mut self, bytes: u64) -> u64 {
+        let taken = self.held.grow_up_to(bytes);
+        self.reserved += taken;
+        taken
+    }
+
+    /// Gives back what [`SpoolFile::reserve_up_to`] reserved and no append used.
+    pub fn release_reserved(&mut self) {
+        self.held.shrink(self.reserved);
+        self.reserved = 0;
+    }
+
+    /// Appends `bytes`, charging them to the disk budget first (from the reservation, then
+    /// the budget).
     pub fn append(&mut self, bytes: &[u8]) -> Result<(), SpoolError> {
-        if !self.held.try_grow(bytes.len() as u64) {
+        let count = bytes.len() as u64;
+        let from_reserve = self.reserved.min(count);
+        if !self.held.try_grow(count - from_reserve) {
             return Err(SpoolError::BudgetFull);
         }
+        self.reserved -= from_reserve;
         if let Err(err) = self.file.write_all_at(bytes, self.len) {
-            self.held.shrink(bytes.len() as u64);
+            self.held.shrink(count);
             return Err(SpoolError::Io(err));
         }
         self.len += bytes.len() as u64;
@@ -356,6 +399,31 @@ mod tests {
         let mut out = [0u8; 16];
         let n = file.read_at(3, &mut out).unwrap();
         assert_eq!(&out[..n], b"lo you!");
+        drop(file);
+        assert_eq!(buffers.disk.used(), 0);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_reservation_takes_what_the_disk_budget_has_left_and_appends_use_it_first() {
+        let dir = std::env::temp_dir().join(format!("tines-spool-reserve-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = WorkerConfig {
+            buffer_disk_total: 10,
+            request_buffer_dir: dir.clone(),
+            ..WorkerConfig::default()
+        };
+        let buffers = Arc::new(Buffers::new(&config));
+        let mut file = SpoolFile::create(&buffers).unwrap();
+        file.append(b"abc").unwrap();
+        assert_eq!(file.reserve_up_to(100), 7);
+        assert_eq!(file.reserve_up_to(1), 0);
+        file.append(b"defg").unwrap();
+        assert_eq!(buffers.disk.used(), 10);
+        file.release_reserved();
+        assert_eq!(buffers.disk.used(), 7);
+        assert!(file.append(b"hijk").is_err());
+        file.append(b"hij").unwrap();
         drop(file);
         assert_eq!(buffers.disk.used(), 0);
         std::fs::remove_dir(&dir).unwrap();

@@ -337,9 +337,9 @@ fn answers_408_to_a_head_that_does_not_finish_in_time() {
 fn stops_when_the_master_goes_away_after_finishing_in_flight_requests() {
     each_mpm(|mpm| {
         let mut config = test_config(mpm);
-        // The event loop would read this small body ahead, and the app would not hold the
-        // request until it is complete: let the app read it, as in the other MPMs.
-        config.request_buffer_memory = 0;
+        // The loop would read the body before dispatch, and the app would not hold the
+        // request until it is complete: let the app read it (a streaming route).
+        config.stream_body_paths = vec![b"/".to_vec()];
         let mut server = TestServer::start(config, Echo);
         let mut stream = server.connect();
         stream
@@ -381,7 +381,8 @@ fn counts_requests_in_the_scoreboard() {
 fn shows_the_request_an_app_thread_serves_in_its_sub_slot() {
     each_mpm(|mpm| {
         let mut config = test_config(mpm);
-        config.request_buffer_memory = 0;
+        // A streaming route: the app reads the body from the client.
+        config.stream_body_paths = vec![b"/upload".to_vec()];
         let server = TestServer::start(config, Echo);
         let mut stream = server.connect();
         stream

@@ -104,7 +104,7 @@ fn variants() -> Vec<(&'static str, WorkerConfig)> {
         config.max_body_size = 1000;
         config.limits.max_request_line = 64;
         config.limits.max_headers = 10;
-        // The event loop reads bodies up to 16 bytes ahead of the app; longer ones stream.
+        // Bodies over 16 bytes go to a temporary file (read before dispatch, every MPM).
         config.request_buffer_memory = 16;
         config
     };

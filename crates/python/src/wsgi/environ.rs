@@ -162,6 +162,7 @@ pub fn build<'py>(
             Version::Http10 => intern!(py, "HTTP/1.0"),
         },
     )?;
+    let decoded_length = exchange.decoded_body_length();
     let mut scratch = String::with_capacity(32);
     let mut host = None;
     let mut forwarded_proto = None;
@@ -177,6 +178,11 @@ pub fn build<'py>(
         }
         if name.eq_ignore_ascii_case(b"content-length") {
             env.set_item(intern!(py, "CONTENT_LENGTH"), latin1(py, value))?;
+            continue;
+        }
+        if decoded_length.is_some() && name.eq_ignore_ascii_case(b"transfer-encoding") {
+            // The server decoded the chunked body before dispatch: the app gets a plain body
+            // of known length (as behind a buffering proxy), `CONTENT_LENGTH` set below.
             continue;
         }
         if name.eq_ignore_ascii_case(b"host") {
@@ -203,6 +209,9 @@ pub fn build<'py>(
             }
             None => env.set_item(key, value)?,
         }
+    }
+    if let Some(length) = decoded_length {
+        env.set_item(intern!(py, "CONTENT_LENGTH"), length.to_string())?;
     }
     let (server_name, server_port) = match (host, exchange.local()) {
         (Some(host), local) => {

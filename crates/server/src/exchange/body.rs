@@ -1,9 +1,13 @@
-//! The request body as the app reads it: decoding (Content-Length or chunked), `100 Continue`
-//! on the first read, the body deadlines (`body_timeout`, `body_min_rate`), `max_body_size`
-//! for chunked bodies, and whose fault a failed read was (413, 400, 408).
+//! The request body as the app reads it. Usually the loop read it whole before dispatch
+//! (`reactor::body`): then it is read at full speed from the read buffer (in memory) or the
+//! temporary file (`Body::Spooled`, by offset; large reads straight into the caller's
+//! buffer). On `stream_body_paths` it streams from the socket: decoding (Content-Length or
+//! chunked), `100 Continue` on the first read, the body deadlines (`body_timeout`,
+//! `body_min_rate`), `max_body_size` for chunked bodies. Either way: whose fault a failed
+//! read was (413, 400, 408).
 //!
-//! It reads only from the connection's socket and buffer; it must not write a response
-//! (beyond the interim `100 Continue`) nor decide about keep-alive.
+//! It reads only from the connection's socket, buffer and body file; it must not write a
+//! response (beyond the interim `100 Continue`) nor decide about keep-alive.
 
 use std::io;
 use std::time::Instant;
@@ -139,6 +143,20 @@ impl Exchange {
             match &mut self.body {
                 Body::Done => return Ok(()),
                 Body::Failed => return Err(invalid_data("the request body could not be read")),
+                Body::Spooled { file, offset } => {
+                    // After the buffered bytes that follow the body (a pipelined request).
+                    let start = self.conn.filled;
+                    if self.conn.buf.len() < start + BODY_READ_CHUNK {
+                        self.conn.buf.resize(start + BODY_READ_CHUNK, 0);
+                    }
+                    let n = file.read_at(*offset, &mut self.conn.buf[start..])?;
+                    *offset += n as u64;
+                    if n == 0 || *offset >= file.len() {
+                        self.body = Body::Done;
+                    }
+                    self.avail = start..start + n;
+                    return Ok(());
+                }
                 Body::Length(remaining) => {
                     if self.raw.is_empty() {
                         self.read_more_raw()?;
@@ -203,6 +221,20 @@ impl Exchange {
     pub fn read_body(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if out.is_empty() {
             return Ok(0);
+        }
+        if let Body::Spooled { file, offset } = &mut self.body {
+            if self.avail.is_empty() && out.len() >= DIRECT_READ_MIN {
+                let read = file.read_at(*offset, out);
+                let n = read.inspect_err(|err| self.body_failed(err))?;
+                let Body::Spooled { file, offset } = &mut self.body else {
+                    unreachable!("matched above")
+                };
+                *offset += n as u64;
+                if n == 0 || *offset >= file.len() {
+                    self.body = Body::Done;
+                }
+                return Ok(n);
+            }
         }
         if self.avail.is_empty() && self.raw.is_empty() && out.len() >= DIRECT_READ_MIN {
             if let Body::Length(remaining) = self.body {

@@ -12,7 +12,8 @@ impl Exchange {
     pub(super) fn may_keep_alive(&self, framing: ResponseFraming) -> bool {
         let config = &self.shared.config;
         let body_reusable = match self.body {
-            Body::Done => true,
+            // Dropping a temporary file costs nothing.
+            Body::Done | Body::Spooled { .. } => true,
             Body::Length(remaining) => {
                 self.expect == Continue::Settled && remaining <= config.max_body_drain
             }
@@ -37,10 +38,15 @@ impl Exchange {
         if !self.shared.is_stopping() && !self.shared.is_last_request() {
             return true;
         }
-        matches!(self.body, Body::Done) && !self.raw.is_empty()
+        matches!(self.body, Body::Done | Body::Spooled { .. }) && !self.raw.is_empty()
     }
 
     pub(super) fn drain_body(&mut self) -> bool {
+        if let Body::Spooled { .. } = self.body {
+            // Read whole before dispatch: nothing of it is left in the socket.
+            self.body = Body::Done;
+            return true;
+        }
         let limit = self.shared.config.max_body_drain;
         let mut drained = 0u64;
         loop {

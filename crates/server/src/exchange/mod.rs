@@ -24,7 +24,9 @@ use tines_proto::{BodyFraming, ChunkedDecoder, DateCache, RequestHead, Version};
 use crate::access_log::LoggedRequest;
 use crate::connection::{ConnState, Connection, Linger};
 use crate::listener::{Local, Peer};
+use crate::parked_body::Stored;
 use crate::shared::WorkerShared;
+use crate::spool::{Held, SpoolFile};
 
 mod body;
 mod keepalive;
@@ -85,6 +87,8 @@ enum Body {
     Length(u64),
     /// A chunked body being decoded.
     Chunked(ChunkedDecoder),
+    /// A body the loop read before dispatch into a temporary file, read from `offset`.
+    Spooled { file: SpoolFile, offset: u64 },
     /// Reading failed (timeout, early EOF, bad chunk): the connection must close.
     Failed,
 }
@@ -147,19 +151,52 @@ pub struct Exchange {
     /// The response must close the connection (an error response from [`Exchange::fail`]):
     /// the head then says `Connection: close` (RFC 9112 9.6).
     must_close: bool,
+    /// The charge against `request_buffer_total` of a body the loop read into memory before
+    /// dispatch: given back when the exchange ends.
+    _body_charge: Option<Held>,
+    /// The decoded length of a chunked body the loop read before dispatch (the app sees it
+    /// as `CONTENT_LENGTH`).
+    decoded_length: Option<u64>,
 }
 
 impl Exchange {
-    pub(crate) fn new(conn: Connection, ctx: SlotContext, shared: Arc<WorkerShared>) -> Exchange {
+    pub(crate) fn new(
+        mut conn: Connection,
+        ctx: SlotContext,
+        shared: Arc<WorkerShared>,
+    ) -> Exchange {
         let head_len = conn.head.head_len;
-        let body = match conn.head.body {
-            BodyFraming::None | BodyFraming::Length(0) => Body::Done,
-            BodyFraming::Length(n) => Body::Length(n),
-            BodyFraming::Chunked => {
-                Body::Chunked(ChunkedDecoder::new(shared.config.limits.max_head_size))
+        let mut body_charge = None;
+        let mut decoded_length = None;
+        // Read before dispatch (the loop sent any `100 Continue`), or streamed from the socket.
+        let mut read_ahead = conn.parked_body.is_some();
+        let body = match conn.parked_body.take().map(|parked| parked.finish()) {
+            Some(finished) => {
+                decoded_length = finished.chunked.then_some(finished.length);
+                match finished.stored {
+                    Stored::Memory(held) => {
+                        body_charge = Some(held);
+                        match finished.length {
+                            0 => Body::Done,
+                            n => Body::Length(n),
+                        }
+                    }
+                    Stored::File(file) => Body::Spooled { file, offset: 0 },
+                }
             }
+            None => match conn.head.body {
+                BodyFraming::None | BodyFraming::Length(0) => Body::Done,
+                BodyFraming::Length(n) => {
+                    // Whole in the read buffer already (it came with the head).
+                    read_ahead = (conn.filled - head_len) as u64 >= n;
+                    Body::Length(n)
+                }
+                BodyFraming::Chunked => {
+                    Body::Chunked(ChunkedDecoder::new(shared.config.limits.max_head_size))
+                }
+            },
         };
-        let expect = if conn.head.expect_continue && !matches!(body, Body::Done) {
+        let expect = if conn.head.expect_continue && !matches!(body, Body::Done) && !read_ahead {
             Continue::Pending
         } else {
             Continue::Settled
@@ -188,6 +225,8 @@ impl Exchange {
             started: Instant::now(),
             complete_body: false,
             must_close: false,
+            _body_charge: body_charge,
+            decoded_length,
         };
         exchange.conn.state = ConnState::Dispatched;
         exchange
@@ -319,6 +358,13 @@ impl Exchange {
         }
     }
 
+    /// The decoded length of a chunked request body the server read whole before dispatch:
+    /// the app is given it as `CONTENT_LENGTH`, and no `Transfer-Encoding` (as a buffering
+    /// proxy does). `None` for any other body.
+    pub fn decoded_body_length(&self) -> Option<u64> {
+        self.decoded_length
+    }
+
     /// The response status (0 before `begin_response`).
     pub fn status(&self) -> u16 {
         self.status
@@ -337,7 +383,8 @@ impl Exchange {
     /// (after `Connection: close` it must send nothing more, RFC 9112 9.6) and nothing is
     /// buffered past the request.
     fn closing_linger(&self) -> Linger {
-        if !matches!(self.body, Body::Done) {
+        // A body read before dispatch was read to its end, whatever the app read of it.
+        if !matches!(self.body, Body::Done | Body::Spooled { .. }) {
             Linger::UntilEof
         } else if !self.raw.is_empty() || self.conn.head.keep_alive() {
             Linger::UntilAcknowledged

@@ -1,5 +1,5 @@
 //! `event`: one loop thread per process owns every socket: accept, reading and parsing heads,
-//! reading small bodies ahead (`request_buffer_memory`), idle keep-alive, and finishing response
+//! reading request bodies before dispatch (as every MPM's loop does), idle keep-alive, and finishing response
 //! output that an app thread could not write at once (`max_response_buffer`, sendfile). App
 //! threads only run the app: a complete request goes to a bounded queue, an app thread serves
 //! it (and any pipelined request already buffered) and hands the connection back.

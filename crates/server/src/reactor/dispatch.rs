@@ -1,19 +1,17 @@
 //! Dispatch: the MPM's part of the loop (`Driver`: who serves a connection whose head is
-//! complete), reading and parsing until a head is complete (and a small body ahead, event
-//! MPM), handing the connection out, and taking it back when the slot is done with it.
+//! complete), reading and parsing until a head is complete (then the body, `body`), handing
+//! the connection out, and taking it back when the slot is done with it.
 //!
 //! It decides where a connection goes next (served, parked, written, lingering, closed); it
 //! must not serve a request itself.
 
 use std::os::fd::RawFd;
 use std::sync::Arc;
-use std::time::Instant;
 
-use tines_proto::BodyFraming;
-
-use super::error_response::{reject, write_error_with};
+use super::body::BodyStep;
+use super::error_response::{reject, write_error, write_error_with};
 use super::{Entry, Reactor};
-use crate::connection::{BodyAhead, ConnState, Connection, Linger, Readiness};
+use crate::connection::{ConnState, Connection, Linger, Readiness};
 
 /// What a driver did with a ready connection.
 pub(crate) enum Dispatch {
@@ -62,29 +60,7 @@ pub(crate) trait Driver {
 }
 
 impl Reactor {
-    /// With the event MPM, the end (in the buffer) of a Content-Length body small enough for
-    /// the loop to read before the app runs, when it is not all buffered yet.
-    fn body_ahead_end(&self, conn: &Connection) -> Option<usize> {
-        let config = &self.shared.config;
-        let head = conn.head();
-        let BodyFraming::Length(length) = head.body else {
-            return None;
-        };
-        // With `Expect: 100-continue` the app decides whether the body is wanted (the 100 goes
-        // out on its first read); over `max_body_size` the slot answers 413 unread.
-        if !config.loop_owns_sockets()
-            || length == 0
-            || length > config.request_buffer_memory
-            || head.expect_continue
-            || (config.max_body_size > 0 && length > config.max_body_size)
-        {
-            return None;
-        }
-        let end = head.head_len + length as usize;
-        (conn.filled < end).then_some(end)
-    }
-
-    /// Reads and parses; reads a small body ahead (event MPM); dispatches complete requests
+    /// Reads and parses; reads the body before dispatch (`body`); dispatches complete requests
     /// (again and again while a prefork slot serves pipelined requests inline); parks, writes
     /// or closes the connection otherwise.
     pub(super) fn advance(&mut self, token: usize, mut conn: Connection, driver: &mut dyn Driver) {
@@ -101,15 +77,24 @@ impl Reactor {
             };
             match readiness {
                 Readiness::HeadComplete => {
-                    if let Some(end) = self.body_ahead_end(&conn) {
-                        if conn.state != ConnState::ReadingBody {
-                            conn.state = ConnState::ReadingBody;
-                            conn.body_started = Some(Instant::now());
+                    match self.read_body_before_dispatch(&mut conn) {
+                        BodyStep::Dispatch => {}
+                        BodyStep::Park => return self.park(token, conn),
+                        BodyStep::WaitDisk => {
+                            self.wait_for_disk(token);
+                            return self.park(token, conn);
                         }
-                        match conn.read_body_ahead(end) {
-                            BodyAhead::Complete => {}
-                            BodyAhead::Pending => return self.park(token, conn),
-                            BodyAhead::Closed => return self.close(token),
+                        BodyStep::Close => return self.close(token),
+                        BodyStep::Refuse(status) => {
+                            conn.parked_body = None;
+                            write_error(
+                                &mut conn,
+                                status,
+                                &self.shared.config,
+                                &mut self.ctx.date,
+                                &mut self.ctx.out,
+                            );
+                            return self.linger(token, conn, Linger::UntilEof);
                         }
                     }
                     conn.state = ConnState::Dispatched;

@@ -7,8 +7,8 @@
 //! stop sequence; each other idea has its own file: `accept` (listening, the fair-share
 //! throttle, `max_connections`), `entries` (the table of connections by token), `timers`
 //! (parking under a deadline, expiry), `dispatch` (the MPM's `Driver`, handing ready
-//! connections out and taking them back), `writing` (response output the poller finishes,
-//! every MPM),
+//! connections out and taking them back), `body` (reading request bodies before dispatch),
+//! `writing` (response output the poller finishes, every MPM),
 //! `linger` (lingering close) and `error_response` (the responses the loop writes itself).
 //!
 //! It must not decide how HTTP works (that is the connection's and the exchange's) nor run the
@@ -28,6 +28,7 @@ use crate::scoreboard::{now_ms, ExitReason};
 use crate::shared::WorkerShared;
 
 mod accept;
+mod body;
 mod dispatch;
 mod entries;
 mod error_response;
@@ -35,6 +36,7 @@ mod linger;
 mod timers;
 mod writing;
 
+pub(crate) use body::must_read_before_dispatch;
 pub(crate) use dispatch::{Dispatch, Driver};
 use entries::Entry;
 pub(crate) use error_response::reject;
@@ -86,6 +88,8 @@ pub struct Reactor {
     /// Accept is paused because every app slot is taken (more than one worker only; see
     /// [`Driver::can_take_connection`]).
     saturated: bool,
+    /// Reading request bodies before dispatch (`body`).
+    bodies: body::BodyReading,
 }
 
 /// The worker owns the listener fds it was given: whatever way the loop ends, its copies are
@@ -134,6 +138,7 @@ impl Reactor {
             spare_buffers: Vec::new(),
             full: false,
             saturated: false,
+            bodies: body::BodyReading::new(),
             shared,
         })
     }
@@ -188,6 +193,7 @@ impl Reactor {
             self.events = events;
             driver.flush();
             self.expire_timers();
+            self.retry_disk_waiters(driver);
             self.manage_throttle();
             driver.flush();
             self.manage_saturation(driver);

@@ -38,11 +38,14 @@ impl Reactor {
         let config = &self.shared.config;
         let (kind, deadline) = match conn.head_started {
             _ if conn.state == ConnState::ReadingBody => {
-                let started = conn.body_started.unwrap_or_else(Instant::now);
-                let received = (conn.filled - conn.head().head_len) as u64;
+                let now = Instant::now();
+                let (started, received, last_progress) =
+                    conn.body_progress().unwrap_or((now, 0, now));
+                // Without body_min_rate the timeout is per wait: from the last bytes (also
+                // while the body waits for disk room, unread).
                 let deadline = config
                     .body_deadline(started, received)
-                    .unwrap_or_else(|| Instant::now() + config.body_timeout);
+                    .unwrap_or(last_progress + config.body_timeout);
                 (TimerKind::Body, deadline)
             }
             // A PROXY header and the first head share one deadline: it started with the
@@ -132,6 +135,10 @@ impl Reactor {
                     std::mem::replace(&mut self.entries[token], Entry::Vacant)
                 {
                     self.unparked(kind);
+                    // A body read so far is dropped now (its memory and temporary file),
+                    // not when the lingering close ends.
+                    let mut conn = conn;
+                    conn.parked_body = None;
                     // The client may still be sending (a slow head or body): linger.
                     self.entries[token] = Entry::Dispatched {
                         readable: false,

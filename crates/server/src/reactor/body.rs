@@ -1,0 +1,294 @@
+//! Reading a request body before dispatch, on every MPM: once a head is complete the loop
+//! reads the whole body (Content-Length or chunked, decoded as it arrives) into the
+//! connection's [`ParkedBody`] (memory, or an unlinked temporary file beyond
+//! `request_buffer_memory` / `request_buffer_total`), so that an app slot only ever meets a
+//! request that has fully arrived and a slow uploader costs no slot.
+//!
+//! It owns the loop's side of that: which requests are read first (all with a body but those
+//! on `stream_body_paths`, matched here in Rust), 413 for a Content-Length over
+//! `max_body_size` before anything is read (no `100 Continue`), the `100 Continue` the server
+//! sends itself for `Expect: 100-continue`, the reads (never past a Content-Length body's end;
+//! through a per-loop scratch buffer), the answers to a body that fails (413, 400 bad
+//! chunking, 507/500 when the temporary file cannot be written, with one error-log line), and
+//! the bodies waiting unread for disk room when `buffer_disk_total` is reached (retried when
+//! the disk account drops: edge-triggered epoll will not announce them again). The body
+//! deadlines are the timers' (`TimerKind::Body`).
+//!
+//! It must not serve a request nor decide how a body is stored (`parked_body` does).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tines_proto::BodyFraming;
+
+use super::entries::TimerKind;
+use super::{Driver, Entry, Reactor};
+use crate::config::WorkerConfig;
+use crate::connection::{ConnState, Connection};
+use crate::io::{read_nonblocking, write_all};
+use crate::parked_body::{Area, BodyFault, ParkedBody, Room};
+
+/// The most one read takes off a socket while a body is read before dispatch: large enough
+/// that a fast upload costs few syscalls, small enough to be one shared buffer per loop.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// The interim response to `Expect: 100-continue` (25 bytes: always fits an empty socket
+/// buffer, so the loop writes it without waiting).
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// The loop's state for reading bodies: its scratch buffer and the bodies waiting for disk.
+pub(super) struct BodyReading {
+    scratch: Vec<u8>,
+    /// Tokens of connections whose body needs disk room that `buffer_disk_total` does not
+    /// have now: retried when the disk account drops.
+    disk_waiters: Vec<usize>,
+}
+
+impl BodyReading {
+    pub(super) fn new() -> BodyReading {
+        BodyReading {
+            scratch: Vec::new(),
+            disk_waiters: Vec::new(),
+        }
+    }
+}
+
+/// What the loop does next with a connection whose head is complete.
+pub(super) enum BodyStep {
+    /// The body is complete (or there is none, or it streams): hand it to a slot.
+    Dispatch,
+    /// More bytes are needed; the socket was drained.
+    Park,
+    /// The body needs disk room that `buffer_disk_total` does not have now: park, unread.
+    WaitDisk,
+    /// The peer closed or the socket failed.
+    Close,
+    /// Answer with this status and close (lingering: the client may still be sending).
+    Refuse(u16),
+}
+
+/// The path of a request target (origin-form, or the path of an absolute-form one), without
+/// its query.
+fn target_path(target: &[u8]) -> &[u8] {
+    let mut path = target;
+    if let Some(scheme_end) = path.windows(3).position(|w| w == b"://") {
+        if !path[..scheme_end].contains(&b'/') {
+            let rest = &path[scheme_end + 3..];
+            path = rest
+                .iter()
+                .position(|&b| b == b'/')
+                .map_or(&b"/"[..], |slash| &rest[slash..]);
+        }
+    }
+    let end = path.iter().position(|&b| b == b'?').unwrap_or(path.len());
+    &path[..end]
+}
+
+/// True when `target` is on one of `stream_body_paths`: its body streams through the app.
+pub(crate) fn streams_body(target: &[u8], config: &WorkerConfig) -> bool {
+    if config.stream_body_paths.is_empty() {
+        return false;
+    }
+    let path = target_path(target);
+    config
+        .stream_body_paths
+        .iter()
+        .any(|prefix| path.starts_with(prefix))
+}
+
+/// True when the request whose head `conn` holds has a body the loop must read before it is
+/// dispatched: not all buffered yet, and not on `stream_body_paths`. A slot serving pipelined
+/// requests gives such a connection back to the loop instead of serving it.
+pub(crate) fn must_read_before_dispatch(conn: &Connection, config: &WorkerConfig) -> bool {
+    let head = conn.head();
+    let unread = match head.body {
+        BodyFraming::None | BodyFraming::Length(0) => false,
+        BodyFraming::Length(length) => ((conn.filled - head.head_len) as u64) < length,
+        BodyFraming::Chunked => true,
+    };
+    unread && !streams_body(head.target.of(&conn.buf), config)
+}
+
+impl Reactor {
+    /// Reads the body of the request whose head `conn` holds as far as the socket allows;
+    /// says what to do next.
+    pub(super) fn read_body_before_dispatch(&mut self, conn: &mut Connection) -> BodyStep {
+        let shared = Arc::clone(&self.shared);
+        let config = &shared.config;
+        if conn.parked_body.is_none() {
+            if !must_read_before_dispatch(conn, config) {
+                return BodyStep::Dispatch;
+            }
+            let head = conn.head();
+            if let BodyFraming::Length(length) = head.body {
+                if config.max_body_size > 0 && length > config.max_body_size {
+                    // RFC 9110 15.5.14: refuse before reading (and without a 100 Continue).
+                    return BodyStep::Refuse(413);
+                }
+            }
+            let head_len = head.head_len;
+            let expect_continue = head.expect_continue;
+            let mut body = match ParkedBody::new(
+                head.body,
+                &shared.buffers,
+                config.request_buffer_memory,
+                config.max_body_size,
+                config.limits.max_head_size,
+            ) {
+                Ok(body) => body,
+                Err(err) => return storage_failed(&BodyFault::Storage(err), config),
+            };
+            // Body bytes that came with the head are stored like any read (as room allows).
+            body.early = conn.buf[head_len..conn.filled].to_vec();
+            conn.filled = head_len;
+            if expect_continue && body.early.is_empty() {
+                // The head's checks passed: the server asks for the body itself (a client
+                // that sent some already needs no 100, RFC 9110 10.1.1). The exchange then
+                // sends none.
+                if write_all(conn.fd(), &[CONTINUE], Duration::ZERO).is_err() {
+                    return BodyStep::Close;
+                }
+            }
+            conn.state = ConnState::ReadingBody;
+            conn.parked_body = Some(Box::new(body));
+        }
+        if self.bodies.scratch.is_empty() {
+            self.bodies.scratch = vec![0; READ_CHUNK];
+        }
+        let head_len = conn.head.head_len;
+        let fd = conn.fd();
+        loop {
+            let Some(body) = conn.parked_body.as_deref_mut() else {
+                return BodyStep::Dispatch;
+            };
+            if body.is_complete() {
+                // Bytes after it (a pipelined request) may be waiting in the socket.
+                conn.maybe_more = true;
+                return BodyStep::Dispatch;
+            }
+            let early = !body.early.is_empty();
+            let want = if early {
+                body.early.len()
+            } else {
+                body.wanted(READ_CHUNK)
+            };
+            let mut area = Area {
+                buf: &mut conn.buf,
+                filled: &mut conn.filled,
+                head_len,
+            };
+            let room = match body.room(&mut area, &shared.buffers, want) {
+                Ok(Room::Bytes(room)) => room,
+                Ok(Room::DiskFull) => return BodyStep::WaitDisk,
+                Err(fault) => return body_failed(&fault, config),
+            };
+            let stored = if early {
+                let bytes = std::mem::take(&mut body.early);
+                let stored = body.take(&mut area, &bytes[..room]);
+                body.early = bytes[room..].to_vec();
+                stored
+            } else {
+                match read_nonblocking(fd, &mut self.bodies.scratch[..room]) {
+                    Ok(Some(0)) | Err(_) => return BodyStep::Close,
+                    Ok(Some(n)) => body.take(&mut area, &self.bodies.scratch[..n]),
+                    Ok(None) => {
+                        body.release_reserved();
+                        conn.maybe_more = false;
+                        return BodyStep::Park;
+                    }
+                }
+            };
+            body.release_reserved();
+            if let Err(fault) = stored {
+                return body_failed(&fault, config);
+            }
+        }
+    }
+
+    /// Remembers a connection whose body waits for disk room.
+    pub(super) fn wait_for_disk(&mut self, token: usize) {
+        if !self.bodies.disk_waiters.contains(&token) {
+            self.bodies.disk_waiters.push(token);
+        }
+    }
+
+    /// Once per loop turn: when bodies wait for disk and the disk account has room again
+    /// (a request completed and its file was closed), reads them again.
+    pub(super) fn retry_disk_waiters(&mut self, driver: &mut dyn Driver) {
+        if self.bodies.disk_waiters.is_empty() {
+            return;
+        }
+        let disk = &self.shared.buffers.disk;
+        if disk.used() >= disk.limit() {
+            return;
+        }
+        let waiters = std::mem::take(&mut self.bodies.disk_waiters);
+        for token in waiters {
+            let waiting = matches!(
+                self.entries.get(token),
+                Some(Entry::Parked {
+                    kind: TimerKind::Body,
+                    ..
+                })
+            );
+            if waiting {
+                if let Some(conn) = self.take_parked(token) {
+                    self.advance(token, conn, driver);
+                }
+            }
+        }
+    }
+}
+
+/// The answer to a body that failed, logging a temporary-file failure.
+fn body_failed(fault: &BodyFault, config: &WorkerConfig) -> BodyStep {
+    match fault {
+        BodyFault::Storage(_) => storage_failed(fault, config),
+        BodyFault::TooLarge => BodyStep::Refuse(413),
+        BodyFault::BadChunk(err) => {
+            crate::log::debug(&format!("bad chunked request body: {}", err.reason()));
+            BodyStep::Refuse(fault.status())
+        }
+    }
+}
+
+/// One error-log line naming the directory and the error; 507 for a full disk, else 500.
+/// The worker lives on.
+fn storage_failed(fault: &BodyFault, config: &WorkerConfig) -> BodyStep {
+    let detail = match fault {
+        BodyFault::Storage(err) => err.to_string(),
+        _ => String::new(),
+    };
+    crate::log::error(&format!(
+        "request body: cannot write a temporary file in request_buffer_dir {}: {detail} (answered {})",
+        config.request_buffer_dir.display(),
+        fault.status()
+    ));
+    BodyStep::Refuse(fault.status())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_path_of_a_target_leaves_out_the_query_and_the_scheme_and_authority() {
+        assert_eq!(target_path(b"/upload/big?x=1"), b"/upload/big");
+        assert_eq!(target_path(b"http://example.com/upload?x"), b"/upload");
+        assert_eq!(target_path(b"http://example.com"), b"/");
+        assert_eq!(target_path(b"/a?b=http://c/d"), b"/a");
+        assert_eq!(target_path(b"*"), b"*");
+    }
+
+    #[test]
+    fn only_targets_under_a_stream_body_path_stream() {
+        let config = WorkerConfig {
+            stream_body_paths: vec![b"/upload/".to_vec()],
+            ..WorkerConfig::default()
+        };
+        assert!(streams_body(b"/upload/x?y", &config));
+        assert!(!streams_body(b"/uploads", &config));
+        assert!(!streams_body(b"/other?/upload/", &config));
+        assert!(!streams_body(b"/upload/x", &WorkerConfig::default()));
+    }
+}

@@ -1,0 +1,349 @@
+"""Request bodies are read whole by the worker's poller before the app runs, on every MPM
+(docs/slow-clients.md, ADR 0008): a slow uploader holds no app slot; bodies over
+``request_buffer_memory`` go to an unlinked temporary file in ``request_buffer_dir``; chunked
+bodies reach the app with ``CONTENT_LENGTH``; ``Expect: 100-continue`` is answered by the
+server; ``stream_body_paths`` routes still stream. Real servers, real sockets."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, wait_until
+from test_event import IO_TIMEOUT, Reader, connect, nothing_received
+
+APP = "body_echo:app"
+MIB = 1 << 20
+
+
+def post(sock: socket.socket, body: bytes, path: str = "/", extra: str = "") -> None:
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode()
+                 + body)
+
+
+def chunked(*pieces: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces) + b"0\r\n\r\n"
+
+
+def fd_targets(pid: int) -> list[str]:
+    targets = []
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/{pid}/fd/{name}"))
+        except FileNotFoundError:
+            pass
+    return targets
+
+
+def spool_fds(pid: int, directory: Path) -> list[str]:
+    """The worker's descriptors of files in ``directory``."""
+    return [target for target in fd_targets(pid) if target.startswith(str(directory) + "/")]
+
+
+def memory_kib(pid: int) -> int:
+    """The process's resident memory (RSS, KiB)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+class Trickler:
+    """Sends one byte a second on ``sock`` (a body that never ends in time) until stopped."""
+
+    def __init__(self, sock: socket.socket, byte: bytes) -> None:
+        self.sock = sock
+        self.byte = byte
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.stop.wait(1.0):
+            try:
+                self.sock.sendall(self.byte)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
+def test_slow_uploaders_do_not_hold_the_only_app_slot(tines_server: Any, mpm: str) -> None:
+    # One worker, one slot: if an uploader's request were dispatched, the app would sit in
+    # wsgi.input.read() for the whole upload and the normal client would wait for it.
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "1")
+    length_uploader = connect(server.port)
+    length_uploader.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\nx")
+    chunked_uploader = connect(server.port)
+    chunked_uploader.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             b"f4240\r\nx")
+    tricklers = [Trickler(length_uploader, b"x"), Trickler(chunked_uploader, b"x")]
+    try:
+        normal = connect(server.port)
+        normal.settimeout(10)  # per request: far above a served request, far below the uploads
+        reader = Reader(normal)
+        statuses = []
+        for index in range(5):
+            post(normal, b"n" * index)
+            response = reader.response()
+            statuses.append((response.status, response.body))
+        assert statuses == [(200, f"{i} {i} -".encode()) for i in range(5)]
+        # The uploaders are still connected and unanswered.
+        assert nothing_received(length_uploader) and nothing_received(chunked_uploader)
+    finally:
+        for trickler in tricklers:
+            trickler.close()
+
+
+def test_a_chunked_body_reaches_the_app_with_its_decoded_length_and_no_transfer_encoding(
+        tines_server: Any) -> None:
+    server = tines_server(APP, "-w", "1")
+    with connect(server.port) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     + chunked(b"hello ", b"chunked ", b"world"))
+        response = Reader(sock).response()
+    assert (response.status, response.body) == (200, b"19 19 -")
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
+def test_a_request_pipelined_after_a_chunked_body_is_served(tines_server: Any, mpm: str) -> None:
+    server = tines_server(APP, "-w", "1", "--mpm", mpm)
+    with connect(server.port) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     + chunked(b"abc", b"defg")
+                     + b"POST /second HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi")
+        reader = Reader(sock)
+        first, second = reader.response(), reader.response()
+    assert (first.status, first.body) == (200, b"7 7 -")
+    assert (second.status, second.body) == (200, b"2 2 -")
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "event"])
+def test_a_body_over_request_buffer_memory_goes_to_an_unnamed_file_freed_after_the_request(
+        tines_server: Any, tmp_path: Path, mpm: str) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--request-buffer-memory", "65536",
+                          "--request-buffer-dir", str(spool))
+    (worker,) = server.worker_pids()
+    body = os.urandom(MIB)
+    with connect(server.port) as sock:
+        sock.sendall(f"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                     + body[:300_000])
+        # Mid-upload: the worker holds a file in the directory that has no name there.
+        held = wait_until(lambda: spool_fds(worker, spool), what="a temporary file in request_buffer_dir")
+        assert all(target.endswith("(deleted)") for target in held), held  # type: ignore[union-attr]
+        assert os.listdir(spool) == []
+        sock.sendall(body[300_000:])
+        response = Reader(sock).response()
+        assert (response.status, response.body) == (200, f"{MIB} {MIB} -".encode())
+        # The request is over: the file is closed, even though the connection stays open.
+        wait_until(lambda: not spool_fds(worker, spool), what="the temporary file closed")
+    assert os.listdir(spool) == []
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
+def test_100_continue_comes_from_the_server_before_the_body_is_sent(tines_server: Any, mpm: str) -> None:
+    server = tines_server(APP, "-w", "1", "--mpm", mpm)
+    with connect(server.port) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        reader = Reader(sock)
+        interim = reader.response()
+        assert interim.status == 100
+        sock.sendall(b"hello")
+        final = reader.response()
+        assert (final.status, final.body) == (200, b"5 5 -")
+        # Exactly one 100: nothing else follows the final response.
+        assert not reader.buf and nothing_received(sock)
+
+
+def test_a_content_length_over_max_body_size_gets_413_and_no_100_continue(tines_server: Any) -> None:
+    server = tines_server(APP, "-w", "1", "--max-body-size", "1000")
+    with connect(server.port) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1001\r\nExpect: 100-continue\r\n\r\n")
+        response = Reader(sock).response()
+    assert response.status == 413
+
+
+def test_a_chunked_body_growing_past_max_body_size_gets_413_before_the_app_runs(tines_server: Any) -> None:
+    server = tines_server(APP, "-w", "1", "--max-body-size", "1000")
+    with connect(server.port) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     + chunked(b"a" * 600, b"b" * 600))
+        response = Reader(sock).response()
+    assert response.status == 413
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "thread"])
+def test_a_body_that_stalls_before_dispatch_gets_408(tines_server: Any, mpm: str) -> None:
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--body-timeout", "1", "--body-min-rate", "0")
+    with connect(server.port) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nonly some")
+        response = Reader(sock).response()
+    assert response.status == 408
+
+
+def test_a_stream_body_path_lets_the_app_read_the_first_bytes_before_the_body_is_complete(
+        tines_server: Any) -> None:
+    server = tines_server(APP, "-w", "1", "--stream-body-paths", "/stream/")
+    with connect(server.port) as sock:
+        # Only the first ten of a hundred bytes: the response can only come if the app runs
+        # before the body is complete.
+        sock.sendall(b"POST /stream/up?x=1 HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789")
+        reader = Reader(sock)
+        response = reader.response()
+        assert (response.status, response.body) == (200, b"first 0123456789")
+        sock.sendall(b"z" * 90)  # the rest, drained by the server: the connection is kept
+        post(sock, b"abc")
+        after = reader.response()
+    assert (after.status, after.body) == (200, b"3 3 -")
+
+
+@pytest.fixture
+def gate() -> Iterator[tuple[socket.socket, str]]:
+    directory = tempfile.mkdtemp(prefix="tines-gate-", dir="/tmp")
+    path = os.path.join(directory, "gate.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    listener.settimeout(IO_TIMEOUT)
+    try:
+        yield listener, path
+    finally:
+        listener.close()
+        os.unlink(path)
+        os.rmdir(directory)
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "thread"])
+def test_a_body_that_needs_disk_beyond_buffer_disk_total_waits_until_a_request_frees_it(
+        tines_server: Any, tmp_path: Path, gate: tuple[socket.socket, str], mpm: str) -> None:
+    listener, gate_path = gate
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "2",
+                          "--request-buffer-memory", "1024", "--buffer-disk-total", "300000",
+                          "--request-buffer-dir", str(tmp_path), env={"GATE_SOCKET": gate_path})
+    first, second = connect(server.port), connect(server.port)
+    try:
+        post(first, b"a" * 200_000, path="/hold")
+        held, _ = listener.accept()  # the first request's file (200 kB) is held by the app
+        held.settimeout(IO_TIMEOUT)
+        assert held.recv(64).strip().isdigit()
+        post(second, b"b" * 200_000)  # needs 200 kB more: waits unread
+        if mpm == "thread":
+            # An app slot is free, yet the second body is not complete, so it is not answered.
+            assert nothing_received(second)
+        held.close()  # the first request completes and its file is closed
+        answer_first = Reader(first).response()
+        answer_second = Reader(second).response()
+        assert (answer_first.status, answer_first.body) == (200, b"200000 200000 -")
+        assert (answer_second.status, answer_second.body) == (200, b"200000 200000 -")
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_full_disk_fails_the_request_with_507_and_the_worker_lives_on(
+        tines_server: Any, tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        server = tines_server(APP, "-w", "1", "--request-buffer-memory", "1024",
+                              "--request-buffer-dir", str(small))
+        with connect(server.port) as sock:
+            try:
+                post(sock, b"x" * (3 * MIB))
+            except OSError:
+                pass  # the server answered and stopped reading
+            assert Reader(sock).response().status == 507
+        server.wait_for_log(r"request_buffer_dir .*small.*No space left on device")
+        with connect(server.port) as sock:
+            post(sock, b"fits")
+            assert Reader(sock).response().body == b"4 4 -"
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_a_request_buffer_dir_where_no_temporary_file_can_be_made_is_refused_before_start() -> None:
+    # /proc is a directory, but no file can be created in it (not even as root).
+    result = subprocess.run(
+        [sys.executable, "-m", "tines", "check-config", "--request-buffer-dir", "/proc",
+         "examples/hello.py:app"], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 2
+    assert "request_buffer_dir" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def stream_upload(sock: socket.socket, size: int, during: Any) -> None:
+    """Sends a ``size``-byte body in 1 MiB blocks (never held whole), calling ``during()``
+    every 64 MiB."""
+    block = os.urandom(MIB)
+    sock.sendall(f"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n".encode())
+    sent = 0
+    while sent < size:
+        piece = block[:min(MIB, size - sent)]
+        sock.sendall(piece)
+        sent += len(piece)
+        if sent % (64 * MIB) == 0:
+            during()
+
+
+def test_a_1_gb_upload_costs_the_worker_no_memory_and_leaves_no_file(
+        tines_server: Any, tmp_path: Path) -> None:
+    size = 1_000_000_000
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    server = tines_server(APP, "-w", "1", "--max-body-size", str(2 * size),
+                          "--request-buffer-dir", str(spool))
+    (worker,) = server.worker_pids()
+    with connect(server.port) as sock:
+        post(sock, b"warm-up")
+        assert Reader(sock).response().status == 200
+        before = memory_kib(worker)
+        peak = before
+        seen_file = []
+
+        def sample() -> None:
+            nonlocal peak
+            peak = max(peak, memory_kib(worker))
+            seen_file.extend(spool_fds(worker, spool))
+
+        stream_upload(sock, size, sample)
+        response = Reader(sock).response()
+        sample()
+        assert (response.status, response.body) == (200, f"{size} {size} -".encode())
+    assert seen_file and all(target.endswith("(deleted)") for target in seen_file)
+    # request_buffer_memory (256 KiB) plus a few MiB (the app's 1 MiB read blocks, allocator
+    # slack): nothing near the body's size.
+    assert peak - before < 256 + 8 * 1024, (before, peak)
+    wait_until(lambda: not spool_fds(worker, spool), what="the temporary file closed")
+    assert os.listdir(spool) == []
+
+    # Killed mid-upload: the unnamed file goes with the process.
+    with connect(server.port) as sock:
+        def kill_at_64_mib() -> None:
+            if spool_fds(worker, spool):
+                os.kill(worker, 9)
+                raise ConnectionResetError("killed")
+        try:
+            stream_upload(sock, 256 * MIB, kill_at_64_mib)
+        except OSError:
+            pass
+    wait_until(lambda: not os.path.exists(f"/proc/{worker}/fd"), what="the killed worker gone")
+    assert os.listdir(spool) == []
