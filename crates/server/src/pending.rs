@@ -469,9 +469,10 @@ enum Staging {
 /// left pending whenever the socket becomes writable (PEP 3333: transmission continues while
 /// the app produces the next block); once the connection is back, the loop finishes it.
 ///
-/// The owner holds the lock only for non-blocking work (a `sendmsg`/`sendfile` that does not
-/// wait, moving queued bytes, copies up to [`LOCKED_COPY`]); large copies and spill-file
-/// writes happen outside it and are published under it. The loop, while a slot holds the
+/// The owner holds the lock only for work that never waits for the client (a non-blocking
+/// `sendmsg`/`sendfile`, which may still read a file not in the page cache; moving queued
+/// bytes; copies up to [`LOCKED_COPY`]); large copies and spill-file writes happen outside it
+/// and are published under it. The loop, while a slot holds the
 /// connection, does not even wait for that: [`Output::help_write`] only tries the lock, and
 /// when it cannot write (the lock is taken, or a block is being staged) it leaves a request
 /// that the owner answers as soon as it publishes or lets go of the lock, so that no
