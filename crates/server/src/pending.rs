@@ -5,18 +5,23 @@
 //! The output is a queue of segments, sent strictly in order: bytes in memory (charged to the
 //! worker's response memory budget, `response_buffer_total`, and given back as they are
 //! written), file ranges (`wsgi.file_wrapper` bodies: sendfile from a duplicated fd, so that
-//! no Python object outlives the slot's work) and spill files (a complete body beyond the
-//! memory budget: an unlinked temporary file charged to `buffer_disk_total`, sent with
-//! sendfile, which may grow while it is being sent).
+//! no Python object outlives the slot's work) and ranges of spill files (a complete body
+//! beyond the memory budget: an unlinked temporary file charged to `buffer_disk_total`, sent
+//! with sendfile, which may grow while it is being sent).
 //!
-//! It owns the queue and its accounting; it must not decide what is buffered (the exchange
-//! does) nor when the socket is watched (the reactor does).
+//! The slot is the only producer and the loop only consumes, so the slot copies large blocks
+//! into memory pieces and appends to spill files *outside* the queue's lock and then
+//! publishes the new segment (or the longer range) under it; the loop never waits for the
+//! lock at all while a slot holds the connection ([`Output::help_write`]).
+//!
+//! It owns the queue, its accounting and that publication protocol; it must not decide what
+//! is buffered (the exchange does) nor when the socket is watched (the reactor does).
 
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use crate::io::{send_file_nonblocking, wait_fd, write_vectored_nonblocking};
@@ -31,6 +36,11 @@ const MEMORY_PIECE: usize = 256 * 1024;
 /// Leading memory pieces gathered into one `sendmsg` (the vectored write's limit).
 const GATHERED_PIECES: usize = 8;
 
+/// Blocks up to this size are copied into the queue under its lock (a few microseconds of
+/// `memcpy`, and small items keep filling one piece instead of one allocation each); larger
+/// ones are copied outside the lock and published afterwards.
+const LOCKED_COPY: usize = 64 * 1024;
+
 /// One run of output, in queue order.
 #[derive(Debug)]
 enum Segment {
@@ -42,9 +52,61 @@ enum Segment {
         offset: u64,
         remaining: u64,
     },
-    /// A complete body spilled to a temporary file; `sent` bytes of it are written. The slot
-    /// may append while it is being sent.
-    Spill { file: SpoolFile, sent: u64 },
+    /// Bytes `sent..end` of a spill file. The slot appends past `end` without the lock and
+    /// then publishes a larger `end` (or, if this range was finished meanwhile, a new range
+    /// of the same file).
+    Spill {
+        file: Arc<SpillFile>,
+        sent: u64,
+        end: u64,
+    },
+}
+
+/// A response spill file, shared by the queue's ranges (the loop sends from its fd) and the
+/// slot (which appends to it without the output's lock). The descriptor and its disk charge
+/// go when the last holder drops it: once every range is sent and the slot appends no more.
+#[derive(Debug)]
+pub struct SpillFile {
+    /// `appender`'s descriptor, stable for the file's life (read with sendfile by offset, so
+    /// no shared position).
+    fd: RawFd,
+    /// Only the slot appends, so this lock is never contended: the loop reads by `fd`.
+    appender: Mutex<SpoolFile>,
+}
+
+impl SpillFile {
+    /// A new empty spill file in the worker's `request_buffer_dir`.
+    pub fn create(buffers: &Arc<Buffers>) -> io::Result<Arc<SpillFile>> {
+        let file = SpoolFile::create(buffers)?;
+        Ok(Arc::new(SpillFile {
+            fd: file.fd(),
+            appender: Mutex::new(file),
+        }))
+    }
+
+    /// Appends `parts` from byte `*skip` on, advancing `*skip` past what was appended;
+    /// returns the file's length before and after (the bytes to publish), and why it stopped
+    /// early if it did ([`SpoolError::BudgetFull`] when `buffer_disk_total` has no room for
+    /// the next part; the parts before it are appended and charged).
+    fn append(&self, parts: &[&[u8]], skip: &mut usize) -> (u64, u64, Result<(), SpoolError>) {
+        let mut file = self
+            .appender
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let start = file.len();
+        let mut offset = 0;
+        for part in parts {
+            let end = offset + part.len();
+            if *skip < end {
+                if let Err(err) = file.append(&part[*skip - offset..]) {
+                    return (start, file.len(), Err(err));
+                }
+                *skip = end;
+            }
+            offset = end;
+        }
+        (start, file.len(), Ok(()))
+    }
 }
 
 /// Output waiting for the client. Empty (and allocation-free) until something is deferred.
@@ -53,8 +115,10 @@ pub struct Pending {
     segments: VecDeque<Segment>,
     /// Unsent bytes held in memory segments.
     memory: usize,
-    /// The charge of `memory` against the worker's response memory (created at the first
-    /// charged push; [`Pending::push`] in tests queues uncharged).
+    /// Bytes charged by [`Pending::reserve`] whose copy is not published yet.
+    reserved: usize,
+    /// The charge of `memory + reserved` against the worker's response memory (created at
+    /// the first charged push; [`Pending::push`] in tests queues uncharged).
     held: Option<Held>,
     /// Bytes written so far (to tell progress from an event that wrote nothing).
     written: u64,
@@ -77,13 +141,43 @@ fn remaining(parts: &[&[u8]], skip: usize) -> usize {
         .saturating_sub(skip)
 }
 
+/// `parts` from byte `skip` on, copied into pieces of at most [`MEMORY_PIECE`] (no lock held).
+fn copy_pieces(parts: &[&[u8]], mut skip: usize) -> Vec<Vec<u8>> {
+    let mut left = remaining(parts, skip);
+    let mut pieces: Vec<Vec<u8>> = Vec::with_capacity(left.div_ceil(MEMORY_PIECE));
+    for part in parts {
+        if skip >= part.len() {
+            skip -= part.len();
+            continue;
+        }
+        let mut data = &part[skip..];
+        skip = 0;
+        while !data.is_empty() {
+            if pieces
+                .last()
+                .is_none_or(|piece| piece.len() == MEMORY_PIECE)
+            {
+                pieces.push(Vec::with_capacity(left.min(MEMORY_PIECE)));
+            }
+            let Some(piece) = pieces.last_mut() else {
+                unreachable!("pushed above")
+            };
+            let take = (MEMORY_PIECE - piece.len()).min(data.len());
+            piece.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            left -= take;
+        }
+    }
+    pieces
+}
+
 impl Pending {
     /// True when nothing waits.
     pub fn is_empty(&self) -> bool {
         self.segments.iter().all(|segment| match segment {
             Segment::Memory { bytes, sent } => *sent == bytes.len(),
             Segment::File { remaining, .. } => *remaining == 0,
-            Segment::Spill { file, sent } => *sent == file.len(),
+            Segment::Spill { sent, end, .. } => sent == end,
         })
     }
 
@@ -133,18 +227,11 @@ impl Pending {
         }
     }
 
-    /// Queues `parts` (from byte `skip` on) in memory if the worker's response memory allows
-    /// them and the memory queued for this response stays within `limit`; false (nothing
-    /// queued) if not.
-    pub fn try_push(
-        &mut self,
-        buffers: &Arc<Buffers>,
-        parts: &[&[u8]],
-        skip: usize,
-        limit: usize,
-    ) -> bool {
-        let bytes = remaining(parts, skip);
-        if self.memory + bytes > limit {
+    /// Charges `bytes` to the worker's response memory if it allows them and the memory
+    /// queued (and reserved) for this response stays within `limit`; false (nothing charged)
+    /// if not.
+    fn reserve(&mut self, buffers: &Arc<Buffers>, bytes: usize, limit: usize) -> bool {
+        if self.memory + self.reserved + bytes > limit {
             return false;
         }
         let held = self
@@ -153,38 +240,70 @@ impl Pending {
         if !held.try_grow(bytes as u64) {
             return false;
         }
+        self.reserved += bytes;
+        true
+    }
+
+    /// Queues `parts` (from byte `skip` on) in memory if the worker's response memory allows
+    /// them and the memory queued for this response stays within `limit`; false (nothing
+    /// queued) if not. Copies under the caller's lock: for small blocks ([`LOCKED_COPY`]).
+    pub fn try_push(
+        &mut self,
+        buffers: &Arc<Buffers>,
+        parts: &[&[u8]],
+        skip: usize,
+        limit: usize,
+    ) -> bool {
+        let bytes = remaining(parts, skip);
+        if !self.reserve(buffers, bytes, limit) {
+            return false;
+        }
+        self.reserved -= bytes;
         self.push(parts, skip);
         true
     }
 
-    /// Appends `parts` (from byte `*skip` on) to a temporary file queued after everything
-    /// else (the last segment's, when it is a spill file, else a new one), advancing `*skip`
-    /// past what was appended. Fails with [`SpoolError::BudgetFull`] when `buffer_disk_total`
-    /// has no room for the next part (what came before it stays queued).
-    pub fn spill(
-        &mut self,
-        buffers: &Arc<Buffers>,
-        parts: &[&[u8]],
-        skip: &mut usize,
-    ) -> Result<(), SpoolError> {
-        let mut offset = 0;
-        for part in parts {
-            let end = offset + part.len();
-            if *skip < end {
-                let data = &part[*skip - offset..];
-                if !matches!(self.segments.back(), Some(Segment::Spill { .. })) {
-                    let file = SpoolFile::create(buffers).map_err(SpoolError::Io)?;
-                    self.segments.push_back(Segment::Spill { file, sent: 0 });
-                }
-                let Some(Segment::Spill { file, .. }) = self.segments.back_mut() else {
-                    unreachable!("pushed above")
-                };
-                file.append(data)?;
-                *skip = end;
-            }
-            offset = end;
+    /// Queues pieces copied outside the lock, whose charge [`Pending::reserve`] took.
+    fn publish_memory(&mut self, pieces: Vec<Vec<u8>>) {
+        for bytes in pieces {
+            let count = bytes.len();
+            self.reserved = self.reserved.saturating_sub(count);
+            self.memory += count;
+            self.segments.push_back(Segment::Memory { bytes, sent: 0 });
         }
-        Ok(())
+    }
+
+    /// The spill file the next spilled bytes go to: the last segment's, when it is a spill
+    /// range (a new file is started otherwise).
+    fn spill_target(&self) -> Option<Arc<SpillFile>> {
+        match self.segments.back() {
+            Some(Segment::Spill { file, .. }) => Some(Arc::clone(file)),
+            _ => None,
+        }
+    }
+
+    /// Queues bytes `start..end` of `file`, appended outside the lock: the last range grows
+    /// when it ends at `start` in the same file, else a new range follows everything queued.
+    fn publish_spill(&mut self, file: Arc<SpillFile>, start: u64, end: u64) {
+        if end == start {
+            return;
+        }
+        if let Some(Segment::Spill {
+            file: last,
+            end: last_end,
+            ..
+        }) = self.segments.back_mut()
+        {
+            if Arc::ptr_eq(last, &file) && *last_end == start {
+                *last_end = end;
+                return;
+            }
+        }
+        self.segments.push_back(Segment::Spill {
+            file,
+            sent: start,
+            end,
+        });
     }
 
     /// Queues `count` bytes of the file `fd` from `offset`, after whatever is queued.
@@ -203,6 +322,7 @@ impl Pending {
     pub fn discard(&mut self) {
         self.segments = VecDeque::new();
         self.memory = 0;
+        self.reserved = 0;
         if let Some(held) = &mut self.held {
             held.release();
         }
@@ -259,14 +379,14 @@ impl Pending {
                         None => return Ok(Progress::Blocked),
                     }
                 }
-                Segment::Spill { file, sent } => {
-                    // Everything appended so far is out: the file is closed and its disk
-                    // given back (more output, if any, starts a new one).
-                    if *sent == file.len() {
+                Segment::Spill { file, sent, end } => {
+                    // The range is out: dropping it closes the file (and gives its disk
+                    // back) unless the slot is appending to it or a later range needs it.
+                    if sent == end {
                         self.segments.pop_front();
                         continue;
                     }
-                    match send_file_nonblocking(fd, file.fd(), *sent, file.len() - *sent)? {
+                    match send_file_nonblocking(fd, file.fd, *sent, *end - *sent)? {
                         Some(0) => {
                             return Err(io::Error::new(
                                 io::ErrorKind::UnexpectedEof,
@@ -319,26 +439,61 @@ impl Pending {
     }
 }
 
+/// Where [`Output::hand_over`] may keep bytes the socket did not take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Store {
+    /// A body still being produced: at most this many bytes in memory for the response.
+    Streamed(usize),
+    /// A complete body: memory while the worker's budget allows, then a spill file.
+    Complete,
+}
+
+/// What [`Output::hand_over`] did with the bytes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum HandOver {
+    /// Everything is written or queued.
+    Queued,
+    /// The store is full: the caller must write `parts` from this byte on itself, after what
+    /// is queued (waiting for the client).
+    Full(usize),
+}
+
+/// What a hand-over does once the lock is released.
+enum Staging {
+    Copy,
+    Spill(Option<Arc<SpillFile>>),
+}
+
 /// A connection's pending output, shared by the thread that owns the connection (a slot) and
 /// the poller. While an app thread still produces a streamed body, the loop writes what it
 /// left pending whenever the socket becomes writable (PEP 3333: transmission continues while
 /// the app produces the next block); once the connection is back, the loop finishes it.
 ///
-/// Every operation holds the lock only across non-blocking work (a `sendmsg`/`sendfile` that
-/// does not wait, moving bytes, appending to a spill file in the page cache), never across a
-/// wait on the client, so the loop never waits long on it. Whether anything waits is also
-/// kept in an atomic flag, so the common case (nothing pending) takes no lock at all.
+/// The owner holds the lock only for work that never waits for the client (a non-blocking
+/// `sendmsg`/`sendfile`, which may still read a file not in the page cache; moving queued
+/// bytes; copies up to [`LOCKED_COPY`]); large copies and spill-file writes happen outside it
+/// and are published under it. The loop, while a slot holds the
+/// connection, does not even wait for that: [`Output::help_write`] only tries the lock, and
+/// when it cannot write (the lock is taken, or a block is being staged) it leaves a request
+/// that the owner answers as soon as it publishes or lets go of the lock, so that no
+/// writability edge is lost. Whether anything waits is also kept in an atomic flag, so the
+/// common case (nothing pending) takes no lock at all.
 #[derive(Debug)]
 pub struct Output {
     fd: RawFd,
     /// True while the pending output is not empty (written under the lock; read without it).
     queued: AtomicBool,
+    /// The loop saw the socket writable but could not write: the owner writes for it.
+    help_wanted: AtomicBool,
     state: Mutex<OutputState>,
 }
 
 #[derive(Debug, Default)]
 struct OutputState {
     pending: Pending,
+    /// The owner is copying or appending bytes outside the lock, to be published after
+    /// everything queued.
+    staging: bool,
     /// The connection was dropped (its fd is about to close): nothing may be written.
     closed: bool,
 }
@@ -350,6 +505,7 @@ impl Output {
         Output {
             fd,
             queued: AtomicBool::new(false),
+            help_wanted: AtomicBool::new(false),
             state: Mutex::new(OutputState::default()),
         }
     }
@@ -360,12 +516,33 @@ impl Output {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
-    /// Runs `f` on the pending output, under the lock.
+    fn note_queued(&self, state: &OutputState) {
+        self.queued
+            .store(!state.pending.is_empty(), Ordering::Release);
+    }
+
+    /// Releases the owner's lock, then writes for the loop if it asked while the lock was
+    /// taken (called only when nothing is being staged).
+    fn release(&self, state: MutexGuard<'_, OutputState>) {
+        drop(state);
+        // The loop sets the request *before* it tries the lock: if it failed because this
+        // thread held it, the request is visible here, after the unlock.
+        while self.help_wanted.swap(false, Ordering::SeqCst) {
+            let mut state = self.state();
+            if !state.closed {
+                // An error shows at the owner's next write of its own.
+                let _ = state.pending.write_some(self.fd);
+            }
+            self.note_queued(&state);
+        }
+    }
+
+    /// Runs `f` on the pending output, under the lock (the connection's owner only).
     pub fn with<R>(&self, f: impl FnOnce(&mut Pending) -> R) -> R {
         let mut state = self.state();
         let result = f(&mut state.pending);
-        self.queued
-            .store(!state.pending.is_empty(), Ordering::Release);
+        self.note_queued(&state);
+        self.release(state);
         result
     }
 
@@ -376,16 +553,151 @@ impl Output {
         !self.queued.load(Ordering::Acquire)
     }
 
-    /// Writes what the socket takes now (the loop's help while an app thread holds the
-    /// connection, and the loop's own writes once it is back).
+    /// Queues `parts` from byte `written` on after what is pending (the connection's owner
+    /// only), in `store`; first lets what is pending make progress, and writes `parts`
+    /// straight to the socket when that empties it. Large blocks are copied, and spill files
+    /// appended to, without the lock. A spill that fails on the file system is logged and
+    /// reported as [`HandOver::Full`] (the response then waits for its client); what was
+    /// appended before the failure stays queued, in order.
+    pub fn hand_over(
+        &self,
+        buffers: &Arc<Buffers>,
+        parts: &[&[u8]],
+        mut written: usize,
+        store: Store,
+    ) -> io::Result<HandOver> {
+        let total = remaining(parts, 0);
+        let staging = {
+            let mut state = self.state();
+            let pending = &mut state.pending;
+            if !pending.is_empty() {
+                // Earlier output still waits: keep the order, but let it make progress.
+                self.help_wanted.store(false, Ordering::SeqCst);
+                let progress = pending.write_some(self.fd);
+                if let Err(err) = progress {
+                    self.note_queued(&state);
+                    drop(state);
+                    return Err(err);
+                }
+                if pending.is_empty() {
+                    while written < total {
+                        match write_vectored_nonblocking(self.fd, parts, written) {
+                            Ok(Some(n)) => written += n,
+                            Ok(None) => break,
+                            Err(err) => {
+                                drop(state);
+                                return Err(err);
+                            }
+                        }
+                    }
+                }
+            }
+            let bytes = total - written;
+            let limit = match store {
+                Store::Streamed(limit) => limit,
+                Store::Complete => usize::MAX,
+            };
+            let queued_now = bytes == 0
+                || (bytes <= LOCKED_COPY && pending.try_push(buffers, parts, written, limit));
+            let staging = if queued_now {
+                None
+            } else if bytes > LOCKED_COPY && pending.reserve(buffers, bytes, limit) {
+                Some(Staging::Copy)
+            } else if store == Store::Complete {
+                Some(Staging::Spill(pending.spill_target()))
+            } else {
+                self.note_queued(&state);
+                self.release(state);
+                return Ok(HandOver::Full(written));
+            };
+            self.note_queued(&state);
+            match staging {
+                None => {
+                    self.release(state);
+                    return Ok(HandOver::Queued);
+                }
+                Some(staging) => {
+                    state.staging = true;
+                    staging
+                }
+            }
+        };
+        // Outside the lock: the loop may write what is queued meanwhile.
+        match staging {
+            Staging::Copy => {
+                let pieces = copy_pieces(parts, written);
+                self.publish(|pending| pending.publish_memory(pieces));
+                Ok(HandOver::Queued)
+            }
+            Staging::Spill(target) => {
+                let file = match target.map_or_else(|| SpillFile::create(buffers), Ok) {
+                    Ok(file) => file,
+                    Err(err) => {
+                        self.publish(|_| ());
+                        crate::log::info(&format!("response spill file: {err}"));
+                        return Ok(HandOver::Full(written));
+                    }
+                };
+                let (start, end, appended) = file.append(parts, &mut written);
+                self.publish(|pending| pending.publish_spill(file, start, end));
+                match appended {
+                    Ok(()) => Ok(HandOver::Queued),
+                    Err(SpoolError::BudgetFull) => Ok(HandOver::Full(written)),
+                    Err(err) => {
+                        // The disk is full or failing: this response waits for its client.
+                        crate::log::info(&format!("response spill file: {err}"));
+                        Ok(HandOver::Full(written))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends a staging: publishes under the lock, then writes for the loop if it asked.
+    fn publish(&self, f: impl FnOnce(&mut Pending)) {
+        let mut state = self.state();
+        f(&mut state.pending);
+        state.staging = false;
+        self.note_queued(&state);
+        self.release(state);
+    }
+
+    /// The loop's write while a slot (another thread) holds the connection and the socket
+    /// became writable: never waits for the lock. When the lock is taken, or the queue ran
+    /// dry (the slot may be staging more bytes, or queue some later), the request stays for
+    /// the slot, which writes as soon as it lets go of the lock or publishes (a returned
+    /// connection with output pending is written at once by the loop too). Errors surface to
+    /// the slot's own next write.
+    pub fn help_write(&self) {
+        self.help_wanted.store(true, Ordering::SeqCst);
+        let mut state = match self.state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(poison)) => poison.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        if state.closed {
+            self.help_wanted.store(false, Ordering::SeqCst);
+            return;
+        }
+        // Blocked: a new edge comes when the client has read. Done: the socket may still take
+        // bytes and no new edge will say so, so the request stays for whatever the slot queues
+        // next (bytes being staged now, or a later block) and costs nothing until then.
+        if !matches!(state.pending.write_some(self.fd), Ok(Progress::Done)) {
+            self.help_wanted.store(false, Ordering::SeqCst);
+        }
+        self.note_queued(&state);
+    }
+
+    /// Writes what the socket takes now (the loop's writes once the connection is back, and
+    /// the owner's while it waits for the client).
     pub fn write_some(&self) -> io::Result<Progress> {
         let mut state = self.state();
         if state.closed {
             return Ok(Progress::Done);
         }
+        self.help_wanted.store(false, Ordering::SeqCst);
         let result = state.pending.write_some(self.fd);
-        self.queued
-            .store(!state.pending.is_empty(), Ordering::Release);
+        self.note_queued(&state);
         result
     }
 
@@ -486,44 +798,53 @@ mod tests {
         (from..from + words).flat_map(u32::to_be_bytes).collect()
     }
 
+    fn reader(mut stream: UnixStream) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            stream.read_to_end(&mut got).unwrap();
+            got
+        })
+    }
+
     #[test]
     fn memory_then_a_growing_spill_file_then_memory_arrive_in_order_and_give_their_budgets_back() {
         let dir = scratch_dir("order");
         let buffers = buffers(1 << 20, 64 << 20, &dir);
-        let (a, mut b) = UnixStream::pair().unwrap();
+        let (a, b) = UnixStream::pair().unwrap();
         a.set_nonblocking(true).unwrap();
-        let fd = raw(&a);
+        let output = Output::new(raw(&a));
         let memory = pattern(0, 100_000);
         let spilled = pattern(100_000, 1_000_000);
         let grown = pattern(1_100_000, 500_000);
         let tail = pattern(1_600_000, 1000);
-        let mut pending = Pending::default();
-        assert!(pending.try_push(&buffers, &[&memory], 0, usize::MAX));
-        // Over the memory budget: refused, nothing queued or charged.
-        assert!(!pending.try_push(&buffers, &[&spilled], 0, usize::MAX));
-        assert_eq!(buffers.response_memory.used(), memory.len() as u64);
-        let mut skip = 0;
-        pending.spill(&buffers, &[&spilled], &mut skip).unwrap();
-        assert_eq!(skip, spilled.len());
+        // Larger than a locked copy: copied outside the lock, then published.
+        let handed = output.hand_over(&buffers, &[&memory], 0, Store::Complete);
+        assert_eq!(handed.unwrap(), HandOver::Queued);
+        let buffered = output.with(|pending| pending.buffered());
+        assert_eq!(buffers.response_memory.used(), buffered as u64);
+        assert!(buffered > 0, "the socket did not take it all");
+        // Over the memory budget: spilled, nothing more charged to memory.
+        let handed = output.hand_over(&buffers, &[&spilled], 0, Store::Complete);
+        assert_eq!(handed.unwrap(), HandOver::Queued);
+        let buffered = output.with(|pending| pending.buffered());
+        assert_eq!(buffers.response_memory.used(), buffered as u64);
         assert_eq!(buffers.disk.used(), spilled.len() as u64);
         assert_eq!(
             std::fs::read_dir(&dir).unwrap().count(),
             0,
             "the file has no name"
         );
-        // The socket fills part-way through the file.
-        assert_eq!(pending.write_some(fd).unwrap(), Progress::Blocked);
-        // The file grows while it is being sent (the slot appends the next item).
-        let mut skip = 0;
-        pending.spill(&buffers, &[&grown], &mut skip).unwrap();
-        assert!(pending.try_push(&buffers, &[&tail], 0, usize::MAX));
-        let reader = std::thread::spawn(move || {
-            let mut got = Vec::new();
-            b.read_to_end(&mut got).unwrap();
-            got
-        });
-        pending.write_all(fd, Duration::from_secs(10)).unwrap();
-        assert!(pending.is_empty());
+        // The socket is full part-way through: the file grows while it waits (the next list
+        // item), then a small tail is queued in memory behind it.
+        assert_eq!(output.write_some().unwrap(), Progress::Blocked);
+        let handed = output.hand_over(&buffers, &[&grown], 0, Store::Complete);
+        assert_eq!(handed.unwrap(), HandOver::Queued);
+        assert_eq!(buffers.disk.used(), (spilled.len() + grown.len()) as u64);
+        let handed = output.hand_over(&buffers, &[&tail], 0, Store::Complete);
+        assert_eq!(handed.unwrap(), HandOver::Queued);
+        let reader = reader(b);
+        output.write_all(Duration::from_secs(10)).unwrap();
+        assert!(output.is_empty());
         drop(a);
         let got = reader.join().unwrap();
         assert_eq!(got.len(), (1_601_000 * 4) as usize);
@@ -538,52 +859,183 @@ mod tests {
     }
 
     #[test]
-    fn memory_is_given_back_as_it_is_written_and_a_full_disk_budget_stops_the_spill() {
-        let dir = scratch_dir("budgets");
-        let buffers = buffers(4 << 20, 100, &dir);
-        let (a, mut b) = UnixStream::pair().unwrap();
+    fn a_copy_made_outside_the_lock_is_charged_before_it_is_published_and_exactly_once() {
+        let dir = scratch_dir("reserve");
+        let buffers = buffers(4 << 20, 0, &dir);
+        let (a, b) = UnixStream::pair().unwrap();
         a.set_nonblocking(true).unwrap();
         let fd = raw(&a);
-        let big = vec![1u8; 2 << 20];
+        let first = pattern(0, 200_000);
+        let second = pattern(200_000, 300_000);
         let mut pending = Pending::default();
-        assert!(pending.try_push(&buffers, &[&big], 0, usize::MAX));
-        // A streamed body's per-response limit.
-        assert!(!pending.try_push(&buffers, &[b"x"], 0, 2 << 20));
+        assert!(pending.try_push(&buffers, &[&first], 0, usize::MAX));
+        // The slot takes the charge under the lock...
+        assert!(pending.reserve(&buffers, second.len(), usize::MAX));
+        let charged = (first.len() + second.len()) as u64;
+        assert_eq!(buffers.response_memory.used(), charged);
+        assert_eq!(pending.buffered(), first.len(), "not queued yet");
+        // ... a second reservation past the per-response limit is refused, charging nothing ...
+        assert!(!pending.reserve(&buffers, 1, first.len() + second.len()));
+        assert_eq!(buffers.response_memory.used(), charged);
+        // ... the loop writes meanwhile, giving back exactly what it wrote ...
         assert_eq!(pending.write_some(fd).unwrap(), Progress::Blocked);
-        let charged = buffers.response_memory.used();
+        let written = pending.written();
+        assert!(written > 0);
+        assert_eq!(buffers.response_memory.used(), charged - written);
+        // ... and the copy is published behind what was queued, its charge already taken.
+        pending.publish_memory(copy_pieces(&[&second], 0));
+        assert_eq!(pending.reserved, 0);
+        assert_eq!(buffers.response_memory.used(), pending.buffered() as u64);
+        let reader = reader(b);
+        pending.write_all(fd, Duration::from_secs(10)).unwrap();
+        drop(a);
         assert!(
-            charged < 2 << 20,
-            "the written bytes' charge was given back"
+            reader.join().unwrap() == pattern(0, 500_000),
+            "out of order"
         );
-        assert_eq!(charged as usize, pending.buffered());
+        assert_eq!(buffers.response_memory.used(), 0, "given back as written");
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn bytes_appended_after_the_loop_finished_a_spill_range_go_out_as_a_new_range_of_the_file() {
+        let dir = scratch_dir("ranges");
+        let buffers = buffers(0, 1 << 20, &dir);
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let fd = raw(&a);
+        let mut pending = Pending::default();
+        let file = SpillFile::create(&buffers).unwrap();
+        let first = pattern(0, 1000);
         let mut skip = 0;
-        pending
-            .spill(&buffers, &[b"0123456789", &[2u8; 200]], &mut skip)
-            .unwrap_err();
-        assert_eq!(skip, 10, "the part that fit is queued, the rest is not");
-        let mut chunk = vec![0u8; 1 << 16];
-        let _ = b.read(&mut chunk).unwrap();
-        // The client went away: everything is given back and the file closed.
-        pending.discard();
-        assert_eq!(buffers.response_memory.used(), 0);
+        let (start, end, appended) = file.append(&[&first], &mut skip);
+        appended.unwrap();
+        pending.publish_spill(Arc::clone(&file), start, end);
+        // The loop sends the whole range and drops it while the slot appends more.
+        assert_eq!(pending.write_some(fd).unwrap(), Progress::Done);
+        assert!(pending.spill_target().is_none());
+        let second = pattern(1000, 1000);
+        let mut skip = 0;
+        let (start, end, appended) = file.append(&[&second], &mut skip);
+        appended.unwrap();
+        assert_eq!((start, end), (4000, 8000));
+        pending.publish_spill(Arc::clone(&file), start, end);
+        assert_eq!(buffers.disk.used(), 8000);
+        drop(file);
+        assert_eq!(pending.write_some(fd).unwrap(), Progress::Done);
+        assert_eq!(buffers.disk.used(), 0, "closed with its last range");
+        drop(a);
+        assert!(reader(b).join().unwrap() == pattern(0, 2000));
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_full_disk_budget_mid_list_keeps_what_was_spilled_in_order_and_the_rest_is_the_callers() {
+        let dir = scratch_dir("budgets");
+        let buffers = buffers(0, 300_000, &dir);
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let output = Output::new(raw(&a));
+        let parts = [pattern(0, 50_000), pattern(50_000, 50_000)];
+        let refs: [&[u8]; 2] = [&parts[0], &parts[1]];
+        let handed = output
+            .hand_over(&buffers, &refs, 0, Store::Complete)
+            .unwrap();
+        let HandOver::Full(written) = handed else {
+            panic!("the second part cannot fit the disk budget")
+        };
+        assert_eq!(
+            written, 200_000,
+            "the first part is queued, the second is not"
+        );
+        assert_eq!(buffers.disk.used(), 200_000 - output_sent(&output));
+        // The caller writes the rest after what is queued (the slot's wait for the client).
+        let reader = reader(b);
+        output.write_all(Duration::from_secs(10)).unwrap();
+        crate::io::write_all_from(raw(&a), &refs, written, Duration::from_secs(10)).unwrap();
+        drop(a);
+        assert!(
+            reader.join().unwrap() == pattern(0, 100_000),
+            "out of order"
+        );
         assert_eq!(buffers.disk.used(), 0);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    /// Bytes of the first hand-over the socket took at once (they were never spilled).
+    fn output_sent(output: &Output) -> u64 {
+        output.with(|pending| match pending.segments.front() {
+            Some(Segment::Spill { sent, .. }) => *sent,
+            _ => 0,
+        })
+    }
+
+    #[test]
+    fn the_loops_help_never_waits_for_the_slots_lock_and_the_slot_writes_for_it_on_release() {
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let output = Arc::new(Output::new(raw(&a)));
+        // The slot holds the lock (mid-hand-over: a spill write may take 100 ms and more).
+        let mut state = output.state();
+        state
+            .pending
+            .push(&[b"queued while the loop could not write"], 0);
+        output.note_queued(&state);
+        let helper = Arc::clone(&output);
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            helper.help_write();
+            done.send(()).unwrap();
+        });
+        finished
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the loop's help waited for the slot's lock");
+        assert!(output.help_wanted.load(Ordering::SeqCst));
+        // Letting go of the lock answers the request: the bytes are written at once.
+        output.release(state);
+        assert!(output.is_empty());
+        drop(a);
+        assert_eq!(
+            reader(b).join().unwrap(),
+            b"queued while the loop could not write"
+        );
+    }
+
+    #[test]
+    fn a_writable_edge_seen_with_nothing_queued_is_used_by_the_next_block_the_slot_queues() {
+        let dir = scratch_dir("edge");
+        let buffers = buffers(1 << 20, 0, &dir);
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let output = Output::new(raw(&a));
+        // The loop sees the socket writable while nothing is queued (the slot's block is
+        // still being produced): no new edge will come.
+        output.help_write();
+        assert!(output.help_wanted.load(Ordering::SeqCst));
+        // The next block is queued under the lock (small): the request makes the slot write.
+        output.with(|pending| assert!(pending.try_push(&buffers, &[b"late"], 0, usize::MAX)));
+        assert!(output.is_empty(), "written at once, not left for an edge");
+        drop(a);
+        assert_eq!(reader(b).join().unwrap(), b"late");
+        assert_eq!(buffers.response_memory.used(), 0);
         std::fs::remove_dir(&dir).unwrap();
     }
 
     #[test]
     fn an_output_says_it_is_empty_without_its_lock_and_close_gives_everything_back() {
         let dir = scratch_dir("output");
-        let buffers = buffers(1 << 20, 1 << 20, &dir);
+        let buffers = buffers(1000, 1 << 20, &dir);
         let (a, _b) = UnixStream::pair().unwrap();
         a.set_nonblocking(true).unwrap();
         let output = Output::new(raw(&a));
         assert!(output.is_empty());
-        output.with(|pending| {
-            let mut skip = 0;
-            pending.spill(&buffers, &[&[5u8; 1000]], &mut skip).unwrap();
-            assert!(pending.try_push(&buffers, &[&[6u8; 1000]], 0, usize::MAX));
-        });
+        // Fill the socket so that what follows is queued.
+        let filler = vec![0u8; 1 << 20];
+        let handed = output.hand_over(&buffers, &[&filler], 0, Store::Complete);
+        assert_eq!(handed.unwrap(), HandOver::Queued);
+        assert!(output.with(|pending| pending.try_push(&buffers, &[&[6u8; 1000]], 0, 1000)));
         assert!(!output.is_empty());
+        assert!(buffers.disk.used() > 0);
         output.close();
         assert!(output.is_empty());
         assert_eq!(buffers.response_memory.used(), 0);

@@ -93,9 +93,17 @@ impl Poller {
     }
 
     /// Watches a client connection, edge-triggered, for readability and writability (the
-    /// poller finishes response output a slot left pending, every MPM: ADR 0009). A
-    /// writability edge comes only when the socket had been full, so a connection whose
-    /// writes never block costs no extra wake-up.
+    /// poller finishes response output a slot left pending, every MPM: ADR 0009).
+    ///
+    /// What that costs: adding a writable socket reports it writable at once, so a connection
+    /// whose request has not arrived by the loop's next wait costs one extra `epoll_wait`
+    /// return (once per connection, not per request: when the request is already there the
+    /// two edges come as one event). After that a writability edge comes only when the socket
+    /// had been full, so responses that fit it cost no wake-up. Watching reads only and
+    /// adding `EPOLLOUT` with `EPOLL_CTL_MOD` when output is left pending would save that one
+    /// return but cost an `epoll_ctl` per slow response (and another to take it off), made
+    /// from the slot's thread or by waking the loop to make it; one cheap return per
+    /// connection, which also pays an `accept`, reads and a close, is the smaller cost.
     pub fn register_connection(&self, fd: RawFd, token: Token) -> io::Result<()> {
         self.control(
             libc::EPOLL_CTL_ADD,

@@ -7,6 +7,8 @@ up to ``send_timeout``. One worker with one app slot everywhere, so a held slot 
 from __future__ import annotations
 
 import importlib.util
+import os
+import platform
 import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import APPS, fd_targets, holds_connection, read_until_closed, wait_until
-from test_event import Reader, connect, get, wait_readable, worker_pid
+from test_event import Reader, connect, get, nothing_received, wait_readable, worker_pid
 
 APP = "responses_app:app"
 MPMS = ["prefork", "thread", "event"]
@@ -146,22 +148,47 @@ def test_the_poller_cuts_a_non_reader_off_at_the_send_timeout(
         assert get(server.port, "/hello", timeout=10).body == b"hello"
 
 
+# poll(2), and ppoll(2) (what glibc's poll() uses where poll is no syscall), by architecture.
+POLL_SYSCALLS = {"x86_64": {7, 271}, "aarch64": {73}, "riscv64": {73}}
+
+
+def waiting_on_one_socket(pid: int) -> bool:
+    """True when a thread of worker ``pid`` is blocked in poll(2) on one descriptor: a slot
+    waiting for its client (``io::wait_fd``). Nothing else in a worker waits that way: the
+    loop waits in epoll_wait, idle app threads on a futex. Read from
+    /proc/<pid>/task/<tid>/syscall (number, then the arguments: fds, nfds, timeout)."""
+    numbers = POLL_SYSCALLS[platform.machine()]
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            fields = Path(f"/proc/{pid}/task/{task}/syscall").read_text().split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended meanwhile
+        if len(fields) >= 3 and fields[0].isdigit() and int(fields[0]) in numbers \
+                and int(fields[2], 16) == 1:
+            return True
+    return False
+
+
 @pytest.mark.parametrize("mpm", MPMS)
 def test_a_streamed_body_beyond_max_response_buffer_waits_for_its_reader_and_arrives_whole(
         tines_server: Any, spool_dir: Path, mpm: str) -> None:
-    """Backpressure: the generator's slot waits for the slow reader, so a second request on
-    the one-slot worker is answered only after the reader took the body (checked one-sided:
-    not answered within 2 s while the reader stalls)."""
+    """Backpressure: the generator's slot (the only one) waits in poll on the slow reader's
+    socket, which is seen in /proc; while it waits, a second request gets nothing; once the
+    reader takes the body, whole and in order, the second request is answered."""
     server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "1",
                           "--max-response-buffer", "65536", "--send-timeout", "60",
                           "--request-buffer-dir", str(spool_dir))
+    pid = worker_pid(server)
+    assert get(server.port, "/hello").body == b"hello"
+    assert not waiting_on_one_socket(pid), "an idle worker has no thread waiting on a client"
     with ExitStack() as stack:
         slow = stalled(stack, server.port, "/gen")
+        wait_until(lambda: waiting_on_one_socket(pid), what="the slot waiting for the slow reader")
         with connect(server.port) as other:
             other.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
-            other.settimeout(2.0)
-            with pytest.raises(socket.timeout):
-                other.recv(1)
+            # The reader has taken nothing, so the slot still waits and cannot have answered.
+            assert waiting_on_one_socket(pid)
+            assert nothing_received(other)
             assert_whole(slow)
             other.settimeout(20)
             assert Reader(other).response().body == b"hello"

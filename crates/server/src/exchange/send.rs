@@ -16,7 +16,7 @@ use tines_proto::response::{encode_chunk_size, ResponseFraming, CHUNK_END};
 
 use super::{Exchange, Phase};
 use crate::io::{send_file_nonblocking, write_all_from, write_vectored_nonblocking};
-use crate::spool::SpoolError;
+use crate::pending::{HandOver, Store};
 
 impl Exchange {
     /// Sends `parts` in order: what the socket takes now, and the rest is handed to the
@@ -67,48 +67,19 @@ impl Exchange {
 
     /// Queues `parts` from byte `written` on after what is pending, in the response store
     /// when it has room; else waits for the client.
-    fn hand_over(&mut self, fd: RawFd, parts: &[&[u8]], mut written: usize) -> io::Result<()> {
+    fn hand_over(&mut self, fd: RawFd, parts: &[&[u8]], written: usize) -> io::Result<()> {
         let config = &self.shared.config;
-        let (timeout, limit) = (config.send_timeout, config.max_response_buffer);
-        let buffers = Arc::clone(&self.shared.buffers);
-        let complete = self.complete_body;
+        let timeout = config.send_timeout;
+        let store = if self.complete_body {
+            Store::Complete
+        } else {
+            // A body still being produced: at most `max_response_buffer` waits in memory.
+            Store::Streamed(config.max_response_buffer)
+        };
         let output = Arc::clone(self.conn.output());
-        let total: usize = parts.iter().map(|part| part.len()).sum();
-        // Under the output's lock (the loop may be writing earlier output meanwhile).
-        let queued = output.with(|pending| -> io::Result<bool> {
-            if !pending.is_empty() {
-                // Earlier output still waits: keep the order, but let it make progress.
-                pending.write_some(fd)?;
-                if pending.is_empty() {
-                    while written < total {
-                        match write_vectored_nonblocking(fd, parts, written)? {
-                            Some(n) => written += n,
-                            None => break,
-                        }
-                    }
-                    if written == total {
-                        return Ok(true);
-                    }
-                }
-            }
-            if !complete {
-                // A body still being produced: at most `max_response_buffer` waits in memory.
-                return Ok(pending.try_push(&buffers, parts, written, limit));
-            }
-            if pending.try_push(&buffers, parts, written, usize::MAX) {
-                return Ok(true);
-            }
-            match pending.spill(&buffers, parts, &mut written) {
-                Ok(()) => Ok(true),
-                Err(SpoolError::BudgetFull) => Ok(false),
-                Err(err) => {
-                    // The disk is full or failing: this response waits for its client instead.
-                    crate::log::info(&format!("response spill file: {err}"));
-                    Ok(false)
-                }
-            }
-        })?;
-        if !queued {
+        if let HandOver::Full(written) =
+            output.hand_over(&self.shared.buffers, parts, written, store)?
+        {
             // The store is full: the slot waits for the client, first for what is queued,
             // then for these bytes, written straight from the caller's memory.
             output.write_all(timeout)?;

@@ -312,8 +312,8 @@ impl Reactor {
                 }
                 if let Some(output) = output {
                     if event.writable || event.error {
-                        // Errors surface to the slot's own next write.
-                        let _ = output.write_some();
+                        // Never waits for the slot's lock (it may be mid-hand-over).
+                        output.help_write();
                     }
                 }
             }
