@@ -95,6 +95,19 @@ fn storage(err: SpoolError) -> BodyFault {
     }
 }
 
+/// Appends bytes that follow a complete body (a pipelined request) to the read buffer.
+fn keep_after_body(area: &mut Area<'_>, rest: &[u8]) {
+    if rest.is_empty() {
+        return;
+    }
+    let start = *area.filled;
+    if area.buf.len() < start + rest.len() {
+        area.buf.resize(start + rest.len(), 0);
+    }
+    area.buf[start..start + rest.len()].copy_from_slice(rest);
+    *area.filled += rest.len();
+}
+
 /// What the exchange takes over at dispatch: the whole decoded body.
 #[derive(Debug)]
 pub struct FinishedBody {
@@ -280,15 +293,26 @@ impl ParkedBody {
             }
         }
         if self.complete && pos < bytes.len() {
-            let rest = &bytes[pos..];
-            let start = *area.filled;
-            if area.buf.len() < start + rest.len() {
-                area.buf.resize(start + rest.len(), 0);
-            }
-            area.buf[start..start + rest.len()].copy_from_slice(rest);
-            *area.filled += rest.len();
+            keep_after_body(area, &bytes[pos..]);
         }
         Ok(())
+    }
+
+    /// Stores the first `room` of the body bytes that came with the head ([`ParkedBody::early`])
+    /// like [`ParkedBody::take`]; the rest stays early for the next room, unless the body
+    /// ended: then all that follows its end (in these `room` bytes and after them) is kept in
+    /// the read buffer after the body, the start of the next request.
+    pub fn take_early(&mut self, area: &mut Area<'_>, room: usize) -> Result<(), BodyFault> {
+        let mut bytes = std::mem::take(&mut self.early);
+        let room = room.min(bytes.len());
+        let taken = self.take(area, &bytes[..room]);
+        bytes.drain(..room);
+        if taken.is_ok() && self.complete {
+            keep_after_body(area, &bytes);
+        } else {
+            self.early = bytes;
+        }
+        taken
     }
 
     fn put(&mut self, area: &mut Area<'_>, data: &[u8]) -> Result<(), BodyFault> {
@@ -411,6 +435,86 @@ mod tests {
         assert!(buffers.request_memory.used() > 0);
         drop(finished);
         assert_eq!(buffers.request_memory.used(), 0);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    /// Stores a body's early bytes as the reactor does: slice by slice, as room allows.
+    fn feed_early(
+        body: &mut ParkedBody,
+        buf: &mut Vec<u8>,
+        filled: &mut usize,
+        head_len: usize,
+        buffers: &Arc<Buffers>,
+    ) {
+        while !body.is_complete() && !body.early.is_empty() {
+            let mut area = Area {
+                buf,
+                filled,
+                head_len,
+            };
+            let want = body.early.len();
+            let room = match body.room(&mut area, buffers, want).unwrap() {
+                Room::Bytes(n) => n,
+                Room::DiskFull => panic!("disk full"),
+            };
+            body.take_early(&mut area, room).unwrap();
+            body.release_reserved();
+        }
+    }
+
+    #[test]
+    fn every_byte_after_a_chunked_body_that_came_with_the_head_is_kept_past_the_first_slice() {
+        let dir = temp_dir("early");
+        let buffers = buffers(1 << 20, 1 << 20, &dir);
+        let head = b"POST / HTTP/1.1\r\n\r\n";
+        let next = [
+            b"GET /a HTTP/1.1\r\nX-Pad: ".as_slice(),
+            &[b'p'; 2000],
+            b"\r\n\r\n",
+        ]
+        .concat();
+        let mut buf = head.to_vec();
+        buf.resize(8192, 0);
+        let mut filled = head.len();
+        // The memory limit (one slice) is smaller than what came with the head.
+        let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 100, 0, 4096).unwrap();
+        body.early = [b"5\r\nhello\r\n0\r\n\r\n".as_slice(), &next].concat();
+        feed_early(&mut body, &mut buf, &mut filled, head.len(), &buffers);
+        assert!(body.is_complete());
+        assert!(body.early.is_empty());
+        assert_eq!(&buf[head.len()..head.len() + 5], b"hello");
+        assert_eq!(&buf[head.len() + 5..filled], &next[..]);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_byte_after_a_chunked_body_is_kept_when_it_ends_in_a_partial_disk_reservation() {
+        let dir = temp_dir("early-file");
+        // Memory for 100 body bytes; disk for 300: the body moves to a file and the early
+        // bytes are stored in slices of what the disk account reserves.
+        let buffers = buffers(1 << 20, 300, &dir);
+        let head = b"POST / HTTP/1.1\r\n\r\n";
+        let data = [b'd'; 250];
+        let next = [
+            b"GET /a HTTP/1.1\r\nX-Pad: ".as_slice(),
+            &[b'p'; 2000],
+            b"\r\n\r\n",
+        ]
+        .concat();
+        let mut buf = head.to_vec();
+        buf.resize(8192, 0);
+        let mut filled = head.len();
+        let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 100, 0, 4096).unwrap();
+        body.early = [b"fa\r\n".as_slice(), &data, b"\r\n0\r\n\r\n", &next].concat();
+        feed_early(&mut body, &mut buf, &mut filled, head.len(), &buffers);
+        assert!(body.is_complete() && body.in_file());
+        assert_eq!(&buf[head.len()..filled], &next[..]);
+        let finished = body.finish();
+        let Stored::File(file) = &finished.stored else {
+            panic!("not in a file")
+        };
+        assert_eq!(file_contents(file), data);
+        drop(finished);
         std::fs::remove_dir(&dir).unwrap();
     }
 

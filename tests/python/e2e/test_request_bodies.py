@@ -132,6 +132,29 @@ def test_a_request_pipelined_after_a_chunked_body_is_served(tines_server: Any, m
     assert (second.status, second.body) == (200, b"2 2 -")
 
 
+@pytest.mark.parametrize(("store", "size"), [
+    # In memory, stored in slices of request_buffer_memory: the body ends in the first.
+    (("--request-buffer-memory", "1024"), 5),
+    # Past request_buffer_memory into a file, stored in slices of the disk room that
+    # buffer_disk_total allows: the body ends in the first slice that goes to the file.
+    (("--request-buffer-memory", "1024", "--buffer-disk-total", "2000"), 1500),
+], ids=["memory", "file"])
+def test_a_request_pipelined_in_the_head_s_packet_after_a_chunked_body_is_served_whole(
+        tines_server: Any, store: tuple[str, ...], size: int) -> None:
+    # The body and the whole next request came with the first head (more bytes than one
+    # slice of the body's store takes): every byte after the body's end is the next request.
+    server = tines_server(APP, "-w", "1", "--header-timeout", "3", *store)
+    pad = "p" * 2000
+    with connect(server.port) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     + chunked(b"b" * size)
+                     + f"GET /a HTTP/1.1\r\nHost: t\r\nX-Pad: {pad}\r\n\r\n".encode())
+        reader = Reader(sock)
+        first, second = reader.response(), reader.response()
+    assert (first.status, first.body) == (200, f"{size} {size} -".encode())
+    assert (second.status, second.body) == (200, b"0 - -")
+
+
 @pytest.mark.parametrize("mpm", ["prefork", "event"])
 def test_a_body_over_request_buffer_memory_goes_to_an_unnamed_file_freed_after_the_request(
         tines_server: Any, tmp_path: Path, mpm: str) -> None:

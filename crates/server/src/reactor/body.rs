@@ -183,10 +183,7 @@ impl Reactor {
                 Err(fault) => return body_failed(&fault, config),
             };
             let stored = if early {
-                let bytes = std::mem::take(&mut body.early);
-                let stored = body.take(&mut area, &bytes[..room]);
-                body.early = bytes[room..].to_vec();
-                stored
+                body.take_early(&mut area, room)
             } else {
                 match read_nonblocking(fd, &mut self.bodies.scratch[..room]) {
                     Ok(Some(0)) | Err(_) => return BodyStep::Close,
