@@ -137,20 +137,23 @@ pub struct ParkedBody {
     complete: bool,
     memory_limit: u64,
     max_body_size: u64,
+    /// The most one read of a chunked body takes (see [`ParkedBody::wanted`]).
+    pipelined_room: usize,
 }
 
 impl ParkedBody {
     /// Starts a body of `framing` (a Content-Length over `memory_limit` goes to a file from
-    /// the start). `max_trailer` bounds chunk extensions and trailers, as when streaming.
+    /// the start). `max_head_size` bounds chunk extensions and trailers, as when streaming,
+    /// and (with the first read buffer's size) one read of a chunked body.
     pub fn new(
         framing: BodyFraming,
         buffers: &Arc<Buffers>,
         memory_limit: u64,
         max_body_size: u64,
-        max_trailer: usize,
+        max_head_size: usize,
     ) -> io::Result<ParkedBody> {
         let framing = match framing {
-            BodyFraming::Chunked => Framing::Chunked(ChunkedDecoder::new(max_trailer)),
+            BodyFraming::Chunked => Framing::Chunked(ChunkedDecoder::new(max_head_size)),
             BodyFraming::Length(remaining) => Framing::Length { remaining },
             BodyFraming::None => Framing::Length { remaining: 0 },
         };
@@ -173,6 +176,7 @@ impl ParkedBody {
             complete,
             memory_limit,
             max_body_size,
+            pipelined_room: crate::connection::INITIAL_BUFFER.max(max_head_size + 1),
         })
     }
 
@@ -187,11 +191,13 @@ impl ParkedBody {
     }
 
     /// Raw bytes the next read may take at most (a Content-Length body is never read past its
-    /// end, so a pipelined request stays in the socket).
+    /// end, so a pipelined request stays in the socket; a chunked body's end is known only
+    /// once read, so its reads take at most `pipelined_room` bytes: what a read brings past
+    /// the end never needs more room than one request head).
     pub fn wanted(&self, at_most: usize) -> usize {
         match self.framing {
             Framing::Length { remaining } => (remaining.min(at_most as u64)) as usize,
-            Framing::Chunked(_) => at_most,
+            Framing::Chunked(_) => at_most.min(self.pipelined_room),
         }
     }
 

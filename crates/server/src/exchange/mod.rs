@@ -422,7 +422,8 @@ impl Exchange {
         if keep {
             // Undecoded bytes past the body are the start of a pipelined request.
             let leftover = self.raw.clone();
-            self.conn.next_request(leftover);
+            let max_head_size = self.shared.config.limits.max_head_size;
+            self.conn.next_request(leftover, max_head_size);
         }
         let linger = if keep {
             Linger::No
