@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, wait_until
+from conftest import ROOT, holds_connection, wait_until
 from test_event import IO_TIMEOUT, Reader, connect, nothing_received
 
 APP = "body_echo:app"
@@ -277,6 +277,40 @@ def test_a_body_that_needs_disk_beyond_buffer_disk_total_waits_until_a_request_f
     finally:
         first.close()
         second.close()
+
+
+def test_a_503_from_a_full_queue_gives_back_the_body_s_temporary_file_at_once(
+        tines_server: Any, tmp_path: Path, gate: tuple[socket.socket, str]) -> None:
+    listener, gate_path = gate
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    server = tines_server(APP, "-w", "1", "--mpm", "event", "--threads", "1",
+                          "--max-queued-requests", "1", "--request-buffer-memory", "1024",
+                          "--request-buffer-dir", str(spool), "--linger-timeout", "60",
+                          env={"GATE_SOCKET": gate_path})
+    (worker,) = server.worker_pids()
+    running, queued, refused = (connect(server.port) for _ in range(3))
+    held = None
+    try:
+        post(running, b"a", path="/hold")
+        held, _ = listener.accept()  # the one app thread runs it
+        held.settimeout(IO_TIMEOUT)
+        assert held.recv(64).strip().isdigit()
+        post(queued, b"b")  # waits in the queue
+        post(refused, b"c" * 100_000)  # read whole into a file, then refused: the queue is full
+        assert Reader(refused).response().status == 503
+        held.close()
+        assert Reader(running).response().body == b"1 1 -"
+        assert Reader(queued).response().body == b"1 1 -"
+        # The refused client has not closed, so its connection lingers (up to 60 s); the loop
+        # answered the others since the 503: the refused body's file is closed already.
+        assert spool_fds(worker, spool) == []
+        assert holds_connection(worker, refused)
+    finally:
+        for sock in (running, queued, refused):
+            sock.close()
+        if held is not None:
+            held.close()
 
 
 def test_a_full_disk_fails_the_request_with_507_and_the_worker_lives_on(

@@ -86,7 +86,6 @@ impl Reactor {
                         }
                         BodyStep::Close => return self.close(token),
                         BodyStep::Refuse(status) => {
-                            conn.parked_body = None;
                             write_error(
                                 &mut conn,
                                 status,
