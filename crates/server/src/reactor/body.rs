@@ -10,8 +10,9 @@
 //! sends itself for `Expect: 100-continue`, the reads (never past a Content-Length body's end;
 //! through a per-loop scratch buffer), the answers to a body that fails (413, 400 bad
 //! chunking, 507/500 when the temporary file cannot be written, with one error-log line), and
-//! the bodies waiting unread for disk room when `buffer_disk_total` is reached (retried when
-//! the disk account drops: edge-triggered epoll will not announce them again). The body
+//! the bodies waiting unread for disk room when `buffer_disk_total` is reached (each with the
+//! bytes it needs at once, retried when the free room covers them: edge-triggered epoll will
+//! not announce them again). The body
 //! deadlines are the timers' (`TimerKind::Body`).
 //!
 //! It must not serve a request nor decide how a body is stored (`parked_body` does).
@@ -39,9 +40,14 @@ const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 /// The loop's state for reading bodies: its scratch buffer and the bodies waiting for disk.
 pub(super) struct BodyReading {
     scratch: Vec<u8>,
-    /// Tokens of connections whose body needs disk room that `buffer_disk_total` does not
-    /// have now: retried when the disk account drops.
-    disk_waiters: Vec<usize>,
+    /// Connections whose body needs disk room that `buffer_disk_total` does not have now,
+    /// in the order they began to wait, with the bytes each must take at once: retried when
+    /// the disk account has that much free. A connection is on it at most once (its
+    /// `ParkedBody::waiting_for_disk`).
+    disk_waiters: Vec<(usize, u64)>,
+    /// The least free disk room any waiter was measured against since the last retry: a
+    /// retry is only worth a pass over the waiters once the free room is larger.
+    free_seen: u64,
 }
 
 impl BodyReading {
@@ -49,6 +55,7 @@ impl BodyReading {
         BodyReading {
             scratch: Vec::new(),
             disk_waiters: Vec::new(),
+            free_seen: u64::MAX,
         }
     }
 }
@@ -59,8 +66,9 @@ pub(super) enum BodyStep {
     Dispatch,
     /// More bytes are needed; the socket was drained.
     Park,
-    /// The body needs disk room that `buffer_disk_total` does not have now: park, unread.
-    WaitDisk,
+    /// The body needs this many bytes of disk room at once, which `buffer_disk_total` does
+    /// not have now: park, unread.
+    WaitDisk(u64),
     /// The peer closed or the socket failed.
     Close,
     /// Answer with this status and close (lingering: the client may still be sending).
@@ -128,16 +136,13 @@ impl Reactor {
             }
             let head_len = head.head_len;
             let expect_continue = head.expect_continue;
-            let mut body = match ParkedBody::new(
+            let mut body = ParkedBody::new(
                 head.body,
                 &shared.buffers,
                 config.request_buffer_memory,
                 config.max_body_size,
                 config.limits.max_head_size,
-            ) {
-                Ok(body) => body,
-                Err(err) => return storage_failed(&BodyFault::Storage(err), config),
-            };
+            );
             // Body bytes that came with the head are stored like any read (as room allows).
             body.early = conn.buf[head_len..conn.filled].to_vec();
             conn.filled = head_len;
@@ -179,7 +184,7 @@ impl Reactor {
             };
             let room = match body.room(&mut area, &shared.buffers, want) {
                 Ok(Room::Bytes(room)) => room,
-                Ok(Room::DiskFull) => return BodyStep::WaitDisk,
+                Ok(Room::DiskFull { needed }) => return BodyStep::WaitDisk(needed),
                 Err(fault) => return body_failed(&fault, config),
             };
             let stored = if early {
@@ -202,38 +207,75 @@ impl Reactor {
         }
     }
 
-    /// Remembers a connection whose body waits for disk room.
-    pub(super) fn wait_for_disk(&mut self, token: usize) {
-        if !self.bodies.disk_waiters.contains(&token) {
-            self.bodies.disk_waiters.push(token);
+    /// Remembers a connection whose body waits for `needed` bytes of disk room (once: a
+    /// readable event while it waits finds it on the list already).
+    pub(super) fn wait_for_disk(&mut self, token: usize, conn: &mut Connection, needed: u64) {
+        let Some(body) = conn.parked_body.as_deref_mut() else {
+            return;
+        };
+        let disk = &self.shared.buffers.disk;
+        let free = disk.limit().saturating_sub(disk.used());
+        self.bodies.free_seen = self.bodies.free_seen.min(free);
+        if !body.waiting_for_disk {
+            body.waiting_for_disk = true;
+            self.bodies.disk_waiters.push((token, needed));
+            crate::log::debug(&format!(
+                "request body waits for room in buffer_disk_total ({needed} bytes needed, {free} free)"
+            ));
         }
     }
 
-    /// Once per loop turn: when bodies wait for disk and the disk account has room again
-    /// (a request completed and its file was closed), reads them again.
+    /// Once per loop turn: when bodies wait for disk and the disk account has more room than
+    /// when they were last measured (a request completed and its file was closed, on this
+    /// thread or an app thread: a returned connection wakes the loop, and it wakes at least
+    /// once a second anyway), reads again those whose need the free room covers, in the order
+    /// they began to wait; the others keep waiting, no file made. One pass over the waiters
+    /// per such turn.
     pub(super) fn retry_disk_waiters(&mut self, driver: &mut dyn Driver) {
         if self.bodies.disk_waiters.is_empty() {
+            self.bodies.free_seen = u64::MAX;
             return;
         }
         let disk = &self.shared.buffers.disk;
-        if disk.used() >= disk.limit() {
+        let mut free = disk.limit().saturating_sub(disk.used());
+        if free <= self.bodies.free_seen {
             return;
         }
         let waiters = std::mem::take(&mut self.bodies.disk_waiters);
-        for token in waiters {
-            let waiting = matches!(
-                self.entries.get(token),
+        let mut still = Vec::with_capacity(waiters.len());
+        for (token, needed) in waiters {
+            let waiting = match self.entries.get(token) {
                 Some(Entry::Parked {
                     kind: TimerKind::Body,
+                    conn,
                     ..
-                })
-            );
-            if waiting {
-                if let Some(conn) = self.take_parked(token) {
-                    self.advance(token, conn, driver);
+                }) => conn
+                    .parked_body
+                    .as_ref()
+                    .is_some_and(|body| body.waiting_for_disk),
+                _ => false,
+            };
+            if !waiting {
+                // Closed (its deadline passed, or the client left) since it began to wait.
+                continue;
+            }
+            if needed > free {
+                still.push((token, needed));
+                continue;
+            }
+            free -= needed;
+            if let Some(mut conn) = self.take_parked(token) {
+                if let Some(body) = conn.parked_body.as_deref_mut() {
+                    body.waiting_for_disk = false;
                 }
+                // Waits again (pushed anew) if another thread took the room meanwhile.
+                self.advance(token, conn, driver);
             }
         }
+        let disk = &self.shared.buffers.disk;
+        self.bodies.free_seen = disk.limit().saturating_sub(disk.used());
+        still.append(&mut self.bodies.disk_waiters);
+        self.bodies.disk_waiters = still;
     }
 }
 
