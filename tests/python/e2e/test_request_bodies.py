@@ -49,6 +49,18 @@ def spool_fds(pid: int, directory: Path) -> list[str]:
     return [target for target in fd_targets(pid) if target.startswith(str(directory) + "/")]
 
 
+def held_by_any_process(directory: Path) -> list[tuple[int, str]]:
+    """Every descriptor of any process on files in ``directory``."""
+    held = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                held.extend((int(entry), target) for target in spool_fds(int(entry), directory))
+            except (FileNotFoundError, PermissionError, ProcessLookupError):
+                pass  # gone meanwhile
+    return held
+
+
 def unread_by_server(client: socket.socket) -> int:
     """Bytes ``client`` sent that wait unread in the server's socket (``rx_queue`` of the
     server's end in /proc/net/tcp)."""
@@ -449,15 +461,21 @@ def test_a_1_gb_upload_costs_the_worker_no_memory_and_leaves_no_file(
     wait_until(lambda: not spool_fds(worker, spool), what="the temporary file closed")
     assert os.listdir(spool) == []
 
-    # Killed mid-upload: the unnamed file goes with the process.
+    # Killed mid-upload, while it held the file: the unnamed file goes with the process.
+    killed: list[int] = []
     with connect(server.port) as sock:
         def kill_at_64_mib() -> None:
             if spool_fds(worker, spool):
+                killed.append(worker)
                 os.kill(worker, 9)
                 raise ConnectionResetError("killed")
         try:
             stream_upload(sock, 256 * MIB, kill_at_64_mib)
         except OSError:
             pass
+    assert killed == [worker]
     wait_until(lambda: not os.path.exists(f"/proc/{worker}/fd"), what="the killed worker gone")
-    assert os.listdir(spool) == []
+    # The file had no name (O_TMPFILE), so its blocks are freed once no descriptor is left:
+    # none went to another process (the master, a new worker). (The mkostemp fallback, for
+    # a file system without O_TMPFILE, would also leave no name; it cannot be forced here.)
+    assert held_by_any_process(spool) == []
