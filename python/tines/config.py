@@ -525,7 +525,7 @@ _REGISTRY = (
             size, 1048576, ("--max-response-buffer",), "SIZE", worker=True, default_text="1048576 (1 MiB)"),
     Setting("response_buffer_total", "Limits", "Memory one worker holds at most for response output its slots handed to the poller (clients reading slowly), together; beyond it a complete body (a list or tuple) spills to a temporary file in `request_buffer_dir` within `buffer_disk_total`, and only when that is full too does the slot wait for the client. Streamed bodies' `max_response_buffer` shares it. See docs/slow-clients.md.",
             size, 67108864, ("--response-buffer-total",), "SIZE", worker=True, default_text="67108864 (64 MiB)"),
-    Setting("max_body_drain", "Limits", "Request body the app did not read is drained up to this many bytes to keep the connection; beyond it the connection is closed.",
+    Setting("max_body_drain", "Limits", "A request body the app did not read that is still in the socket (`stream_body_paths`) is drained up to this many bytes to keep the connection; beyond it the connection is closed. A body read before dispatch (every other route) is dropped whatever its size, and the connection kept.",
             non_negative_int, 65536, ("--max-body-drain",), "BYTES", worker=True),
     # Logging
     Setting("access_log", "Logging", "Access log in the combined format: a file path, or `-` for stdout. Off when unset. The first field is the client address the app sees as `REMOTE_ADDR`: behind a proxy that `forwarded_allow_ips` trusts, the forwarded one (as gunicorn's `%(h)s` and Apache's mod_remoteip).",

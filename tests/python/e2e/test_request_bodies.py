@@ -186,6 +186,23 @@ def test_a_request_pipelined_in_the_head_s_packet_after_a_chunked_body_is_served
     assert (second.status, second.body) == (200, b"0 - -")
 
 
+@pytest.mark.parametrize("store", [(), ("--request-buffer-memory", "1024")], ids=["memory", "file"])
+def test_a_buffered_body_the_app_ignores_is_dropped_and_the_connection_kept(
+        tines_server: Any, store: tuple[str, ...]) -> None:
+    # 100 KiB is over max_body_drain (64 KiB), which only bounds bodies still in the socket:
+    # this one was read whole before dispatch.
+    server = tines_server(APP, "-w", "1", "--max-body-drain", "65536", *store)
+    with connect(server.port) as sock:
+        reader = Reader(sock)
+        post(sock, b"x" * 100 * 1024, path="/ignore")
+        ignored = reader.response()
+        assert (ignored.status, ignored.body) == (200, b"ignored")
+        assert ignored.headers.get("connection") != "close"
+        post(sock, b"next")
+        after = reader.response()
+    assert (after.status, after.body) == (200, b"4 4 -")
+
+
 @pytest.mark.parametrize("mpm", ["prefork", "event"])
 def test_a_body_over_request_buffer_memory_goes_to_an_unnamed_file_freed_after_the_request(
         tines_server: Any, tmp_path: Path, mpm: str) -> None:
