@@ -9,7 +9,8 @@
 //! `max_body_size` before anything is read (no `100 Continue`), the `100 Continue` the server
 //! sends itself for `Expect: 100-continue`, the reads (never past a Content-Length body's end;
 //! through a per-loop scratch buffer), the answers to a body that fails (413, 400 bad
-//! chunking, 507/500 when the temporary file cannot be written, with one error-log line), and
+//! chunking, 507/500 when the temporary file cannot be written, with one error-log line, at
+//! most one a second), and
 //! the bodies waiting unread for disk room when `buffer_disk_total` is reached (each with the
 //! bytes it needs at once, retried when the free room covers them: edge-triggered epoll will
 //! not announce them again). The body
@@ -18,7 +19,7 @@
 //! It must not serve a request nor decide how a body is stored (`parked_body` does).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tines_proto::BodyFraming;
 
@@ -48,6 +49,8 @@ pub(super) struct BodyReading {
     /// The least free disk room any waiter was measured against since the last retry: a
     /// retry is only worth a pass over the waiters once the free room is larger.
     free_seen: u64,
+    /// The temporary-file error line's rate.
+    storage_log: LogLimit,
 }
 
 impl BodyReading {
@@ -56,6 +59,7 @@ impl BodyReading {
             scratch: Vec::new(),
             disk_waiters: Vec::new(),
             free_seen: u64::MAX,
+            storage_log: LogLimit::default(),
         }
     }
 }
@@ -187,7 +191,7 @@ impl Reactor {
             let room = match body.room(&mut area, &shared.buffers, want) {
                 Ok(Room::Bytes(room)) => room,
                 Ok(Room::DiskFull { needed }) => return BodyStep::WaitDisk(needed),
-                Err(fault) => return body_failed(&fault, config),
+                Err(fault) => return body_failed(&fault, config, &mut self.bodies.storage_log),
             };
             let stored = if early {
                 body.take_early(&mut area, room)
@@ -204,7 +208,7 @@ impl Reactor {
             };
             body.release_reserved();
             if let Err(fault) = stored {
-                return body_failed(&fault, config);
+                return body_failed(&fault, config, &mut self.bodies.storage_log);
             }
         }
     }
@@ -282,9 +286,9 @@ impl Reactor {
 }
 
 /// The answer to a body that failed, logging a temporary-file failure.
-fn body_failed(fault: &BodyFault, config: &WorkerConfig) -> BodyStep {
+fn body_failed(fault: &BodyFault, config: &WorkerConfig, log: &mut LogLimit) -> BodyStep {
     match fault {
-        BodyFault::Storage(_) => storage_failed(fault, config),
+        BodyFault::Storage(_) => storage_failed(fault, config, log),
         BodyFault::TooLarge => BodyStep::Refuse(413),
         BodyFault::BadChunk(err) => {
             crate::log::debug(&format!("bad chunked request body: {}", err.reason()));
@@ -293,19 +297,54 @@ fn body_failed(fault: &BodyFault, config: &WorkerConfig) -> BodyStep {
     }
 }
 
-/// One error-log line naming the directory and the error; 507 for a full disk, else 500.
-/// The worker lives on.
-fn storage_failed(fault: &BodyFault, config: &WorkerConfig) -> BodyStep {
-    let detail = match fault {
-        BodyFault::Storage(err) => err.to_string(),
-        _ => String::new(),
-    };
-    crate::log::error(&format!(
-        "request body: cannot write a temporary file in request_buffer_dir {}: {detail} (answered {})",
-        config.request_buffer_dir.display(),
-        fault.status()
-    ));
+/// One error-log line naming the directory and the error (at most one a second, counting
+/// those left out: a full disk under a flood of uploads must not flood the log too); 507 for
+/// a full disk, else 500. The worker lives on.
+fn storage_failed(fault: &BodyFault, config: &WorkerConfig, log: &mut LogLimit) -> BodyStep {
+    if let Some(suppressed) = log.admit(Instant::now()) {
+        let detail = match fault {
+            BodyFault::Storage(err) => err.to_string(),
+            _ => String::new(),
+        };
+        let more = if suppressed > 0 {
+            format!("; {suppressed} more such failures in the last second(s) not logged")
+        } else {
+            String::new()
+        };
+        crate::log::error(&format!(
+            "request body: cannot write a temporary file in request_buffer_dir {}: {detail} (answered {}){more}",
+            config.request_buffer_dir.display(),
+            fault.status()
+        ));
+    }
     BodyStep::Refuse(fault.status())
+}
+
+/// How often a repeated error line may be written.
+const LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Lets a repeated log line through at most once per [`LOG_INTERVAL`], counting the ones held
+/// back.
+#[derive(Default)]
+pub(super) struct LogLimit {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl LogLimit {
+    /// `Some(lines held back since the last one written)` when a line may be written at
+    /// `now`; `None` (and one more held back) when not.
+    fn admit(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .last
+            .is_some_and(|last| now.saturating_duration_since(last) < LOG_INTERVAL)
+        {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
 }
 
 #[cfg(test)]
@@ -319,6 +358,19 @@ mod tests {
         assert_eq!(target_path(b"http://example.com"), b"/");
         assert_eq!(target_path(b"/a?b=http://c/d"), b"/a");
         assert_eq!(target_path(b"*"), b"*");
+    }
+
+    #[test]
+    fn a_repeated_error_line_is_written_at_most_once_a_second_with_the_count_left_out() {
+        let mut limit = LogLimit::default();
+        let start = Instant::now();
+        assert_eq!(limit.admit(start), Some(0));
+        assert_eq!(limit.admit(start + Duration::from_millis(10)), None);
+        assert_eq!(limit.admit(start + Duration::from_millis(999)), None);
+        assert_eq!(limit.admit(start + Duration::from_millis(1000)), Some(2));
+        assert_eq!(limit.admit(start + Duration::from_millis(1500)), None);
+        assert_eq!(limit.admit(start + Duration::from_millis(3000)), Some(1));
+        assert_eq!(limit.admit(start + Duration::from_millis(5000)), Some(0));
     }
 
     #[test]
