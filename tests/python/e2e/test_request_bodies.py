@@ -433,6 +433,54 @@ def test_a_request_buffer_dir_where_no_temporary_file_can_be_made_is_refused_bef
     assert "request_buffer_dir" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+def check_config(*args: str, cwd: Path | str = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tines", "check-config", *args],
+                          capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
+
+
+def test_a_relative_request_buffer_dir_is_checked_where_the_workers_will_use_it(tmp_path: Path) -> None:
+    # The workers run in chdir: "spool" means chdir/spool there, whatever the master's
+    # directory was.
+    (tmp_path / "spool").mkdir()
+    (tmp_path / "app.py").write_text("def app(environ, start_response):\n    return []\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = check_config("--chdir", str(tmp_path), "--request-buffer-dir", "spool", "app:app",
+                          cwd=elsewhere)
+    assert result.returncode == 0, result.stderr
+    (tmp_path / "spool").rmdir()
+    (elsewhere / "spool").mkdir()
+    result = check_config("--chdir", str(tmp_path), "--request-buffer-dir", "spool", "app:app",
+                          cwd=elsewhere)
+    assert result.returncode == 2
+    assert f"{tmp_path}/spool" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_request_buffer_dir_the_worker_user_cannot_write_is_refused_before_start() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to switch to another user")
+    try:
+        import pwd
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody here")
+    # In /tmp, which anyone can reach (pytest's own directories are root's alone).
+    private = tempfile.mkdtemp(prefix="tines-private-", dir="/tmp")  # 0700, root's
+    try:
+        result = check_config("--user", "nobody", "--request-buffer-dir", private,
+                              "examples/hello.py:app")
+        assert result.returncode == 2
+        assert "request_buffer_dir" in result.stderr and "nobody" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        os.chown(private, nobody.pw_uid, nobody.pw_gid)
+        result = check_config("--user", "nobody", "--request-buffer-dir", private,
+                              "examples/hello.py:app")
+        assert result.returncode == 0, result.stderr
+    finally:
+        os.rmdir(private)
+
+
 def stream_upload(sock: socket.socket, size: int, during: Any) -> None:
     """Sends a ``size``-byte body in 1 MiB blocks (never held whole), calling ``during()``
     every 64 MiB."""
