@@ -10,11 +10,10 @@
 //! sends itself for `Expect: 100-continue`, the reads (never past a Content-Length body's end;
 //! through a per-loop scratch buffer), the answers to a body that fails (413, 400 bad
 //! chunking, 507/500 when the temporary file cannot be written, with one error-log line, at
-//! most one a second), and
-//! the bodies waiting unread for disk room when `buffer_disk_total` is reached (each with the
-//! bytes it needs at once, retried when the free room covers them: edge-triggered epoll will
-//! not announce them again). The body
-//! deadlines are the timers' (`TimerKind::Body`).
+//! most one a second), and the bodies waiting unread for disk room when `buffer_disk_total`
+//! is reached (each with the bytes it needs at once, retried when the free room covers them:
+//! edge-triggered epoll will not announce them again). The body deadlines are the timers'
+//! (`TimerKind::Body`).
 //!
 //! It must not serve a request nor decide how a body is stored (`parked_body` does).
 
