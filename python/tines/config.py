@@ -515,9 +515,9 @@ _REGISTRY = (
             size, 262144, ("--request-buffer-memory",), "SIZE", worker=True, default_text="262144 (256 KiB)"),
     Setting("request_buffer_total", "Limits", "Memory one worker holds at most for request bodies being read before dispatch, together; beyond it a body spills to a temporary file (`request_buffer_dir`) even when it is smaller than `request_buffer_memory`.",
             size, 33554432, ("--request-buffer-total",), "SIZE", worker=True, default_text="33554432 (32 MiB)"),
-    Setting("request_buffer_dir", "Limits", "Directory for the temporary files of request bodies and response output too large for memory. Each file is unlinked at once (`O_TMPFILE`; where the file system lacks it, a named file unlinked at once), so a crash or a `SIGKILL` leaves nothing behind. The master checks before the first fork that a temporary file can be made there. On a tmpfs, these files are memory too.",
-            directory, tempfile.gettempdir, ("--request-buffer-dir",), "DIR", worker=True, default_text="the system temp dir (`TMPDIR`, else `/tmp`)"),
-    Setting("buffer_disk_total", "Limits", "Bytes of temporary files one worker holds at most, request bodies and response output together; beyond it a new request body waits unread (its body timeout running) and a response waits on its slot (up to `send_timeout` per wait). A full disk (`ENOSPC`) fails the one request that met it with 507 and a log line.",
+    Setting("request_buffer_dir", "Limits", "Directory for the temporary files of request bodies and response output too large for memory. Each file is unlinked at once (`O_TMPFILE`; where the file system lacks it, a named file unlinked at once), so a crash or a `SIGKILL` leaves nothing behind. The master checks before the first fork that a temporary file can be made there. On a tmpfs, these files are memory too. A relative path is taken from `chdir` (where the workers run), and must name an existing directory there.",
+            optional_text, tempfile.gettempdir, ("--request-buffer-dir",), "DIR", worker=True, default_text="the system temp dir (`TMPDIR`, else `/tmp`)"),
+    Setting("buffer_disk_total", "Limits", "Bytes of temporary files one worker holds at most, request bodies and response output together; beyond it a new request body waits unread (its body timeout running; a Content-Length body reserves its whole length at once, and one larger than this whole budget gets 413) and a response waits on its slot (up to `send_timeout` per wait). A full disk (`ENOSPC`) fails the one request that met it with 507 and a log line.",
             size, 1073741824, ("--buffer-disk-total",), "SIZE", worker=True, default_text="1073741824 (1 GiB)"),
     Setting("stream_body_paths", "Limits", "Path prefixes (matched against the request target's path, before any `?`) whose request bodies are not read before dispatch but stream through `wsgi.input` while the app runs, as the app reads them (and `Expect: 100-continue` is then answered on the app's first read): for an endpoint that must start on the first bytes of a long upload. Such routes are not slow-client safe: a slow uploader holds an app slot for as long as `body_timeout` and `body_min_rate` allow. Comma-separated.",
             text, (), ("--stream-body-paths",), "PATHS", worker=True, multiple=True),
@@ -525,7 +525,7 @@ _REGISTRY = (
             size, 1048576, ("--max-response-buffer",), "SIZE", worker=True, default_text="1048576 (1 MiB)"),
     Setting("response_buffer_total", "Limits", "Memory one worker holds at most for response output its slots handed to the poller (clients reading slowly), together; beyond it a complete body (a list or tuple) spills to a temporary file in `request_buffer_dir` within `buffer_disk_total`, and only when that is full too does the slot wait for the client. Streamed bodies' `max_response_buffer` shares it. See docs/slow-clients.md.",
             size, 67108864, ("--response-buffer-total",), "SIZE", worker=True, default_text="67108864 (64 MiB)"),
-    Setting("max_body_drain", "Limits", "Request body the app did not read is drained up to this many bytes to keep the connection; beyond it the connection is closed.",
+    Setting("max_body_drain", "Limits", "A request body the app did not read that is still in the socket (`stream_body_paths`) is drained up to this many bytes to keep the connection; beyond it the connection is closed. A body read before dispatch (every other route) is dropped whatever its size, and the connection kept.",
             non_negative_int, 65536, ("--max-body-drain",), "BYTES", worker=True),
     # Logging
     Setting("access_log", "Logging", "Access log in the combined format: a file path, or `-` for stdout. Off when unset. The first field is the client address the app sees as `REMOTE_ADDR`: behind a proxy that `forwarded_allow_ips` trusts, the forwarded one (as gunicorn's `%(h)s` and Apache's mod_remoteip).",
@@ -706,10 +706,26 @@ def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
         if ordered["limit_cpu_hard"] < ordered["limit_cpu"]:  # type: ignore[operator]
             raise ConfigError(f"limit_cpu_hard {ordered['limit_cpu_hard']} ({sources['limit_cpu_hard']}) "
                               f"must be at least limit_cpu {ordered['limit_cpu']} ({sources['limit_cpu']})")
+    ordered["request_buffer_dir"] = _request_buffer_dir(ordered, sources)
     if ordered["threads"] == 0 and ordered["mpm"] != "event":
         raise ConfigError(f"threads 0 (the app on the loop thread) needs mpm event, "
                           f"got mpm {ordered['mpm']} ({sources['threads']})")
     return Config(ordered, {name: sources[name] for name in SETTINGS}, config_path)
+
+
+def _request_buffer_dir(values: Mapping[str, object], sources: Mapping[str, str]) -> str:
+    """``request_buffer_dir`` made absolute the way the workers see it: a relative path is
+    taken from ``chdir`` (they run there), else from the current directory; it must be an
+    existing directory."""
+    raw = values["request_buffer_dir"] or tempfile.gettempdir()
+    chdir = values["chdir"]
+    base = os.path.abspath(chdir) if isinstance(chdir, str) else os.getcwd()
+    resolved = os.path.normpath(os.path.join(base, str(raw)))
+    if not os.path.isdir(resolved):
+        where = f" (from chdir {chdir})" if isinstance(chdir, str) and not os.path.isabs(str(raw)) else ""
+        raise ConfigError(f"request_buffer_dir must be an existing directory, got {resolved!r}{where} "
+                          f"({sources['request_buffer_dir']})")
+    return resolved
 
 
 def ignored_settings(cfg: Config) -> list[str]:

@@ -2,20 +2,23 @@
 ``tines check-config``: the worker settings (with the workers' own conversion), the resource
 limits against this process's hard limits, the dynamic pool's bounds, that a temporary file can
 be made in ``request_buffer_dir`` (as the workers make them, for request bodies too large for
-memory), and the hooks module (imported from ``chdir``).
+memory, and as the user they run as: checked in a short-lived child that switches to ``user``
+when the master is root), and the hooks module (imported from ``chdir``).
 
-Must not: fork, start threads, bind sockets or load the app.
+Must not: fork a worker (only that one checking child, which exits at once), start threads,
+bind sockets or load the app.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import pwd
 import tempfile
 from dataclasses import dataclass
 
 from tines import hooks as server_hooks
-from tines import limits, pool
+from tines import limits, pool, upgrade
 from tines.config import Config
 from tines.errors import ConfigError
 from tines.hooks import Hooks
@@ -43,11 +46,52 @@ def check(cfg: Config) -> Checked:
 
     settings = worker_settings(cfg)
     limits.check(cfg)
-    check_request_buffer_dir(str(settings["request_buffer_dir"] or tempfile.gettempdir()))
+    # Absolute already (config.load takes a relative one from chdir).
+    directory = str(settings["request_buffer_dir"] or tempfile.gettempdir())
+    if cfg.user is not None and os.geteuid() == 0 and cfg.user != 0:
+        check_request_buffer_dir_as(directory, cfg.group, cfg.user)
+    else:
+        check_request_buffer_dir(directory)
     pool_settings = pool.settings(cfg)
     if cfg.chdir:
         os.chdir(cfg.chdir)
     return Checked(settings, server_hooks.load(cfg.hooks), pool_settings)
+
+
+def check_request_buffer_dir_as(directory: str, group: int | None, user: int) -> None:
+    """``check_request_buffer_dir`` as ``user`` (and ``group``), in a child process that
+    switches to them as the master will after binding (the master itself must stay root until
+    then, and starts no threads: a fork is the way)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            upgrade.drop_privileges(group, user)
+            check_request_buffer_dir(directory)
+            code = 0
+        except ConfigError as error:
+            os.write(write, str(error).encode())
+            code = 1
+        except BaseException as error:  # anything else: say it, never run on as a copy
+            os.write(write, f"request_buffer_dir: cannot check as user {user}: {error}".encode())
+            code = 1
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        message = pipe.read().decode(errors="replace")
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        name = _user_name(user)
+        raise ConfigError(f"{message or 'request_buffer_dir: the check failed'} "
+                          f"(as user {name}, whom the workers run as)")
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def check_request_buffer_dir(directory: str) -> None:

@@ -336,9 +336,22 @@ impl Connection {
 
     /// Ends the current request: keeps the `leftover` bytes (the start of a pipelined next
     /// request) at the front of the buffer.
-    pub(crate) fn next_request(&mut self, leftover: std::ops::Range<usize>) {
+    ///
+    /// A buffer a body kept in memory grew (its charge against `request_buffer_total` ends
+    /// with the exchange) is not kept: what the next request needs is at most a head
+    /// (`max_head_size` + 1 bytes), so the leftover moves into a fresh small buffer, and with
+    /// no leftover the buffer is freed (an idle connection keeps none).
+    pub(crate) fn next_request(&mut self, leftover: std::ops::Range<usize>, max_head_size: usize) {
         let len = leftover.len();
-        if len > 0 {
+        let needed = INITIAL_BUFFER.max(max_head_size + 1);
+        if len == 0 && self.buf.len() > INITIAL_BUFFER {
+            // A large head or a body grew the buffer: give the memory back while idle.
+            self.buf = Vec::new();
+        } else if self.buf.len() > needed {
+            let mut fresh = vec![0; INITIAL_BUFFER.max(len)];
+            fresh[..len].copy_from_slice(&self.buf[leftover]);
+            self.buf = fresh;
+        } else if len > 0 {
             self.buf.copy_within(leftover, 0);
         }
         self.filled = len;
@@ -347,10 +360,6 @@ impl Connection {
         self.head_started = if len > 0 { Some(Instant::now()) } else { None };
         self.parked_body = None;
         self.state = ConnState::KeepAlive;
-        if len == 0 && self.buf.len() > INITIAL_BUFFER {
-            // A large head grew the buffer: give the memory back while idle.
-            self.buf = Vec::new();
-        }
     }
 
     /// Writes a complete error response without waiting (best effort: the connection is
@@ -368,5 +377,55 @@ impl Drop for Connection {
         if let Some(output) = &self.output {
             output.close();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    fn connection() -> (Connection, UnixStream) {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        (Connection::new(OwnedFd::from(ours), Peer::Unix, 0), theirs)
+    }
+
+    #[test]
+    fn a_buffer_grown_for_a_body_is_not_kept_for_the_next_request_s_first_bytes() {
+        let (mut conn, _peer) = connection();
+        let max_head_size = 32 * 1024;
+        // Head, a 250 KiB body kept in memory, then one byte of the next head.
+        conn.buf = vec![b'b'; 300 * 1024];
+        conn.buf[290 * 1024] = b'G';
+        conn.filled = 290 * 1024 + 1;
+        conn.next_request(290 * 1024..290 * 1024 + 1, max_head_size);
+        assert_eq!(conn.buffer(), b"G");
+        assert!(
+            conn.buf.capacity() <= max_head_size + 1,
+            "{}",
+            conn.buf.capacity()
+        );
+    }
+
+    #[test]
+    fn a_buffer_grown_for_a_body_is_freed_when_nothing_follows_the_request() {
+        let (mut conn, _peer) = connection();
+        conn.buf = vec![0; 300 * 1024];
+        conn.filled = 300 * 1024;
+        conn.next_request(300 * 1024..300 * 1024, 32 * 1024);
+        assert!(conn.is_idle());
+        assert_eq!(conn.buf.capacity(), 0);
+    }
+
+    #[test]
+    fn a_buffer_of_the_usual_size_is_reused_for_pipelined_bytes() {
+        let (mut conn, _peer) = connection();
+        conn.buf = vec![0; INITIAL_BUFFER];
+        conn.buf[100..103].copy_from_slice(b"GET");
+        conn.filled = 103;
+        let before = conn.buf.as_ptr();
+        conn.next_request(100..103, 32 * 1024);
+        assert_eq!(conn.buffer(), b"GET");
+        assert_eq!(conn.buf.as_ptr(), before);
     }
 }

@@ -54,8 +54,12 @@ pub struct Area<'a> {
 pub enum Room {
     /// This many bytes can be stored.
     Bytes(usize),
-    /// The body needs disk and `buffer_disk_total` is reached: wait, unread.
-    DiskFull,
+    /// The body needs disk that `buffer_disk_total` does not have now: wait, unread, until
+    /// the disk account has `needed` bytes free (nothing was taken, no file was made).
+    DiskFull {
+        /// The bytes the body must take from the disk budget at once to go on.
+        needed: u64,
+    },
 }
 
 /// Why a body read before dispatch failed, each the request's answer.
@@ -95,6 +99,19 @@ fn storage(err: SpoolError) -> BodyFault {
     }
 }
 
+/// Appends bytes that follow a complete body (a pipelined request) to the read buffer.
+fn keep_after_body(area: &mut Area<'_>, rest: &[u8]) {
+    if rest.is_empty() {
+        return;
+    }
+    let start = *area.filled;
+    if area.buf.len() < start + rest.len() {
+        area.buf.resize(start + rest.len(), 0);
+    }
+    area.buf[start..start + rest.len()].copy_from_slice(rest);
+    *area.filled += rest.len();
+}
+
 /// What the exchange takes over at dispatch: the whole decoded body.
 #[derive(Debug)]
 pub struct FinishedBody {
@@ -124,32 +141,38 @@ pub struct ParkedBody {
     complete: bool,
     memory_limit: u64,
     max_body_size: u64,
+    /// The most one read of a chunked body takes (see [`ParkedBody::wanted`]).
+    pipelined_room: usize,
+    /// A Content-Length body over `memory_limit`: its first room moves it to a file.
+    to_file: bool,
+    /// A Content-Length body in a file has its whole remaining length reserved on the disk
+    /// budget (all or nothing), so it never stalls half-read for want of disk.
+    whole_reserved: bool,
+    /// The loop has it on its list of bodies waiting for disk room (`reactor::body`).
+    pub waiting_for_disk: bool,
 }
 
 impl ParkedBody {
     /// Starts a body of `framing` (a Content-Length over `memory_limit` goes to a file from
-    /// the start). `max_trailer` bounds chunk extensions and trailers, as when streaming.
+    /// its first room on; the file is made only once the disk budget has room for it). `max_head_size` bounds chunk extensions and trailers, as when streaming,
+    /// and (with the first read buffer's size) one read of a chunked body.
     pub fn new(
         framing: BodyFraming,
         buffers: &Arc<Buffers>,
         memory_limit: u64,
         max_body_size: u64,
-        max_trailer: usize,
-    ) -> io::Result<ParkedBody> {
+        max_head_size: usize,
+    ) -> ParkedBody {
         let framing = match framing {
-            BodyFraming::Chunked => Framing::Chunked(ChunkedDecoder::new(max_trailer)),
+            BodyFraming::Chunked => Framing::Chunked(ChunkedDecoder::new(max_head_size)),
             BodyFraming::Length(remaining) => Framing::Length { remaining },
             BodyFraming::None => Framing::Length { remaining: 0 },
         };
-        let stored = match framing {
-            Framing::Length { remaining } if remaining > memory_limit => {
-                Stored::File(SpoolFile::create(buffers)?)
-            }
-            _ => Stored::Memory(Held::new(buffers, Budget::RequestMemory)),
-        };
+        let to_file = matches!(framing, Framing::Length { remaining } if remaining > memory_limit);
+        let stored = Stored::Memory(Held::new(buffers, Budget::RequestMemory));
         let now = Instant::now();
         let complete = matches!(framing, Framing::Length { remaining: 0 });
-        Ok(ParkedBody {
+        ParkedBody {
             framing,
             stored,
             length: 0,
@@ -160,7 +183,11 @@ impl ParkedBody {
             complete,
             memory_limit,
             max_body_size,
-        })
+            pipelined_room: crate::connection::INITIAL_BUFFER.max(max_head_size + 1),
+            to_file,
+            whole_reserved: false,
+            waiting_for_disk: false,
+        }
     }
 
     /// True once the whole body is stored.
@@ -174,18 +201,23 @@ impl ParkedBody {
     }
 
     /// Raw bytes the next read may take at most (a Content-Length body is never read past its
-    /// end, so a pipelined request stays in the socket).
+    /// end, so a pipelined request stays in the socket; a chunked body's end is known only
+    /// once read, so its reads take at most `pipelined_room` bytes: what a read brings past
+    /// the end never needs more room than one request head).
     pub fn wanted(&self, at_most: usize) -> usize {
         match self.framing {
             Framing::Length { remaining } => (remaining.min(at_most as u64)) as usize,
-            Framing::Chunked(_) => at_most,
+            Framing::Chunked(_) => at_most.min(self.pipelined_room),
         }
     }
 
     /// Makes room for up to `want` more bytes (decoded bytes never outnumber raw ones): grows
     /// the memory area (charged to `request_buffer_total`) up to `request_buffer_memory`;
     /// beyond that, or when the total refuses, moves the body to a temporary file, whose
-    /// room is reserved against `buffer_disk_total`.
+    /// room is reserved against `buffer_disk_total`: a Content-Length body's whole remaining
+    /// length at once (all or nothing, so two such bodies never starve each other), a
+    /// chunked body's (length unknown) read by read. The budget is checked before a file is
+    /// made; a Content-Length body larger than the whole budget is too large (413).
     pub fn room(
         &mut self,
         area: &mut Area<'_>,
@@ -195,7 +227,7 @@ impl ParkedBody {
         if want == 0 {
             return Ok(Room::Bytes(0));
         }
-        if let Stored::Memory(held) = &mut self.stored {
+        if let (Stored::Memory(held), false) = (&mut self.stored, self.to_file) {
             let end = (area.head_len as u64).saturating_add(self.memory_limit);
             let cap = end.saturating_sub(*area.filled as u64) as usize;
             let free = area.buf.len().saturating_sub(*area.filled);
@@ -210,14 +242,30 @@ impl ParkedBody {
                     return Ok(Room::Bytes((grown - *area.filled).min(want)));
                 }
             }
-            // Over the per-request limit or the worker's total: spill to a file.
-            let mut file = SpoolFile::create(buffers).map_err(BodyFault::Storage)?;
+        }
+        if let Stored::Memory(_) = self.stored {
+            // Over the per-request limit or the worker's total: spill to a file, once the
+            // disk budget has room for what the body must take at once.
             let body = area.head_len..*area.filled;
+            let claim = match self.framing {
+                Framing::Length { remaining } => remaining,
+                Framing::Chunked(_) => 1,
+            };
+            let needed = body.len() as u64 + claim;
+            if needed > buffers.disk.limit() {
+                // It would wait for ever.
+                return Err(BodyFault::TooLarge);
+            }
+            if buffers.disk.limit().saturating_sub(buffers.disk.used()) < needed {
+                // The buffered bytes stay in memory until the disk has room.
+                return Ok(Room::DiskFull { needed });
+            }
+            let mut file = SpoolFile::create(buffers).map_err(BodyFault::Storage)?;
             if !body.is_empty() {
                 match file.append(&area.buf[body]) {
                     Ok(()) => {}
-                    // The buffered bytes stay in memory until the disk has room.
-                    Err(SpoolError::BudgetFull) => return Ok(Room::DiskFull),
+                    // Another thread took the room meanwhile.
+                    Err(SpoolError::BudgetFull) => return Ok(Room::DiskFull { needed }),
                     Err(err) => return Err(storage(err)),
                 }
             }
@@ -229,15 +277,28 @@ impl ParkedBody {
         let Stored::File(file) = &mut self.stored else {
             unreachable!("moved to a file above")
         };
-        match file.reserve_up_to(want as u64) {
-            0 => Ok(Room::DiskFull),
-            reserved => Ok(Room::Bytes(reserved as usize)),
+        match self.framing {
+            Framing::Length { remaining } => {
+                if !self.whole_reserved {
+                    if !file.try_reserve(remaining) {
+                        return Ok(Room::DiskFull { needed: remaining });
+                    }
+                    self.whole_reserved = true;
+                }
+                // `want` is at most `remaining` (`wanted`), all reserved.
+                Ok(Room::Bytes(want))
+            }
+            Framing::Chunked(_) => match file.reserve_up_to(want as u64) {
+                0 => Ok(Room::DiskFull { needed: 1 }),
+                reserved => Ok(Room::Bytes(reserved as usize)),
+            },
         }
     }
 
-    /// Gives back disk room reserved for a read that brought fewer bytes (or none).
+    /// Gives back disk room reserved for a read that brought fewer bytes (or none); a
+    /// Content-Length body keeps its whole reservation until its bytes fill it.
     pub fn release_reserved(&mut self) {
-        if let Stored::File(file) = &mut self.stored {
+        if let (Stored::File(file), false) = (&mut self.stored, self.whole_reserved) {
             file.release_reserved();
         }
     }
@@ -280,15 +341,26 @@ impl ParkedBody {
             }
         }
         if self.complete && pos < bytes.len() {
-            let rest = &bytes[pos..];
-            let start = *area.filled;
-            if area.buf.len() < start + rest.len() {
-                area.buf.resize(start + rest.len(), 0);
-            }
-            area.buf[start..start + rest.len()].copy_from_slice(rest);
-            *area.filled += rest.len();
+            keep_after_body(area, &bytes[pos..]);
         }
         Ok(())
+    }
+
+    /// Stores the first `room` of the body bytes that came with the head ([`ParkedBody::early`])
+    /// like [`ParkedBody::take`]; the rest stays early for the next room, unless the body
+    /// ended: then all that follows its end (in these `room` bytes and after them) is kept in
+    /// the read buffer after the body, the start of the next request.
+    pub fn take_early(&mut self, area: &mut Area<'_>, room: usize) -> Result<(), BodyFault> {
+        let mut bytes = std::mem::take(&mut self.early);
+        let room = room.min(bytes.len());
+        let taken = self.take(area, &bytes[..room]);
+        bytes.drain(..room);
+        if taken.is_ok() && self.complete {
+            keep_after_body(area, &bytes);
+        } else {
+            self.early = bytes;
+        }
+        taken
     }
 
     fn put(&mut self, area: &mut Area<'_>, data: &[u8]) -> Result<(), BodyFault> {
@@ -363,7 +435,7 @@ mod tests {
             };
             let room = match body.room(&mut area, buffers, want)? {
                 Room::Bytes(n) => n,
-                Room::DiskFull => panic!("disk full"),
+                Room::DiskFull { .. } => panic!("disk full"),
             };
             body.take(&mut area, &raw[pos..pos + room])?;
             body.release_reserved();
@@ -386,7 +458,7 @@ mod tests {
         let head = b"POST / HTTP/1.1\r\n\r\n";
         let mut buf = head.to_vec();
         let mut filled = head.len();
-        let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 1 << 16, 0, 4096).unwrap();
+        let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 1 << 16, 0, 4096);
         let raw = b"5\r\nhello\r\n1;ext=1\r\n \r\n6\r\nworld!\r\n0\r\nX-T: 1\r\n\r\nGET /next HTTP/1.1\r\n\r\n";
         let taken = feed(
             &mut body,
@@ -414,6 +486,86 @@ mod tests {
         std::fs::remove_dir(&dir).unwrap();
     }
 
+    /// Stores a body's early bytes as the reactor does: slice by slice, as room allows.
+    fn feed_early(
+        body: &mut ParkedBody,
+        buf: &mut Vec<u8>,
+        filled: &mut usize,
+        head_len: usize,
+        buffers: &Arc<Buffers>,
+    ) {
+        while !body.is_complete() && !body.early.is_empty() {
+            let mut area = Area {
+                buf,
+                filled,
+                head_len,
+            };
+            let want = body.early.len();
+            let room = match body.room(&mut area, buffers, want).unwrap() {
+                Room::Bytes(n) => n,
+                Room::DiskFull { .. } => panic!("disk full"),
+            };
+            body.take_early(&mut area, room).unwrap();
+            body.release_reserved();
+        }
+    }
+
+    #[test]
+    fn every_byte_after_a_chunked_body_that_came_with_the_head_is_kept_past_the_first_slice() {
+        let dir = temp_dir("early");
+        let buffers = buffers(1 << 20, 1 << 20, &dir);
+        let head = b"POST / HTTP/1.1\r\n\r\n";
+        let next = [
+            b"GET /a HTTP/1.1\r\nX-Pad: ".as_slice(),
+            &[b'p'; 2000],
+            b"\r\n\r\n",
+        ]
+        .concat();
+        let mut buf = head.to_vec();
+        buf.resize(8192, 0);
+        let mut filled = head.len();
+        // The memory limit (one slice) is smaller than what came with the head.
+        let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 100, 0, 4096);
+        body.early = [b"5\r\nhello\r\n0\r\n\r\n".as_slice(), &next].concat();
+        feed_early(&mut body, &mut buf, &mut filled, head.len(), &buffers);
+        assert!(body.is_complete());
+        assert!(body.early.is_empty());
+        assert_eq!(&buf[head.len()..head.len() + 5], b"hello");
+        assert_eq!(&buf[head.len() + 5..filled], &next[..]);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_byte_after_a_chunked_body_is_kept_when_it_ends_in_a_partial_disk_reservation() {
+        let dir = temp_dir("early-file");
+        // Memory for 100 body bytes; disk for 300: the body moves to a file and the early
+        // bytes are stored in slices of what the disk account reserves.
+        let buffers = buffers(1 << 20, 300, &dir);
+        let head = b"POST / HTTP/1.1\r\n\r\n";
+        let data = [b'd'; 250];
+        let next = [
+            b"GET /a HTTP/1.1\r\nX-Pad: ".as_slice(),
+            &[b'p'; 2000],
+            b"\r\n\r\n",
+        ]
+        .concat();
+        let mut buf = head.to_vec();
+        buf.resize(8192, 0);
+        let mut filled = head.len();
+        let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 100, 0, 4096);
+        body.early = [b"fa\r\n".as_slice(), &data, b"\r\n0\r\n\r\n", &next].concat();
+        feed_early(&mut body, &mut buf, &mut filled, head.len(), &buffers);
+        assert!(body.is_complete() && body.in_file());
+        assert_eq!(&buf[head.len()..filled], &next[..]);
+        let finished = body.finish();
+        let Stored::File(file) = &finished.stored else {
+            panic!("not in a file")
+        };
+        assert_eq!(file_contents(file), data);
+        drop(finished);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
     #[test]
     fn a_body_over_the_memory_limit_moves_what_was_buffered_into_a_file_and_appends_the_rest() {
         let dir = temp_dir("spill");
@@ -421,7 +573,7 @@ mod tests {
         let head = b"POST / HTTP/1.1\r\n\r\n";
         let mut buf = head.to_vec();
         let mut filled = head.len();
-        let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 20_000, 0, 4096).unwrap();
+        let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 20_000, 0, 4096);
         let data: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
         let mut raw = Vec::new();
         for piece in data.chunks(7_000) {
@@ -457,15 +609,94 @@ mod tests {
     }
 
     #[test]
-    fn the_worker_total_sends_a_small_body_to_a_file_and_a_full_disk_budget_says_wait() {
+    fn the_worker_total_sends_a_small_body_to_a_file() {
         let dir = temp_dir("total");
-        let buffers = buffers(0, 10, &dir);
+        let buffers = buffers(0, 100, &dir);
         let head = b"H";
         let mut buf = head.to_vec();
         let mut filled = 1;
-        let mut body =
-            ParkedBody::new(BodyFraming::Length(30), &buffers, 1 << 16, 0, 4096).unwrap();
+        let mut body = ParkedBody::new(BodyFraming::Length(30), &buffers, 1 << 16, 0, 4096);
         feed(
+            &mut body,
+            &mut buf,
+            &mut filled,
+            1,
+            &buffers,
+            &[7u8; 30],
+            64,
+        )
+        .unwrap();
+        assert!(body.is_complete() && body.in_file());
+        assert_eq!(buffers.disk.used(), 30);
+        let finished = body.finish();
+        let Stored::File(file) = &finished.stored else {
+            panic!("not in a file")
+        };
+        assert_eq!(file_contents(file), [7u8; 30]);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_content_length_body_reserves_its_whole_length_or_waits_for_it_without_making_a_file() {
+        let dir = temp_dir("whole");
+        let buffers = buffers(0, 50, &dir);
+        let (mut first_buf, mut first_filled) = (b"H".to_vec(), 1);
+        let (mut second_buf, mut second_filled) = (b"H".to_vec(), 1);
+        let mut first = ParkedBody::new(BodyFraming::Length(30), &buffers, 1 << 16, 0, 4096);
+        let mut second = ParkedBody::new(BodyFraming::Length(30), &buffers, 1 << 16, 0, 4096);
+        // The first takes its whole length although only 10 bytes have come yet.
+        feed(
+            &mut first,
+            &mut first_buf,
+            &mut first_filled,
+            1,
+            &buffers,
+            &[1u8; 10],
+            64,
+        )
+        .unwrap();
+        assert_eq!(buffers.disk.used(), 30);
+        let mut area = Area {
+            buf: &mut second_buf,
+            filled: &mut second_filled,
+            head_len: 1,
+        };
+        assert_eq!(
+            second.room(&mut area, &buffers, 30).unwrap(),
+            Room::DiskFull { needed: 30 }
+        );
+        assert!(!second.in_file());
+        assert_eq!(buffers.disk.used(), 30);
+        // The first always completes; once it is gone the second fits.
+        feed(
+            &mut first,
+            &mut first_buf,
+            &mut first_filled,
+            1,
+            &buffers,
+            &[1u8; 20],
+            64,
+        )
+        .unwrap();
+        assert!(first.is_complete());
+        assert_eq!(buffers.disk.used(), 30);
+        drop(first);
+        assert_eq!(
+            second.room(&mut area, &buffers, 30).unwrap(),
+            Room::Bytes(30)
+        );
+        assert!(second.in_file());
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_content_length_body_larger_than_the_whole_disk_budget_is_too_large() {
+        let dir = temp_dir("over-disk");
+        let buffers = buffers(0, 10, &dir);
+        let mut buf = b"H".to_vec();
+        let mut filled = 1;
+        let mut body = ParkedBody::new(BodyFraming::Length(30), &buffers, 1 << 16, 0, 4096);
+        let result = feed(
             &mut body,
             &mut buf,
             &mut filled,
@@ -473,15 +704,31 @@ mod tests {
             &buffers,
             &[7u8; 10],
             64,
-        )
-        .unwrap();
-        assert!(body.in_file());
+        );
+        assert!(matches!(result, Err(BodyFault::TooLarge)));
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_chunked_body_that_must_spill_while_the_disk_budget_is_full_waits_for_its_buffered_bytes() {
+        let dir = temp_dir("chunked-wait");
+        let buffers = buffers(0, 10, &dir);
+        assert!(buffers.disk.try_take(10));
+        let mut buf = b"H".to_vec();
+        let mut filled = 1;
+        let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 1 << 16, 0, 4096);
         let mut area = Area {
             buf: &mut buf,
             filled: &mut filled,
             head_len: 1,
         };
-        assert_eq!(body.room(&mut area, &buffers, 20).unwrap(), Room::DiskFull);
+        assert_eq!(
+            body.room(&mut area, &buffers, 64).unwrap(),
+            Room::DiskFull { needed: 1 }
+        );
+        assert!(!body.in_file());
+        buffers.disk.give_back(10);
+        assert_eq!(body.room(&mut area, &buffers, 64).unwrap(), Room::Bytes(10));
         std::fs::remove_dir(&dir).unwrap();
     }
 
@@ -491,7 +738,7 @@ mod tests {
         let buffers = buffers(1 << 20, 1 << 20, &dir);
         let mut buf = Vec::new();
         let mut filled = 0;
-        let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 1 << 16, 8, 4096).unwrap();
+        let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 1 << 16, 8, 4096);
         let result = feed(
             &mut body,
             &mut buf,
@@ -509,7 +756,7 @@ mod tests {
     fn a_content_length_body_is_never_read_past_its_end() {
         let dir = temp_dir("length");
         let buffers = buffers(1 << 20, 1 << 20, &dir);
-        let body = ParkedBody::new(BodyFraming::Length(5), &buffers, 1 << 16, 0, 4096).unwrap();
+        let body = ParkedBody::new(BodyFraming::Length(5), &buffers, 1 << 16, 0, 4096);
         assert_eq!(body.wanted(65536), 5);
         std::fs::remove_dir(&dir).unwrap();
     }

@@ -254,7 +254,18 @@ impl SpoolFile {
         taken
     }
 
-    /// Gives back what [`SpoolFile::reserve_up_to`] reserved and no append used.
+    /// Charges exactly `bytes` to the disk budget ahead of the appends that will use them,
+    /// or nothing (false) when the budget has not that much room.
+    pub fn try_reserve(&mut self, bytes: u64) -> bool {
+        let taken = self.held.try_grow(bytes);
+        if taken {
+            self.reserved += bytes;
+        }
+        taken
+    }
+
+    /// Gives back what [`SpoolFile::reserve_up_to`] or [`SpoolFile::try_reserve`] reserved
+    /// and no append used.
     pub fn release_reserved(&mut self) {
         self.held.shrink(self.reserved);
         self.reserved = 0;

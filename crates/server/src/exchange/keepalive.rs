@@ -1,6 +1,8 @@
 //! Whether the connection is kept after this exchange: the conditions a response head
-//! decides on (the client's wish, an unread body small enough to drain, the framing, the
-//! keep-alive settings, a stopping worker and the requests it still serves), and the drain of an unread body at the end.
+//! decides on (the client's wish, an unread body that is buffered already or small enough to
+//! drain from the socket, the framing, the keep-alive settings, a stopping worker and the
+//! requests it still serves), and the drain of an unread body at the end (a buffered one is
+//! dropped for free; `max_body_drain` bounds one that streams, `stream_body_paths`).
 //!
 //! It must not write anything: [`super::response`] encodes what is decided here.
 
@@ -14,6 +16,7 @@ impl Exchange {
         let body_reusable = match self.body {
             // Dropping a temporary file costs nothing.
             Body::Done | Body::Spooled { .. } => true,
+            Body::Length(_) if self.body_buffered => true,
             Body::Length(remaining) => {
                 self.expect == Continue::Settled && remaining <= config.max_body_drain
             }
@@ -38,14 +41,35 @@ impl Exchange {
         if !self.shared.is_stopping() && !self.shared.is_last_request() {
             return true;
         }
-        matches!(self.body, Body::Done | Body::Spooled { .. }) && !self.raw.is_empty()
+        self.body_received_whole() && !self.raw.is_empty()
+    }
+
+    /// True when nothing of the request body is left in the socket (none, read to its end,
+    /// or buffered whole before dispatch, whatever the app read of it).
+    pub(super) fn body_received_whole(&self) -> bool {
+        match self.body {
+            Body::Done | Body::Spooled { .. } => true,
+            Body::Length(_) => self.body_buffered,
+            Body::Chunked(_) | Body::Failed => false,
+        }
     }
 
     pub(super) fn drain_body(&mut self) -> bool {
-        if let Body::Spooled { .. } = self.body {
-            // Read whole before dispatch: nothing of it is left in the socket.
-            self.body = Body::Done;
-            return true;
+        match self.body {
+            Body::Spooled { .. } => {
+                // Read whole before dispatch: nothing of it is left in the socket.
+                self.body = Body::Done;
+                return true;
+            }
+            Body::Length(remaining) if self.body_buffered => {
+                // Whole in the read buffer: skip what the app left (the bytes after it are
+                // the next request's).
+                self.raw.start += (remaining as usize).min(self.raw.len());
+                self.avail = self.raw.start..self.raw.start;
+                self.body = Body::Done;
+                return true;
+            }
+            _ => {}
         }
         let limit = self.shared.config.max_body_drain;
         let mut drained = 0u64;

@@ -157,6 +157,10 @@ pub struct Exchange {
     /// The decoded length of a chunked body the loop read before dispatch (the app sees it
     /// as `CONTENT_LENGTH`).
     decoded_length: Option<u64>,
+    /// The whole body is in the read buffer or a temporary file already (the loop read it
+    /// before dispatch, or it came with the head): what the app leaves unread is dropped for
+    /// free, whatever its size (`max_body_drain` bounds only bodies still in the socket).
+    body_buffered: bool,
 }
 
 impl Exchange {
@@ -227,6 +231,7 @@ impl Exchange {
             must_close: false,
             _body_charge: body_charge,
             decoded_length,
+            body_buffered: read_ahead,
         };
         exchange.conn.state = ConnState::Dispatched;
         exchange
@@ -384,7 +389,7 @@ impl Exchange {
     /// buffered past the request.
     fn closing_linger(&self) -> Linger {
         // A body read before dispatch was read to its end, whatever the app read of it.
-        if !matches!(self.body, Body::Done | Body::Spooled { .. }) {
+        if !self.body_received_whole() {
             Linger::UntilEof
         } else if !self.raw.is_empty() || self.conn.head.keep_alive() {
             Linger::UntilAcknowledged
@@ -422,7 +427,8 @@ impl Exchange {
         if keep {
             // Undecoded bytes past the body are the start of a pipelined request.
             let leftover = self.raw.clone();
-            self.conn.next_request(leftover);
+            let max_head_size = self.shared.config.limits.max_head_size;
+            self.conn.next_request(leftover, max_head_size);
         }
         let linger = if keep {
             Linger::No

@@ -9,15 +9,16 @@
 //! `max_body_size` before anything is read (no `100 Continue`), the `100 Continue` the server
 //! sends itself for `Expect: 100-continue`, the reads (never past a Content-Length body's end;
 //! through a per-loop scratch buffer), the answers to a body that fails (413, 400 bad
-//! chunking, 507/500 when the temporary file cannot be written, with one error-log line), and
-//! the bodies waiting unread for disk room when `buffer_disk_total` is reached (retried when
-//! the disk account drops: edge-triggered epoll will not announce them again). The body
-//! deadlines are the timers' (`TimerKind::Body`).
+//! chunking, 507/500 when the temporary file cannot be written, with one error-log line, at
+//! most one a second), and the bodies waiting unread for disk room when `buffer_disk_total`
+//! is reached (each with the bytes it needs at once, retried when the free room covers them:
+//! edge-triggered epoll will not announce them again). The body deadlines are the timers'
+//! (`TimerKind::Body`).
 //!
 //! It must not serve a request nor decide how a body is stored (`parked_body` does).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tines_proto::BodyFraming;
 
@@ -39,9 +40,16 @@ const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 /// The loop's state for reading bodies: its scratch buffer and the bodies waiting for disk.
 pub(super) struct BodyReading {
     scratch: Vec<u8>,
-    /// Tokens of connections whose body needs disk room that `buffer_disk_total` does not
-    /// have now: retried when the disk account drops.
-    disk_waiters: Vec<usize>,
+    /// Connections whose body needs disk room that `buffer_disk_total` does not have now,
+    /// in the order they began to wait, with the bytes each must take at once: retried when
+    /// the disk account has that much free. A connection is on it at most once (its
+    /// `ParkedBody::waiting_for_disk`).
+    disk_waiters: Vec<(usize, u64)>,
+    /// The least free disk room any waiter was measured against since the last retry: a
+    /// retry is only worth a pass over the waiters once the free room is larger.
+    free_seen: u64,
+    /// The temporary-file error line's rate.
+    storage_log: LogLimit,
 }
 
 impl BodyReading {
@@ -49,6 +57,8 @@ impl BodyReading {
         BodyReading {
             scratch: Vec::new(),
             disk_waiters: Vec::new(),
+            free_seen: u64::MAX,
+            storage_log: LogLimit::default(),
         }
     }
 }
@@ -59,8 +69,9 @@ pub(super) enum BodyStep {
     Dispatch,
     /// More bytes are needed; the socket was drained.
     Park,
-    /// The body needs disk room that `buffer_disk_total` does not have now: park, unread.
-    WaitDisk,
+    /// The body needs this many bytes of disk room at once, which `buffer_disk_total` does
+    /// not have now: park, unread.
+    WaitDisk(u64),
     /// The peer closed or the socket failed.
     Close,
     /// Answer with this status and close (lingering: the client may still be sending).
@@ -113,12 +124,14 @@ impl Reactor {
     /// Reads the body of the request whose head `conn` holds as far as the socket allows;
     /// says what to do next.
     pub(super) fn read_body_before_dispatch(&mut self, conn: &mut Connection) -> BodyStep {
+        // First, so that a request without a body to read (nearly every one) costs nothing
+        // more here.
+        if conn.parked_body.is_none() && !must_read_before_dispatch(conn, &self.shared.config) {
+            return BodyStep::Dispatch;
+        }
         let shared = Arc::clone(&self.shared);
         let config = &shared.config;
         if conn.parked_body.is_none() {
-            if !must_read_before_dispatch(conn, config) {
-                return BodyStep::Dispatch;
-            }
             let head = conn.head();
             if let BodyFraming::Length(length) = head.body {
                 if config.max_body_size > 0 && length > config.max_body_size {
@@ -128,16 +141,13 @@ impl Reactor {
             }
             let head_len = head.head_len;
             let expect_continue = head.expect_continue;
-            let mut body = match ParkedBody::new(
+            let mut body = ParkedBody::new(
                 head.body,
                 &shared.buffers,
                 config.request_buffer_memory,
                 config.max_body_size,
                 config.limits.max_head_size,
-            ) {
-                Ok(body) => body,
-                Err(err) => return storage_failed(&BodyFault::Storage(err), config),
-            };
+            );
             // Body bytes that came with the head are stored like any read (as room allows).
             body.early = conn.buf[head_len..conn.filled].to_vec();
             conn.filled = head_len;
@@ -179,14 +189,11 @@ impl Reactor {
             };
             let room = match body.room(&mut area, &shared.buffers, want) {
                 Ok(Room::Bytes(room)) => room,
-                Ok(Room::DiskFull) => return BodyStep::WaitDisk,
-                Err(fault) => return body_failed(&fault, config),
+                Ok(Room::DiskFull { needed }) => return BodyStep::WaitDisk(needed),
+                Err(fault) => return body_failed(&fault, config, &mut self.bodies.storage_log),
             };
             let stored = if early {
-                let bytes = std::mem::take(&mut body.early);
-                let stored = body.take(&mut area, &bytes[..room]);
-                body.early = bytes[room..].to_vec();
-                stored
+                body.take_early(&mut area, room)
             } else {
                 match read_nonblocking(fd, &mut self.bodies.scratch[..room]) {
                     Ok(Some(0)) | Err(_) => return BodyStep::Close,
@@ -200,50 +207,87 @@ impl Reactor {
             };
             body.release_reserved();
             if let Err(fault) = stored {
-                return body_failed(&fault, config);
+                return body_failed(&fault, config, &mut self.bodies.storage_log);
             }
         }
     }
 
-    /// Remembers a connection whose body waits for disk room.
-    pub(super) fn wait_for_disk(&mut self, token: usize) {
-        if !self.bodies.disk_waiters.contains(&token) {
-            self.bodies.disk_waiters.push(token);
+    /// Remembers a connection whose body waits for `needed` bytes of disk room (once: a
+    /// readable event while it waits finds it on the list already).
+    pub(super) fn wait_for_disk(&mut self, token: usize, conn: &mut Connection, needed: u64) {
+        let Some(body) = conn.parked_body.as_deref_mut() else {
+            return;
+        };
+        let disk = &self.shared.buffers.disk;
+        let free = disk.limit().saturating_sub(disk.used());
+        self.bodies.free_seen = self.bodies.free_seen.min(free);
+        if !body.waiting_for_disk {
+            body.waiting_for_disk = true;
+            self.bodies.disk_waiters.push((token, needed));
+            crate::log::debug(&format!(
+                "request body waits for room in buffer_disk_total ({needed} bytes needed, {free} free)"
+            ));
         }
     }
 
-    /// Once per loop turn: when bodies wait for disk and the disk account has room again
-    /// (a request completed and its file was closed), reads them again.
+    /// Once per loop turn: when bodies wait for disk and the disk account has more room than
+    /// when they were last measured (a request completed and its file was closed, on this
+    /// thread or an app thread: a returned connection wakes the loop, and it wakes at least
+    /// once a second anyway), reads again those whose need the free room covers, in the order
+    /// they began to wait; the others keep waiting, no file made. One pass over the waiters
+    /// per such turn.
     pub(super) fn retry_disk_waiters(&mut self, driver: &mut dyn Driver) {
         if self.bodies.disk_waiters.is_empty() {
+            self.bodies.free_seen = u64::MAX;
             return;
         }
         let disk = &self.shared.buffers.disk;
-        if disk.used() >= disk.limit() {
+        let mut free = disk.limit().saturating_sub(disk.used());
+        if free <= self.bodies.free_seen {
             return;
         }
         let waiters = std::mem::take(&mut self.bodies.disk_waiters);
-        for token in waiters {
-            let waiting = matches!(
-                self.entries.get(token),
+        let mut still = Vec::with_capacity(waiters.len());
+        for (token, needed) in waiters {
+            let waiting = match self.entries.get(token) {
                 Some(Entry::Parked {
                     kind: TimerKind::Body,
+                    conn,
                     ..
-                })
-            );
-            if waiting {
-                if let Some(conn) = self.take_parked(token) {
-                    self.advance(token, conn, driver);
+                }) => conn
+                    .parked_body
+                    .as_ref()
+                    .is_some_and(|body| body.waiting_for_disk),
+                _ => false,
+            };
+            if !waiting {
+                // Closed (its deadline passed, or the client left) since it began to wait.
+                continue;
+            }
+            if needed > free {
+                still.push((token, needed));
+                continue;
+            }
+            free -= needed;
+            if let Some(mut conn) = self.take_parked(token) {
+                if let Some(body) = conn.parked_body.as_deref_mut() {
+                    body.waiting_for_disk = false;
                 }
+                // Waits again (pushed anew) if another thread took the room meanwhile.
+                self.advance(token, conn, driver);
             }
         }
+        let disk = &self.shared.buffers.disk;
+        self.bodies.free_seen = disk.limit().saturating_sub(disk.used());
+        still.append(&mut self.bodies.disk_waiters);
+        self.bodies.disk_waiters = still;
     }
 }
 
 /// The answer to a body that failed, logging a temporary-file failure.
-fn body_failed(fault: &BodyFault, config: &WorkerConfig) -> BodyStep {
+fn body_failed(fault: &BodyFault, config: &WorkerConfig, log: &mut LogLimit) -> BodyStep {
     match fault {
-        BodyFault::Storage(_) => storage_failed(fault, config),
+        BodyFault::Storage(_) => storage_failed(fault, config, log),
         BodyFault::TooLarge => BodyStep::Refuse(413),
         BodyFault::BadChunk(err) => {
             crate::log::debug(&format!("bad chunked request body: {}", err.reason()));
@@ -252,19 +296,54 @@ fn body_failed(fault: &BodyFault, config: &WorkerConfig) -> BodyStep {
     }
 }
 
-/// One error-log line naming the directory and the error; 507 for a full disk, else 500.
-/// The worker lives on.
-fn storage_failed(fault: &BodyFault, config: &WorkerConfig) -> BodyStep {
-    let detail = match fault {
-        BodyFault::Storage(err) => err.to_string(),
-        _ => String::new(),
-    };
-    crate::log::error(&format!(
-        "request body: cannot write a temporary file in request_buffer_dir {}: {detail} (answered {})",
-        config.request_buffer_dir.display(),
-        fault.status()
-    ));
+/// One error-log line naming the directory and the error (at most one a second, counting
+/// those left out: a full disk under a flood of uploads must not flood the log too); 507 for
+/// a full disk, else 500. The worker lives on.
+fn storage_failed(fault: &BodyFault, config: &WorkerConfig, log: &mut LogLimit) -> BodyStep {
+    if let Some(suppressed) = log.admit(Instant::now()) {
+        let detail = match fault {
+            BodyFault::Storage(err) => err.to_string(),
+            _ => String::new(),
+        };
+        let more = if suppressed > 0 {
+            format!("; {suppressed} more such failures in the last second(s) not logged")
+        } else {
+            String::new()
+        };
+        crate::log::error(&format!(
+            "request body: cannot write a temporary file in request_buffer_dir {}: {detail} (answered {}){more}",
+            config.request_buffer_dir.display(),
+            fault.status()
+        ));
+    }
     BodyStep::Refuse(fault.status())
+}
+
+/// How often a repeated error line may be written.
+const LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Lets a repeated log line through at most once per [`LOG_INTERVAL`], counting the ones held
+/// back.
+#[derive(Default)]
+pub(super) struct LogLimit {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl LogLimit {
+    /// `Some(lines held back since the last one written)` when a line may be written at
+    /// `now`; `None` (and one more held back) when not.
+    fn admit(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .last
+            .is_some_and(|last| now.saturating_duration_since(last) < LOG_INTERVAL)
+        {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
 }
 
 #[cfg(test)]
@@ -278,6 +357,19 @@ mod tests {
         assert_eq!(target_path(b"http://example.com"), b"/");
         assert_eq!(target_path(b"/a?b=http://c/d"), b"/a");
         assert_eq!(target_path(b"*"), b"*");
+    }
+
+    #[test]
+    fn a_repeated_error_line_is_written_at_most_once_a_second_with_the_count_left_out() {
+        let mut limit = LogLimit::default();
+        let start = Instant::now();
+        assert_eq!(limit.admit(start), Some(0));
+        assert_eq!(limit.admit(start + Duration::from_millis(10)), None);
+        assert_eq!(limit.admit(start + Duration::from_millis(999)), None);
+        assert_eq!(limit.admit(start + Duration::from_millis(1000)), Some(2));
+        assert_eq!(limit.admit(start + Duration::from_millis(1500)), None);
+        assert_eq!(limit.admit(start + Duration::from_millis(3000)), Some(1));
+        assert_eq!(limit.admit(start + Duration::from_millis(5000)), Some(0));
     }
 
     #[test]

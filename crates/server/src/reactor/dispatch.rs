@@ -80,13 +80,12 @@ impl Reactor {
                     match self.read_body_before_dispatch(&mut conn) {
                         BodyStep::Dispatch => {}
                         BodyStep::Park => return self.park(token, conn),
-                        BodyStep::WaitDisk => {
-                            self.wait_for_disk(token);
+                        BodyStep::WaitDisk(needed) => {
+                            self.wait_for_disk(token, &mut conn, needed);
                             return self.park(token, conn);
                         }
                         BodyStep::Close => return self.close(token),
                         BodyStep::Refuse(status) => {
-                            conn.parked_body = None;
                             write_error(
                                 &mut conn,
                                 status,

@@ -32,12 +32,16 @@ impl Reactor {
         }
     }
 
-    /// Starts a lingering close (see [`Entry::Lingering`]).
+    /// Starts a lingering close (see [`Entry::Lingering`]). Whatever the connection held for
+    /// its request goes now, not when the lingering ends: the read buffer and a body read
+    /// before dispatch (its memory charge and temporary file; a 408, a 413 or a 503 for a
+    /// body read whole).
     pub(super) fn linger(&mut self, token: usize, mut conn: Connection, how: Linger) {
         // SAFETY: shutdown on the connection's own open fd; a failure only means the peer is
         // gone, which the reads below see.
         unsafe { libc::shutdown(conn.fd(), libc::SHUT_WR) };
         conn.buf = Vec::new();
+        conn.parked_body = None;
         let deadline = Instant::now() + self.shared.config.linger_timeout;
         self.note_deadline(deadline);
         conn.linger = how;

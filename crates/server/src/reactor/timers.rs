@@ -135,10 +135,6 @@ impl Reactor {
                     std::mem::replace(&mut self.entries[token], Entry::Vacant)
                 {
                     self.unparked(kind);
-                    // A body read so far is dropped now (its memory and temporary file),
-                    // not when the lingering close ends.
-                    let mut conn = conn;
-                    conn.parked_body = None;
                     // The client may still be sending (a slow head or body): linger.
                     self.entries[token] = Entry::Dispatched {
                         readable: false,

@@ -1,10 +1,10 @@
 """Request bodies as the app sees them, for test_request_bodies.py.
 
-Every path but ``/stream/...`` and ``/hold`` reads all of ``wsgi.input`` in blocks (an
+Every path but ``/stream/...``, ``/ignore`` and ``/hold`` reads all of ``wsgi.input`` in blocks (an
 upload of any size costs the app no memory) and answers
 ``<bytes read> <CONTENT_LENGTH or -> <HTTP_TRANSFER_ENCODING or ->``. ``/stream/...`` reads
 ten bytes and answers them at once (with ``--stream-body-paths /stream`` it runs before the
-body is complete). ``/hold`` first waits at a gate like ``gate.py``'s (``GATE_SOCKET``) until
+body is complete). ``/ignore`` answers ``ignored`` without reading the body. ``/hold`` first waits at a gate like ``gate.py``'s (``GATE_SOCKET``) until
 the test closes it, its body unread (a body in a file keeps its file until read or done).
 """
 
@@ -22,6 +22,8 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable
     stream = environ["wsgi.input"]
     if environ["PATH_INFO"].startswith("/stream/"):
         body = b"first " + stream.read(10)
+    elif environ["PATH_INFO"] == "/ignore":
+        body = b"ignored"
     else:
         if environ["PATH_INFO"] == "/hold":
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gate:
