@@ -281,6 +281,9 @@ impl SpoolFile {
         }
         self.reserved -= from_reserve;
         if let Err(err) = self.file.write_all_at(bytes, self.len) {
+            // A write that failed part-way (a full disk) may have left blocks past `len`:
+            // cut them off, so that the file holds no more than its charge says.
+            let _ = self.file.set_len(self.len);
             self.held.shrink(count);
             return Err(SpoolError::Io(err));
         }
