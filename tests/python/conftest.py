@@ -9,6 +9,7 @@ group) when the test ends, whatever happened.
 from __future__ import annotations
 
 import http.client
+import importlib.util
 import json
 import os
 import re
@@ -18,9 +19,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,10 +84,9 @@ def children(pid: int) -> list[int]:
     return sorted(found)
 
 
-def server_side_inode(client: socket.socket) -> int | None:
-    """The socket inode of the server's end of the loopback TCP connection ``client``
-    (from /proc/net/tcp), or None once no process holds that end (closed, or orphaned while
-    the kernel still sends what it queued)."""
+def server_side_row(client: socket.socket) -> list[str] | None:
+    """The fields of the server's end of the loopback TCP connection ``client`` in
+    /proc/net/tcp, or None when the kernel has no such socket any more."""
     client_port = client.getsockname()[1]
     server_port = client.getpeername()[1]
     with open("/proc/net/tcp") as handle:
@@ -94,9 +96,49 @@ def server_side_inode(client: socket.socket) -> int | None:
             local_port = int(fields[1].rsplit(":", 1)[1], 16)
             remote_port = int(fields[2].rsplit(":", 1)[1], 16)
             if (local_port, remote_port) == (server_port, client_port):
-                inode = int(fields[9])
-                return inode or None
+                return fields
     return None
+
+
+def server_side_inode(client: socket.socket) -> int | None:
+    """The socket inode of the server's end of the loopback TCP connection ``client``
+    (from /proc/net/tcp), or None once no process holds that end (closed, or orphaned while
+    the kernel still sends what it queued)."""
+    fields = server_side_row(client)
+    return (int(fields[9]) or None) if fields is not None else None
+
+
+def load_app_module(name: str) -> Any:
+    """The module of tests/python/e2e/apps/NAME.py, loaded from its file (sys.path untouched),
+    for the expected bodies a test compares against."""
+    spec = importlib.util.spec_from_file_location(name, APPS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GATE_TIMEOUT = 20.0
+"""How long a test waits for an app's request to reach its gate."""
+
+
+@pytest.fixture
+def gate() -> Iterator[tuple[socket.socket, str]]:
+    """A Unix socket that gated routes of the test apps connect to (tests/python/e2e/apps:
+    event_app's /block, gate.py): the test accepts the app's connection and releases the
+    request by sending a byte on it."""
+    directory = tempfile.mkdtemp(prefix="tines-gate-", dir="/tmp")
+    path = os.path.join(directory, "gate.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    listener.settimeout(GATE_TIMEOUT)
+    try:
+        yield listener, path
+    finally:
+        listener.close()
+        os.unlink(path)
+        os.rmdir(directory)
 
 
 def holds_connection(pid: int, client: socket.socket) -> bool:

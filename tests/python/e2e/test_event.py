@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import errno
 import http.client
-import importlib.util
 import os
 import resource
 import selectors
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,19 +29,10 @@ from typing import Any
 
 import pytest
 
-from conftest import APPS, ROOT, wait_until
+from conftest import APPS, ROOT, load_app_module, wait_until
 
 
-def _load_app_module() -> Any:
-    """The app's module, for its expected bodies (loaded from its file; sys.path untouched)."""
-    spec = importlib.util.spec_from_file_location("event_app", APPS / "event_app.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_APP_MODULE = _load_app_module()
+_APP_MODULE = load_app_module("event_app")
 BIG_SIZE: int = _APP_MODULE.BIG_SIZE
 PATTERN: bytes = _APP_MODULE.PATTERN
 
@@ -497,24 +486,6 @@ def test_a_slow_reader_holds_no_app_thread(tines_server: Any, big_file: Path, mp
 
 
 # ----- d. admission: 503 when the queue is full, never for idle connections -----
-
-
-@pytest.fixture
-def gate() -> Iterator[tuple[socket.socket, str]]:
-    """A Unix socket the /block route connects to; the test releases a request by sending a
-    byte on the accepted connection."""
-    directory = tempfile.mkdtemp(prefix="tines-gate-", dir="/tmp")
-    path = os.path.join(directory, "gate.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(8)
-    listener.settimeout(IO_TIMEOUT)
-    try:
-        yield listener, path
-    finally:
-        listener.close()
-        os.unlink(path)
-        os.rmdir(directory)
 
 
 def test_a_full_queue_answers_503_at_once_while_the_app_is_busy(tines_server: Any, gate: tuple[socket.socket, str]) -> None:

@@ -12,13 +12,12 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import ROOT, holds_connection, wait_until
+from conftest import ROOT, holds_connection, server_side_row, wait_until
 from test_event import IO_TIMEOUT, Reader, connect, nothing_received
 
 APP = "body_echo:app"
@@ -64,17 +63,10 @@ def held_by_any_process(directory: Path) -> list[tuple[int, str]]:
 def unread_by_server(client: socket.socket) -> int:
     """Bytes ``client`` sent that wait unread in the server's socket (``rx_queue`` of the
     server's end in /proc/net/tcp)."""
-    client_port = client.getsockname()[1]
-    server_port = client.getpeername()[1]
-    with open("/proc/net/tcp") as handle:
-        next(handle)
-        for line in handle:
-            fields = line.split()
-            local_port = int(fields[1].rsplit(":", 1)[1], 16)
-            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            if (local_port, remote_port) == (server_port, client_port):
-                return int(fields[4].split(":")[1], 16)
-    raise AssertionError("no such connection")
+    fields = server_side_row(client)
+    if fields is None:
+        raise AssertionError("no such connection")
+    return int(fields[4].split(":")[1], 16)
 
 
 WAITS_FOR_DISK = "waits for room in buffer_disk_total"
@@ -282,22 +274,6 @@ def test_a_stream_body_path_lets_the_app_read_the_first_bytes_before_the_body_is
         post(sock, b"abc")
         after = reader.response()
     assert (after.status, after.body) == (200, b"3 3 -")
-
-
-@pytest.fixture
-def gate() -> Iterator[tuple[socket.socket, str]]:
-    directory = tempfile.mkdtemp(prefix="tines-gate-", dir="/tmp")
-    path = os.path.join(directory, "gate.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(8)
-    listener.settimeout(IO_TIMEOUT)
-    try:
-        yield listener, path
-    finally:
-        listener.close()
-        os.unlink(path)
-        os.rmdir(directory)
 
 
 @pytest.mark.parametrize("mpm", ["thread", "event"])

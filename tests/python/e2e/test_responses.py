@@ -6,7 +6,6 @@ up to ``send_timeout``. One worker with one app slot everywhere, so a held slot 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import platform
 import socket
@@ -17,22 +16,14 @@ from typing import Any
 
 import pytest
 
-from conftest import APPS, fd_targets, holds_connection, read_until_closed, wait_until
+from conftest import fd_targets, load_app_module, holds_connection, read_until_closed, wait_until
 from test_event import Reader, connect, get, nothing_received, wait_readable, worker_pid
 
 APP = "responses_app:app"
 MPMS = ["prefork", "thread", "event"]
 
 
-def _load_app_module() -> Any:
-    spec = importlib.util.spec_from_file_location("responses_app", APPS / "responses_app.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_APP = _load_app_module()
+_APP = load_app_module("responses_app")
 SIZE: int = _APP.SIZE
 PATTERN: bytes = _APP.PATTERN
 
