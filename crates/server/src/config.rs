@@ -14,8 +14,8 @@ pub enum Mpm {
     Prefork,
     /// A poller thread plus `threads` app threads per process.
     Thread,
-    /// One loop thread owns every socket (reads small bodies ahead; finishes response writes,
-    /// as every MPM's poller does);
+    /// One loop thread owns every socket (reading bodies and finishing writes, as every MPM's
+    /// poller does), with a batched hand-off, a `SCHED_BATCH` loop and 503 admission;
     /// `threads` app threads only run the app (0: the app runs on the loop thread).
     Event,
 }

@@ -17,10 +17,10 @@
 //! loop starts; then `busy` while at least one request is dispatched to the app (prefork: its
 //! one thread; thread/event: any app thread); otherwise, as the loop last saw it (each loop
 //! turn, at least once per heartbeat second): `reading` while a connection waits for its
-//! first request or is part-way through a request head (or, event MPM, a body the loop reads
-//! ahead), `keepalive` while
-//! connections are open and none is (idle keep-alive connections, or event MPM output the
-//! loop finishes), `idle` with no connection; `stopping` once it drains to exit. The state is
+//! first request or is part-way through a request head (or a body the loop reads before
+//! dispatch), `keepalive` while
+//! connections are open and none is (idle keep-alive connections, or output the loop
+//! finishes), `idle` with no connection; `stopping` once it drains to exit. The state is
 //! a gauge for people; decisions use `active` and the sub-slots, which are exact.
 
 use std::io;
