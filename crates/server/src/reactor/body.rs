@@ -29,9 +29,13 @@ use crate::connection::{ConnState, Connection};
 use crate::io::{read_nonblocking, write_all};
 use crate::parked_body::{Area, BodyFault, ParkedBody, Room};
 
-/// The most one read takes off a socket while a body is read before dispatch: large enough
-/// that a fast upload costs few syscalls, small enough to be one shared buffer per loop.
-const READ_CHUNK: usize = 64 * 1024;
+/// The most one read takes off a socket while a body is read before dispatch (one buffer per
+/// loop, so 1 MiB per worker). Each read is followed by one write to the body's temporary
+/// file, and a write to a file costs a fixed price per call (ext4 starts and ends a journal
+/// handle): with 64 KiB, a 20 MB Flask upload cost about a third more server CPU than when it
+/// streamed through the app; with 1 MiB it costs about the same (benches/results/
+/// ab-2026-11-24-0558.md).
+const READ_CHUNK: usize = 1024 * 1024;
 
 /// The interim response to `Expect: 100-continue` (25 bytes: always fits an empty socket
 /// buffer, so the loop writes it without waiting).
