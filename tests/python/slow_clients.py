@@ -32,6 +32,7 @@ This module imports nothing from the tests (``benches/run.py`` imports it too).
 
 from __future__ import annotations
 
+import abc
 import collections
 import selectors
 import socket
@@ -87,7 +88,7 @@ def server_socket_states(port: int) -> dict[int, int]:
     return states
 
 
-class _Attackers:
+class _Attackers(abc.ABC):
     """What both kinds share: the clients, the connecting thread, readiness, outcomes."""
 
     def __init__(self, port: int, count: int, lifetime: float) -> None:
@@ -105,8 +106,9 @@ class _Attackers:
     def _socket(self) -> socket.socket:
         return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 
+    @abc.abstractmethod
     def _head(self) -> bytes:
-        raise NotImplementedError
+        """The request head each client of this kind sends."""
 
     def _after_ready(self) -> None:
         """The thread's work once every head is sent (the uploaders' trickle)."""

@@ -13,20 +13,9 @@ from typing import Any
 import pytest
 from slow_clients import CLOSED, RESET, NonReaders, SlowUploaders
 
-from conftest import holds_connection, wait_until
+from conftest import holds_connection, read_until_closed, wait_until
 
 TRICKLERS = 200
-
-
-def read_until_eof(sock: socket.socket) -> bytes:
-    sock.settimeout(20)
-    data = b""
-    try:
-        while chunk := sock.recv(4096):
-            data += chunk
-    except ConnectionResetError:
-        pass
-    return data
 
 
 @pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
@@ -53,7 +42,7 @@ def test_a_slowloris_crowd_does_not_delay_a_normal_client(tines_server: Any, mpm
         tricklers[-1].setblocking(True)
         # ...and then each trickler is answered 408 and closed by the header timeout.
         for sock in tricklers:
-            assert read_until_eof(sock).startswith(b"HTTP/1.1 408 ")
+            assert read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
     finally:
         for sock in tricklers:
             sock.close()
@@ -63,7 +52,7 @@ def test_a_slowloris_crowd_does_not_delay_a_normal_client(tines_server: Any, mpm
 def test_a_connection_that_sends_nothing_is_closed_at_the_header_timeout(tines_server: Any, mpm: str) -> None:
     server = tines_server("examples/hello.py:app", "-w", "1", "--mpm", mpm, "--header-timeout", "1")
     with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
-        assert read_until_eof(sock) == b"", "nothing was sent, so nothing is answered"
+        assert read_until_closed(sock) == b"", "nothing was sent, so nothing is answered"
 
 
 @pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
@@ -71,7 +60,7 @@ def test_an_idle_keep_alive_connection_is_closed_at_the_keepalive_timeout(tines_
     server = tines_server("examples/hello.py:app", "-w", "1", "--mpm", mpm, "--keepalive-timeout", "1")
     with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-        data = read_until_eof(sock)
+        data = read_until_closed(sock)
     assert data.startswith(b"HTTP/1.1 200 OK") and data.endswith(b"OK")
 
 
@@ -82,6 +71,7 @@ def test_a_client_that_stops_reading_is_cut_off_at_the_send_timeout(tines_server
     server = tines_server("big_body:app", "-w", "1", "--mpm", mpm, "--threads", "1", "--send-timeout", "1")
     stuck = socket.socket()
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stuck.settimeout(20)
     stuck.connect(("127.0.0.1", server.port))
     try:
         stuck.sendall(b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -92,7 +82,7 @@ def test_a_client_that_stops_reading_is_cut_off_at_the_send_timeout(tines_server
         normal.close()
         [worker] = server.worker_pids()
         wait_until(lambda: not holds_connection(worker, stuck), what="the stuck client cut off")
-        received = read_until_eof(stuck)
+        received = read_until_closed(stuck)
         assert 0 < len(received) < 8 << 20, "the stuck client got a cut response, then the close"
     finally:
         stuck.close()
