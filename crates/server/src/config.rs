@@ -55,6 +55,9 @@ pub struct WorkerConfig {
     /// poller to write (a slow reader then holds no slot); beyond it the slot waits for the
     /// client. Complete bodies are bounded by `response_buffer_total` instead.
     pub max_response_buffer: usize,
+    /// The longest a small, complete response waits for the rest of its slot's batch before it
+    /// is written (ADR 0011); zero writes each response at once.
+    pub response_batch_delay: Duration,
     /// Request bodies are read before dispatch (every MPM); one up to this size is held in
     /// memory, a larger one goes to a temporary file in `request_buffer_dir`.
     pub request_buffer_memory: u64,
@@ -160,6 +163,7 @@ impl Default for WorkerConfig {
             max_connections: 10_000,
             max_queued_requests: 1024,
             max_response_buffer: 1024 * 1024,
+            response_batch_delay: Duration::from_millis(1),
             request_buffer_memory: 256 * 1024,
             request_buffer_total: 32 * 1024 * 1024,
             request_buffer_dir: std::env::temp_dir(),

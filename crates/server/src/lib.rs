@@ -15,6 +15,7 @@
 //! from modules before it in this list.
 
 pub mod access_log;
+mod batch;
 pub mod clock;
 pub mod config;
 pub mod connection;

@@ -54,6 +54,16 @@ impl Exchange {
         }
     }
 
+    /// Whether bytes of the request body are still in the socket (a streamed body the app
+    /// did not read to its end): draining it then waits for the client.
+    pub(super) fn body_in_socket(&self) -> bool {
+        match self.body {
+            Body::Done | Body::Spooled { .. } | Body::Failed => false,
+            Body::Length(_) => !self.body_buffered,
+            Body::Chunked(_) => true,
+        }
+    }
+
     pub(super) fn drain_body(&mut self) -> bool {
         match self.body {
             Body::Spooled { .. } => {

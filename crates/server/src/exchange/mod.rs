@@ -47,6 +47,10 @@ pub struct SlotContext {
     pub(crate) log_clock: crate::clock::LogClock,
     /// Which app thread of the worker this is (its scoreboard sub-slot).
     pub(crate) thread: usize,
+    /// The slot writes responses in batches (ADR 0011): a small response that is complete
+    /// when it is finished is queued in the connection's pending output, for the slot to
+    /// write with the rest of its batch.
+    pub(crate) batch_responses: bool,
 }
 
 impl SlotContext {
@@ -63,6 +67,7 @@ impl SlotContext {
             date: DateCache::new(),
             log_line: Vec::with_capacity(256),
             log_clock: Default::default(),
+            batch_responses: false,
         }
     }
 }
@@ -148,6 +153,8 @@ pub struct Exchange {
     /// the whole body exists already, so what the socket does not take goes to the response
     /// store (memory, then a spill file) rather than holding the slot (`exchange::send`).
     complete_body: bool,
+    /// `finish` is writing the rest of the response: nothing of it is still to come.
+    finishing: bool,
     /// The response must close the connection (an error response from [`Exchange::fail`]):
     /// the head then says `Connection: close` (RFC 9112 9.6).
     must_close: bool,
@@ -228,6 +235,7 @@ impl Exchange {
             fault: None,
             started: Instant::now(),
             complete_body: false,
+            finishing: false,
             must_close: false,
             _body_charge: body_charge,
             decoded_length,

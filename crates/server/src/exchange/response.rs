@@ -291,7 +291,10 @@ impl Exchange {
         if self.framing == ResponseFraming::CloseDelimited {
             self.keep_alive = false;
         }
-        self.emit_buffered(Phase::Finished)
+        self.finishing = true;
+        let result = self.emit_buffered(Phase::Finished);
+        self.finishing = false;
+        result
     }
 
     /// Gives up on the response (an error after bytes were sent): the connection closes.

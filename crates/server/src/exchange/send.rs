@@ -42,9 +42,14 @@ impl Exchange {
         let fd = self.conn.fd();
         let total: usize = parts.iter().map(|part| part.len()).sum();
         let mut written = 0;
+        // A slot that writes in batches leaves the end of a response (at most the output
+        // buffer: the whole of a small one) queued for the end of its batch (ADR 0011);
+        // not while body bytes are still to come from the client, which may wait for this
+        // response before it sends them (a `stream_body_paths` route).
+        let batched = self.ctx.batch_responses && self.finishing && !self.body_in_socket();
         // The common case: nothing is pending (no lock taken), and the socket takes it all in
         // one `sendmsg`, straight from the caller's memory.
-        if self.conn.output().is_empty() {
+        if !batched && self.conn.output().is_empty() {
             while written < total {
                 match write_vectored_nonblocking(fd, parts, written) {
                     Ok(Some(n)) => written += n,

@@ -50,10 +50,14 @@ pub fn run(
     app: Arc<dyn App>,
     shared: Arc<WorkerShared>,
 ) -> io::Result<StopReason> {
+    let shared_batch_delay = shared.config.response_batch_delay;
     let mut driver = Inline {
         app: Arc::clone(&app),
         shared,
-        ctx: Some(SlotContext::new()),
+        ctx: Some(SlotContext {
+            batch_responses: !shared_batch_delay.is_zero(),
+            ..SlotContext::new()
+        }),
     };
     let mut result = None;
     app.run_slot_thread(&mut || result = Some(reactor.run(&mut driver)));

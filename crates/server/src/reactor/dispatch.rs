@@ -100,6 +100,9 @@ impl Reactor {
                     // A slot on another thread may leave output pending while it still
                     // produces the response: the loop helps write it (ADR 0009).
                     let output = (!driver.serves_inline()).then(|| Arc::clone(conn.output()));
+                    if driver.serves_inline() && self.batch.enabled() {
+                        self.before_inline_dispatch(driver);
+                    }
                     match driver.dispatch(token, conn) {
                         Dispatch::Handed => {
                             self.entries[token] = Entry::Dispatched {

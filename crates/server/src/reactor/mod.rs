@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::batch::BatchClock;
 use crate::connection::Connection;
 use crate::control::{Control, StopReason};
 use crate::exchange::SlotContext;
@@ -90,6 +91,12 @@ pub struct Reactor {
     saturated: bool,
     /// Reading request bodies before dispatch (`body`).
     bodies: body::BodyReading,
+    /// An inline slot's batch of responses (ADR 0011): connections whose response waits,
+    /// queued, for the end of the batch (`Entry::Writing`), and the batch's clock.
+    deferred: Vec<usize>,
+    batch: BatchClock,
+    /// When the inline slot started serving the request being served.
+    dispatch_started: Option<Instant>,
 }
 
 /// The worker owns the listener fds it was given: whatever way the loop ends, its copies are
@@ -139,6 +146,9 @@ impl Reactor {
             full: false,
             saturated: false,
             bodies: body::BodyReading::new(),
+            deferred: Vec::new(),
+            batch: BatchClock::new(shared.config.response_batch_delay),
+            dispatch_started: None,
             shared,
         })
     }
@@ -161,6 +171,8 @@ impl Reactor {
                 // Returned without a wake-up (event MPM): collect before sleeping.
                 self.on_returned(driver);
             }
+            // The batch ends before the loop sleeps: nothing deferred waits for an event.
+            self.flush_deferred(driver);
             let timeout = self.next_timeout();
             let mut events = std::mem::take(&mut self.events);
             self.poller.wait(&mut events, Some(timeout))?;

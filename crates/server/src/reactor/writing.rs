@@ -72,15 +72,51 @@ impl Reactor {
         readable: bool,
         driver: &mut dyn Driver,
     ) {
-        let deadline = Instant::now() + self.shared.config.send_timeout;
+        let now = Instant::now();
+        let deadline = now + self.shared.config.send_timeout;
         self.note_deadline(deadline);
         self.entries[token] = Entry::Writing {
             conn,
             deadline,
             readable,
         };
+        if driver.serves_inline() && self.batch.enabled() {
+            // The end of the inline slot's batch writes it, with the others (ADR 0011).
+            let started = self.dispatch_started.take().unwrap_or(now);
+            self.batch.deferred(started, now);
+            self.deferred.push(token);
+            return;
+        }
         // The slot's last write may have been before the socket drained: try now (an edge
         // raised while the slot had it is not repeated).
         self.on_writable(token, driver);
+    }
+
+    /// Before the inline slot serves a request: writes the batch first when that request
+    /// would make the oldest deferred response wait past `response_batch_delay`.
+    pub(super) fn before_inline_dispatch(&mut self, driver: &mut dyn Driver) {
+        let mut now = Instant::now();
+        if !self.deferred.is_empty() && self.batch.due(now) {
+            self.flush_deferred(driver);
+            now = Instant::now();
+        }
+        self.dispatch_started = Some(now);
+    }
+
+    /// Ends the inline slot's batch: writes every deferred response, back to back (a
+    /// connection whose next request is already buffered is served on from there, and its
+    /// response joins the next batch... which this also writes, until none is left).
+    pub(super) fn flush_deferred(&mut self, driver: &mut dyn Driver) {
+        while !self.deferred.is_empty() {
+            let mut tokens = std::mem::take(&mut self.deferred);
+            self.batch.flushed();
+            for token in tokens.drain(..) {
+                self.on_writable(token, driver);
+            }
+            if self.deferred.is_empty() {
+                // Keep the allocation for the next batch.
+                self.deferred = tokens;
+            }
+        }
     }
 }
