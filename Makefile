@@ -60,7 +60,7 @@ test: build typecheck test-rust test-python
 typecheck: build
 	$(VENV)/bin/mypy --strict python/tines
 	# benches/attack.py imports the slow-client harness from tests/python (shared with the e2e test).
-	cd benches && MYPYPATH=../tests/python ../$(VENV)/bin/mypy --strict *.py apps/techempower.py apps/flask_upload.py
+	cd benches && MYPYPATH=../tests/python ../$(VENV)/bin/mypy --strict *.py apps/techempower.py apps/flask_upload.py apps/flask_ok.py
 
 test-rust:
 	cargo test --workspace --release --quiet
