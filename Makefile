@@ -72,8 +72,9 @@ test-python: build wheel
 docs: build
 	$(PY) tools/gen_settings_doc.py
 
-# The side-by-side suite (docs/benchmarks.md): about 18-20 minutes of both cores; it installs
-# wrk, nginx and the peers itself. BENCH_QUICK=1 for a 3-minute development run.
+# The side-by-side suite (docs/benchmarks.md): 5 interleaved runs per cell, about 33 minutes of
+# both cores; it installs wrk, nginx, libev-dev and the peers (bjoern among them) itself.
+# BENCH_QUICK=1 for a 5-minute development run.
 bench: build
 	cargo build --release --quiet -p tines-loadgen --bin tines-bench
 	$(PY) benches/run.py

@@ -1,7 +1,7 @@
 """The side-by-side benchmark suite: Tines (each MPM) against gunicorn (gthread), uWSGI,
-Granian and nginx's static answer, driven by ``tines bench`` with wrk as a cross-check.
+Granian, bjoern and nginx's static answer, driven by ``tines bench`` with wrk as a cross-check.
 
-``make bench`` runs the standard plan (about 15 minutes); ``make bench-full`` the whole matrix
+``make bench`` runs the standard plan (5 runs per cell, about 33 minutes); ``make bench-full`` the whole matrix
 in the background (``--full``: hours, resumable); ``BENCH_QUICK=1`` or ``--quick`` a tiny
 matrix of 2 s cells and one run, for development. Method: docs/benchmarks.md.
 
