@@ -60,7 +60,7 @@ test: build typecheck test-rust test-python
 typecheck: build
 	$(VENV)/bin/mypy --strict python/tines
 	# benches/attack.py imports the slow-client harness from tests/python (shared with the e2e test).
-	cd benches && MYPYPATH=../tests/python ../$(VENV)/bin/mypy --strict *.py apps/techempower.py apps/flask_upload.py
+	cd benches && MYPYPATH=../tests/python ../$(VENV)/bin/mypy --strict *.py apps/techempower.py apps/flask_upload.py apps/flask_ok.py
 
 test-rust:
 	cargo test --workspace --release --quiet
@@ -72,8 +72,9 @@ test-python: build wheel
 docs: build
 	$(PY) tools/gen_settings_doc.py
 
-# The side-by-side suite (docs/benchmarks.md): about 18-20 minutes of both cores; it installs
-# wrk, nginx and the peers itself. BENCH_QUICK=1 for a 3-minute development run.
+# The side-by-side suite (docs/benchmarks.md): 5 interleaved runs per cell, about 33 minutes of
+# both cores; it installs wrk, nginx, libev-dev and the peers (bjoern among them) itself.
+# BENCH_QUICK=1 for a 5-minute development run.
 bench: build
 	cargo build --release --quiet -p tines-loadgen --bin tines-bench
 	$(PY) benches/run.py

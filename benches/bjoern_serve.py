@@ -21,8 +21,8 @@ def main(argv: list[str]) -> None:
     os.chdir(directory)
     sys.path.insert(0, directory)
     app = getattr(importlib.import_module(module.removesuffix(".py")), attr)
-    import bjoern  # the peers' venv has it (benches/provision.py)
-
+    # The peers' venv has it (benches/provision.py), the dev venv does not: imported by name.
+    bjoern = importlib.import_module("bjoern")
     bjoern.run(app, host, int(port))
 
 

@@ -196,10 +196,11 @@ def ratio(value: float | None, reference: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class Check:
-    """One of issue 4's targets for the event MPM, evaluated on a run's medians."""
+    """One target (issue 4's, 12's, 14's, 15's, or the previous-run comparison), evaluated on a
+    run's medians."""
 
     name: str
-    verdict: str  # "pass", "fail" or "not measured"
+    verdict: str  # "pass", "fail", "inconclusive" (issue 15's: spreads too wide) or "not measured"
     detail: str
 
 
@@ -288,6 +289,188 @@ def recycling_checks(table: dict[str, dict[str, CellSummary]]) -> list[Check]:
                   f"1/{1 / share:.1f} of reuse" if share > 0 else "per request served nothing")
         checks.append(Check(name, "pass" if share >= PROCESS_PER_REQUEST_SHARE else "fail", detail))
     return checks
+
+
+# --------------------------------------------------------------------------- issue 15's targets
+
+FLASK_KA = Scenario("flask", "keep-alive", 50)
+SPREAD_LIMIT = 1.10
+"""Issue 15: a target's medians decide only when every cell involved has runs whose max/min
+is at most this; otherwise the check is inconclusive (repeat the run, or report it so)."""
+MIN_RUNS = 5
+"""Issue 15: at least this many interleaved runs per cell before the medians decide."""
+THREAD_EVENT_MARGIN = 1.10
+NGINX_MARGIN = 1.10
+
+
+def decided(name: str, holds: bool, detail: str,
+            involved: list[tuple[str, Spread]]) -> Check:
+    """Issue 15's verdict: "pass" or "fail" as ``holds`` says when every involved cell (a label
+    and the spread of the figure compared) has at least MIN_RUNS runs with max/min within
+    SPREAD_LIMIT; otherwise "inconclusive", naming the cells at fault. The detail always
+    carries each cell's max/min."""
+    spreads = ", ".join(f"{label} {s.max_over_min:.2f}" for label, s in involved)
+    detail = f"{detail}; max/min {spreads}"
+    wide = [label for label, s in involved if s.max_over_min > SPREAD_LIMIT]
+    few = [f"{label} ({s.n})" for label, s in involved if s.n < MIN_RUNS]
+    if not wide and not few:
+        return Check(name, "pass" if holds else "fail", detail)
+    why = ([f"max/min above {SPREAD_LIMIT:.2f}: {', '.join(wide)}"] if wide else []) + (
+        [f"fewer than {MIN_RUNS} runs: {', '.join(few)}"] if few else [])
+    return Check(name, "inconclusive",
+                 f"{detail}; {'; '.join(why)} (the medians alone would "
+                 f"{'pass' if holds else 'fail'})")
+
+
+def cpu_target(table: dict[str, dict[str, CellSummary]], scenario: Scenario, server: str,
+               reference: str, factor: float = 1.0) -> Check:
+    """``server``'s median CPU µs/req on ``scenario`` at most ``factor`` x ``reference``'s."""
+    times = "" if factor == 1.0 else f"{factor:.2f} x "
+    name = (f"{scenario.app} {scenario.mode}: {server} CPU µs/req <= {times}{reference}'s")
+    cells = table.get(scenario.name, {})
+    one, other = cells.get(server), cells.get(reference)
+    if not (one and one.cpu_us and one.rps and other and other.cpu_us and other.rps):
+        gone = [s for s, row in ((server, one), (reference, other)) if not (row and row.cpu_us)]
+        return Check(name, "not measured",
+                     f"no successful run of {', '.join(gone)} on {scenario.name}")
+    limit = other.cpu_us.median * factor
+    detail = f"{server} {one.cpu_us.median:.1f} vs {reference} {other.cpu_us.median:.1f}"
+    detail += f" (limit {limit:.1f})" if factor != 1.0 else ""
+    return decided(name, one.cpu_us.median <= limit, detail,
+                   [(server, one.cpu_us), (reference, other.cpu_us)])
+
+
+def cheapest_checks(table: dict[str, dict[str, CellSummary]]) -> list[Check]:
+    """Issue 15's targets, on server CPU µs/req at 50 connections (``decided``'s verdicts):
+
+    - Flask "OK" keep-alive and the blog keep-alive: tines-prefork and tines-event at most
+      bjoern's;
+    - hello keep-alive: tines-prefork and tines-event at most 1.10 x nginx static's;
+    - hello close: tines-prefork and tines-event at most bjoern's;
+    - hello keep-alive: tines-thread at most 1.10 x tines-event's.
+    """
+    checks = []
+    for scenario in (FLASK_KA, BLOG_KA):
+        checks += [cpu_target(table, scenario, f"tines-{mpm}", "bjoern")
+                   for mpm in ("prefork", "event")]
+    checks += [cpu_target(table, HELLO_KA, f"tines-{mpm}", "nginx-static", NGINX_MARGIN)
+               for mpm in ("prefork", "event")]
+    checks += [cpu_target(table, HELLO_CLOSE, f"tines-{mpm}", "bjoern")
+               for mpm in ("prefork", "event")]
+    checks.append(cpu_target(table, HELLO_KA, "tines-thread", "tines-event", THREAD_EVENT_MARGIN))
+    return checks
+
+
+# --------------------------------------------------------------------------- the previous run
+
+
+@dataclass(frozen=True)
+class Worse:
+    """A Tines row of this run worse than the same cell of the previous run: its median CPU
+    µs/req rose, or its req/s fell, by more than the larger of the two runs' spreads."""
+
+    scenario: str
+    server: str
+    metric: str  # "CPU µs/req", "req/s" or "failed"
+    previous: float
+    current: float
+    change: float  # the worse-way ratio: current/previous for CPU, previous/current for req/s
+    limit: float  # the larger max/min of the two runs
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """This run against a previous run's JSON (see ``compare_with_previous``)."""
+
+    source: str  # the previous report's file, as shown
+    started: str
+    plan: str  # the previous run's plan: "standard, 3 run(s) of 5 s"
+    plan_kind: str  # its kind alone: "standard", "quick", "full"
+    cells: int  # Tines rows (scenario x server) in both runs
+    worse: list[Worse]
+
+
+def previous_table(cells: dict[str, dict[str, Any]]) -> dict[str, dict[str, CellSummary]]:
+    """A previous run's JSON ``cells`` (``SCENARIO|SERVER|runN`` keys) summed up per scenario
+    and server, as ``table[scenario name][server]``; the attack row is left out (its runs
+    measure the attacked rate, compared in its own table)."""
+    runs: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
+    for key, result in cells.items():
+        parts = key.split("|")
+        if len(parts) != 3 or not parts[2].startswith("run") or not parts[2][3:].isdigit():
+            continue
+        scenario, server, run = parts
+        if scenario.split("/")[0] == ATTACK_APP:
+            continue
+        runs.setdefault((scenario, server), []).append((int(run[3:]), result))
+    table: dict[str, dict[str, CellSummary]] = {}
+    for (scenario, server), found in runs.items():
+        ordered = [result for _, result in sorted(found, key=lambda pair: pair[0])]
+        table.setdefault(scenario, {})[server] = summarise(server, ordered, len(ordered))
+    return table
+
+
+def compare_with_previous(current: dict[str, dict[str, CellSummary]],
+                          previous: dict[str, dict[str, CellSummary]], source: str,
+                          meta: dict[str, Any]) -> Comparison:
+    """Every Tines row present in both runs (same scenario and server) whose median CPU µs/req
+    rose, or req/s fell, by more than the larger of the two runs' max/min (the ratio against
+    the previous median is above it), or that failed now after succeeding before. ``meta`` is
+    the previous JSON's ``plan`` and ``meta`` merged (for the labels)."""
+    worse: list[Worse] = []
+    compared = 0
+    for scenario, rows in current.items():
+        for server, now in rows.items():
+            before = previous.get(scenario, {}).get(server)
+            if not is_tines(server) or before is None or not (before.rps and before.cpu_us):
+                continue
+            compared += 1
+            if not (now.rps and now.cpu_us):
+                worse.append(Worse(scenario, server, "failed", before.rps.median, 0.0,
+                                   float("inf"), 1.0))
+                continue
+            cpu_limit = max(now.cpu_us.max_over_min, before.cpu_us.max_over_min)
+            cpu_change = ratio(now.cpu_us.median, before.cpu_us.median)
+            if cpu_change is not None and cpu_change > cpu_limit:
+                worse.append(Worse(scenario, server, "CPU µs/req", before.cpu_us.median,
+                                   now.cpu_us.median, cpu_change, cpu_limit))
+            rps_limit = max(now.rps.max_over_min, before.rps.max_over_min)
+            rps_change = ratio(before.rps.median, now.rps.median)
+            if rps_change is not None and rps_change > rps_limit:
+                worse.append(Worse(scenario, server, "req/s", before.rps.median,
+                                   now.rps.median, rps_change, rps_limit))
+    plan = (f"{meta.get('kind', '?')}, {meta.get('runs', '?')} run(s) of "
+            f"{meta.get('duration_s', '?')} s")
+    return Comparison(source, str(meta.get("started", "?")), plan, str(meta.get("kind", "?")),
+                      compared, worse)
+
+
+def worse_label(row: Worse) -> str:
+    if row.metric == "failed":
+        return f"{row.server} on {row.scenario} failed (previously {row.previous:,.0f} req/s)"
+    digits = 1 if row.metric == "CPU µs/req" else 0
+    return (f"{row.server} on {row.scenario}: {row.metric} {row.previous:,.{digits}f} -> "
+            f"{row.current:,.{digits}f} ({row.change:.2f}x worse, spread limit {row.limit:.2f})")
+
+
+PREVIOUS_CHECK = "no Tines row worse than the previous run"
+
+
+def previous_check(comparison: Comparison | None, why_not: str) -> Check:
+    """The previous-run target: "pass" when no Tines row in both runs got worse, "fail" naming
+    them, "not measured" without a previous run (``why_not`` says why) or common rows."""
+    if comparison is None:
+        return Check(PREVIOUS_CHECK, "not measured", why_not)
+    if comparison.cells == 0:
+        return Check(PREVIOUS_CHECK, "not measured",
+                     f"no Tines row in both this run and {comparison.source}")
+    if not comparison.worse:
+        return Check(PREVIOUS_CHECK, "pass",
+                     f"{comparison.cells} Tines row(s) compared with {comparison.source}, none "
+                     "worse beyond the larger of the two runs' spreads")
+    return Check(PREVIOUS_CHECK, "fail",
+                 f"{len(comparison.worse)} worse than in {comparison.source}: "
+                 + "; ".join(worse_label(row) for row in comparison.worse))
 
 
 # --------------------------------------------------------------------------- the slow-client attack
@@ -466,12 +649,15 @@ class Plan:
 PLANS = {
     # Development: one short run per cell (BENCH_QUICK=1 or --quick).
     "quick": Plan("quick", runs=1, warmup_s=1, duration_s=2, cross_s=2),
-    # make bench: about 15 minutes on the 2-core machine.
-    "standard": Plan("standard", runs=3, warmup_s=1, duration_s=5, cross_s=3),
+    # make bench: 5 runs per cell (issue 15's targets need at least 5), about 34 minutes on the
+    # 2-core machine (estimate_seconds; run.py prints it).
+    "standard": Plan("standard", runs=5, warmup_s=1, duration_s=5, cross_s=3),
     # make bench-full: hours, in the background, resumable.
     "full": Plan("full", runs=3, warmup_s=2, duration_s=10, cross_s=5),
 }
-# The event MPM's extra cells (issue 4) at 1000 connections, with thread for comparison.
+# The event MPM's extra cells (issue 4) at 1000 connections, with thread for comparison. The
+# standard plan keeps only hello keep-alive there (issue 4's third target); the full plan has
+# hello and blog, keep-alive and close.
 C1000_SERVERS = ("tines-thread", "tines-event")
 # Rough cost of one server start + stop, for the time estimate only.
 START_STOP_S = 1.5
@@ -484,8 +670,9 @@ def matrix(kind: str, servers: list[str],
     """The scenarios of a plan and, for each, the servers measured, in table order.
 
     ``serves[server]`` is the set of apps a server can run (None: every app). quick and
-    standard: hello and blog, keep-alive and close, at 50 connections for every server and at
-    1000 for tines-thread and tines-event. full: hello and blog at 1, 50 and 1000 connections,
+    standard: hello and blog, keep-alive and close, and flask (the Flask "OK" route, issue 15)
+    keep-alive, at 50 connections for every server; hello keep-alive at 1000 for tines-thread
+    and tines-event (issue 4). full: hello, blog and flask at 1, 50 and 1000 connections,
     keep-alive and close; plaintext pipelined 16 deep at 50 and 1000; json and fortunes
     keep-alive at 1, 50 and 1000; every server on every scenario it can run. Every plan ends
     with the slow-client attack row (hello keep-alive at 50 connections, unattacked and then
@@ -497,13 +684,14 @@ def matrix(kind: str, servers: list[str],
 
     cells: list[tuple[Scenario, list[str]]] = []
     if kind in ("quick", "standard"):
-        for connections, only in ((50, None), (1000, C1000_SERVERS)):
-            for app in ("hello", "blog"):
-                for mode in ("keep-alive", "close"):
-                    cells.append((Scenario(app, mode, connections), who(app, only)))
+        for app in ("hello", "blog"):
+            for mode in ("keep-alive", "close"):
+                cells.append((Scenario(app, mode, 50), who(app)))
+        cells.append((FLASK_KA, who("flask")))
+        cells.append((HELLO_KA_1000, who("hello", C1000_SERVERS)))
     elif kind == "full":
         for connections in (1, 50, 1000):
-            for app in ("hello", "blog"):
+            for app in ("hello", "blog", "flask"):
                 for mode in ("keep-alive", "close"):
                     cells.append((Scenario(app, mode, connections), who(app)))
         for connections in (50, 1000):

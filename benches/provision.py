@@ -1,9 +1,10 @@
 """What the benchmark needs on the machine, and the facts recorded next to its results.
 
-Owns installing the system tools (``wrk`` and ``nginx`` with apt-get) and the peers' venv
-``benches/.venv-peers`` (gunicorn, Granian, uWSGI, and the blog's packages pinned to the dev
-venv's versions, so every server runs the same app code), and collecting machine information
-and versions. Every install step is idempotent: a second run installs nothing.
+Owns installing the system tools (``wrk`` and ``nginx`` with apt-get), the Debian
+development packages the peers compile against (``libev-dev`` for bjoern), and the peers' venv
+``benches/.venv-peers`` (gunicorn, Granian, uWSGI, bjoern, and the Flask apps' packages pinned to
+the dev venv's versions, so every server runs the same app code), and collecting machine
+information and versions. Every install step is idempotent: a second run installs nothing.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ REPO = Path(__file__).resolve().parent.parent
 PEERS_VENV = REPO / "benches" / ".venv-peers"
 # Packages the blog needs in the peers' venv, pinned to the dev venv's versions.
 BLOG_PACKAGES = ("flask", "werkzeug", "jinja2", "markupsafe", "itsdangerous", "click", "blinker")
-# The peers, newest release of each (their versions go into every report). uWSGI is built from
-# source by pip (it needs a C compiler and the Python headers).
-PEER_PACKAGES = ("gunicorn", "granian", "uwsgi")
+# The peers, newest release of each (their versions go into every report). uWSGI and bjoern are
+# built from source by pip (they need a C compiler and the Python headers; bjoern also libev's).
+PEER_PACKAGES = ("gunicorn", "granian", "uwsgi", "bjoern")
 # Debian package providing each system tool.
 APT_PACKAGES = {"wrk": "wrk", "nginx": "nginx-light"}
+# Debian development packages a peer compiles against, each with the header that shows it is
+# installed (checked before asking dpkg): bjoern's C extension links libev.
+DEV_PACKAGES = {"bjoern": {"libev-dev": Path("/usr/include/ev.h")}}
 NGINX = "/usr/sbin/nginx"
 
 
@@ -47,6 +51,34 @@ def ensure_tools(names: list[str]) -> None:
     missing = [APT_PACKAGES[n] for n in names if tool_path(n) is None]
     if not missing:
         return
+    apt_install(missing)
+    if "nginx-light" in missing:
+        # Debian starts the packaged service on install; the benchmark runs its own nginx.
+        sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+        run_quiet(sudo + ["service", "nginx", "stop"])
+
+
+def dev_package_installed(package: str, header: Path) -> bool:
+    """Whether the Debian development package is there: its header, else ``dpkg -s``."""
+    if header.exists():
+        return True
+    try:
+        status = run_quiet(["dpkg-query", "-W", "-f=${Status}", package])
+    except OSError:  # no dpkg: not a Debian system, apt_install says so
+        return False
+    return status.returncode == 0 and status.stdout.strip() == "install ok installed"
+
+
+def ensure_dev_packages(peers: list[str]) -> None:
+    """apt-get install the development packages the ``peers`` compile against, if missing."""
+    missing = [package for peer in peers for package, header in DEV_PACKAGES.get(peer, {}).items()
+               if not dev_package_installed(package, header)]
+    if missing:
+        apt_install(missing)
+
+
+def apt_install(missing: list[str]) -> None:
+    """apt-get install ``missing`` (``apt-get update`` only on failure); exit if impossible."""
     sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
     print(f"bench: installing {' '.join(missing)} (apt-get)", file=sys.stderr)
     install = sudo + ["apt-get", "install", "-y", "--no-install-recommends", *missing]
@@ -56,9 +88,6 @@ def ensure_tools(names: list[str]) -> None:
         result = run_quiet(install, env=env)
         if result.returncode != 0:
             sys.exit(f"bench: cannot install {' '.join(missing)}: {result.stderr.strip()[-500:]}")
-    if "nginx-light" in missing:
-        # Debian starts the packaged service on install; the benchmark runs its own nginx.
-        run_quiet(sudo + ["service", "nginx", "stop"])
 
 
 def blog_pins() -> list[str]:
@@ -88,7 +117,8 @@ def peer_versions(packages: list[str]) -> dict[str, str]:
 
 
 def ensure_peers() -> None:
-    """Create ``benches/.venv-peers`` with the peers and the blog's pinned packages."""
+    """Create ``benches/.venv-peers`` with the peers and the blog's pinned packages (first the
+    Debian development packages that a missing peer compiles against)."""
     python = PEERS_VENV / "bin" / "python"
     if not python.exists():
         print(f"bench: creating {PEERS_VENV.relative_to(REPO)}", file=sys.stderr)
@@ -100,6 +130,7 @@ def ensure_peers() -> None:
     missing = [n for n in PEER_PACKAGES if n not in have]
     missing += [f"{n}=={v}" for n, v in wanted.items() if have.get(n) != v]
     if missing:
+        ensure_dev_packages(missing)
         print(f"bench: installing into the peers' venv: {' '.join(missing)}"
               + (" (uwsgi compiles, about a minute)" if "uwsgi" in missing else ""),
               file=sys.stderr)

@@ -11,9 +11,10 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
-from model import (ATTACK_TARGET, AttackSummary, Best, CellSummary, Check, Plan, Scenario,
-                   attack_checks, best_peer, event_checks, is_peer, is_tines, ratio,
-                   recycling_checks, summarise, summarise_attack)
+from model import (ATTACK_TARGET, MIN_RUNS, SPREAD_LIMIT, AttackSummary, Best, CellSummary, Check,
+                   Comparison, Plan, Scenario, attack_checks, best_peer, cheapest_checks,
+                   compare_with_previous, event_checks, is_peer, is_tines, previous_check,
+                   previous_table, ratio, recycling_checks, summarise, summarise_attack)
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Report:
     tables: list[Table]
     checks: list[Check]
     attack: list[AttackSummary] = field(default_factory=list)  # the slow-client attack row
+    previous: Comparison | None = None  # this run against the previous run's JSON
 
     @property
     def servers(self) -> list[str]:
@@ -45,9 +47,21 @@ class Report:
         return seen
 
 
+@dataclass(frozen=True)
+class Previous:
+    """The previous run to compare with: its JSON report (``"tines-bench-suite/1"``) as loaded,
+    and its file as the report names it."""
+
+    data: dict[str, Any]
+    source: str
+
+
 def build(runs_of: Any, cells: list[tuple[Scenario, list[str]]], url_paths: dict[str, str],
-          plan: Plan, meta: dict[str, Any], skipped: dict[str, str], title: str) -> Report:
-    """``runs_of(scenario, server)`` gives a cell's recorded runs (State.runs)."""
+          plan: Plan, meta: dict[str, Any], skipped: dict[str, str], title: str,
+          previous: Previous | None = None,
+          no_previous: str = "no previous run to compare with") -> Report:
+    """``runs_of(scenario, server)`` gives a cell's recorded runs (State.runs); ``previous``
+    the run to compare with (``no_previous`` says why there is none)."""
     tables = []
     by_name: dict[str, dict[str, CellSummary]] = {}
     attack: list[AttackSummary] = []
@@ -62,9 +76,14 @@ def build(runs_of: Any, cells: list[tuple[Scenario, list[str]]], url_paths: dict
         best = best_peer(rows, skip_ignores_close=meta.get("primary") == "wrk")
         tables.append(Table(scenario, url_paths.get(scenario.app, "/"), rows, best))
         by_name[scenario.name] = {row.server: row for row in rows}
-    return Report(title, plan, meta, skipped, tables,
-                  event_checks(by_name) + recycling_checks(by_name) + attack_checks(attack),
-                  attack)
+    comparison = None
+    if previous is not None:
+        comparison = compare_with_previous(
+            by_name, previous_table(previous.data.get("cells", {})), previous.source,
+            {**previous.data.get("plan", {}), **previous.data.get("meta", {})})
+    checks = (event_checks(by_name) + recycling_checks(by_name) + attack_checks(attack)
+              + cheapest_checks(by_name) + [previous_check(comparison, no_previous)])
+    return Report(title, plan, meta, skipped, tables, checks, attack, comparison)
 
 
 ATTACK_HEAD = ["server", "unattacked req/s", "attacked req/s", "attacked ÷ unattacked",
@@ -239,12 +258,50 @@ def method_text(report: Report) -> str:
             "per second. Errors: every failed request (connect, reset, timeout, bad status, "
             "parse), summed over the runs. CPU µs/req: user+sys CPU of the server's whole "
             "process tree (from /proc) / successful responses; "
-            "server CPU busy: that CPU time / wall time (100% = saturated). Peak RSS: the sum of "
-            "VmHWM over the tree. Ratios are to the best peer (gunicorn, uWSGI, Granian; nginx "
+            "server CPU busy: that CPU time / wall time (100% = saturated). Memory, after the "
+            "measured run, per process from smaps_rollup (never RSS summed over the tree, which "
+            "counts each shared page once per process): PSS of all the server's processes "
+            "together, the master's (root process's) PSS, and the largest USS among the other "
+            "processes (the root's for a one-process server such as bjoern: its figures are "
+            "the master's). Ratios are to the best peer (gunicorn, uWSGI, Granian, bjoern; nginx "
             "is the machine's limit, not a peer). Other CPUs: busy time of CPUs 0 and 1 not "
             "used by the server or the load generator (other work on this shared machine), and "
             "stolen CPUs: time the hypervisor took from them, each per second of the run; a "
             "run with either well above 0.1 was disturbed: read its spread.")
+
+
+TARGETS_HEAD = ("Targets: event MPM (issue 4), process per request (issue 12), slow clients "
+                "(issue 14), the cheapest servers (issue 15), the previous run")
+ISSUE15_TEXT = (f"Issue 15's targets (bjoern, nginx static and the thread MPM) decide on the "
+                f"medians only when every cell involved has at least {MIN_RUNS} runs and their "
+                f"max/min (of the figure compared) is at most {SPREAD_LIMIT:.2f}; otherwise they "
+                "are INCONCLUSIVE: repeat the run on a quieter machine, or report them so.")
+
+PREVIOUS_HEAD = ["scenario", "server", "figure", "previous", "now", "worse by", "spread limit"]
+
+
+def previous_text(comparison: Comparison, plan: Plan) -> str:
+    other = ("" if comparison.plan_kind == plan.kind else
+             f" **A {comparison.plan_kind} run against this {plan.kind} one: runs of other "
+             "lengths, read the rows as a hint only.**")
+    found = f"{len(comparison.worse)} such:" if comparison.worse else "none is."
+    return (f"Against {comparison.source} (started {comparison.started}; "
+            f"{comparison.plan}).{other} {comparison.cells} Tines row(s) in both runs. A row "
+            "is worse when its median CPU µs/req rose, or its req/s fell, by a ratio above the "
+            f"larger max/min of the two runs' figures, or when it failed now; {found}")
+
+
+def previous_rows(comparison: Comparison) -> list[list[str]]:
+    out = []
+    for row in comparison.worse:
+        if row.metric == "failed":
+            out.append([row.scenario, row.server, "failed", num(row.previous) + " req/s",
+                        "failed", "", ""])
+            continue
+        digits = 1 if row.metric == "CPU µs/req" else 0
+        out.append([row.scenario, row.server, row.metric, num(row.previous, digits),
+                    num(row.current, digits), times(row.change), times(row.limit)])
+    return out
 
 
 def partial_text(report: Report) -> str:
@@ -286,11 +343,16 @@ def markdown(report: Report) -> str:
     lines += [ERRORS_NOTE, ""] if any_errors(report) else []
     lines += ["## Server CPU µs per request (median)", ""]
     lines += md_table(main_table(report, cpu=True)) + [""]
-    lines += ["## Targets: event MPM (issue 4), process per request (issue 12), slow clients "
-              "(issue 14)", ""]
+    lines += [f"## {TARGETS_HEAD}", "", ISSUE15_TEXT, ""]
     for check in report.checks:
         lines.append(f"- **{check.verdict.upper()}**: {check.name}: {check.detail}")
     lines.append("")
+    if report.previous is not None:
+        lines += ["## Against the previous run", "",
+                  previous_text(report.previous, report.plan), ""]
+        if report.previous.worse:
+            lines += md_table([PREVIOUS_HEAD, *previous_rows(report.previous)],
+                              numeric_from=3) + [""]
     if report.attack:
         lines += ["## hello keep-alive while under the slow-client attack", "", ATTACK_TEXT, ""]
         lines += md_table([ATTACK_HEAD, *attack_rows(report)]) + [""]
@@ -372,7 +434,7 @@ table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}
 th,td{border:1px solid #ccc;padding:3px 7px;text-align:right;white-space:nowrap}
 th:first-child,td:first-child{text-align:left}
 .pass{color:#1a7f37;font-weight:bold}.fail{color:#c0392b;font-weight:bold}
-.not{color:#777;font-weight:bold}.charts{display:flex;flex-wrap:wrap;gap:1em}
+.not{color:#777;font-weight:bold}.unsure{color:#b36b00;font-weight:bold}.charts{display:flex;flex-wrap:wrap;gap:1em}
 .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}
 .wide{overflow-x:auto}
 """
@@ -402,13 +464,17 @@ def html_page(report: Report) -> str:
         parts.append(f"<p>{e(ERRORS_NOTE)}</p>")
     parts.append("<h2>Server CPU µs per request (median)</h2>")
     parts.append(html_table(main_table(report, cpu=True)))
-    parts.append("<h2>Targets: event MPM (issue 4), process per request (issue 12), slow "
-                 "clients (issue 14)</h2><ul>")
+    parts.append(f"<h2>{e(TARGETS_HEAD)}</h2><p>{e(ISSUE15_TEXT)}</p><ul>")
     for check in report.checks:
-        css = {"pass": "pass", "fail": "fail"}.get(check.verdict, "not")
+        css = {"pass": "pass", "fail": "fail", "inconclusive": "unsure"}.get(check.verdict, "not")
         parts.append(f'<li><span class="{css}">{e(check.verdict.upper())}</span>: '
                      f"{e(check.name)}: {e(check.detail)}</li>")
     parts.append("</ul>")
+    if report.previous is not None:
+        text = previous_text(report.previous, report.plan).replace("**", "")
+        parts.append(f"<h2>Against the previous run</h2><p>{e(text)}</p>")
+        if report.previous.worse:
+            parts.append(html_table([PREVIOUS_HEAD, *previous_rows(report.previous)]))
     if report.attack:
         parts.append("<h2>hello keep-alive while under the slow-client attack</h2>")
         parts.append(f"<p>{e(ATTACK_TEXT)}</p>")

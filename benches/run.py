@@ -1,7 +1,7 @@
 """The side-by-side benchmark suite: Tines (each MPM) against gunicorn (gthread), uWSGI,
-Granian and nginx's static answer, driven by ``tines bench`` with wrk as a cross-check.
+Granian, bjoern and nginx's static answer, driven by ``tines bench`` with wrk as a cross-check.
 
-``make bench`` runs the standard plan (about 15 minutes); ``make bench-full`` the whole matrix
+``make bench`` runs the standard plan (5 runs per cell, about 33 minutes); ``make bench-full`` the whole matrix
 in the background (``--full``: hours, resumable); ``BENCH_QUICK=1`` or ``--quick`` a tiny
 matrix of 2 s cells and one run, for development. Method: docs/benchmarks.md.
 
@@ -17,6 +17,7 @@ import argparse
 import fcntl
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -230,7 +231,59 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--apps", help="comma-separated subset of: " + ", ".join(APPS))
     parser.add_argument("--modes", help="comma-separated subset of: keep-alive, close")
     parser.add_argument("--connections", help="comma-separated subset of connection counts")
+    parser.add_argument("--previous", metavar="PATH",
+                        help="the JSON report of the run to compare with (Tines rows worse than "
+                             "in it are listed; default: the newest "
+                             "benches/results/YYYY-MM-DD-HHMM.json older than this run; "
+                             "'none' to skip the comparison)")
     return parser.parse_args(argv)
+
+
+KEPT_REPORT = re.compile(r"\d{4}-\d{2}-\d{2}-\d{4}\.json")
+
+
+def find_previous(results: Path, started: str) -> Path | None:
+    """The newest kept standard report (``results/YYYY-MM-DD-HHMM.json``) older than the run
+    started at ``started``: never the one being written, never a full, A/B or quick report."""
+    older = sorted(path for path in results.glob("*.json")
+                   if KEPT_REPORT.fullmatch(path.name) and path.stem < started)
+    return older[-1] if older else None
+
+
+class PreviousUnreadable(Exception):
+    """The previous run's JSON cannot be read as a suite report; the message says why."""
+
+
+def read_previous(path: Path) -> reporting.Previous:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise PreviousUnreadable(f"cannot read {path}: {error}") from error
+    if (not isinstance(data, dict) or data.get("schema") != "tines-bench-suite/1"
+            or not isinstance(data.get("cells"), dict)):
+        raise PreviousUnreadable(f"{path} is not a suite report (schema tines-bench-suite/1 "
+                                 "with cells)")
+    return reporting.Previous(data, shown(path))
+
+
+def previous_run(choice: str | None, started: str) -> tuple[reporting.Previous | None, str]:
+    """The run to compare with and, when there is none, why. A ``--previous`` that cannot be
+    read ends the run (exit 2, one line); a default one is reported as not measured."""
+    if choice == "none":
+        return None, "not compared (--previous none)"
+    if choice:
+        try:
+            return read_previous(Path(choice)), ""
+        except PreviousUnreadable as error:
+            sys.stderr.write(f"bench: --previous: {error}\n")
+            sys.exit(2)
+    path = find_previous(RESULTS, started)
+    if path is None:
+        return None, f"no {shown(RESULTS)}/YYYY-MM-DD-HHMM.json older than this run"
+    try:
+        return read_previous(path), ""
+    except PreviousUnreadable as error:
+        return None, str(error)
 
 
 def keep(items: list[T], wanted: str | None, key: Callable[[T], str]) -> list[T]:
@@ -304,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     except StateMismatch as error:
         sys.stderr.write(f"bench: {error}\n")
         return 2
+    # Chosen before measuring, so a --previous that cannot be read stops the run at once.
+    previous, no_previous = previous_run(args.previous, state.meta["started"])
+    log(f"comparing with {previous.source}" if previous else f"previous run: {no_previous}")
     if state.resumed and not args.report_only:
         log(f"resuming {shown(state_path)}: {len(state.cells)} measurement(s) "
             "already done")
@@ -338,14 +394,17 @@ def main(argv: list[str] | None = None) -> int:
     planned = [cell_key(n, sc, run) for run in range(1, plan.runs + 1) for sc, names in cells
                for n in names]
     meta_out = {**state.meta, "commands": command_lines(servers, cells, plan, primary),
-                "measured": sum(state.done(key) for key in planned), "planned": len(planned)}
+                "measured": sum(state.done(key) for key in planned), "planned": len(planned),
+                "previous": previous.source if previous else None}
     url_paths = {name: app.url_path for name, app in APPS.items()}
     title = f"Benchmark {state.meta['started']}" + (" (full matrix)" if args.full else "")
-    rendered = reporting.build(state.runs, cells, url_paths, plan, meta_out, skipped, title)
+    rendered = reporting.build(state.runs, cells, url_paths, plan, meta_out, skipped, title,
+                               previous, no_previous)
     out_dir = TMP if plan.kind == "quick" or args.servers or args.apps or args.modes \
         or args.connections else RESULTS
     prefix = ("quick-" if plan.kind == "quick" else "") + ("full-" if args.full else "")
     base = out_dir / f"{prefix}{state.meta['started']}"
+    out_dir.mkdir(parents=True, exist_ok=True)  # TMP is absent when --state points elsewhere
     markdown = reporting.markdown(rendered)
     base.with_suffix(".md").write_text(markdown)
     base.with_suffix(".html").write_text(reporting.html_page(rendered))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from model import ATTACK_APP
 from provision import PEERS_VENV, tool_path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,6 +65,8 @@ APPS = {
     # Upload workloads of the before/after runs (benches/uploads.py; benches/ab.py --apps).
     "upload": App("upload", BENCH_APPS / "flask_upload.py", "app", "/upload"),
     "blog-post": App("blog-post", EXAMPLES / "blog" / "app.py", "app", "/blog/create"),
+    # The framework penalty (issue 15): one Flask route returning OK, no template, no database.
+    "flask": App("flask", BENCH_APPS / "flask_ok.py", "app", "/ok"),
     # The slow-client attack row (model.ATTACK_APP): hello's answer at /, the attack's targets
     # beside it; the app the e2e test of issue 14 uses.
     "attacked": App("attacked", REPO / "tests" / "python" / "e2e" / "apps" / "slow_clients_app.py",
@@ -121,6 +124,16 @@ def granian_command(app: App, port: int, _ready_fd: int | None, _workdir: Path) 
     return [str(PEERS_VENV / "bin" / "granian"), "--interface", "wsgi", "--host", "127.0.0.1",
             "--port", str(port), "--workers", "1", "--blocking-threads", "1",
             "--working-dir", str(app.file.parent), app.module_target]
+
+
+BJOERN_SERVE = REPO / "benches" / "bjoern_serve.py"
+
+
+def bjoern_command(app: App, port: int, _ready_fd: int | None, _workdir: Path) -> list[str]:
+    """bjoern has no command line: benches/bjoern_serve.py imports the app file (from its
+    directory, as the others' --chdir) and runs bjoern in that one process."""
+    return [str(PEERS_VENV / "bin" / "python"), str(BJOERN_SERVE), app.file_target, "127.0.0.1",
+            str(port)]
 
 
 NGINX_CONF = """\
@@ -187,6 +200,9 @@ def wsgi_servers() -> list[Server]:
         Server("gunicorn-gthread", gunicorn_command),
         Server("uwsgi", uwsgi_command),
         Server("granian-wsgi", granian_command),
+        # The C reference for WSGI (one process, libev): every app but the attack row, whose
+        # servers are model.ATTACK_SERVERS.
+        Server("bjoern", bjoern_command, apps=frozenset(APPS) - {ATTACK_APP}),
         # The machine's limit: a static answer with no app behind it.
         Server("nginx-static", nginx_command, apps=frozenset({"hello", "plaintext"})),
     ]
@@ -372,4 +388,5 @@ def display_command(server: Server, app: App) -> str:
     """The command line as the report shows it (repository-relative, PORT for the port)."""
     cmd = " ".join(server.command(app, 0, 3 if server.uses_ready_fd else None, Path("WORKDIR")))
     cmd = cmd.replace(str(REPO) + "/", "").replace("127.0.0.1:0", "127.0.0.1:PORT")
+    cmd = re.sub(r"127\.0\.0\.1 0$", "127.0.0.1 PORT", cmd)  # bjoern_serve.py HOST PORT
     return cmd.replace("--port 0", "--port PORT").replace("nginx-0.conf", "nginx-PORT.conf")

@@ -149,6 +149,253 @@ def test_event_checks_not_measured_names_what_is_missing() -> None:
     assert "tines-thread" not in checks[0].detail
 
 
+# --------------------------------------------------------------------------- issue 15's checks
+
+
+def cell(server: str, cpu: list[float], rps: float = 10_000.0) -> CellSummary:
+    """A summary with the given runs' CPU µs/req (their number is the runs')."""
+    return model.summarise(server, [run(rps, value) for value in cpu], len(cpu))
+
+
+def cheapest(**cells: dict[str, CellSummary]) -> dict[str, model.Check]:
+    """issue 15's checks, keyed by name, on table_of-style scenario keys."""
+    names = {"hello_ka": "hello/keep-alive/c50", "hello_close": "hello/close/c50",
+             "blog_ka": "blog/keep-alive/c50", "flask_ka": "flask/keep-alive/c50"}
+    table = {names[key]: value for key, value in cells.items()}
+    return {check.name: check for check in model.cheapest_checks(table)}
+
+
+FIVE = [100.0, 101.0, 102.0, 103.0, 104.0]
+
+
+def test_issue_15_targets_compare_tines_with_bjoern_nginx_and_event() -> None:
+    checks = cheapest(
+        flask_ka={"tines-prefork": cell("tines-prefork", FIVE),
+                  "tines-event": cell("tines-event", [x + 10 for x in FIVE]),
+                  "bjoern": cell("bjoern", [x + 2 for x in FIVE])},
+        hello_ka={"tines-prefork": cell("tines-prefork", [10.9] * 5),
+                  "tines-event": cell("tines-event", [11.1] * 5),
+                  "tines-thread": cell("tines-thread", [12.1] * 5),
+                  "nginx-static": cell("nginx-static", [10.0] * 5)},
+        hello_close={"tines-prefork": cell("tines-prefork", [30.0] * 5),
+                     "bjoern": cell("bjoern", [30.0] * 5)})
+    assert list(checks) == [
+        "flask keep-alive: tines-prefork CPU µs/req <= bjoern's",
+        "flask keep-alive: tines-event CPU µs/req <= bjoern's",
+        "blog keep-alive: tines-prefork CPU µs/req <= bjoern's",
+        "blog keep-alive: tines-event CPU µs/req <= bjoern's",
+        "hello keep-alive: tines-prefork CPU µs/req <= 1.10 x nginx-static's",
+        "hello keep-alive: tines-event CPU µs/req <= 1.10 x nginx-static's",
+        "hello close: tines-prefork CPU µs/req <= bjoern's",
+        "hello close: tines-event CPU µs/req <= bjoern's",
+        "hello keep-alive: tines-thread CPU µs/req <= 1.10 x tines-event's"]
+    verdicts = [check.verdict for check in checks.values()]
+    assert verdicts == ["pass", "fail", "not measured", "not measured", "pass", "fail", "pass",
+                        "not measured", "pass"]
+    flask = checks["flask keep-alive: tines-prefork CPU µs/req <= bjoern's"]
+    assert flask.detail == "tines-prefork 102.0 vs bjoern 104.0; max/min tines-prefork 1.04, bjoern 1.04"
+    nginx = checks["hello keep-alive: tines-event CPU µs/req <= 1.10 x nginx-static's"]
+    assert "tines-event 11.1 vs nginx-static 10.0 (limit 11.0)" in nginx.detail
+    gone = checks["hello close: tines-event CPU µs/req <= bjoern's"]
+    assert gone.detail == "no successful run of tines-event on hello/close/c50"
+
+
+def test_an_issue_15_target_is_inconclusive_when_a_cells_runs_spread_beyond_1_10() -> None:
+    wide = [100.0, 100.0, 100.0, 100.0, 111.0]  # max/min 1.11
+    checks = cheapest(blog_ka={"tines-prefork": cell("tines-prefork", FIVE),
+                               "tines-event": cell("tines-event", [90.0, 90.0, 95.0, 99.0, 99.0]),
+                               "bjoern": cell("bjoern", wide)})
+    prefork = checks["blog keep-alive: tines-prefork CPU µs/req <= bjoern's"]
+    assert prefork.verdict == "inconclusive"
+    assert "max/min above 1.10: bjoern" in prefork.detail and "bjoern 1.11" in prefork.detail
+    assert "(the medians alone would fail)" in prefork.detail  # 102 against bjoern's 100
+    # max/min exactly 1.10 still decides.
+    event = checks["blog keep-alive: tines-event CPU µs/req <= bjoern's"]
+    assert event.verdict == "inconclusive" and "tines-event" not in event.detail.split("above")[1]
+    level = cheapest(blog_ka={"tines-prefork": cell("tines-prefork", [100.0, 100, 100, 100, 110]),
+                              "bjoern": cell("bjoern", [101.0] * 5)})
+    assert level["blog keep-alive: tines-prefork CPU µs/req <= bjoern's"].verdict == "pass"
+
+
+def test_an_issue_15_target_is_inconclusive_with_fewer_than_five_runs() -> None:
+    checks = cheapest(hello_close={"tines-prefork": cell("tines-prefork", [30.0] * 4),
+                                   "bjoern": cell("bjoern", [40.0] * 5)})
+    check = checks["hello close: tines-prefork CPU µs/req <= bjoern's"]
+    assert check.verdict == "inconclusive"
+    assert "fewer than 5 runs: tines-prefork (4)" in check.detail
+    assert "(the medians alone would pass)" in check.detail
+
+
+# --------------------------------------------------------------------------- the previous run
+
+
+def cells_json(*rows: tuple[str, str, list[tuple[float, float]]]) -> dict[str, Any]:
+    """A suite JSON's ``cells``: (scenario, server, [(req/s, CPU µs/req) per run])."""
+    return {f"{scenario}|{server}|run{number}": run(rps, cpu)
+            for scenario, server, runs in rows for number, (rps, cpu) in enumerate(runs, 1)}
+
+
+def test_the_previous_runs_cells_are_summed_up_per_scenario_and_server() -> None:
+    cells = cells_json(("hello/keep-alive/c50", "tines-prefork", [(100, 10.0), (300, 12.0),
+                                                                  (200, 11.0)]),
+                       ("attacked/keep-alive/c50", "tines-prefork", [(50, 20.0)]))
+    cells["hello/keep-alive/c50|tines-prefork|run4"] = run(0, 0, failed="start: boom")
+    cells["a key of another kind"] = run(1, 1)
+    table = model.previous_table(cells)
+    assert list(table) == ["hello/keep-alive/c50"]  # the attack row has its own table
+    row = table["hello/keep-alive/c50"]["tines-prefork"]
+    assert row.rps == Spread(200, 100, 300, 3) and (row.runs_ok, row.runs_planned) == (3, 4)
+
+
+def test_a_tines_row_is_worse_only_beyond_the_larger_spread_of_the_two_runs() -> None:
+    hello = "hello/keep-alive/c50"
+    previous = model.previous_table(cells_json(
+        (hello, "tines-prefork", [(10_000, 10.0), (10_500, 10.5)]),  # max/min 1.05
+        (hello, "tines-event", [(10_000, 10.0), (10_000, 10.0)]),
+        (hello, "tines-thread", [(10_000, 10.0)]),
+        (hello, "bjoern", [(10_000, 10.0)]),
+        ("blog/keep-alive/c50", "tines-event", [(1_000, 100.0)])))
+    current = {hello: {
+        "tines-prefork": cell("tines-prefork", [10.9, 11.0], rps=10_250),  # 1.07x > 1.05 limit
+        "tines-event": cell("tines-event", [10.0, 10.0], rps=9_000),  # req/s 1.11x lower
+        "tines-thread": model.summarise("tines-thread", [run(0, 0, failed="start: boom")], 1),
+        "bjoern": cell("bjoern", [20.0])},  # a peer: never flagged
+        "flask/keep-alive/c50": {"tines-event": cell("tines-event", [50.0])}}  # not in previous
+    comparison = model.compare_with_previous(current, previous, "old.json",
+                                             {"kind": "standard", "runs": 5, "duration_s": 5,
+                                              "started": "2026-01-01-0000"})
+    assert comparison.cells == 3 and comparison.plan == "standard, 5 run(s) of 5 s"
+    worse = {(w.server, w.metric): w for w in comparison.worse}
+    assert set(worse) == {("tines-prefork", "CPU µs/req"), ("tines-event", "req/s"),
+                          ("tines-thread", "failed")}
+    cpu = worse[("tines-prefork", "CPU µs/req")]
+    assert (cpu.previous, cpu.current, cpu.limit) == (10.25, 10.95, 1.05)
+    assert cpu.change == pytest.approx(10.95 / 10.25)
+    # Within the spread (10.25 -> 10.5 is 1.024x against 1.05): not worse.
+    within = model.compare_with_previous({hello: {"tines-prefork": cell("tines-prefork",
+                                                                        [10.5, 10.5],
+                                                                        rps=10_250)}},
+                                         previous, "old.json", {})
+    assert within.cells == 1 and within.worse == []
+    check = model.previous_check(comparison, "")
+    assert check.verdict == "fail" and check.detail.startswith("3 worse than in old.json: ")
+    assert "tines-prefork on hello/keep-alive/c50: CPU µs/req 10.2 -> 10.9" in check.detail
+    assert model.previous_check(within, "").verdict == "pass"
+
+
+def test_the_previous_run_check_is_not_measured_without_a_previous_run_or_common_rows() -> None:
+    none = model.previous_check(None, "not compared (--previous none)")
+    assert (none.verdict, none.detail) == ("not measured", "not compared (--previous none)")
+    empty = model.compare_with_previous({"hello/keep-alive/c50": {"tines-prefork": cell(
+        "tines-prefork", [10.0])}}, {}, "old.json", {})
+    assert model.previous_check(empty, "").verdict == "not measured"
+
+
+def test_the_report_lists_the_rows_worse_than_in_the_previous_run() -> None:
+    hello = Scenario("hello", "keep-alive", 50)
+    runs = {"tines-prefork": [run(50_000, 14.0)] * 5, "bjoern": [run(50_000, 12.0)] * 5}
+    previous = report.Previous({"schema": "tines-bench-suite/1",
+                                "plan": {"kind": "quick", "runs": 1, "duration_s": 2},
+                                "meta": {"started": "2026-01-01-0000"},
+                                "cells": cells_json((hello.name, "tines-prefork",
+                                                     [(60_000, 12.0)]))},
+                               "benches/results/2026-01-01-0000.json")
+    built = report.build(lambda sc, server: runs[server], [(hello, ["tines-prefork", "bjoern"])],
+                         {"hello": "/"}, model.PLANS["standard"],
+                         {"started": "x", "primary": "tines-bench", "cross": "wrk"}, {}, "T",
+                         previous)
+    text = report.markdown(built)
+    assert "## Against the previous run" in text
+    assert "**A quick run against this standard one" in text
+    assert "| hello/keep-alive/c50 | tines-prefork | CPU µs/req | 12.0 | 14.0 | 1.17× | 1.00× |" in text
+    assert "| hello/keep-alive/c50 | tines-prefork | req/s | 60,000 | 50,000 | 1.20× | 1.00× |" in text
+    assert "- **FAIL**: no Tines row worse than the previous run: 2 worse than in" in text
+    page = report.html_page(built)
+    assert "Against the previous run" in page and "**" not in page
+
+
+def test_the_previous_run_is_the_newest_kept_standard_report_before_this_one(
+        tmp_path: Path) -> None:
+    import run as harness
+
+    for name in ("2026-01-01-0000.json", "2026-01-02-0000.json", "2026-01-03-0000.json",
+                 "quick-2026-01-02-1200.json", "full-2026-01-02-1300.json",
+                 "ab-2026-01-02-1400.json", "2026-01-02-1500.md"):
+        (tmp_path / name).write_text("{}")
+    assert harness.find_previous(tmp_path, "2026-01-03-0000") == tmp_path / "2026-01-02-0000.json"
+    assert harness.find_previous(tmp_path, "2026-01-01-0000") is None
+    (tmp_path / "2026-01-02-0000.json").write_text('{"schema": "tines-bench/1", "runs": []}')
+    with pytest.raises(harness.PreviousUnreadable, match="not a suite report"):
+        harness.read_previous(tmp_path / "2026-01-02-0000.json")
+    with pytest.raises(SystemExit) as stopped:
+        harness.previous_run(str(tmp_path / "absent.json"), "2026-01-03-0000")
+    assert stopped.value.code == 2
+    assert harness.previous_run("none", "x") == (None, "not compared (--previous none)")
+
+
+def test_a_filtered_report_is_written_where_its_directory_did_not_exist_yet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """--report-only on a state file kept outside benches/results/ (the quick runs' advice):
+    the report goes to the (monkeypatched, absent) results/tmp directory, which is created."""
+    import run as harness
+
+    hello = Scenario("hello", "keep-alive", 50)
+    state = State(tmp_path / "state" / "state.json", model.PLANS["quick"].as_dict(),
+                  {"started": "2026-01-01-0000", "primary": "tines-bench", "cross": "wrk"})
+    state.record(model.cell_key("tines-prefork", hello, 1), run(50_000, 10.0))
+    state.record(model.cell_key("bjoern", hello, 1), run(48_000, 10.5))
+    monkeypatch.setattr(harness, "TMP", tmp_path / "reports")
+    assert harness.main(["--quick", "--report-only", "--state", str(state.path),
+                         "--servers", "tines-prefork,bjoern", "--apps", "hello",
+                         "--modes", "keep-alive", "--previous", "none"]) == 0
+    text = (tmp_path / "reports" / "quick-2026-01-01-0000.md").read_text()
+    assert "| hello/keep-alive/c50 | 10.0 | 10.5 | 0.95× (prefork) |" in text
+    assert "no Tines row worse than the previous run: not compared (--previous none)" in text
+    assert json.loads((tmp_path / "reports" / "quick-2026-01-01-0000.json").read_text()
+                      )["meta"]["previous"] is None
+    capsys.readouterr()
+
+
+# --------------------------------------------------------------------------- bjoern and flask
+
+
+def test_bjoern_runs_the_app_file_in_the_peers_python_on_every_app_but_the_attack_row() -> None:
+    bjoern = next(s for s in servers.wsgi_servers() if s.name == "bjoern")
+    assert bjoern.apps == frozenset(servers.APPS) - {model.ATTACK_APP}
+    assert not bjoern.uses_ready_fd  # polled, like the other peers
+    command = bjoern.command(servers.APPS["flask"], 8080, None, Path("/tmp"))
+    assert command == [str(servers.PEERS_VENV / "bin" / "python"), str(servers.BJOERN_SERVE),
+                       "benches/apps/flask_ok.py:app", "127.0.0.1", "8080"]
+    assert servers.display_command(bjoern, servers.APPS["hello"]) == (
+        "benches/.venv-peers/bin/python benches/bjoern_serve.py examples/hello.py:app "
+        "127.0.0.1 PORT")
+    assert servers.APPS["flask"].url_path == "/ok"
+    assert "bjoern" in provision_module().PEER_PACKAGES
+
+
+def provision_module() -> ModuleType:
+    import provision
+
+    return provision
+
+
+def test_a_dev_package_is_installed_when_its_header_is_there_or_dpkg_says_so(
+        tmp_path: Path) -> None:
+    provision = provision_module()
+    header = tmp_path / "ev.h"
+    header.write_text("")
+    assert provision.dev_package_installed("no-such-package-tines-test", header)
+    assert not provision.dev_package_installed("no-such-package-tines-test", tmp_path / "no.h")
+    assert provision.DEV_PACKAGES["bjoern"] == {"libev-dev": Path("/usr/include/ev.h")}
+
+
+def test_the_flask_ok_app_answers_ok() -> None:
+    flask_ok = load_file("bench_flask_ok", BENCHES / "apps" / "flask_ok.py")
+    client = flask_ok.app.test_client()
+    answer = client.get("/ok")
+    assert (answer.status_code, answer.data) == (200, b"OK")
+
+
 # --------------------------------------------------------------------------- the state file
 
 PLAN = {"kind": "full", "runs": 3, "warmup_s": 2, "duration_s": 10, "cross_s": 5}
@@ -210,36 +457,41 @@ def test_the_process_per_request_row_is_prefork_with_max_requests_1_and_preload(
 # --------------------------------------------------------------------------- matrices
 
 ALL = ["tines-prefork", "tines-thread", "tines-event", "gunicorn-gthread", "uwsgi",
-       "granian-wsgi", "nginx-static"]
+       "granian-wsgi", "bjoern", "nginx-static"]
 SERVES: dict[str, frozenset[str] | None] = {
-    **{s: None for s in ALL}, "nginx-static": frozenset({"hello", "plaintext"})}
+    **{s.name: s.apps for s in servers.wsgi_servers()}, "nginx-static": frozenset({"hello", "plaintext"})}
 
 
 def test_standard_matrix() -> None:
     cells = dict((sc.name, names) for sc, names in model.matrix("standard", ALL, SERVES))
     assert cells["hello/keep-alive/c50"] == ALL
     assert cells["blog/close/c50"] == ALL[:-1]
-    assert cells["hello/close/c1000"] == ["tines-thread", "tines-event"]
-    assert cells["blog/keep-alive/c1000"] == ["tines-thread", "tines-event"]
+    assert cells["flask/keep-alive/c50"] == ALL[:-1]
+    assert cells["hello/keep-alive/c1000"] == ["tines-thread", "tines-event"]
     assert cells["attacked/keep-alive/c50"] == ["tines-prefork", "tines-thread", "tines-event",
                                                  "gunicorn-gthread", "granian-wsgi"]
-    assert len(cells) == 9
+    assert list(cells) == ["hello/keep-alive/c50", "hello/close/c50", "blog/keep-alive/c50",
+                           "blog/close/c50", "flask/keep-alive/c50", "hello/keep-alive/c1000",
+                           "attacked/keep-alive/c50"]
     without_event = dict((sc.name, names) for sc, names in
                          model.matrix("standard", [s for s in ALL if s != "tines-event"], SERVES))
     assert without_event["hello/keep-alive/c1000"] == ["tines-thread"]
     plan = model.PLANS["standard"]
-    minutes = model.estimate_seconds(plan, model.matrix("standard", ALL, SERVES)) / 60
-    assert 12 <= minutes <= 19, minutes
+    assert plan.runs >= model.MIN_RUNS  # issue 15's targets can decide on a standard run
+    every = [s.name for s in servers.wsgi_servers()]
+    minutes = model.estimate_seconds(plan, model.matrix("standard", every, SERVES)) / 60
+    assert 25 <= minutes <= 35, minutes
 
 
 def test_full_matrix() -> None:
     cells = dict((sc.name, names) for sc, names in model.matrix("full", ALL, SERVES))
     assert cells["hello/keep-alive/c1"] == ALL
     assert cells["blog/close/c1000"] == ALL[:-1]
+    assert cells["flask/close/c1"] == ALL[:-1]
     assert cells["plaintext/keep-alive/c50/p16"] == ALL
     assert cells["fortunes/keep-alive/c1000"] == ALL[:-1]
     assert "json/close/c50" not in cells
-    assert len(cells) == 12 + 2 + 6 + 1
+    assert len(cells) == 18 + 2 + 6 + 1
     assert "attacked/keep-alive/c50" in cells
     with pytest.raises(ValueError):
         model.matrix("huge", ALL, SERVES)
@@ -406,13 +658,17 @@ def test_markdown_report() -> None:
     assert lines[2] == "| hello/keep-alive/c50 | 60,000 | 50,000 | 70,000 | 1.20× (prefork) |"
     assert lines[3] == "| blog/close/c50 | 1,400 | failed |  | – |"
     assert "| hello/keep-alive/c50 | 12.0 | 17.0 | 7.0 | 0.71× (prefork) |" in text
-    assert ("| tines-prefork | 60,000 | 58,000–62,000 | 1.00 | 5.00 | 0 | 12.0 | 11.5–12.5 | 90% "
+    assert ("| tines-prefork (3/5 runs) | 60,000 | 58,000–62,000 | 1.00 | 5.00 | 0 | 12.0 "
+            "| 11.5–12.5 | 90% "
             "| 40.0 | 10.0 | 5.0 | 1.20× | 0.71× | – | 0.00 | 0.01 |") in text
     assert "| granian-wsgi | failed: start: <boom> & exit |" in text
     assert "| hello/keep-alive/c50 | granian-wsgi | 50,000 | 49,000 | 1.02× | 10.0 | 9.0 |" in text
     assert "- tines-event: this build of Tines has no event MPM" in text
-    # Issue 4's three checks and issue 12's two process-per-request checks.
-    assert text.count("**NOT MEASURED**") == 5
+    # Issue 4's three checks, issue 12's two process-per-request checks, eight of issue 15's
+    # nine and the previous run's (none given); hello keep-alive against nginx has too few runs.
+    assert text.count("**NOT MEASURED**") == 5 + 8 + 1
+    assert "- **INCONCLUSIVE**: hello keep-alive: tines-prefork CPU µs/req <= 1.10 x nginx-static's" in text
+    assert "no previous run to compare with" in text and "## Against the previous run" not in text
     assert "Quick run" not in text
     assert "Quick run" in report.markdown(sample_report("quick"))
 
