@@ -12,7 +12,8 @@ use crate::trusted_proxies::TrustedProxies;
 pub enum Mpm {
     /// One thread per process; the app runs inline on the poller thread.
     Prefork,
-    /// A poller thread plus `threads` app threads per process.
+    /// The same machine as `Event` (ADR 0010), under the name gunicorn's `gthread` users know;
+    /// it always runs at least one app thread (`threads = 0` counts as 1).
     Thread,
     /// One loop thread owns every socket (reading bodies and finishing writes, as every MPM's
     /// poller does), with a batched hand-off, a `SCHED_BATCH` loop and 503 admission;
@@ -37,7 +38,8 @@ impl Mpm {
 pub struct WorkerConfig {
     /// The MPM to run.
     pub mpm: Mpm,
-    /// App threads per process (thread and event MPMs; 0 with event: the app runs on the loop).
+    /// App threads per process (thread and event MPMs; 0 with event: the app runs on the loop;
+    /// thread runs at least 1).
     pub threads: usize,
     /// `forwarded_allow_ips`: peers whose `X-Forwarded-*` headers are believed (the client
     /// address the environ, the access log and the status output show).
@@ -48,8 +50,8 @@ pub struct WorkerConfig {
     /// Most connections one worker holds open; above it the worker stops accepting until one
     /// closes (every MPM).
     pub max_connections: usize,
-    /// Event MPM: requests waiting for an app thread beyond which a new request gets 503 with
-    /// `Retry-After` at once (idle connections never count).
+    /// Thread and event MPMs: requests waiting for an app thread beyond which a new request
+    /// gets 503 with `Retry-After` at once (idle connections never count).
     pub max_queued_requests: usize,
     /// Response bytes of a body the app is still producing that a slot may leave for the
     /// poller to write (a slow reader then holds no slot); beyond it the slot waits for the

@@ -173,7 +173,7 @@ impl Poller {
     }
 }
 
-/// An eventfd used to wake a poller from another thread (the thread MPM's app threads).
+/// An eventfd used to wake a poller from another thread (the app threads of the thread and event MPMs).
 pub struct Waker {
     fd: OwnedFd,
 }

@@ -127,8 +127,7 @@ pub fn run_worker(app: Arc<dyn App>, spec: WorkerSpec) -> io::Result<StopReason>
     let reactor = crate::reactor::Reactor::new(listeners, control, Arc::clone(&shared))?;
     let reason = match shared.config.mpm {
         Mpm::Prefork => crate::mpm::prefork::run(reactor, app, shared.clone()),
-        Mpm::Thread => crate::mpm::thread::run(reactor, app, shared.clone()),
-        Mpm::Event => crate::mpm::event::run(reactor, app, shared.clone()),
+        Mpm::Thread | Mpm::Event => crate::mpm::pool::run(reactor, app, shared.clone()),
     };
     if let Some(log) = &shared.access_log {
         log.flush();

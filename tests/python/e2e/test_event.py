@@ -250,12 +250,14 @@ def thread_policies(pid: int) -> dict[str, list[int]]:
     return policies
 
 
+@pytest.mark.parametrize("mpm", ["thread", "event"])
 @pytest.mark.parametrize("threads", ["1", "3"])
-def test_the_loop_thread_never_preempts_app_threads(tines_server: Any, threads: str) -> None:
+def test_the_loop_thread_never_preempts_app_threads(tines_server: Any, mpm: str, threads: str) -> None:
     """The loop thread runs under SCHED_BATCH (no wake-up preemption: it handles every ready
     connection in one go once the app thread blocks, docs/mpm.md); app threads keep the
-    default policy. With threads 0 the loop runs the app itself and keeps the default."""
-    server = tines_server(APP, "-w", "1", "--mpm", "event", "--threads", threads)
+    default policy. With threads 0 the loop runs the app itself and keeps the default. The
+    thread MPM runs the same pool (ADR 0010)."""
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", threads)
     assert get(server.port).status == 200
     worker = worker_pid(server)
 
@@ -488,9 +490,13 @@ def test_a_slow_reader_holds_no_app_thread(tines_server: Any, big_file: Path, mp
 # ----- d. admission: 503 when the queue is full, never for idle connections -----
 
 
-def test_a_full_queue_answers_503_at_once_while_the_app_is_busy(tines_server: Any, gate: tuple[socket.socket, str]) -> None:
+@pytest.mark.parametrize("mpm", ["thread", "event"])
+def test_a_full_queue_answers_503_at_once_while_the_app_is_busy(tines_server: Any, gate: tuple[socket.socket, str],
+                                                                mpm: str) -> None:
+    """Admission on both names of the one pool (ADR 0010): `--mpm thread` used to queue
+    without bound."""
     listener, gate_path = gate
-    server = tines_server(APP, "-w", "1", "--mpm", "event", "--threads", "1",
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "1",
                           "--max-queued-requests", "1", env={"EVENT_APP_GATE": gate_path})
     a, b, c = (connect(server.port) for _ in range(3))
     held = None

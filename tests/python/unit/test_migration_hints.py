@@ -35,8 +35,8 @@ def test_renamed_settings_are_given_as_tines_flags_with_their_values() -> None:
     assert migration_hint("--no-server-header") == (
         "(uvicorn): use --server-header '' (an empty value omits the header)")
     assert migration_hint("-k") == migration_hint("--worker-class") == (
-        "(gunicorn): use --mpm prefork for sync, --mpm thread with --threads for gthread, or --mpm "
-        "event; there is no gevent, eventlet or ASGI worker")
+        "(gunicorn): use --mpm prefork for sync, --mpm thread (the same machine as --mpm event) with "
+        "--threads for gthread; there is no gevent, eventlet or ASGI worker")
 
 
 def test_a_flag_outside_the_table_gets_no_hint() -> None:

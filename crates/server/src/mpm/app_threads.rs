@@ -1,4 +1,4 @@
-//! What the thread and event MPMs share about their app threads: starting them (named
+//! The pool's app threads (`pool`: the thread and event MPMs): starting them (named
 //! `tines-app-N`), stopping them, and a lock that survives a panicked holder.
 
 use std::io;

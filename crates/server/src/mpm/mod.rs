@@ -1,7 +1,8 @@
 //! The multi-processing modules: who runs a connection whose head is complete, and when.
-//! All three drive the same [`crate::reactor::Reactor`] and [`crate::slot::serve_connection`].
+//! Both drive the same [`crate::reactor::Reactor`] and [`crate::slot::serve_connection`]:
+//! `prefork` on the loop's own thread, `pool` on app threads (the `thread` and `event` MPMs,
+//! one machine under two names: ADR 0010).
 
 mod app_threads;
-pub mod event;
+pub mod pool;
 pub mod prefork;
-pub mod thread;

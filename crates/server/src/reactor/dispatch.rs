@@ -42,7 +42,7 @@ pub(crate) trait Driver {
         false
     }
     /// The loop saw a handed-out connection's socket become readable (`true`), or got such a
-    /// connection back (`false`): see `mpm::event` for why a driver counts these.
+    /// connection back (`false`): see `mpm::pool` for why a driver counts these.
     fn handed_edge(&mut self, _seen: bool) {}
     /// Whether a new connection could start being served now. With more than one worker the
     /// loop takes new connections only while this holds, so a busy worker leaves them in the

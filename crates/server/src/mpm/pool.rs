@@ -1,8 +1,10 @@
-//! `event`: one loop thread per process owns every socket: accept, reading and parsing heads,
-//! reading request bodies before dispatch (as every MPM's loop does), idle keep-alive, and finishing response
-//! output that an app thread could not write at once (`max_response_buffer`, sendfile). App
-//! threads only run the app: a complete request goes to a bounded queue, an app thread serves
-//! it (and any pipelined request already buffered) and hands the connection back.
+//! The app-thread pool that the `thread` and `event` MPMs both run (one machine under two
+//! names, ADR 0010): one loop thread per process owns every socket: accept, reading and
+//! parsing heads, reading request bodies before dispatch (as every MPM's loop does), idle
+//! keep-alive, and finishing response output that an app thread could not write at once
+//! (`max_response_buffer`, sendfile). App threads only run the app: a complete request goes
+//! to a bounded queue, an app thread serves it (and any pipelined request already buffered)
+//! and hands the connection back.
 //!
 //! The hand-off is batched: the loop queues every request it found ready in one epoll wake-up
 //! under one lock and wakes only as many idle app threads as there are new requests (no
@@ -13,9 +15,10 @@
 //! when `max_queued_requests` wait for an app thread, a new request is answered 503 at once
 //! by the loop.
 //!
-//! With `threads = 0` the app runs on the loop thread itself (prefork's inline driver): no
-//! hand-off at all, but the loop stops while the app runs; the response is still finished by
-//! the loop when the client reads slowly.
+//! What differs between the two names is only `threads = 0`: with `event` the app then runs
+//! on the loop thread itself (prefork's inline driver): no hand-off at all, but the loop stops
+//! while the app runs; the response is still finished by the loop when the client reads
+//! slowly. `thread` always has at least one app thread.
 
 use std::collections::VecDeque;
 use std::io;
@@ -31,7 +34,7 @@ use crate::poller::Waker;
 use crate::reactor::{Dispatch, Driver, Reactor};
 use crate::shared::WorkerShared;
 use crate::slot::serve_connection;
-use crate::App;
+use crate::{App, Mpm};
 
 struct Queue {
     jobs: VecDeque<(usize, Connection)>,
@@ -240,22 +243,25 @@ fn loop_yields_to_app_threads() {
     let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
     if rc != 0 {
         crate::log::debug(&format!(
-            "event loop: SCHED_BATCH not set: {}",
+            "loop: SCHED_BATCH not set: {}",
             io::Error::last_os_error()
         ));
     }
 }
 
-/// Runs the event MPM: the calling thread is the loop; `threads` app threads serve (none:
-/// the loop runs the app inline).
+/// Runs the thread or event MPM: the calling thread is the loop; `threads` app threads serve
+/// (none, with `event`: the loop runs the app inline; `thread` runs at least one).
 pub fn run(
     mut reactor: Reactor,
     app: Arc<dyn App>,
     worker: Arc<WorkerShared>,
 ) -> io::Result<StopReason> {
-    if worker.config.threads == 0 {
-        return crate::mpm::prefork::run(reactor, app, worker);
-    }
+    let threads = match worker.config.mpm {
+        Mpm::Event if worker.config.threads == 0 => {
+            return crate::mpm::prefork::run(reactor, app, worker)
+        }
+        _ => worker.config.threads.max(1),
+    };
     let shared = Arc::new(Shared {
         queue: Mutex::new(Queue {
             jobs: VecDeque::new(),
@@ -273,7 +279,7 @@ pub fn run(
         edges: AtomicUsize::new(0),
         waker: Waker::new()?,
     });
-    let threads = app_threads::spawn(worker.config.threads, &app, &worker, &shared, app_thread)?;
+    let threads = app_threads::spawn(threads, &app, &worker, &shared, app_thread)?;
     let mut pool = Pool {
         shared,
         threads,
