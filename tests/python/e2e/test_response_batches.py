@@ -28,6 +28,10 @@ A_MICROSECOND = "0.000001"
 MPMS = [
     pytest.param(("--mpm", "prefork"), id="prefork"),
     pytest.param(("--mpm", "event", "--threads", "0"), id="event-inline"),
+    # One app thread: the loop hands both requests over in one batch and the thread takes
+    # them in order.
+    pytest.param(("--mpm", "event", "--threads", "1"), id="event"),
+    pytest.param(("--mpm", "thread", "--threads", "1"), id="thread"),
 ]
 
 

@@ -25,7 +25,9 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
+use crate::batch::BatchClock;
 use crate::connection::Connection;
 use crate::control::StopReason;
 use crate::exchange::SlotContext;
@@ -153,7 +155,15 @@ impl Driver for Pool {
 fn app_thread(index: usize, app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
     let app_ref = Arc::clone(&app);
     app.run_slot_thread(&mut || {
-        let mut ctx = SlotContext::for_thread(index);
+        let mut batch = BatchClock::new(worker.config.response_batch_delay);
+        let mut ctx = SlotContext {
+            batch_responses: batch.enabled(),
+            ..SlotContext::for_thread(index)
+        };
+        // This thread's batch of responses (ADR 0011): connections whose small response
+        // waits, queued, until the batch is written; and connections on their way back.
+        let mut held: Vec<(usize, Option<Connection>)> = Vec::new();
+        let mut back: Vec<(usize, Option<Connection>)> = Vec::new();
         loop {
             let job = {
                 let mut queue = lock(&pool.queue);
@@ -162,6 +172,13 @@ fn app_thread(index: usize, app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: 
                         pool.busy.fetch_add(1, Ordering::Relaxed);
                         pool.queued.fetch_sub(1, Ordering::Relaxed);
                         break Some(job);
+                    }
+                    if !held.is_empty() {
+                        // The batch ends before this thread waits (or stops).
+                        drop(queue);
+                        write_batch(&mut held, &mut batch, &pool, &worker);
+                        queue = lock(&pool.queue);
+                        continue;
                     }
                     if queue.shutdown {
                         break None;
@@ -186,38 +203,82 @@ fn app_thread(index: usize, app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: 
                 }
             };
             let Some((token, conn)) = job else { return };
+            let started = batch.enabled().then(|| {
+                let now = Instant::now();
+                if !held.is_empty() && batch.due(now) {
+                    write_batch(&mut held, &mut batch, &pool, &worker);
+                    return Instant::now();
+                }
+                now
+            });
             let (kept, returned) = serve_connection(conn, ctx, &*app_ref, &worker);
             ctx = returned;
             // Free for the next request from here on: admission must not count a request that
             // this thread takes as soon as it has handed this connection back.
             pool.busy.fetch_sub(1, Ordering::Relaxed);
-            // While more requests wait for this thread, a connection that only goes back to
-            // idle needs nothing from the loop until its next bytes arrive, and those wake the
-            // loop anyway: it is collected then, without a wake-up of its own. This halves the
-            // context switches per request on a busy worker (docs/mpm.md). One that has output
-            // to finish or bytes buffered, a stopping worker, a loop that saw bytes arrive for
-            // a handed-out connection (`edges`), or the end of a burst, rings the loop.
-            let urgent = worker.is_stopping()
-                || kept
-                    .as_ref()
-                    .is_some_and(|conn| conn.has_pending_output() || !conn.drained());
-            let mut back = lock(&pool.returned);
-            back.conns.push((token, kept));
-            pool.has_returns.store(true, Ordering::SeqCst);
-            let edges = pool.edges.load(Ordering::SeqCst);
-            // The last return before this thread goes idle rings too, so that connections
-            // returned during a burst start their keep-alive timers promptly.
-            let idle_next = pool.queued.load(Ordering::Relaxed) == 0;
-            if (urgent || edges > 0 || idle_next) && !back.rung {
-                // Under the lock, so that `rung` always means the eventfd is set: `collect`
-                // resets it under the same lock (else a reset could land before this write
-                // and leave a set eventfd that nothing resets: a spinning loop).
-                back.rung = true;
-                pool.waker.wake();
+            match (started, kept) {
+                // Its response waits for the rest of the batch; a stopping worker hands it
+                // back at once (the loop writes it).
+                (Some(started), Some(conn))
+                    if conn.has_pending_output() && !worker.is_stopping() =>
+                {
+                    batch.deferred(started, Instant::now());
+                    held.push((token, Some(conn)));
+                }
+                (_, kept) => {
+                    back.push((token, kept));
+                    hand_back(&mut back, &pool, &worker);
+                }
             }
-            drop(back);
         }
     });
+}
+
+/// Ends an app thread's batch: writes each held response, back to back, then hands the
+/// connections back together (one that the socket could not take whole goes back with its
+/// output pending, for the loop to finish; a write error is met again there, and closes it).
+fn write_batch(
+    held: &mut Vec<(usize, Option<Connection>)>,
+    batch: &mut BatchClock,
+    pool: &Shared,
+    worker: &WorkerShared,
+) {
+    batch.flushed();
+    for (_, conn) in held.iter_mut() {
+        if let Some(conn) = conn {
+            let _ = conn.output().write_some();
+        }
+    }
+    hand_back(held, pool, worker);
+}
+
+/// Hands `conns` back to the loop (all of them, under one lock), ringing it only when needed.
+fn hand_back(conns: &mut Vec<(usize, Option<Connection>)>, pool: &Shared, worker: &WorkerShared) {
+    // While more requests wait for this thread, a connection that only goes back to idle
+    // needs nothing from the loop until its next bytes arrive, and those wake the loop
+    // anyway: it is collected then, without a wake-up of its own. This halves the context
+    // switches per request on a busy worker (docs/mpm.md). One that has output to finish or
+    // bytes buffered, a stopping worker, a loop that saw bytes arrive for a handed-out
+    // connection (`edges`), or the end of a burst, rings the loop.
+    let urgent = worker.is_stopping()
+        || conns.iter().any(|(_, kept)| {
+            kept.as_ref()
+                .is_some_and(|conn| conn.has_pending_output() || !conn.drained())
+        });
+    let mut back = lock(&pool.returned);
+    back.conns.append(conns);
+    pool.has_returns.store(true, Ordering::SeqCst);
+    let edges = pool.edges.load(Ordering::SeqCst);
+    // The last return before this thread goes idle rings too, so that connections returned
+    // during a burst start their keep-alive timers promptly.
+    let idle_next = pool.queued.load(Ordering::Relaxed) == 0;
+    if (urgent || edges > 0 || idle_next) && !back.rung {
+        // Under the lock, so that `rung` always means the eventfd is set: `collect` resets it
+        // under the same lock (else a reset could land before this write and leave a set
+        // eventfd that nothing resets: a spinning loop).
+        back.rung = true;
+        pool.waker.wake();
+    }
 }
 
 /// Puts the calling (loop) thread under `SCHED_BATCH`: it then never preempts a running app
