@@ -42,6 +42,10 @@ pub struct Listener {
     /// Where it is bound.
     pub local: Local,
     tcp: bool,
+    /// `TCP_NODELAY` is set on the listening socket, so every accepted connection has it
+    /// already (Linux copies the listener's option into each connection it accepts): no
+    /// `setsockopt` per connection.
+    nodelay_inherited: bool,
 }
 
 /// At most this many accepts per listener per wake-up: enough to keep up with a burst, few
@@ -116,7 +120,13 @@ impl Listener {
                 )
             }
         };
-        Ok(Listener { fd, local, tcp })
+        let nodelay_inherited = tcp && set_nodelay(fd);
+        Ok(Listener {
+            fd,
+            local,
+            tcp,
+            nodelay_inherited,
+        })
     }
 
     /// The raw fd, to register with the poller.
@@ -166,17 +176,9 @@ impl Listener {
             // SAFETY: accept4 returned a fresh fd that we now own.
             let owned = unsafe { OwnedFd::from_raw_fd(fd) };
             if self.tcp {
-                let one: libc::c_int = 1;
-                // SAFETY: setsockopt with a valid int option value and its size. Failure is
-                // harmless (latency only), so the result is ignored.
-                unsafe {
-                    libc::setsockopt(
-                        fd,
-                        libc::IPPROTO_TCP,
-                        libc::TCP_NODELAY,
-                        (&one as *const libc::c_int).cast(),
-                        std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                    );
+                if !self.nodelay_inherited {
+                    // Failure is harmless (latency only).
+                    set_nodelay(fd);
                 }
                 let peer = sockaddr_to_std(&storage)
                     .map(Peer::Tcp)
@@ -185,6 +187,21 @@ impl Listener {
             }
             return Ok(Some((owned, Peer::Unix)));
         }
+    }
+}
+
+/// Sets `TCP_NODELAY` on `fd`; whether it took.
+fn set_nodelay(fd: RawFd) -> bool {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt with a valid int option value and its size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
     }
 }
 

@@ -152,3 +152,41 @@ def test_a_bad_pipelined_request_gets_its_400_after_the_earlier_answers_then_eof
             writer.join(60)
     assert response.count(b"HTTP/1.1 200 OK\r\n") == 2
     assert response.rpartition(b"HTTP/1.1 ")[2].startswith(b"400 ")
+
+
+def server_socket_copy(pid: int, client: socket.socket) -> socket.socket:
+    """A duplicate, in this process, of the server's end of ``client`` held by ``pid``
+    (pidfd_getfd(2): Linux 5.6+, same user)."""
+    import ctypes
+
+    from conftest import server_side_inode
+
+    inode = server_side_inode(client)
+    target = f"socket:[{inode}]"
+    fd = next(int(name) for name in os.listdir(f"/proc/{pid}/fd")
+              if os.readlink(f"/proc/{pid}/fd/{name}") == target)
+    pidfd = os.pidfd_open(pid)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        sys_pidfd_getfd = 438  # x86_64 and aarch64 alike (the generic syscall table)
+        copy = libc.syscall(sys_pidfd_getfd, pidfd, fd, 0)
+        if copy < 0:
+            errno = ctypes.get_errno()
+            pytest.skip(f"pidfd_getfd failed: {os.strerror(errno)}")
+    finally:
+        os.close(pidfd)
+    return socket.socket(fileno=copy)
+
+
+@pytest.mark.parametrize("mpm", MPMS_ALL, ids=MPM_IDS_ALL)
+def test_accepted_connections_have_nagle_off(tines_server: Any, mpm: tuple[str, ...]) -> None:
+    # TCP_NODELAY is set once on the listening socket and inherited by every connection the
+    # worker accepts (no setsockopt per connection): a response's last segment is never held
+    # back waiting for the client's ACK.
+    server = tines_server("streaming:app", "-w", "1", "--mpm", *mpm)
+    (worker,) = server.worker_pids()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as client:
+        client.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert client.recv(65536).startswith(b"HTTP/1.1 ")
+        with server_socket_copy(worker, client) as served:
+            assert served.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
