@@ -94,3 +94,26 @@ def test_a_batch_is_written_before_a_request_that_would_make_it_wait_past_the_de
 def test_with_no_delay_each_response_is_written_when_it_is_complete(
         tines_server: Any, gate: tuple[socket.socket, str], mpm: tuple[str, ...]) -> None:
     assert first_response_left_while_second_request_runs(tines_server, gate, mpm, "0")
+
+
+@pytest.mark.parametrize("mpm", [("--mpm", "event", "--threads", "1"),
+                                 ("--mpm", "thread", "--threads", "1")], ids=["event", "thread"])
+def test_a_request_that_arrives_while_buffered_ones_are_served_is_answered_too(
+        tines_server: Any, gate: tuple[socket.socket, str], mpm: tuple[str, ...]) -> None:
+    # Three requests arrive in one packet; a fourth arrives while the app holds the first. The
+    # loop sees the fourth's bytes arrive while the connection is out; the connection comes
+    # back after each batched response and the buffered two are served from the buffer first,
+    # but the fourth must still be read before the connection is parked (it raised its one
+    # edge already). Lost, it would wait for the keep-alive timeout and a reset.
+    listener, path = gate
+    server = tines_server(APP, "-w", "1", *mpm, "--keepalive-timeout", "300",
+                          env={"GATE_SOCKET": path})
+    with connect(server.port) as sock:
+        reader = Reader(sock)
+        sock.sendall(GET % b"/hold" + GET % b"/a" + GET % b"/b")
+        held, _ = listener.accept()
+        held.recv(64)
+        sock.sendall(GET % b"/c")
+        held.close()
+        bodies = [answered(sock, reader) for _ in range(4)]
+    assert all(body.isdigit() for body in bodies)

@@ -158,13 +158,19 @@ impl Reactor {
     pub(super) fn on_returned(&mut self, driver: &mut dyn Driver) {
         let mut returned = std::mem::take(&mut self.returned);
         driver.collect(&mut returned);
-        for (token, conn) in returned.drain(..) {
+        for (token, mut conn) in returned.drain(..) {
             let edge_seen = matches!(
                 self.entries.get(token),
                 Some(Entry::Dispatched { readable: true, .. })
             );
             if edge_seen {
                 driver.handed_edge(false);
+                // The edge is used up here: if the buffer still holds whole requests, they are
+                // served from it first, and the bytes that raised the edge must still be read
+                // before the connection is parked.
+                if let Some(conn) = conn.as_mut() {
+                    conn.note_arrival();
+                }
             }
             match conn {
                 Some(conn) if conn.has_pending_output() => {

@@ -39,7 +39,7 @@ impl Reactor {
             }
             Ok(Progress::Done) => {
                 let readable = *readable;
-                let Entry::Writing { conn, .. } = std::mem::replace(
+                let Entry::Writing { mut conn, .. } = std::mem::replace(
                     &mut self.entries[token],
                     Entry::Dispatched {
                         readable,
@@ -50,6 +50,11 @@ impl Reactor {
                 };
                 if conn.close_after_write {
                     return self.close_after_response(token, conn);
+                }
+                if readable {
+                    // As for a returned connection (`on_returned`): read what raised the edge
+                    // before parking, even after serving the requests already buffered.
+                    conn.note_arrival();
                 }
                 if readable || !conn.drained() {
                     self.advance(token, conn, driver)
