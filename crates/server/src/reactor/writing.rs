@@ -85,7 +85,10 @@ impl Reactor {
             deadline,
             readable,
         };
-        if driver.serves_inline() && self.batch.enabled() {
+        // A stopping worker (or one about to stop: `max_requests` reached) writes at once, as
+        // app threads do: its stop sequence goes by the state connections are in.
+        let stopping = self.stop.is_some() || self.shared.recycle_requested();
+        if driver.serves_inline() && self.batch.enabled() && !stopping {
             // The end of the inline slot's batch writes it, with the others (ADR 0011).
             let started = self.dispatch_started.take().unwrap_or(now);
             self.batch.deferred(started, now);
