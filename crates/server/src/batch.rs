@@ -12,7 +12,7 @@
 //! docs/mpm.md.
 //!
 //! This file owns only the clock of a batch; who queues and who writes is the slot's
-//! (`reactor` for an inline slot, `mpm::event` for app threads).
+//! (`reactor` for an inline slot, `mpm::pool` for app threads).
 
 use std::time::{Duration, Instant};
 

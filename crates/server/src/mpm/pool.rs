@@ -13,7 +13,10 @@
 //! burst; the loop thread runs under `SCHED_BATCH`, so its wake-ups never preempt a running
 //! app thread (`loop_yields_to_app_threads`). Admission counts requests, not connections:
 //! when `max_queued_requests` wait for an app thread, a new request is answered 503 at once
-//! by the loop.
+//! by the loop. An app thread writes its small finished responses in batches (ADR 0011): it
+//! holds them until it would wait for work (or a request would make the oldest wait past
+//! `response_batch_delay`), writes them back to back and hands their connections back
+//! together.
 //!
 //! What differs between the two names is only `threads = 0`: with `event` the app then runs
 //! on the loop thread itself (prefork's inline driver): no hand-off at all, but the loop stops
