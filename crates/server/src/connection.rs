@@ -180,8 +180,6 @@ impl Connection {
         self.served > 0 && self.filled == 0
     }
 
-    /// True when the connection can be parked without reading first: nothing is buffered and
-    /// the socket was drained by the last read (any later bytes raise a new edge).
     /// The poller saw bytes arrive while someone else held the connection: the socket may
     /// hold more than the buffer, and no new edge will say so. Reading (before the connection
     /// is parked) finds out.
@@ -189,6 +187,8 @@ impl Connection {
         self.maybe_more = true;
     }
 
+    /// True when the connection can be parked without reading first: nothing is buffered and
+    /// the socket was drained by the last read (any later bytes raise a new edge).
     pub(crate) fn drained(&self) -> bool {
         self.filled == 0 && !self.maybe_more
     }

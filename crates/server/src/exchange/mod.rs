@@ -153,8 +153,6 @@ pub struct Exchange {
     /// the whole body exists already, so what the socket does not take goes to the response
     /// store (memory, then a spill file) rather than holding the slot (`exchange::send`).
     complete_body: bool,
-    /// `finish` is writing the rest of the response: nothing of it is still to come.
-    finishing: bool,
     /// The response must close the connection (an error response from [`Exchange::fail`]):
     /// the head then says `Connection: close` (RFC 9112 9.6).
     must_close: bool,
@@ -235,7 +233,6 @@ impl Exchange {
             fault: None,
             started: Instant::now(),
             complete_body: false,
-            finishing: false,
             must_close: false,
             _body_charge: body_charge,
             decoded_length,

@@ -226,9 +226,9 @@ impl Exchange {
         let mut out = std::mem::take(&mut self.ctx.out);
         let result = if self.framing == ResponseFraming::Chunked {
             encode_chunk_size(&mut out, data.len());
-            self.emit(&[&out, data, CHUNK_END])
+            self.emit(&[&out, data, CHUNK_END], false)
         } else {
-            self.emit(&[&out, data])
+            self.emit(&[&out, data], false)
         };
         out.clear();
         self.ctx.out = out;
@@ -248,7 +248,7 @@ impl Exchange {
     /// keep-alive.
     fn emit_buffered(&mut self, phase: Phase) -> io::Result<()> {
         let out = std::mem::take(&mut self.ctx.out);
-        let result = self.emit(&[&out]);
+        let result = self.emit(&[&out], phase == Phase::Finished);
         self.ctx.out = out;
         self.ctx.out.clear();
         self.phase = phase;
@@ -291,10 +291,7 @@ impl Exchange {
         if self.framing == ResponseFraming::CloseDelimited {
             self.keep_alive = false;
         }
-        self.finishing = true;
-        let result = self.emit_buffered(Phase::Finished);
-        self.finishing = false;
-        result
+        self.emit_buffered(Phase::Finished)
     }
 
     /// Gives up on the response (an error after bytes were sent): the connection closes.

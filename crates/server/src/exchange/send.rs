@@ -25,10 +25,11 @@ impl Exchange {
     ///
     /// The time it takes is the client's, not the app's (`request_timeout`); its return is
     /// a progress point, and its end time after the last write is the request's "last byte
-    /// handed to the socket" (or to the poller).
-    pub(super) fn emit(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+    /// handed to the socket" (or to the poller). `last`: nothing of the response follows
+    /// these bytes (`finish`).
+    pub(super) fn emit(&mut self, parts: &[&[u8]], last: bool) -> io::Result<()> {
         self.begin_client_wait();
-        let result = self.emit_parts(parts);
+        let result = self.emit_parts(parts, last);
         let total = if result.is_ok() {
             parts.iter().map(|part| part.len() as u64).sum()
         } else {
@@ -38,7 +39,7 @@ impl Exchange {
         result
     }
 
-    fn emit_parts(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+    fn emit_parts(&mut self, parts: &[&[u8]], last: bool) -> io::Result<()> {
         let fd = self.conn.fd();
         let total: usize = parts.iter().map(|part| part.len()).sum();
         let mut written = 0;
@@ -46,7 +47,7 @@ impl Exchange {
         // buffer: the whole of a small one) queued for the end of its batch (ADR 0011);
         // not while body bytes are still to come from the client, which may wait for this
         // response before it sends them (a `stream_body_paths` route).
-        let batched = self.ctx.batch_responses && self.finishing && !self.body_in_socket();
+        let batched = self.ctx.batch_responses && last && !self.body_in_socket();
         // The common case: nothing is pending (no lock taken), and the socket takes it all in
         // one `sendmsg`, straight from the caller's memory.
         if !batched && self.conn.output().is_empty() {
@@ -117,7 +118,7 @@ impl Exchange {
         }
         // The head goes through `emit`, which counts it.
         let out = std::mem::take(&mut self.ctx.out);
-        let emitted = self.emit(&[&out]);
+        let emitted = self.emit(&[&out], false);
         self.ctx.out = out;
         self.ctx.out.clear();
         self.begin_client_wait();

@@ -56,7 +56,7 @@ impl Reactor {
                     // before parking, even after serving the requests already buffered.
                     conn.note_arrival();
                 }
-                if readable || !conn.drained() {
+                if !conn.drained() {
                     self.advance(token, conn, driver)
                 } else {
                     self.park(token, conn)
