@@ -510,10 +510,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_byte_after_a_chunked_body_that_came_with_the_head_is_kept_past_the_first_slice() {
-        let dir = temp_dir("early");
-        let buffers = buffers(1 << 20, 1 << 20, &dir);
+    /// A body-carrying head in an 8 KiB read buffer (`filled` up to it) and the pipelined
+    /// request that follows its body.
+    fn head_and_next_request() -> (&'static [u8], Vec<u8>, Vec<u8>, usize) {
         let head = b"POST / HTTP/1.1\r\n\r\n";
         let next = [
             b"GET /a HTTP/1.1\r\nX-Pad: ".as_slice(),
@@ -523,7 +522,14 @@ mod tests {
         .concat();
         let mut buf = head.to_vec();
         buf.resize(8192, 0);
-        let mut filled = head.len();
+        (head, next, buf, head.len())
+    }
+
+    #[test]
+    fn every_byte_after_a_chunked_body_that_came_with_the_head_is_kept_past_the_first_slice() {
+        let dir = temp_dir("early");
+        let buffers = buffers(1 << 20, 1 << 20, &dir);
+        let (head, next, mut buf, mut filled) = head_and_next_request();
         // The memory limit (one slice) is smaller than what came with the head.
         let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 100, 0, 4096);
         body.early = [b"5\r\nhello\r\n0\r\n\r\n".as_slice(), &next].concat();
@@ -541,17 +547,8 @@ mod tests {
         // Memory for 100 body bytes; disk for 300: the body moves to a file and the early
         // bytes are stored in slices of what the disk account reserves.
         let buffers = buffers(1 << 20, 300, &dir);
-        let head = b"POST / HTTP/1.1\r\n\r\n";
         let data = [b'd'; 250];
-        let next = [
-            b"GET /a HTTP/1.1\r\nX-Pad: ".as_slice(),
-            &[b'p'; 2000],
-            b"\r\n\r\n",
-        ]
-        .concat();
-        let mut buf = head.to_vec();
-        buf.resize(8192, 0);
-        let mut filled = head.len();
+        let (head, next, mut buf, mut filled) = head_and_next_request();
         let mut body = ParkedBody::new(BodyFraming::Chunked, &buffers, 100, 0, 4096);
         body.early = [b"fa\r\n".as_slice(), &data, b"\r\n0\r\n\r\n", &next].concat();
         feed_early(&mut body, &mut buf, &mut filled, head.len(), &buffers);
