@@ -85,6 +85,30 @@ def test_headers_are_merged_latin1_decoded_and_underscore_names_dropped(server: 
     assert env["QUERY_STRING"] == "q=%41"
 
 
+def unix_get(path: Path, request: bytes) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(path))
+        sock.sendall(request)
+        reply = read_until_closed(sock)
+    assert reply.startswith(b"HTTP/1.1 200 "), reply
+    return dict(json.loads(reply.split(b"\r\n\r\n", 1)[1]))
+
+
+def test_environ_over_a_unix_socket_leaves_the_client_address_out(tmp_path: Path, tines_server: Any) -> None:
+    # CGI leaves out what is unknown: a Unix-socket peer has no address or port, and no key of
+    # the environ may hold a placeholder (None) instead of a value.
+    path = tmp_path / "tines.sock"
+    tines_server(APP, "-w", "1", "-b", f"unix:{path}")
+    env = unix_get(path, b"GET /environ-keys HTTP/1.1\r\nHost: local\r\nConnection: close\r\n\r\n")
+    assert "REMOTE_ADDR" not in env["keys"] and "REMOTE_PORT" not in env["keys"]
+    assert {"REQUEST_METHOD", "PATH_INFO", "SERVER_NAME", "SERVER_PORT", "wsgi.input"} <= set(env["keys"])
+    assert env["none"] == []
+    # Behind a proxy on the socket, the forwarded client is the address (and it has no port).
+    forwarded = unix_get(path, b"GET /environ HTTP/1.1\r\nHost: local\r\nX-Forwarded-For: 192.0.2.7\r\n"
+                               b"Connection: close\r\n\r\n")
+    assert forwarded["REMOTE_ADDR"] == "192.0.2.7" and forwarded["REMOTE_PORT"] == ""
+
+
 def test_path_info_decodes_escapes_including_slash(server: Any) -> None:
     status, _, body = request(server, "GET", "/%65nviron")
     assert status == 200 and json.loads(body)["PATH_INFO"] == "/environ"

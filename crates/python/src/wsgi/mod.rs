@@ -70,9 +70,7 @@ impl WsgiApp {
             .call_method1("getLogger", ("tines.error",))?;
         Ok(WsgiApp {
             app,
-            environ: EnvironContext {
-                template: template.unbind(),
-            },
+            environ: EnvironContext::new(py, &template)?,
             logger: logger.unbind(),
         })
     }

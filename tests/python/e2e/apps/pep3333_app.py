@@ -34,6 +34,9 @@ def good(environ, start_response):
         data["headers"] = {k: v for k, v in environ.items() if k.startswith("HTTP_")}
         environ["wsgi.errors"].write("wsgi.errors is writable\n")
         return respond(start_response, json.dumps(data).encode(), "application/json")
+    if path == "/environ-keys":
+        data = {"keys": sorted(environ), "none": sorted(k for k, v in environ.items() if v is None)}
+        return respond(start_response, json.dumps(data).encode(), "application/json")
     if path == "/read":
         parts = []
         while True:
