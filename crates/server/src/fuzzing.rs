@@ -22,7 +22,7 @@ pub const MAX_INPUT: usize = 64 * 1024;
 struct Echo;
 
 impl App for Echo {
-    fn serve(&self, mut exchange: Exchange) -> Exchange {
+    fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
         let mut body = Vec::new();
         let mut buf = [0u8; 4096];
         loop {

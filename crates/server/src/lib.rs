@@ -51,7 +51,7 @@ pub use worker::{run_worker, WorkerSpec};
 pub trait App: Send + Sync + 'static {
     /// Serves one request: reads the body from and writes the response to `exchange`, then
     /// returns it. Called on a slot thread (the prefork process's thread or an app thread).
-    fn serve(&self, exchange: Exchange) -> Exchange;
+    fn serve(&self, exchange: Box<Exchange>) -> Box<Exchange>;
 
     /// Runs `body` for a slot thread's whole life. The Python implementation attaches the
     /// thread to the interpreter once here and detaches while `body` waits, so each request

@@ -194,17 +194,23 @@ impl Pending {
     /// Queues `parts` in memory, skipping their first `skip` bytes (already written), without
     /// charging any budget.
     pub fn push(&mut self, parts: &[&[u8]], mut skip: usize) {
+        // The whole rest goes in one piece when it fits (a head and its body: one allocation,
+        // not one grown by the second part).
+        let mut left = remaining(parts, skip);
         for part in parts {
             if skip >= part.len() {
                 skip -= part.len();
                 continue;
             }
-            self.push_bytes(&part[skip..]);
+            self.push_bytes(&part[skip..], left);
+            left -= part.len() - skip;
             skip = 0;
         }
     }
 
-    fn push_bytes(&mut self, mut data: &[u8]) {
+    /// Queues `data`, of which `left` (at least `data.len()`) bytes are still to come in this
+    /// push: a new piece is sized for them.
+    fn push_bytes(&mut self, mut data: &[u8], mut left: usize) {
         self.memory += data.len();
         while !data.is_empty() {
             let room = match self.segments.back() {
@@ -212,7 +218,7 @@ impl Pending {
                 _ => 0,
             };
             if room == 0 {
-                let first = data.len().min(MEMORY_PIECE);
+                let first = left.min(MEMORY_PIECE);
                 self.segments.push_back(Segment::Memory {
                     bytes: Vec::with_capacity(first),
                     sent: 0,
@@ -224,6 +230,7 @@ impl Pending {
                 bytes.extend_from_slice(&data[..take]);
             }
             data = &data[take..];
+            left -= take;
         }
     }
 

@@ -193,7 +193,7 @@ struct WrongLength {
 }
 
 impl App for WrongLength {
-    fn serve(&self, mut exchange: Exchange) -> Exchange {
+    fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
         let headers: [(&[u8], &[u8]); 1] = [(b"Content-Length", self.declared)];
         exchange.begin_response(b"200 OK", headers, None).unwrap();
         let _ = exchange.write_body(self.body);
@@ -242,7 +242,7 @@ fn closes_after_a_body_shorter_than_its_content_length() {
 struct Streaming;
 
 impl App for Streaming {
-    fn serve(&self, mut exchange: Exchange) -> Exchange {
+    fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
         exchange
             .begin_response(b"200 OK", std::iter::empty(), None)
             .unwrap();
@@ -279,7 +279,7 @@ fn streams_unknown_lengths_chunked_for_http11_and_close_delimited_for_http10() {
 fn drains_an_unread_small_body_and_keeps_the_connection() {
     struct Ignores;
     impl App for Ignores {
-        fn serve(&self, mut exchange: Exchange) -> Exchange {
+        fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
             exchange
                 .begin_response(b"204 No Content", std::iter::empty(), None)
                 .unwrap();
@@ -445,7 +445,7 @@ fn recycles_after_max_requests() {
 fn refuses_a_content_length_over_max_body_size_with_413_before_the_app_runs() {
     struct Panics;
     impl App for Panics {
-        fn serve(&self, _exchange: Exchange) -> Exchange {
+        fn serve(&self, _exchange: Box<Exchange>) -> Box<Exchange> {
             panic!("the app must not run for a body over the limit");
         }
     }
@@ -468,7 +468,7 @@ fn refuses_a_content_length_over_max_body_size_with_413_before_the_app_runs() {
 fn fails_a_chunked_body_that_grows_past_max_body_size_with_413() {
     struct ReadsAll;
     impl App for ReadsAll {
-        fn serve(&self, mut exchange: Exchange) -> Exchange {
+        fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
             let mut buf = [0u8; 64];
             loop {
                 match exchange.read_body(&mut buf) {
@@ -519,7 +519,7 @@ fn a_head_sent_at_the_minimum_rate_earns_more_time_than_the_header_timeout() {
 fn a_body_that_stalls_gets_408() {
     struct ReadsAll;
     impl App for ReadsAll {
-        fn serve(&self, mut exchange: Exchange) -> Exchange {
+        fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
             let mut buf = [0u8; 64];
             loop {
                 match exchange.read_body(&mut buf) {
@@ -554,7 +554,7 @@ fn a_body_that_stalls_gets_408() {
 fn a_500_that_replaces_a_buffered_body_is_complete() {
     struct FailsAfterBuffering;
     impl App for FailsAfterBuffering {
-        fn serve(&self, mut exchange: Exchange) -> Exchange {
+        fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
             exchange
                 .begin_response(b"200 OK", std::iter::empty(), None)
                 .unwrap();

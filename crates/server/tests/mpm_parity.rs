@@ -34,7 +34,7 @@ fn big_body() -> Vec<u8> {
 }
 
 impl App for Parity {
-    fn serve(&self, mut exchange: Exchange) -> Exchange {
+    fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
         let Some(body) = read_whole_body(&mut exchange) else {
             let status = exchange.fault().unwrap_or(400);
             exchange.fail(status);

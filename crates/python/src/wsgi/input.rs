@@ -19,7 +19,7 @@ const READ_STEP: usize = 64 * 1024;
 /// `wsgi.input` (and the holder of the request's exchange).
 #[pyclass(module = "tines._core", frozen)]
 pub struct Input {
-    exchange: Mutex<Option<Exchange>>,
+    exchange: Mutex<Option<Box<Exchange>>>,
 }
 
 /// Converts a body-read failure into the Python exception the app sees.
@@ -44,7 +44,7 @@ impl Input {
         }
     }
 
-    fn lock<'a>(&'a self, py: Python<'_>) -> MutexGuard<'a, Option<Exchange>> {
+    fn lock<'a>(&'a self, py: Python<'_>) -> MutexGuard<'a, Option<Box<Exchange>>> {
         loop {
             match self.exchange.try_lock() {
                 Ok(guard) => return guard,
@@ -57,12 +57,12 @@ impl Input {
     }
 
     /// Gives the exchange to this input for the app call.
-    pub fn put(&self, py: Python<'_>, exchange: Exchange) {
+    pub fn put(&self, py: Python<'_>, exchange: Box<Exchange>) {
         *self.lock(py) = Some(exchange);
     }
 
     /// Takes the exchange back after the app call.
-    pub fn take(&self, py: Python<'_>) -> Option<Exchange> {
+    pub fn take(&self, py: Python<'_>) -> Option<Box<Exchange>> {
         self.lock(py).take()
     }
 

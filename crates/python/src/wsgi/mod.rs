@@ -129,7 +129,7 @@ impl WsgiApp {
         });
     }
 
-    fn serve_attached(&self, py: Python<'_>, exchange: Exchange) -> Exchange {
+    fn serve_attached(&self, py: Python<'_>, exchange: Box<Exchange>) -> Box<Exchange> {
         let input = match Bound::new(py, Input::empty()) {
             Ok(input) => input,
             Err(err) => {
@@ -151,7 +151,7 @@ impl WsgiApp {
 }
 
 impl App for WsgiApp {
-    fn serve(&self, exchange: Exchange) -> Exchange {
+    fn serve(&self, exchange: Box<Exchange>) -> Box<Exchange> {
         Python::attach(|py| self.serve_attached(py, exchange))
     }
 

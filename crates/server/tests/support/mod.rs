@@ -144,7 +144,7 @@ pub fn describe_request(exchange: &Exchange, body: &[u8]) -> Vec<u8> {
 pub struct Echo;
 
 impl App for Echo {
-    fn serve(&self, mut exchange: Exchange) -> Exchange {
+    fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
         let Some(body) = read_whole_body(&mut exchange) else {
             exchange.fail(400);
             return exchange;
