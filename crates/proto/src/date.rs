@@ -34,8 +34,12 @@ impl DateCache {
     }
 
     /// IMF-fixdate, 29 bytes, recomputed only when the second changes.
+    ///
+    /// Reads the coarse real-time clock (the time of the last scheduler tick, a few ms old at
+    /// most): the field has one-second resolution, and the coarse read costs a few ns where
+    /// the precise one costs ~25 ns, once per response.
     pub fn now(&mut self) -> &[u8] {
-        self.at(SystemTime::now())
+        self.at(coarse_now())
     }
 
     /// The date for `time` (reformatted only if its second differs from the
@@ -53,6 +57,24 @@ impl DateCache {
         }
         &self.text
     }
+}
+
+#[cfg(target_os = "linux")]
+fn coarse_now() -> SystemTime {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid out-pointer; CLOCK_REALTIME_COARSE exists since Linux 2.6.32.
+    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut now) } != 0 {
+        return SystemTime::now();
+    }
+    UNIX_EPOCH + std::time::Duration::new(now.tv_sec.max(0) as u64, now.tv_nsec as u32)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn coarse_now() -> SystemTime {
+    SystemTime::now()
 }
 
 #[cfg(test)]
@@ -85,5 +107,18 @@ mod tests {
     #[test]
     fn gives_29_bytes_for_now() {
         assert_eq!(DateCache::new().now().len(), 29);
+    }
+
+    #[test]
+    fn the_coarse_clock_is_within_a_second_of_the_precise_one() {
+        let precise = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let coarse = coarse_now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!((precise - coarse).abs() < 1.0, "{precise} {coarse}");
     }
 }

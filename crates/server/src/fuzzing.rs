@@ -115,7 +115,7 @@ fn serve_until_closed(
     loop {
         match conn.on_readable(&limits) {
             Readiness::HeadComplete => {
-                let (kept, returned) = serve_connection(conn, ctx, &Echo, shared);
+                let (kept, returned) = serve_connection(conn, ctx, &Echo, shared, None);
                 ctx = returned;
                 match kept {
                     // The response ended the connection (the reactor would close it, lingering

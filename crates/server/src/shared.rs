@@ -12,8 +12,10 @@ use crate::access_log::AccessLog;
 use crate::config::WorkerConfig;
 use crate::control::StopReason;
 use crate::listener::Local;
+use crate::scoreboard::thread::monotonic_ns_of;
 use crate::scoreboard::{ExitReason, Scoreboard, Slot, ThreadSlot, WorkerState};
 use crate::spool::Buffers;
+use std::time::Instant;
 
 /// What every slot of a worker shares (read-mostly).
 pub struct WorkerShared {
@@ -123,11 +125,18 @@ impl WorkerShared {
 
     /// Records the dispatch of a request to app thread `thread`: the slot's `active` count
     /// (one locked add on the slot's line) and the thread's sub-slot
-    /// ([`ThreadSlot::begin_request`]: one vDSO clock read and plain stores).
-    pub(crate) fn request_started(&self, thread: usize, method: &[u8], target: &[u8], fd: i32) {
+    /// ([`ThreadSlot::begin_request_at`]: plain stores) at `now`.
+    pub(crate) fn request_started(
+        &self,
+        thread: usize,
+        method: &[u8],
+        target: &[u8],
+        fd: i32,
+        now: Instant,
+    ) {
         let slot = self.slot();
         if let Some(thread_slot) = self.thread_slot(thread) {
-            thread_slot.begin_request(method, target, fd);
+            thread_slot.begin_request_at(method, target, fd, monotonic_ns_of(now));
         }
         if slot.active.fetch_add(1, Ordering::Relaxed) == 0 && !self.is_stopping() {
             slot.state

@@ -3,6 +3,7 @@
 //! decide which thread runs it.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::connection::{Connection, Linger, Readiness};
 use crate::exchange::{Exchange, SlotContext};
@@ -17,8 +18,11 @@ pub(crate) fn serve_connection(
     mut ctx: SlotContext,
     app: &dyn App,
     shared: &Arc<WorkerShared>,
+    mut started: Option<Instant>,
 ) -> (Option<Connection>, SlotContext) {
     loop {
+        // One clock read per request: the slot's own when it read the clock just before.
+        let now = started.take().unwrap_or_else(Instant::now);
         let fd = conn.fd();
         let head = &conn.head;
         shared.request_started(
@@ -26,8 +30,9 @@ pub(crate) fn serve_connection(
             head.method.of(&conn.buf),
             head.target.of(&conn.buf),
             fd,
+            now,
         );
-        let mut exchange = Exchange::new(conn, ctx, Arc::clone(shared));
+        let mut exchange = Exchange::new(conn, ctx, Arc::clone(shared), now);
         let exchange = if exchange.body_too_large() {
             // RFC 9110 15.5.14: refuse before reading (and before any 100 Continue).
             exchange.fail(413);

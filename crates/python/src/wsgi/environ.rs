@@ -146,12 +146,18 @@ impl EnvironContext {
     /// growth forced here (padding keys inserted, then removed) leaves the copies room for the
     /// headers. Behaviour does not depend on it: only the number of resizes does.
     pub fn new<'py>(py: Python<'py>, constants: &Bound<'py, PyDict>) -> PyResult<Self> {
-        let template = constants.copy()?;
+        // Interned keys, the same objects as the `intern!` keys `build` sets: a lookup then
+        // matches by identity instead of comparing the characters.
+        let template = PyDict::new(py);
+        for (key, value) in constants.iter() {
+            template.set_item(PyString::intern(py, key.extract::<&str>()?), value)?;
+        }
         for key in PER_REQUEST_KEYS {
-            template.set_item(key, py.None())?;
+            template.set_item(PyString::intern(py, key), py.None())?;
         }
         let size_of = py.import("sys")?.getattr("getsizeof")?;
-        let size = |dict: &Bound<'py, PyDict>| -> PyResult<usize> { size_of.call1((dict,))?.extract() };
+        let size =
+            |dict: &Bound<'py, PyDict>| -> PyResult<usize> { size_of.call1((dict,))?.extract() };
         let initial = size(&template)?;
         let mut padding = Vec::new();
         // A table at least doubles when it grows: 64 keys always get there.
@@ -373,7 +379,13 @@ mod tests {
 
     #[test]
     fn writes_ipv4_addresses_as_display_does() {
-        for ip in ["0.0.0.0", "127.0.0.1", "10.20.255.9", "255.255.255.255", "1.22.103.4"] {
+        for ip in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.20.255.9",
+            "255.255.255.255",
+            "1.22.103.4",
+        ] {
             let ip: std::net::Ipv4Addr = ip.parse().unwrap();
             assert_eq!(ipv4_text(ip, &mut [0; 15]), ip.to_string());
         }

@@ -176,6 +176,7 @@ impl Exchange {
         mut conn: Connection,
         ctx: SlotContext,
         shared: Arc<WorkerShared>,
+        started: Instant,
     ) -> Box<Exchange> {
         let head_len = conn.head.head_len;
         let mut body_charge = None;
@@ -234,7 +235,7 @@ impl Exchange {
             body_started: None,
             body_received: 0,
             fault: None,
-            started: Instant::now(),
+            started,
             complete_body: false,
             must_close: false,
             _body_charge: body_charge,

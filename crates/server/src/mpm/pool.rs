@@ -85,7 +85,7 @@ struct Pool {
 }
 
 impl Driver for Pool {
-    fn dispatch(&mut self, token: usize, conn: Connection) -> Dispatch {
+    fn dispatch(&mut self, token: usize, conn: Connection, _now: Option<Instant>) -> Dispatch {
         // Requests that free app threads (not serving a request) are about to take are not
         // waiting.
         let free = self
@@ -214,7 +214,7 @@ fn app_thread(index: usize, app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: 
                 }
                 now
             });
-            let (kept, returned) = serve_connection(conn, ctx, &*app_ref, &worker);
+            let (kept, returned) = serve_connection(conn, ctx, &*app_ref, &worker, started);
             ctx = returned;
             // Free for the next request from here on: admission must not count a request that
             // this thread takes as soon as it has handed this connection back.

@@ -6,6 +6,7 @@
 
 use std::io;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::connection::Connection;
 use crate::control::StopReason;
@@ -22,9 +23,9 @@ struct Inline {
 }
 
 impl Driver for Inline {
-    fn dispatch(&mut self, _token: usize, conn: Connection) -> Dispatch {
+    fn dispatch(&mut self, _token: usize, conn: Connection, now: Option<Instant>) -> Dispatch {
         let ctx = self.ctx.take().unwrap_or_default();
-        let (kept, ctx) = serve_connection(conn, ctx, &*self.app, &self.shared);
+        let (kept, ctx) = serve_connection(conn, ctx, &*self.app, &self.shared, now);
         self.ctx = Some(ctx);
         Dispatch::Served(kept)
     }

@@ -7,6 +7,7 @@
 
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::body::BodyStep;
 use super::error_response::{reject, write_error, write_error_with};
@@ -25,8 +26,10 @@ pub(crate) enum Dispatch {
 
 /// The MPM-specific part: who serves a connection whose head is complete.
 pub(crate) trait Driver {
-    /// Serves or hands off the connection registered under `token`.
-    fn dispatch(&mut self, token: usize, conn: Connection) -> Dispatch;
+    /// Serves or hands off the connection registered under `token`; `now` is the time the
+    /// loop read just before, if it did (an inline slot starts the request with it instead
+    /// of reading the clock again).
+    fn dispatch(&mut self, token: usize, conn: Connection, now: Option<Instant>) -> Dispatch;
     /// Moves connections handed back since the last call into `into`.
     fn collect(&mut self, into: &mut Vec<(usize, Option<Connection>)>);
     /// Connections currently handed off.
@@ -103,7 +106,7 @@ impl Reactor {
                     if driver.serves_inline() && self.batch.enabled() {
                         self.before_inline_dispatch(driver);
                     }
-                    match driver.dispatch(token, conn) {
+                    match driver.dispatch(token, conn, self.dispatch_started) {
                         Dispatch::Handed => {
                             self.entries[token] = Entry::Dispatched {
                                 readable: false,
