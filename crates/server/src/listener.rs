@@ -1,8 +1,8 @@
 //! Listening sockets shared by every worker, and accept.
 //!
 //! The master binds (Python, `tines.sockets`) and every worker inherits the same sockets.
-//! Accept is level-triggered and takes at most `ACCEPT_BATCH` connections per wake-up, so one
-//! worker cannot swallow a burst that its siblings are awake to share (ADR 0002).
+//! Accept is level-triggered and takes one connection per readiness (`reactor::accept` says
+//! why), so one worker cannot swallow a burst that its siblings are awake to share (ADR 0002).
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -48,9 +48,9 @@ pub struct Listener {
     nodelay_inherited: bool,
 }
 
-/// At most this many accepts per listener per wake-up: enough to keep up with a burst, few
-/// enough that the sibling workers woken by the same readiness get their share.
-pub const ACCEPT_BATCH: usize = 8;
+/// A worker holding fewer open connections than this is never over its fair share (the
+/// accept throttle leaves small numbers alone: shares of a few connections are noise).
+pub const FAIR_SHARE_FLOOR: usize = 8;
 
 fn sockaddr_to_std(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match storage.ss_family as i32 {

@@ -61,6 +61,8 @@ const SPARE_BUFFERS: usize = 1024;
 pub struct Reactor {
     poller: Poller,
     events: Vec<Event>,
+    /// The listeners reported ready in this turn (kept for its allocation).
+    acceptable: Vec<usize>,
     listeners: Vec<Listener>,
     listening: bool,
     throttled_until: Option<Instant>,
@@ -129,6 +131,7 @@ impl Reactor {
         Ok(Reactor {
             poller,
             events: Vec::with_capacity(256),
+            acceptable: Vec::new(),
             listeners,
             listening: true,
             throttled_until: None,
@@ -180,6 +183,10 @@ impl Reactor {
                 // Before the events: a returned connection's next request may be among them.
                 self.on_returned(driver);
             }
+            // Listener events go last: a connection accepted in the last turn, whose head is
+            // among these events, is served before this worker takes another (a worker takes
+            // no connection it cannot start serving now; see `accept`).
+            let mut acceptable = std::mem::take(&mut self.acceptable);
             for event in &events {
                 match event.token.0 {
                     SIGNAL_TOKEN => self.on_control(),
@@ -197,11 +204,15 @@ impl Reactor {
                     }
                     WAKER_TOKEN => self.on_returned(driver),
                     token if token > LISTENER_BASE - self.listeners.len() as u64 => {
-                        self.on_acceptable((LISTENER_BASE - token) as usize, driver);
+                        acceptable.push((LISTENER_BASE - token) as usize);
                     }
                     _ => self.on_connection_event(event, driver),
                 }
             }
+            for index in acceptable.drain(..) {
+                self.on_acceptable(index, driver);
+            }
+            self.acceptable = acceptable;
             self.events = events;
             driver.flush();
             self.expire_timers();
