@@ -69,22 +69,22 @@ impl StartResponse {
     /// Encodes the response head (if not done yet) with the stored status and headers;
     /// `body_length` is the body's length when known.
     pub fn begin(&self, py: Python<'_>, body_length: Option<u64>) -> PyResult<()> {
-        let input = self.input.get();
-        if input.with(py, |exchange| exchange.response_started())? {
-            return Ok(());
-        }
-        let status = self.status.as_ref().ok_or_else(|| {
-            PyRuntimeError::new_err("the app returned a body without calling start_response")
-        })?;
-        let headers = self
-            .headers
-            .iter()
-            .map(|(name, value)| (name.bytes(), value.bytes()));
-        input
-            .with(py, |exchange| {
-                exchange.begin_response(status.bytes(), headers, body_length)
-            })?
-            .map_err(|err| PyValueError::new_err(err.to_string()))
+        // One lock on the exchange for the check and the encoding.
+        self.input.get().with(py, |exchange| {
+            if exchange.response_started() {
+                return Ok(());
+            }
+            let status = self.status.as_ref().ok_or_else(|| {
+                PyRuntimeError::new_err("the app returned a body without calling start_response")
+            })?;
+            let headers = self
+                .headers
+                .iter()
+                .map(|(name, value)| (name.bytes(), value.bytes()));
+            exchange
+                .begin_response(status.bytes(), headers, body_length)
+                .map_err(|err| PyValueError::new_err(err.to_string()))
+        })?
     }
 }
 
@@ -172,7 +172,7 @@ impl StartResponse {
             this.status = Some(status);
             this.headers = headers;
         }
-        slf.getattr("write")
+        slf.getattr(pyo3::intern!(py, "write"))
     }
 
     /// The PEP 3333 `write()` callable: sends `data` before returning.
