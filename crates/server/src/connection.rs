@@ -112,6 +112,8 @@ pub struct Connection {
     /// edge-triggered event will announce: read again before parking. False after a short
     /// read or `EAGAIN`, which saves a `read` that would only say `EAGAIN` after each response.
     pub(crate) maybe_more: bool,
+    /// The poller saw the peer shut its side ([`Connection::note_peer_closed`]).
+    peer_closed: bool,
     /// Response output a slot could not write without waiting, shared with the poller,
     /// which writes it as the client reads (every MPM). Created at the first response.
     pub(crate) output: Option<Arc<Output>>,
@@ -146,6 +148,7 @@ impl Connection {
             listener,
             head_started: None,
             maybe_more: false,
+            peer_closed: false,
             output: None,
             close_after_write: false,
             linger: Linger::No,
@@ -187,10 +190,19 @@ impl Connection {
         self.maybe_more = true;
     }
 
-    /// True when the connection can be parked without reading first: nothing is buffered and
-    /// the socket was drained by the last read (any later bytes raise a new edge).
+    /// The poller reported the peer's FIN (`EPOLLRDHUP`). It raised no edge of its own when it
+    /// came with the last bytes read, which a short read leaves unseen: the connection reads
+    /// to EOF before it is parked, or it would wait for an edge that never comes (until the
+    /// keep-alive timeout).
+    pub(crate) fn note_peer_closed(&mut self) {
+        self.peer_closed = true;
+    }
+
+    /// True when the connection can be parked without reading first: nothing is buffered, the
+    /// socket was drained by the last read (any later bytes raise a new edge), and the peer
+    /// has not shut its side.
     pub(crate) fn drained(&self) -> bool {
-        self.filled == 0 && !self.maybe_more
+        self.filled == 0 && !self.maybe_more && !self.peer_closed
     }
 
     /// Reads what the socket has (until it would block, the buffer holds a whole head, or the

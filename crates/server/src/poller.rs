@@ -37,6 +37,9 @@ pub struct Event {
     /// The socket has an error or both directions are shut (`EPOLLERR`/`EPOLLHUP`): a write
     /// will fail and tell why.
     pub error: bool,
+    /// The peer shut its side (`EPOLLRDHUP`/`EPOLLHUP`): after the bytes it sent, a read
+    /// returns EOF, and no later edge will say so.
+    pub peer_closed: bool,
 }
 
 /// An epoll instance.
@@ -167,6 +170,7 @@ impl Poller {
                 readable: bits & (libc::EPOLLIN as u32 | hup) != 0,
                 writable: bits & libc::EPOLLOUT as u32 != 0,
                 error: bits & (libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0,
+                peer_closed: bits & (libc::EPOLLHUP | libc::EPOLLRDHUP) as u32 != 0,
             });
         }
         Ok(())

@@ -190,3 +190,31 @@ def test_accepted_connections_have_nagle_off(tines_server: Any, mpm: tuple[str, 
         assert client.recv(65536).startswith(b"HTTP/1.1 ")
         with server_socket_copy(worker, client) as served:
             assert served.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+@pytest.mark.parametrize("mpm", MPMS_ALL, ids=MPM_IDS_ALL)
+def test_a_request_that_comes_with_the_clients_fin_is_answered_then_the_connection_closes(
+    tines_server: Any, mpm: tuple[str, ...]
+) -> None:
+    # The client sends its request and shuts its side at once (`nc -N`, HTTP/1.0 tools): the
+    # FIN arrives with the request and raises no readiness of its own. It must still be seen
+    # after the response, on a new connection and on a kept-alive one, not when the
+    # keep-alive timeout (far longer than the read timeout here) runs out.
+    server = tines_server("examples/hello.py:app", "-w", "1", "--keepalive-timeout", "300", "--mpm", *mpm)
+    request = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(request)
+        sock.shutdown(socket.SHUT_WR)
+        data = read_response(sock)
+    assert data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"\r\n\r\nOK"), data
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(request)
+        first = b""
+        while not first.endswith(b"\r\n\r\nOK"):
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {first!r}"
+            first += chunk
+        sock.sendall(request)
+        sock.shutdown(socket.SHUT_WR)
+        rest = read_response(sock)
+    assert rest.startswith(b"HTTP/1.1 200 ") and rest.count(b"HTTP/1.1 ") == 1, rest

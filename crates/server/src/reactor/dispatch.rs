@@ -110,6 +110,7 @@ impl Reactor {
                         Dispatch::Handed => {
                             self.entries[token] = Entry::Dispatched {
                                 readable: false,
+                                peer_closed: false,
                                 output,
                             };
                             return;
@@ -162,10 +163,19 @@ impl Reactor {
         let mut returned = std::mem::take(&mut self.returned);
         driver.collect(&mut returned);
         for (token, mut conn) in returned.drain(..) {
-            let edge_seen = matches!(
-                self.entries.get(token),
-                Some(Entry::Dispatched { readable: true, .. })
-            );
+            let (edge_seen, peer_closed) = match self.entries.get(token) {
+                Some(Entry::Dispatched {
+                    readable,
+                    peer_closed,
+                    ..
+                }) => (*readable, *peer_closed),
+                _ => (false, false),
+            };
+            if peer_closed {
+                if let Some(conn) = conn.as_mut() {
+                    conn.note_peer_closed();
+                }
+            }
             if edge_seen {
                 driver.handed_edge(false);
                 // The edge is used up here: if the buffer still holds whole requests, they are

@@ -23,12 +23,14 @@ pub(super) enum Entry {
         deadline: Instant,
         kind: TimerKind,
     },
-    /// A slot owns the connection; `readable` records an event that arrived meanwhile. When
+    /// A slot owns the connection; `readable` records an event that arrived meanwhile, and
+    /// `peer_closed` whether it said the peer shut its side. When
     /// the slot runs on another thread (thread, event), `output` lets the loop write what the
     /// slot left pending whenever the socket becomes writable, while the slot still produces
     /// the response.
     Dispatched {
         readable: bool,
+        peer_closed: bool,
         output: Option<Arc<Output>>,
     },
     /// Lingering close (Apache's `lingering_close`): the last response was sent while the
@@ -100,6 +102,7 @@ impl Reactor {
         }
         let dispatched = Entry::Dispatched {
             readable: false,
+            peer_closed: false,
             output: None,
         };
         match std::mem::replace(entry, dispatched) {

@@ -321,14 +321,22 @@ impl Reactor {
             // A writability edge alone (connections are watched for writes too, ADR 0009) says
             // nothing to a connection that waits for bytes.
             Entry::Parked { .. } if event.readable => {
-                if let Some(conn) = self.take_parked(token) {
+                if let Some(mut conn) = self.take_parked(token) {
+                    if event.peer_closed {
+                        conn.note_peer_closed();
+                    }
                     self.advance(token, conn, driver);
                 }
             }
             Entry::Parked { .. } => {}
             Entry::Lingering { .. } => self.on_linger_readable(token),
             // The slot owns it and reads for itself; remember the edge for when it comes back.
-            Entry::Dispatched { readable, output } => {
+            Entry::Dispatched {
+                readable,
+                peer_closed,
+                output,
+            } => {
+                *peer_closed |= event.peer_closed;
                 if event.readable && !*readable {
                     *readable = true;
                     driver.handed_edge(true);
@@ -340,8 +348,11 @@ impl Reactor {
                     }
                 }
             }
-            Entry::Writing { readable, .. } => {
+            Entry::Writing { conn, readable, .. } => {
                 *readable |= event.readable;
+                if event.peer_closed {
+                    conn.note_peer_closed();
+                }
                 // A read event alone says nothing about room to write (and must not renew
                 // the send timeout of a client that sends but never reads).
                 if event.writable || event.error {

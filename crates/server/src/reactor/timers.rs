@@ -138,6 +138,7 @@ impl Reactor {
                     // The client may still be sending (a slow head or body): linger.
                     self.entries[token] = Entry::Dispatched {
                         readable: false,
+                        peer_closed: false,
                         output: None,
                     };
                     self.linger(token, conn, Linger::UntilEof);

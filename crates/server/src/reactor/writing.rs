@@ -43,6 +43,7 @@ impl Reactor {
                     &mut self.entries[token],
                     Entry::Dispatched {
                         readable,
+                        peer_closed: false,
                         output: None,
                     },
                 ) else {
