@@ -17,7 +17,7 @@
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::batch::BatchClock;
 use crate::connection::Connection;
@@ -174,11 +174,27 @@ impl Reactor {
                 // Returned without a wake-up (event MPM): collect before sleeping.
                 self.on_returned(driver);
             }
-            // The batch ends before the loop sleeps: nothing deferred waits for an event.
-            self.flush_deferred(driver);
-            let timeout = self.next_timeout();
             let mut events = std::mem::take(&mut self.events);
-            self.poller.wait(&mut events, Some(timeout))?;
+            events.clear();
+            // The batch ends before the loop sleeps: nothing deferred waits for an event. A
+            // look that does not wait comes first: events ready now (a request, a connection
+            // to accept) extend the batch, as they did when the loop took several
+            // connections per turn; `before_inline_dispatch` and the check here still write
+            // it before its oldest response would wait past the delay.
+            if !self.deferred.is_empty() {
+                if self.batch.due(Instant::now()) {
+                    self.flush_deferred(driver);
+                } else {
+                    self.poller.wait(&mut events, Some(Duration::ZERO))?;
+                    if events.is_empty() {
+                        self.flush_deferred(driver);
+                    }
+                }
+            }
+            if events.is_empty() {
+                let timeout = self.next_timeout();
+                self.poller.wait(&mut events, Some(timeout))?;
+            }
             if driver.has_returns() {
                 // Before the events: a returned connection's next request may be among them.
                 self.on_returned(driver);
