@@ -6,9 +6,11 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyIndexError, PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyDict, PyList};
 use tines_server::scoreboard::{monotonic_ns, ThreadState};
 use tines_server::{ExitReason, Scoreboard};
+
+use crate::wsgi::environ::latin1;
 
 /// `tines._core.Scoreboard(slots, threads_per_slot=1)`: a shared-memory region with one slot
 /// per worker and one sub-slot per app thread of each. Create it in the master before the
@@ -156,12 +158,6 @@ impl PyScoreboard {
         dict.set_item("threads", threads)?;
         Ok(dict)
     }
-}
-
-/// Bytes as they came in the request line (HTTP/1.1 targets are ASCII; latin-1 keeps any
-/// byte, as PEP 3333 does for the environ).
-fn latin1<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-    PyBytes::new(py, bytes).call_method1("decode", ("latin-1",))
 }
 
 /// `install_dump_handler(scoreboard, slot, signum)`: installs the worker's Rust handler for the
