@@ -96,7 +96,7 @@ def unix_get(path: Path, request: bytes) -> dict[str, Any]:
 
 def test_environ_over_a_unix_socket_leaves_the_client_address_out(tmp_path: Path, tines_server: Any) -> None:
     # CGI leaves out what is unknown: a Unix-socket peer has no address or port, and no key of
-    # the environ may hold a placeholder (None) instead of a value.
+    # the environ may hold the template's None instead of a value.
     path = tmp_path / "tines.sock"
     tines_server(APP, "-w", "1", "-b", f"unix:{path}")
     env = unix_get(path, b"GET /environ-keys HTTP/1.1\r\nHost: local\r\nConnection: close\r\n\r\n")

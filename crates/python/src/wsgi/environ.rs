@@ -143,12 +143,13 @@ const PER_REQUEST_KEYS: [&str; 11] = [
 
 /// What the environ needs from the worker (built once per worker).
 pub struct EnvironContext {
-    /// The constant keys and a placeholder for each per-request key, copied per request.
+    /// The constant keys, and `None` under each per-request key (set or removed by every
+    /// request), copied per request.
     template: Py<PyDict>,
 }
 
 impl EnvironContext {
-    /// A context whose template holds `constants`, a placeholder for each of
+    /// A context whose template holds `constants`, `None` under each of
     /// [`PER_REQUEST_KEYS`], and room for about twenty request headers.
     ///
     /// Why: CPython copies a dict by cloning its hash table at the same size. A copy of the
@@ -348,7 +349,7 @@ pub fn build<'py>(
             env.set_item(intern!(py, "REMOTE_PORT"), port)?;
         }
         None => {
-            // The template's placeholders go: CGI leaves the variables out when unknown.
+            // The template's `None`s go: CGI leaves the variables out when unknown.
             env.del_item(intern!(py, "REMOTE_ADDR"))?;
             env.del_item(intern!(py, "REMOTE_PORT"))?;
         }

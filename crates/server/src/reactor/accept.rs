@@ -113,11 +113,11 @@ impl Reactor {
             self.throttled_until = Some(Instant::now() + THROTTLE_PAUSE);
             return;
         }
-        // One connection per readiness, advanced (read, and dispatched if its head is there)
-        // before the loop looks again: a worker takes no connection it cannot start serving
-        // now (prefork serves inline, so a connection it took while serving another would
-        // wait behind it while other workers sit idle). The listener is level-triggered, so
-        // the next turn of the loop reports it again while connections are queued.
+        // One connection per readiness, served (once its head is there) before this worker
+        // takes another: a worker takes no connection it cannot start serving now (prefork
+        // serves inline, so a connection it took while serving another would wait behind it
+        // while other workers sit idle). The listener is level-triggered, so the next turn of
+        // the loop reports it again while connections are queued.
         //
         // Why not accept on until EAGAIN (or a batch): an accept that finds the queue empty
         // is not cheap on Linux, which allocates the new socket's inode, file and dentry
