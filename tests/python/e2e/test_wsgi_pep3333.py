@@ -215,6 +215,32 @@ def test_write_callable_and_generator_bodies(server: Any) -> None:
     assert b"Connection: close" in reply
 
 
+def test_objects_kept_past_their_request_never_reach_the_next_one(server: Any) -> None:
+    """The server reuses a request's ``wsgi.input`` and ``start_response`` objects for the next
+    request only when the app kept none of them; kept ones must answer "the request is over"."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        connection.request("POST", "/keep", body=b"first body")
+        first = connection.getresponse()
+        assert (first.status, first.read()) == (200, b"kept")
+        # Requests in between, on the same connection (so the same worker), where nothing is
+        # kept: their objects may be reused from one to the next.
+        for _ in range(3):
+            connection.request("GET", "/fixed")
+            response = connection.getresponse()
+            assert (response.status, response.read()) == (200, b"a fixed body")
+        connection.request("POST", "/use-kept", body=b"second body")
+        second = connection.getresponse()
+        body = second.read()
+    finally:
+        connection.close()
+    assert second.status == 200, body
+    outcomes = json.loads(body)
+    assert outcomes["read"].startswith("ValueError: the request is over"), outcomes
+    assert outcomes["write"].startswith("ValueError: the request is over"), outcomes
+    assert outcomes["start_response"] != "no error", outcomes
+
+
 def test_list_bodies_get_content_length_and_keep_alive(server: Any) -> None:
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     for _ in range(3):

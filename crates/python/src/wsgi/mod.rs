@@ -26,6 +26,46 @@ pub struct WsgiApp {
     logger: Py<PyAny>,
 }
 
+/// The objects a request gives the app besides its environ: `wsgi.input` (which holds the
+/// exchange) and the `start_response` object (with its bound `start_response` and `write`).
+///
+/// Why they are reused: allocating and freeing the two objects and two bound methods, and
+/// calling an object through `tp_call` (an argument tuple per call), cost about 0.2 µs of a
+/// 9 µs hello-world request. After a request they serve the next one on the same thread,
+/// but only when nothing but the server refers to them (the reference counts say the app
+/// kept none of them, its environ included): a kept object must keep answering "the
+/// request is over", never reach another request.
+pub(crate) struct RequestObjects {
+    input: Py<Input>,
+    start: Py<StartResponse>,
+}
+
+impl RequestObjects {
+    fn create(py: Python<'_>) -> PyResult<RequestObjects> {
+        let input = Bound::new(py, Input::empty())?;
+        let start = StartResponse::create(py, input.clone().unbind())?;
+        Ok(RequestObjects {
+            input: input.unbind(),
+            start: start.unbind(),
+        })
+    }
+
+    /// True when the server holds the only references (its own, and the start_response
+    /// object's to the input).
+    fn unshared(&self, py: Python<'_>) -> bool {
+        start_response::refcount(self.input.as_ptr()) == 2
+            && StartResponse::is_unshared(self.start.bind(py))
+    }
+}
+
+thread_local! {
+    /// The request objects kept for this thread's next request. Never dropped (a thread
+    /// that ends leaves them to the process's exit: dropping a Python reference needs the
+    /// interpreter, which may be gone by then).
+    static SPARE: std::cell::Cell<Option<std::mem::ManuallyDrop<RequestObjects>>> =
+        const { std::cell::Cell::new(None) };
+}
+
 /// Makes a non-`Send` closure callable inside `Python::detach`.
 struct SameThread<'a>(&'a mut dyn FnMut());
 // SAFETY: `Python::detach` runs its closure synchronously on the calling thread; the wrapped
@@ -75,15 +115,21 @@ impl WsgiApp {
         })
     }
 
-    fn call_app(&self, py: Python<'_>, input: &Bound<'_, Input>) -> PyResult<()> {
+    fn call_app(
+        &self,
+        py: Python<'_>,
+        input: &Bound<'_, Input>,
+        start_response: &Bound<'_, StartResponse>,
+    ) -> PyResult<()> {
         let environ = input.get().with(py, |exchange| {
             environ::build(py, &self.environ, exchange, input)
         })??;
-        let start_response = Bound::new(py, StartResponse::new(input.clone().unbind()))?;
-        let iterable = self.app.bind(py).call1((environ, &start_response));
+        let callable = StartResponse::callable(start_response)
+            .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("start_response is gone"))?;
+        let iterable = self.app.bind(py).call1((environ, callable));
         let _ = input.get().with(py, |exchange| exchange.app_returned());
         let iterable = iterable?;
-        let sent = body::send(py, &iterable, &start_response, input.get());
+        let sent = body::send(py, &iterable, start_response, input.get());
         if iterable.is_exact_instance_of::<PyList>() || iterable.is_exact_instance_of::<PyTuple>() {
             // Lists and tuples have no close(); asking would build an AttributeError each time.
             return sent;
@@ -130,23 +176,34 @@ impl WsgiApp {
     }
 
     fn serve_attached(&self, py: Python<'_>, exchange: Box<Exchange>) -> Box<Exchange> {
-        let input = match Bound::new(py, Input::empty()) {
-            Ok(input) => input,
-            Err(err) => {
-                err.print(py);
-                let mut exchange = exchange;
-                exchange.fail(500);
-                return exchange;
-            }
+        let objects = match SPARE.take() {
+            Some(spare) => std::mem::ManuallyDrop::into_inner(spare),
+            None => match RequestObjects::create(py) {
+                Ok(objects) => objects,
+                Err(err) => {
+                    err.print(py);
+                    let mut exchange = exchange;
+                    exchange.fail(500);
+                    return exchange;
+                }
+            },
         };
+        let input = objects.input.bind(py);
         input.get().put(py, exchange);
-        if let Err(err) = self.call_app(py, &input) {
+        if let Err(err) = self.call_app(py, input, objects.start.bind(py)) {
             self.on_error(py, input.get(), err);
         }
-        input
+        let exchange = input
             .get()
             .take(py)
-            .expect("only serve() takes the exchange out of its Input")
+            .expect("only serve() takes the exchange out of its Input");
+        if objects.unshared(py) {
+            objects.start.borrow_mut(py).recycle();
+            SPARE.set(Some(std::mem::ManuallyDrop::new(objects)));
+        } else {
+            StartResponse::release(objects.start.bind(py));
+        }
+        exchange
     }
 }
 

@@ -13,6 +13,13 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use super::input::{io_error, Input};
 
+/// The reference count of a live object.
+pub(super) fn refcount(object: *mut pyo3::ffi::PyObject) -> isize {
+    // SAFETY: callers pass a pointer from a reference they hold (the object is alive), with
+    // the GIL held.
+    unsafe { pyo3::ffi::Py_REFCNT(object) }
+}
+
 /// A header name or value, as bytes: borrowed from the Python str when it is ASCII (the
 /// common case, no copy), encoded to latin-1 otherwise.
 enum HeaderText {
@@ -43,21 +50,74 @@ impl HeaderText {
     }
 }
 
-/// The `start_response` callable given to the app.
+/// The response head the app gives, and the callables it is given: its bound
+/// `start_response` method is the app's `start_response`, and `write` the callable that
+/// returns.
 #[pyclass(module = "tines._core")]
 pub struct StartResponse {
     input: Py<Input>,
     status: Option<HeaderText>,
     headers: Vec<(HeaderText, HeaderText)>,
+    /// The bound `start_response` and `write` methods, made once per object: the object
+    /// serves request after request while nothing but the server holds it (see
+    /// [`super::RequestObjects`]). They refer back to the object; the server breaks that
+    /// cycle when it lets the object go ([`StartResponse::release`]).
+    callables: Option<(Py<PyAny>, Py<PyAny>)>,
 }
 
 impl StartResponse {
-    /// A `start_response` for the request held by `input`.
-    pub fn new(input: Py<Input>) -> Self {
-        StartResponse {
-            input,
-            status: None,
-            headers: Vec::new(),
+    /// A `start_response` for the requests held by `input`, with its callables made.
+    pub fn create(py: Python<'_>, input: Py<Input>) -> PyResult<Bound<'_, StartResponse>> {
+        let this = Bound::new(
+            py,
+            StartResponse {
+                input,
+                status: None,
+                headers: Vec::new(),
+                callables: None,
+            },
+        )?;
+        let start = this.getattr(pyo3::intern!(py, "start_response"))?.unbind();
+        let write = this.getattr(pyo3::intern!(py, "write"))?.unbind();
+        this.borrow_mut().callables = Some((start, write));
+        Ok(this)
+    }
+
+    /// The callable the app is given as `start_response`.
+    pub fn callable<'py>(slf: &Bound<'py, Self>) -> Option<Bound<'py, PyAny>> {
+        let this = slf.borrow();
+        let (start, _) = this.callables.as_ref()?;
+        Some(start.bind(slf.py()).clone())
+    }
+
+    /// True when nothing but the server refers to this object and its callables (the app
+    /// kept none of them): it may serve the next request.
+    pub fn is_unshared(slf: &Bound<'_, Self>) -> bool {
+        let py = slf.py();
+        // Counted before the borrow below, which holds a reference of its own.
+        let references = refcount(slf.as_ptr());
+        let this = slf.borrow();
+        let Some((start, write)) = this.callables.as_ref() else {
+            return false;
+        };
+        // The server's own reference, and one from each bound method.
+        references == 3 && refcount(start.as_ptr()) == 1 && refcount(write.bind(py).as_ptr()) == 1
+    }
+
+    /// Forgets the last request's head, for the next request.
+    pub fn recycle(&mut self) {
+        self.status = None;
+        self.headers.clear();
+    }
+
+    /// Lets go of the callables (the app kept a reference to the object or one of them):
+    /// the cycle between the object and its bound methods is broken, so it is freed when
+    /// the app lets go. A callable kept past its request raises "the request is over".
+    pub fn release(slf: &Bound<'_, Self>) {
+        // Borrowed elsewhere only if another thread of the app is inside one of its
+        // callables at this moment: then the cycle stays (freed at exit).
+        if let Ok(mut this) = slf.try_borrow_mut() {
+            this.callables = None;
         }
     }
 
@@ -103,14 +163,18 @@ fn type_name(value: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-fn header_list(headers: &Bound<'_, PyAny>) -> PyResult<Vec<(HeaderText, HeaderText)>> {
+/// Checks and stores the app's header list into `out` (empty).
+fn header_list(
+    headers: &Bound<'_, PyAny>,
+    out: &mut Vec<(HeaderText, HeaderText)>,
+) -> PyResult<()> {
     let list = headers.cast::<PyList>().map_err(|_| {
         PyTypeError::new_err(format!(
             "headers must be a list, got {}",
             type_name(headers)
         ))
     })?;
-    let mut out = Vec::with_capacity(list.len());
+    out.reserve(list.len());
     for item in list.iter() {
         let pair = item
             .cast::<PyTuple>()
@@ -135,13 +199,16 @@ fn header_list(headers: &Bound<'_, PyAny>) -> PyResult<Vec<(HeaderText, HeaderTe
             HeaderText::new(value, "header value")?,
         ));
     }
-    Ok(out)
+    Ok(())
 }
 
 #[pymethods]
 impl StartResponse {
+    /// The PEP 3333 `start_response(status, headers, exc_info=None)`: stores the status and
+    /// headers, and returns `write`. A bound method, so the app's call is a vectorcall (no
+    /// argument tuple).
     #[pyo3(signature = (status, headers, exc_info=None))]
-    fn __call__<'py>(
+    fn start_response<'py>(
         slf: &Bound<'py, Self>,
         status: &Bound<'py, PyAny>,
         headers: &Bound<'py, PyAny>,
@@ -166,13 +233,24 @@ impl StartResponse {
             }
         }
         let status = status_text(status)?;
-        let headers = header_list(headers)?;
-        {
-            let mut this = slf.borrow_mut();
-            this.status = Some(status);
-            this.headers = headers;
+        // The first call fills the list the last request left empty (no allocation); a
+        // replacement (exc_info) keeps the first head until the new one passes.
+        let mut list = if slf.borrow().called() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut slf.borrow_mut().headers)
+        };
+        header_list(headers, &mut list)?;
+        let mut this = slf.borrow_mut();
+        this.status = Some(status);
+        this.headers = list;
+        match this.callables.as_ref() {
+            Some((_, write)) => Ok(write.bind(py).clone()),
+            None => {
+                drop(this);
+                slf.getattr(pyo3::intern!(py, "write"))
+            }
         }
-        slf.getattr(pyo3::intern!(py, "write"))
     }
 
     /// The PEP 3333 `write()` callable: sends `data` before returning.

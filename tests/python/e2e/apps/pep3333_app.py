@@ -113,9 +113,33 @@ class Recorded:
         self.note("close")
 
 
+KEPT: list = []
+
+
+def outcome(call) -> str:
+    try:
+        call()
+    except Exception as err:  # noqa: BLE001 - the test reads what was raised
+        return f"{type(err).__name__}: {err}"
+    return "no error"
+
+
 def bad(environ, start_response):
     path = environ["PATH_INFO"]
     query = environ["QUERY_STRING"]
+    if path == "/keep":
+        # Keeps the request's objects past its end (apps do, by mistake or in a thread).
+        write = start_response("200 OK", [("Content-Type", "text/plain")])
+        KEPT[:] = [environ["wsgi.input"], start_response, write]
+        return [b"kept"]
+    if path == "/use-kept":
+        stream, kept_start, kept_write = KEPT
+        data = {
+            "read": outcome(lambda: stream.read()),
+            "write": outcome(lambda: kept_write(b"from an old request")),
+            "start_response": outcome(lambda: kept_start("200 OK", [])),
+        }
+        return respond(start_response, json.dumps(data).encode(), "application/json")
     # Not under the validator: it wraps the returned iterable, which hides the file_wrapper
     # object from the server (so sendfile would never be used).
     if path == "/file":
