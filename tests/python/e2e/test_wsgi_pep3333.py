@@ -107,6 +107,48 @@ def test_environ_over_a_unix_socket_leaves_the_client_address_out(tmp_path: Path
     forwarded = unix_get(path, b"GET /environ HTTP/1.1\r\nHost: local\r\nX-Forwarded-For: 192.0.2.7\r\n"
                                b"Connection: close\r\n\r\n")
     assert forwarded["REMOTE_ADDR"] == "192.0.2.7" and forwarded["REMOTE_PORT"] == ""
+    # And out again for the next request without one (each thread's template keeps the last
+    # request's values: one that has none must not see them).
+    again = unix_get(path, b"GET /environ-keys HTTP/1.1\r\nHost: local\r\nConnection: close\r\n\r\n")
+    assert "REMOTE_ADDR" not in again["keys"] and again["none"] == []
+
+
+def test_each_request_sees_its_own_values_when_requests_alternate(tines_server: Any) -> None:
+    """Each worker thread's environ template keeps the last request's values (method, path,
+    query, server name and port, protocol, header values) and sets only what changed: requests
+    that differ in every one of them, in turn on one worker, must each see their own."""
+    server = tines_server(APP, "-w", "1")
+    first = ("GET", "/environ?a=1", {"Host": "one.example:81", "User-Agent": "agent A"})
+    second = ("POST", "/environ", {"Host": "two.example", "Content-Type": "text/x-two"})
+    third = ("GET", "/environ?a=1", {"Host": "one.example:81", "User-Agent": "agent B"})
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    seen = []
+    try:
+        for method, path, headers in [first, second, third, first, second]:
+            connection.request(method, path, body=b"" if method == "POST" else None, headers=headers)
+            response = connection.getresponse()
+            body = response.read()
+            assert response.status == 200, body
+            seen.append(json.loads(body))
+    finally:
+        connection.close()
+    # An HTTP/1.0 request without a Host header: the listening address names the server.
+    reply = raw(server, b"GET /%65nviron HTTP/1.0\r\n\r\n")
+    seen.append(json.loads(reply.split(b"\r\n\r\n", 1)[1]))
+
+    def summary(env: dict[str, Any]) -> tuple[Any, ...]:
+        return (env["REQUEST_METHOD"], env["PATH_INFO"], env["QUERY_STRING"], env["SERVER_NAME"],
+                env["SERVER_PORT"], env["SERVER_PROTOCOL"], env["CONTENT_TYPE"], env["headers"])
+
+    # http.client adds "Accept-Encoding: identity".
+    one = ("GET", "/environ", "a=1", "one.example", "81", "HTTP/1.1", None,
+           {"HTTP_HOST": "one.example:81", "HTTP_USER_AGENT": "agent A", "HTTP_ACCEPT_ENCODING": "identity"})
+    two = ("POST", "/environ", "", "two.example", str(server.port), "HTTP/1.1", "text/x-two",
+           {"HTTP_HOST": "two.example", "HTTP_ACCEPT_ENCODING": "identity"})
+    three = one[:-1] + ({"HTTP_HOST": "one.example:81", "HTTP_USER_AGENT": "agent B",
+                         "HTTP_ACCEPT_ENCODING": "identity"},)
+    bare = ("GET", "/environ", "", "127.0.0.1", str(server.port), "HTTP/1.0", None, {})
+    assert [summary(env) for env in seen] == [one, two, three, one, two, bare]
 
 
 def test_path_info_decodes_escapes_including_slash(server: Any) -> None:

@@ -83,36 +83,31 @@ pub fn split_target(target: &[u8]) -> (&[u8], &[u8]) {
     (&b""[..], query)
 }
 
+/// The request headers whose environ keys are interned and whose last value each thread
+/// keeps (a value that repeats is not decoded again): the most common ones.
+const KNOWN_HEADERS: [(&[u8], &str); 12] = [
+    (b"host", "HTTP_HOST"),
+    (b"accept", "HTTP_ACCEPT"),
+    (b"cookie", "HTTP_COOKIE"),
+    (b"origin", "HTTP_ORIGIN"),
+    (b"referer", "HTTP_REFERER"),
+    (b"user-agent", "HTTP_USER_AGENT"),
+    (b"connection", "HTTP_CONNECTION"),
+    (b"cache-control", "HTTP_CACHE_CONTROL"),
+    (b"authorization", "HTTP_AUTHORIZATION"),
+    (b"accept-encoding", "HTTP_ACCEPT_ENCODING"),
+    (b"accept-language", "HTTP_ACCEPT_LANGUAGE"),
+    (b"x-forwarded-for", "HTTP_X_FORWARDED_FOR"),
+];
+
+/// The index of a header name in [`KNOWN_HEADERS`].
+fn known_header(name: &[u8]) -> Option<usize> {
+    KNOWN_HEADERS
+        .iter()
+        .position(|(known, _)| known.len() == name.len() && known.eq_ignore_ascii_case(name))
+}
+
 fn header_key<'py>(py: Python<'py>, name: &[u8], scratch: &mut String) -> Bound<'py, PyString> {
-    // The most common request headers get interned keys (no allocation per request).
-    let known = match name.len() {
-        4 if name.eq_ignore_ascii_case(b"host") => Some(intern!(py, "HTTP_HOST")),
-        6 if name.eq_ignore_ascii_case(b"accept") => Some(intern!(py, "HTTP_ACCEPT")),
-        6 if name.eq_ignore_ascii_case(b"cookie") => Some(intern!(py, "HTTP_COOKIE")),
-        6 if name.eq_ignore_ascii_case(b"origin") => Some(intern!(py, "HTTP_ORIGIN")),
-        7 if name.eq_ignore_ascii_case(b"referer") => Some(intern!(py, "HTTP_REFERER")),
-        10 if name.eq_ignore_ascii_case(b"user-agent") => Some(intern!(py, "HTTP_USER_AGENT")),
-        10 if name.eq_ignore_ascii_case(b"connection") => Some(intern!(py, "HTTP_CONNECTION")),
-        13 if name.eq_ignore_ascii_case(b"cache-control") => {
-            Some(intern!(py, "HTTP_CACHE_CONTROL"))
-        }
-        13 if name.eq_ignore_ascii_case(b"authorization") => {
-            Some(intern!(py, "HTTP_AUTHORIZATION"))
-        }
-        15 if name.eq_ignore_ascii_case(b"accept-encoding") => {
-            Some(intern!(py, "HTTP_ACCEPT_ENCODING"))
-        }
-        15 if name.eq_ignore_ascii_case(b"accept-language") => {
-            Some(intern!(py, "HTTP_ACCEPT_LANGUAGE"))
-        }
-        15 if name.eq_ignore_ascii_case(b"x-forwarded-for") => {
-            Some(intern!(py, "HTTP_X_FORWARDED_FOR"))
-        }
-        _ => None,
-    };
-    if let Some(key) = known {
-        return key.clone();
-    }
     scratch.clear();
     scratch.push_str("HTTP_");
     for &b in name {
@@ -144,8 +139,120 @@ const PER_REQUEST_KEYS: [&str; 11] = [
 /// What the environ needs from the worker (built once per worker).
 pub struct EnvironContext {
     /// The constant keys, and `None` under each per-request key (set or removed by every
-    /// request), copied per request.
+    /// request): each app thread starts its own template from it ([`ThreadTemplate`]).
     template: Py<PyDict>,
+    /// The interned keys of [`KNOWN_HEADERS`].
+    header_keys: Vec<Py<PyString>>,
+}
+
+/// The per-request values a thread's template remembers, by what they are made from.
+#[derive(Clone, Copy)]
+enum Remembered {
+    /// `REQUEST_METHOD`.
+    Method,
+    /// `PATH_INFO`.
+    Path,
+    /// `QUERY_STRING`.
+    Query,
+    /// `RAW_URI` and `REQUEST_URI`.
+    Uri,
+    /// `SERVER_PROTOCOL`.
+    Protocol,
+    /// `SERVER_NAME` and `SERVER_PORT`.
+    Server,
+    /// `REMOTE_ADDR` and `REMOTE_PORT`.
+    Remote,
+}
+
+const REMEMBERED: usize = 7;
+
+/// One app thread's template: the worker's constants, and the last request's values under
+/// the per-request keys, each with the bytes it was made from. A request whose value is made
+/// from the same bytes as the last one's (the method, the protocol, the server name and
+/// port, nearly always; the path and the client often) leaves it in place; only the others
+/// are decoded and set, in the template, before the copy. The last value of each
+/// [`KNOWN_HEADERS`] field is kept the same way.
+///
+/// Why: each value set in the copy cost a str made, a dict insertion, and a str freed at
+/// the end of the request: 13 such per hello-world request, about 3,000 of its 21,000
+/// instructions (callgrind). A value is immutable, so sharing it between requests shows
+/// nothing of one request to another; a key a request does not have is never in the
+/// template (headers are set in the copy only).
+struct ThreadTemplate {
+    /// The [`EnvironContext`] it was made from (its address).
+    owner: usize,
+    dict: Py<PyDict>,
+    /// What each [`Remembered`] value was made from; `None` before the first request and
+    /// after an error part-way.
+    sources: [Option<Vec<u8>>; REMEMBERED],
+    /// The last value of each known header field, and its bytes.
+    headers: Vec<Option<(Vec<u8>, Py<PyString>)>>,
+    scratch: Vec<u8>,
+}
+
+thread_local! {
+    /// This thread's template. Never dropped (a thread that ends leaves it to the process's
+    /// exit: dropping a Python reference needs the interpreter, which may be gone by then).
+    static THREAD_TEMPLATE: std::cell::RefCell<Option<std::mem::ManuallyDrop<ThreadTemplate>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+impl ThreadTemplate {
+    fn new(py: Python<'_>, context: &EnvironContext) -> PyResult<ThreadTemplate> {
+        Ok(ThreadTemplate {
+            owner: context as *const EnvironContext as usize,
+            dict: context.template.bind(py).copy()?.unbind(),
+            sources: Default::default(),
+            headers: KNOWN_HEADERS.iter().map(|_| None).collect(),
+            scratch: Vec::with_capacity(64),
+        })
+    }
+
+    /// Sets the value that `parts` make (with `make`) under its key(s), unless the last
+    /// request's was made from the same bytes.
+    fn remember<'py>(
+        &mut self,
+        py: Python<'py>,
+        which: Remembered,
+        parts: &[&[u8]],
+        set: impl FnOnce(&Bound<'py, PyDict>) -> PyResult<()>,
+    ) -> PyResult<()> {
+        self.scratch.clear();
+        for part in parts {
+            // Length-prefixed, so that two splits of the same bytes differ.
+            self.scratch
+                .extend_from_slice(&(part.len() as u32).to_le_bytes());
+            self.scratch.extend_from_slice(part);
+        }
+        let slot = &mut self.sources[which as usize];
+        if slot.as_deref() == Some(&self.scratch[..]) {
+            return Ok(());
+        }
+        // Forgotten first: if `set` fails half-way, the next request sets it again.
+        let mut source = slot.take().unwrap_or_default();
+        set(self.dict.bind(py))?;
+        source.clear();
+        source.extend_from_slice(&self.scratch);
+        self.sources[which as usize] = Some(source);
+        Ok(())
+    }
+
+    /// The value of a known header field: the last one's when the bytes are the same.
+    fn header_value<'py>(
+        &mut self,
+        py: Python<'py>,
+        index: usize,
+        bytes: &[u8],
+    ) -> PyResult<Bound<'py, PyString>> {
+        if let Some((last, value)) = &self.headers[index] {
+            if last.as_slice() == bytes {
+                return Ok(value.bind(py).clone());
+            }
+        }
+        let value = latin1(py, bytes)?;
+        self.headers[index] = Some((bytes.to_vec(), value.clone().unbind()));
+        Ok(value)
+    }
 }
 
 impl EnvironContext {
@@ -182,8 +289,13 @@ impl EnvironContext {
         for key in padding {
             template.del_item(key)?;
         }
+        let header_keys = KNOWN_HEADERS
+            .iter()
+            .map(|(_, key)| PyString::intern(py, key).unbind())
+            .collect();
         Ok(EnvironContext {
             template: template.unbind(),
+            header_keys,
         })
     }
 }
@@ -224,35 +336,84 @@ pub fn build<'py>(
     exchange: &Exchange,
     input: &Bound<'py, Input>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let env = context.template.bind(py).copy()?;
+    THREAD_TEMPLATE.with_borrow_mut(|slot| {
+        let owner = context as *const EnvironContext as usize;
+        if slot.as_ref().is_none_or(|template| template.owner != owner) {
+            // The first request on this thread (or another app's template: never in a
+            // worker, which serves one app).
+            *slot = Some(std::mem::ManuallyDrop::new(ThreadTemplate::new(
+                py, context,
+            )?));
+        }
+        let template = slot.as_mut().expect("set above");
+        build_with(py, context, template, exchange, input)
+    })
+}
+
+fn build_with<'py>(
+    py: Python<'py>,
+    context: &EnvironContext,
+    template: &mut ThreadTemplate,
+    exchange: &Exchange,
+    input: &Bound<'py, Input>,
+) -> PyResult<Bound<'py, PyDict>> {
     let method = exchange.method();
-    env.set_item(
-        intern!(py, "REQUEST_METHOD"),
-        match method {
-            b"GET" => intern!(py, "GET").clone(),
-            b"POST" => intern!(py, "POST").clone(),
-            b"HEAD" => intern!(py, "HEAD").clone(),
-            other => latin1(py, other)?,
-        },
-    )?;
+    template.remember(py, Remembered::Method, &[method], |env| {
+        env.set_item(
+            intern!(py, "REQUEST_METHOD"),
+            match method {
+                b"GET" => intern!(py, "GET").clone(),
+                b"POST" => intern!(py, "POST").clone(),
+                b"HEAD" => intern!(py, "HEAD").clone(),
+                other => latin1(py, other)?,
+            },
+        )
+    })?;
     let target = exchange.target();
     let (path, query) = split_target(target);
-    env.set_item(intern!(py, "PATH_INFO"), latin1(py, &percent_decode(path))?)?;
-    env.set_item(intern!(py, "QUERY_STRING"), latin1(py, query)?)?;
-    let raw_uri = latin1(py, target)?;
-    env.set_item(intern!(py, "RAW_URI"), &raw_uri)?;
-    env.set_item(intern!(py, "REQUEST_URI"), raw_uri)?;
-    env.set_item(
-        intern!(py, "SERVER_PROTOCOL"),
-        match exchange.version() {
-            Version::Http11 => intern!(py, "HTTP/1.1"),
-            Version::Http10 => intern!(py, "HTTP/1.0"),
-        },
-    )?;
+    template.remember(py, Remembered::Path, &[path], |env| {
+        env.set_item(intern!(py, "PATH_INFO"), latin1(py, &percent_decode(path))?)
+    })?;
+    template.remember(py, Remembered::Query, &[query], |env| {
+        let value = if query.is_empty() {
+            intern!(py, "").clone()
+        } else {
+            latin1(py, query)?
+        };
+        env.set_item(intern!(py, "QUERY_STRING"), value)
+    })?;
+    template.remember(py, Remembered::Uri, &[target], |env| {
+        let raw_uri = latin1(py, target)?;
+        env.set_item(intern!(py, "RAW_URI"), &raw_uri)?;
+        env.set_item(intern!(py, "REQUEST_URI"), raw_uri)
+    })?;
+    let version = exchange.version();
+    let version_byte = [version as u8];
+    template.remember(py, Remembered::Protocol, &[&version_byte], |env| {
+        env.set_item(
+            intern!(py, "SERVER_PROTOCOL"),
+            match version {
+                Version::Http11 => intern!(py, "HTTP/1.1"),
+                Version::Http10 => intern!(py, "HTTP/1.0"),
+            },
+        )
+    })?;
     let decoded_length = exchange.decoded_body_length();
-    let mut scratch = String::with_capacity(32);
     let mut host = None;
     let mut forwarded_proto = None;
+    for (name, value) in exchange.headers() {
+        if name.eq_ignore_ascii_case(b"host") {
+            host = Some(value);
+        } else if name.eq_ignore_ascii_case(b"x-forwarded-proto") {
+            forwarded_proto = Some(value);
+        }
+    }
+    server_name_and_port(py, template, exchange, host)?;
+    remote_addr_and_port(py, template, exchange)?;
+
+    // The request's own keys go in the copy.
+    let env = template.dict.bind(py).copy()?;
+    let mut scratch = String::new();
     for (name, value) in exchange.headers() {
         if name.contains(&b'_') {
             // Dropped: `X_Forwarded_For` would land on the same key as `X-Forwarded-For`
@@ -272,13 +433,13 @@ pub fn build<'py>(
             // of known length (as behind a buffering proxy), `CONTENT_LENGTH` set below.
             continue;
         }
-        if name.eq_ignore_ascii_case(b"host") {
-            host = Some(value);
-        } else if name.eq_ignore_ascii_case(b"x-forwarded-proto") {
-            forwarded_proto = Some(value);
-        }
-        let key = header_key(py, name, &mut scratch);
-        let value = latin1(py, value)?;
+        let (key, value) = match known_header(name) {
+            Some(index) => (
+                context.header_keys[index].bind(py).clone(),
+                template.header_value(py, index, value)?,
+            ),
+            None => (header_key(py, name, &mut scratch), latin1(py, value)?),
+        };
         match env.get_item(&key)? {
             Some(existing) => {
                 // RFC 9110 5.3: repeated fields combine with ", "; Cookie uses "; " (RFC 6265 5.4).
@@ -300,25 +461,6 @@ pub fn build<'py>(
     if let Some(length) = decoded_length {
         env.set_item(intern!(py, "CONTENT_LENGTH"), length.to_string())?;
     }
-    let mut port_digits = itoa::Buffer::new();
-    let (server_name, server_port) = match (host, exchange.local()) {
-        (Some(host), local) => {
-            let (name, port) = host_and_port(host);
-            let port = match (port, local) {
-                (Some(port), _) => latin1(py, port)?,
-                (None, Local::Tcp(addr)) => PyString::new(py, port_digits.format(addr.port())),
-                (None, Local::Unix(_)) => intern!(py, "80").clone(),
-            };
-            (latin1(py, name)?, port)
-        }
-        (None, Local::Tcp(addr)) => (
-            PyString::new(py, &addr.ip().to_string()),
-            PyString::new(py, port_digits.format(addr.port())),
-        ),
-        (None, Local::Unix(path)) => (PyString::new(py, path), PyString::new(py, "")),
-    };
-    env.set_item(intern!(py, "SERVER_NAME"), server_name)?;
-    env.set_item(intern!(py, "SERVER_PORT"), server_port)?;
     if exchange.peer_is_trusted_proxy() {
         if let Some(proto) = forwarded_proto {
             let proto = proto
@@ -333,29 +475,129 @@ pub fn build<'py>(
             }
         }
     }
-    // The same client address the access log shows (the exchange decides it once).
-    match exchange.client_ip() {
-        Some(ip) => {
-            let mut text = [0; 15];
-            let addr = match ip {
-                IpAddr::V4(v4) => PyString::new(py, ipv4_text(v4, &mut text)),
-                IpAddr::V6(v6) => PyString::new(py, &v6.to_string()),
-            };
-            let port = match exchange.peer() {
-                Peer::Tcp(addr) => PyString::new(py, port_digits.format(addr.port())),
-                Peer::Unix => intern!(py, "").clone(),
-            };
-            env.set_item(intern!(py, "REMOTE_ADDR"), addr)?;
-            env.set_item(intern!(py, "REMOTE_PORT"), port)?;
-        }
-        None => {
-            // The template's `None`s go: CGI leaves the variables out when unknown.
-            env.del_item(intern!(py, "REMOTE_ADDR"))?;
-            env.del_item(intern!(py, "REMOTE_PORT"))?;
-        }
-    }
     env.set_item(intern!(py, "wsgi.input"), input)?;
     Ok(env)
+}
+
+/// `SERVER_NAME` and `SERVER_PORT`: from the Host header, else the listening address.
+fn server_name_and_port(
+    py: Python<'_>,
+    template: &mut ThreadTemplate,
+    exchange: &Exchange,
+    host: Option<&[u8]>,
+) -> PyResult<()> {
+    let local = exchange.local();
+    // The listening address, as bytes: its IP and port, or its path.
+    let mut tcp = [0u8; 19];
+    let local_source: &[u8] = match local {
+        Local::Tcp(addr) => {
+            tcp[..2].copy_from_slice(&addr.port().to_le_bytes());
+            match addr.ip() {
+                IpAddr::V4(v4) => {
+                    tcp[2] = 4;
+                    tcp[3..7].copy_from_slice(&v4.octets());
+                    &tcp[..7]
+                }
+                IpAddr::V6(v6) => {
+                    tcp[2] = 6;
+                    tcp[3..19].copy_from_slice(&v6.octets());
+                    &tcp[..19]
+                }
+            }
+        }
+        Local::Unix(path) => path.as_bytes(),
+    };
+    let host_part: &[u8] = host.unwrap_or(b"");
+    let kinds = [
+        u8::from(host.is_some()),
+        u8::from(matches!(local, Local::Tcp(_))),
+    ];
+    template.remember(
+        py,
+        Remembered::Server,
+        &[&kinds, host_part, local_source],
+        |env| {
+            let mut digits = itoa::Buffer::new();
+            let (server_name, server_port) = match (host, local) {
+                (Some(host), local) => {
+                    let (name, port) = host_and_port(host);
+                    let port = match (port, local) {
+                        (Some(port), _) => latin1(py, port)?,
+                        (None, Local::Tcp(addr)) => PyString::new(py, digits.format(addr.port())),
+                        (None, Local::Unix(_)) => intern!(py, "80").clone(),
+                    };
+                    (latin1(py, name)?, port)
+                }
+                (None, Local::Tcp(addr)) => (
+                    PyString::new(py, &addr.ip().to_string()),
+                    PyString::new(py, digits.format(addr.port())),
+                ),
+                (None, Local::Unix(path)) => (PyString::new(py, path), PyString::new(py, "")),
+            };
+            env.set_item(intern!(py, "SERVER_NAME"), server_name)?;
+            env.set_item(intern!(py, "SERVER_PORT"), server_port)
+        },
+    )
+}
+
+/// `REMOTE_ADDR` and `REMOTE_PORT`: the same client address the access log shows (the
+/// exchange decides it once); left out when unknown, as CGI does.
+fn remote_addr_and_port(
+    py: Python<'_>,
+    template: &mut ThreadTemplate,
+    exchange: &Exchange,
+) -> PyResult<()> {
+    let client = exchange.client_ip();
+    let peer = exchange.peer();
+    let mut source = [0u8; 19];
+    let source_len = match client {
+        None => 0,
+        Some(IpAddr::V4(v4)) => {
+            source[0] = 4;
+            source[1..5].copy_from_slice(&v4.octets());
+            5
+        }
+        Some(IpAddr::V6(v6)) => {
+            source[0] = 6;
+            source[1..17].copy_from_slice(&v6.octets());
+            17
+        }
+    };
+    let port = match peer {
+        Peer::Tcp(addr) => addr.port().to_le_bytes(),
+        Peer::Unix => [0xff, 0xff],
+    };
+    let source_port = [port[0], port[1], u8::from(matches!(peer, Peer::Tcp(_)))];
+    template.remember(
+        py,
+        Remembered::Remote,
+        &[&source[..source_len], &source_port],
+        |env| match client {
+            Some(ip) => {
+                let mut text = [0; 15];
+                let addr = match ip {
+                    IpAddr::V4(v4) => PyString::new(py, ipv4_text(v4, &mut text)),
+                    IpAddr::V6(v6) => PyString::new(py, &v6.to_string()),
+                };
+                let mut digits = itoa::Buffer::new();
+                let port = match peer {
+                    Peer::Tcp(addr) => PyString::new(py, digits.format(addr.port())),
+                    Peer::Unix => intern!(py, "").clone(),
+                };
+                env.set_item(intern!(py, "REMOTE_ADDR"), addr)?;
+                env.set_item(intern!(py, "REMOTE_PORT"), port)
+            }
+            None => {
+                // CGI leaves the variables out when unknown (the template's `None`s go).
+                for key in [intern!(py, "REMOTE_ADDR"), intern!(py, "REMOTE_PORT")] {
+                    if env.contains(key)? {
+                        env.del_item(key)?;
+                    }
+                }
+                Ok(())
+            }
+        },
+    )
 }
 
 #[cfg(test)]
