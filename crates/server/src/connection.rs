@@ -129,15 +129,20 @@ pub struct Connection {
 impl Connection {
     /// Wraps a freshly accepted, non-blocking socket that must begin with a PROXY header
     /// (`proxy_protocol`; the caller checked that the peer is a trusted proxy).
-    pub fn behind_proxy(fd: OwnedFd, peer: Peer, listener: usize) -> Self {
+    pub fn behind_proxy(fd: OwnedFd, peer: Peer, listener: usize) -> Box<Self> {
         let mut conn = Connection::new(fd, peer, listener);
         conn.state = ConnState::ReadingProxyHeader;
         conn
     }
 
     /// Wraps a freshly accepted, non-blocking socket.
-    pub fn new(fd: OwnedFd, peer: Peer, listener: usize) -> Self {
-        Connection {
+    ///
+    /// On the heap: a connection moves between the loop's table, the slot and the exchange
+    /// several times per request, and moving a pointer instead of the struct (about 250
+    /// bytes, a `memcpy` call each time) saved about 500 instructions of a 18,500-instruction
+    /// hello-world request.
+    pub fn new(fd: OwnedFd, peer: Peer, listener: usize) -> Box<Self> {
+        Box::new(Connection {
             fd,
             buf: Vec::new(),
             filled: 0,
@@ -153,7 +158,7 @@ impl Connection {
             close_after_write: false,
             linger: Linger::No,
             parked_body: None,
-        }
+        })
     }
 
     /// The socket's fd.
@@ -404,7 +409,7 @@ mod tests {
     use super::*;
     use std::os::unix::net::UnixStream;
 
-    fn connection() -> (Connection, UnixStream) {
+    fn connection() -> (Box<Connection>, UnixStream) {
         let (ours, theirs) = UnixStream::pair().unwrap();
         (Connection::new(OwnedFd::from(ours), Peer::Unix, 0), theirs)
     }

@@ -107,7 +107,7 @@ pub fn drive_connection(input: &[u8]) {
 
 /// Serves `conn` until it closes; the connection is dropped (its fd closed) on return.
 fn serve_until_closed(
-    mut conn: Connection,
+    mut conn: Box<Connection>,
     shared: &Arc<WorkerShared>,
     limits: tines_proto::Limits,
 ) {

@@ -14,12 +14,12 @@ use crate::App;
 /// Serves the ready request on `conn` and any complete pipelined ones after it. Returns the
 /// connection when it stays open (to be parked), and the slot's context.
 pub(crate) fn serve_connection(
-    mut conn: Connection,
+    mut conn: Box<Connection>,
     mut ctx: SlotContext,
     app: &dyn App,
     shared: &Arc<WorkerShared>,
     mut started: Option<Instant>,
-) -> (Option<Connection>, SlotContext) {
+) -> (Option<Box<Connection>>, SlotContext) {
     loop {
         // One clock read per request: the slot's own when it read the clock just before.
         let now = started.take().unwrap_or_else(Instant::now);

@@ -28,7 +28,7 @@ fn head_of(size: usize) -> Vec<u8> {
 
 /// A connection over a socketpair whose client side already sent `input` and half-closed,
 /// so the bytes and the EOF are both waiting before the first read.
-fn connection_after(input: &[u8]) -> (Connection, std::os::unix::net::UnixStream) {
+fn connection_after(input: &[u8]) -> (Box<Connection>, std::os::unix::net::UnixStream) {
     let mut fds = [0; 2];
     // SAFETY: fds is a valid 2-element array for socketpair to fill.
     let rc = unsafe {

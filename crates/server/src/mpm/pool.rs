@@ -42,14 +42,14 @@ use crate::slot::serve_connection;
 use crate::{App, Mpm};
 
 struct Queue {
-    jobs: VecDeque<(usize, Connection)>,
+    jobs: VecDeque<(usize, Box<Connection>)>,
     /// App threads waiting on the condition variable.
     idle: usize,
     shutdown: bool,
 }
 
 struct Returned {
-    conns: Vec<(usize, Option<Connection>)>,
+    conns: Vec<(usize, Option<Box<Connection>>)>,
     /// The waker was rung since the loop last collected.
     rung: bool,
 }
@@ -80,12 +80,12 @@ struct Pool {
     threads: Vec<JoinHandle<()>>,
     in_flight: usize,
     /// Requests found ready in this loop iteration, queued together by `flush`.
-    batch: Vec<(usize, Connection)>,
+    batch: Vec<(usize, Box<Connection>)>,
     max_queued: usize,
 }
 
 impl Driver for Pool {
-    fn dispatch(&mut self, token: usize, conn: Connection, _now: Option<Instant>) -> Dispatch {
+    fn dispatch(&mut self, token: usize, conn: Box<Connection>, _now: Option<Instant>) -> Dispatch {
         // Requests that free app threads (not serving a request) are about to take are not
         // waiting.
         let free = self
@@ -117,7 +117,7 @@ impl Driver for Pool {
         }
     }
 
-    fn collect(&mut self, into: &mut Vec<(usize, Option<Connection>)>) {
+    fn collect(&mut self, into: &mut Vec<(usize, Option<Box<Connection>>)>) {
         let mut returned = lock(&self.shared.returned);
         if returned.rung {
             self.shared.waker.reset();
@@ -165,8 +165,8 @@ fn app_thread(index: usize, app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: 
         };
         // This thread's batch of responses (ADR 0011): connections whose small response
         // waits, queued, until the batch is written; and connections on their way back.
-        let mut held: Vec<(usize, Option<Connection>)> = Vec::new();
-        let mut back: Vec<(usize, Option<Connection>)> = Vec::new();
+        let mut held: Vec<(usize, Option<Box<Connection>>)> = Vec::new();
+        let mut back: Vec<(usize, Option<Box<Connection>>)> = Vec::new();
         loop {
             let job = {
                 let mut queue = lock(&pool.queue);
@@ -241,7 +241,7 @@ fn app_thread(index: usize, app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: 
 /// connections back together (one that the socket could not take whole goes back with its
 /// output pending, for the loop to finish; a write error is met again there, and closes it).
 fn write_batch(
-    held: &mut Vec<(usize, Option<Connection>)>,
+    held: &mut Vec<(usize, Option<Box<Connection>>)>,
     batch: &mut BatchClock,
     pool: &Shared,
     worker: &WorkerShared,
@@ -256,7 +256,11 @@ fn write_batch(
 }
 
 /// Hands `conns` back to the loop (all of them, under one lock), ringing it only when needed.
-fn hand_back(conns: &mut Vec<(usize, Option<Connection>)>, pool: &Shared, worker: &WorkerShared) {
+fn hand_back(
+    conns: &mut Vec<(usize, Option<Box<Connection>>)>,
+    pool: &Shared,
+    worker: &WorkerShared,
+) {
     // While more requests wait for this thread, a connection that only goes back to idle
     // needs nothing from the loop until its next bytes arrive, and those wake the loop
     // anyway: it is collected then, without a wake-up of its own. This halves the context

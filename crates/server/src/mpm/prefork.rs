@@ -23,14 +23,14 @@ struct Inline {
 }
 
 impl Driver for Inline {
-    fn dispatch(&mut self, _token: usize, conn: Connection, now: Option<Instant>) -> Dispatch {
+    fn dispatch(&mut self, _token: usize, conn: Box<Connection>, now: Option<Instant>) -> Dispatch {
         let ctx = self.ctx.take().unwrap_or_default();
         let (kept, ctx) = serve_connection(conn, ctx, &*self.app, &self.shared, now);
         self.ctx = Some(ctx);
         Dispatch::Served(kept)
     }
 
-    fn collect(&mut self, _into: &mut Vec<(usize, Option<Connection>)>) {}
+    fn collect(&mut self, _into: &mut Vec<(usize, Option<Box<Connection>>)>) {}
 
     fn in_flight(&self) -> usize {
         0

@@ -17,11 +17,11 @@ use crate::connection::{ConnState, Connection, Linger, Readiness};
 /// What a driver did with a ready connection.
 pub(crate) enum Dispatch {
     /// Served inline: the connection if it stays open (or has output left to write).
-    Served(Option<Connection>),
+    Served(Option<Box<Connection>>),
     /// Handed to another thread; it comes back through [`Driver::collect`].
     Handed,
     /// Refused: `max_queued_requests` requests already wait for an app thread (503).
-    Refused(Connection),
+    Refused(Box<Connection>),
 }
 
 /// The MPM-specific part: who serves a connection whose head is complete.
@@ -29,9 +29,9 @@ pub(crate) trait Driver {
     /// Serves or hands off the connection registered under `token`; `now` is the time the
     /// loop read just before, if it did (an inline slot starts the request with it instead
     /// of reading the clock again).
-    fn dispatch(&mut self, token: usize, conn: Connection, now: Option<Instant>) -> Dispatch;
+    fn dispatch(&mut self, token: usize, conn: Box<Connection>, now: Option<Instant>) -> Dispatch;
     /// Moves connections handed back since the last call into `into`.
-    fn collect(&mut self, into: &mut Vec<(usize, Option<Connection>)>);
+    fn collect(&mut self, into: &mut Vec<(usize, Option<Box<Connection>>)>);
     /// Connections currently handed off.
     fn in_flight(&self) -> usize;
     /// The fd that wakes the poller when connections come back, if any.
@@ -66,7 +66,12 @@ impl Reactor {
     /// Reads and parses; reads the body before dispatch (`body`); dispatches complete requests
     /// (again and again while a prefork slot serves pipelined requests inline); parks, writes
     /// or closes the connection otherwise.
-    pub(super) fn advance(&mut self, token: usize, mut conn: Connection, driver: &mut dyn Driver) {
+    pub(super) fn advance(
+        &mut self,
+        token: usize,
+        mut conn: Box<Connection>,
+        driver: &mut dyn Driver,
+    ) {
         loop {
             if conn.buf.is_empty() {
                 if let Some(buf) = self.spare_buffers.pop() {

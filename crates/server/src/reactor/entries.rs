@@ -19,7 +19,7 @@ pub(super) enum Entry {
     Vacant,
     /// Waiting in the poller for bytes, until `deadline` (under the `kind` of timeout).
     Parked {
-        conn: Connection,
+        conn: Box<Connection>,
         deadline: Instant,
         kind: TimerKind,
     },
@@ -39,13 +39,13 @@ pub(super) enum Entry {
     /// until EOF, until everything sent is acknowledged, or `linger_timeout` (see
     /// `reactor::linger`).
     Lingering {
-        conn: Connection,
+        conn: Box<Connection>,
         deadline: Instant,
     },
     /// The loop finishes response output a slot left pending (every MPM), until `deadline`
     /// (the send timeout, renewed on progress); `readable` records a read event meanwhile.
     Writing {
-        conn: Connection,
+        conn: Box<Connection>,
         deadline: Instant,
         readable: bool,
     },
@@ -65,7 +65,7 @@ pub(super) enum TimerKind {
 }
 
 impl Reactor {
-    pub(super) fn insert(&mut self, conn: Connection) -> usize {
+    pub(super) fn insert(&mut self, conn: Box<Connection>) -> usize {
         self.open += 1;
         self.reading += 1;
         self.shared
@@ -95,7 +95,7 @@ impl Reactor {
     /// Takes a parked connection out of the poller's keeping to advance it: its entry becomes
     /// `Dispatched` (any edge that arrives meanwhile is recorded there). `None` when the entry
     /// holds no parked connection.
-    pub(super) fn take_parked(&mut self, token: usize) -> Option<Connection> {
+    pub(super) fn take_parked(&mut self, token: usize) -> Option<Box<Connection>> {
         let entry = self.entries.get_mut(token)?;
         if !matches!(entry, Entry::Parked { .. }) {
             return None;

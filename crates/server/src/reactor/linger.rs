@@ -25,7 +25,7 @@ const LINGER_READ_PER_EVENT: usize = 1 << 20;
 impl Reactor {
     /// Closes a connection whose response is complete: at once, or lingering when the client
     /// may still be sending (see the module header).
-    pub(super) fn close_after_response(&mut self, token: usize, conn: Connection) {
+    pub(super) fn close_after_response(&mut self, token: usize, conn: Box<Connection>) {
         match conn.linger {
             Linger::No => self.close(token),
             how => self.linger(token, conn, how),
@@ -36,7 +36,7 @@ impl Reactor {
     /// its request goes now, not when the lingering ends: the read buffer and a body read
     /// before dispatch (its memory charge and temporary file; a 408, a 413 or a 503 for a
     /// body read whole).
-    pub(super) fn linger(&mut self, token: usize, mut conn: Connection, how: Linger) {
+    pub(super) fn linger(&mut self, token: usize, mut conn: Box<Connection>, how: Linger) {
         // SAFETY: shutdown on the connection's own open fd; a failure only means the peer is
         // gone, which the reads below see.
         unsafe { libc::shutdown(conn.fd(), libc::SHUT_WR) };

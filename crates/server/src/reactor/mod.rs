@@ -83,7 +83,7 @@ pub struct Reactor {
     /// (the stop's start plus `drain_timeout`).
     drain_until: Option<Instant>,
     ctx: SlotContext,
-    returned: Vec<(usize, Option<Connection>)>,
+    returned: Vec<(usize, Option<Box<Connection>>)>,
     /// Recycled read buffers (see [`SPARE_BUFFERS`]).
     spare_buffers: Vec<Vec<u8>>,
     /// Accept is paused because `max_connections` are open.

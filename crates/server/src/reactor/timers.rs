@@ -28,7 +28,7 @@ impl Reactor {
         timeout
     }
 
-    pub(super) fn park(&mut self, token: usize, conn: Connection) {
+    pub(super) fn park(&mut self, token: usize, conn: Box<Connection>) {
         let mut conn = conn;
         if let Some(buf) = conn.take_idle_buffer() {
             if self.spare_buffers.len() < SPARE_BUFFERS {

@@ -74,7 +74,7 @@ impl Reactor {
     pub(super) fn start_writing(
         &mut self,
         token: usize,
-        conn: Connection,
+        conn: Box<Connection>,
         readable: bool,
         driver: &mut dyn Driver,
     ) {
