@@ -111,7 +111,7 @@ fn serve_until_closed(
     shared: &Arc<WorkerShared>,
     limits: tines_proto::Limits,
 ) {
-    let mut ctx = SlotContext::new();
+    let mut ctx = Box::new(SlotContext::new());
     loop {
         match conn.on_readable(&limits) {
             Readiness::HeadComplete => {

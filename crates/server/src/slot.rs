@@ -15,11 +15,11 @@ use crate::App;
 /// connection when it stays open (to be parked), and the slot's context.
 pub(crate) fn serve_connection(
     mut conn: Box<Connection>,
-    mut ctx: SlotContext,
+    mut ctx: Box<SlotContext>,
     app: &dyn App,
     shared: &Arc<WorkerShared>,
     mut started: Option<Instant>,
-) -> (Option<Box<Connection>>, SlotContext) {
+) -> (Option<Box<Connection>>, Box<SlotContext>) {
     loop {
         // One clock read per request: the slot's own when it read the clock just before.
         let now = started.take().unwrap_or_else(Instant::now);

@@ -187,7 +187,6 @@ struct ThreadTemplate {
     sources: [Option<Vec<u8>>; REMEMBERED],
     /// The last value of each known header field, and its bytes.
     headers: Vec<Option<(Vec<u8>, Py<PyString>)>>,
-    scratch: Vec<u8>,
 }
 
 thread_local! {
@@ -197,6 +196,22 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+/// Whether `source` (length-prefixed parts, as [`ThreadTemplate::remember`] keeps them) holds
+/// exactly `parts`.
+fn same_source(source: &[u8], parts: &[&[u8]]) -> bool {
+    let mut rest = source;
+    for part in parts {
+        let Some((length, tail)) = rest.split_first_chunk::<4>() else {
+            return false;
+        };
+        if u32::from_le_bytes(*length) as usize != part.len() || !tail.starts_with(part) {
+            return false;
+        }
+        rest = &tail[part.len()..];
+    }
+    rest.is_empty()
+}
+
 impl ThreadTemplate {
     fn new(py: Python<'_>, context: &EnvironContext) -> PyResult<ThreadTemplate> {
         Ok(ThreadTemplate {
@@ -204,7 +219,6 @@ impl ThreadTemplate {
             dict: context.template.bind(py).copy()?.unbind(),
             sources: Default::default(),
             headers: KNOWN_HEADERS.iter().map(|_| None).collect(),
-            scratch: Vec::with_capacity(64),
         })
     }
 
@@ -217,22 +231,22 @@ impl ThreadTemplate {
         parts: &[&[u8]],
         set: impl FnOnce(&Bound<'py, PyDict>) -> PyResult<()>,
     ) -> PyResult<()> {
-        self.scratch.clear();
-        for part in parts {
-            // Length-prefixed, so that two splits of the same bytes differ.
-            self.scratch
-                .extend_from_slice(&(part.len() as u32).to_le_bytes());
-            self.scratch.extend_from_slice(part);
-        }
         let slot = &mut self.sources[which as usize];
-        if slot.as_deref() == Some(&self.scratch[..]) {
+        if slot
+            .as_deref()
+            .is_some_and(|source| same_source(source, parts))
+        {
             return Ok(());
         }
         // Forgotten first: if `set` fails half-way, the next request sets it again.
         let mut source = slot.take().unwrap_or_default();
         set(self.dict.bind(py))?;
         source.clear();
-        source.extend_from_slice(&self.scratch);
+        for part in parts {
+            // Length-prefixed, so that two splits of the same bytes differ.
+            source.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            source.extend_from_slice(part);
+        }
         self.sources[which as usize] = Some(source);
         Ok(())
     }
@@ -617,6 +631,21 @@ mod tests {
         assert_eq!(&*percent_decode(b"/a%20b%2Fc"), b"/a b/c");
         assert_eq!(&*percent_decode(b"/100%"), b"/100%");
         assert_eq!(&*percent_decode(b"/%zz%4"), b"/%zz%4");
+    }
+
+    #[test]
+    fn a_source_matches_only_the_same_parts() {
+        let mut source = Vec::new();
+        for part in [&b"ab"[..], b"c"] {
+            source.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            source.extend_from_slice(part);
+        }
+        assert!(same_source(&source, &[b"ab", b"c"]));
+        assert!(!same_source(&source, &[b"a", b"bc"]));
+        assert!(!same_source(&source, &[b"ab"]));
+        assert!(!same_source(&source, &[b"ab", b"c", b""]));
+        assert!(!same_source(&source, &[b"ab", b"d"]));
+        assert!(same_source(&[], &[]));
     }
 
     #[test]

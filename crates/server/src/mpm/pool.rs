@@ -159,10 +159,10 @@ fn app_thread(index: usize, app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: 
     let app_ref = Arc::clone(&app);
     app.run_slot_thread(&mut || {
         let mut batch = BatchClock::new(worker.config.response_batch_delay);
-        let mut ctx = SlotContext {
+        let mut ctx = Box::new(SlotContext {
             batch_responses: batch.enabled(),
             ..SlotContext::for_thread(index)
-        };
+        });
         // This thread's batch of responses (ADR 0011): connections whose small response
         // waits, queued, until the batch is written; and connections on their way back.
         let mut held: Vec<(usize, Option<Box<Connection>>)> = Vec::new();

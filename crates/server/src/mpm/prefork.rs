@@ -19,7 +19,7 @@ use crate::App;
 struct Inline {
     app: Arc<dyn App>,
     shared: Arc<WorkerShared>,
-    ctx: Option<SlotContext>,
+    ctx: Option<Box<SlotContext>>,
 }
 
 impl Driver for Inline {
@@ -55,10 +55,10 @@ pub fn run(
     let mut driver = Inline {
         app: Arc::clone(&app),
         shared,
-        ctx: Some(SlotContext {
+        ctx: Some(Box::new(SlotContext {
             batch_responses: !shared_batch_delay.is_zero(),
             ..SlotContext::new()
-        }),
+        })),
     };
     let mut result = None;
     app.run_slot_thread(&mut || result = Some(reactor.run(&mut driver)));
