@@ -669,6 +669,30 @@ impl Output {
         self.release(state);
     }
 
+    /// Queues `parts` after nothing (the queue is empty) when that takes no write and no
+    /// wait: they fit the copy made under the lock and the store has room. `false`, with
+    /// nothing done, otherwise; the caller then goes through [`Output::hand_over`]. For a
+    /// slot that queues a small response for its batch while it holds the GIL (ADR 0011).
+    pub fn try_queue(&self, buffers: &Arc<Buffers>, parts: &[&[u8]], store: Store) -> bool {
+        if remaining(parts, 0) > LOCKED_COPY {
+            return false;
+        }
+        let limit = match store {
+            Store::Streamed(limit) => limit,
+            Store::Complete => usize::MAX,
+        };
+        let mut state = self.state();
+        if state.staging
+            || !state.pending.is_empty()
+            || !state.pending.try_push(buffers, parts, 0, limit)
+        {
+            return false;
+        }
+        self.note_queued(&state);
+        self.release(state);
+        true
+    }
+
     /// The loop's write while a slot (another thread) holds the connection and the socket
     /// became writable: never waits for the lock. When the lock is taken, or the queue ran
     /// dry (the slot may be staging more bytes, or queue some later), the request stays for

@@ -49,6 +49,10 @@ fn write(py: Python<'_>, input: &Input, data: &[u8], send_now: bool) -> PyResult
 }
 
 fn finish(py: Python<'_>, input: &Input) -> PyResult<()> {
+    // A small response queued for the slot's batch: no write, so the GIL stays.
+    if input.with(py, |exchange| exchange.try_finish_queued())? {
+        return Ok(());
+    }
     input
         .with_detached(py, |exchange| exchange.finish())?
         .map_err(io_error)
