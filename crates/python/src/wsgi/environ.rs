@@ -160,11 +160,13 @@ enum Remembered {
     Protocol,
     /// `SERVER_NAME` and `SERVER_PORT`.
     Server,
-    /// `REMOTE_ADDR` and `REMOTE_PORT`.
-    Remote,
+    /// `REMOTE_ADDR`.
+    RemoteAddr,
+    /// `REMOTE_PORT`.
+    RemotePort,
 }
 
-const REMEMBERED: usize = 7;
+const REMEMBERED: usize = 8;
 
 /// One app thread's template: the worker's constants, and the last request's values under
 /// the per-request keys, each with the bytes it was made from. A request whose value is made
@@ -428,7 +430,7 @@ fn build_with<'py>(
     // The request's own keys go in the copy.
     let env = template.dict.bind(py).copy()?;
     let mut scratch = String::new();
-    for (name, value) in exchange.headers() {
+    for (index, (name, value)) in exchange.headers().enumerate() {
         if name.contains(&b'_') {
             // Dropped: `X_Forwarded_For` would land on the same key as `X-Forwarded-For`
             // and could spoof what a proxy set.
@@ -454,7 +456,13 @@ fn build_with<'py>(
             ),
             None => (header_key(py, name, &mut scratch), latin1(py, value)?),
         };
-        match env.get_item(&key)? {
+        // Names map to keys one to one (ignoring case): a key is already set only when an
+        // earlier field had the same name (the dict is not asked for every field).
+        let repeated = exchange
+            .headers()
+            .take(index)
+            .any(|(earlier, _)| earlier.eq_ignore_ascii_case(name));
+        match repeated.then(|| env.get_item(&key)).transpose()?.flatten() {
             Some(existing) => {
                 // RFC 9110 5.3: repeated fields combine with ", "; Cookie uses "; " (RFC 6265 5.4).
                 let separator = if name.eq_ignore_ascii_case(b"cookie") {
@@ -581,37 +589,53 @@ fn remote_addr_and_port(
         Peer::Tcp(addr) => addr.port().to_le_bytes(),
         Peer::Unix => [0xff, 0xff],
     };
-    let source_port = [port[0], port[1], u8::from(matches!(peer, Peer::Tcp(_)))];
+    let source_port = [
+        port[0],
+        port[1],
+        u8::from(matches!(peer, Peer::Tcp(_))),
+        u8::from(client.is_some()),
+    ];
+    // Two values remembered apart: the address repeats (a proxy, a client's keep-alive
+    // connections), the port changes with each connection.
     template.remember(
         py,
-        Remembered::Remote,
-        &[&source[..source_len], &source_port],
-        |env| match client {
-            Some(ip) => {
-                let mut text = [0; 15];
-                let addr = match ip {
-                    IpAddr::V4(v4) => PyString::new(py, ipv4_text(v4, &mut text)),
-                    IpAddr::V6(v6) => PyString::new(py, &v6.to_string()),
-                };
-                let mut digits = itoa::Buffer::new();
-                let port = match peer {
-                    Peer::Tcp(addr) => PyString::new(py, digits.format(addr.port())),
-                    Peer::Unix => intern!(py, "").clone(),
-                };
-                env.set_item(intern!(py, "REMOTE_ADDR"), addr)?;
-                env.set_item(intern!(py, "REMOTE_PORT"), port)
-            }
-            None => {
-                // CGI leaves the variables out when unknown (the template's `None`s go).
-                for key in [intern!(py, "REMOTE_ADDR"), intern!(py, "REMOTE_PORT")] {
-                    if env.contains(key)? {
-                        env.del_item(key)?;
-                    }
+        Remembered::RemoteAddr,
+        &[&source[..source_len]],
+        |env| {
+            let key = intern!(py, "REMOTE_ADDR");
+            match client {
+                Some(ip) => {
+                    let mut text = [0; 15];
+                    let addr = match ip {
+                        IpAddr::V4(v4) => PyString::new(py, ipv4_text(v4, &mut text)),
+                        IpAddr::V6(v6) => PyString::new(py, &v6.to_string()),
+                    };
+                    env.set_item(key, addr)
                 }
-                Ok(())
+                // CGI leaves the variable out when unknown (the template's `None` goes).
+                None => remove(env, key),
             }
         },
-    )
+    )?;
+    template.remember(py, Remembered::RemotePort, &[&source_port], |env| {
+        let key = intern!(py, "REMOTE_PORT");
+        let mut digits = itoa::Buffer::new();
+        match (client, peer) {
+            (Some(_), Peer::Tcp(addr)) => {
+                env.set_item(key, PyString::new(py, digits.format(addr.port())))
+            }
+            (Some(_), Peer::Unix) => env.set_item(key, intern!(py, "")),
+            (None, _) => remove(env, key),
+        }
+    })
+}
+
+/// Removes `key` from `env` if it is there.
+fn remove(env: &Bound<'_, PyDict>, key: &Bound<'_, PyString>) -> PyResult<()> {
+    if env.contains(key)? {
+        env.del_item(key)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
