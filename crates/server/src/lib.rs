@@ -59,4 +59,18 @@ pub trait App: Send + Sync + 'static {
     fn run_slot_thread(&self, body: &mut dyn FnMut()) {
         body()
     }
+
+    /// Runs `body`, a loop that also serves requests on its own thread (prefork), for the
+    /// thread's whole life. The Python implementation attaches the thread and keeps the GIL
+    /// while the loop works (reading, parsing, writing: no waits), releasing it only while
+    /// the loop sleeps ([`App::wait`]); see ADR 0012.
+    fn run_loop_thread(&self, body: &mut dyn FnMut()) {
+        body()
+    }
+
+    /// Runs `wait`, the loop's sleep in its poller, on a thread started by
+    /// [`App::run_loop_thread`]: the Python implementation releases the GIL for it.
+    fn wait(&self, wait: &mut dyn FnMut()) {
+        wait()
+    }
 }

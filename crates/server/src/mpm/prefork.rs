@@ -43,6 +43,10 @@ impl Driver for Inline {
     fn serves_inline(&self) -> bool {
         true
     }
+
+    fn wait(&mut self, wait: &mut dyn FnMut()) {
+        self.app.wait(wait)
+    }
 }
 
 /// Runs the prefork MPM on the calling thread.
@@ -61,7 +65,7 @@ pub fn run(
         })),
     };
     let mut result = None;
-    app.run_slot_thread(&mut || result = Some(reactor.run(&mut driver)));
+    app.run_loop_thread(&mut || result = Some(reactor.run(&mut driver)));
     result.unwrap_or_else(|| {
         Err(io::Error::other(
             "the app's slot thread did not run the loop",

@@ -60,6 +60,11 @@ pub(crate) trait Driver {
     fn serves_inline(&self) -> bool {
         false
     }
+    /// Runs `wait`, the loop's sleep in its poller: a driver that serves inline lets the app
+    /// release what it holds while the loop works ([`crate::App::wait`]).
+    fn wait(&mut self, wait: &mut dyn FnMut()) {
+        wait()
+    }
 }
 
 impl Reactor {

@@ -193,7 +193,10 @@ impl Reactor {
             }
             if events.is_empty() {
                 let timeout = self.next_timeout();
-                self.poller.wait(&mut events, Some(timeout))?;
+                let poller = &mut self.poller;
+                let mut waited = Ok(());
+                driver.wait(&mut || waited = poller.wait(&mut events, Some(timeout)));
+                waited?;
             }
             if driver.has_returns() {
                 // Before the events: a returned connection's next request may be among them.
