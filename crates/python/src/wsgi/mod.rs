@@ -66,6 +66,32 @@ thread_local! {
         const { std::cell::Cell::new(None) };
 }
 
+/// Calls `app(environ, start_response)`. `PyObject_CallFunctionObjArgs` passes the two
+/// arguments on the C stack (a vectorcall), where pyo3's `call1` under the stable ABI builds
+/// an argument tuple per request.
+fn call_app_object<'py>(
+    app: &Bound<'py, PyAny>,
+    environ: &Bound<'py, PyDict>,
+    start_response: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = app.py();
+    // SAFETY: three live objects (references held by the caller), the GIL held, and the
+    // argument list ends with a null pointer as the C API requires.
+    unsafe {
+        let result = pyo3::ffi::PyObject_CallFunctionObjArgs(
+            app.as_ptr(),
+            environ.as_ptr(),
+            start_response.as_ptr(),
+            std::ptr::null_mut::<pyo3::ffi::PyObject>(),
+        );
+        if result.is_null() {
+            Err(PyErr::fetch(py))
+        } else {
+            Ok(Bound::from_owned_ptr(py, result))
+        }
+    }
+}
+
 /// Makes a non-`Send` closure callable inside `Python::detach`.
 struct SameThread<'a>(&'a mut dyn FnMut());
 // SAFETY: `Python::detach` runs its closure synchronously on the calling thread; the wrapped
@@ -126,7 +152,7 @@ impl WsgiApp {
         })??;
         let callable = StartResponse::callable(start_response)
             .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("start_response is gone"))?;
-        let iterable = self.app.bind(py).call1((environ, callable));
+        let iterable = call_app_object(self.app.bind(py), &environ, &callable);
         let _ = input.get().with(py, |exchange| exchange.app_returned());
         let iterable = iterable?;
         let sent = body::send(py, &iterable, start_response, input.get());
