@@ -606,3 +606,38 @@ fn gives_every_error_a_reason_and_a_status() {
         assert!(error.to_string().contains(error.reason()));
     }
 }
+
+/// The rule `check_line_endings` enforces, byte by byte, for comparison.
+fn line_endings_by_bytes(head: &[u8]) -> Result<(), ParseError> {
+    for (at, &b) in head.iter().enumerate() {
+        if b == b'\n' && (at == 0 || head[at - 1] != b'\r') {
+            return Err(ParseError::BareLineFeed);
+        }
+        if b == b'\r' && head.get(at + 1) != Some(&b'\n') {
+            return Err(ParseError::BareCarriageReturn);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn line_endings_are_checked_across_block_boundaries() {
+    // Every placement of a CR, an LF and a CRLF in heads of 1 to 40 bytes (blocks are 16),
+    // including a CRLF split across two blocks, against the byte-by-byte rule.
+    for len in 1..=40usize {
+        for first in 0..len {
+            for (a, b) in [(b'\r', b'\n'), (b'\r', b'x'), (b'x', b'\n'), (b'\n', b'\r')] {
+                let mut head = vec![b'x'; len];
+                head[first] = a;
+                if first + 1 < len {
+                    head[first + 1] = b;
+                }
+                assert_eq!(
+                    check_line_endings(&head),
+                    line_endings_by_bytes(&head),
+                    "{head:?}"
+                );
+            }
+        }
+    }
+}
