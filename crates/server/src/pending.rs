@@ -62,6 +62,74 @@ enum Segment {
     },
 }
 
+/// Small pieces and empty queues kept for reuse on this thread. A small response queued for
+/// the batch (ADR 0011) took a piece and, in an idle connection's empty queue, the queue's
+/// first slots: two allocations and two frees per response. Kept per thread (no lock), so
+/// they come back where the same thread queues again (prefork's one thread; in the pool the
+/// loop thread frees what app threads allocated, and only gains nothing). A connection keeps
+/// neither while it idles.
+mod spare {
+    use std::cell::RefCell;
+    use std::collections::VecDeque;
+
+    use super::Segment;
+
+    /// Pieces and queues kept per thread, at most.
+    const KEPT: usize = 32;
+    /// The largest piece kept (a small response's head and body).
+    const PIECE: usize = 4096;
+    /// The largest queue kept, in segments.
+    const QUEUE: usize = 8;
+
+    thread_local! {
+        static PIECES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+        static QUEUES: RefCell<Vec<Vec<Segment>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// An empty piece with room for `capacity` bytes.
+    pub(super) fn piece(capacity: usize) -> Vec<u8> {
+        if capacity <= PIECE {
+            if let Some(piece) = PIECES.with_borrow_mut(Vec::pop) {
+                return piece;
+            }
+            return Vec::with_capacity(PIECE);
+        }
+        Vec::with_capacity(capacity)
+    }
+
+    /// Keeps a written piece for [`piece`], if it is one of the small ones.
+    pub(super) fn give_piece(mut piece: Vec<u8>) {
+        if piece.capacity() == PIECE {
+            piece.clear();
+            PIECES.with_borrow_mut(|pieces| {
+                if pieces.len() < KEPT {
+                    pieces.push(piece);
+                }
+            });
+        }
+    }
+
+    /// An empty queue, with room for a few segments when one was kept.
+    pub(super) fn queue() -> VecDeque<Segment> {
+        QUEUES
+            .with_borrow_mut(Vec::pop)
+            .map(VecDeque::from)
+            .unwrap_or_default()
+    }
+
+    /// Keeps an emptied queue for [`queue`], if it is small.
+    pub(super) fn give_queue(mut queue: VecDeque<Segment>) {
+        queue.clear();
+        if queue.capacity() > 0 && queue.capacity() <= QUEUE {
+            QUEUES.with_borrow_mut(|queues| {
+                if queues.len() < KEPT {
+                    queues.push(Vec::from(queue));
+                }
+            });
+        }
+    }
+}
+
 /// A response spill file, shared by the queue's ranges (the loop sends from its fd) and the
 /// slot (which appends to it without the output's lock). The descriptor and its disk charge
 /// go when the last holder drops it: once every range is sent and the slot appends no more.
@@ -219,8 +287,11 @@ impl Pending {
             };
             if room == 0 {
                 let first = left.min(MEMORY_PIECE);
+                if self.segments.capacity() == 0 {
+                    self.segments = spare::queue();
+                }
                 self.segments.push_back(Segment::Memory {
-                    bytes: Vec::with_capacity(first),
+                    bytes: spare::piece(first),
                     sent: 0,
                 });
                 continue;
@@ -327,7 +398,7 @@ impl Pending {
     /// Drops everything queued (the response was abandoned: the connection closes), giving
     /// the memory and disk back and closing the files.
     pub fn discard(&mut self) {
-        self.segments = VecDeque::new();
+        spare::give_queue(std::mem::take(&mut self.segments));
         self.memory = 0;
         self.reserved = 0;
         if let Some(held) = &mut self.held {
@@ -340,8 +411,8 @@ impl Pending {
         loop {
             let Some(front) = self.segments.front_mut() else {
                 // Give the memory back: a connection that once held a large response must not
-                // keep it while it idles.
-                self.segments = VecDeque::new();
+                // keep it while it idles (a small queue is kept for the thread's next one).
+                spare::give_queue(std::mem::take(&mut self.segments));
                 return Ok(Progress::Done);
             };
             match front {
@@ -427,12 +498,19 @@ impl Pending {
             *sent += take;
             n -= take;
             if *sent == bytes.len() {
-                self.segments.pop_front();
+                self.pop_written_piece();
             }
         }
         while matches!(self.segments.front(), Some(Segment::Memory { bytes, sent }) if *sent == bytes.len())
         {
-            self.segments.pop_front();
+            self.pop_written_piece();
+        }
+    }
+
+    /// Drops the written memory segment in front, keeping a small piece for reuse.
+    fn pop_written_piece(&mut self) {
+        if let Some(Segment::Memory { bytes, .. }) = self.segments.pop_front() {
+            spare::give_piece(bytes);
         }
     }
 
