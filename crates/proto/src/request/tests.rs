@@ -641,3 +641,63 @@ fn line_endings_are_checked_across_block_boundaries() {
         }
     }
 }
+
+#[test]
+fn line_endings_with_several_lines_are_checked_like_byte_by_byte() {
+    // A well-formed CRLF at every place next to a faulty or good pair at every other place,
+    // in heads of up to 36 bytes (three blocks and a tail): the first fault in order wins.
+    for len in 2..=36usize {
+        for good in 0..len - 1 {
+            for first in 0..len {
+                for (a, b) in [(b'\r', b'\n'), (b'\r', b'x'), (b'x', b'\n'), (b'\n', b'\r')] {
+                    let mut head = vec![b'x'; len];
+                    head[good] = b'\r';
+                    head[good + 1] = b'\n';
+                    head[first] = a;
+                    if first + 1 < len {
+                        head[first + 1] = b;
+                    }
+                    assert_eq!(
+                        check_line_endings(&head),
+                        line_endings_by_bytes(&head),
+                        "{head:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn line_end_masks_match_the_bytes() {
+    // Each of 16 places as CR, LF or neither (3^16 is too many: every place with every
+    // value against two backgrounds, and a pseudo-random sweep).
+    let mut blocks: Vec<[u8; 16]> = Vec::new();
+    for background in [b'x', b'\r', b'\n'] {
+        for at in 0..16 {
+            for value in [b'\r', b'\n', b'x', 0x8d, 0x8a] {
+                let mut block = [background; 16];
+                block[at] = value;
+                blocks.push(block);
+            }
+        }
+    }
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..10_000 {
+        let mut block = [0u8; 16];
+        for byte in &mut block {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *byte = [b'\r', b'\n', b'a', 0x8d][(state % 4) as usize];
+        }
+        blocks.push(block);
+    }
+    for block in blocks {
+        assert_eq!(
+            line_end_masks(&block),
+            line_end_masks_by_bytes(&block),
+            "{block:?}"
+        );
+    }
+}
