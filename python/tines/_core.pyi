@@ -8,6 +8,9 @@ __version__: str
 EXIT_REASONS: tuple[str, ...]
 """Every exit reason a slot can hold, "none" first (the Rust ``ExitReason`` enum)."""
 
+ACCESS_LOG_ATOMS: tuple[str, ...]
+"""The access log's custom-format atom names (the Rust ``access_log::ATOMS``)."""
+
 class Scoreboard:
     """Shared-memory scoreboard: one slot per worker and one sub-slot per app thread of each,
     created by the master before forking (docs/architecture.md, "Scoreboard")."""

@@ -41,6 +41,33 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from tines.errors import ConfigError
 
+ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
+    ("h", "client address"),
+    ("l", "`-`"),
+    ("u", "`-` (no one is authenticated)"),
+    ("t", "time, `[24/Nov/2026:10:20:00 +0000]`"),
+    ("r", "request line"),
+    ("m", "method"),
+    ("U", "path"),
+    ("q", "query string"),
+    ("H", "protocol"),
+    ("s", "status"),
+    ("b", "body bytes, `-` for none"),
+    ("B", "body bytes"),
+    ("f", "Referer"),
+    ("a", "User-Agent"),
+    ("T", "request time in s"),
+    ("M", "in ms"),
+    ("D", "in µs"),
+    ("L", "in decimal s"),
+    ("W", "queue wait in µs (ready to app thread)"),
+    ("p", "worker pid"),
+    ("{Name}i", "request header"),
+    ("{Name}o", "response header"),
+)
+"""The access log's custom-format atoms, for the docs and ``--help`` (the formatter is Rust's
+``tines_server::access_log``; a test checks both name the same atoms)."""
+
 DEFAULT_CONFIG_FILE = "tines.toml"
 """Read from the current directory when neither ``--config`` nor ``TINES_CONFIG`` is given."""
 
@@ -530,8 +557,12 @@ _REGISTRY = (
     Setting("max_body_drain", "Limits", "A request body the app did not read that is still in the socket (`stream_body_paths`) is drained up to this many bytes to keep the connection; beyond it the connection is closed. A body read before dispatch (every other route) is dropped whatever its size, and the connection kept.",
             non_negative_int, 65536, ("--max-body-drain",), "BYTES", worker=True),
     # Logging
-    Setting("access_log", "Logging", "Access log in the combined format: a file path, or `-` for stdout. Off when unset. The first field is the client address the app sees as `REMOTE_ADDR`: behind a proxy that `forwarded_allow_ips` trusts, the forwarded one (as gunicorn's `%(h)s` and Apache's mod_remoteip).",
+    Setting("access_log", "Logging", "Access log: a file path, or `-` for stdout. Off when unset. Written by each worker without Python, buffered and appended (`O_APPEND`), so requests never wait on the disk; `USR1` reopens it. Its lines are laid out by `access_log_format`. The client address is the one the app sees as `REMOTE_ADDR`: behind a proxy that `forwarded_allow_ips` trusts, the forwarded one (as gunicorn's `%(h)s` and Apache's mod_remoteip). Responses the server writes itself (400, 408, 413, 414, 431, 503, ...) are logged too, with the request line as received.",
             optional_text, None, ("--access-log",), "PATH", worker=True, default_text="off"),
+    Setting("access_log_format", "Logging", "Layout of `access_log` lines: `combined` (Apache's, the same as gunicorn's default), `common`, `json` (one object per line: time, remote_addr, method, path, query, protocol, status, bytes, duration_us, queue_us, pid, referer, user_agent; `null` when unknown; a refused request adds raw_request_line), or a custom layout of gunicorn's atoms such as `'%(h)s \"%(r)s\" %(s)s %(D)s'` (`%%` is a percent sign). Atoms: " + "; ".join(f"`{name}` {what}" for name, what in ACCESS_LOG_ATOMS) + ". Checked before the first fork: an unknown atom stops the start with one line.",
+            text, "combined", ("--access-log-format",), "FORMAT", worker=True),
+    Setting("access_log_exclude", "Logging", "Request paths left out of the access log (the path before any `?`): exact, or a prefix when ending with `*` (`/healthz`, `/static/*`), for probe and asset noise. Comma-separated.",
+            text, (), ("--access-log-exclude",), "PATHS", worker=True, multiple=True),
     Setting("error_log", "Logging", "Error log: a file path, or `-` for stderr.",
             text, "-", ("--error-log",), "PATH"),
     Setting("log_level", "Logging", "Least severe level written to the error log.",
@@ -947,7 +978,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("gunicorn", "`preload_app`", "{preload}"),
     Equivalent("gunicorn", "none: no memory limit per worker (its issue 3581)", "{max_worker_memory}"),
     Equivalent("gunicorn", "`accesslog`", "{access_log}", ("--access-logfile",)),
-    Equivalent("gunicorn", "`access_log_format`", "not supported: the access log is in the combined format",
+    Equivalent("gunicorn", "`access_log_format`", "{access_log_format}: the same `%(atom)s` atoms, but not environ variables",
                ("--access-logformat",)),
     Equivalent("gunicorn", "`errorlog`", "{error_log}", ("--error-logfile", "--log-file")),
     Equivalent("gunicorn", "`loglevel`", "{log_level}"),

@@ -30,6 +30,8 @@ pub use request::{
     parse_request_head, BodyFraming, ConnectionOption, HeadStatus, Limits, ParseError, RequestHead,
     Version,
 };
+/// Whether `bytes` is an RFC 9110 token (a method, a header name): for settings that name them.
+pub use syntax::is_token;
 
 /// A byte range into the connection's read buffer (heads are never copied).
 ///

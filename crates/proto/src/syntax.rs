@@ -10,7 +10,7 @@ pub(crate) fn is_tchar(b: u8) -> bool {
 }
 
 /// `token = 1*tchar` (RFC 9110 section 5.6.2).
-pub(crate) fn is_token(bytes: &[u8]) -> bool {
+pub fn is_token(bytes: &[u8]) -> bool {
     !bytes.is_empty() && bytes.iter().all(|&b| is_tchar(b))
 }
 

@@ -22,6 +22,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "EXIT_REASONS",
         pyo3::types::PyTuple::new(m.py(), scoreboard::exit_reason_names())?,
     )?;
+    // The access log's custom-format atoms, to check the docs' list against.
+    m.add(
+        "ACCESS_LOG_ATOMS",
+        pyo3::types::PyTuple::new(m.py(), tines_server::access_log::ATOMS)?,
+    )?;
     m.add_function(wrap_pyfunction!(scoreboard::install_dump_handler, m)?)?;
     m.add_class::<wsgi::file_wrapper::FileWrapper>()?;
     m.add_class::<wsgi::input::Input>()?;

@@ -9,6 +9,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tines_proto::Limits;
+use tines_server::access_log::Format;
 use tines_server::{Mpm, TrustedProxies, WorkerConfig};
 
 fn get<'py, T: FromPyObjectOwned<'py>>(settings: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
@@ -105,6 +106,12 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         max_body_drain: get(settings, "max_body_drain")?,
         server_header: server_header.into_bytes(),
         access_log: get(settings, "access_log")?,
+        access_log_format: Format::parse(&get::<String>(settings, "access_log_format")?)
+            .map_err(|err| PyValueError::new_err(format!("access_log_format: {err}")))?,
+        access_log_exclude: get::<Vec<String>>(settings, "access_log_exclude")?
+            .into_iter()
+            .map(String::into_bytes)
+            .collect(),
         max_requests: get(settings, "max_requests")?,
         max_requests_jitter: get(settings, "max_requests_jitter")?,
         workers: get::<usize>(settings, "workers")?.max(1),

@@ -1,23 +1,26 @@
 //! The access log: formatted and written by Rust, buffered per worker, appended with
 //! `O_APPEND` so several workers can share one file. No Python runs for it.
 //!
-//! Format: Apache/NCSA `combined`, timestamps in UTC:
+//! Formats ([`Format`], `access_log_format`): `combined` (Apache/NCSA, the default), `common`,
+//! `json` (one object per line), or a custom layout of gunicorn's `%(atom)s` atoms, so a
+//! gunicorn `access_log_format` carries over. Timestamps are in UTC:
 //! `127.0.0.1 - - [22/Nov/2026:10:20:00 +0000] "GET / HTTP/1.1" 200 2 "-" "curl/8.0"`.
-//! Quotes, backslashes and control bytes in logged request fields are escaped as `\xHH`
-//! (as Apache does), so a client cannot forge log lines.
+//! Quotes, backslashes, control bytes and bytes past ASCII in logged request fields are
+//! escaped as `\xHH` (as Apache does; in JSON strings as `\u00HH`), so a client cannot forge
+//! log lines.
 //!
-//! It owns the line format and the buffered sink, and is given the request's fields
+//! It owns the line formats and the buffered sink, and is given the request's fields
 //! ([`LoggedRequest`]): it must not depend on the exchange that fills them in.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::IpAddr;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use tines_proto::Version;
 
 use crate::clock::LogClock;
-use crate::listener::Peer;
 
 /// Lines are gathered up to this many bytes before a write: one syscall per ~200 requests
 /// under load, while the poller flushes whatever is pending each time it goes idle.
@@ -52,6 +55,9 @@ impl Sink {
 /// A worker's access log.
 pub struct AccessLog {
     sink: Mutex<Sink>,
+    format: Format,
+    exclude: Vec<Vec<u8>>,
+    pid: u32,
 }
 
 fn open_append(path: &str) -> io::Result<File> {
@@ -60,7 +66,10 @@ fn open_append(path: &str) -> io::Result<File> {
 
 impl AccessLog {
     /// Opens the log: `-` is standard output, anything else a file opened for appending.
-    pub fn open(spec: &str) -> io::Result<AccessLog> {
+    /// Lines are laid out by `format`; requests whose path matches a pattern of `exclude`
+    /// (exact, or a prefix when it ends with `*`) are not logged. Opened in the worker: the
+    /// pid logged is the worker's.
+    pub fn open(spec: &str, format: Format, exclude: Vec<Vec<u8>>) -> io::Result<AccessLog> {
         let destination = if spec == "-" {
             Destination::Stdout
         } else {
@@ -74,7 +83,40 @@ impl AccessLog {
                 destination,
                 buffer: Vec::with_capacity(FLUSH_AT * 2),
             }),
+            format,
+            exclude,
+            pid: std::process::id(),
         })
+    }
+
+    /// The layout of its lines.
+    pub fn format(&self) -> &Format {
+        &self.format
+    }
+
+    /// Whether a request for `target` is left out of the log (`access_log_exclude`).
+    pub fn excludes(&self, target: &[u8]) -> bool {
+        if self.exclude.is_empty() {
+            return false;
+        }
+        let path = split_target(target).0;
+        self.exclude
+            .iter()
+            .any(|pattern| match pattern.strip_suffix(b"*") {
+                Some(prefix) => path.starts_with(prefix),
+                None => path == pattern.as_slice(),
+            })
+    }
+
+    /// Formats `request` into `line` (cleared first) and appends it, unless its path is
+    /// excluded.
+    pub fn log(&self, line: &mut Vec<u8>, request: &LoggedRequest<'_>, clock: &mut LogClock) {
+        if self.excludes(request.line.target()) {
+            return;
+        }
+        line.clear();
+        self.format.write(line, request, clock, self.pid);
+        self.append(line);
     }
 
     /// Appends one formatted line (written out once the buffer is large enough).
@@ -113,6 +155,7 @@ impl AccessLog {
     }
 }
 
+/// Appends `bytes` with quotes, backslashes, control bytes and bytes past ASCII as `\xHH`.
 fn push_escaped(line: &mut Vec<u8>, bytes: &[u8]) {
     for &b in bytes {
         if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
@@ -123,66 +166,500 @@ fn push_escaped(line: &mut Vec<u8>, bytes: &[u8]) {
     }
 }
 
+/// Appends `bytes` escaped as [`push_escaped`] does, or `-` when empty.
+fn push_field(line: &mut Vec<u8>, bytes: &[u8]) {
+    if bytes.is_empty() {
+        line.push(b'-');
+    } else {
+        push_escaped(line, bytes);
+    }
+}
+
+/// Appends `bytes` as a JSON string: ASCII only, each byte a character (bytes are read as
+/// latin-1, as WSGI reads them), so any request gives a valid line.
+fn push_json_string(line: &mut Vec<u8>, bytes: &[u8]) {
+    line.push(b'"');
+    for &b in bytes {
+        match b {
+            b'"' => line.extend_from_slice(b"\\\""),
+            b'\\' => line.extend_from_slice(b"\\\\"),
+            0x20..=0x7e => line.push(b),
+            _ => {
+                let _ = write!(line, "\\u{b:04x}");
+            }
+        }
+    }
+    line.push(b'"');
+}
+
+/// Splits a request target into its path and its query (without the `?`; empty if none).
+fn split_target(target: &[u8]) -> (&[u8], &[u8]) {
+    match target.iter().position(|&b| b == b'?') {
+        Some(at) => (&target[..at], &target[at + 1..]),
+        None => (target, b""),
+    }
+}
+
+/// The request line as the log knows it.
+#[derive(Clone, Copy, Debug)]
+pub enum RequestLine<'a> {
+    /// A request the server parsed.
+    Parsed {
+        /// The method, as sent.
+        method: &'a [u8],
+        /// The request target, as sent.
+        target: &'a [u8],
+        /// The protocol version.
+        version: Version,
+    },
+    /// The first line of a request the server refused before it was parsed (400, 408,
+    /// 414, 431 ...), as received: empty when nothing came.
+    Raw(&'a [u8]),
+}
+
+impl<'a> RequestLine<'a> {
+    /// The raw line's space-separated parts (at most three).
+    fn raw_part(line: &'a [u8], index: usize) -> &'a [u8] {
+        line.splitn(3, |&b| b == b' ').nth(index).unwrap_or(b"")
+    }
+
+    /// The method (empty when unknown).
+    pub fn method(&self) -> &'a [u8] {
+        match *self {
+            RequestLine::Parsed { method, .. } => method,
+            RequestLine::Raw(line) => Self::raw_part(line, 0),
+        }
+    }
+
+    /// The request target (empty when unknown).
+    pub fn target(&self) -> &'a [u8] {
+        match *self {
+            RequestLine::Parsed { target, .. } => target,
+            RequestLine::Raw(line) => Self::raw_part(line, 1),
+        }
+    }
+
+    /// The protocol (empty when unknown).
+    pub fn protocol(&self) -> &'a [u8] {
+        match *self {
+            RequestLine::Parsed { version, .. } => match version {
+                Version::Http10 => b"HTTP/1.0",
+                Version::Http11 => b"HTTP/1.1",
+            },
+            RequestLine::Raw(line) => Self::raw_part(line, 2),
+        }
+    }
+
+    /// Appends the whole line, escaped (`-` when nothing came).
+    fn push(&self, line: &mut Vec<u8>) {
+        match *self {
+            RequestLine::Parsed { method, target, .. } => {
+                push_escaped(line, method);
+                line.push(b' ');
+                push_escaped(line, target);
+                line.push(b' ');
+                line.extend_from_slice(self.protocol());
+            }
+            RequestLine::Raw(raw) => push_field(line, raw),
+        }
+    }
+}
+
 /// What the access log records of one finished exchange (filled in by
-/// [`crate::exchange::Exchange`], so that this module needs nothing from it).
+/// [`crate::exchange::Exchange`], or by the loop for a response it wrote itself, so that this
+/// module needs nothing from either).
 pub struct LoggedRequest<'a> {
     /// The client's address as the app saw it (`REMOTE_ADDR`: behind a trusted proxy, the
     /// forwarded one); `None` for a Unix-socket peer without a forwarded address.
     pub client: Option<IpAddr>,
-    /// The connection's peer (the proxy, when there is one), kept as its own field.
-    pub peer: Peer,
-    /// The request method, as sent.
-    pub method: &'a [u8],
-    /// The request target, as sent.
-    pub target: &'a [u8],
-    /// The protocol version.
-    pub version: Version,
+    /// The request line.
+    pub line: RequestLine<'a>,
     /// The response status (0 if none was sent).
     pub status: u16,
     /// Body bytes sent.
     pub body_sent: u64,
-    /// The first `Referer` header, if any.
-    pub referer: Option<&'a [u8]>,
-    /// The first `User-Agent` header, if any.
-    pub user_agent: Option<&'a [u8]>,
+    /// The value of the first request header of a name (lower-case), if any.
+    pub request_header: &'a dyn Fn(&[u8]) -> Option<&'a [u8]>,
+    /// The values of the response headers the format names
+    /// ([`Format::response_header_names`]), in that order; shorter (or empty) when the
+    /// response had none of them.
+    pub response_headers: &'a [Option<Vec<u8>>],
+    /// From the slot taking the request to its end (when the format shows it).
+    pub duration: Option<Duration>,
+    /// From the request being ready (head, and a body read before dispatch) to the slot
+    /// taking it: the wait for an app thread (when the format shows it).
+    pub queue: Option<Duration>,
 }
 
-/// Formats one `combined` line (with the trailing newline) for a finished exchange.
-pub fn format_combined(line: &mut Vec<u8>, request: &LoggedRequest<'_>, clock: &mut LogClock) {
-    // `%h` is the address the app saw, as gunicorn's `%(h)s` and Apache's mod_remoteip do.
-    match request.client {
+/// gunicorn's default `access_log_format`, which is Apache's `combined`.
+pub const COMBINED: &str = r#"%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s""#;
+/// Apache's `common` (NCSA) format.
+pub const COMMON: &str = r#"%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s"#;
+
+/// The atoms of a custom format, by name (`tines.config.ACCESS_LOG_ATOMS` says what each
+/// shows, for the docs; a test checks the two lists agree).
+pub const ATOMS: &[&str] = &[
+    "h", "l", "u", "t", "r", "m", "U", "q", "H", "s", "b", "B", "f", "a", "T", "M", "D", "L", "W",
+    "p", "{Name}i", "{Name}o",
+];
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Atom {
+    RemoteAddr,
+    Dash,
+    Time,
+    RequestLine,
+    Method,
+    Path,
+    Query,
+    Protocol,
+    Status,
+    BytesOrDash,
+    Bytes,
+    Seconds,
+    Millis,
+    Micros,
+    DecimalSeconds,
+    QueueMicros,
+    Pid,
+    /// A request header, by lower-case name.
+    RequestHeader(Vec<u8>),
+    /// A response header, by its index in [`Format::response_header_names`].
+    ResponseHeader(usize),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Piece {
+    Text(Vec<u8>),
+    Atom(Atom),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Layout {
+    Pieces(Vec<Piece>),
+    Json,
+}
+
+/// How access-log lines are laid out (`access_log_format`), parsed once in the master (so a
+/// bad one stops the start with one line) and again in each worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Format {
+    layout: Layout,
+    response_headers: Vec<Vec<u8>>,
+    /// Lines show the request time.
+    duration: bool,
+    /// Lines show the queue wait.
+    queue: bool,
+}
+
+impl Default for Format {
+    fn default() -> Self {
+        Format::parse("combined").expect("the combined format parses")
+    }
+}
+
+impl Format {
+    /// `combined`, `common`, `json`, or a custom layout of `%(atom)s` atoms (`%%` is a
+    /// percent sign); the error names what is wrong.
+    pub fn parse(spec: &str) -> Result<Format, String> {
+        match spec {
+            "combined" => Self::custom(COMBINED),
+            "common" => Self::custom(COMMON),
+            "json" => Ok(Format {
+                layout: Layout::Json,
+                response_headers: Vec::new(),
+                duration: true,
+                queue: true,
+            }),
+            custom if !custom.contains("%(") => Err(format!(
+                "{custom:?} is not combined, common or json, and has no %(atom)s"
+            )),
+            custom => Self::custom(custom),
+        }
+    }
+
+    fn custom(spec: &str) -> Result<Format, String> {
+        let mut pieces = Vec::new();
+        let mut response_headers: Vec<Vec<u8>> = Vec::new();
+        let mut text = Vec::new();
+        let mut rest = spec;
+        while let Some(at) = rest.find('%') {
+            text.extend_from_slice(&rest.as_bytes()[..at]);
+            let after = &rest[at + 1..];
+            if let Some(tail) = after.strip_prefix('%') {
+                text.push(b'%');
+                rest = tail;
+                continue;
+            }
+            let Some(inner) = after.strip_prefix('(') else {
+                return Err(format!(
+                    "a lone % at byte {} (atoms are %(name)s; %% is a percent sign)",
+                    spec.len() - rest.len() + at
+                ));
+            };
+            let Some(close) = inner.find(')') else {
+                return Err(format!("an unclosed %( in {spec:?}"));
+            };
+            let name = &inner[..close];
+            let tail = &inner[close + 1..];
+            // `%(x)s` as gunicorn writes them; `d` too, which Python's % formatting allows
+            // for numbers.
+            let tail = tail
+                .strip_prefix('s')
+                .or_else(|| tail.strip_prefix('d'))
+                .ok_or_else(|| format!("%({name}) must be followed by s, as in %({name})s"))?;
+            let atom = Self::atom(name, &mut response_headers)?;
+            if !text.is_empty() {
+                pieces.push(Piece::Text(std::mem::take(&mut text)));
+            }
+            pieces.push(Piece::Atom(atom));
+            rest = tail;
+        }
+        text.extend_from_slice(rest.as_bytes());
+        if !text.is_empty() {
+            pieces.push(Piece::Text(text));
+        }
+        let shows = |wanted: fn(&Atom) -> bool| {
+            pieces
+                .iter()
+                .any(|piece| matches!(piece, Piece::Atom(atom) if wanted(atom)))
+        };
+        let duration = shows(|atom| {
+            matches!(
+                atom,
+                Atom::Seconds | Atom::Millis | Atom::Micros | Atom::DecimalSeconds
+            )
+        });
+        let queue = shows(|atom| matches!(atom, Atom::QueueMicros));
+        Ok(Format {
+            layout: Layout::Pieces(pieces),
+            response_headers,
+            duration,
+            queue,
+        })
+    }
+
+    fn atom(name: &str, response_headers: &mut Vec<Vec<u8>>) -> Result<Atom, String> {
+        let header = |name: &str| -> Result<Vec<u8>, String> {
+            if !tines_proto::is_token(name.as_bytes()) {
+                return Err(format!("{name:?} is not a header name"));
+            }
+            Ok(name.to_ascii_lowercase().into_bytes())
+        };
+        Ok(match name {
+            "h" => Atom::RemoteAddr,
+            "l" | "u" => Atom::Dash,
+            "t" => Atom::Time,
+            "r" => Atom::RequestLine,
+            "m" => Atom::Method,
+            "U" => Atom::Path,
+            "q" => Atom::Query,
+            "H" => Atom::Protocol,
+            "s" => Atom::Status,
+            "b" => Atom::BytesOrDash,
+            "B" => Atom::Bytes,
+            "f" => Atom::RequestHeader(b"referer".to_vec()),
+            "a" => Atom::RequestHeader(b"user-agent".to_vec()),
+            "T" => Atom::Seconds,
+            "M" => Atom::Millis,
+            "D" => Atom::Micros,
+            "L" => Atom::DecimalSeconds,
+            "W" => Atom::QueueMicros,
+            "p" => Atom::Pid,
+            _ if name.starts_with('{') && name.ends_with("}i") => {
+                Atom::RequestHeader(header(&name[1..name.len() - 2])?)
+            }
+            _ if name.starts_with('{') && name.ends_with("}o") => {
+                let wanted = header(&name[1..name.len() - 2])?;
+                let index = match response_headers.iter().position(|n| *n == wanted) {
+                    Some(index) => index,
+                    None => {
+                        response_headers.push(wanted);
+                        response_headers.len() - 1
+                    }
+                };
+                Atom::ResponseHeader(index)
+            }
+            _ if name.starts_with('{') && name.ends_with("}e") => {
+                return Err(format!(
+                    "%({name})s: environ variables are not logged (the access log is written \
+                     without Python); atoms: {}",
+                    Self::atom_names()
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "unknown atom %({name})s; atoms: {}",
+                    Self::atom_names()
+                ))
+            }
+        })
+    }
+
+    fn atom_names() -> String {
+        ATOMS.join(" ")
+    }
+
+    /// The response headers (lower-case names) the format shows: the exchange keeps their
+    /// values for the log.
+    pub fn response_header_names(&self) -> &[Vec<u8>] {
+        &self.response_headers
+    }
+
+    /// Whether lines show the request time (a clock read at the request's end).
+    pub fn shows_duration(&self) -> bool {
+        self.duration
+    }
+
+    /// Whether lines show the queue wait (a clock read when the loop hands the request to
+    /// an app thread).
+    pub fn shows_queue_wait(&self) -> bool {
+        self.queue
+    }
+
+    /// Appends one line (with its newline) for `request`.
+    pub fn write(
+        &self,
+        line: &mut Vec<u8>,
+        request: &LoggedRequest<'_>,
+        clock: &mut LogClock,
+        pid: u32,
+    ) {
+        match &self.layout {
+            Layout::Json => write_json(line, request, clock, pid),
+            Layout::Pieces(pieces) => {
+                for piece in pieces {
+                    match piece {
+                        Piece::Text(text) => line.extend_from_slice(text),
+                        Piece::Atom(atom) => write_atom(line, atom, request, clock, pid),
+                    }
+                }
+            }
+        }
+        line.push(b'\n');
+    }
+}
+
+fn push_number(line: &mut Vec<u8>, value: impl itoa::Integer) {
+    line.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+}
+
+fn push_client(line: &mut Vec<u8>, client: Option<IpAddr>) {
+    match client {
         Some(ip) => {
             let _ = write!(line, "{ip}");
         }
         None => line.push(b'-'),
     }
-    line.extend_from_slice(b" - - [");
-    line.extend_from_slice(clock.now());
-    line.extend_from_slice(b"] \"");
-    push_escaped(line, request.method);
-    line.push(b' ');
-    push_escaped(line, request.target);
-    line.extend_from_slice(match request.version {
-        Version::Http10 => b" HTTP/1.0\" ",
-        Version::Http11 => b" HTTP/1.1\" ",
-    });
-    let mut digits = itoa::Buffer::new();
-    line.extend_from_slice(digits.format(request.status).as_bytes());
-    line.push(b' ');
-    if request.body_sent == 0 {
-        line.push(b'-');
-    } else {
-        line.extend_from_slice(digits.format(request.body_sent).as_bytes());
+}
+
+fn push_duration(line: &mut Vec<u8>, duration: Option<Duration>, show: impl Fn(Duration) -> u128) {
+    match duration {
+        Some(duration) => push_number(line, show(duration)),
+        None => line.push(b'-'),
     }
-    for value in [request.referer, request.user_agent] {
-        line.extend_from_slice(b" \"");
-        match value {
-            Some(value) => push_escaped(line, value),
-            None => line.push(b'-'),
+}
+
+fn write_atom(
+    line: &mut Vec<u8>,
+    atom: &Atom,
+    request: &LoggedRequest<'_>,
+    clock: &mut LogClock,
+    pid: u32,
+) {
+    match atom {
+        Atom::RemoteAddr => push_client(line, request.client),
+        Atom::Dash => line.push(b'-'),
+        Atom::Time => {
+            line.push(b'[');
+            line.extend_from_slice(clock.now());
+            line.push(b']');
         }
-        line.push(b'"');
+        Atom::RequestLine => request.line.push(line),
+        Atom::Method => push_field(line, request.line.method()),
+        Atom::Path => push_field(line, split_target(request.line.target()).0),
+        Atom::Query => push_escaped(line, split_target(request.line.target()).1),
+        Atom::Protocol => push_field(line, request.line.protocol()),
+        Atom::Status => push_number(line, request.status),
+        Atom::BytesOrDash if request.body_sent == 0 => line.push(b'-'),
+        Atom::BytesOrDash | Atom::Bytes => push_number(line, request.body_sent),
+        Atom::Seconds => push_duration(line, request.duration, |d| u128::from(d.as_secs())),
+        Atom::Millis => push_duration(line, request.duration, |d| d.as_millis()),
+        Atom::Micros => push_duration(line, request.duration, |d| d.as_micros()),
+        // From the whole microseconds, as `D` shows them (not a float rounded on its own).
+        Atom::DecimalSeconds => match request.duration {
+            Some(duration) => {
+                let micros = duration.as_micros();
+                let _ = write!(line, "{}.{:06}", micros / 1_000_000, micros % 1_000_000);
+            }
+            None => line.push(b'-'),
+        },
+        Atom::QueueMicros => push_duration(line, request.queue, |d| d.as_micros()),
+        Atom::Pid => push_number(line, pid),
+        Atom::RequestHeader(name) => {
+            push_field(line, (request.request_header)(name).unwrap_or(b""))
+        }
+        Atom::ResponseHeader(index) => push_field(
+            line,
+            request
+                .response_headers
+                .get(*index)
+                .and_then(Option::as_deref)
+                .unwrap_or(b""),
+        ),
     }
-    line.push(b'\n');
+}
+
+/// `{"time": ..., ...}`: every field always present, `null` when unknown.
+fn write_json(line: &mut Vec<u8>, request: &LoggedRequest<'_>, clock: &mut LogClock, pid: u32) {
+    let (path, query) = split_target(request.line.target());
+    let optional_string = |line: &mut Vec<u8>, value: &[u8]| {
+        if value.is_empty() {
+            line.extend_from_slice(b"null");
+        } else {
+            push_json_string(line, value);
+        }
+    };
+    let optional_micros = |line: &mut Vec<u8>, value: Option<Duration>| match value {
+        Some(duration) => push_number(line, duration.as_micros()),
+        None => line.extend_from_slice(b"null"),
+    };
+    line.extend_from_slice(b"{\"time\":\"");
+    line.extend_from_slice(clock.iso_now());
+    line.extend_from_slice(b"\",\"remote_addr\":");
+    match request.client {
+        Some(ip) => {
+            let _ = write!(line, "\"{ip}\"");
+        }
+        None => line.extend_from_slice(b"null"),
+    }
+    line.extend_from_slice(b",\"method\":");
+    optional_string(line, request.line.method());
+    line.extend_from_slice(b",\"path\":");
+    optional_string(line, path);
+    line.extend_from_slice(b",\"query\":");
+    push_json_string(line, query);
+    line.extend_from_slice(b",\"protocol\":");
+    optional_string(line, request.line.protocol());
+    if let RequestLine::Raw(raw) = request.line {
+        line.extend_from_slice(b",\"raw_request_line\":");
+        push_json_string(line, raw);
+    }
+    line.extend_from_slice(b",\"status\":");
+    push_number(line, request.status);
+    line.extend_from_slice(b",\"bytes\":");
+    push_number(line, request.body_sent);
+    line.extend_from_slice(b",\"duration_us\":");
+    optional_micros(line, request.duration);
+    line.extend_from_slice(b",\"queue_us\":");
+    optional_micros(line, request.queue);
+    line.extend_from_slice(b",\"pid\":");
+    push_number(line, pid);
+    line.extend_from_slice(b",\"referer\":");
+    optional_string(line, (request.request_header)(b"referer").unwrap_or(b""));
+    line.extend_from_slice(b",\"user_agent\":");
+    optional_string(line, (request.request_header)(b"user-agent").unwrap_or(b""));
+    line.push(b'}');
 }
 
 #[cfg(test)]
@@ -194,5 +671,132 @@ mod tests {
         let mut line = Vec::new();
         push_escaped(&mut line, b"a\"b\\c\x01");
         assert_eq!(line, b"a\\x22b\\x5cc\\x01");
+    }
+
+    fn line_for(spec: &str, request: &LoggedRequest<'_>) -> String {
+        let mut line = Vec::new();
+        let format = Format::parse(spec).unwrap();
+        format.write(&mut line, request, &mut LogClock::default(), 4242);
+        String::from_utf8(line).unwrap()
+    }
+
+    fn headers<'a>(name: &[u8]) -> Option<&'a [u8]> {
+        match name {
+            b"user-agent" => Some(b"curl/8.0"),
+            b"x-trace" => Some(b"a\"b"),
+            _ => None,
+        }
+    }
+
+    fn request<'a>(response_headers: &'a [Option<Vec<u8>>]) -> LoggedRequest<'a> {
+        LoggedRequest {
+            client: Some("10.0.0.7".parse().unwrap()),
+            line: RequestLine::Parsed {
+                method: b"GET",
+                target: b"/a/b?x=1&y=\xe9",
+                version: Version::Http11,
+            },
+            status: 200,
+            body_sent: 0,
+            request_header: &headers,
+            response_headers,
+            duration: Some(Duration::from_micros(1_234_567)),
+            queue: Some(Duration::from_micros(89)),
+        }
+    }
+
+    #[test]
+    fn combined_is_apaches_layout() {
+        let line = line_for("combined", &request(&[]));
+        let (start, rest) = line.split_once(" [").unwrap();
+        assert_eq!(start, "10.0.0.7 - -");
+        let rest = rest.split_once("] ").unwrap().1;
+        assert_eq!(
+            rest,
+            "\"GET /a/b?x=1&y=\\xe9 HTTP/1.1\" 200 - \"-\" \"curl/8.0\"\n"
+        );
+        let common = line_for("common", &request(&[]));
+        assert!(
+            common.ends_with("\"GET /a/b?x=1&y=\\xe9 HTTP/1.1\" 200 -\n"),
+            "{common}"
+        );
+    }
+
+    #[test]
+    fn custom_atoms_show_their_fields() {
+        let values = [Some(b"text/plain".to_vec())];
+        let line = line_for(
+            "%(m)s %(U)s %(q)s %(H)s %(s)d %(B)s %(b)s %(T)s %(M)s %(D)s %(L)s %(W)s %(p)s \
+             %({X-Trace}i)s %({content-type}o)s %({missing}i)s 100%%",
+            &request(&values),
+        );
+        assert_eq!(
+            line,
+            "GET /a/b x=1&y=\\xe9 HTTP/1.1 200 0 - 1 1234 1234567 1.234567 89 4242 \
+             a\\x22b text/plain - 100%\n"
+        );
+    }
+
+    #[test]
+    fn a_refused_request_logs_its_raw_line() {
+        let mut refused = request(&[]);
+        refused.line = RequestLine::Raw(b"GET /x HTTP/9.9");
+        refused.status = 505;
+        refused.duration = None;
+        refused.queue = None;
+        let line = line_for("%(r)s|%(m)s|%(U)s|%(H)s|%(s)s|%(D)s|%(W)s", &refused);
+        assert_eq!(line, "GET /x HTTP/9.9|GET|/x|HTTP/9.9|505|-|-\n");
+        refused.line = RequestLine::Raw(b"");
+        let line = line_for("%(r)s|%(m)s|%(U)s", &refused);
+        assert_eq!(line, "-|-|-\n");
+    }
+
+    #[test]
+    fn json_lines_are_json_whatever_the_bytes() {
+        let mut odd = request(&[]);
+        odd.line = RequestLine::Raw(b"\x01\"\\\xff");
+        let line = line_for("json", &odd);
+        assert!(
+            line.contains("\"raw_request_line\":\"\\u0001\\\"\\\\\\u00ff\""),
+            "{line}"
+        );
+        assert!(line.is_ascii());
+        let line = line_for("json", &request(&[]));
+        assert!(
+            line.contains("\"method\":\"GET\",\"path\":\"/a/b\",\"query\":\"x=1&y=\\u00e9\""),
+            "{line}"
+        );
+        assert!(line.contains("\"status\":200,\"bytes\":0,\"duration_us\":1234567,\"queue_us\":89,\"pid\":4242,\"referer\":null,\"user_agent\":\"curl/8.0\"}"), "{line}");
+    }
+
+    #[test]
+    fn bad_formats_are_refused_with_a_reason() {
+        for (spec, reason) in [
+            ("jsno", "is not combined, common or json"),
+            ("%(h)s %(zz)s", "unknown atom %(zz)s"),
+            ("%(h)s 5%", "a lone %"),
+            ("%(h", "an unclosed %("),
+            ("%(h)x", "must be followed by s"),
+            ("%({bad name}i)s", "is not a header name"),
+            ("%({HOME}e)s", "environ variables are not logged"),
+        ] {
+            let err = Format::parse(spec).unwrap_err();
+            assert!(err.contains(reason), "{spec}: {err}");
+        }
+    }
+
+    #[test]
+    fn what_a_format_needs_is_known_before_a_request() {
+        let format =
+            Format::parse("%(h)s %({Content-Type}o)s %({x-a}o)s %({content-type}o)s").unwrap();
+        assert_eq!(
+            format.response_header_names(),
+            [b"content-type".to_vec(), b"x-a".to_vec()]
+        );
+        assert!(!format.shows_duration() && !format.shows_queue_wait());
+        assert!(Format::parse("%(L)s").unwrap().shows_duration());
+        assert!(Format::parse("%(W)s").unwrap().shows_queue_wait());
+        assert!(Format::parse("json").unwrap().shows_duration());
+        assert!(!Format::parse("combined").unwrap().shows_duration());
     }
 }

@@ -36,6 +36,8 @@ pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
 pub struct LogClock {
     second: u64,
     text: Vec<u8>,
+    iso_second: u64,
+    iso: Vec<u8>,
 }
 
 const MONTHS: [&str; 12] = [
@@ -63,6 +65,25 @@ impl LogClock {
             );
         }
         &self.text
+    }
+
+    /// `2026-11-22T10:20:00Z` (RFC 3339, UTC) for now: the JSON access log's time.
+    pub fn iso_now(&mut self) -> &[u8] {
+        let secs = unix_seconds();
+        if secs != self.iso_second || self.iso.is_empty() {
+            self.iso_second = secs;
+            let (year, month, day) = civil_from_days((secs / 86_400) as i64);
+            let rem = secs % 86_400;
+            self.iso.clear();
+            let _ = write!(
+                self.iso,
+                "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+                rem / 3600,
+                rem / 60 % 60,
+                rem % 60
+            );
+        }
+        &self.iso
     }
 }
 

@@ -111,6 +111,10 @@ pub struct WorkerConfig {
     pub server_header: Vec<u8>,
     /// Access log destination: `None` off, `Some("-")` stdout, else a file path.
     pub access_log: Option<String>,
+    /// How access-log lines are laid out (`access_log_format`).
+    pub access_log_format: crate::access_log::Format,
+    /// Paths not access-logged: exact, or a prefix when ending with `*` (`access_log_exclude`).
+    pub access_log_exclude: Vec<Vec<u8>>,
     /// Requests before the worker recycles itself (0 = never).
     pub max_requests: u64,
     /// Random extra requests added to `max_requests`, so workers do not recycle together.
@@ -187,6 +191,8 @@ impl Default for WorkerConfig {
             max_body_drain: 64 * 1024,
             server_header: b"tines".to_vec(),
             access_log: None,
+            access_log_format: Default::default(),
+            access_log_exclude: Vec::new(),
             max_requests: 0,
             max_requests_jitter: 0,
             workers: 1,

@@ -108,6 +108,9 @@ pub struct Connection {
     pub listener: usize,
     /// When the first byte of the current head arrived (header timeout), if any has.
     pub head_started: Option<Instant>,
+    /// When the loop handed the current request to an app thread, if the access log shows
+    /// the queue wait (taken by the exchange).
+    pub(crate) ready_at: Option<Instant>,
     /// The last read filled its whole buffer, so the socket may hold more bytes that no new
     /// edge-triggered event will announce: read again before parking. False after a short
     /// read or `EAGAIN`, which saves a `read` that would only say `EAGAIN` after each response.
@@ -152,6 +155,7 @@ impl Connection {
             peer,
             listener,
             head_started: None,
+            ready_at: None,
             maybe_more: false,
             peer_closed: false,
             output: None,

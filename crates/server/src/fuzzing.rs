@@ -133,7 +133,7 @@ fn serve_until_closed(
             }
             Readiness::Closed | Readiness::BadProxyHeader(_) => break,
             Readiness::Rejected(err) => {
-                crate::reactor::reject(&mut conn, &err, &shared.config, &mut ctx);
+                crate::reactor::reject(&mut conn, &err, shared, &mut ctx);
                 break;
             }
         }

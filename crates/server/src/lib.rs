@@ -4,11 +4,12 @@
 //! Layers, from the bottom: [`poller`] (epoll), [`io`] (non-blocking syscalls), [`control`]
 //! (signals, life pipe), [`scoreboard`], [`dump_signal`] (the stuck worker's dump-signal
 //! handler, over the scoreboard), [`clock`] (UTC dates for the logs),
-//! [`log`] (the error log), [`listener`] (accept, addresses), [`trusted_proxies`]
+//! [`log`] (the error log), [`access_log`] (its formats and buffered sink), [`listener`]
+//! (accept, addresses), [`trusted_proxies`]
 //! (`forwarded_allow_ips`), [`config`], [`spool`] (the buffer budgets and temporary files of
 //! bodies and responses that wait for a slow client), [`parked_body`] (a request body read
 //! before dispatch: memory or temporary file, chunked decoding), [`pending`] (response output the event loop finishes),
-//! [`connection`] (the per-connection state machine), [`access_log`], [`shared`] (what a
+//! [`connection`] (the per-connection state machine), [`shared`] (what a
 //! worker's slots share), [`exchange`] (one request/response: body decoding, response
 //! framing, keep-alive), [`reactor`] (the poller loop shared by the MPMs), the slot's serving
 //! loop, [`mpm`] (prefork, thread, event), [`worker`] (entry point). Each module imports only

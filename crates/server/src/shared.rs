@@ -93,6 +93,14 @@ impl WorkerShared {
         }
     }
 
+    /// Whether the access log shows how long requests waited for an app thread (the loop
+    /// then reads the clock when it hands one over).
+    pub(crate) fn logs_queue_wait(&self) -> bool {
+        self.access_log
+            .as_ref()
+            .is_some_and(|log| log.format().shows_queue_wait())
+    }
+
     /// True once the worker is draining: responses close their connections.
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Relaxed)

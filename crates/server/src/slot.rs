@@ -65,7 +65,7 @@ pub(crate) fn serve_connection(
             // The PROXY header came before the first request: never here.
             Readiness::Closed | Readiness::BadProxyHeader(_) => return (None, ctx),
             Readiness::Rejected(err) => {
-                crate::reactor::reject(&mut next, &err, &shared.config, &mut ctx);
+                crate::reactor::reject(&mut next, &err, shared, &mut ctx);
                 // Earlier responses may still be unread: linger rather than reset them.
                 next.close_after_write = true;
                 next.linger = Linger::UntilEof;

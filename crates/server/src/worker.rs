@@ -88,9 +88,16 @@ pub fn run_worker(app: Arc<dyn App>, spec: WorkerSpec) -> io::Result<StopReason>
         .collect::<io::Result<Vec<_>>>()?;
     let control = Control::install(spec.life_fd)?;
     let access_log = match &spec.config.access_log {
-        Some(path) => Some(AccessLog::open(path).map_err(|err| {
-            io::Error::new(err.kind(), format!("cannot open access log {path}: {err}"))
-        })?),
+        Some(path) => Some(
+            AccessLog::open(
+                path,
+                spec.config.access_log_format.clone(),
+                spec.config.access_log_exclude.clone(),
+            )
+            .map_err(|err| {
+                io::Error::new(err.kind(), format!("cannot open access log {path}: {err}"))
+            })?,
+        ),
         None => None,
     };
     let budget = if spec.config.max_requests == 0 {

@@ -130,6 +130,18 @@ def test_an_access_log_in_a_missing_directory_stops_the_start(tmp_path: Path) ->
                           f"cannot open access log '{path}'", "No such file or directory")
 
 
+@pytest.mark.parametrize("spec, fragments", [
+    ("%(h)s %(zz)s", ("access_log_format", "unknown atom %(zz)s", "atoms: h l u t")),
+    ("jsonl", ("access_log_format", "is not combined, common or json")),
+    ("%(h)s 100%", ("access_log_format", "a lone %")),
+    ("%({HOME}e)s", ("access_log_format", "environ variables are not logged")),
+])
+def test_a_bad_access_log_format_stops_the_start(spec: str, fragments: tuple[str, ...]) -> None:
+    assert_one_line_error(serve_refused("--access-log-format", spec), *fragments)
+    assert_one_line_error(tines("check-config", "--access-log-format", spec, "examples/hello.py:app"),
+                          *fragments)
+
+
 def test_an_error_log_in_a_missing_directory_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "missing" / "error.log"
     result = serve_refused("--error-log", str(path))

@@ -27,3 +27,10 @@ def test_generator_check_mode_agrees() -> None:
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_settings_doc.py"), "--check"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_access_log_atoms_documented_are_the_formatters() -> None:
+    from tines import _core
+    from tines.config import ACCESS_LOG_ATOMS
+
+    assert tuple(name for name, _ in ACCESS_LOG_ATOMS) == _core.ACCESS_LOG_ATOMS

@@ -16,12 +16,12 @@
 use std::net::IpAddr;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tines_proto::response::ResponseFraming;
 use tines_proto::{BodyFraming, ChunkedDecoder, DateCache, RequestHead, Version};
 
-use crate::access_log::LoggedRequest;
+use crate::access_log::{LoggedRequest, RequestLine};
 use crate::connection::{ConnState, Connection, Linger};
 use crate::listener::{Local, Peer};
 use crate::parked_body::Stored;
@@ -47,6 +47,9 @@ pub struct SlotContext {
     pub(crate) log_line: Vec<u8>,
     /// The cached access-log timestamp.
     pub(crate) log_clock: crate::clock::LogClock,
+    /// The values of the response headers the access log's format shows, kept by
+    /// `begin_response` (empty unless the format names some).
+    pub(crate) logged_response_headers: Vec<Option<Vec<u8>>>,
     /// Which app thread of the worker this is (its scoreboard sub-slot).
     pub(crate) thread: usize,
     /// The slot writes responses in batches (ADR 0011): a small response that is complete
@@ -69,6 +72,7 @@ impl SlotContext {
             date: DateCache::new(),
             log_line: Vec::with_capacity(256),
             log_clock: Default::default(),
+            logged_response_headers: Vec::new(),
             batch_responses: false,
         }
     }
@@ -334,19 +338,45 @@ impl Exchange {
             .map(|(_, v)| v)
     }
 
-    /// What the access log records of this exchange.
-    fn logged_request(&self) -> LoggedRequest<'_> {
-        LoggedRequest {
+    /// Writes this exchange's access-log line, if there is a log (and the path is not
+    /// excluded from it).
+    fn log_access(&mut self) {
+        let Some(log) = &self.shared.access_log else {
+            return;
+        };
+        let format = log.format();
+        let duration = format.shows_duration().then(|| self.started.elapsed());
+        // A request the loop handed to an app thread waited from `ready_at`; one served
+        // where it was read (inline, or pipelined behind another) did not wait.
+        let ready_at = self.conn.ready_at.take();
+        let queue = format.shows_queue_wait().then(|| {
+            ready_at.map_or(Duration::ZERO, |ready| {
+                self.started.saturating_duration_since(ready)
+            })
+        });
+        let mut line = std::mem::take(&mut self.ctx.log_line);
+        let mut clock = std::mem::take(&mut self.ctx.log_clock);
+        let response_headers = std::mem::take(&mut self.ctx.logged_response_headers);
+        let find = |name: &[u8]| self.header(name);
+        let request = LoggedRequest {
             client: self.client_ip(),
-            peer: self.peer(),
-            method: self.method(),
-            target: self.target(),
-            version: self.version(),
+            line: RequestLine::Parsed {
+                method: self.method(),
+                target: self.target(),
+                version: self.version(),
+            },
             status: self.status(),
             body_sent: self.body_sent(),
-            referer: self.header(b"referer"),
-            user_agent: self.header(b"user-agent"),
-        }
+            request_header: &find,
+            response_headers: &response_headers,
+            duration,
+            queue,
+        };
+        log.log(&mut line, &request, &mut clock);
+        self.ctx.log_line = line;
+        self.ctx.log_clock = clock;
+        self.ctx.logged_response_headers = response_headers;
+        self.ctx.logged_response_headers.clear();
     }
 
     /// Marks, in the scoreboard, that the app returned its iterable: the "app done" time of
@@ -420,15 +450,7 @@ impl Exchange {
             }
             Phase::Finished => {}
         }
-        if let Some(log) = &self.shared.access_log {
-            let mut line = std::mem::take(&mut self.ctx.log_line);
-            let mut clock = std::mem::take(&mut self.ctx.log_clock);
-            line.clear();
-            crate::access_log::format_combined(&mut line, &self.logged_request(), &mut clock);
-            log.append(&line);
-            self.ctx.log_line = line;
-            self.ctx.log_clock = clock;
-        }
+        self.log_access();
         let mut keep = self.keep_alive;
         if keep && !matches!(self.body, Body::Done) {
             self.begin_client_wait();

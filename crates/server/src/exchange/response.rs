@@ -131,6 +131,12 @@ impl Exchange {
             encode_header(out, b"Connection", b"keep-alive");
         }
         out.extend_from_slice(b"\r\n");
+        if let Some(log) = &self.shared.access_log {
+            let wanted = log.format().response_header_names();
+            if !wanted.is_empty() {
+                keep_logged_headers(out, wanted, &mut self.ctx.logged_response_headers);
+            }
+        }
         self.framing = framing;
         self.declared = declared.or(match framing {
             ResponseFraming::Length(length) => Some(length),
@@ -321,5 +327,26 @@ impl Exchange {
             }
         }
         self.abort();
+    }
+}
+
+/// Keeps the values of the headers named `wanted` (lower-case) of the encoded response head
+/// `head`, the first of each name, in `wanted`'s order (`None` for one it lacks): for the
+/// access log's `%({name}o)s` atoms. Only runs when the format has such atoms.
+fn keep_logged_headers(head: &[u8], wanted: &[Vec<u8>], kept: &mut Vec<Option<Vec<u8>>>) {
+    kept.clear();
+    kept.resize(wanted.len(), None);
+    // Past the status line; each field is `name: value` (the server encodes them so).
+    for field in head.split(|&b| b == b'\n').skip(1) {
+        let field = field.strip_suffix(b"\r").unwrap_or(field);
+        let Some(colon) = field.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&field[..colon], &field[colon + 1..]);
+        if let Some(index) = wanted.iter().position(|w| name.eq_ignore_ascii_case(w)) {
+            if kept[index].is_none() {
+                kept[index] = Some(value.trim_ascii().to_vec());
+            }
+        }
     }
 }

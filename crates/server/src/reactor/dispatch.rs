@@ -102,7 +102,7 @@ impl Reactor {
                             write_error(
                                 &mut conn,
                                 status,
-                                &self.shared.config,
+                                &self.shared,
                                 &mut self.ctx.date,
                                 &mut self.ctx.out,
                             );
@@ -115,6 +115,9 @@ impl Reactor {
                     let output = (!driver.serves_inline()).then(|| Arc::clone(conn.output()));
                     if driver.serves_inline() && self.batch.enabled() {
                         self.before_inline_dispatch(driver);
+                    }
+                    if !driver.serves_inline() && self.shared.logs_queue_wait() {
+                        conn.ready_at = Some(Instant::now());
                     }
                     match driver.dispatch(token, conn, self.dispatch_started) {
                         Dispatch::Handed => {
@@ -143,7 +146,7 @@ impl Reactor {
                                 &mut refused,
                                 503,
                                 &[(b"Retry-After", b"1")],
-                                &self.shared.config,
+                                &self.shared,
                                 &mut self.ctx.date,
                                 &mut self.ctx.out,
                             );
@@ -155,7 +158,7 @@ impl Reactor {
                 Readiness::Pending => return self.park(token, conn),
                 Readiness::Closed => return self.close(token),
                 Readiness::Rejected(err) => {
-                    reject(&mut conn, &err, &self.shared.config, &mut self.ctx);
+                    reject(&mut conn, &err, &self.shared, &mut self.ctx);
                     return self.linger(token, conn, Linger::UntilEof);
                 }
                 Readiness::BadProxyHeader(err) => {

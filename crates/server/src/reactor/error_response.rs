@@ -8,15 +8,17 @@
 use tines_proto::response::encode_error_response_with;
 use tines_proto::{DateCache, ParseError};
 
-use crate::config::WorkerConfig;
+use crate::access_log::{LoggedRequest, RequestLine};
 use crate::connection::Connection;
 use crate::exchange::SlotContext;
+use crate::listener::Peer;
+use crate::shared::WorkerShared;
 
 /// Writes the error response for a rejected head and marks the connection closed.
 pub(crate) fn reject(
     conn: &mut Connection,
     err: &ParseError,
-    config: &WorkerConfig,
+    shared: &WorkerShared,
     ctx: &mut SlotContext,
 ) {
     crate::log::debug(&format!(
@@ -24,37 +26,83 @@ pub(crate) fn reject(
         err.status(),
         err.reason()
     ));
-    write_error(conn, err.status(), config, &mut ctx.date, &mut ctx.out);
+    write_error(conn, err.status(), shared, &mut ctx.date, &mut ctx.out);
 }
 
 pub(super) fn write_error(
     conn: &mut Connection,
     code: u16,
-    config: &WorkerConfig,
+    shared: &WorkerShared,
     date: &mut DateCache,
     out: &mut Vec<u8>,
 ) {
-    write_error_with(conn, code, &[], config, date, out)
+    write_error_with(conn, code, &[], shared, date, out)
 }
 
 pub(super) fn write_error_with(
     conn: &mut Connection,
     code: u16,
     extra: &[(&[u8], &[u8])],
-    config: &WorkerConfig,
+    shared: &WorkerShared,
     date: &mut DateCache,
     out: &mut Vec<u8>,
 ) {
     out.clear();
-    encode_error_response_with(out, code, date.now(), &config.server_header, extra);
+    encode_error_response_with(out, code, date.now(), &shared.config.server_header, extra);
+    let head_len = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(out.len(), |end| end + 4);
     // RFC 9110 9.3.2: a response to HEAD has no body, even an error response (the head
     // failed to parse, but its first bytes say whether it was a HEAD).
     let mut bytes = &out[..];
     if conn.buffer().starts_with(b"HEAD ") {
-        if let Some(end) = out.windows(4).position(|w| w == b"\r\n\r\n") {
-            bytes = &out[..end + 4];
-        }
+        bytes = &out[..head_len];
     }
+    let body_sent = (bytes.len() - head_len) as u64;
     let _ = conn.reject(bytes);
     out.clear();
+    log_refused(conn, code, body_sent, shared);
+}
+
+/// The longest raw request line an access-log line quotes for a refused request.
+const LOGGED_LINE: usize = 1024;
+
+/// Access-logs a response the server wrote itself, with the request line as received (its
+/// first line, if any came; a refused head is not parsed further) and the peer's address
+/// (headers that would name a forwarded client were not read).
+fn log_refused(conn: &Connection, code: u16, body_sent: u64, shared: &WorkerShared) {
+    let Some(log) = &shared.access_log else {
+        return;
+    };
+    let received = conn.buffer();
+    let first = &received[..received.len().min(LOGGED_LINE)];
+    let line_end = first
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .unwrap_or(first.len());
+    let request = LoggedRequest {
+        client: match conn.peer {
+            Peer::Tcp(addr) => Some(addr.ip()),
+            Peer::Unix => None,
+        },
+        line: RequestLine::Raw(&first[..line_end]),
+        status: code,
+        body_sent,
+        request_header: &no_headers,
+        response_headers: &[],
+        duration: log
+            .format()
+            .shows_duration()
+            .then(|| conn.head_started.map(|started| started.elapsed()))
+            .flatten(),
+        queue: None,
+    };
+    let mut line = Vec::with_capacity(256);
+    log.log(&mut line, &request, &mut Default::default());
+}
+
+/// A refused head's headers, for the log: not parsed, so none.
+fn no_headers<'a>(_name: &[u8]) -> Option<&'a [u8]> {
+    None
 }

@@ -127,7 +127,7 @@ impl Reactor {
                 write_error(
                     conn,
                     code,
-                    &self.shared.config,
+                    &self.shared,
                     &mut self.ctx.date,
                     &mut self.ctx.out,
                 );
