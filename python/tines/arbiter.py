@@ -31,6 +31,7 @@ from setproctitle import setproctitle
 from tines import limits, logs, memory, preflight, reloader, sdnotify, upgrade, watchdog
 from tines import pool as spare_pool
 from tines import reload as reloading
+from tines import status as status_process
 from tines import worker as worker_process
 from tines.app_loader import load_app
 from tines.config import Config
@@ -141,6 +142,8 @@ class Arbiter:
         """USR2 (and HUP with preload): the new master, the pid file (``tines.upgrade``)."""
         self.notifier = sdnotify.Notifier(None)
         """sd_notify (``NOTIFY_SOCKET``): readiness, reloads and the stop told to systemd."""
+        self.status = status_process.StatusProcess(cfg)
+        """The status listener and its process (``status_bind``; tines.status)."""
         self.stop_at: float | None = None
         """When the graceful stop begins, during a TERM's ``shutdown_delay`` (readiness is off,
         the workers serve on); None otherwise."""
@@ -185,6 +188,8 @@ class Arbiter:
         self.notifier = sdnotify.Notifier.from_environment()
         self.listeners = bind_all(list(cfg.bind), cfg.backlog)
         self.upgrade.adopt(self.listeners)
+        self.status.bind(self.listeners)
+        self.upgrade.adopt(self.status.listeners())
         if cfg.preload:
             self.app = load_app(cfg.app, cfg.factory)
             # Objects the app made at import time stay shared copy-on-write: keep the cyclic
@@ -196,6 +201,8 @@ class Arbiter:
 
         most = self.num_workers if self.pool is None else self.pool.settings.max_workers
         self.scoreboard = _core.Scoreboard(watchdog.scoreboard_slots(most), watchdog.scoreboard_threads(cfg))
+        self.scoreboard.publish_master(self.pid)
+        self.scoreboard.set_generation(self.generation)
         self.reloader.capacity = reloading.Capacity(watchdog.scoreboard_slots(most), watchdog.scoreboard_threads(cfg))
         self.watchdog = watchdog.Watchdog(cfg, self.scoreboard)
         self.wake_read, self.wake_write = self.pipe()
@@ -252,6 +259,7 @@ class Arbiter:
         missing, and only then sleeps: a dead worker is replaced in the turn that reaps it.
         """
         try:
+            self.status.turn(self)
             self.manage_workers()
             self.next_pool_check = time.monotonic() + spare_pool.CHECK_INTERVAL
             quiet_since = time.monotonic()
@@ -277,6 +285,7 @@ class Arbiter:
                 self.duty("memory sampling", self.sample_memory)
                 self.duty("upgrade", lambda: self.upgrade.turn(self))
                 self.duty("start workers", self.manage_workers)
+                self.duty("status process", lambda: self.status.turn(self))
         except Stop as stop:
             return stop.status
 
@@ -496,7 +505,8 @@ class Arbiter:
             scoreboard=self.scoreboard, life_read=self.life_read, notify_write=self.notify_write,
             close_in_child=[self.life_write, self.notify_read, self.wake_read, self.wake_write,
                             *([self.watcher.fileno()] if self.watcher is not None else []),
-                            *filter(None, [self.notifier.fileno()]), *self.upgrade.inherited_fds()],
+                            *filter(None, [self.notifier.fileno()]), *self.upgrade.inherited_fds(),
+                            *self.status.close_in_child()],
             master_pid=self.pid, app=self.app, settings=self.worker_settings, hooks=self.hooks,
         )
         self.hooks.call_logged("pre_fork", self.server_view(),
@@ -623,6 +633,8 @@ class Arbiter:
                 return
             if self.upgrade.reaped(self, pid, status):
                 continue  # the new master of an upgrade, not a worker
+            if self.status.reaped(pid, status):
+                continue
             known = self.workers.get(pid)
             if known is not None and not known.stopping:
                 # A worker can say ready (or draining), serve and die between two turns of the
@@ -753,9 +765,12 @@ class Arbiter:
         self.stop(graceful=False)
 
     def tell_stopping(self) -> None:
-        """``STOPPING=1`` to systemd, unless this is the new master of an upgrade whose old
+        """Not ready from now on: in the scoreboard (the status listener's ``/readyz``), and
+        ``STOPPING=1`` to systemd, unless this is the new master of an upgrade whose old
         master still runs (a TERM to it is a manual rollback: the old one is the main pid and
         the unit is not stopping)."""
+        if self.scoreboard is not None:
+            self.scoreboard.set_stopping()  # type: ignore[attr-defined]
         if self.upgrade.old_master_alive():
             log.info("not telling systemd STOPPING=1: old master %s is still the main process",
                      self.upgrade.old_master)
@@ -896,6 +911,7 @@ class Arbiter:
         """Last: kill what is left, close listeners (unlinking Unix sockets) and pipes."""
         if self.workers:
             self.kill_all()
+        self.status.stop()  # last: /readyz said "stopping" until the workers were gone
         for listener in self.listeners:
             listener.close()
         self.listeners = []

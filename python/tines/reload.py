@@ -277,6 +277,7 @@ class Reloader:
         arbiter.pool = pool
         arbiter.num_workers = num_workers
         arbiter.generation = generation
+        arbiter.scoreboard.set_generation(generation)  # type: ignore[attr-defined]
         arbiter.memory_merge = merge
         if arbiter.watchdog is not None:
             arbiter.watchdog.request_timeout = cfg.request_timeout

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 ENV_READY_FD = "_TINES_UPGRADE_READY_FD"
 """The fd on which a new master tells its old master it is ready (not ``TINES_*``: that prefix
 is for settings, and the CLI warns about unknown ones)."""
+ENV_STATUS_FD = "_TINES_UPGRADE_STATUS_FD"
+"""The fd of the status listener (``status_bind``) a new master takes over, when there is one."""
 ENV_OLD_MASTER = "_TINES_UPGRADE_OLD_MASTER"
 """The old master's pid (its pid file may be replaced; USR2 waits until it has exited)."""
 ENV_UNLINK = "_TINES_UPGRADE_UNLINK"
@@ -199,7 +201,8 @@ class Upgrade:
         if self.pid_file is not None:
             self.pid_file.to_oldbin(arbiter.pid)
         # During the overlap the socket files belong to whichever master lives on.
-        self.kept_unlink = [(listener, listener.unlink) for listener in arbiter.listeners if listener.unlink]
+        self.kept_unlink = [(listener, listener.unlink) for listener in [*arbiter.listeners, *arbiter.status.listeners()]
+                            if listener.unlink]
         for listener, _ in self.kept_unlink:
             listener.unlink = None
         sys.stdout.flush()
@@ -227,14 +230,17 @@ class Upgrade:
         try:
             signal.set_wakeup_fd(-1)
             signal.pthread_sigmask(signal.SIG_SETMASK, set())
-            sources = [listener.fileno() for listener in arbiter.listeners] + [ready_write]
+            # Then the status listener, if any (the new master serves it: ENV_STATUS_FD).
+            status = [listener.fileno() for listener in arbiter.status.listeners()]
+            sources = [listener.fileno() for listener in arbiter.listeners] + [ready_write] + status
             ready_target = SD_LISTEN_FDS_START + len(arbiter.listeners)
+            last_target = ready_target + len(status)
             # Out of the way first, so no target number clobbers a source.
-            moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, ready_target + 1) for fd in sources]
+            moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, last_target + 1) for fd in sources]
             for index, fd in enumerate(moved):
                 os.dup2(fd, SD_LISTEN_FDS_START + index, inheritable=True)
             for name in os.listdir("/proc/self/fd"):
-                if int(name) > ready_target:
+                if int(name) > last_target:
                     try:
                         os.set_inheritable(int(name), False)
                     except OSError:
@@ -245,6 +251,7 @@ class Upgrade:
                 "LISTEN_FDS": str(len(arbiter.listeners)),
                 "LISTEN_FDNAMES": ":".join([LISTEN_FDNAME] * len(arbiter.listeners)),
                 ENV_READY_FD: str(ready_target),
+                **({ENV_STATUS_FD: str(last_target)} if status else {}),
                 ENV_OLD_MASTER: str(arbiter.pid),
                 ENV_UNLINK: json.dumps([path for _, path in self.kept_unlink]),
             })

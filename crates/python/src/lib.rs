@@ -32,6 +32,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wsgi::input::Input>()?;
     m.add_class::<wsgi::start_response::StartResponse>()?;
     m.add_function(wrap_pyfunction!(worker::run_worker, m)?)?;
+    m.add_function(wrap_pyfunction!(scoreboard::run_status, m)?)?;
     m.add_function(wrap_pyfunction!(settings::check_worker_settings, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench, m)?)?;
     Ok(())

@@ -57,6 +57,21 @@ impl PyScoreboard {
         self.inner.threads_per_slot()
     }
 
+    /// Master: publishes its pid and start time in the scoreboard's header.
+    fn publish_master(&self, pid: u32) {
+        self.inner.publish_master(pid);
+    }
+
+    /// Master: the current generation (the status output shows it).
+    fn set_generation(&self, generation: u32) {
+        self.inner.set_generation(generation);
+    }
+
+    /// Master: the server began to stop; the status listener's `/readyz` answers 503 from now.
+    fn set_stopping(&self) {
+        self.inner.set_stopping();
+    }
+
     /// Gives `slot` to a freshly forked worker (master side); forgets the previous worker's
     /// fields, its exit reason too.
     fn claim(&self, slot: usize, pid: u32, generation: u32) -> PyResult<()> {
@@ -172,4 +187,26 @@ pub fn install_dump_handler(
 ) -> PyResult<()> {
     tines_server::dump_signal::install(Arc::clone(&scoreboard.get().inner), slot, signum)
         .map_err(|err| PyOSError::new_err(format!("cannot install the dump handler: {err}")))
+}
+
+/// `run_status(listener_fd, life_fd, scoreboard, mpm, show_query)`: the status process's
+/// server (`tines_server::status`), without the GIL, until the master is gone.
+#[pyfunction]
+pub fn run_status(
+    py: Python<'_>,
+    listener_fd: i32,
+    life_fd: i32,
+    scoreboard: &PyScoreboard,
+    mpm: String,
+    show_query: bool,
+) -> PyResult<()> {
+    let spec = tines_server::status::StatusSpec {
+        listener: listener_fd,
+        life_fd,
+        scoreboard: Arc::clone(&scoreboard.inner),
+        mpm,
+        show_query,
+    };
+    py.detach(move || tines_server::status::run_status(&spec))
+        .map_err(|err| PyOSError::new_err(format!("status server: {err}")))
 }

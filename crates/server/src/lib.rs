@@ -12,7 +12,8 @@
 //! [`connection`] (the per-connection state machine), [`shared`] (what a
 //! worker's slots share), [`exchange`] (one request/response: body decoding, response
 //! framing, keep-alive), [`reactor`] (the poller loop shared by the MPMs), the slot's serving
-//! loop, [`mpm`] (prefork, thread, event), [`worker`] (entry point). Each module imports only
+//! loop, [`mpm`] (prefork, thread, event), [`worker`] (entry point), [`status`] (the status
+//! process's server, over the scoreboard). Each module imports only
 //! from modules before it in this list.
 
 pub mod access_log;
@@ -36,6 +37,7 @@ pub mod scoreboard;
 pub mod shared;
 mod slot;
 pub mod spool;
+pub mod status;
 pub mod trusted_proxies;
 pub mod worker;
 

@@ -10,7 +10,8 @@
 //! may see slot fields from two different moments, which the consumers tolerate: they are
 //! gauges and counters.
 //!
-//! Layout: `slots` [`Slot`]s of 128 bytes (two cache lines), then `slots * threads_per_slot`
+//! Layout: a [`Header`] of 128 bytes (the master's server-wide fields), `slots` [`Slot`]s of
+//! 128 bytes (two cache lines), then `slots * threads_per_slot`
 //! [`ThreadSlot`]s of 192 bytes, slot `s`'s thread `t` at index `s * threads_per_slot + t`.
 //!
 //! The worker states ([`WorkerState`]), for every MPM: `booting` from fork until the worker's
@@ -130,6 +131,22 @@ slot_enum! {
     }
 }
 
+/// What the master publishes about the whole server, before the slots (two cache lines):
+/// read by the status process (`/readyz`, uptime, generation).
+#[repr(C, align(64))]
+pub struct Header {
+    /// The master's pid.
+    pub master_pid: AtomicU32,
+    /// The current generation (bumped by reloads).
+    pub generation: AtomicU32,
+    /// Non-zero once the master began to stop (TERM, INT, QUIT): not ready from then on.
+    pub stopping: AtomicU32,
+    _reserved: AtomicU32,
+    /// When the master started, milliseconds since the Unix epoch.
+    pub started_ms: AtomicU64,
+    _rest: [AtomicU64; 13],
+}
+
 /// One worker's slot. `#[repr(C)]`, 64-byte aligned, two cache lines: the first holds what
 /// the worker writes per request, the second what the master writes (exit reason, memory)
 /// and the dump flag, so the master's writes never take the line the worker's requests use.
@@ -224,6 +241,7 @@ impl Slot {
 /// The shared mapping. Cloning is not offered: the owner (master) keeps one; forked children
 /// inherit the mapping and keep using the same object.
 pub struct Scoreboard {
+    header: NonNull<Header>,
     base: NonNull<Slot>,
     slots: usize,
     threads_per_slot: usize,
@@ -269,8 +287,13 @@ impl Scoreboard {
             return Err(io::Error::last_os_error());
         }
         // Anonymous mappings are zero-filled, which is the Free state of every field.
-        let base = NonNull::new(ptr.cast::<Slot>()).expect("mmap returned null without MAP_FAILED");
+        let header =
+            NonNull::new(ptr.cast::<Header>()).expect("mmap returned null without MAP_FAILED");
+        // SAFETY: the slots start right after the header, inside the mapping (mapping_len
+        // counts it; the header's 128 bytes keep the slots 64-byte aligned).
+        let base = unsafe { header.add(1).cast::<Slot>() };
         Ok(Scoreboard {
+            header,
             base,
             slots,
             threads_per_slot,
@@ -278,11 +301,37 @@ impl Scoreboard {
     }
 
     fn mapping_len(slots: usize, threads_per_slot: usize) -> Option<usize> {
-        let slot_bytes = slots.checked_mul(std::mem::size_of::<Slot>())?;
+        let slot_bytes = slots
+            .checked_mul(std::mem::size_of::<Slot>())?
+            .checked_add(std::mem::size_of::<Header>())?;
         let thread_bytes = slots
             .checked_mul(threads_per_slot)?
             .checked_mul(std::mem::size_of::<ThreadSlot>())?;
         slot_bytes.checked_add(thread_bytes)
+    }
+
+    /// The server-wide fields.
+    pub fn header(&self) -> &Header {
+        // SAFETY: the header is at the start of the mapping, which lives as long as self;
+        // its fields are atomics only.
+        unsafe { self.header.as_ref() }
+    }
+
+    /// Master: publishes its pid and start time (before the first fork).
+    pub fn publish_master(&self, pid: u32) {
+        let header = self.header();
+        header.started_ms.store(now_ms(), Ordering::Relaxed);
+        header.master_pid.store(pid, Ordering::Release);
+    }
+
+    /// Master: the current generation (after a reload began).
+    pub fn set_generation(&self, generation: u32) {
+        self.header().generation.store(generation, Ordering::Relaxed);
+    }
+
+    /// Master: the server began to stop (`/readyz` says not ready from now on).
+    pub fn set_stopping(&self) {
+        self.header().stopping.store(1, Ordering::Release);
     }
 
     /// How many slots there are.
@@ -448,9 +497,9 @@ impl Drop for Scoreboard {
     fn drop(&mut self) {
         let len = Self::mapping_len(self.slots, self.threads_per_slot)
             .expect("checked when the mapping was made");
-        // SAFETY: base/len are exactly what mmap returned; no reference outlives self.
+        // SAFETY: header/len are exactly what mmap returned; no reference outlives self.
         unsafe {
-            libc::munmap(self.base.as_ptr().cast(), len);
+            libc::munmap(self.header.as_ptr().cast(), len);
         }
     }
 }
@@ -460,6 +509,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_header_is_two_cache_lines_before_the_slots() {
+        assert_eq!(std::mem::size_of::<Header>(), 128);
+        let board = Scoreboard::new(2, 1).unwrap();
+        let header = board.header() as *const Header as usize;
+        assert_eq!(board.slot(0).unwrap() as *const Slot as usize - header, 128);
+        board.publish_master(77);
+        board.set_stopping();
+        assert_eq!(board.header().master_pid.load(Ordering::Relaxed), 77);
+        assert_eq!(board.header().stopping.load(Ordering::Relaxed), 1);
+        assert_eq!(board.slot(0).unwrap().pid.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
     fn slots_are_two_cache_lines() {
         assert_eq!(std::mem::size_of::<Slot>(), 128);
         assert_eq!(std::mem::align_of::<Slot>(), 64);
@@ -467,10 +529,10 @@ mod tests {
     }
 
     #[test]
-    fn the_mapping_holds_the_slots_then_their_threads() {
+    fn the_mapping_holds_the_header_the_slots_then_their_threads() {
         let board = Scoreboard::new(3, 4).unwrap();
         assert_eq!(board.threads_per_slot(), 4);
-        assert_eq!(Scoreboard::mapping_len(3, 4), Some(3 * 128 + 12 * 192));
+        assert_eq!(Scoreboard::mapping_len(3, 4), Some(128 + 3 * 128 + 12 * 192));
         let first = board.thread_slot(0, 0).unwrap() as *const ThreadSlot as usize;
         let last = board.thread_slot(2, 3).unwrap() as *const ThreadSlot as usize;
         assert_eq!(first - board.base.as_ptr() as usize, 3 * 128);
