@@ -643,10 +643,11 @@ class Arbiter:
             worker = self.workers.pop(pid, None)
             if worker is None:
                 continue
-            self.scoreboard.clear(worker.slot)  # type: ignore[attr-defined]
             if self.watchdog is not None:
                 self.watchdog.forget(pid)
             reason = watchdog.record_exit(self.scoreboard, worker.slot, status, worker.stopping)
+            # Frees the slot; its counters go to the totals the status listener shows.
+            self.scoreboard.retire(worker.slot, pid, status)  # type: ignore[attr-defined]
             self.log_exit(worker, status, usage.ru_utime + usage.ru_stime, reason)
             if worker.memory is not None and worker.memory.ksm_merging:
                 log.info("worker %d (slot %d) last memory sample: %s", worker.pid, worker.slot,

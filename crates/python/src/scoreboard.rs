@@ -83,6 +83,37 @@ impl PyScoreboard {
         check(self.inner.clear(slot), slot)
     }
 
+    /// Frees `slot` after its worker `pid` was reaped with wait status `wait_status`: its
+    /// counters move to the retired totals (which the status listener adds to the live
+    /// slots', so totals only grow), its exit (by the reason recorded in the slot) is
+    /// counted and kept among the recent exits.
+    fn retire(&self, slot: usize, pid: u32, wait_status: i32) -> PyResult<()> {
+        check(self.inner.retire(slot, pid, wait_status), slot)
+    }
+
+    /// Server-wide totals since the master started, the live slots' and the retired ones':
+    /// requests (counted), accepted, bytes_in, bytes_out, in_flight, connections, and
+    /// exits: reaped workers by exit reason name (those with at least one).
+    fn totals<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let totals = self.inner.totals();
+        let dict = PyDict::new(py);
+        dict.set_item("requests", totals.metrics.total())?;
+        dict.set_item("accepted", totals.accepted)?;
+        dict.set_item("bytes_in", totals.bytes_in)?;
+        dict.set_item("bytes_out", totals.bytes_out)?;
+        dict.set_item("in_flight", totals.in_flight)?;
+        dict.set_item("connections", totals.connections)?;
+        let exits = PyDict::new(py);
+        for reason in ExitReason::ALL {
+            let count = totals.exits[*reason as usize];
+            if count > 0 {
+                exits.set_item(reason.name(), count)?;
+            }
+        }
+        dict.set_item("exits", exits)?;
+        Ok(dict)
+    }
+
     /// Records the master's memory sample of the worker in `slot`, in bytes.
     fn set_memory(&self, slot: usize, rss: u64, pss: u64, uss: u64, swap: u64) -> PyResult<()> {
         check(self.inner.set_memory(slot, rss, pss, uss, swap), slot)
@@ -108,7 +139,7 @@ impl PyScoreboard {
     }
 
     /// A dict snapshot of `slot`: pid, generation, state, active, requests, accepted,
-    /// connections, bytes_out, heartbeat (Unix seconds), request_start (Unix seconds of the
+    /// connections, bytes_out, bytes_in, heartbeat (Unix seconds), request_start (Unix seconds of the
     /// oldest request in progress; 0 when none), exit_reason (a name), dumped, rss, pss, uss,
     /// swap (bytes), memory_sampled (Unix seconds; 0: never), and threads: one dict per app
     /// thread with thread, state ("idle" / "busy"), waiting_on_client, method, target (str,
@@ -129,6 +160,7 @@ impl PyScoreboard {
         dict.set_item("accepted", reading.accepted)?;
         dict.set_item("connections", reading.connections)?;
         dict.set_item("bytes_out", reading.bytes_out)?;
+        dict.set_item("bytes_in", reading.bytes_in)?;
         dict.set_item("heartbeat", reading.heartbeat_ms as f64 / 1000.0)?;
         dict.set_item("exit_reason", reading.exit_reason.name())?;
         dict.set_item("dumped", reading.dumped)?;

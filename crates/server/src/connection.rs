@@ -108,9 +108,12 @@ pub struct Connection {
     pub listener: usize,
     /// When the first byte of the current head arrived (header timeout), if any has.
     pub head_started: Option<Instant>,
-    /// When the loop handed the current request to an app thread, if the access log shows
-    /// the queue wait (taken by the exchange).
+    /// When the loop handed the current request to an app thread (the queue wait's start,
+    /// for the scoreboard's histogram and the access log; taken by the exchange).
     pub(crate) ready_at: Option<Instant>,
+    /// Bytes read from the socket and not yet added to the worker's `bytes_in` (added when
+    /// the request they belong to is counted).
+    pub(crate) received: u64,
     /// The last read filled its whole buffer, so the socket may hold more bytes that no new
     /// edge-triggered event will announce: read again before parking. False after a short
     /// read or `EAGAIN`, which saves a `read` that would only say `EAGAIN` after each response.
@@ -156,6 +159,7 @@ impl Connection {
             listener,
             head_started: None,
             ready_at: None,
+            received: 0,
             maybe_more: false,
             peer_closed: false,
             output: None,
@@ -261,6 +265,7 @@ impl Connection {
                         self.head_started = Some(Instant::now());
                     }
                     self.filled += n;
+                    self.received += n as u64;
                     self.maybe_more = n == space;
                     partial = false;
                     if n < space {

@@ -13,7 +13,7 @@ use crate::config::WorkerConfig;
 use crate::control::StopReason;
 use crate::listener::Local;
 use crate::scoreboard::thread::monotonic_ns_of;
-use crate::scoreboard::{ExitReason, Scoreboard, Slot, ThreadSlot, WorkerState};
+use crate::scoreboard::{Counted, ExitReason, Scoreboard, Slot, ThreadSlot, WorkerState};
 use crate::spool::Buffers;
 use std::time::Instant;
 
@@ -93,12 +93,28 @@ impl WorkerShared {
         }
     }
 
-    /// Whether the access log shows how long requests waited for an app thread (the loop
-    /// then reads the clock when it hands one over).
-    pub(crate) fn logs_queue_wait(&self) -> bool {
-        self.access_log
-            .as_ref()
-            .is_some_and(|log| log.format().shows_queue_wait())
+    /// Counts a request answered on app thread `thread` (its own counters: plain stores)
+    /// and the `received` bytes it came in.
+    pub(crate) fn count_request(&self, thread: usize, counted: Counted, received: u64) {
+        if let Some(metrics) = self.scoreboard.thread_metrics(self.slot, thread) {
+            metrics.record_owned(counted);
+        }
+        if received > 0 {
+            self.slot().bytes_in.fetch_add(received, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a response of `sent` bytes the server wrote itself (a refused or timed-out
+    /// request), from any thread of the worker, and the `received` bytes of the request.
+    pub(crate) fn count_server_response(&self, counted: Counted, received: u64, sent: u64) {
+        if let Some(metrics) = self.scoreboard.server_metrics(self.slot) {
+            metrics.record_shared(counted);
+        }
+        let slot = self.slot();
+        if received > 0 {
+            slot.bytes_in.fetch_add(received, Ordering::Relaxed);
+        }
+        slot.bytes_out.fetch_add(sent, Ordering::Relaxed);
     }
 
     /// True once the worker is draining: responses close their connections.
@@ -152,15 +168,21 @@ impl WorkerShared {
         }
     }
 
-    /// Records the end of a request on app thread `thread` (its timing in the sub-slot, no
-    /// clock read; two locked adds on the slot's line: requests and bytes out); asks the
-    /// worker to recycle when the budget is spent.
-    pub(crate) fn request_finished(&self, thread: usize) {
-        let slot = self.slot();
+    /// Records the end of a response on app thread `thread`, before its connection may be
+    /// closed (so a client that sees the close finds its bytes counted): its timing in the
+    /// sub-slot (no clock read) and one locked add on the slot's line (bytes out).
+    pub(crate) fn response_ended(&self, thread: usize) {
         if let Some(thread_slot) = self.thread_slot(thread) {
             let sent = thread_slot.end_request();
-            slot.bytes_out.fetch_add(sent, Ordering::Relaxed);
+            self.slot().bytes_out.fetch_add(sent, Ordering::Relaxed);
         }
+    }
+
+    /// Records the end of a request on app thread `thread` (one locked add on the slot's
+    /// line: requests, after [`WorkerShared::response_ended`]); asks the worker to recycle
+    /// when the budget is spent.
+    pub(crate) fn request_finished(&self) {
+        let slot = self.slot();
         slot.requests.fetch_add(1, Ordering::Relaxed);
         if slot.active.fetch_sub(1, Ordering::Relaxed) == 1 && !self.is_stopping() {
             // The loop refines this (reading / keepalive / idle) on its next turn.

@@ -42,7 +42,7 @@ pub(crate) fn serve_connection(
         };
         let (kept, returned) = exchange.complete();
         ctx = returned;
-        shared.request_finished(ctx.thread);
+        shared.request_finished();
         let Some(mut next) = kept else {
             return (None, ctx);
         };

@@ -88,6 +88,7 @@ impl Exchange {
         let n = n?;
         self.conn.maybe_more = n == space;
         self.body_received += n as u64;
+        self.conn.received += n as u64;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,

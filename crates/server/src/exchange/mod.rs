@@ -25,6 +25,7 @@ use crate::access_log::{LoggedRequest, RequestLine};
 use crate::connection::{ConnState, Connection, Linger};
 use crate::listener::{Local, Peer};
 use crate::parked_body::Stored;
+use crate::scoreboard::Counted;
 use crate::shared::WorkerShared;
 use crate::spool::{Held, SpoolFile};
 
@@ -153,6 +154,8 @@ pub struct Exchange {
     /// The status the request's own fault calls for (413, 400, 408), when reading its body
     /// failed because of it; the app layer answers with it instead of 500.
     fault: Option<u16>,
+    /// The request was counted in the scoreboard ([`Exchange::count_request`]).
+    counted: bool,
     /// When the slot took the request.
     pub started: Instant,
     /// The response was begun with its body's length known up front (a WSGI list or tuple):
@@ -241,6 +244,7 @@ impl Exchange {
             body_started: None,
             body_received: 0,
             fault: None,
+            counted: false,
             started,
             complete_body: false,
             must_close: false,
@@ -379,6 +383,32 @@ impl Exchange {
         self.ctx.logged_response_headers.clear();
     }
 
+    /// Counts the request in the scoreboard, once: its method, status, time so far and queue
+    /// wait, and the bytes it came in. Called when the response is complete and before its
+    /// last bytes are written (or queued for the loop to write), so a client that has the
+    /// response finds it counted; else when the exchange ends (a response abandoned).
+    pub(crate) fn count_request(&mut self) {
+        if self.counted {
+            return;
+        }
+        self.counted = true;
+        let now = Instant::now();
+        // Nothing could be sent: counted as the server error it is.
+        let status = if self.status == 0 { 500 } else { self.status };
+        let wait = self.conn.ready_at.map_or(Duration::ZERO, |ready| {
+            self.started.saturating_duration_since(ready)
+        });
+        let counted = Counted::new(
+            self.method(),
+            status,
+            now.saturating_duration_since(self.started).as_micros() as u64,
+            wait.as_micros() as u64,
+        );
+        let received = std::mem::take(&mut self.conn.received);
+        self.shared
+            .count_request(self.ctx.thread, counted, received);
+    }
+
     /// Marks, in the scoreboard, that the app returned its iterable: the "app done" time of
     /// the request's timing, and a progress point for `request_timeout` (one vDSO clock read,
     /// two stores).
@@ -450,6 +480,7 @@ impl Exchange {
             }
             Phase::Finished => {}
         }
+        self.count_request();
         self.log_access();
         let mut keep = self.keep_alive;
         if keep && !matches!(self.body, Body::Done) {
@@ -468,6 +499,7 @@ impl Exchange {
         } else {
             self.closing_linger()
         };
+        self.shared.response_ended(self.ctx.thread);
         let Exchange { mut conn, ctx, .. } = *self;
         if !keep && (conn.has_pending_output() || linger != Linger::No) {
             // The loop writes the rest (if any), then closes, lingering if the client may

@@ -28,6 +28,9 @@ impl Exchange {
     /// handed to the socket" (or to the poller). `last`: nothing of the response follows
     /// these bytes (`finish`).
     pub(super) fn emit(&mut self, parts: &[&[u8]], last: bool) -> io::Result<()> {
+        if last {
+            self.count_request();
+        }
         self.begin_client_wait();
         let result = self.emit_parts(parts, last);
         let total = if result.is_ok() {
@@ -100,6 +103,8 @@ impl Exchange {
         if !output.try_queue(&self.shared.buffers, &[&self.ctx.out], store) {
             return false;
         }
+        // Queued: the slot's batch writes it later.
+        self.count_request();
         // What `finish` decides for a body that is not chunked.
         if let Some(declared) = self.declared {
             if self.body_sent < declared && !self.discards_body() {

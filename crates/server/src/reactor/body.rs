@@ -201,7 +201,10 @@ impl Reactor {
             } else {
                 match read_nonblocking(fd, &mut self.bodies.scratch[..room]) {
                     Ok(Some(0)) | Err(_) => return BodyStep::Close,
-                    Ok(Some(n)) => body.take(&mut area, &self.bodies.scratch[..n]),
+                    Ok(Some(n)) => {
+                        conn.received += n as u64;
+                        body.take(&mut area, &self.bodies.scratch[..n])
+                    }
                     Ok(None) => {
                         body.release_reserved();
                         conn.maybe_more = false;

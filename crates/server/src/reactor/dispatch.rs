@@ -116,7 +116,8 @@ impl Reactor {
                     if driver.serves_inline() && self.batch.enabled() {
                         self.before_inline_dispatch(driver);
                     }
-                    if !driver.serves_inline() && self.shared.logs_queue_wait() {
+                    // The queue wait (scoreboard histogram, access log) starts now.
+                    if !driver.serves_inline() {
                         conn.ready_at = Some(Instant::now());
                     }
                     match driver.dispatch(token, conn, self.dispatch_started) {

@@ -12,6 +12,7 @@ use crate::access_log::{LoggedRequest, RequestLine};
 use crate::connection::Connection;
 use crate::exchange::SlotContext;
 use crate::listener::Peer;
+use crate::scoreboard::Counted;
 use crate::shared::WorkerShared;
 
 /// Writes the error response for a rejected head and marks the connection closed.
@@ -60,9 +61,29 @@ pub(super) fn write_error_with(
         bytes = &out[..head_len];
     }
     let body_sent = (bytes.len() - head_len) as u64;
+    count_refused(conn, code, bytes.len() as u64, shared);
     let _ = conn.reject(bytes);
     out.clear();
     log_refused(conn, code, body_sent, shared);
+}
+
+/// Counts a response of `sent` bytes the server wrote itself in the worker's counters, before
+/// it is written:
+/// the method as the request's first token (`OTHER` when it is not a registered one, or
+/// none came), the time since its head began, no queue wait.
+fn count_refused(conn: &mut Connection, code: u16, sent: u64, shared: &WorkerShared) {
+    let received = conn.buffer();
+    let method = received
+        .split(|&b| b == b' ')
+        .next()
+        .filter(|token| token.len() < received.len())
+        .unwrap_or(b"");
+    let duration = conn
+        .head_started
+        .map_or(0, |started| started.elapsed().as_micros() as u64);
+    let counted = Counted::new(method, code, duration, 0);
+    let bytes = std::mem::take(&mut conn.received);
+    shared.count_server_response(counted, bytes, sent);
 }
 
 /// The longest raw request line an access-log line quotes for a refused request.

@@ -12,7 +12,10 @@
 //!
 //! Layout: a [`Header`] of 128 bytes (the master's server-wide fields), `slots` [`Slot`]s of
 //! 128 bytes (two cache lines), then `slots * threads_per_slot`
-//! [`ThreadSlot`]s of 192 bytes, slot `s`'s thread `t` at index `s * threads_per_slot + t`.
+//! [`ThreadSlot`]s of 192 bytes, slot `s`'s thread `t` at index `s * threads_per_slot + t`;
+//! then the request counters ([`metrics`]): one [`RequestMetrics`] block per app thread (the
+//! same order), one per slot (the responses the server writes itself), and last the
+//! [`Retired`] totals of the workers reaped so far.
 //!
 //! The worker states ([`WorkerState`]), for every MPM: `booting` from fork until the worker's
 //! loop starts; then `busy` while at least one request is dispatched to the app (prefork: its
@@ -26,11 +29,13 @@
 
 use std::io;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub mod metrics;
 pub mod thread;
 
+pub use metrics::{Counted, MetricsReading, RequestMetrics};
 pub use thread::{monotonic_ns, ThreadReading, ThreadSlot, ThreadState};
 
 /// Declares a `#[repr(u32)]` enum stored in a scoreboard atomic, with its lower-case names:
@@ -147,6 +152,79 @@ pub struct Header {
     _rest: [AtomicU64; 13],
 }
 
+/// How many recent worker exits the retired totals keep (a ring).
+pub const RECENT_EXITS: usize = 16;
+
+/// The totals of the workers reaped so far, and their last exits: written by the master
+/// only, under a sequence counter ([`Scoreboard::retire`]), so that a reader summing them with
+/// the live slots ([`Scoreboard::totals`]) never counts a worker twice or not at all.
+#[repr(C, align(64))]
+pub struct Retired {
+    /// Odd while the master folds a worker in.
+    sequence: AtomicU64,
+    requests: AtomicU64,
+    accepted: AtomicU64,
+    bytes_out: AtomicU64,
+    bytes_in: AtomicU64,
+    /// Exits recorded so far (the ring's next index is this modulo [`RECENT_EXITS`]).
+    exits_recorded: AtomicU64,
+    _pad: [AtomicU64; 2],
+    /// Workers reaped, by [`ExitReason`] value.
+    exits: [AtomicU64; 16],
+    metrics: RequestMetrics,
+    recent: [ExitRecord; RECENT_EXITS],
+}
+
+/// One reaped worker, in the ring of recent exits.
+#[repr(C)]
+struct ExitRecord {
+    pid: AtomicU32,
+    slot: AtomicU32,
+    reason: AtomicU32,
+    /// The wait status (`waitpid`'s), as its bits.
+    wait_status: AtomicU32,
+    at_ms: AtomicU64,
+    requests: AtomicU64,
+}
+
+/// A recent worker exit, for readers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExitReading {
+    /// The worker's pid.
+    pub pid: u32,
+    /// Its slot.
+    pub slot: u32,
+    /// Why it exited.
+    pub reason: ExitReason,
+    /// Its wait status (`WIFSIGNALED` and the like decode it).
+    pub wait_status: i32,
+    /// When it was reaped, ms since the Unix epoch.
+    pub at_ms: u64,
+    /// Requests it completed.
+    pub requests: u64,
+}
+
+/// Server-wide totals since the master started: the live workers' slots plus the retired
+/// totals, read consistently. They only grow.
+#[derive(Clone, Debug, Default)]
+pub struct Totals {
+    /// Requests counted, by method, status class, duration and queue wait (the server's own
+    /// responses included).
+    pub metrics: MetricsReading,
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Response bytes handed to sockets.
+    pub bytes_out: u64,
+    /// Bytes read from client sockets.
+    pub bytes_in: u64,
+    /// Workers reaped, by [`ExitReason`] value.
+    pub exits: [u64; 16],
+    /// Requests in flight now (live workers).
+    pub in_flight: u64,
+    /// Connections open now (live workers).
+    pub connections: u64,
+}
+
 /// One worker's slot. `#[repr(C)]`, 64-byte aligned, two cache lines: the first holds what
 /// the worker writes per request, the second what the master writes (exit reason, memory)
 /// and the dump flag, so the master's writes never take the line the worker's requests use.
@@ -171,7 +249,8 @@ pub struct Slot {
     /// Response bytes handed to the socket, or to the poller to write (ADR 0009), since the
     /// worker started (added per request).
     pub bytes_out: AtomicU64,
-    _first_line_end: AtomicU64,
+    /// Bytes read from client sockets since the worker started (added per read).
+    pub bytes_in: AtomicU64,
     /// An [`ExitReason`] value.
     pub exit_reason: AtomicU32,
     /// Set by the worker's dump-signal handler once the stack dump was written.
@@ -209,6 +288,8 @@ pub struct SlotReading {
     pub connections: u64,
     /// See [`Slot::bytes_out`].
     pub bytes_out: u64,
+    /// See [`Slot::bytes_in`].
+    pub bytes_in: u64,
     /// See [`Slot::exit_reason`].
     pub exit_reason: ExitReason,
     /// See [`Slot::dumped`].
@@ -307,7 +388,67 @@ impl Scoreboard {
         let thread_bytes = slots
             .checked_mul(threads_per_slot)?
             .checked_mul(std::mem::size_of::<ThreadSlot>())?;
-        slot_bytes.checked_add(thread_bytes)
+        let metrics_bytes = slots
+            .checked_mul(threads_per_slot)?
+            .checked_add(slots)?
+            .checked_mul(std::mem::size_of::<RequestMetrics>())?;
+        slot_bytes
+            .checked_add(thread_bytes)?
+            .checked_add(metrics_bytes)?
+            .checked_add(std::mem::size_of::<Retired>())
+    }
+
+    /// The first request-metrics block (app thread 0 of slot 0), right after the sub-slots.
+    fn metrics_base(&self) -> *const RequestMetrics {
+        // SAFETY: the sub-slots end inside the mapping (mapping_len counts them and what
+        // follows); every size before is a multiple of 64, RequestMetrics' alignment.
+        unsafe {
+            self.base
+                .as_ptr()
+                .add(self.slots)
+                .cast::<ThreadSlot>()
+                .add(self.slots * self.threads_per_slot)
+                .cast::<RequestMetrics>()
+        }
+    }
+
+    /// The request counters of app thread `thread` of slot `index` (only that thread writes
+    /// them), or `None` when out of range.
+    pub fn thread_metrics(&self, index: usize, thread: usize) -> Option<&RequestMetrics> {
+        if index >= self.slots || thread >= self.threads_per_slot {
+            return None;
+        }
+        // SAFETY: in range of the blocks mapping_len counts; atomics only.
+        Some(unsafe {
+            &*self
+                .metrics_base()
+                .add(index * self.threads_per_slot + thread)
+        })
+    }
+
+    /// The counters of the responses slot `index`'s worker writes itself (400, 408, 413,
+    /// 414, 431, 503: any of its threads, with locked adds), or `None` when out of range.
+    pub fn server_metrics(&self, index: usize) -> Option<&RequestMetrics> {
+        if index >= self.slots {
+            return None;
+        }
+        // SAFETY: as in thread_metrics; these blocks follow the per-thread ones.
+        Some(unsafe {
+            &*self
+                .metrics_base()
+                .add(self.slots * self.threads_per_slot + index)
+        })
+    }
+
+    /// The totals of the workers reaped so far (the last region of the mapping).
+    pub fn retired(&self) -> &Retired {
+        // SAFETY: the last region, after every metrics block; aligned as RequestMetrics is.
+        unsafe {
+            &*self
+                .metrics_base()
+                .add(self.slots * (self.threads_per_slot + 1))
+                .cast::<Retired>()
+        }
     }
 
     /// The server-wide fields.
@@ -326,7 +467,9 @@ impl Scoreboard {
 
     /// Master: the current generation (after a reload began).
     pub fn set_generation(&self, generation: u32) {
-        self.header().generation.store(generation, Ordering::Relaxed);
+        self.header()
+            .generation
+            .store(generation, Ordering::Relaxed);
     }
 
     /// Master: the server began to stop (`/readyz` says not ready from now on).
@@ -384,6 +527,7 @@ impl Scoreboard {
             &slot.accepted,
             &slot.connections,
             &slot.bytes_out,
+            &slot.bytes_in,
             &slot.rss,
             &slot.pss,
             &slot.uss,
@@ -400,6 +544,12 @@ impl Scoreboard {
             if let Some(thread_slot) = self.thread_slot(index, thread) {
                 thread_slot.reset();
             }
+            if let Some(metrics) = self.thread_metrics(index, thread) {
+                metrics.reset();
+            }
+        }
+        if let Some(metrics) = self.server_metrics(index) {
+            metrics.reset();
         }
         slot.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
         slot.generation.store(generation, Ordering::Relaxed);
@@ -421,6 +571,153 @@ impl Scoreboard {
         slot.connections.store(0, Ordering::Relaxed);
         slot.pid.store(0, Ordering::Release);
         true
+    }
+
+    /// Master, for a reaped worker (pid `pid`, wait status `wait_status`) in slot `index`:
+    /// adds its counters to the retired totals, counts its exit by the reason recorded in the
+    /// slot, keeps it in the ring of recent exits, and frees the slot ([`Scoreboard::clear`]),
+    /// all under the retired totals' sequence counter.
+    pub fn retire(&self, index: usize, pid: u32, wait_status: i32) -> bool {
+        let Some(slot) = self.slot(index) else {
+            return false;
+        };
+        let retired = self.retired();
+        let sequence = retired.sequence.load(Ordering::Relaxed);
+        retired.sequence.store(sequence + 1, Ordering::Relaxed);
+        // Orders the odd sequence before the changes (seqlock writer).
+        fence(Ordering::Release);
+        let requests = slot.requests.load(Ordering::Relaxed);
+        for (from, to) in [
+            (&slot.requests, &retired.requests),
+            (&slot.accepted, &retired.accepted),
+            (&slot.bytes_out, &retired.bytes_out),
+            (&slot.bytes_in, &retired.bytes_in),
+        ] {
+            to.fetch_add(from.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+        }
+        let reason = ExitReason::from_u32(slot.exit_reason.load(Ordering::Relaxed));
+        retired.exits[reason as usize].fetch_add(1, Ordering::Relaxed);
+        for thread in 0..self.threads_per_slot {
+            if let Some(metrics) = self.thread_metrics(index, thread) {
+                metrics.fold_into(&retired.metrics);
+            }
+        }
+        if let Some(metrics) = self.server_metrics(index) {
+            metrics.fold_into(&retired.metrics);
+        }
+        let recorded = retired.exits_recorded.load(Ordering::Relaxed);
+        let record = &retired.recent[recorded as usize % RECENT_EXITS];
+        record.pid.store(pid, Ordering::Relaxed);
+        record.slot.store(index as u32, Ordering::Relaxed);
+        record.reason.store(reason as u32, Ordering::Relaxed);
+        record
+            .wait_status
+            .store(wait_status as u32, Ordering::Relaxed);
+        record.at_ms.store(now_ms(), Ordering::Relaxed);
+        record.requests.store(requests, Ordering::Relaxed);
+        retired
+            .exits_recorded
+            .store(recorded + 1, Ordering::Relaxed);
+        self.clear(index);
+        retired.sequence.store(sequence + 2, Ordering::Release);
+        true
+    }
+
+    /// Reads `read` consistently with the master's [`Scoreboard::retire`]: again while the
+    /// master folds a worker in (it takes microseconds; bounded, in case the master died
+    /// mid-fold: then the last reading is returned).
+    fn read_consistent<T>(&self, mut read: impl FnMut() -> T) -> T {
+        let sequence = &self.retired().sequence;
+        for _ in 0..10_000 {
+            let before = sequence.load(Ordering::Acquire);
+            if before & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let value = read();
+            // Orders the reads before the second sequence load (seqlock reader).
+            fence(Ordering::Acquire);
+            if sequence.load(Ordering::Relaxed) == before {
+                return value;
+            }
+        }
+        read()
+    }
+
+    /// Server-wide totals: the live slots plus the retired totals.
+    pub fn totals(&self) -> Totals {
+        self.read_consistent(|| {
+            let retired = self.retired();
+            let mut totals = Totals {
+                accepted: retired.accepted.load(Ordering::Relaxed),
+                bytes_out: retired.bytes_out.load(Ordering::Relaxed),
+                bytes_in: retired.bytes_in.load(Ordering::Relaxed),
+                ..Totals::default()
+            };
+            for (total, exits) in totals.exits.iter_mut().zip(retired.exits.iter()) {
+                *total = exits.load(Ordering::Relaxed);
+            }
+            retired.metrics.add_to(&mut totals.metrics);
+            for index in 0..self.slots {
+                let Some(slot) = self.slot(index) else {
+                    continue;
+                };
+                // A free slot's counters were folded in (and zeroed) when it was retired.
+                totals.accepted += slot.accepted.load(Ordering::Relaxed);
+                totals.bytes_out += slot.bytes_out.load(Ordering::Relaxed);
+                totals.bytes_in += slot.bytes_in.load(Ordering::Relaxed);
+                if slot.pid.load(Ordering::Relaxed) != 0 {
+                    totals.in_flight += u64::from(slot.active.load(Ordering::Relaxed));
+                    totals.connections += slot.connections.load(Ordering::Relaxed);
+                }
+                for thread in 0..self.threads_per_slot {
+                    if let Some(metrics) = self.thread_metrics(index, thread) {
+                        metrics.add_to(&mut totals.metrics);
+                    }
+                }
+                if let Some(metrics) = self.server_metrics(index) {
+                    metrics.add_to(&mut totals.metrics);
+                }
+            }
+            totals
+        })
+    }
+
+    /// The counters of live slot `index` alone: requests by method and status class and the
+    /// histograms (its threads' blocks and its own).
+    pub fn slot_metrics(&self, index: usize) -> MetricsReading {
+        let mut reading = MetricsReading::default();
+        for thread in 0..self.threads_per_slot {
+            if let Some(metrics) = self.thread_metrics(index, thread) {
+                metrics.add_to(&mut reading);
+            }
+        }
+        if let Some(metrics) = self.server_metrics(index) {
+            metrics.add_to(&mut reading);
+        }
+        reading
+    }
+
+    /// The recent worker exits, newest first (at most [`RECENT_EXITS`]).
+    pub fn recent_exits(&self) -> Vec<ExitReading> {
+        self.read_consistent(|| {
+            let retired = self.retired();
+            let recorded = retired.exits_recorded.load(Ordering::Relaxed);
+            let kept = recorded.min(RECENT_EXITS as u64);
+            (1..=kept)
+                .map(|back| {
+                    let record = &retired.recent[((recorded - back) as usize) % RECENT_EXITS];
+                    ExitReading {
+                        pid: record.pid.load(Ordering::Relaxed),
+                        slot: record.slot.load(Ordering::Relaxed),
+                        reason: ExitReason::from_u32(record.reason.load(Ordering::Relaxed)),
+                        wait_status: record.wait_status.load(Ordering::Relaxed) as i32,
+                        at_ms: record.at_ms.load(Ordering::Relaxed),
+                        requests: record.requests.load(Ordering::Relaxed),
+                    }
+                })
+                .collect()
+        })
     }
 
     /// Master: records the latest memory sample of slot `index` (bytes).
@@ -458,6 +755,7 @@ impl Scoreboard {
             heartbeat_ms: slot.heartbeat_ms.load(Ordering::Relaxed),
             connections: slot.connections.load(Ordering::Relaxed),
             bytes_out: slot.bytes_out.load(Ordering::Relaxed),
+            bytes_in: slot.bytes_in.load(Ordering::Relaxed),
             exit_reason: ExitReason::from_u32(slot.exit_reason.load(Ordering::Relaxed)),
             dumped: slot.dumped.load(Ordering::Acquire) != 0,
             rss: slot.rss.load(Ordering::Relaxed),
@@ -532,13 +830,25 @@ mod tests {
     fn the_mapping_holds_the_header_the_slots_then_their_threads() {
         let board = Scoreboard::new(3, 4).unwrap();
         assert_eq!(board.threads_per_slot(), 4);
-        assert_eq!(Scoreboard::mapping_len(3, 4), Some(128 + 3 * 128 + 12 * 192));
         let first = board.thread_slot(0, 0).unwrap() as *const ThreadSlot as usize;
         let last = board.thread_slot(2, 3).unwrap() as *const ThreadSlot as usize;
         assert_eq!(first - board.base.as_ptr() as usize, 3 * 128);
         assert_eq!(last - first, 11 * 192);
         assert!(board.thread_slot(2, 4).is_none());
         assert!(board.thread_slot(3, 0).is_none());
+        assert_eq!(std::mem::size_of::<Retired>(), 22 * 64);
+        assert_eq!(
+            Scoreboard::mapping_len(3, 4),
+            Some(128 + 3 * 128 + 12 * 192 + 15 * 704 + 22 * 64)
+        );
+        let metrics = board.thread_metrics(0, 0).unwrap() as *const RequestMetrics as usize;
+        assert_eq!(metrics - last, 192);
+        let server = board.server_metrics(2).unwrap() as *const RequestMetrics as usize;
+        assert_eq!(server - metrics, 14 * 704);
+        let retired = board.retired() as *const Retired as usize;
+        assert_eq!(retired - server, 704);
+        assert!(board.thread_metrics(0, 4).is_none());
+        assert!(board.server_metrics(3).is_none());
         assert!(Scoreboard::new(1, 0).is_err());
     }
 
@@ -609,6 +919,82 @@ mod tests {
         assert_eq!(ExitReason::from_u32(99), ExitReason::None);
         assert_eq!(ThreadState::from_u32(99), ThreadState::Idle);
         assert_eq!(WorkerState::KeepAlive.name(), "keepalive");
+    }
+
+    #[test]
+    fn a_retired_worker_s_counts_move_to_the_totals_which_only_grow() {
+        let board = Scoreboard::new(2, 2).unwrap();
+        board.claim(0, 10, 1);
+        board.claim(1, 11, 1);
+        let slot = board.slot(0).unwrap();
+        slot.requests.store(2, Ordering::Relaxed);
+        slot.accepted.store(1, Ordering::Relaxed);
+        slot.bytes_out.store(300, Ordering::Relaxed);
+        slot.bytes_in.store(80, Ordering::Relaxed);
+        slot.active.store(1, Ordering::Relaxed);
+        slot.connections.store(1, Ordering::Relaxed);
+        let thread = board.thread_metrics(0, 1).unwrap();
+        thread.record_owned(Counted::new(b"GET", 200, 10, 1));
+        thread.record_owned(Counted::new(b"POST", 500, 10, 1));
+        board
+            .server_metrics(1)
+            .unwrap()
+            .record_shared(Counted::new(b"GET", 408, 5, 0));
+        let before = board.totals();
+        assert_eq!(before.metrics.total(), 3);
+        assert_eq!(
+            (before.accepted, before.bytes_out, before.bytes_in),
+            (1, 300, 80)
+        );
+        assert_eq!((before.in_flight, before.connections), (1, 1));
+
+        board.set_exit_reason(0, ExitReason::Crash);
+        assert!(board.retire(0, 10, 9));
+        let after = board.totals();
+        assert_eq!(after.metrics, before.metrics);
+        assert_eq!(
+            (after.accepted, after.bytes_out, after.bytes_in),
+            (1, 300, 80)
+        );
+        assert_eq!((after.in_flight, after.connections), (0, 0));
+        assert_eq!(after.exits[ExitReason::Crash as usize], 1);
+        assert_eq!(board.read(0).unwrap().state, WorkerState::Free);
+        assert_eq!(board.slot_metrics(0), MetricsReading::default());
+
+        // The slot's next worker starts from zero; the totals keep the first one's.
+        board.claim(0, 12, 2);
+        board
+            .thread_metrics(0, 0)
+            .unwrap()
+            .record_owned(Counted::new(b"GET", 200, 10, 1));
+        assert_eq!(board.totals().metrics.total(), 4);
+        let exits = board.recent_exits();
+        assert_eq!(exits.len(), 1);
+        assert_eq!(
+            (
+                exits[0].pid,
+                exits[0].slot,
+                exits[0].reason,
+                exits[0].wait_status
+            ),
+            (10, 0, ExitReason::Crash, 9)
+        );
+        assert_eq!(exits[0].requests, 2);
+        assert!(!board.retire(2, 1, 0));
+    }
+
+    #[test]
+    fn the_ring_keeps_the_newest_exits_first() {
+        let board = Scoreboard::new(1, 1).unwrap();
+        for pid in 1..=(RECENT_EXITS as u32 + 3) {
+            board.claim(0, pid, 1);
+            board.retire(0, pid, 0);
+        }
+        let pids: Vec<u32> = board.recent_exits().iter().map(|exit| exit.pid).collect();
+        assert_eq!(pids.len(), RECENT_EXITS);
+        assert_eq!(pids[0], RECENT_EXITS as u32 + 3);
+        assert_eq!(pids[RECENT_EXITS - 1], 4);
+        assert_eq!(board.totals().exits[ExitReason::None as usize], 19);
     }
 
     #[test]

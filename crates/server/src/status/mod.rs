@@ -1,5 +1,5 @@
-//! The status process's server: `/healthz`, `/readyz` and `/status.json`, read from the
-//! scoreboard, on the status listener (`status_bind`), off the public port. The master forks
+//! The status process's server: `/` (an HTML page), `/status.json`, `/metrics`
+//! (Prometheus), `/healthz` and `/readyz`, read from the scoreboard, on the status listener (`status_bind`), off the public port. The master forks
 //! it and supervises it like a worker; it runs no app, so it answers while every worker is
 //! busy or stuck.
 //!
@@ -10,8 +10,9 @@
 //! the master's life pipe closes (the master is gone) or on `SIGTERM` (the default action:
 //! it holds nothing to clean up).
 //!
-//! It owns the routes and the JSON layout (`docs/status.md`, schema `tines-status/1`); it
-//! must not write to the scoreboard.
+//! It owns the routes; `snapshot` reads the scoreboard once per request (and keeps the
+//! request totals' history for the rates), `json`, `prometheus` and `html` render it
+//! (`docs/status.md`, schema `tines-status/1`). It must not write to the scoreboard.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -22,8 +23,15 @@ use std::time::Duration;
 
 use tines_proto::{parse_request_head, HeadStatus, Limits, RequestHead};
 
-use crate::scoreboard::{monotonic_ns, now_ms, ThreadState, WorkerState};
+use crate::scoreboard::{monotonic_ns, WorkerState};
 use crate::Scoreboard;
+
+mod html;
+mod json;
+mod prometheus;
+mod snapshot;
+
+use snapshot::{History, Snapshot, SAMPLE_EVERY_MS};
 
 /// How long one client may take to send its request, or to take the response.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -47,7 +55,14 @@ pub struct StatusSpec {
 
 /// Serves until the master is gone. Errors other than a client's are returned.
 pub fn run_status(spec: &StatusSpec) -> io::Result<()> {
+    let mut history = History::default();
     loop {
+        // The request total is sampled at least every few seconds for the rates, whether or
+        // not anyone asks.
+        history.sample(
+            monotonic_ns() / 1_000_000,
+            spec.scoreboard.totals().metrics.total(),
+        );
         let mut fds = [
             libc::pollfd {
                 fd: spec.listener,
@@ -61,7 +76,7 @@ pub fn run_status(spec: &StatusSpec) -> io::Result<()> {
             },
         ];
         // SAFETY: two valid pollfd structs; the kernel writes only their revents.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, SAMPLE_EVERY_MS as i32) };
         if ready < 0 {
             let err = io::Error::last_os_error();
             if err.kind() == io::ErrorKind::Interrupted {
@@ -87,13 +102,13 @@ pub fn run_status(spec: &StatusSpec) -> io::Result<()> {
             }
             // SAFETY: a new descriptor that nothing else owns.
             let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-            serve_one(TcpStream::from(owned), spec);
+            serve_one(TcpStream::from(owned), spec, &mut history);
         }
     }
 }
 
 /// Reads one request head, answers it and closes (any failure just drops the client).
-fn serve_one(mut stream: TcpStream, spec: &StatusSpec) {
+fn serve_one(mut stream: TcpStream, spec: &StatusSpec, history: &mut History) {
     // A Unix-socket peer works through the same calls (a `TcpStream` over its fd only reads,
     // writes and sets the socket timeouts).
     let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
@@ -112,9 +127,17 @@ fn serve_one(mut stream: TcpStream, spec: &StatusSpec) {
         }
         match parse_request_head(&buf[..filled], &limits, &mut head) {
             Ok(HeadStatus::Complete) => {
-                let method = head.method.of(&buf);
-                let target = head.target.of(&buf);
-                break answer(method, target, spec);
+                let accept = head
+                    .headers
+                    .iter()
+                    .find(|(name, _)| name.of(&buf).eq_ignore_ascii_case(b"accept"))
+                    .map_or(&b""[..], |(_, value)| value.of(&buf));
+                let request = Request {
+                    method: head.method.of(&buf),
+                    target: head.target.of(&buf),
+                    accept,
+                };
+                break answer(&request, spec, history);
             }
             Ok(HeadStatus::Partial) if filled < buf.len() => continue,
             Ok(HeadStatus::Partial) => break plain(431, "request head too large\n"),
@@ -124,21 +147,54 @@ fn serve_one(mut stream: TcpStream, spec: &StatusSpec) {
     let _ = stream.write_all(&response);
 }
 
-/// The whole response for `method` `target`.
-fn answer(method: &[u8], target: &[u8], spec: &StatusSpec) -> Vec<u8> {
-    let head_only = method == b"HEAD";
-    if method != b"GET" && !head_only {
+/// What a status request asks.
+struct Request<'a> {
+    method: &'a [u8],
+    target: &'a [u8],
+    accept: &'a [u8],
+}
+
+/// The paths served, for the 404's body.
+const PATHS: &str = "/, /status.json, /metrics, /healthz, /readyz";
+
+/// The whole response to `request`.
+fn answer(request: &Request<'_>, spec: &StatusSpec, history: &mut History) -> Vec<u8> {
+    let head_only = request.method == b"HEAD";
+    if request.method != b"GET" && !head_only {
         return plain(405, "only GET and HEAD\n");
     }
-    let path = target.split(|&b| b == b'?').next().unwrap_or(b"");
+    let mut parts = request.target.splitn(2, |&b| b == b'?');
+    let path = parts.next().unwrap_or(b"");
+    let query = parts.next().unwrap_or(b"");
+    let snapshot = |history: &mut History| {
+        Snapshot::take(&spec.scoreboard, &spec.mpm, spec.show_query, history)
+    };
     let mut response = match path {
         b"/healthz" => plain(200, "ok\n"),
         b"/readyz" => match readiness(&spec.scoreboard) {
             Ok(()) => plain(200, "ready\n"),
             Err(why) => plain(503, &format!("not ready: {why}\n")),
         },
-        b"/status.json" => respond(200, "application/json", status_json(spec).as_bytes()),
-        _ => plain(404, "not found: /healthz, /readyz, /status.json\n"),
+        b"/status.json" => respond(
+            200,
+            "application/json",
+            json::render(&snapshot(history)).as_bytes(),
+        ),
+        b"/metrics" => {
+            let openmetrics = prometheus::wants_openmetrics(request.accept);
+            let content_type = if openmetrics {
+                prometheus::OPENMETRICS_TYPE
+            } else {
+                prometheus::TEXT_TYPE
+            };
+            let body = prometheus::render(&snapshot(history), openmetrics);
+            respond(200, content_type, body.as_bytes())
+        }
+        b"/" => {
+            let page = html::render(&snapshot(history), html::refresh_from_query(query));
+            respond(200, "text/html; charset=utf-8", page.as_bytes())
+        }
+        _ => plain(404, &format!("not found: {PATHS}\n")),
     };
     if head_only {
         if let Some(end) = response.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -169,124 +225,18 @@ fn readiness(board: &Scoreboard) -> Result<(), &'static str> {
     if board.header().stopping.load(Ordering::Acquire) != 0 {
         return Err("the server is stopping");
     }
-    let accepting = (0..board.len()).filter_map(|index| board.read(index)).any(|slot| {
-        slot.pid != 0
-            && !matches!(
-                slot.state,
-                WorkerState::Free | WorkerState::Booting | WorkerState::Stopping
-            )
-    });
+    let accepting = (0..board.len())
+        .filter_map(|index| board.read(index))
+        .any(|slot| {
+            slot.pid != 0
+                && !matches!(
+                    slot.state,
+                    WorkerState::Free | WorkerState::Booting | WorkerState::Stopping
+                )
+        });
     if accepting {
         Ok(())
     } else {
         Err("no worker is accepting")
     }
-}
-
-/// Appends `bytes` as a JSON string (each byte one character, as latin-1; ASCII out).
-fn push_json_string(out: &mut String, bytes: &[u8]) {
-    out.push('"');
-    for &b in bytes {
-        match b {
-            b'"' => out.push_str("\\\""),
-            b'\\' => out.push_str("\\\\"),
-            0x20..=0x7e => out.push(char::from(b)),
-            _ => out.push_str(&format!("\\u{b:04x}")),
-        }
-    }
-    out.push('"');
-}
-
-/// A request target as shown: its query replaced by `?...` unless `show_query`.
-fn shown_target(target: &[u8], show_query: bool) -> Vec<u8> {
-    match target.iter().position(|&b| b == b'?') {
-        Some(at) if !show_query => {
-            let mut shown = target[..at].to_vec();
-            shown.extend_from_slice(b"?...");
-            shown
-        }
-        _ => target.to_vec(),
-    }
-}
-
-/// `/status.json`: schema `tines-status/1` (docs/status.md).
-fn status_json(spec: &StatusSpec) -> String {
-    let board = &spec.scoreboard;
-    let header = board.header();
-    let now = now_ms();
-    let now_mono = monotonic_ns();
-    let started = header.started_ms.load(Ordering::Relaxed);
-    let mut out = String::with_capacity(4096);
-    out.push_str("{\"schema\":\"tines-status/1\"");
-    out.push_str(&format!(
-        ",\"master_pid\":{},\"generation\":{},\"mpm\":",
-        header.master_pid.load(Ordering::Acquire),
-        header.generation.load(Ordering::Relaxed)
-    ));
-    push_json_string(&mut out, spec.mpm.as_bytes());
-    out.push_str(&format!(
-        ",\"stopping\":{},\"uptime_s\":{:.3},\"time_ms\":{now}",
-        header.stopping.load(Ordering::Acquire) != 0,
-        now.saturating_sub(started) as f64 / 1000.0,
-    ));
-    let mut requests = 0u64;
-    let mut workers = String::new();
-    for index in 0..board.len() {
-        let Some(slot) = board.read(index) else {
-            continue;
-        };
-        if slot.pid == 0 {
-            continue;
-        }
-        requests += slot.requests;
-        if !workers.is_empty() {
-            workers.push(',');
-        }
-        workers.push_str(&format!(
-            "{{\"slot\":{index},\"pid\":{},\"generation\":{},\"state\":\"{}\",\
-             \"requests\":{},\"active\":{},\"connections\":{},\"accepted\":{},\
-             \"bytes_out\":{},\"heartbeat_age_ms\":{},\"memory\":{{\"rss\":{},\"pss\":{},\
-             \"uss\":{},\"swap\":{}}},\"threads\":[",
-            slot.pid,
-            slot.generation,
-            slot.state.name(),
-            slot.requests,
-            slot.active,
-            slot.connections,
-            slot.accepted,
-            slot.bytes_out,
-            now.saturating_sub(slot.heartbeat_ms),
-            slot.rss,
-            slot.pss,
-            slot.uss,
-            slot.swap,
-        ));
-        for (thread, reading) in board.read_threads(index).into_iter().enumerate() {
-            if thread > 0 {
-                workers.push(',');
-            }
-            let busy = reading.state != ThreadState::Idle;
-            workers.push_str(&format!(
-                "{{\"thread\":{thread},\"state\":\"{}\",\"requests\":{}",
-                reading.state.name(),
-                reading.requests
-            ));
-            if busy {
-                workers.push_str(",\"method\":");
-                push_json_string(&mut workers, &reading.method);
-                workers.push_str(",\"target\":");
-                push_json_string(&mut workers, &shown_target(&reading.target, spec.show_query));
-                workers.push_str(&format!(
-                    ",\"elapsed_ms\":{:.3}",
-                    now_mono.saturating_sub(reading.dispatch_ns) as f64 / 1e6
-                ));
-            }
-            workers.push('}');
-        }
-        workers.push_str("]}");
-    }
-    out.push_str(&format!(",\"requests\":{requests},\"workers\":["));
-    out.push_str(&workers);
-    out.push_str("]}\n");
-    out
 }

@@ -1,0 +1,167 @@
+//! `/status.json`: schema `tines-status/1` (docs/status.md). Fields are only ever added within
+//! a schema version.
+
+use std::fmt::Write;
+
+use super::snapshot::{restarts, wait_status_parts, Snapshot, RATE_WINDOWS_S};
+use crate::scoreboard::metrics::{METHODS, STATUS_CLASSES};
+use crate::scoreboard::{ExitReading, ThreadState};
+
+/// Appends `bytes` as a JSON string (each byte one character, as latin-1; ASCII out).
+pub fn push_json_string(out: &mut String, bytes: &[u8]) {
+    out.push('"');
+    for &b in bytes {
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => {
+                let _ = write!(out, "\\u{b:04x}");
+            }
+        }
+    }
+    out.push('"');
+}
+
+fn push_exit(out: &mut String, exit: &ExitReading) {
+    let (how, value) = wait_status_parts(exit.wait_status);
+    let _ = write!(
+        out,
+        "{{\"pid\":{},\"slot\":{},\"reason\":\"{}\",\"{how}\":{value},\"time_ms\":{},\
+         \"requests\":{}}}",
+        exit.pid,
+        exit.slot,
+        exit.reason.name(),
+        exit.at_ms,
+        exit.requests
+    );
+}
+
+/// The document.
+pub fn render(snap: &Snapshot) -> String {
+    let totals = &snap.totals;
+    let metrics = &totals.metrics;
+    let mut out = String::with_capacity(4096);
+    let _ = write!(
+        out,
+        "{{\"schema\":\"tines-status/1\",\"master_pid\":{},\"generation\":{},\"mpm\":",
+        snap.master_pid, snap.generation
+    );
+    push_json_string(&mut out, snap.mpm.as_bytes());
+    let _ = write!(
+        out,
+        ",\"stopping\":{},\"uptime_s\":{:.3},\"time_ms\":{},\"requests\":{}",
+        snap.stopping,
+        snap.uptime_s,
+        snap.now_ms,
+        metrics.total()
+    );
+    out.push_str(",\"totals\":{\"by_status\":{");
+    for (class, name) in STATUS_CLASSES.iter().enumerate() {
+        let comma = if class > 0 { "," } else { "" };
+        let _ = write!(out, "{comma}\"{name}\":{}", metrics.by_class(class));
+    }
+    out.push_str("},\"by_method\":{");
+    let mut first = true;
+    for (method, name) in METHODS.iter().enumerate() {
+        let count: u64 = metrics.requests[method].iter().sum();
+        if count > 0 {
+            let comma = if first { "" } else { "," };
+            first = false;
+            let _ = write!(out, "{comma}\"{name}\":{count}");
+        }
+    }
+    let _ = write!(
+        out,
+        "}},\"accepted\":{},\"bytes_in\":{},\"bytes_out\":{},\"in_flight\":{},\
+         \"connections\":{},\"connections_idle\":{},\"duration_sum_s\":{:.6},\
+         \"queue_wait_sum_s\":{:.6}}}",
+        totals.accepted,
+        totals.bytes_in,
+        totals.bytes_out,
+        totals.in_flight,
+        totals.connections,
+        snap.idle_connections(),
+        metrics.duration_sum_us as f64 / 1e6,
+        metrics.wait_sum_us as f64 / 1e6,
+    );
+    out.push_str(",\"rates\":{");
+    for (index, (window, rate)) in RATE_WINDOWS_S.iter().zip(snap.rates).enumerate() {
+        let comma = if index > 0 { "," } else { "" };
+        let _ = write!(out, "{comma}\"{}m\":{rate:.3}", window / 60);
+    }
+    out.push_str("},\"restarts\":{");
+    for (index, (reason, count)) in restarts(totals).into_iter().enumerate() {
+        let comma = if index > 0 { "," } else { "" };
+        let _ = write!(out, "{comma}\"{reason}\":{count}");
+    }
+    out.push_str("},\"scoreboard\":\"");
+    out.extend(
+        snap.states
+            .iter()
+            .map(|&state| super::snapshot::state_char(state)),
+    );
+    out.push_str("\",\"workers\":[");
+    for (index, worker) in snap.workers.iter().enumerate() {
+        if index > 0 {
+            out.push(',');
+        }
+        let slot = &worker.slot;
+        let _ = write!(
+            out,
+            "{{\"slot\":{},\"pid\":{},\"generation\":{},\"state\":\"{}\",\
+             \"requests\":{},\"active\":{},\"connections\":{},\"accepted\":{},\
+             \"bytes_in\":{},\"bytes_out\":{},\"heartbeat_age_ms\":{},\
+             \"memory\":{{\"rss\":{},\"pss\":{},\"uss\":{},\"swap\":{}}},\"last_exit\":",
+            worker.index,
+            slot.pid,
+            slot.generation,
+            slot.state.name(),
+            slot.requests,
+            slot.active,
+            slot.connections,
+            slot.accepted,
+            slot.bytes_in,
+            slot.bytes_out,
+            snap.now_ms.saturating_sub(slot.heartbeat_ms),
+            slot.rss,
+            slot.pss,
+            slot.uss,
+            slot.swap,
+        );
+        match &worker.last_exit {
+            Some(exit) => push_exit(&mut out, exit),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"threads\":[");
+        for (number, thread) in worker.threads.iter().enumerate() {
+            if number > 0 {
+                out.push(',');
+            }
+            let _ = write!(
+                out,
+                "{{\"thread\":{number},\"state\":\"{}\",\"requests\":{}",
+                thread.state.name(),
+                thread.requests
+            );
+            if thread.state != ThreadState::Idle {
+                out.push_str(",\"method\":");
+                push_json_string(&mut out, &thread.method);
+                out.push_str(",\"target\":");
+                push_json_string(&mut out, &snap.shown_target(&thread.target));
+                let _ = write!(out, ",\"elapsed_ms\":{:.3}", snap.elapsed_ms(thread));
+            }
+            out.push('}');
+        }
+        out.push_str("]}");
+    }
+    out.push_str("],\"recent_exits\":[");
+    for (index, exit) in snap.exits.iter().enumerate() {
+        if index > 0 {
+            out.push(',');
+        }
+        push_exit(&mut out, exit);
+    }
+    out.push_str("]}\n");
+    out
+}
