@@ -1,6 +1,6 @@
 """The ``tines`` command: argument parsing generated from the settings registry.
 
-Owns: the subcommands (``serve``, ``check-config``, ``bench``), turning argv into a ``Config`` through
+Owns: the subcommands (``serve``, ``check-config``, ``status``, ``bench``), turning argv into a ``Config`` through
 ``tines.config.load``, and the exit-status contract: 0 on success, 2 with exactly one line
 ``tines: error: <message>`` on stderr for a usage, config or app-loading error.
 
@@ -107,6 +107,26 @@ def build_parser() -> ArgumentParser:
                             "so a deploy can be checked before it runs")
     _add_settings(check)
 
+    status = commands.add_parser(
+        "status", help="show the workers and totals from the status listener, like top",
+        allow_abbrev=False,
+        description="Read the running server's status listener (status_bind: from --status-bind, "
+                    "else $TINES_STATUS_BIND, else the config file) and show its workers, their "
+                    "current requests and the totals, refreshing like top on a terminal (q or "
+                    "Ctrl-C quits); printed once when the output is not a terminal. Exit 1 when "
+                    "the listener cannot be reached.")
+    status.add_argument("-c", "--config", metavar="PATH", default=argparse.SUPPRESS,
+                        help="config file to read status_bind from (default: $TINES_CONFIG, "
+                             "else ./tines.toml when it exists)")
+    status.add_argument("--status-bind", dest="status_bind", metavar="ADDRESS",
+                        default=argparse.SUPPRESS,
+                        help="the status listener: HOST:PORT or unix:/path")
+    status.add_argument("--json", action="store_true",
+                        help="print /status.json once (schema tines-status/1, docs/status.md)")
+    status.add_argument("--once", action="store_true", help="print the table once, even on a terminal")
+    status.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+                        help="seconds between refreshes (default: 2)")
+
     # Listed for --help only: main() hands `bench` argv to Rust before argparse sees it.
     commands.add_parser(
         "bench", help="load-test an HTTP server (wrk/ab-style; tines bench --help for its flags)",
@@ -194,6 +214,19 @@ def serve(cfg: Config, overrides: Mapping[str, object] | None = None) -> int:
     return int(Arbiter(cfg, overrides).run())
 
 
+def status(arguments: argparse.Namespace) -> int:
+    """``tines status``: the status listener's view (``tines.status_cli``)."""
+    from tines import status_cli
+
+    if arguments.interval <= 0:
+        raise ConfigError(f"--interval must be positive, got {arguments.interval:g}")
+    address = load(arguments).status_bind
+    if not address:
+        raise ConfigError("no status listener: pass --status-bind ADDRESS, or set status_bind "
+                          "(TINES_STATUS_BIND, or the config file)")
+    return status_cli.run(address, arguments.json, arguments.once, arguments.interval)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``tines`` and ``python -m tines``; returns the exit status."""
     words = list(sys.argv[1:] if argv is None else argv)
@@ -204,10 +237,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(_unknown_message(unknown))
     if arguments.command is None:
-        parser.error("missing COMMAND (serve, check-config or bench); see tines --help")
+        parser.error("missing COMMAND (serve, check-config, status or bench); see tines --help")
     for warning in environment_warnings():
         print(f"tines: warning: {warning}", file=sys.stderr)
     try:
+        if arguments.command == "status":
+            return status(arguments)
         cfg = load(arguments)
         if arguments.command == "check-config":
             for message in ignored_settings(cfg):

@@ -1,0 +1,225 @@
+"""``tines status``: the status listener's table in the terminal, refreshing like ``top``.
+
+Owns: reaching the status listener (``HOST:PORT`` or ``unix:/path``) for ``/status.json``,
+and the text view of that document (80 columns, colour only on a TTY). Must not: read the
+scoreboard itself (the status process does) or know how the figures are made.
+
+On a TTY it redraws every ``--interval`` seconds until ``q`` or Ctrl-C; otherwise (a pipe, a
+file) it prints the table once. ``--json`` prints the document once as received.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import select
+import shutil
+import socket
+import sys
+import time
+from typing import Any, TextIO
+
+from tines.errors import ConfigError
+
+TIMEOUT = 5.0
+"""Seconds to wait for the status listener."""
+
+
+class StatusUnreachable(Exception):
+    """The status listener did not answer (the message says why)."""
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a Unix-domain socket."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__("status", timeout=TIMEOUT)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(TIMEOUT)
+        sock.connect(self.unix_path)
+        self.sock = sock
+
+
+def connection_for(address: str) -> http.client.HTTPConnection:
+    """A connection to the status listener at ``address`` (ConfigError for one a client
+    cannot reach: an inherited ``fd://``)."""
+    if address.startswith("unix:"):
+        return _UnixConnection(address[len("unix:"):])
+    if address.startswith("fd://"):
+        raise ConfigError(f"status address {address!r} is an inherited socket: pass "
+                          "--status-bind HOST:PORT or unix:/path to reach it")
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"status address {address!r} is not HOST:PORT or unix:/path")
+    return http.client.HTTPConnection(host.strip("[]") or "127.0.0.1", int(port), timeout=TIMEOUT)
+
+
+def fetch(address: str, path: str = "/status.json") -> bytes:
+    """The body of ``path`` from the status listener."""
+    connection = connection_for(address)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        body = response.read()
+    except OSError as error:
+        raise StatusUnreachable(f"cannot reach the status listener at {address}: {error}") from error
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise StatusUnreachable(f"the status listener at {address} answered {response.status}")
+    return body
+
+
+# ---- the text view -------------------------------------------------------------------------
+
+RESET, BOLD, DIM, RED, YELLOW, GREEN, CYAN = (
+    "\x1b[0m", "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[33m", "\x1b[32m", "\x1b[36m")
+STATE_COLOURS = {"busy": YELLOW, "stopping": RED, "booting": CYAN, "idle": GREEN}
+
+
+def human_bytes(count: int) -> str:
+    """Bytes in at most 6 characters: ``512B``, ``8.0M``, ``1.2G``."""
+    value = float(count)
+    for unit in ("B", "K", "M", "G", "T"):
+        if value < 1024 or unit == "T":
+            return f"{int(value)}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_seconds(seconds: float) -> str:
+    """``12.3s``, ``4m10s``, ``2h05m``, ``3d04h``."""
+    whole = int(seconds)
+    if whole >= 86400:
+        return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+    if whole >= 3600:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    if whole >= 60:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{seconds:.1f}s"
+
+
+def render(report: dict[str, Any], width: int = 80, colour: bool = False) -> str:
+    """The table for ``report`` (a ``/status.json`` document), each line at most ``width``
+    characters (not counting colour codes)."""
+
+    def paint(text: str, code: str) -> str:
+        return f"{code}{text}{RESET}" if colour and code else text
+
+    lines: list[tuple[str, str]] = []  # (plain text, colour code)
+
+    def line(text: str, code: str = "") -> None:
+        lines.append((text, code))
+
+    totals = report.get("totals", {})
+    state = "STOPPING" if report.get("stopping") else "serving"
+    line(f"tines  master {report['master_pid']}  gen {report['generation']}  {report['mpm']}  "
+         f"up {human_seconds(report['uptime_s'])}  {state}", RED if report.get("stopping") else BOLD)
+    by_status = totals.get("by_status", {})
+    classes = " ".join(f"{name} {count}" for name, count in by_status.items() if count)
+    line(f"requests {report['requests']}" + (f" ({classes})" if classes else ""),
+         RED if by_status.get("5xx") else "")
+    rates = report.get("rates", {})
+    line("req/s " + "  ".join(f"{window} {rate:.1f}" for window, rate in rates.items())
+         + f"   in flight {totals.get('in_flight', 0)}")
+    line(f"conns {totals.get('connections', 0)} open, {totals.get('connections_idle', 0)} idle  "
+         f"accepted {totals.get('accepted', 0)}  in {human_bytes(totals.get('bytes_in', 0))}  "
+         f"out {human_bytes(totals.get('bytes_out', 0))}")
+    restarts = ", ".join(f"{reason} {count}" for reason, count in report.get("restarts", {}).items()
+                         if count)
+    line(f"restarts: {restarts or 'none'}", YELLOW if restarts else "")
+    line(f"slots: {report.get('scoreboard', '')}")
+    line("")
+    line(f"{'SLOT':>4} {'PID':>7} {'GEN':>3} {'STATE':<9} {'REQS':>7} {'CONN':>4} "
+         f"{'PSS':>6} {'USS':>6}  REQUEST", BOLD)
+    for worker in report["workers"]:
+        memory = worker["memory"]
+        busy = [thread for thread in worker["threads"] if thread["state"] != "idle"]
+        head = (f"{worker['slot']:>4} {worker['pid']:>7} {worker['generation']:>3} "
+                f"{worker['state']:<9} {worker['requests']:>7} {worker['connections']:>4} "
+                f"{human_bytes(memory['pss']):>6} {human_bytes(memory['uss']):>6}  ")
+        first = busy[0] if busy else None
+        line(head + (_request(first) if first else ""), STATE_COLOURS.get(worker["state"], ""))
+        for thread in busy[1:]:
+            line(" " * len(head) + _request(thread), YELLOW)
+    exits = report.get("recent_exits", [])
+    if exits:
+        line("")
+        line("recent exits:", BOLD)
+        now = report["time_ms"]
+        for record in exits[:5]:
+            how = (f"signal {record['signal']}" if "signal" in record
+                   else f"code {record['exit_code']}")
+            line(f"  {record['pid']:>7} slot {record['slot']:<3} {record['reason']:<15} {how:<10} "
+                 f"{record['requests']} requests, {human_seconds((now - record['time_ms']) / 1000)} ago")
+    return "".join(paint(_cut(text, width), code) + "\n" for text, code in lines)
+
+
+def _request(thread: dict[str, Any]) -> str:
+    waiting = " (client)" if thread["state"] == "client" else ""
+    elapsed = human_seconds(thread["elapsed_ms"] / 1000)
+    return f"{thread['method']} {thread['target']} {elapsed}{waiting}"
+
+
+def _cut(text: str, width: int) -> str:
+    text = text.rstrip()
+    return text if len(text) <= width else text[:width - 1] + "~"
+
+
+# ---- the command ---------------------------------------------------------------------------
+
+def run(address: str, as_json: bool, once: bool, interval: float,
+        out: TextIO = sys.stdout) -> int:
+    """``tines status``; its exit status (0, or 1 when the listener cannot be reached)."""
+    try:
+        if as_json:
+            out.write(json.dumps(json.loads(fetch(address)), indent=2) + "\n")
+            return 0
+        if once or not (out.isatty() and sys.stdin.isatty()):
+            out.write(render(json.loads(fetch(address)), width=_width(out), colour=out.isatty()))
+            return 0
+        return _watch(address, interval, out)
+    except StatusUnreachable as error:
+        print(f"tines: error: {error}", file=sys.stderr)
+        return 1
+
+
+def _width(out: TextIO) -> int:
+    """The terminal's width on a TTY (at least 80); 80 otherwise."""
+    if out.isatty():
+        return max(80, shutil.get_terminal_size((80, 24)).columns)
+    return 80
+
+
+def _watch(address: str, interval: float, out: TextIO) -> int:
+    """Redraws every ``interval`` seconds until ``q`` or Ctrl-C (the terminal in cbreak mode
+    meanwhile, restored on the way out)."""
+    import termios
+    import tty
+
+    stdin = sys.stdin.fileno()
+    saved = termios.tcgetattr(stdin)
+    try:
+        tty.setcbreak(stdin)
+        out.write("\x1b[?25l")  # hide the cursor
+        while True:
+            try:
+                body = render(json.loads(fetch(address)), width=_width(out), colour=True)
+            except StatusUnreachable as error:
+                body = f"{RED}{error}{RESET}\n"
+            stamp = time.strftime("%H:%M:%S")
+            out.write("\x1b[H\x1b[2J" + body + f"{DIM}{stamp}  q quits, every {interval:g} s{RESET}")
+            out.flush()
+            ready, _, _ = select.select([stdin], [], [], interval)
+            if ready and os.read(stdin, 1) in (b"q", b"Q"):
+                return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+        out.write("\x1b[?25h\n")
+        out.flush()
