@@ -15,6 +15,7 @@ import os
 import re
 import resource
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -66,6 +67,41 @@ def read_until_closed(sock: socket.socket) -> bytes:
     except ConnectionResetError:
         pass
     return received
+
+
+def apt_install(package: str) -> str | None:
+    """apt-get install ``package`` (``apt-get update`` only if that fails); None when done,
+    else why not."""
+    if not shutil.which("apt-get"):
+        return "no apt-get (not a Debian system)"
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    if sudo and not shutil.which("sudo"):
+        return "not root and no sudo"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = [*sudo, "apt-get", "install", "-y", "-q", "--no-install-recommends", package]
+    result = None
+    try:
+        for command in (install, [*sudo, "apt-get", "update", "-q"], install):
+            result = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                                    text=True, timeout=280, check=False)
+            if command is install and result.returncode == 0:
+                return None
+    except subprocess.TimeoutExpired as error:
+        return f"{' '.join(error.cmd)} took more than {error.timeout:.0f} s"
+    assert result is not None
+    return f"apt-get install {package} failed: {(result.stderr or result.stdout).strip()[-500:]}"
+
+
+def debian_tool(name: str, package: str | None = None) -> str:
+    """The path of the tool ``name``, installed from Debian's ``package`` (default: the same
+    name) when missing; the test skips, saying why, when it cannot be."""
+    found = shutil.which(name)
+    if found is None:
+        failure = apt_install(package or name)
+        found = shutil.which(name)
+        if found is None:
+            pytest.skip(f"{name} is not installed and could not be: {failure or 'not on PATH after install'}")
+    return found
 
 
 def children(pid: int) -> list[int]:

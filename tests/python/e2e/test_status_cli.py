@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import APPS, ROOT, wait_until
+from conftest import APPS, ROOT, debian_tool, wait_until
 from test_status import status, status_port
 
 ENV = {"PYTHONPATH": str(APPS), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
@@ -93,23 +92,8 @@ def test_errors_are_one_line() -> None:
 
 @pytest.fixture(scope="module")
 def tmux() -> str:
-    """tmux, installed from Debian's packages when missing (or the test is skipped)."""
-    found = shutil.which("tmux")
-    if found:
-        return found
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = [*sudo, "apt-get", "install", "-y", "--no-install-recommends", "tmux"]
-    try:
-        if subprocess.run(install, capture_output=True, env=env, timeout=600).returncode != 0:
-            subprocess.run([*sudo, "apt-get", "update"], capture_output=True, env=env, timeout=600)
-            subprocess.run(install, capture_output=True, env=env, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        pytest.skip(f"tmux is not installed and apt-get could not install it: {error}")
-    found = shutil.which("tmux")
-    if not found:
-        pytest.skip("tmux is not installed and apt-get could not install it")
-    return found
+    """tmux, installed with apt-get when missing (or the test skips, saying why)."""
+    return debian_tool("tmux")
 
 
 def test_in_a_terminal_it_refreshes_in_colour_until_q(held: tuple[Any, int], tmux: str, tmp_path: Path) -> None:
