@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from setproctitle import setproctitle
 
-from tines import limits, logs, memory, preflight, reloader, sdnotify, upgrade, watchdog
+from tines import limits, logs, memory, preflight, profiler, reloader, sdnotify, upgrade, watchdog
 from tines import pool as spare_pool
 from tines import reload as reloading
 from tines import status as status_process
@@ -197,6 +197,7 @@ class Arbiter:
             gc.freeze()
         self.drop_privileges()
         logs.check_access_log(cfg.access_log)  # as the user the workers run as
+        profiler.prepare(cfg, self.pid)  # likewise
         import tines._core as _core
 
         most = self.num_workers if self.pool is None else self.pool.settings.max_workers
@@ -508,6 +509,7 @@ class Arbiter:
                             *filter(None, [self.notifier.fileno()]), *self.upgrade.inherited_fds(),
                             *self.status.close_in_child()],
             master_pid=self.pid, app=self.app, settings=self.worker_settings, hooks=self.hooks,
+            profile_dir=profiler.profile_path(self.cfg, self.pid),
         )
         self.hooks.call_logged("pre_fork", self.server_view(),
                                WorkerView(pid=None, slot=slot, generation=self.generation, mpm=self.cfg.mpm))

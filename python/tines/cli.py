@@ -126,6 +126,17 @@ def build_parser() -> ArgumentParser:
     status.add_argument("--once", action="store_true", help="print the table once, even on a terminal")
     status.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
                         help="seconds between refreshes (default: 2)")
+    status.add_argument("--profile", action="store_true",
+                        help="instead of the table: merge the workers' profiles (a server run "
+                             "with --profile) and print the functions with the most samples")
+    status.add_argument("--profile-dir", dest="profile_dir", metavar="DIR", default=argparse.SUPPRESS,
+                        help="where the workers wrote their profiles (default: profile_dir from "
+                             "the environment or the config file, else the server's default, "
+                             "found through its status listener)")
+    status.add_argument("--profile-out", metavar="DIR",
+                        help="also write profile.pstats and profile.collapsed (flame graphs) there")
+    status.add_argument("--top", type=int, default=20, metavar="N",
+                        help="functions in the profile table (default: 20)")
 
     # Listed for --help only: main() hands `bench` argv to Rust before argparse sees it.
     commands.add_parser(
@@ -220,7 +231,12 @@ def status(arguments: argparse.Namespace) -> int:
 
     if arguments.interval <= 0:
         raise ConfigError(f"--interval must be positive, got {arguments.interval:g}")
-    address = load(arguments).status_bind
+    cfg = load(arguments)
+    address = cfg.status_bind
+    if arguments.profile:
+        if arguments.top <= 0:
+            raise ConfigError(f"--top must be positive, got {arguments.top}")
+        return status_cli.profile(cfg.profile_dir, address, arguments.profile_out, arguments.top)
     if not address:
         raise ConfigError("no status listener: pass --status-bind ADDRESS, or set status_bind "
                           "(TINES_STATUS_BIND, or the config file)")

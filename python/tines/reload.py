@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tines import config, logs, preflight, watchdog
+from tines import config, logs, preflight, profiler, watchdog
 from tines import pool as spare_pool
 from tines.config import Config
 from tines.errors import ConfigError
@@ -264,6 +264,7 @@ class Reloader:
         forget_hooks_module(new.hooks)
         checked = preflight.check(new)
         logs.check_access_log(new.access_log)
+        profiler.prepare(new, self.arbiter.pid)
         return new, checked
 
     def put_in_force(self, cfg: Config, worker_settings: dict[str, object], hooks: Hooks,

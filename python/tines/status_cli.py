@@ -172,6 +172,39 @@ def _cut(text: str, width: int) -> str:
 
 # ---- the command ---------------------------------------------------------------------------
 
+def profile(directory: str | None, address: str | None, out_dir: str | None, top: int,
+            out: TextIO = sys.stdout) -> int:
+    """``tines status --profile``: merges the workers' profiles in ``directory`` (else the
+    server's default one, named after its master pid, asked of the status listener at
+    ``address``); prints the top table and writes the files into ``out_dir``. Exit 1 when
+    there is no profile to read."""
+    from tines import profiler
+
+    try:
+        if directory is None:
+            if not address:
+                raise ConfigError("no profile directory: pass --profile-dir DIR (the server's "
+                                  "profile_dir), or --status-bind ADDRESS to ask the server")
+            directory = profiler.default_dir(int(json.loads(fetch(address))["master_pid"]))
+    except StatusUnreachable as error:
+        print(f"tines: error: {error}", file=sys.stderr)
+        return 1
+    try:
+        merged, files = profiler.merge(directory)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"tines: error: cannot read the profiles in {directory}: {error}", file=sys.stderr)
+        return 1
+    if not files:
+        print(f"tines: error: no profile in {directory} (is the server running with --profile?)",
+              file=sys.stderr)
+        return 1
+    out.write(profiler.top_table(merged, files, top))
+    if out_dir is not None:
+        for path in profiler.write_outputs(merged, out_dir):
+            out.write(f"wrote {path}\n")
+    return 0
+
+
 def run(address: str, as_json: bool, once: bool, interval: float,
         out: TextIO = sys.stdout) -> int:
     """``tines status``; its exit status (0, or 1 when the listener cannot be reached)."""

@@ -88,6 +88,8 @@ class WorkerContext:
     """The worker settings for ``tines._core.run_worker`` (from ``worker_settings``)."""
     hooks: Hooks
     """The server hooks (post_fork, post_worker_init, worker_exit, pre/post_request run here)."""
+    profile_dir: str | None = None
+    """Where the sampling profiler writes (``profile``; None: off)."""
 
 
 def worker_settings(cfg: Config) -> dict[str, object]:
@@ -282,10 +284,20 @@ def _serve(context: WorkerContext) -> int:
 
     # Rust writes the ready message once the access log is open and the app threads started.
     draining = {reason: encode_draining(pid, context.slot, reason) for reason in DRAINING_REASONS}
+    sampler = None
+    if context.profile_dir is not None:
+        from tines import profiler
+
+        # The app's frames sit on this function's frame (run_worker calls the app from Rust):
+        # the profiler cuts the stacks there.
+        sampler = profiler.Sampler(context.profile_dir, cfg.profile_interval, _serve.__code__)
+        sampler.start()
     reason = _core.run_worker(app, context.settings, context.listeners, context.scoreboard,
                               context.slot, context.life_read,
                               (context.notify_write, encode_ready(pid, context.slot)),
                               (context.notify_write, draining))
     log.debug("worker %d (slot %d) stopped: %s", pid, context.slot, reason)
+    if sampler is not None:
+        sampler.stop()
     context.hooks.call_logged("worker_exit", server, worker)
     return 0
