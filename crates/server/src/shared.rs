@@ -105,10 +105,17 @@ impl WorkerShared {
     }
 
     /// Counts a response of `sent` bytes the server wrote itself (a refused or timed-out
-    /// request), from any thread of the worker, and the `received` bytes of the request.
-    pub(crate) fn count_server_response(&self, counted: Counted, received: u64, sent: u64) {
+    /// request) that took `duration_us`, from any thread of the worker, and the `received`
+    /// bytes of the request.
+    pub(crate) fn count_server_response(
+        &self,
+        counted: Counted,
+        duration_us: u64,
+        received: u64,
+        sent: u64,
+    ) {
         if let Some(metrics) = self.scoreboard.server_metrics(self.slot) {
-            metrics.record_shared(counted);
+            metrics.record_shared(counted, duration_us);
         }
         let slot = self.slot();
         if received > 0 {
@@ -170,11 +177,15 @@ impl WorkerShared {
 
     /// Records the end of a response on app thread `thread`, before its connection may be
     /// closed (so a client that sees the close finds its bytes counted): its timing in the
-    /// sub-slot (no clock read) and one locked add on the slot's line (bytes out).
+    /// sub-slot and its duration in the thread's counters (no clock read: the last write's end
+    /// is the last progress point) and one locked add on the slot's line (bytes out).
     pub(crate) fn response_ended(&self, thread: usize) {
         if let Some(thread_slot) = self.thread_slot(thread) {
-            let sent = thread_slot.end_request();
+            let (sent, duration_us) = thread_slot.end_request();
             self.slot().bytes_out.fetch_add(sent, Ordering::Relaxed);
+            if let Some(metrics) = self.scoreboard.thread_metrics(self.slot, thread) {
+                metrics.observe_duration_owned(duration_us);
+            }
         }
     }
 

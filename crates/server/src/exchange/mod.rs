@@ -383,27 +383,22 @@ impl Exchange {
         self.ctx.logged_response_headers.clear();
     }
 
-    /// Counts the request in the scoreboard, once: its method, status, time so far and queue
-    /// wait, and the bytes it came in. Called when the response is complete and before its
-    /// last bytes are written (or queued for the loop to write), so a client that has the
-    /// response finds it counted; else when the exchange ends (a response abandoned).
+    /// Counts the request in the scoreboard, once: its method, status and queue wait, and the
+    /// bytes it came in (no clock read; its duration is observed when it ends). Called when
+    /// the response is complete and before its last bytes are written (or queued for the
+    /// loop to write), so a client that has the response finds it counted; else when the
+    /// exchange ends (a response abandoned).
     pub(crate) fn count_request(&mut self) {
         if self.counted {
             return;
         }
         self.counted = true;
-        let now = Instant::now();
         // Nothing could be sent: counted as the server error it is.
         let status = if self.status == 0 { 500 } else { self.status };
         let wait = self.conn.ready_at.map_or(Duration::ZERO, |ready| {
             self.started.saturating_duration_since(ready)
         });
-        let counted = Counted::new(
-            self.method(),
-            status,
-            now.saturating_duration_since(self.started).as_micros() as u64,
-            wait.as_micros() as u64,
-        );
+        let counted = Counted::new(self.method(), status, wait.as_micros() as u64);
         let received = std::mem::take(&mut self.conn.received);
         self.shared
             .count_request(self.ctx.thread, counted, received);

@@ -81,9 +81,9 @@ fn count_refused(conn: &mut Connection, code: u16, sent: u64, shared: &WorkerSha
     let duration = conn
         .head_started
         .map_or(0, |started| started.elapsed().as_micros() as u64);
-    let counted = Counted::new(method, code, duration, 0);
+    let counted = Counted::new(method, code, 0);
     let bytes = std::mem::take(&mut conn.received);
-    shared.count_server_response(counted, bytes, sent);
+    shared.count_server_response(counted, duration, bytes, sent);
 }
 
 /// The longest raw request line an access-log line quotes for a refused request.

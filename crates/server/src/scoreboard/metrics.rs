@@ -108,26 +108,24 @@ impl MetricsReading {
     }
 }
 
-/// One request's figures.
+/// What a request is counted by when its response is complete (its duration is observed
+/// when it ends: [`RequestMetrics::observe_duration_owned`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Counted {
     /// Index in [`METHODS`].
     pub method: usize,
     /// Index in [`STATUS_CLASSES`].
     pub class: usize,
-    /// Dispatch (or head start) to the count, µs.
-    pub duration_us: u64,
     /// Request read to app start, µs.
     pub wait_us: u64,
 }
 
 impl Counted {
     /// The figures of a request: `method` and `status` as sent.
-    pub fn new(method: &[u8], status: u16, duration_us: u64, wait_us: u64) -> Self {
+    pub fn new(method: &[u8], status: u16, wait_us: u64) -> Self {
         Counted {
             method: method_index(method),
             class: class_index(status),
-            duration_us,
             wait_us,
         }
     }
@@ -142,27 +140,27 @@ fn bump(counter: &AtomicU64, n: u64) {
 }
 
 impl RequestMetrics {
-    /// Owner (the one thread that writes this block): counts one request.
+    /// Owner (the one thread that writes this block): counts one request (its duration
+    /// follows when it ends).
     pub fn record_owned(&self, counted: Counted) {
         bump(&self.requests[counted.method * 5 + counted.class], 1);
-        bump(
-            &self.duration[bucket(&DURATION_BOUNDS_US, counted.duration_us)],
-            1,
-        );
-        bump(&self.duration_sum_us, counted.duration_us);
         bump(&self.wait[bucket(&WAIT_BOUNDS_US, counted.wait_us)], 1);
         bump(&self.wait_sum_us, counted.wait_us);
     }
 
-    /// Any thread: counts one request with locked adds (for a block several threads write).
-    pub fn record_shared(&self, counted: Counted) {
+    /// Owner: observes the duration of a request it counted, when the request ends.
+    pub fn observe_duration_owned(&self, duration_us: u64) {
+        bump(&self.duration[bucket(&DURATION_BOUNDS_US, duration_us)], 1);
+        bump(&self.duration_sum_us, duration_us);
+    }
+
+    /// Any thread: counts one request and its duration with locked adds (for a block several
+    /// threads write).
+    pub fn record_shared(&self, counted: Counted, duration_us: u64) {
         let add = |counter: &AtomicU64, n: u64| counter.fetch_add(n, Ordering::Relaxed);
         add(&self.requests[counted.method * 5 + counted.class], 1);
-        add(
-            &self.duration[bucket(&DURATION_BOUNDS_US, counted.duration_us)],
-            1,
-        );
-        add(&self.duration_sum_us, counted.duration_us);
+        add(&self.duration[bucket(&DURATION_BOUNDS_US, duration_us)], 1);
+        add(&self.duration_sum_us, duration_us);
         add(&self.wait[bucket(&WAIT_BOUNDS_US, counted.wait_us)], 1);
         add(&self.wait_sum_us, counted.wait_us);
     }
@@ -257,9 +255,11 @@ mod tests {
         let worker = zeroed();
         let server = zeroed();
         let retired = zeroed();
-        worker.record_owned(Counted::new(b"GET", 200, 150, 3));
-        worker.record_owned(Counted::new(b"GET", 404, 20_000_000, 2_000_000));
-        server.record_shared(Counted::new(b"BREW", 400, 0, 0));
+        worker.record_owned(Counted::new(b"GET", 200, 3));
+        worker.observe_duration_owned(150);
+        worker.record_owned(Counted::new(b"GET", 404, 2_000_000));
+        worker.observe_duration_owned(20_000_000);
+        server.record_shared(Counted::new(b"BREW", 400, 0), 0);
         let mut reading = MetricsReading::default();
         worker.add_to(&mut reading);
         server.add_to(&mut reading);

@@ -934,12 +934,12 @@ mod tests {
         slot.active.store(1, Ordering::Relaxed);
         slot.connections.store(1, Ordering::Relaxed);
         let thread = board.thread_metrics(0, 1).unwrap();
-        thread.record_owned(Counted::new(b"GET", 200, 10, 1));
-        thread.record_owned(Counted::new(b"POST", 500, 10, 1));
+        thread.record_owned(Counted::new(b"GET", 200, 1));
+        thread.record_owned(Counted::new(b"POST", 500, 1));
         board
             .server_metrics(1)
             .unwrap()
-            .record_shared(Counted::new(b"GET", 408, 5, 0));
+            .record_shared(Counted::new(b"GET", 408, 0), 5);
         let before = board.totals();
         assert_eq!(before.metrics.total(), 3);
         assert_eq!(
@@ -966,7 +966,7 @@ mod tests {
         board
             .thread_metrics(0, 0)
             .unwrap()
-            .record_owned(Counted::new(b"GET", 200, 10, 1));
+            .record_owned(Counted::new(b"GET", 200, 1));
         assert_eq!(board.totals().metrics.total(), 4);
         let exits = board.recent_exits();
         assert_eq!(exits.len(), 1);

@@ -215,20 +215,20 @@ impl ThreadSlot {
     }
 
     /// Owner: the request is complete; records its timing. Returns the response bytes (for
-    /// the slot's total).
-    pub fn end_request(&self) -> u64 {
+    /// the slot's total) and the time from dispatch to the last byte handed to the socket, µs.
+    pub fn end_request(&self) -> (u64, u64) {
         let dispatch = self.dispatch_ns.load(Ordering::Relaxed);
         let returned = self.app_returned_ns.load(Ordering::Relaxed);
         let done = self.progress_ns.load(Ordering::Relaxed);
         let app_done = if returned == 0 { done } else { returned };
         self.last_app_us
             .store(app_done.saturating_sub(dispatch) / 1000, Ordering::Relaxed);
-        self.last_response_us
-            .store(done.saturating_sub(dispatch) / 1000, Ordering::Relaxed);
+        let response_us = done.saturating_sub(dispatch) / 1000;
+        self.last_response_us.store(response_us, Ordering::Relaxed);
         self.fd.store(-1, Ordering::Relaxed);
         self.state
             .store(ThreadState::Idle as u32, Ordering::Relaxed);
-        self.response_bytes.load(Ordering::Relaxed)
+        (self.response_bytes.load(Ordering::Relaxed), response_us)
     }
 
     /// Master: marks request number `request` as timed out (the dump signal handler answers
@@ -373,7 +373,7 @@ mod tests {
         slot.waiting_on_client();
         assert_eq!(slot.read().state, ThreadState::Client);
         slot.progressed(100);
-        assert_eq!(slot.end_request(), 100);
+        assert_eq!(slot.end_request().0, 100);
         let done = slot.read();
         assert_eq!(
             (done.state, done.fd, done.requests),

@@ -118,7 +118,7 @@ pub fn render(snap: &Snapshot, openmetrics: bool) -> String {
     requests(&mut exposition, metrics);
     exposition.histogram(
         "tines_request_duration_seconds",
-        "Time from the request's dispatch (or its head, for the server's own responses) to its response complete in the server's hands.",
+        "Time from the request's dispatch (or its head, for the server's own responses) to its last byte handed to the socket.",
         &DURATION_BOUNDS_US,
         &metrics.duration,
         metrics.duration_sum_us,
