@@ -16,7 +16,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::IpAddr;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tines_proto::Version;
 
@@ -289,6 +289,80 @@ pub struct LoggedRequest<'a> {
     /// From the request being ready (head, and a body read before dispatch) to the slot
     /// taking it: the wait for an app thread (when the format shows it).
     pub queue: Option<Duration>,
+}
+
+/// An access-log line whose response was still being written when its exchange ended (a body
+/// handed to the poller: a large file, a response the client reads slowly): an owned copy of
+/// what the line shows, written once the response's bytes have gone out or the connection
+/// dropped them, with the body bytes really sent and the time until then.
+pub struct DeferredLine {
+    client: Option<IpAddr>,
+    method: Vec<u8>,
+    target: Vec<u8>,
+    version: Version,
+    status: u16,
+    body_sent: u64,
+    request_headers: Vec<(Vec<u8>, Vec<u8>)>,
+    response_headers: Vec<Option<Vec<u8>>>,
+    started: Instant,
+    queue: Option<Duration>,
+}
+
+impl DeferredLine {
+    /// A copy of `request` (a parsed one), its request headers `headers`, the exchange
+    /// having started at `started`.
+    pub fn new<'h>(
+        request: &LoggedRequest<'_>,
+        headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+        started: Instant,
+    ) -> Self {
+        DeferredLine {
+            client: request.client,
+            method: request.line.method().to_vec(),
+            target: request.line.target().to_vec(),
+            version: match request.line {
+                RequestLine::Parsed { version, .. } => version,
+                RequestLine::Raw(_) => Version::Http11,
+            },
+            status: request.status,
+            body_sent: request.body_sent,
+            request_headers: headers
+                .map(|(name, value)| (name.to_vec(), value.to_vec()))
+                .collect(),
+            response_headers: request.response_headers.to_vec(),
+            started,
+            queue: request.queue,
+        }
+    }
+
+    /// Writes the line to `log`, `unsent` bytes of the response never having been written.
+    pub fn write(self, log: &AccessLog, unsent: u64) {
+        let find = |name: &[u8]| {
+            self.request_headers
+                .iter()
+                .find(|(header, _)| header.eq_ignore_ascii_case(name))
+                .map(|(_, value)| value.as_slice())
+        };
+        let request = LoggedRequest {
+            client: self.client,
+            line: RequestLine::Parsed {
+                method: &self.method,
+                target: &self.target,
+                version: self.version,
+            },
+            status: self.status,
+            body_sent: self.body_sent.saturating_sub(unsent),
+            request_header: &find,
+            response_headers: &self.response_headers,
+            duration: log
+                .format()
+                .shows_duration()
+                .then(|| self.started.elapsed()),
+            queue: self.queue,
+        };
+        let mut line = Vec::with_capacity(256);
+        log.log(&mut line, &request, &mut LogClock::default());
+    }
 }
 
 /// gunicorn's default `access_log_format`, which is Apache's `combined`.

@@ -177,6 +177,25 @@ impl SpillFile {
     }
 }
 
+/// What to do once the bytes queued before it are written, or dropped: called with the number
+/// of those bytes that were not written (0 when all were). The exchange uses it to write an
+/// access-log line when its response has really gone out.
+pub type WhenWritten = Box<dyn FnOnce(u64) + Send>;
+
+/// A [`WhenWritten`] waiting for the written count to reach `until`.
+struct Deferred {
+    until: u64,
+    action: WhenWritten,
+}
+
+impl std::fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deferred")
+            .field("until", &self.until)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Output waiting for the client. Empty (and allocation-free) until something is deferred.
 #[derive(Debug, Default)]
 pub struct Pending {
@@ -190,6 +209,9 @@ pub struct Pending {
     held: Option<Held>,
     /// Bytes written so far (to tell progress from an event that wrote nothing).
     written: u64,
+    /// Actions waiting for the bytes queued before them ([`Pending::when_written`]), in the
+    /// order they were queued.
+    deferred: VecDeque<Deferred>,
 }
 
 /// How far a non-blocking write got.
@@ -395,9 +417,56 @@ impl Pending {
         }
     }
 
+    /// Bytes queued and not written yet.
+    pub fn unsent(&self) -> u64 {
+        self.segments
+            .iter()
+            .map(|segment| match segment {
+                Segment::Memory { bytes, sent } => (bytes.len() - sent) as u64,
+                Segment::File { remaining, .. } => *remaining,
+                Segment::Spill { sent, end, .. } => end - sent,
+            })
+            .sum()
+    }
+
+    /// Runs `action` once everything queued now is written (with 0), or dropped (with the
+    /// number of those bytes never written); at once when nothing is queued.
+    pub fn when_written(&mut self, action: WhenWritten) {
+        let unsent = self.unsent();
+        if unsent == 0 {
+            action(0);
+            return;
+        }
+        self.deferred.push_back(Deferred {
+            until: self.written + unsent,
+            action,
+        });
+    }
+
+    /// Runs the actions whose bytes are all written.
+    fn run_written(&mut self) {
+        while self
+            .deferred
+            .front()
+            .is_some_and(|deferred| deferred.until <= self.written)
+        {
+            if let Some(deferred) = self.deferred.pop_front() {
+                (deferred.action)(0);
+            }
+        }
+    }
+
+    /// Runs every waiting action with the bytes of its own that will never be written.
+    fn run_dropped(&mut self) {
+        while let Some(deferred) = self.deferred.pop_front() {
+            (deferred.action)(deferred.until.saturating_sub(self.written));
+        }
+    }
+
     /// Drops everything queued (the response was abandoned: the connection closes), giving
     /// the memory and disk back and closing the files.
     pub fn discard(&mut self) {
+        self.run_dropped();
         spare::give_queue(std::mem::take(&mut self.segments));
         self.memory = 0;
         self.reserved = 0;
@@ -406,8 +475,17 @@ impl Pending {
         }
     }
 
-    /// Writes as much as the socket takes without waiting.
+    /// Writes as much as the socket takes without waiting (and runs the actions whose bytes
+    /// went out).
     pub fn write_some(&mut self, fd: RawFd) -> io::Result<Progress> {
+        let result = self.write_segments(fd);
+        if !self.deferred.is_empty() {
+            self.run_written();
+        }
+        result
+    }
+
+    fn write_segments(&mut self, fd: RawFd) -> io::Result<Progress> {
         loop {
             let Some(front) = self.segments.front_mut() else {
                 // Give the memory back: a connection that once held a large response must not
@@ -521,6 +599,14 @@ impl Pending {
             wait_fd(fd, true, Instant::now() + timeout, "send")?;
         }
         Ok(())
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        // A connection dropped with bytes still queued: what waited for them learns they
+        // were not written.
+        self.run_dropped();
     }
 }
 
@@ -900,6 +986,61 @@ mod tests {
         pending.write_all(fd, Duration::from_secs(10)).unwrap();
         drop(a);
         assert_eq!(reader.join().unwrap(), 4 << 20);
+    }
+
+    #[test]
+    fn an_action_runs_once_the_bytes_before_it_are_written_or_with_those_never_written() {
+        use std::sync::atomic::AtomicU64;
+        use std::sync::Arc;
+        let record = |into: &Arc<AtomicU64>| -> WhenWritten {
+            let into = Arc::clone(into);
+            Box::new(move |unsent| into.store(unsent + 1, Ordering::SeqCst))
+        };
+        // Nothing queued: at once, nothing unsent.
+        let now = Arc::new(AtomicU64::new(0));
+        Pending::default().when_written(record(&now));
+        assert_eq!(now.load(Ordering::SeqCst), 1);
+
+        // Written: run with 0 when the queue gets past its bytes, not before.
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let mut pending = Pending::default();
+        pending.push(&[&vec![1u8; 4 << 20]], 0);
+        let first = Arc::new(AtomicU64::new(0));
+        pending.when_written(record(&first));
+        pending.push(&[b"after"], 0);
+        let second = Arc::new(AtomicU64::new(0));
+        pending.when_written(record(&second));
+        assert_eq!(pending.write_some(raw(&a)).unwrap(), Progress::Blocked);
+        assert_eq!(first.load(Ordering::SeqCst), 0);
+        let got = reader(b);
+        pending.write_all(raw(&a), Duration::from_secs(10)).unwrap();
+        assert_eq!(
+            (first.load(Ordering::SeqCst), second.load(Ordering::SeqCst)),
+            (1, 1)
+        );
+        drop(a);
+        assert_eq!(got.join().unwrap().len(), (4 << 20) + 5);
+
+        // Dropped: run with the bytes of its own never written, also when the queue itself
+        // goes away without a discard.
+        let (a, _b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let mut pending = Pending::default();
+        pending.push(&[&vec![1u8; 4 << 20]], 0);
+        let dropped = Arc::new(AtomicU64::new(0));
+        pending.when_written(record(&dropped));
+        assert_eq!(pending.write_some(raw(&a)).unwrap(), Progress::Blocked);
+        let written = pending.written();
+        assert!(written > 0 && written < 4 << 20);
+        pending.discard();
+        assert_eq!(dropped.load(Ordering::SeqCst), (4 << 20) - written + 1);
+        let mut pending = Pending::default();
+        pending.push(&[b"never"], 0);
+        let gone = Arc::new(AtomicU64::new(0));
+        pending.when_written(record(&gone));
+        drop(pending);
+        assert_eq!(gone.load(Ordering::SeqCst), 6);
     }
 
     /// Numbers as 4-byte words: any missing, repeated or reordered piece shows.

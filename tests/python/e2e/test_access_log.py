@@ -7,6 +7,7 @@ import http.client
 import json
 import re
 import socket
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +167,75 @@ def test_a_request_that_waited_for_an_app_thread_shows_its_queue_wait(
     assert [entries[p]["status"] for p in ("/hold", "/queued", "/refused")] == [200, 200, 503]
     assert entries["/queued"]["queue_us"] > 0
     assert entries["/refused"]["queue_us"] is None  # never queued: refused by the loop
+
+
+GIB = 1 << 30
+
+
+@pytest.fixture
+def gigabyte_file(tmp_path: Path) -> Path:
+    """A 1 GiB file (sparse: it takes no disk)."""
+    path = tmp_path / "big.bin"
+    with open(path, "wb") as handle:
+        handle.truncate(GIB)
+    return path
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "event"])
+def test_a_gigabyte_file_wrapper_response_is_logged_with_its_bytes(
+        tines_server: Any, tmp_path: Path, gigabyte_file: Path, mpm: str) -> None:
+    log = tmp_path / "access.log"
+    server = tines_server("file_serving:app", "-w", "1", "--mpm", mpm, "--access-log", str(log),
+                          "--access-log-format", "json", env={"SERVED_FILE": str(gigabyte_file)})
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as client:
+        client.sendall(b"GET /big HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        received = 0
+        head = b""
+        buffer = bytearray(1 << 20)
+        while True:
+            n = client.recv_into(buffer)
+            if not n:
+                break
+            if not head:
+                head = bytes(buffer[:n]).split(b"\r\n\r\n", 1)[0]
+                n -= len(head) + 4
+            received += n
+    assert head.startswith(b"HTTP/1.1 200 ") and received == GIB
+    entry = json.loads(log_lines(log, 1)[0])
+    assert (entry["status"], entry["bytes"], entry["path"]) == (200, GIB, "/big")
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "event"])
+def test_a_client_gone_mid_response_is_logged_with_the_bytes_it_was_sent(
+        tines_server: Any, tmp_path: Path, gigabyte_file: Path, mpm: str) -> None:
+    # The app returns its file_wrapper at once and the exchange ends with most of the file
+    # queued for the poller (the client reads nothing yet); the line is written when the
+    # writing ends (the client reset the connection), with the bytes that went out, not the
+    # body's length.
+    log = tmp_path / "access.log"
+    server = tines_server("file_serving:app", "-w", "1", "--mpm", mpm, "--access-log", str(log),
+                          "--access-log-format", "json", "--status-bind", "127.0.0.1:0",
+                          env={"SERVED_FILE": str(gigabyte_file)})
+    status_port = int(server.wait_for_log(r"Status at: http://127\.0\.0\.1:(\d+)")[0].group(1))
+    client = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+    client.sendall(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n")
+
+    def finished() -> bool:
+        report = json.loads(get(status_port, "/status.json"))
+        return bool(report["workers"]) and report["workers"][0]["requests"] == 1
+
+    wait_until(finished, what="the exchange to end with the file queued for the poller")
+    received = 0
+    while received < 1 << 20:
+        chunk = client.recv(65536)
+        assert chunk
+        received += len(chunk)
+    # A reset, not a FIN: the server's next write fails.
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.close()
+    entry = json.loads(log_lines(log, 1)[0])
+    assert entry["status"] == 200
+    assert received - 4096 <= entry["bytes"] < GIB, entry
+    assert get(server.port, "/again", method="HEAD") == b""  # the worker lives on
+    assert json.loads(log_lines(log, 2)[1])["bytes"] == 0

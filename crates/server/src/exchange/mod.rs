@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use tines_proto::response::ResponseFraming;
 use tines_proto::{BodyFraming, ChunkedDecoder, DateCache, RequestHead, Version};
 
-use crate::access_log::{LoggedRequest, RequestLine};
+use crate::access_log::{DeferredLine, LoggedRequest, RequestLine};
 use crate::connection::{ConnState, Connection, Linger};
 use crate::listener::{Local, Peer};
 use crate::parked_body::Stored;
@@ -156,6 +156,9 @@ pub struct Exchange {
     fault: Option<u16>,
     /// The request was counted in the scoreboard ([`Exchange::count_request`]).
     counted: bool,
+    /// Bytes of the response were handed to the poller to write after the exchange (not a
+    /// small response queued for the slot's batch): its access-log line waits for them.
+    handed_over: bool,
     /// When the slot took the request.
     pub started: Instant,
     /// The response was begun with its body's length known up front (a WSGI list or tuple):
@@ -245,6 +248,7 @@ impl Exchange {
             body_received: 0,
             fault: None,
             counted: false,
+            handed_over: false,
             started,
             complete_body: false,
             must_close: false,
@@ -361,6 +365,10 @@ impl Exchange {
         let mut line = std::mem::take(&mut self.ctx.log_line);
         let mut clock = std::mem::take(&mut self.ctx.log_clock);
         let response_headers = std::mem::take(&mut self.ctx.logged_response_headers);
+        let output = self
+            .handed_over
+            .then(|| Arc::clone(self.conn.output()))
+            .filter(|output| !output.is_empty());
         let find = |name: &[u8]| self.header(name);
         let request = LoggedRequest {
             client: self.client_ip(),
@@ -376,7 +384,21 @@ impl Exchange {
             duration,
             queue,
         };
-        log.log(&mut line, &request, &mut clock);
+        if let Some(output) = output {
+            // Written once the poller has sent the rest, or the connection dropped it: with
+            // the body bytes that really went out, and the time until then.
+            let deferred = DeferredLine::new(&request, self.headers(), self.started);
+            let shared = Arc::clone(&self.shared);
+            output.with(|pending| {
+                pending.when_written(Box::new(move |unsent| {
+                    if let Some(log) = &shared.access_log {
+                        deferred.write(log, unsent);
+                    }
+                }))
+            });
+        } else {
+            log.log(&mut line, &request, &mut clock);
+        }
         self.ctx.log_line = line;
         self.ctx.log_clock = clock;
         self.ctx.logged_response_headers = response_headers;

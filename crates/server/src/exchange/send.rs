@@ -65,6 +65,8 @@ impl Exchange {
                 return Ok(());
             }
         }
+        // What is queued here is written after the exchange unless the slot's batch writes it.
+        self.handed_over |= !batched;
         let result = self.hand_over(fd, parts, written);
         if result.is_err() {
             // The client is gone or stopped reading past the send timeout: nothing queued
@@ -167,14 +169,20 @@ impl Exchange {
         self.ctx.out = out;
         self.ctx.out.clear();
         self.begin_client_wait();
-        let result = emitted.and_then(|()| self.send_file_range(file_fd, offset, count));
+        let (sent, result) = match emitted {
+            Ok(()) => self.send_file_range(file_fd, offset, count),
+            Err(err) => (0, Err(err)),
+        };
+        // The rest of the range, if any, is queued for the poller.
+        self.handed_over |= !self.conn.output().is_empty();
         if result.is_err() {
             self.conn.output().discard();
         }
-        self.end_client_wait(*result.as_ref().unwrap_or(&0));
+        self.end_client_wait(sent);
         self.phase = Phase::Committed;
-        let sent = result.inspect_err(|_| self.keep_alive = false)?;
+        // What reached the socket counts, whether or not the client took the rest.
         self.body_sent += sent;
+        result.inspect_err(|_| self.keep_alive = false)?;
         if chunked && count > 0 {
             if sent < count {
                 self.keep_alive = false;
@@ -185,24 +193,32 @@ impl Exchange {
         Ok(sent)
     }
 
-    fn send_file_range(&mut self, file_fd: RawFd, offset: u64, count: u64) -> io::Result<u64> {
+    /// The bytes of the range sent or queued, and whether it all went (an error after some
+    /// bytes were written still reports them).
+    fn send_file_range(
+        &mut self,
+        file_fd: RawFd,
+        offset: u64,
+        count: u64,
+    ) -> (u64, io::Result<()>) {
         let fd = self.conn.fd();
         let output = Arc::clone(self.conn.output());
         let mut sent = 0u64;
         // Nothing pending (no lock taken): what the socket takes now.
         if output.is_empty() {
             while sent < count {
-                match send_file_nonblocking(fd, file_fd, offset + sent, count - sent)? {
-                    Some(0) => return Ok(sent),
-                    Some(n) => sent += n,
-                    None => break,
+                match send_file_nonblocking(fd, file_fd, offset + sent, count - sent) {
+                    Err(err) => return (sent, Err(err)),
+                    Ok(Some(0)) => return (sent, Ok(())),
+                    Ok(Some(n)) => sent += n,
+                    Ok(None) => break,
                 }
             }
             if sent == count {
-                return Ok(count);
+                return (count, Ok(()));
             }
         }
-        output.with(|pending| -> io::Result<u64> {
+        let queued = output.with(|pending| -> io::Result<u64> {
             if sent < count {
                 // SAFETY: file_fd is a valid open fd for the duration of this call (the app's
                 // file object holds it); F_DUPFD_CLOEXEC makes a new fd we own.
@@ -216,6 +232,10 @@ impl Exchange {
                 pending.push_file(owned, offset + sent, count - sent);
             }
             Ok(count)
-        })
+        });
+        match queued {
+            Ok(count) => (count, Ok(())),
+            Err(err) => (sent, Err(err)),
+        }
     }
 }
