@@ -7,7 +7,7 @@ cd "$(dirname "$0")"
 seconds="${FUZZ_SECONDS:-60}"
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 status=0
-for target in request_head chunked response_header connection proxy_header; do
+for target in request_head chunked response_header connection proxy_header websocket_frames; do
     echo "== $target: ${seconds}s"
     if ! cargo +nightly fuzz run "$target" "corpus/$target" -- -max_total_time="$seconds" -max_len=4096; then
         echo "== $target found a crash: see fuzz/artifacts/$target/" >&2

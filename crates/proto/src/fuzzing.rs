@@ -174,3 +174,75 @@ pub fn check_proxy_header(input: &[u8]) {
         assert_eq!(again, whole);
     }
 }
+
+/// What a run of the WebSocket decoder made: the messages (joined from their pieces) and the
+/// control frames, in order, and the close code of a broken rule.
+type WebSocketRun = (Vec<(u8, Vec<u8>)>, Option<u16>);
+
+fn decode_frames_in_steps(data: &[u8], step: usize) -> WebSocketRun {
+    use crate::websocket::{Decoder, Event, MessageKind};
+    let mut decoder = Decoder::new(1 << 16);
+    let mut buffer: Vec<u8> = Vec::new();
+    let mut seen = Vec::new();
+    let mut message: Vec<u8> = Vec::new();
+    for piece in data.chunks(step) {
+        buffer.extend_from_slice(piece);
+        loop {
+            let before = buffer.len();
+            let (used, event) = match decoder.decode(&mut buffer) {
+                Ok(result) => result,
+                Err(err) => return (seen, Some(err.code)),
+            };
+            assert!(
+                used <= before,
+                "the decoder used more bytes than it was given"
+            );
+            let made = event.is_some();
+            match event {
+                Some(Event::Data {
+                    kind,
+                    payload,
+                    last,
+                }) => {
+                    message.extend_from_slice(payload);
+                    if last {
+                        let tag = if kind == MessageKind::Text { 1 } else { 2 };
+                        if tag == 1 {
+                            assert!(
+                                std::str::from_utf8(&message).is_ok(),
+                                "a text message passed that is not UTF-8"
+                            );
+                        }
+                        seen.push((tag, std::mem::take(&mut message)));
+                    }
+                }
+                Some(Event::Ping(payload)) => seen.push((9, payload.to_vec())),
+                Some(Event::Pong(payload)) => seen.push((10, payload.to_vec())),
+                Some(Event::Close { code, reason }) => {
+                    let mut bytes = code.map_or(Vec::new(), |c| c.to_be_bytes().to_vec());
+                    bytes.extend_from_slice(reason.as_bytes());
+                    seen.push((8, bytes));
+                }
+                None => {}
+            }
+            buffer.drain(..used);
+            if used == 0 && !made {
+                break;
+            }
+        }
+    }
+    (seen, None)
+}
+
+/// The WebSocket frame decoder never panics, never uses more bytes than it was given, lets
+/// no text message through that is not UTF-8, and decodes the same messages and control
+/// frames, or fails with the same code, whether the bytes arrive whole or in small pieces (the
+/// first input byte picks the piece size).
+pub fn check_websocket_frames(input: &[u8]) {
+    let Some((&seed, data)) = input.split_first() else {
+        return;
+    };
+    let whole = decode_frames_in_steps(data, data.len().max(1));
+    let pieces = decode_frames_in_steps(data, usize::from(seed % 7) + 1);
+    assert_eq!(whole, pieces, "the split changed what was decoded");
+}

@@ -7,7 +7,8 @@
 //! buffers have grown. The server crate drives it from its connection state
 //! machine; tests drive it from byte strings. `client` reads response heads
 //! for the load generator (`tines bench`); `proxy` reads the PROXY protocol header a
-//! load balancer sends before the first request (`proxy_protocol`).
+//! load balancer sends before the first request (`proxy_protocol`); `websocket` is RFC 6455:
+//! the opening handshake, client frames decoded in place, server frames encoded.
 //!
 //! Where HTTP allows a choice, the strict reading is taken: a request that one
 //! parser could read two ways is refused rather than guessed at.
@@ -22,6 +23,7 @@ pub mod response;
 pub mod status;
 mod syntax;
 mod target;
+pub mod websocket;
 
 pub use chunked::{ChunkedDecoder, ChunkedError, ChunkedEvent};
 pub use date::DateCache;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use tines_proto::fuzzing::{
     check_chunked, check_proxy_header, check_request_head, check_response_header,
+    check_websocket_frames,
 };
 
 fn root() -> PathBuf {
@@ -50,6 +51,14 @@ fn replays_the_chunked_corpus() {
     assert!(
         replay("chunked", check_chunked) > 0,
         "fuzz/corpus/chunked is empty"
+    );
+}
+
+#[test]
+fn replays_the_websocket_frames_corpus() {
+    assert!(
+        replay("websocket_frames", check_websocket_frames) > 0,
+        "fuzz/corpus/websocket_frames is empty"
     );
 }
 
