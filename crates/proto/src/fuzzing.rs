@@ -203,6 +203,7 @@ fn decode_frames_in_steps(data: &[u8], step: usize) -> WebSocketRun {
                     kind,
                     payload,
                     last,
+                    ..
                 }) => {
                     message.extend_from_slice(payload);
                     if last {

@@ -68,6 +68,9 @@ pub enum Event<'a> {
         payload: &'a [u8],
         /// The message ends with these bytes.
         last: bool,
+        /// The message is compressed (permessage-deflate: RSV1 on its first frame); its
+        /// bytes are to be inflated, and its text checked after inflation.
+        compressed: bool,
     },
     /// A ping with its payload (to be answered by a pong with the same payload).
     Ping(&'a [u8]),
@@ -102,8 +105,11 @@ enum State {
 #[derive(Debug)]
 pub struct Decoder {
     state: State,
-    /// The kind of the message whose fragments are arriving (None between messages).
-    message: Option<MessageKind>,
+    /// The kind of the message whose fragments are arriving, and whether it is compressed
+    /// (None between messages).
+    message: Option<(MessageKind, bool)>,
+    /// permessage-deflate was negotiated: RSV1 may mark a message compressed.
+    deflate: bool,
     /// Payload bytes of the current message so far.
     message_len: u64,
     max_message_size: u64,
@@ -139,9 +145,21 @@ impl Decoder {
         Decoder {
             state: State::Header,
             message: None,
+            deflate: false,
             message_len: 0,
             max_message_size,
             utf8: Utf8Stream::default(),
+        }
+    }
+
+    /// A decoder for a connection that negotiated permessage-deflate (RFC 7692): a message's
+    /// first frame may have RSV1 set, and that message's bytes are handed out compressed (the
+    /// size limit then applies after inflation, [`super::deflate::Inflater`]; its wire size
+    /// may exceed the limit only by deflate's worst-case growth).
+    pub fn with_deflate(max_message_size: u64) -> Self {
+        Decoder {
+            deflate: true,
+            ..Decoder::new(max_message_size)
         }
     }
 
@@ -173,8 +191,8 @@ impl Decoder {
                 }
                 let data = &mut buf[..take];
                 unmask(data, mask, offset);
-                let kind = self.message.unwrap_or(MessageKind::Binary);
-                if kind == MessageKind::Text && self.utf8.feed(data).is_err() {
+                let (kind, compressed) = self.message.unwrap_or((MessageKind::Binary, false));
+                if kind == MessageKind::Text && !compressed && !self.utf8.feed(data) {
                     return Err(WsError {
                         code: close_code::INVALID_PAYLOAD,
                         reason: "a text message is not UTF-8",
@@ -201,6 +219,7 @@ impl Decoder {
                         kind,
                         payload: &buf[..take],
                         last,
+                        compressed,
                     }),
                 ))
             }
@@ -208,9 +227,9 @@ impl Decoder {
     }
 
     fn end_message(&mut self) -> Result<(), WsError> {
-        let kind = self.message.take();
+        let message = self.message.take();
         self.message_len = 0;
-        if kind == Some(MessageKind::Text) && !self.utf8.finish() {
+        if message == Some((MessageKind::Text, false)) && !self.utf8.finish() {
             return Err(WsError {
                 code: close_code::INVALID_PAYLOAD,
                 reason: "a text message ends inside a UTF-8 sequence",
@@ -224,11 +243,18 @@ impl Decoder {
             return Ok((0, None));
         }
         let fin = buf[0] & 0x80 != 0;
-        if buf[0] & 0x70 != 0 {
+        let rsv1 = buf[0] & 0x40 != 0;
+        if buf[0] & 0x30 != 0 || (rsv1 && !self.deflate) {
             return Err(WsError::protocol("reserved bits set with no extension"));
         }
         let opcode =
             Opcode::from_u8(buf[0] & 0x0f).ok_or(WsError::protocol("a reserved opcode"))?;
+        if rsv1 && !matches!(opcode, Opcode::Text | Opcode::Binary) {
+            // RFC 7692 6.1: only a message's first frame says it is compressed.
+            return Err(WsError::protocol(
+                "RSV1 set on a control or continuation frame",
+            ));
+        }
         if buf[1] & 0x80 == 0 {
             return Err(WsError::protocol("a client frame is not masked"));
         }
@@ -281,8 +307,8 @@ impl Decoder {
             };
             return Ok((end, Some(event)));
         }
-        let kind = match (opcode, self.message) {
-            (Opcode::Continuation, Some(kind)) => kind,
+        let (kind, compressed) = match (opcode, self.message) {
+            (Opcode::Continuation, Some(message)) => message,
             (Opcode::Continuation, None) => {
                 return Err(WsError::protocol(
                     "a continuation frame with no message to continue",
@@ -293,16 +319,24 @@ impl Decoder {
                     "a new message before the last one's final fragment",
                 ))
             }
-            (Opcode::Text, None) => MessageKind::Text,
-            (_, None) => MessageKind::Binary,
+            (Opcode::Text, None) => (MessageKind::Text, rsv1),
+            (_, None) => (MessageKind::Binary, rsv1),
         };
-        if self.message_len.saturating_add(length) > self.max_message_size {
+        // Compressed bytes may outgrow what they inflate to by deflate's worst case (5 bytes
+        // per 16 KiB block, and the block headers).
+        let limit = if compressed {
+            self.max_message_size
+                .saturating_add(self.max_message_size / 1024 + 64)
+        } else {
+            self.max_message_size
+        };
+        if self.message_len.saturating_add(length) > limit {
             return Err(WsError {
                 code: close_code::MESSAGE_TOO_BIG,
                 reason: "a message larger than ws_max_message_size",
             });
         }
-        self.message = Some(kind);
+        self.message = Some((kind, compressed));
         self.message_len += length;
         if length == 0 {
             // Nothing to wait for: an empty frame (the end of a message, maybe).
@@ -315,6 +349,7 @@ impl Decoder {
                     kind,
                     payload: &buf[at..at],
                     last: fin,
+                    compressed,
                 }),
             ));
         }
@@ -435,6 +470,7 @@ mod tests {
                             kind,
                             payload,
                             last,
+                            ..
                         } => Seen::Data(kind, payload.to_vec(), last),
                         Event::Ping(payload) => Seen::Ping(payload.to_vec()),
                         Event::Pong(payload) => Seen::Pong(payload.to_vec()),
@@ -597,6 +633,38 @@ mod tests {
         assert_eq!(seen.len(), 1); // the valid first fragment came out; nothing after
                                    // Nothing is decoded after an error.
         assert_eq!(decoder.decode(&mut client_frame(0x81, b"x")), Ok((0, None)));
+    }
+
+    #[test]
+    fn with_deflate_rsv1_marks_a_compressed_message_on_its_first_frame_only() {
+        // Compressed text is not checked as UTF-8 on the wire (it is after inflation).
+        let mut wire = client_frame(0x41, b"\xf2\x48"); // RSV1, text, first fragment
+        wire.extend(client_frame(0x80, b"\xcd"));
+        let mut decoder = Decoder::with_deflate(100);
+        let mut buffer = wire.clone();
+        let mut compressed_flags = Vec::new();
+        let mut offset = 0;
+        while offset < buffer.len() {
+            let (used, event) = decoder.decode(&mut buffer[offset..]).unwrap();
+            if let Some(Event::Data { compressed, .. }) = event {
+                compressed_flags.push(compressed);
+            }
+            assert!(used > 0);
+            offset += used;
+        }
+        assert_eq!(compressed_flags, [true, true]);
+        // Without the extension, or on a continuation or control frame, RSV1 is an error.
+        assert_eq!(
+            error_of(&client_frame(0xc1, b"x"), 100).map(|e| e.code),
+            Some(1002)
+        );
+        for wire in [
+            [client_frame(0x01, b"a"), client_frame(0xc0, b"b")].concat(),
+            client_frame(0xc9, b"ping"),
+        ] {
+            let error = run(&mut Decoder::with_deflate(100), &wire, wire.len()).1;
+            assert_eq!(error.map(|e| e.code), Some(1002));
+        }
     }
 
     #[test]

@@ -2,17 +2,21 @@
 //! ([`handshake`]), client frames decoded in place into events ([`frame::Decoder`]), server
 //! frames encoded ([`frame::encode`]), and the rules that close a connection with a code
 //! ([`WsError`]): masking, control frames, fragmentation, close codes, UTF-8 of text messages
-//! (checked as the bytes stream in, across fragments), and the largest message.
+//! (checked as the bytes stream in, across fragments: [`utf8`]), and the largest message;
+//! permessage-deflate (RFC 7692, [`deflate`]): the negotiation, and the inflater (the size
+//! limit applies to what a message inflates to) and the deflater.
 //!
 //! Like the rest of the crate it does no I/O and never buffers a data frame's payload: the
 //! decoder unmasks the bytes where they lie and hands them out as they arrive.
 
+pub mod deflate;
 pub mod frame;
 pub mod handshake;
-mod utf8;
+pub mod utf8;
 
 pub use frame::{encode, encode_close, Decoder, Event, MessageKind, Opcode};
 pub use handshake::{accept_key, Handshake, HandshakeError};
+pub use utf8::Utf8Stream;
 
 /// Close codes the server sends (RFC 6455 7.4.1).
 pub mod close_code {

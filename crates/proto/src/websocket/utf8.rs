@@ -29,8 +29,12 @@ fn valid_prefix(bytes: &[u8]) -> bool {
 }
 
 impl Utf8Stream {
-    /// Checks the next piece of the message. `Err` on the first invalid byte.
-    pub fn feed(&mut self, mut data: &[u8]) -> Result<(), ()> {
+    /// Checks the next piece of the message: false from the first invalid byte on.
+    pub fn feed(&mut self, data: &[u8]) -> bool {
+        self.check(data).is_ok()
+    }
+
+    fn check(&mut self, mut data: &[u8]) -> Result<(), ()> {
         if self.len > 0 {
             let need = width(self.pending[0]);
             while self.len < need && !data.is_empty() {
@@ -78,13 +82,11 @@ mod tests {
         let whole = std::str::from_utf8(bytes).is_ok();
         for cut in 0..=bytes.len() {
             let mut stream = Utf8Stream::default();
-            let ok = stream.feed(&bytes[..cut]).is_ok()
-                && stream.feed(&bytes[cut..]).is_ok()
-                && stream.finish();
+            let ok = stream.feed(&bytes[..cut]) && stream.feed(&bytes[cut..]) && stream.finish();
             assert_eq!(ok, whole, "{bytes:02x?} cut at {cut}");
         }
         let mut stream = Utf8Stream::default();
-        let ok = bytes.chunks(1).all(|byte| stream.feed(byte).is_ok()) && stream.finish();
+        let ok = bytes.chunks(1).all(|byte| stream.feed(byte)) && stream.finish();
         assert_eq!(ok, whole, "{bytes:02x?} byte by byte");
         whole
     }
@@ -120,18 +122,18 @@ mod tests {
     fn an_invalid_byte_fails_at_once_not_at_the_end_of_the_message() {
         let mut stream = Utf8Stream::default();
         // "κόσμε" then the first byte of a surrogate's second byte, which no code point allows.
-        assert!(stream.feed("κόσμε".as_bytes()).is_ok());
-        assert!(stream.feed(b"\xed").is_ok());
-        assert!(stream.feed(b"\xa0").is_err());
+        assert!(stream.feed("κόσμε".as_bytes()));
+        assert!(stream.feed(b"\xed"));
+        assert!(!stream.feed(b"\xa0"));
         let mut stream = Utf8Stream::default();
-        assert!(stream.feed(b"\xf4").is_ok());
-        assert!(stream.feed(b"\x90").is_err());
+        assert!(stream.feed(b"\xf4"));
+        assert!(!stream.feed(b"\x90"));
     }
 
     #[test]
     fn a_message_cut_inside_a_code_point_does_not_finish() {
         let mut stream = Utf8Stream::default();
-        assert!(stream.feed(b"ok\xe2\x82").is_ok());
+        assert!(stream.feed(b"ok\xe2\x82"));
         assert!(!stream.finish());
         assert!(stream.finish()); // reset for the next message
     }
