@@ -29,6 +29,9 @@ pub(crate) fn is_field_value(bytes: &[u8]) -> bool {
 const TCHAR: u8 = 1;
 /// [`BYTE_CLASS`] bit: a byte of a `field-value`.
 const FIELD_VALUE: u8 = 2;
+/// [`BYTE_CLASS`] bit: a byte of a `reg-name` other than `%` (`unreserved / sub-delims`,
+/// RFC 3986 section 2).
+const REG_NAME: u8 = 4;
 
 /// The classes of each byte, looked up instead of compared range by range: every byte of
 /// every header name and value, request and response, goes through these checks (a table
@@ -45,7 +48,13 @@ const fn byte_classes() -> [u8; 256] {
             | b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+'
             | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~');
         let field_value = b == b'\t' || (b >= b' ' && b <= b'~') || b >= 0x80;
-        table[i] = (if tchar { TCHAR } else { 0 }) | (if field_value { FIELD_VALUE } else { 0 });
+        let reg_name = matches!(b,
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9'
+            | b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')'
+            | b'*' | b'+' | b',' | b';' | b'=');
+        table[i] = (if tchar { TCHAR } else { 0 })
+            | (if field_value { FIELD_VALUE } else { 0 })
+            | (if reg_name { REG_NAME } else { 0 });
         i += 1;
     }
     table
@@ -91,27 +100,10 @@ pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value.split(|&b| b == b',').map(trim_ows)
 }
 
-/// `unreserved / sub-delims` from RFC 3986 section 2, the bytes of a
-/// `reg-name` besides pct-encoded triples.
+/// `unreserved / sub-delims` from RFC 3986 section 2, the bytes of a `reg-name` besides
+/// pct-encoded triples (by the table: every Host header goes through it).
 fn is_reg_name_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'-' | b'.'
-                | b'_'
-                | b'~'
-                | b'!'
-                | b'$'
-                | b'&'
-                | b'\''
-                | b'('
-                | b')'
-                | b'*'
-                | b'+'
-                | b','
-                | b';'
-                | b'='
-        )
+    BYTE_CLASS[usize::from(b)] & REG_NAME != 0
 }
 
 /// Why a port has at most 5 digits: 65535 is the largest TCP port, and a
@@ -139,8 +131,21 @@ pub(crate) fn is_valid_authority(bytes: &[u8], require_port: bool) -> bool {
             None => (false, &inner[..0]),
         }
     } else {
-        let end = memchr::memchr(b':', bytes).unwrap_or(bytes.len());
-        (is_reg_name(&bytes[..end]), &bytes[end..])
+        // One pass over the reg-name, to the ':' of a port (which no pct-encoded triple
+        // holds): every request's Host comes here.
+        let mut end = 0;
+        let mut ok = true;
+        while end < bytes.len() && bytes[end] != b':' {
+            if is_reg_name_byte(bytes[end]) {
+                end += 1;
+            } else if bytes[end] == b'%' && is_pct_triple(&bytes[end..]) {
+                end += 3;
+            } else {
+                ok = false;
+                break;
+            }
+        }
+        (ok && end > 0, &bytes[end..])
     };
     if !host_ok {
         return false;
@@ -157,27 +162,9 @@ pub(crate) fn is_valid_authority(bytes: &[u8], require_port: bool) -> bool {
 }
 
 /// A non-empty `reg-name` (IPv4 addresses are a subset of it).
-fn is_reg_name(bytes: &[u8]) -> bool {
-    if bytes.is_empty() {
-        return false;
-    }
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let triple_ok = bytes.len() >= i + 3
-                && bytes[i + 1].is_ascii_hexdigit()
-                && bytes[i + 2].is_ascii_hexdigit();
-            if !triple_ok {
-                return false;
-            }
-            i += 3;
-        } else if is_reg_name_byte(bytes[i]) {
-            i += 1;
-        } else {
-            return false;
-        }
-    }
-    true
+/// Whether `bytes` starts with a pct-encoded triple (`%` and two hex digits).
+fn is_pct_triple(bytes: &[u8]) -> bool {
+    matches!(bytes, [b'%', high, low, ..] if high.is_ascii_hexdigit() && low.is_ascii_hexdigit())
 }
 
 #[cfg(test)]
@@ -198,6 +185,9 @@ mod tests {
             );
             let field = b == b'\t' || b == b' ' || vchar || b >= 0x80;
             assert_eq!(is_field_value_byte(b), field, "field value {b:#04x}");
+            // reg-name bytes: unreserved / sub-delims (RFC 3986 2.2, 2.3).
+            let reg_name = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b);
+            assert_eq!(is_reg_name_byte(b), reg_name, "reg-name {b:#04x}");
         }
     }
 
@@ -235,6 +225,7 @@ mod tests {
             b"0.0.0.0=5000",
             b"[::1]:8080",
             b"a%20b",
+            b"%41%42:80",
             b"h:",
         ] {
             assert!(is_valid_authority(ok, false), "{ok:?}");
@@ -256,6 +247,9 @@ mod tests {
             b"[]",
             b"[::1]x",
             b"a%2",
+            b"a%2:80",
+            b"a%:b",
+            b"a%g0",
             b"a/b",
             b"host:8a",
         ] {
