@@ -150,6 +150,9 @@ class Sampler:
             while current is not None:
                 if current.f_code is self.below_app:
                     break  # the worker's own frames, below the app
+                if current.f_code.co_filename == __file__:
+                    stack = []  # the worker stopping the profiler: not the app's time
+                    break
                 stack.append(self._function(current.f_code))
                 current = current.f_back
             if not stack:

@@ -11,7 +11,9 @@ def checksum(rounds):
 
 
 def render_page():
-    return f"checksum {checksum(100_000)}\n".encode()
+    # Long enough to span several of CPython's 5 ms switch intervals: in prefork the loop
+    # holds the GIL, and the sampler gets it when the app's bytecode honours a switch request.
+    return f"checksum {checksum(400_000)}\n".encode()
 
 
 def app(environ, start_response):
