@@ -78,11 +78,6 @@ impl PyScoreboard {
         check(self.inner.claim(slot, pid, generation), slot)
     }
 
-    /// Frees `slot` after its worker was reaped (the exit reason and counters stay).
-    fn clear(&self, slot: usize) -> PyResult<()> {
-        check(self.inner.clear(slot), slot)
-    }
-
     /// Frees `slot` after its worker `pid` was reaped with wait status `wait_status`: its
     /// counters move to the retired totals (which the status listener adds to the live
     /// slots', so totals only grow), its exit (by the reason recorded in the slot) is

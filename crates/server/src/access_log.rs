@@ -177,7 +177,7 @@ fn push_field(line: &mut Vec<u8>, bytes: &[u8]) {
 
 /// Appends `bytes` as a JSON string: ASCII only, each byte a character (bytes are read as
 /// latin-1, as WSGI reads them), so any request gives a valid line.
-fn push_json_string(line: &mut Vec<u8>, bytes: &[u8]) {
+pub(crate) fn push_json_string(line: &mut Vec<u8>, bytes: &[u8]) {
     line.push(b'"');
     for &b in bytes {
         match b {

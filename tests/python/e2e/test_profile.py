@@ -20,14 +20,7 @@ import pytest
 from conftest import APPS, ROOT, wait_until
 from tines import profiler
 from test_status import status, status_port
-
-ENV = {"PYTHONPATH": str(APPS), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
-
-
-def tines_status(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tines", "status", *args], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT, env=ENV, stdin=subprocess.DEVNULL)
-
+from test_status_cli import ENV, tines_status
 
 def get(port: int) -> None:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)

@@ -1,29 +1,15 @@
 //! `/status.json`: schema `tines-status/1` (docs/status.md). Fields are only ever added within
 //! a schema version.
 
-use std::fmt::Write;
+use std::io::Write;
+
+use crate::access_log::push_json_string;
 
 use super::snapshot::{restarts, wait_status_parts, Snapshot, RATE_WINDOWS_S};
 use crate::scoreboard::metrics::{METHODS, STATUS_CLASSES};
 use crate::scoreboard::{ExitReading, ThreadState};
 
-/// Appends `bytes` as a JSON string (each byte one character, as latin-1; ASCII out).
-pub fn push_json_string(out: &mut String, bytes: &[u8]) {
-    out.push('"');
-    for &b in bytes {
-        match b {
-            b'"' => out.push_str("\\\""),
-            b'\\' => out.push_str("\\\\"),
-            0x20..=0x7e => out.push(char::from(b)),
-            _ => {
-                let _ = write!(out, "\\u{b:04x}");
-            }
-        }
-    }
-    out.push('"');
-}
-
-fn push_exit(out: &mut String, exit: &ExitReading) {
+fn push_exit(out: &mut Vec<u8>, exit: &ExitReading) {
     let (how, value) = wait_status_parts(exit.wait_status);
     let _ = write!(
         out,
@@ -38,10 +24,10 @@ fn push_exit(out: &mut String, exit: &ExitReading) {
 }
 
 /// The document.
-pub fn render(snap: &Snapshot) -> String {
+pub fn render(snap: &Snapshot) -> Vec<u8> {
     let totals = &snap.totals;
     let metrics = &totals.metrics;
-    let mut out = String::with_capacity(4096);
+    let mut out = Vec::with_capacity(4096);
     let _ = write!(
         out,
         "{{\"schema\":\"tines-status/1\",\"master_pid\":{},\"generation\":{},\"mpm\":",
@@ -56,12 +42,12 @@ pub fn render(snap: &Snapshot) -> String {
         snap.now_ms,
         metrics.total()
     );
-    out.push_str(",\"totals\":{\"by_status\":{");
+    out.extend_from_slice(b",\"totals\":{\"by_status\":{");
     for (class, name) in STATUS_CLASSES.iter().enumerate() {
         let comma = if class > 0 { "," } else { "" };
         let _ = write!(out, "{comma}\"{name}\":{}", metrics.by_class(class));
     }
-    out.push_str("},\"by_method\":{");
+    out.extend_from_slice(b"},\"by_method\":{");
     let mut first = true;
     for (method, name) in METHODS.iter().enumerate() {
         let count: u64 = metrics.requests[method].iter().sum();
@@ -85,26 +71,26 @@ pub fn render(snap: &Snapshot) -> String {
         metrics.duration_sum_us as f64 / 1e6,
         metrics.wait_sum_us as f64 / 1e6,
     );
-    out.push_str(",\"rates\":{");
+    out.extend_from_slice(b",\"rates\":{");
     for (index, (window, rate)) in RATE_WINDOWS_S.iter().zip(snap.rates).enumerate() {
         let comma = if index > 0 { "," } else { "" };
         let _ = write!(out, "{comma}\"{}m\":{rate:.3}", window / 60);
     }
-    out.push_str("},\"restarts\":{");
+    out.extend_from_slice(b"},\"restarts\":{");
     for (index, (reason, count)) in restarts(totals).into_iter().enumerate() {
         let comma = if index > 0 { "," } else { "" };
         let _ = write!(out, "{comma}\"{reason}\":{count}");
     }
-    out.push_str("},\"scoreboard\":\"");
+    out.extend_from_slice(b"},\"scoreboard\":\"");
     out.extend(
         snap.states
             .iter()
-            .map(|&state| super::snapshot::state_char(state)),
+            .map(|&state| super::snapshot::state_char(state) as u8),
     );
-    out.push_str("\",\"workers\":[");
+    out.extend_from_slice(b"\",\"workers\":[");
     for (index, worker) in snap.workers.iter().enumerate() {
         if index > 0 {
-            out.push(',');
+            out.push(b',');
         }
         let slot = &worker.slot;
         let _ = write!(
@@ -131,12 +117,12 @@ pub fn render(snap: &Snapshot) -> String {
         );
         match &worker.last_exit {
             Some(exit) => push_exit(&mut out, exit),
-            None => out.push_str("null"),
+            None => out.extend_from_slice(b"null"),
         }
-        out.push_str(",\"threads\":[");
+        out.extend_from_slice(b",\"threads\":[");
         for (number, thread) in worker.threads.iter().enumerate() {
             if number > 0 {
-                out.push(',');
+                out.push(b',');
             }
             let _ = write!(
                 out,
@@ -145,23 +131,23 @@ pub fn render(snap: &Snapshot) -> String {
                 thread.requests
             );
             if thread.state != ThreadState::Idle {
-                out.push_str(",\"method\":");
+                out.extend_from_slice(b",\"method\":");
                 push_json_string(&mut out, &thread.method);
-                out.push_str(",\"target\":");
+                out.extend_from_slice(b",\"target\":");
                 push_json_string(&mut out, &snap.shown_target(&thread.target));
                 let _ = write!(out, ",\"elapsed_ms\":{:.3}", snap.elapsed_ms(thread));
             }
-            out.push('}');
+            out.push(b'}');
         }
-        out.push_str("]}");
+        out.extend_from_slice(b"]}");
     }
-    out.push_str("],\"recent_exits\":[");
+    out.extend_from_slice(b"],\"recent_exits\":[");
     for (index, exit) in snap.exits.iter().enumerate() {
         if index > 0 {
-            out.push(',');
+            out.push(b',');
         }
         push_exit(&mut out, exit);
     }
-    out.push_str("]}\n");
+    out.extend_from_slice(b"]}\n");
     out
 }

@@ -57,12 +57,12 @@ pub struct StatusSpec {
 pub fn run_status(spec: &StatusSpec) -> io::Result<()> {
     let mut history = History::default();
     loop {
-        // The request total is sampled at least every few seconds for the rates, whether or
-        // not anyone asks.
-        history.sample(
-            monotonic_ns() / 1_000_000,
-            spec.scoreboard.totals().metrics.total(),
-        );
+        // The request total is sampled every few seconds for the rates, whether or not anyone
+        // asks (summing the scoreboard only when a sample is due).
+        let now_ms = monotonic_ns() / 1_000_000;
+        if history.due(now_ms) {
+            history.sample(now_ms, spec.scoreboard.totals().metrics.total());
+        }
         let mut fds = [
             libc::pollfd {
                 fd: spec.listener,
@@ -175,11 +175,7 @@ fn answer(request: &Request<'_>, spec: &StatusSpec, history: &mut History) -> Ve
             Ok(()) => plain(200, "ready\n"),
             Err(why) => plain(503, &format!("not ready: {why}\n")),
         },
-        b"/status.json" => respond(
-            200,
-            "application/json",
-            json::render(&snapshot(history)).as_bytes(),
-        ),
+        b"/status.json" => respond(200, "application/json", &json::render(&snapshot(history))),
         b"/metrics" => {
             let openmetrics = prometheus::wants_openmetrics(request.accept);
             let content_type = if openmetrics {

@@ -43,6 +43,12 @@ impl Exposition {
         let _ = writeln!(self.out, "# TYPE {family} {kind}");
     }
 
+    /// A family of one sample without labels.
+    fn single(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+        self.family(name, kind, help);
+        self.sample(name, "", value);
+    }
+
     fn sample(&mut self, name: &str, labels: &str, value: impl std::fmt::Display) {
         if labels.is_empty() {
             let _ = writeln!(self.out, "{name} {value}");
@@ -131,42 +137,42 @@ pub fn render(snap: &Snapshot, openmetrics: bool) -> String {
         metrics.wait_sum_us,
     );
     let e = &mut exposition;
-    e.family(
+    e.single(
         "tines_requests_in_flight",
         "gauge",
         "Requests being served now.",
+        totals.in_flight,
     );
-    e.sample("tines_requests_in_flight", "", totals.in_flight);
-    e.family(
+    e.single(
         "tines_connections_open",
         "gauge",
         "Client connections open now.",
+        totals.connections,
     );
-    e.sample("tines_connections_open", "", totals.connections);
-    e.family(
+    e.single(
         "tines_connections_idle",
         "gauge",
         "Open connections with no request in the app (idle keep-alive, or a request being read).",
+        snap.idle_connections(),
     );
-    e.sample("tines_connections_idle", "", snap.idle_connections());
-    e.family(
+    e.single(
         "tines_connections_accepted_total",
         "counter",
         "Client connections accepted.",
+        totals.accepted,
     );
-    e.sample("tines_connections_accepted_total", "", totals.accepted);
-    e.family(
+    e.single(
         "tines_received_bytes_total",
         "counter",
         "Bytes read from client sockets for the requests answered.",
+        totals.bytes_in,
     );
-    e.sample("tines_received_bytes_total", "", totals.bytes_in);
-    e.family(
+    e.single(
         "tines_sent_bytes_total",
         "counter",
         "Response bytes handed to client sockets (heads and framing included).",
+        totals.bytes_out,
     );
-    e.sample("tines_sent_bytes_total", "", totals.bytes_out);
     e.family(
         "tines_worker_restarts_total",
         "counter",
@@ -211,24 +217,24 @@ pub fn render(snap: &Snapshot, openmetrics: bool) -> String {
             );
         }
     }
-    e.family(
+    e.single(
         "tines_generation",
         "gauge",
         "The generation serving (reloads add one).",
+        snap.generation,
     );
-    e.sample("tines_generation", "", snap.generation);
-    e.family(
+    e.single(
         "tines_uptime_seconds",
         "gauge",
         "Seconds since the master started.",
+        format!("{:.3}", snap.uptime_s),
     );
-    e.sample("tines_uptime_seconds", "", format!("{:.3}", snap.uptime_s));
-    e.family(
+    e.single(
         "tines_stopping",
         "gauge",
         "1 once the server began to stop.",
+        u8::from(snap.stopping),
     );
-    e.sample("tines_stopping", "", u8::from(snap.stopping));
     if openmetrics {
         e.out.push_str("# EOF\n");
     }

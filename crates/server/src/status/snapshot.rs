@@ -26,14 +26,17 @@ pub struct History {
 }
 
 impl History {
+    /// Whether a sample is due at `now_ms` (none was taken within the sampling period).
+    pub fn due(&self, now_ms: u64) -> bool {
+        self.samples
+            .back()
+            .is_none_or(|&(at, _)| now_ms >= at + SAMPLE_EVERY_MS)
+    }
+
     /// Takes a sample at `now_ms` (monotonic) of `requests`, unless one was taken within the
     /// sampling period; forgets those older than the longest window.
     pub fn sample(&mut self, now_ms: u64, requests: u64) {
-        if self
-            .samples
-            .back()
-            .is_some_and(|&(at, _)| now_ms < at + SAMPLE_EVERY_MS)
-        {
+        if !self.due(now_ms) {
             return;
         }
         self.samples.push_back((now_ms, requests));
