@@ -207,7 +207,8 @@ def test_the_scoreboard_api_the_master_writes_with() -> None:
     board.set_exit_reason(1, "memory")
     with pytest.raises(ValueError):
         board.set_exit_reason(1, "bogus")
-    board.clear(1)
+    board.retire(1, 1234, 9)  # the master reaped it: killed by SIGKILL
+    assert board.totals()["exits"] == {"memory": 1}
     reading = board.read(1)
     assert (reading["exit_reason"], reading["rss"], reading["pss"], reading["uss"], reading["swap"]) == (
         "memory", 4096, 3072, 2048, 0)
