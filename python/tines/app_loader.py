@@ -1,9 +1,9 @@
-"""Turn an APP spec into the WSGI callable.
+"""Turn an APP spec into the app (a WSGI or an ASGI callable).
 
 Owns: parsing the spec (``module:attr``, ``package.module:attr``, ``path/to/file.py:attr``,
 ``module`` alone), importing it, resolving a dotted attribute, calling a factory, and the
-one-line ``AppLoadError`` messages for each way that can fail (an ASGI app among them: Tines
-serves WSGI only, so one is named as ASGI rather than taken for a factory), and the directory
+one-line ``AppLoadError`` messages for each way that can fail (an app that is not what the
+``interface`` setting asks for among them), and the directory
 the app is imported from (``source_directory``, what ``--reload`` watches).
 
 Must not: import ``tines._core``, configure logging, or print: the caller (the arbiter with
@@ -29,19 +29,20 @@ DEFAULT_ATTRIBUTES = ("application", "app")
 
 WSGIApp = Callable[..., object]
 
-ASGI_NOT_SUPPORTED = "Tines serves WSGI apps only (ASGI is not supported yet)"
-"""The end of the message for an ASGI app (FastAPI, Starlette, Django's ASGI handler...)."""
 
-
-def load_app(spec: str, factory: bool) -> WSGIApp:
+def load_app(spec: str, factory: bool, interface: str = "auto") -> WSGIApp:
     """Import the app named by ``spec`` and return it; raise AppLoadError on any failure.
 
     File specs put the file's directory first on ``sys.path`` and import the file under its
     stem (registered in ``sys.modules``); module specs make sure the current directory is on
     ``sys.path``. With ``factory``, the named object is called with no arguments and its result
     is the app. An exception raised by the user's code (while importing, or in the factory)
-    becomes an AppLoadError whose ``traceback`` holds the formatted traceback.
+    becomes an AppLoadError whose ``traceback`` holds the formatted traceback. The app must be
+    what ``interface`` asks for (``tines.asgi.interface_of``); a WSGI app must take
+    ``(environ, start_response)``.
     """
+    from tines.asgi import interface_of
+
     target, attributes = _parse(spec)
     module = _import_file(target) if _is_file(target) else _import_module(target)
     obj, attribute = _resolve(module, target, attributes)
@@ -56,14 +57,12 @@ def load_app(spec: str, factory: bool) -> WSGIApp:
                                traceback.format_exc()) from None
         if not callable(app):
             raise AppLoadError(f"factory {name!r} returned {type(app).__name__}, which is not callable")
-        if is_asgi(app):
-            raise AppLoadError(f"factory {name!r} returned an ASGI app (async def); {ASGI_NOT_SUPPORTED}")
+        interface_of(app, interface, f"factory {name!r}'s app")
         return app
     if not callable(obj):
         raise AppLoadError(f"{name!r} is not callable")
-    if is_asgi(obj):
-        raise AppLoadError(f"{name!r} is an ASGI app (async def); {ASGI_NOT_SUPPORTED}")
-    _check_wsgi_signature(obj, name)
+    if interface_of(obj, interface, repr(name)) == "wsgi":
+        _check_wsgi_signature(obj, name)
     return obj
 
 
@@ -178,16 +177,6 @@ def _resolve(module: ModuleType, target: str, attributes: tuple[str, ...]) -> tu
         except AttributeError:
             raise AppLoadError(f"module {target!r} has no attribute {attributes[0]!r}") from None
     return obj, attributes[0]
-
-
-def is_asgi(obj: object) -> bool:
-    """True for an ASGI app: a coroutine function, or an object whose class's ``__call__`` is one.
-
-    The second form is how Starlette, FastAPI and Django's ASGIHandler are built. A WSGI app is
-    never ``async def``, so this cannot reject one.
-    """
-    return inspect.iscoroutinefunction(obj) or inspect.iscoroutinefunction(
-        getattr(type(obj), "__call__", None))
 
 
 def _check_wsgi_signature(app: WSGIApp, name: str) -> None:

@@ -33,6 +33,7 @@ from tines import pool as spare_pool
 from tines import reload as reloading
 from tines import status as status_process
 from tines import worker as worker_process
+from tines import asgi
 from tines.app_loader import load_app
 from tines.config import Config
 from tines.duties import Duties
@@ -191,7 +192,9 @@ class Arbiter:
         self.status.bind(self.listeners)
         self.upgrade.adopt(self.status.listeners())
         if cfg.preload:
-            self.app = load_app(cfg.app, cfg.factory)
+            self.app = load_app(cfg.app, cfg.factory, cfg.interface)
+            if asgi.interface_of(self.app, cfg.interface, repr(str(cfg.app))) != "wsgi":
+                asgi.check_mpm(cfg)
             # Objects the app made at import time stay shared copy-on-write: keep the cyclic
             # collector from touching (and so copying) them in the workers.
             gc.freeze()

@@ -199,7 +199,11 @@ def check_config(cfg: Config, check_app: bool) -> str:
     from tines.app_loader import load_app
 
     try:
-        load_app(cfg.app, cfg.factory)
+        app = load_app(cfg.app, cfg.factory, cfg.interface)
+        from tines import asgi
+
+        if asgi.interface_of(app, cfg.interface, repr(str(cfg.app))) != "wsgi":
+            asgi.check_mpm(cfg)
     except AppLoadError as error:
         if error.traceback:
             sys.stderr.write(error.traceback)

@@ -442,7 +442,7 @@ def _default_workers() -> int:
 
 _REGISTRY = (
     # Server
-    Setting("app", "Server", "The WSGI app: `module:attr`, `package.module:attr`, `path/to/file.py:attr`, or `module` (then `application` or `app`). On the command line it is the positional APP.",
+    Setting("app", "Server", "The WSGI or ASGI app: `module:attr`, `package.module:attr`, `path/to/file.py:attr`, or `module` (then `application` or `app`). On the command line it is the positional APP.",
             optional_text, None, metavar="APP"),
     Setting("bind", "Server", "Address to listen on: `HOST:PORT`, `[IPv6]:PORT`, `unix:/path` or `fd://N` (an inherited socket).",
             bind_address, ("127.0.0.1:8000",), ("-b", "--bind"), "ADDRESS", multiple=True, min_items=1),
@@ -456,8 +456,14 @@ _REGISTRY = (
             boolean, False, ("--preload",)),
     Setting("memory_merge", "Server", "Workers opt in to kernel same-page merging (KSM) after fork with `prctl(PR_SET_MEMORY_MERGE)` (Linux 6.4+), so identical pages they dirtied (the app's copies of the same objects) can be merged back. Takes effect only while ksmd runs (`/sys/kernel/mm/ksm/run` = 1, a system-wide switch, off on many hosts; logged at start when it is not); the saving is reported per worker. On a kernel without it, a warning at start, and workers run without it. Costs ksmd's CPU time.",
             boolean, False, ("--memory-merge",)),
-    Setting("factory", "Server", "APP names a factory: call it with no arguments to get the WSGI app.",
+    Setting("factory", "Server", "APP names a factory: call it with no arguments to get the app.",
             boolean, False, ("--factory",)),
+    Setting("interface", "Server", "What the app is: `wsgi` (PEP 3333), `asgi` (ASGI 3: an `async def` callable, or an object whose `__call__` is one: FastAPI, Starlette, Django's ASGI handler), `asgi2` (ASGI 2: called with the scope, its result with receive and send), or `auto`: ASGI 3 for a coroutine app, WSGI otherwise (an ASGI 2 app cannot be told from a WSGI one: name it). An ASGI app runs on the worker's event loop, served by the `event` MPM's reactor (docs/asgi.md, ADR 0014).",
+            text, "auto", ("--interface",), choices=("auto", "wsgi", "asgi", "asgi2")),
+    Setting("lifespan", "Server", "ASGI lifespan protocol: `on` (the app's startup must succeed before a worker is ready; a failure stops the worker and counts as a boot failure), `off` (never sent), `auto` (as `on`, but an app that raises before answering the startup is taken not to support it, logged at info). Shutdown runs when the worker stops (graceful stop, reload, recycling).",
+            text, "auto", ("--lifespan",), choices=("auto", "on", "off")),
+    Setting("loop", "Server", "ASGI event loop: `uvloop` (an error when it is not installed), `asyncio`, or `auto` (uvloop when installed).",
+            text, "auto", ("--loop",), choices=("auto", "asyncio", "uvloop")),
     Setting("hooks", "Server", "Server hooks: a module (`myproject.tines_hooks`) or a `.py` file defining any of `on_starting`, `when_ready`, `pre_fork`, `post_fork`, `post_worker_init`, `worker_exit`, `child_exit`, `on_exit`, `pre_request`, `post_request` (see docs/hooks.md). Imported and checked by the master at start: an import error, or a public function that is not a hook (a typo such as `post_frok`), stops the start (exit 2).",
             optional_text, None, ("--hooks",), "MODULE", default_text="none"),
     # Workers
@@ -485,6 +491,8 @@ _REGISTRY = (
             positive_int, 10000, ("--max-connections",), "N", worker=True),
     Setting("max_queued_requests", "Workers", "`thread` and `event` MPMs (one machine): complete requests waiting for an app thread beyond which a new request is answered 503 with `Retry-After` at once (idle connections never count); 0 means no limit. `prefork` ignores it.",
             non_negative_int, 1024, ("--max-queued-requests",), "N", worker=True),
+    Setting("max_concurrency", "Workers", "ASGI: requests one worker's event loop serves at once; beyond it a new request is answered 503 with `Retry-After` at once (idle connections never count; `max_connections` bounds those). 0 means no limit.",
+            non_negative_int, 1024, ("--max-concurrency",), "N", worker=True),
     Setting("max_requests", "Workers", "Recycle a worker gracefully after it has served this many requests; 0 never recycles.",
             non_negative_int, 0, ("--max-requests",), "N", worker=True),
     Setting("max_requests_jitter", "Workers", "Add a random 0..N to each worker's `max_requests`, so workers do not all recycle at once.",
@@ -966,7 +974,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("gunicorn", "`threads` (above 1 it means gunicorn's `gthread` worker)",
                "{threads} with {mpm=thread} (or {mpm=event}, the same machine); the default `prefork` ignores it"),
     Equivalent("gunicorn", "`worker_class`", "{mpm=prefork} for `sync`, {mpm=thread} (the same machine as {mpm=event}) "
-               "with {threads} for `gthread`; there is no gevent, eventlet or ASGI worker", ("-k", "--worker-class")),
+               "with {threads} for `gthread`; an ASGI app (`uvicorn.workers.UvicornWorker`) needs no flag, and there is no gevent or eventlet worker", ("-k", "--worker-class")),
     Equivalent("gunicorn", "`worker_connections`", "{max_connections}", ("--worker-connections",)),
     Equivalent("gunicorn", "`max_requests`, `max_requests_jitter`", "same names"),
     Equivalent("gunicorn", "`keepalive`", "{keepalive_timeout}", ("--keep-alive",)),
@@ -1013,7 +1021,8 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("uvicorn", "`uds`", "{bind} with `unix:/path`", ("--uds",)),
     Equivalent("uvicorn", "`fd`", "{bind} with `fd://N`", ("--fd",)),
     Equivalent("uvicorn", "`workers`, `backlog`, `factory`, `log_level`, `forwarded_allow_ips`", "same names"),
-    Equivalent("uvicorn", "`interface`", "WSGI only: ASGI is not supported yet", ("--interface",)),
+    Equivalent("uvicorn", "`interface`", "{interface} (same values, and `asgi2`)"),
+    Equivalent("uvicorn", "`lifespan`, `loop`", "{lifespan}, {loop} (no `h11`/`httptools` choice: the parser is Tines' own)"),
     Equivalent("uvicorn", "`reload`", "{reload}"),
     Equivalent("uvicorn", "`reload_dirs`", "not supported: {reload} watches the directory the app is imported "
                "from (docs/signals.md)", ("--reload-dir",)),
@@ -1026,7 +1035,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("uvicorn", "`timeout_keep_alive`", "{keepalive_timeout}", ("--timeout-keep-alive",)),
     Equivalent("uvicorn", "`timeout_graceful_shutdown`", "{graceful_timeout}", ("--timeout-graceful-shutdown",)),
     Equivalent("uvicorn", "`limit_concurrency`", "{max_connections} per worker (above it the worker stops "
-               "accepting) and, with {mpm=thread} or {mpm=event}, {max_queued_requests} (above it, 503)", ("--limit-concurrency",)),
+               "accepting) and, for an ASGI app, {max_concurrency} (above it, 503)", ("--limit-concurrency",)),
     Equivalent("uvicorn", "`limit_max_requests`", "{max_requests}", ("--limit-max-requests",)),
     Equivalent("uvicorn", "`h11_max_incomplete_event_size`", "{max_head_size}", ("--h11-max-incomplete-event-size",)),
     Equivalent("uvicorn", "`access_log`", "off unless {access_log} names a file, or `-` for stdout",

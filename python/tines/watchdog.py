@@ -66,6 +66,11 @@ def scoreboard_slots(workers: int) -> int:
     return max(workers * 2, workers + 8)
 
 
+LOOP_GRACE = 1.0
+"""Seconds an async worker's event loop may go unmarked beyond ``request_timeout`` before it
+is taken for stuck: the loop marks itself at least every second (tines.asgi.TICK)."""
+
+
 def scoreboard_threads(cfg: Config) -> int:
     """Sub-slots per scoreboard slot: one per app thread (prefork and ``event`` with
     ``threads = 0`` run the app on one thread)."""
@@ -126,6 +131,17 @@ class Watchdog:
         dump and kill the worker (its replacement starts at once)."""
         reading = self.scoreboard.read(worker.slot)
         if reading["pid"] != worker.pid:
+            return
+        if reading["loop_heartbeat"] > 0:
+            # An ASGI worker: its requests share one event loop, and each overrun request is
+            # cancelled there; the worker is killed only when the loop itself stops.
+            stalled = time.time() - reading["loop_heartbeat"]
+            if stalled >= self.request_timeout + LOOP_GRACE:
+                log.error("worker %d (slot %d): its event loop made no progress for %.1f s "
+                          "(request_timeout %g s): dumping the worker's stacks to the error log "
+                          "and killing it", worker.pid, worker.slot, stalled, self.request_timeout)
+                worker.stopping = True
+                self.dump(worker, "request_timeout", now)
             return
         now_ns = int(now * 1e9)
         limit_ns = int(self.request_timeout * 1e9)
@@ -189,7 +205,11 @@ class Watchdog:
                 if self.boot_timeout > 0 and not worker.stopping:
                     due(worker.born + self.boot_timeout)
             elif self.request_timeout > 0:
-                for thread in self.scoreboard.read(worker.slot)["threads"]:
+                reading = self.scoreboard.read(worker.slot)
+                if reading["loop_heartbeat"] > 0:
+                    due(now + self.request_timeout + LOOP_GRACE - (time.time() - reading["loop_heartbeat"]))
+                    continue
+                for thread in reading["threads"]:
                     if thread["state"] == "busy" and not thread["waiting_on_client"]:
                         due(thread["progress_ns"] / 1e9 + self.request_timeout)
         return wake

@@ -253,7 +253,7 @@ def _serve(context: WorkerContext) -> int:
     cfg = context.cfg
     if cfg.memory_merge:
         memory.opt_in_merge()  # before post_fork and the app: all they map can be merged
-    server = ServerView(pid=context.master_pid, config=cfg, app=str(cfg.app))
+    server = ServerView(pid=context.master_pid, config=cfg, app=repr(str(cfg.app)))
     worker = WorkerView(pid=pid, slot=context.slot, generation=context.generation, mpm=cfg.mpm)
     try:
         context.hooks.call("post_fork", server, worker)
@@ -263,7 +263,7 @@ def _serve(context: WorkerContext) -> int:
     app = context.app
     if app is None:
         try:
-            app = load_app(context.cfg.app, context.cfg.factory)
+            app = load_app(context.cfg.app, context.cfg.factory, context.cfg.interface)
         except AppLoadError as error:
             if error.traceback:
                 log.error("cannot load the app:\n%s", error.traceback.rstrip())
@@ -278,7 +278,18 @@ def _serve(context: WorkerContext) -> int:
         gc.freeze()
     if cfg.limit_open_files is None:
         _raise_open_files_limit()
+    from tines import asgi
+
+    try:
+        interface = asgi.interface_of(app, cfg.interface, repr(str(cfg.app)))
+        if interface != "wsgi":
+            asgi.check_mpm(cfg)
+    except AppLoadError as error:
+        _write(context.notify_write, encode_boot_error(pid, context.slot, str(error)))
+        return EXIT_BOOT_ERROR
     context.hooks.call_logged("post_worker_init", worker)
+    if interface != "wsgi":
+        return _serve_asgi(context, asgi.as_asgi3(app, interface), server, worker)
     app = wrap_app(app, context.hooks, worker)
     import tines._core as _core
 
@@ -299,5 +310,35 @@ def _serve(context: WorkerContext) -> int:
     log.debug("worker %d (slot %d) stopped: %s", pid, context.slot, reason)
     if sampler is not None:
         sampler.stop()
+    context.hooks.call_logged("worker_exit", server, worker)
+    return 0
+
+
+def _serve_asgi(context: WorkerContext, app: Any, server: ServerView, worker: WorkerView) -> int:
+    """The ASGI worker (ADR 0014): the Rust reactor on a thread of its own, the app on an
+    asyncio loop on this one (``tines.asgi``); ready once the app's lifespan startup is done."""
+    from tines import asgi
+    import tines._core as _core
+
+    cfg = context.cfg
+    pid = os.getpid()
+    setproctitle(f"tines: worker {context.slot} [asgi] gen {context.generation}")
+    if context.slot == 0 and context.generation <= 1 and cfg.source("mpm") == "default":
+        log.info("ASGI app: served by the event MPM's reactor and an asyncio loop per worker")
+    for hook in ("pre_request", "post_request"):
+        if hook in context.hooks.functions:
+            log.warning("the %s hook runs for WSGI apps only: not called for this ASGI app", hook)
+    draining = {reason: encode_draining(pid, context.slot, reason) for reason in DRAINING_REASONS}
+    bridge = _core.AsgiWorker(context.settings, context.listeners, context.scoreboard,
+                              context.slot, context.life_read,
+                              (context.notify_write, encode_ready(pid, context.slot)),
+                              (context.notify_write, draining))
+    try:
+        reason = asgi.serve(app, bridge, cfg)
+    except (asgi.LifespanError, AppLoadError) as error:
+        prefix = "lifespan startup failed: " if isinstance(error, asgi.LifespanError) else ""
+        _write(context.notify_write, encode_boot_error(pid, context.slot, f"{prefix}{error}"))
+        return EXIT_BOOT_ERROR
+    log.debug("worker %d (slot %d) stopped: %s", pid, context.slot, reason)
     context.hooks.call_logged("worker_exit", server, worker)
     return 0

@@ -1,12 +1,14 @@
 //! `tines._core`: the only crate that touches Python.
 //!
 //! It exposes the scoreboard to the master, the worker entry point (`run_worker`), the load
-//! generator (`bench`, crates/loadgen), and the WSGI layer: environ, `wsgi.input`,
+//! generator (`bench`, crates/loadgen), the ASGI layer (`asgi`: the bridge's async side) and
+//! the WSGI layer: environ, `wsgi.input`,
 //! `start_response`, `wsgi.file_wrapper`. Everything below
 //! it (`tines-server`, `tines-proto`) knows nothing of Python; the GIL is taken only here.
 
 use pyo3::prelude::*;
 
+mod asgi;
 mod bench;
 mod scoreboard;
 mod settings;
@@ -32,6 +34,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wsgi::input::Input>()?;
     m.add_class::<wsgi::start_response::StartResponse>()?;
     m.add_function(wrap_pyfunction!(worker::run_worker, m)?)?;
+    m.add_class::<asgi::AsgiWorker>()?;
+    m.add_class::<asgi::Request>()?;
+    m.add_class::<asgi::Ready>()?;
+    m.add(
+        "ClientDisconnected",
+        m.py().get_type::<asgi::ClientDisconnected>(),
+    )?;
     m.add_function(wrap_pyfunction!(scoreboard::run_status, m)?)?;
     m.add_function(wrap_pyfunction!(settings::check_worker_settings, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench, m)?)?;

@@ -69,6 +69,7 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         proxy_protocol: get(settings, "proxy_protocol")?,
         max_connections: get::<usize>(settings, "max_connections")?.max(1),
         max_queued_requests: get(settings, "max_queued_requests")?,
+        max_concurrency: get(settings, "max_concurrency")?,
         max_response_buffer: get(settings, "max_response_buffer")?,
         response_batch_delay: seconds(settings, "response_batch_delay")?,
         request_buffer_memory: get(settings, "request_buffer_memory")?,

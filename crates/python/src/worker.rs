@@ -40,7 +40,27 @@ pub fn run_worker(
 ) -> PyResult<&'static str> {
     let config = worker_config(settings)?;
     let wsgi = WsgiApp::new(py, app, settings, &config)?;
-    let spec = WorkerSpec {
+    let spec = spec(
+        config, listeners, scoreboard, slot, life_fd, ready, draining,
+    );
+    let app: Arc<dyn tines_server::App> = Arc::new(wsgi);
+    let result = py.detach(move || run(app, spec));
+    result
+        .map(|reason| reason.name())
+        .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))
+}
+
+/// The worker's spec: the ready and draining messages become hooks that write them.
+pub(crate) fn spec(
+    config: tines_server::WorkerConfig,
+    listeners: Vec<i32>,
+    scoreboard: &Bound<'_, PyScoreboard>,
+    slot: usize,
+    life_fd: Option<i32>,
+    ready: Option<(i32, Vec<u8>)>,
+    draining: Option<(i32, HashMap<String, Vec<u8>>)>,
+) -> WorkerSpec {
+    WorkerSpec {
         config,
         listeners,
         scoreboard: Arc::clone(&scoreboard.get().inner),
@@ -56,12 +76,7 @@ pub fn run_worker(
                 }
             })
         }),
-    };
-    let app: Arc<dyn tines_server::App> = Arc::new(wsgi);
-    let result = py.detach(move || run(app, spec));
-    result
-        .map(|reason| reason.name())
-        .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))
+    }
 }
 
 /// Writes `message` to `fd` once, ignoring failure (a gone master ends the worker through

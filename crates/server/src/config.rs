@@ -53,6 +53,9 @@ pub struct WorkerConfig {
     /// Thread and event MPMs: requests waiting for an app thread beyond which a new request
     /// gets 503 with `Retry-After` at once (idle connections never count).
     pub max_queued_requests: usize,
+    /// ASGI (ADR 0014): requests one worker's event loop serves at once, beyond which a new
+    /// request gets 503 with `Retry-After` at once; 0 means no limit.
+    pub max_concurrency: usize,
     /// Response bytes of a body the app is still producing that a slot may leave for the
     /// poller to write (a slow reader then holds no slot); beyond it the slot waits for the
     /// client. Complete bodies are bounded by `response_buffer_total` instead.
@@ -168,6 +171,7 @@ impl Default for WorkerConfig {
             proxy_protocol: false,
             max_connections: 10_000,
             max_queued_requests: 1024,
+            max_concurrency: 1024,
             max_response_buffer: 1024 * 1024,
             response_batch_delay: Duration::from_millis(1),
             request_buffer_memory: 256 * 1024,

@@ -53,6 +53,21 @@ pub struct WorkerSpec {
 
 /// Runs the worker until it is told to stop; returns why it stopped.
 pub fn run_worker(app: Arc<dyn App>, spec: WorkerSpec) -> io::Result<StopReason> {
+    let (reactor, shared) = prepare(spec)?;
+    let reason = match shared.config.mpm {
+        Mpm::Prefork => crate::mpm::prefork::run(reactor, app, shared.clone()),
+        Mpm::Thread | Mpm::Event => crate::mpm::pool::run(reactor, app, shared.clone()),
+    };
+    if let Some(log) = &shared.access_log {
+        log.flush();
+    }
+    reason
+}
+
+/// Sets a worker up (listeners, control fds, access log, shared state, the reactor) without
+/// running it: [`run_worker`] runs an MPM on it; an async app's worker hands it to
+/// [`crate::mpm::bridge::bridge`] and starts it after the app's own start-up.
+pub fn prepare(spec: WorkerSpec) -> io::Result<(crate::reactor::Reactor, Arc<WorkerShared>)> {
     if spec.scoreboard.slot(spec.slot).is_none() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -132,12 +147,5 @@ pub fn run_worker(app: Arc<dyn App>, spec: WorkerSpec) -> io::Result<StopReason>
         .heartbeat_ms
         .store(now_ms(), Ordering::Relaxed);
     let reactor = crate::reactor::Reactor::new(listeners, control, Arc::clone(&shared))?;
-    let reason = match shared.config.mpm {
-        Mpm::Prefork => crate::mpm::prefork::run(reactor, app, shared.clone()),
-        Mpm::Thread | Mpm::Event => crate::mpm::pool::run(reactor, app, shared.clone()),
-    };
-    if let Some(log) = &shared.access_log {
-        log.flush();
-    }
-    reason
+    Ok((reactor, shared))
 }

@@ -189,15 +189,27 @@ def test_check_app_needs_an_app() -> None:
     assert_one_line_error(tines("check-config", "--check-app"), "--check-app needs APP")
 
 @pytest.mark.parametrize("spec, extra", [
-    ("asgi_app:app", []),
-    ("asgi_app:instance", []),
-    ("asgi_app:instance", ["--preload"]),
-    ("asgi_app:create_app", ["--factory"]),
+    ("asgi_app:app", ["--mpm", "prefork"]),
+    ("asgi_app:instance", ["--mpm", "thread"]),
+    ("asgi_app:instance", ["--mpm", "prefork", "--preload"]),
+    ("asgi_app:create_app", ["--factory", "--mpm", "prefork"]),
 ])
-def test_an_asgi_app_is_named_as_such_not_as_a_factory(spec: str, extra: list[str]) -> None:
+def test_an_asgi_app_with_an_explicit_mpm_other_than_event_is_refused_in_one_line(
+        spec: str, extra: list[str]) -> None:
     result = tines("serve", "-b", "127.0.0.1:0", "-w", "1", *extra, spec)
-    assert_one_line_error(result, "ASGI app (async def)", "serves WSGI apps only")
+    assert_one_line_error(result, "an ASGI app runs on the event MPM, but mpm is", "(cli)")
     assert "--factory" not in result.stderr
+
+
+def test_stream_body_paths_with_an_asgi_app_is_refused_in_one_line() -> None:
+    result = tines("serve", "-b", "127.0.0.1:0", "-w", "1", "--stream-body-paths", "/upload", "asgi_app:app")
+    assert_one_line_error(result, "stream_body_paths (cli) is for WSGI apps")
+
+
+@pytest.mark.parametrize("extra", [[], ["--preload"]])
+def test_an_asgi_app_under_interface_wsgi_is_refused_in_one_line(extra: list[str]) -> None:
+    result = tines("serve", "-b", "127.0.0.1:0", "-w", "1", "--interface", "wsgi", *extra, "asgi_app:app")
+    assert_one_line_error(result, "'asgi_app:app' is an ASGI app (async def), but interface is wsgi")
 
 
 @pytest.mark.parametrize("words, says", [

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tines.app_loader import load_app
+from tines.asgi import interface_of
 from tines.errors import AppLoadError
 
 WSGI_APP = """
@@ -54,9 +55,9 @@ def write_module(directory: Path, name: str, text: str = WSGI_APP) -> Path:
     return path
 
 
-def failure(spec: str, factory: bool = False) -> AppLoadError:
+def failure(spec: str, factory: bool = False, interface: str = "auto") -> AppLoadError:
     with pytest.raises(AppLoadError) as caught:
-        load_app(spec, factory)
+        load_app(spec, factory, interface)
     assert "\n" not in str(caught.value)
     return caught.value
 
@@ -213,19 +214,45 @@ def create_app():
 """
 
 
-def test_asgi_function_and_object_with_async_call_are_named_as_asgi(tmp_path: Path) -> None:
+def test_asgi_function_and_object_with_async_call_load_as_asgi(tmp_path: Path) -> None:
     write_module(tmp_path, "webapp_asgi.py", ASGI_APP)
     for attribute in ("function", "instance"):
-        assert str(failure(f"webapp_asgi:{attribute}")) == (
-            f"'webapp_asgi:{attribute}' is an ASGI app (async def); "
-            "Tines serves WSGI apps only (ASGI is not supported yet)")
+        app = load_app(f"webapp_asgi:{attribute}", False)
+        assert interface_of(app, "auto", attribute) == "asgi3"
+        assert interface_of(app, "asgi", attribute) == "asgi3"
 
 
-def test_factory_returning_an_asgi_app_is_named_as_asgi(tmp_path: Path) -> None:
+def test_factory_returning_an_asgi_app_loads_as_asgi(tmp_path: Path) -> None:
     write_module(tmp_path, "webapp_asgi_factory.py", ASGI_APP)
-    assert str(failure("webapp_asgi_factory:create_app", factory=True)) == (
-        "factory 'webapp_asgi_factory:create_app' returned an ASGI app (async def); "
-        "Tines serves WSGI apps only (ASGI is not supported yet)")
+    app = load_app("webapp_asgi_factory:create_app", True)
+    assert interface_of(app, "auto", "create_app") == "asgi3"
+
+
+def test_an_app_that_is_not_what_the_interface_setting_says_is_named(tmp_path: Path) -> None:
+    write_module(tmp_path, "webapp_asgi_mismatch.py", ASGI_APP)
+    assert str(failure("webapp_asgi_mismatch:function", interface="wsgi")) == (
+        "'webapp_asgi_mismatch:function' is an ASGI app (async def), but interface is wsgi")
+    assert str(failure("webapp_asgi_mismatch:wsgi_instance", interface="asgi")) == (
+        "'webapp_asgi_mismatch:wsgi_instance' is not an ASGI 3 app (not async def); "
+        "for an ASGI 2 app use interface asgi2")
+    assert str(failure("webapp_asgi_mismatch:create_app", factory=True, interface="wsgi")) == (
+        "factory 'webapp_asgi_mismatch:create_app''s app is an ASGI app (async def), "
+        "but interface is wsgi")
+
+
+def test_an_asgi2_class_loads_only_when_named_and_skips_the_wsgi_signature_check(tmp_path: Path) -> None:
+    write_module(tmp_path, "webapp_asgi2.py", """
+class App:
+    def __init__(self, scope):
+        self.scope = scope
+
+    async def __call__(self, receive, send):
+        pass
+""")
+    assert str(failure("webapp_asgi2:App")).endswith("cannot be called as app(environ, start_response)"
+                                                    " (if it is a factory, add --factory)")
+    app = load_app("webapp_asgi2:App", False, "asgi2")
+    assert interface_of(app, "asgi2", "App") == "asgi2"
 
 
 def test_object_with_a_plain_call_is_a_wsgi_app(tmp_path: Path) -> None:

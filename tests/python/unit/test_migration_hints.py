@@ -36,7 +36,8 @@ def test_renamed_settings_are_given_as_tines_flags_with_their_values() -> None:
         "(uvicorn): use --server-header '' (an empty value omits the header)")
     assert migration_hint("-k") == migration_hint("--worker-class") == (
         "(gunicorn): use --mpm prefork for sync, --mpm thread (the same machine as --mpm event) with "
-        "--threads for gthread; there is no gevent, eventlet or ASGI worker")
+        "--threads for gthread; an ASGI app (uvicorn.workers.UvicornWorker) needs no flag, and there is no "
+        "gevent or eventlet worker")
 
 
 def test_a_flag_outside_the_table_gets_no_hint() -> None:
@@ -75,7 +76,7 @@ def test_a_flag_in_several_rows_gets_one_answer() -> None:
     "--worker-connections", "--capture-output", "--certfile", "--keyfile", "--limit-request-line",
     "--limit-request-fields", "--keep-alive", "--access-logfile", "--error-logfile",
     "--host", "--port", "--uds", "--proxy-headers", "--no-proxy-headers", "--timeout-keep-alive",
-    "--limit-concurrency", "--limit-max-requests", "--interface", "--ssl-certfile",
+    "--limit-concurrency", "--limit-max-requests", "--ssl-certfile",
     "--timeout-graceful-shutdown", "--no-access-log", "--app-dir",
 ])
 def test_common_gunicorn_and_uvicorn_flags_are_covered(flag: str) -> None:

@@ -57,6 +57,10 @@ pub struct SlotContext {
     /// when it is finished is queued in the connection's pending output, for the slot to
     /// write with the rest of its batch.
     pub(crate) batch_responses: bool,
+    /// The slot never waits for a client (an event loop serving many requests, ADR 0014):
+    /// output beyond the response store's room is queued all the same, and the app is made
+    /// to wait on its own loop until it is written.
+    pub(crate) never_wait: bool,
 }
 
 impl SlotContext {
@@ -75,6 +79,7 @@ impl SlotContext {
             log_clock: Default::default(),
             logged_response_headers: Vec::new(),
             batch_responses: false,
+            never_wait: false,
         }
     }
 }

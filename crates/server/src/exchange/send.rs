@@ -133,12 +133,36 @@ impl Exchange {
         if let HandOver::Full(written) =
             output.hand_over(&self.shared.buffers, parts, written, store)?
         {
+            if self.ctx.never_wait {
+                // Over the budget, uncharged: the app's `send` waits for it on its own loop
+                // (ADR 0014), so at most one message per connection is queued this way.
+                output.with(|pending| pending.push(parts, written));
+                return Ok(());
+            }
             // The store is full: the slot waits for the client, first for what is queued,
             // then for these bytes, written straight from the caller's memory.
             output.write_all(timeout)?;
             write_all_from(fd, parts, written, timeout)?;
         }
         Ok(())
+    }
+
+    /// Response bytes queued for the poller and not yet written.
+    pub fn unsent(&mut self) -> u64 {
+        if self.conn.output().is_empty() {
+            return 0;
+        }
+        self.conn.output().with(|pending| pending.unsent())
+    }
+
+    /// Runs `action` once the output queued now is written (with 0) or dropped (with the
+    /// bytes never written); at once when nothing is queued. It runs on whichever thread
+    /// writes the last byte (the loop's, usually), under the output's lock: it must only
+    /// note the fact.
+    pub fn when_written(&mut self, action: crate::pending::WhenWritten) {
+        self.conn
+            .output()
+            .with(|pending| pending.when_written(action));
     }
 
     /// Sends `count` bytes of an open file from `offset` with sendfile (the body must have

@@ -47,6 +47,10 @@ pub(crate) trait Driver {
     /// The loop saw a handed-out connection's socket become readable (`true`), or got such a
     /// connection back (`false`): see `mpm::pool` for why a driver counts these.
     fn handed_edge(&mut self, _seen: bool) {}
+    /// The loop saw a handed-out connection's client close its side, or its socket fail
+    /// (once per hand-off): a driver whose requests run concurrently tells the app (ASGI's
+    /// `http.disconnect`).
+    fn handed_peer_closed(&mut self, _token: usize) {}
     /// Whether a new connection could start being served now. With more than one worker the
     /// loop takes new connections only while this holds, so a busy worker leaves them in the
     /// shared listener for an idle one instead of hoarding them. Prefork's loop runs only

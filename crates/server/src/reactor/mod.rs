@@ -355,6 +355,9 @@ impl Reactor {
                 peer_closed,
                 output,
             } => {
+                if (event.peer_closed || event.error) && !*peer_closed {
+                    driver.handed_peer_closed(token);
+                }
                 *peer_closed |= event.peer_closed;
                 if event.readable && !*readable {
                     *readable = true;

@@ -265,6 +265,10 @@ pub struct Slot {
     pub swap: AtomicU64,
     /// When the memory sample was taken, milliseconds since the Unix epoch (0: never).
     pub memory_sampled_ms: AtomicU64,
+    /// An async worker's event loop (ASGI, ADR 0014) marks itself alive here, milliseconds
+    /// since the Unix epoch (0: not an async worker): the master's watchdog goes by it rather
+    /// than by the app threads' sub-slots, whose requests run concurrently on one loop.
+    pub loop_heartbeat_ms: AtomicU64,
 }
 
 /// A snapshot of one slot, for readers.
@@ -304,6 +308,8 @@ pub struct SlotReading {
     pub swap: u64,
     /// See [`Slot::memory_sampled_ms`].
     pub memory_sampled_ms: u64,
+    /// See [`Slot::loop_heartbeat_ms`].
+    pub loop_heartbeat_ms: u64,
 }
 
 impl Slot {
@@ -533,6 +539,7 @@ impl Scoreboard {
             &slot.uss,
             &slot.swap,
             &slot.memory_sampled_ms,
+            &slot.loop_heartbeat_ms,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
@@ -763,6 +770,7 @@ impl Scoreboard {
             uss: slot.uss.load(Ordering::Relaxed),
             swap: slot.swap.load(Ordering::Relaxed),
             memory_sampled_ms: slot.memory_sampled_ms.load(Ordering::Acquire),
+            loop_heartbeat_ms: slot.loop_heartbeat_ms.load(Ordering::Relaxed),
         })
     }
 

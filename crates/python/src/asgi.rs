@@ -1,0 +1,705 @@
+//! ASGI 3 (`http` scope) on the bridge of `tines_server::mpm::bridge` (ADR 0014).
+//!
+//! `AsgiWorker` is the worker's end of the bridge, used on the thread that runs the asyncio
+//! loop: its eventfd (`fileno`) is watched by the loop; `take` turns what the reactor queued
+//! into `Request` objects (their `scope` built here, in Rust) and settles the futures that
+//! waited for a written output or a client that went away. `Request.receive` and
+//! `Request.send` return awaitables: an already-done one (`Ready`, no event-loop round trip)
+//! whenever the answer is known at once, which is every time for a request whose body is
+//! buffered (all of them, ADR 0008) and a response the socket or the response store takes;
+//! an asyncio future only to wait for the client (a slow reader: backpressure; or
+//! `http.disconnect`). Sends never block the loop (`never_wait` exchanges): the reactor writes
+//! what the socket did not take.
+//!
+//! The Python side (`tines.asgi`) owns the loop, lifespan, the task per request, timeouts and
+//! logging; this module owns the per-request objects and every byte.
+
+use std::collections::HashMap;
+
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyStopIteration, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use tines_proto::Version;
+use tines_server::mpm::bridge::{self, AsyncEvent, AsyncLoop, AsyncSide};
+use tines_server::{Exchange, Local, Peer};
+
+use crate::scoreboard::PyScoreboard;
+use crate::settings::worker_config;
+use crate::wsgi::environ::{percent_decode, split_target};
+
+pyo3::create_exception!(
+    _core,
+    ClientDisconnected,
+    PyOSError,
+    "The client of this request is gone: what is sent cannot reach it (ASGI: a send on a \
+     closed connection raises a subclass of OSError)."
+);
+
+/// Body bytes given to the app in one `http.request` message, at most.
+const BODY_MESSAGE: usize = 1024 * 1024;
+
+/// An awaitable that is done already: awaiting it returns its value without suspending.
+#[pyclass(module = "tines._core", unsendable)]
+pub struct Ready {
+    value: Option<Py<PyAny>>,
+}
+
+#[pymethods]
+impl Ready {
+    fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self) -> PyResult<Option<Py<PyAny>>> {
+        match self.value.take() {
+            // Awaiting it returns None (`await send(...)`).
+            None => Ok(None),
+            Some(value) => Err(PyStopIteration::new_err((value,))),
+        }
+    }
+}
+
+/// What a request's pending future waits for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// The output queued by the last `send` to be written (backpressure).
+    Written,
+    /// `http.disconnect` (a `receive` after the body).
+    Disconnect,
+}
+
+/// How far the response has gone.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Response {
+    /// No `http.response.start` yet.
+    None,
+    /// `http.response.start` received, kept until the first body message (its length may
+    /// then be known).
+    Started,
+    /// The head is encoded; more body may follow.
+    Body,
+    /// The last body message was sent (or the response was failed or aborted).
+    Complete,
+}
+
+/// The worker's end of the bridge.
+#[pyclass(module = "tines._core", unsendable)]
+pub struct AsgiWorker {
+    side: AsyncSide,
+    pending: Option<AsyncLoop>,
+    requests: HashMap<usize, Py<Request>>,
+    events: Vec<AsyncEvent>,
+    create_future: Option<Py<PyAny>>,
+    state: Option<Py<PyDict>>,
+    done: Option<Py<Ready>>,
+    max_response_buffer: u64,
+}
+
+#[pymethods]
+impl AsgiWorker {
+    /// Sets the worker up as `run_worker` does (same arguments, less the app) without
+    /// serving: `start` serves, once the app's start-up (lifespan) is done.
+    #[new]
+    #[pyo3(signature = (settings, listeners, scoreboard, slot, life_fd=None, ready=None, draining=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        settings: &Bound<'_, PyDict>,
+        listeners: Vec<i32>,
+        scoreboard: &Bound<'_, PyScoreboard>,
+        slot: usize,
+        life_fd: Option<i32>,
+        ready: Option<(i32, Vec<u8>)>,
+        draining: Option<(i32, HashMap<String, Vec<u8>>)>,
+    ) -> PyResult<Self> {
+        let config = worker_config(settings)?;
+        let max_response_buffer = config.max_response_buffer as u64;
+        let spec = crate::worker::spec(
+            config, listeners, scoreboard, slot, life_fd, ready, draining,
+        );
+        let prepared = tines_server::worker::prepare(spec)
+            .and_then(|(reactor, shared)| bridge::bridge(reactor, shared))
+            .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))?;
+        let (pending, side) = prepared;
+        Ok(AsgiWorker {
+            side,
+            pending: Some(pending),
+            requests: HashMap::new(),
+            events: Vec::new(),
+            create_future: None,
+            state: None,
+            done: None,
+            max_response_buffer,
+        })
+    }
+
+    /// The eventfd the asyncio loop watches: readable while `take` has something.
+    fn fileno(&self) -> i32 {
+        self.side.notify_fd()
+    }
+
+    /// Starts serving: the reactor's thread starts, and tells the master the worker is ready.
+    /// `create_future` is the loop's `create_future`; `state` the lifespan state (copied into
+    /// each request's scope), if any.
+    #[pyo3(signature = (create_future, state=None))]
+    fn start(
+        &mut self,
+        py: Python<'_>,
+        create_future: Py<PyAny>,
+        state: Option<Py<PyDict>>,
+    ) -> PyResult<()> {
+        let pending = self
+            .pending
+            .take()
+            .ok_or_else(|| PyRuntimeError::new_err("the worker was started already"))?;
+        self.create_future = Some(create_future);
+        self.state = state;
+        self.done = Some(Py::new(py, Ready { value: None })?);
+        pending
+            .spawn()
+            .map(drop)
+            .map_err(|err| PyOSError::new_err(format!("cannot start the loop thread: {err}")))
+    }
+
+    /// Marks the event loop alive in the scoreboard (the master's watchdog kills an async
+    /// worker whose loop stops marking for `request_timeout`).
+    fn tick(&self) {
+        self.side.loop_alive();
+    }
+
+    /// Requests in flight.
+    fn in_flight(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// Takes what the reactor queued: returns the new requests and, once the reactor has
+    /// ended, why (`"graceful"`, ..., or `"error: ..."`), else None. Settles the futures of
+    /// requests whose output was written or whose client went away.
+    fn take(slf: &Bound<'_, Self>) -> PyResult<(Vec<Py<Request>>, Option<String>)> {
+        let py = slf.py();
+        let mut this = slf.borrow_mut();
+        let mut events = std::mem::take(&mut this.events);
+        this.side.take(&mut events);
+        let mut new = Vec::new();
+        let mut stopped = None;
+        let mut settle = Vec::new();
+        for event in events.drain(..) {
+            match event {
+                AsyncEvent::Request { token, exchange } => {
+                    let scope = this.scope(py, &exchange)?;
+                    let request = Py::new(
+                        py,
+                        Request {
+                            token,
+                            worker: slf.clone().unbind(),
+                            exchange: Some(exchange),
+                            scope: scope.unbind(),
+                            body_done: false,
+                            response: Response::None,
+                            status: 0,
+                            headers: None,
+                            gone: false,
+                            waiter: None,
+                        },
+                    )?;
+                    this.requests.insert(token, request.clone_ref(py));
+                    new.push(request);
+                }
+                AsyncEvent::Written(token) => {
+                    if let Some(request) = this.requests.get(&token) {
+                        settle.push((request.clone_ref(py), false));
+                    }
+                }
+                AsyncEvent::Gone(token) => {
+                    if let Some(request) = this.requests.get(&token) {
+                        settle.push((request.clone_ref(py), true));
+                    }
+                }
+                AsyncEvent::Stopped(result) => {
+                    stopped = Some(match result {
+                        Ok(reason) => reason.name().to_string(),
+                        Err(err) => format!("error: {err}"),
+                    });
+                }
+            }
+        }
+        this.events = events;
+        drop(this);
+        for (request, gone) in settle {
+            let mut request = request.borrow_mut(py);
+            if gone {
+                request.on_gone(py)?;
+            } else {
+                request.on_written(py)?;
+            }
+        }
+        Ok((new, stopped))
+    }
+}
+
+impl AsgiWorker {
+    /// The request's `http` scope.
+    fn scope<'py>(&self, py: Python<'py>, exchange: &Exchange) -> PyResult<Bound<'py, PyDict>> {
+        let scope = PyDict::new(py);
+        scope.set_item(intern!(py, "type"), intern!(py, "http"))?;
+        let asgi = PyDict::new(py);
+        asgi.set_item(intern!(py, "version"), intern!(py, "3.0"))?;
+        asgi.set_item(intern!(py, "spec_version"), intern!(py, "2.4"))?;
+        scope.set_item(intern!(py, "asgi"), asgi)?;
+        scope.set_item(
+            intern!(py, "http_version"),
+            match exchange.version() {
+                Version::Http11 => intern!(py, "1.1"),
+                Version::Http10 => intern!(py, "1.0"),
+            },
+        )?;
+        let method = exchange.method();
+        scope.set_item(
+            intern!(py, "method"),
+            match method {
+                b"GET" => intern!(py, "GET").clone(),
+                b"POST" => intern!(py, "POST").clone(),
+                other => PyString::new(py, &String::from_utf8_lossy(other)),
+            },
+        )?;
+        let (raw_path, query) = split_target(exchange.target());
+        let decoded = percent_decode(raw_path);
+        scope.set_item(
+            intern!(py, "path"),
+            PyString::new(py, &String::from_utf8_lossy(&decoded)),
+        )?;
+        scope.set_item(intern!(py, "raw_path"), PyBytes::new(py, raw_path))?;
+        scope.set_item(intern!(py, "query_string"), PyBytes::new(py, query))?;
+        scope.set_item(intern!(py, "root_path"), intern!(py, ""))?;
+        let mut https = false;
+        let headers = PyList::empty(py);
+        for (name, value) in exchange.headers() {
+            if name.eq_ignore_ascii_case(b"x-forwarded-proto") && exchange.peer_is_trusted_proxy() {
+                let proto = value
+                    .split(|&b| b == b',')
+                    .next()
+                    .unwrap_or(b"")
+                    .trim_ascii();
+                https = proto.eq_ignore_ascii_case(b"https");
+            }
+            let name = if name.iter().any(u8::is_ascii_uppercase) {
+                PyBytes::new(py, &name.to_ascii_lowercase())
+            } else {
+                PyBytes::new(py, name)
+            };
+            headers.append(PyTuple::new(py, [name, PyBytes::new(py, value)])?)?;
+        }
+        scope.set_item(intern!(py, "headers"), headers)?;
+        scope.set_item(
+            intern!(py, "scheme"),
+            if https {
+                intern!(py, "https")
+            } else {
+                intern!(py, "http")
+            },
+        )?;
+        match exchange.local() {
+            Local::Tcp(addr) => {
+                scope.set_item(intern!(py, "server"), (addr.ip().to_string(), addr.port()))?
+            }
+            Local::Unix(path) => {
+                scope.set_item(intern!(py, "server"), (path.as_str(), py.None()))?
+            }
+        }
+        match (exchange.client_ip(), exchange.peer()) {
+            (Some(ip), Peer::Tcp(addr)) => {
+                scope.set_item(intern!(py, "client"), (ip.to_string(), addr.port()))?
+            }
+            _ => scope.set_item(intern!(py, "client"), py.None())?,
+        }
+        scope.set_item(intern!(py, "extensions"), PyDict::new(py))?;
+        if let Some(state) = &self.state {
+            scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
+        }
+        Ok(scope)
+    }
+}
+
+/// One request in flight: its scope, `receive`, `send`, and its end.
+#[pyclass(module = "tines._core", unsendable)]
+pub struct Request {
+    token: usize,
+    worker: Py<AsgiWorker>,
+    exchange: Option<Box<Exchange>>,
+    scope: Py<PyDict>,
+    body_done: bool,
+    response: Response,
+    status: u16,
+    headers: Option<Py<PyAny>>,
+    gone: bool,
+    waiter: Option<(Py<PyAny>, Wait)>,
+}
+
+fn disconnect_message(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let message = PyDict::new(py);
+    message.set_item(intern!(py, "type"), intern!(py, "http.disconnect"))?;
+    Ok(message)
+}
+
+#[pymethods]
+impl Request {
+    /// The ASGI scope.
+    #[getter]
+    fn scope(&self, py: Python<'_>) -> Py<PyDict> {
+        self.scope.clone_ref(py)
+    }
+
+    /// "METHOD target", for log lines.
+    fn describe(&self) -> String {
+        match &self.exchange {
+            Some(exchange) => format!(
+                "{} {}",
+                String::from_utf8_lossy(exchange.method()),
+                String::from_utf8_lossy(exchange.target())
+            ),
+            None => String::new(),
+        }
+    }
+
+    /// ASGI `receive`: the body in `http.request` messages (at most 1 MiB each), then
+    /// `http.disconnect` once the client is gone or the response is complete.
+    fn receive(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if !self.body_done && !self.gone {
+            if let Some(exchange) = self.exchange.as_mut() {
+                let mut body = Vec::new();
+                let mut more = true;
+                while body.len() < BODY_MESSAGE {
+                    let chunk = exchange
+                        .fill_body()
+                        .map_err(|err| ClientDisconnected::new_err(err.to_string()))?;
+                    if chunk.is_empty() {
+                        more = false;
+                        break;
+                    }
+                    let take = chunk.len().min(BODY_MESSAGE - body.len());
+                    body.extend_from_slice(&chunk[..take]);
+                    exchange.consume_body(take);
+                }
+                self.body_done = !more;
+                let message = PyDict::new(py);
+                message.set_item(intern!(py, "type"), intern!(py, "http.request"))?;
+                message.set_item(intern!(py, "body"), PyBytes::new(py, &body))?;
+                message.set_item(intern!(py, "more_body"), more)?;
+                return ready(py, message.into_any());
+            }
+        }
+        if self.gone || self.response == Response::Complete || self.exchange.is_none() {
+            return ready(py, disconnect_message(py)?.into_any());
+        }
+        let future = self.new_future(py)?;
+        self.waiter = Some((future.clone_ref(py), Wait::Disconnect));
+        Ok(future)
+    }
+
+    /// ASGI `send`: `http.response.start` then `http.response.body` messages.
+    fn send(&mut self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let message = message
+            .cast::<PyDict>()
+            .map_err(|_| PyValueError::new_err("an ASGI message must be a dict"))?;
+        let kind = message
+            .get_item(intern!(py, "type"))?
+            .ok_or_else(|| PyValueError::new_err("an ASGI message needs a 'type'"))?;
+        let kind = kind.cast::<PyString>()?.to_str()?;
+        if self.gone {
+            return Err(ClientDisconnected::new_err(
+                "the client closed the connection",
+            ));
+        }
+        match kind {
+            "http.response.start" => {
+                if self.response != Response::None {
+                    return Err(PyRuntimeError::new_err(
+                        "http.response.start sent twice (the response has started)",
+                    ));
+                }
+                let status = message
+                    .get_item(intern!(py, "status"))?
+                    .ok_or_else(|| PyValueError::new_err("http.response.start needs 'status'"))?
+                    .extract::<u16>()
+                    .map_err(|_| {
+                        PyValueError::new_err("'status' must be an int from 100 to 999")
+                    })?;
+                if !(100..=999).contains(&status) {
+                    return Err(PyValueError::new_err(format!(
+                        "'status' must be from 100 to 999, got {status}"
+                    )));
+                }
+                self.status = status;
+                self.headers = message.get_item(intern!(py, "headers"))?.map(Bound::unbind);
+                self.response = Response::Started;
+                self.done(py)
+            }
+            "http.response.body" => {
+                let (body, more) = body_of(message)?;
+                let body: &[u8] = body.as_ref().map_or(b"", |body| body.as_bytes());
+                match self.response {
+                    Response::None => {
+                        return Err(PyRuntimeError::new_err(
+                            "http.response.body before http.response.start",
+                        ))
+                    }
+                    Response::Complete => {
+                        return Err(PyRuntimeError::new_err(
+                            "http.response.body after the response's last body message",
+                        ))
+                    }
+                    Response::Started => {
+                        let length = (!more).then_some(body.len() as u64);
+                        self.begin(py, length)?;
+                    }
+                    Response::Body => {}
+                }
+                let exchange = self.exchange_mut()?;
+                let written = exchange.write_body(body).and_then(|()| {
+                    if more {
+                        exchange.flush()
+                    } else {
+                        exchange.finish()
+                    }
+                });
+                if !more {
+                    self.response = Response::Complete;
+                }
+                if let Err(err) = written {
+                    self.gone = true;
+                    return Err(ClientDisconnected::new_err(err.to_string()));
+                }
+                self.wait_written(py)
+            }
+            other => Err(PyValueError::new_err(format!(
+                "unknown ASGI message type {other:?} for an http scope"
+            ))),
+        }
+    }
+
+    /// The app raised: a 500 (closing) when no byte of the response was sent, else the
+    /// connection closes.
+    fn fail(&mut self) {
+        self.fail_with(500);
+    }
+
+    /// The request overran `request_timeout` (its task is being cancelled): a 503 (closing)
+    /// when no byte of the response was sent, else the connection closes.
+    fn fail_timeout(&mut self) {
+        self.fail_with(503);
+    }
+
+    /// The app returned (or failed): the request ends and its connection goes back to the
+    /// reactor. Returns what was wrong with the response, for the error log, if anything:
+    /// none started (a 500 is sent), or it stopped before its last body message (the
+    /// connection closes).
+    fn end(&mut self, py: Python<'_>) -> PyResult<Option<&'static str>> {
+        let Some(mut exchange) = self.exchange.take() else {
+            return Ok(None);
+        };
+        let complaint = match self.response {
+            Response::Complete => None,
+            Response::None => {
+                exchange.fail(500);
+                Some("the app returned without starting a response (500 sent)")
+            }
+            Response::Started | Response::Body => {
+                if exchange.response_committed() || self.response == Response::Body {
+                    exchange.abort();
+                } else {
+                    exchange.fail(500);
+                }
+                Some("the app returned before its response's last body message (connection closed)")
+            }
+        };
+        self.response = Response::Complete;
+        if let Some((future, _)) = self.waiter.take() {
+            settle(py, &future, disconnect_message(py)?.into_any())?;
+        }
+        let mut worker = self.worker.borrow_mut(py);
+        worker.requests.remove(&self.token);
+        worker.side.complete(self.token, exchange);
+        Ok(complaint)
+    }
+}
+
+/// An already-done awaitable holding `value`.
+fn ready(py: Python<'_>, value: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    Ok(Py::new(
+        py,
+        Ready {
+            value: Some(value.unbind()),
+        },
+    )?
+    .into_any())
+}
+
+/// The `body` (bytes; None when left out: empty) and `more_body` (default False) of a body
+/// message.
+fn body_of<'py>(message: &Bound<'py, PyDict>) -> PyResult<(Option<Bound<'py, PyBytes>>, bool)> {
+    let py = message.py();
+    let more = match message.get_item(intern!(py, "more_body"))? {
+        Some(value) => value.is_truthy()?,
+        None => false,
+    };
+    let body = match message.get_item(intern!(py, "body"))? {
+        None => None,
+        Some(value) => Some(
+            value
+                .cast_into::<PyBytes>()
+                .map_err(|_| PyValueError::new_err("'body' must be bytes"))?,
+        ),
+    };
+    Ok((body, more))
+}
+
+/// A header name or value: bytes.
+fn header_bytes(value: PyResult<Bound<'_, PyAny>>) -> PyResult<Bound<'_, PyBytes>> {
+    value?
+        .cast_into::<PyBytes>()
+        .map_err(|_| PyValueError::new_err("header names and values must be bytes"))
+}
+
+/// Settles `future` with `value` unless it is done already (cancelled, say).
+fn settle(py: Python<'_>, future: &Py<PyAny>, value: Bound<'_, PyAny>) -> PyResult<()> {
+    let future = future.bind(py);
+    if !future.call_method0(intern!(py, "done"))?.is_truthy()? {
+        future.call_method1(intern!(py, "set_result"), (value,))?;
+    }
+    Ok(())
+}
+
+impl Request {
+    fn fail_with(&mut self, status: u16) {
+        if self.response == Response::Complete {
+            return;
+        }
+        if let Some(exchange) = self.exchange.as_mut() {
+            if exchange.response_committed() {
+                exchange.abort();
+            } else {
+                exchange.fail(exchange.fault().unwrap_or(status));
+            }
+        }
+        self.response = Response::Complete;
+    }
+
+    fn exchange_mut(&mut self) -> PyResult<&mut Box<Exchange>> {
+        self.exchange
+            .as_mut()
+            .ok_or_else(|| PyRuntimeError::new_err("the request is over"))
+    }
+
+    fn done(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let worker = self.worker.borrow(py);
+        match &worker.done {
+            Some(done) => Ok(done.clone_ref(py).into_any()),
+            None => ready(py, py.None().into_bound(py)),
+        }
+    }
+
+    fn new_future(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let worker = self.worker.borrow(py);
+        let create = worker
+            .create_future
+            .as_ref()
+            .ok_or_else(|| PyRuntimeError::new_err("the worker is not started"))?;
+        Ok(create.bind(py).call0()?.unbind())
+    }
+
+    /// Encodes the head kept from `http.response.start`; `length` is the body's when the
+    /// first body message is also the last.
+    fn begin(&mut self, py: Python<'_>, length: Option<u64>) -> PyResult<()> {
+        let mut fields: Vec<(Bound<'_, PyBytes>, Bound<'_, PyBytes>)> = Vec::new();
+        if let Some(headers) = &self.headers {
+            for item in headers.bind(py).try_iter()? {
+                let item = item?;
+                let mut pair = item.try_iter()?;
+                let (Some(name), Some(value), None) = (pair.next(), pair.next(), pair.next())
+                else {
+                    return Err(PyValueError::new_err(
+                        "each header must be a [name, value] pair of bytes",
+                    ));
+                };
+                fields.push((header_bytes(name)?, header_bytes(value)?));
+            }
+        }
+        let reason = tines_proto::status::reason_phrase(self.status);
+        let status = format!("{} {reason}", self.status);
+        let exchange = self.exchange_mut()?;
+        exchange
+            .begin_response(
+                status.as_bytes(),
+                fields
+                    .iter()
+                    .map(|(name, value)| (name.as_bytes(), value.as_bytes())),
+                length,
+            )
+            .map_err(|err| PyValueError::new_err(format!("bad response head: {err}")))?;
+        self.response = Response::Body;
+        Ok(())
+    }
+
+    /// After a body message: done at once unless more than `max_response_buffer` waits for
+    /// the client; then a future settled when it is written.
+    fn wait_written(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let limit = self.worker.borrow(py).max_response_buffer;
+        let token = self.token;
+        let exchange = self.exchange_mut()?;
+        if exchange.unsent() <= limit {
+            return self.done(py);
+        }
+        let watched = {
+            let worker = self.worker.borrow(py);
+            let exchange = self.exchange.as_mut().expect("checked above");
+            worker.side.watch_written(token, exchange)
+        };
+        if !watched {
+            return self.done(py);
+        }
+        let future = self.new_future(py)?;
+        self.waiter = Some((future.clone_ref(py), Wait::Written));
+        Ok(future)
+    }
+
+    /// The client went away: a waiting `receive` gets `http.disconnect`, a waiting `send`
+    /// returns (the next one raises).
+    fn on_gone(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.gone = true;
+        if let Some((future, wait)) = self.waiter.take() {
+            let value = match wait {
+                Wait::Disconnect => disconnect_message(py)?.into_any(),
+                Wait::Written => py.None().into_bound(py),
+            };
+            settle(py, &future, value)?;
+        }
+        Ok(())
+    }
+
+    /// Output the app waited for was written: its `send` returns once what is left is within
+    /// `max_response_buffer` (a note may come from an earlier watch: checked again).
+    fn on_written(&mut self, py: Python<'_>) -> PyResult<()> {
+        if !matches!(self.waiter, Some((_, Wait::Written))) {
+            return Ok(());
+        }
+        let limit = self.worker.borrow(py).max_response_buffer;
+        let token = self.token;
+        let Some(exchange) = self.exchange.as_mut() else {
+            return Ok(());
+        };
+        if exchange.unsent() > limit {
+            let worker = self.worker.borrow(py);
+            if worker.side.watch_written(token, exchange) {
+                return Ok(());
+            }
+        }
+        if let Some((future, _)) = self.waiter.take() {
+            settle(py, &future, py.None().into_bound(py))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,319 @@
+"""ASGI 3 in a worker (ADR 0014): the event loop, lifespan, one task per request, timeouts.
+
+Owns: telling an ASGI app from a WSGI one (``interface_of``), adapting an ASGI 2 app, picking
+the loop (``loop``: uvloop when installed and asked for), the ``lifespan`` protocol (startup
+before the worker is ready, shutdown after it drained), running each request's app call as a
+task on the loop, cancelling a task that overruns ``request_timeout`` (its stack logged), and
+marking the loop alive in the scoreboard for the master's watchdog.
+
+The bytes are not here: ``tines._core.AsgiWorker`` is the worker's end of the bridge to the
+Rust reactor, which runs on a thread of its own and owns every socket; ``Request.receive`` and
+``Request.send`` (Rust) parse and write. The loop watches the bridge's one eventfd and takes
+every request queued since it last looked in one call.
+
+Must not: touch sockets, or block the loop (everything here runs on it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import traceback
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from tines.errors import AppLoadError
+
+log = logging.getLogger("tines.error")
+
+ASGIApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Any]],
+                    Callable[[MutableMapping[str, Any]], Awaitable[None]]], Awaitable[None]]
+
+INTERFACES = ("auto", "wsgi", "asgi", "asgi2")
+
+TICK = 1.0
+"""Most seconds between two marks of the loop in the scoreboard (and looks for overrun
+requests); a quarter of ``request_timeout`` when that is shorter."""
+
+
+class LifespanError(Exception):
+    """The app's lifespan startup failed (its message says why): the worker does not start."""
+
+
+def is_coroutine_app(app: object) -> bool:
+    """An ``async def`` function, or an object whose class's ``__call__`` is one (Starlette,
+    FastAPI, Django's ASGIHandler)."""
+    return inspect.iscoroutinefunction(app) or inspect.iscoroutinefunction(
+        getattr(type(app), "__call__", None))
+
+
+def interface_of(app: object, interface: str, name: str) -> str:
+    """``"wsgi"``, ``"asgi3"`` or ``"asgi2"`` for ``app`` under the ``interface`` setting;
+    AppLoadError (one line, naming the app as ``name`` says) when the app cannot be what was
+    asked for.
+
+    ``auto`` takes a coroutine app for ASGI 3 and anything else for WSGI: an ASGI 2 app (a
+    class whose instances are the coroutine) looks like a WSGI callable, so it needs
+    ``asgi2``."""
+    if interface == "auto":
+        return "asgi3" if is_coroutine_app(app) else "wsgi"
+    if interface == "wsgi":
+        if is_coroutine_app(app):
+            raise AppLoadError(f"{name} is an ASGI app (async def), but interface is wsgi")
+        return "wsgi"
+    if interface == "asgi":
+        if not is_coroutine_app(app):
+            raise AppLoadError(f"{name} is not an ASGI 3 app (not async def); for an ASGI 2 "
+                               "app use interface asgi2")
+        return "asgi3"
+    if not callable(app):
+        raise AppLoadError(f"{name} is not callable")
+    return "asgi2"
+
+
+def check_mpm(cfg: Any) -> None:
+    """An ASGI app runs on the event MPM's reactor: a ``mpm`` set to another is refused (one
+    line) rather than ignored; so is ``stream_body_paths`` (a body read from the socket while
+    the app runs would block the loop)."""
+    if cfg.mpm != "event" and cfg.source("mpm") != "default":
+        raise AppLoadError(f"an ASGI app runs on the event MPM, but mpm is {cfg.mpm} "
+                           f"({cfg.source('mpm')}): leave mpm unset or set it to event")
+    if cfg.stream_body_paths:
+        raise AppLoadError(f"stream_body_paths ({cfg.source('stream_body_paths')}) is for WSGI "
+                           "apps: an ASGI app gets every body buffered (docs/asgi.md)")
+
+
+def as_asgi3(app: Any, kind: str) -> ASGIApp:
+    """The app as an ASGI 3 callable: an ASGI 2 app is called with the scope, then its
+    instance with ``receive`` and ``send``."""
+    if kind != "asgi2":
+        return app  # type: ignore[no-any-return]
+
+    async def asgi2(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        instance = app(scope)
+        await instance(receive, send)
+
+    return asgi2
+
+
+def new_loop(choice: str) -> asyncio.AbstractEventLoop:
+    """The event loop for ``loop``: ``uvloop`` (an error when it is not installed),
+    ``asyncio``, or ``auto`` (uvloop when installed)."""
+    if choice in ("auto", "uvloop"):
+        try:
+            import uvloop  # type: ignore[import-not-found, unused-ignore]
+        except ImportError:
+            if choice == "uvloop":
+                raise AppLoadError("loop uvloop: uvloop is not installed "
+                                   "(pip install uvloop, or loop asyncio)") from None
+        else:
+            return uvloop.new_event_loop()  # type: ignore[no-any-return]
+    return asyncio.new_event_loop()
+
+
+class Lifespan:
+    """The ``lifespan`` protocol: the app runs as one task for the worker's life, told of the
+    startup and the shutdown through ``receive``. With ``mode`` ``auto``, an app that raises
+    before it answers the startup is taken not to speak the protocol (logged at info);
+    with ``on`` that is a startup failure."""
+
+    def __init__(self, app: ASGIApp, mode: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.app = app
+        self.mode = mode
+        self.loop = loop
+        self.state: dict[str, Any] = {}
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.startup_done: asyncio.Future[str | None] = loop.create_future()
+        self.shutdown_done: asyncio.Future[str | None] = loop.create_future()
+        self.supported = True
+        self.task: asyncio.Task[None] | None = None
+
+    async def startup(self) -> None:
+        """Runs the app's startup; raises LifespanError when it fails."""
+        if self.mode == "off":
+            self.supported = False
+            return
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"},
+                 "state": self.state}
+        self.task = self.loop.create_task(self._run(scope))
+        await self.inbox.put({"type": "lifespan.startup"})
+        failure = await self.startup_done
+        if failure is not None:
+            raise LifespanError(failure)
+
+    async def shutdown(self) -> None:
+        """Runs the app's shutdown (errors are logged: the worker is stopping anyway)."""
+        if not self.supported or self.task is None or self.task.done():
+            return
+        await self.inbox.put({"type": "lifespan.shutdown"})
+        failure = await self.shutdown_done
+        if failure is not None:
+            log.error("lifespan shutdown failed: %s", failure)
+
+    async def _run(self, scope: dict[str, Any]) -> None:
+        try:
+            await self.app(scope, self.inbox.get, self._send)
+        except BaseException as error:  # noqa: BLE001 - any failure of the app is reported
+            if not self.startup_done.done():
+                if self.mode == "auto":
+                    self.supported = False
+                    log.info("the app does not support the ASGI lifespan protocol "
+                             "(%s: %s): going on without it", type(error).__name__, error)
+                    self.startup_done.set_result(None)
+                else:
+                    log.error("lifespan startup raised", exc_info=True)
+                    self.startup_done.set_result(f"{type(error).__name__}: {error}")
+            elif not self.shutdown_done.done():
+                log.error("lifespan raised", exc_info=True)
+                self.shutdown_done.set_result(f"{type(error).__name__}: {error}")
+        finally:
+            if not self.startup_done.done():
+                # Returned without answering: it does not speak the protocol.
+                self.supported = False
+                self.startup_done.set_result(None)
+            if not self.shutdown_done.done():
+                self.shutdown_done.set_result(None)
+
+    async def _send(self, message: MutableMapping[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "lifespan.startup.complete":
+            self._settle(self.startup_done, None)
+        elif kind == "lifespan.startup.failed":
+            self._settle(self.startup_done, str(message.get("message", "")) or "startup failed")
+        elif kind == "lifespan.shutdown.complete":
+            self._settle(self.shutdown_done, None)
+        elif kind == "lifespan.shutdown.failed":
+            self._settle(self.shutdown_done, str(message.get("message", "")) or "shutdown failed")
+        else:
+            raise RuntimeError(f"unknown ASGI lifespan message type {kind!r}")
+
+    @staticmethod
+    def _settle(future: asyncio.Future[str | None], value: str | None) -> None:
+        if future.done():
+            raise RuntimeError("lifespan message sent twice")
+        future.set_result(value)
+
+
+class Server:
+    """One worker's ASGI serving: the bridge's eventfd on the loop, a task per request."""
+
+    def __init__(self, app: ASGIApp, worker: Any, loop: asyncio.AbstractEventLoop,
+                 request_timeout: float) -> None:
+        import tines._core as _core
+
+        self.app = app
+        self.worker = worker
+        self.loop = loop
+        self.request_timeout = request_timeout
+        self.tick_interval = min(TICK, request_timeout / 4) if request_timeout > 0 else TICK
+        self.stopped: asyncio.Future[str] = loop.create_future()
+        # Request -> (its task, loop time it started), for request_timeout.
+        self.active: dict[Any, tuple[asyncio.Task[None], float]] = {}
+        self.disconnected = _core.ClientDisconnected
+
+    def start(self, state: dict[str, Any] | None) -> None:
+        self.loop.add_reader(self.worker.fileno(), self.on_readable)
+        self.worker.tick()
+        self.loop.call_later(self.tick_interval, self.tick)
+        self.worker.start(self.loop.create_future, state)
+
+    def on_readable(self) -> None:
+        requests, stopped = self.worker.take()
+        now = self.loop.time()
+        create_task = self.loop.create_task
+        for request in requests:
+            task = create_task(self.serve(request))
+            if not task.done():
+                self.active[request] = (task, now)
+        if stopped is not None and not self.stopped.done():
+            self.loop.remove_reader(self.worker.fileno())
+            self.stopped.set_result(stopped)
+
+    async def serve(self, request: Any) -> None:
+        try:
+            await self.app(request.scope, request.receive, request.send)
+        except self.disconnected:
+            pass  # the client went away while the app sent: nothing to answer
+        except asyncio.CancelledError:
+            request.fail()
+        except BaseException:  # noqa: BLE001 - any failure of the app is a 500 and a log line
+            log.error("Error handling request %s", request.describe(), exc_info=True)
+            request.fail()
+        finally:
+            self.active.pop(request, None)
+            what = request.describe()
+            complaint = request.end()
+            if complaint is not None:
+                log.error("Error handling request %s: %s", what, complaint)
+
+    def tick(self) -> None:
+        """Marks the loop alive; cancels requests that overran ``request_timeout``."""
+        self.worker.tick()
+        if self.request_timeout > 0:
+            now = self.loop.time()
+            for request, (task, started) in list(self.active.items()):
+                if now - started >= self.request_timeout and not task.done():
+                    log.error("request %s ran past request_timeout (%g s): cancelled (a 503 if "
+                              "nothing was sent, else the connection closes); where it waits "
+                              "(most recent call last):\n%s",
+                              request.describe(), self.request_timeout, await_stack(task))
+                    request.fail_timeout()
+                    task.cancel()
+                    del self.active[request]
+        if not self.stopped.done():
+            self.loop.call_later(self.tick_interval, self.tick)
+
+
+def await_stack(task: asyncio.Task[Any]) -> str:
+    """Where a task waits: its coroutine and every coroutine (or generator) it awaits, down to
+    the innermost (``Task.print_stack`` shows the outermost frame only)."""
+    frames = []
+    awaited: Any = task.get_coro()
+    while awaited is not None:
+        frame = (getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+                 or getattr(awaited, "ag_frame", None))
+        if frame is None:
+            break
+        frames.append((frame, frame.f_lineno))
+        awaited = (getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+                   or getattr(awaited, "ag_await", None))
+    return "".join(traceback.format_list(traceback.StackSummary.extract(frames))).rstrip()
+
+
+async def _main(app: ASGIApp, worker: Any, cfg: Any) -> str:
+    loop = asyncio.get_running_loop()
+    lifespan = Lifespan(app, cfg.lifespan, loop)
+    await lifespan.startup()
+    server = Server(app, worker, loop, cfg.request_timeout)
+    server.start(lifespan.state if lifespan.supported else None)
+    reason = await server.stopped
+    if reason != "quick":
+        await lifespan.shutdown()
+    return reason
+
+
+def serve(app: ASGIApp, worker: Any, cfg: Any) -> str:
+    """Runs the worker's loop until the reactor stops; returns why (as ``run_worker`` does).
+    Raises LifespanError when the app's startup fails (the worker was never ready)."""
+    loop = new_loop(cfg.loop)
+    asyncio.set_event_loop(loop)
+    try:
+        reason = loop.run_until_complete(_main(app, worker, cfg))
+    finally:
+        if not loop.is_closed():
+            _cancel_all(loop)
+            loop.close()
+    if reason.startswith("error: "):
+        raise OSError(f"worker failed: {reason[len('error: '):]}")
+    return reason
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancels what the app left running (background tasks) and lets it unwind."""
+    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())

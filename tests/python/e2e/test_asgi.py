@@ -1,0 +1,312 @@
+"""ASGI 3 apps served over real sockets (ADR 0014): the scope, bodies streamed both ways,
+disconnects, backpressure from a client that stops reading, errors, lifespan, admission
+(`max_concurrency`), `request_timeout`, ASGI 2, and a real Starlette app.
+
+Routes that wait are released by other requests or by the client's own actions (see
+apps/asgi_features.py), so every test asserts an order or an outcome, never a duration.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import ROOT, Server, read_until_closed, wait_until
+
+APP = "asgi_features:app"
+
+
+def get(server: Server, path: str, **kwargs: object) -> httpx.Response:
+    return httpx.get(server.url + path, timeout=20, **kwargs)  # type: ignore[arg-type]
+
+
+def raw_request(server: Server, request: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+    sock.sendall(request)
+    return sock
+
+
+def read_response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One response with a Content-Length body: (head, body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before a head: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "closed before the body's end"
+        body += chunk
+    return head, body
+
+
+def test_a_coroutine_app_is_served_with_no_flags_and_the_log_says_how(tines_server: Callable[..., Server]) -> None:
+    server = tines_server(APP, "-w", "1")
+    with httpx.Client(base_url=server.url, timeout=20) as client:
+        for _ in range(50):  # one kept-alive connection
+            response = client.get("/")
+            assert (response.status_code, response.text) == (200, "hello from ASGI")
+    assert response.headers["content-length"] == "15"
+    assert "ASGI app: served by the event MPM's reactor and an asyncio loop per worker" in server.log_text()
+    assert "Traceback" not in server.log_text()
+
+
+def test_the_scope_carries_what_the_spec_asks_for(tines_server: Callable[..., Server]) -> None:
+    server = tines_server(APP, "-w", "1")
+    response = get(server, "/scope/../scope?q=%20x&y=1", headers={"X-Custom": "Value"})
+    # httpx normalises the dot segment away; the raw target is sent as given below.
+    sock = raw_request(server, b"GET /sc%6Fpe?q=%20x&y=1 HTTP/1.1\r\nHost: example.test:8080\r\n"
+                               b"X-Custom: Value\r\nX-Custom: Second\r\n\r\n")
+    head, body = read_response(sock)
+    client_port = sock.getsockname()[1]
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 200 ")
+    scope = json.loads(body)
+    assert scope["type"] == "http"
+    assert scope["asgi"] == {"version": "3.0", "spec_version": "2.4"}
+    assert scope["http_version"] == "1.1"
+    assert scope["method"] == "GET"
+    assert scope["scheme"] == "http"
+    assert scope["path"] == "/scope"
+    assert scope["raw_path"] == "/sc%6Fpe"
+    assert scope["query_string"] == "q=%20x&y=1"
+    assert scope["root_path"] == ""
+    assert scope["server"] == ["127.0.0.1", server.port]
+    assert scope["client"][0] == "127.0.0.1" and scope["client"][1] == client_port
+    # Names lower-cased, values and order as sent, repeated fields kept apart.
+    assert scope["headers"] == [["host", "example.test:8080"], ["x-custom", "Value"],
+                                ["x-custom", "Second"]]
+    assert scope["state"] == {"greeting": "hello from startup"}
+    assert scope["extensions"] == {}
+    assert response.status_code == 200
+
+
+def test_a_request_body_streamed_in_chunks_reaches_the_app_whole_in_bounded_messages(
+        tines_server: Callable[..., Server]) -> None:
+    server = tines_server(APP, "-w", "1")
+    payload = bytes(range(256)) * (12 * 1024)  # 3 MiB
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(payload), 100_000):
+            yield payload[start:start + 100_000]
+
+    response = httpx.post(server.url + "/echo", content=chunks(), timeout=30)
+    assert response.status_code == 200
+    assert response.content == payload
+    # At most 1 MiB per http.request message: more_body streaming, not one huge message.
+    assert int(response.headers["x-messages"]) >= 3
+    empty = httpx.post(server.url + "/echo", content=b"", timeout=20)
+    assert (empty.status_code, empty.content, empty.headers["x-messages"]) == (200, b"", "1")
+
+
+def test_each_streamed_block_reaches_the_client_before_the_app_produces_the_next(
+        tines_server: Callable[..., Server]) -> None:
+    server = tines_server(APP, "-w", "1")
+    sock = raw_request(server, b"GET /stream?n=3 HTTP/1.1\r\nHost: x\r\n\r\n")
+    received = b""
+    for index in range(3):
+        if index:
+            assert get(server, f"/release?name=stream-{index}").text == "released"
+        while f"block {index}\n".encode() not in received:
+            chunk = sock.recv(65536)
+            assert chunk, received
+            received += chunk
+        # The next block is not produced until it is released.
+        assert f"block {index + 1}".encode() not in received
+    while not received.endswith(b"0\r\n\r\n"):
+        received += sock.recv(65536)
+    sock.close()
+    assert b"Transfer-Encoding: chunked" in received
+
+
+def test_pipelined_requests_are_answered_in_order(tines_server: Callable[..., Server]) -> None:
+    server = tines_server(APP, "-w", "1")
+    sock = raw_request(server, b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /progress HTTP/1.1\r\nHost: x\r\n\r\n"
+                               b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert read_response(sock)[1] == b"hello from ASGI"
+    assert read_response(sock)[1] == b"0"
+    head, body = read_response(sock)
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 404 ") and body == b"not found"
+
+
+def test_a_client_that_goes_away_is_seen_as_http_disconnect(tines_server: Callable[..., Server]) -> None:
+    server = tines_server(APP, "-w", "1")
+    sock = raw_request(server, b"GET /wait-disconnect HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert get(server, "/waiting-disconnect").text == "waiting"
+    sock.close()
+    assert get(server, "/disconnected").text == "http.disconnect"
+
+
+def test_a_client_that_stops_reading_slows_send_and_the_worker_serves_others_meanwhile(
+        tines_server: Callable[..., Server]) -> None:
+    server = tines_server(APP, "-w", "1", "--max-response-buffer", "1MiB")
+    slow = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    slow.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+    # The app's sends stop advancing while the client reads nothing; other requests are
+    # answered all along (each one is a turn of the same loop the sender runs on).
+    readings: list[int] = []
+
+    def settled() -> bool:
+        readings.append(int(get(server, "/progress").text))
+        return len(readings) >= 30 and len(set(readings[-30:])) == 1
+
+    wait_until(settled, 60, "the sender to stop advancing")
+    stalled = readings[-1]
+    # 64 MiB were to be sent: what left the app is bounded by the response buffer (1 MiB),
+    # one message and the sockets' buffers, not by the body.
+    assert stalled < 24, readings
+    received = 0
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += slow.recv(65536)
+    received = len(head.partition(b"\r\n\r\n")[2])
+    while received < 64 * 1024 * 1024:
+        chunk = slow.recv(1 << 20)
+        assert chunk
+        received += len(chunk)
+    slow.close()
+    assert received == 64 * 1024 * 1024
+    assert get(server, "/progress").text == "64"
+
+
+def test_app_errors_are_a_500_with_the_traceback_logged_and_the_worker_lives_on(
+        tines_server: Callable[..., Server]) -> None:
+    server = tines_server(APP, "-w", "1")
+    [worker] = server.worker_pids()
+    response = get(server, "/error")
+    assert response.status_code == 500
+    server.wait_for_log(r"Error handling request GET /error\n(.*\n)*?ValueError: the app failed before its response")
+    response = get(server, "/no-response")
+    assert response.status_code == 500
+    server.wait_for_log(r"Error handling request GET /no-response: the app returned without starting a response")
+    response = get(server, "/bad-header")
+    assert response.status_code == 500
+    server.wait_for_log(r"(?s)Error handling request GET /bad-header.*bad response head")
+    # After the head was sent: the connection closes before the body's end.
+    sock = raw_request(server, b"GET /error-after HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = read_until_closed(sock)
+    sock.close()
+    assert data.startswith(b"HTTP/1.1 200 ") and b"partial" in data
+    assert not data.endswith(b"0\r\n\r\n")
+    server.wait_for_log(r"ValueError: the app failed in the middle of its response")
+    assert get(server, "/").text == "hello from ASGI"
+    assert server.worker_pids() == [worker]
+
+
+def test_lifespan_startup_comes_before_ready_and_shutdown_runs_on_a_graceful_stop(
+        tines_server: Callable[..., Server], tmp_path: Path) -> None:
+    notes = tmp_path / "lifespan.log"
+    server = tines_server(APP, "-w", "2", env={"LIFESPAN_LOG": str(notes)})
+    # Ready means both workers' startups are done.
+    assert notes.read_text().splitlines() == ["startup", "startup"]
+    assert get(server, "/").status_code == 200
+    server.signal(signal.SIGTERM)
+    assert server.wait() == 0
+    assert notes.read_text().splitlines() == ["startup", "startup", "shutdown", "shutdown"]
+
+
+def test_a_failed_lifespan_startup_stops_the_start_with_the_apps_message(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "tines", "serve", "-b", "127.0.0.1:0", "-w", "1", APP],
+                            env={**_environment(), "LIFESPAN_FAIL": "1"}, capture_output=True,
+                            text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("tines: error:") and "lifespan startup failed: no database" in last
+
+
+def test_lifespan_off_sends_no_lifespan_events(tines_server: Callable[..., Server], tmp_path: Path) -> None:
+    notes = tmp_path / "lifespan.log"
+    server = tines_server(APP, "-w", "1", "--lifespan", "off", env={"LIFESPAN_LOG": str(notes)})
+    assert json.loads(get(server, "/scope").text)["state"] == {}
+    assert not notes.exists()
+
+
+def test_requests_beyond_max_concurrency_get_503_until_one_ends(tines_server: Callable[..., Server]) -> None:
+    server = tines_server(APP, "-w", "1", "--max-concurrency", "2")
+    first = raw_request(server, b"GET /wait-disconnect HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert get(server, "/waiting-disconnect").text == "waiting"
+    second = raw_request(server, b"GET /forever HTTP/1.1\r\nHost: x\r\n\r\n")
+    # /forever holds the second place: a third request is refused at once.
+    refused = wait_until(lambda: (r := get(server, "/")).status_code == 503 and r, 20, "a 503")
+    assert refused.headers["retry-after"] == "1"  # type: ignore[union-attr]
+    first.close()  # the app sees http.disconnect and returns: a place is free again
+    assert wait_until(lambda: get(server, "/").status_code == 200, 20, "a place to free up")
+    second.close()
+
+
+def test_a_request_past_request_timeout_is_cancelled_with_its_stack_logged_and_the_worker_kept(
+        tines_server: Callable[..., Server]) -> None:
+    server = tines_server(APP, "-w", "1", "--request-timeout", "1")
+    [worker] = server.worker_pids()
+    response = get(server, "/forever")
+    assert response.status_code == 503
+    server.wait_for_log(r"(?s)request GET /forever ran past request_timeout \(1 s\): cancelled.*asgi_features\.py")
+    assert get(server, "/").text == "hello from ASGI"
+    assert server.worker_pids() == [worker]
+
+
+def test_an_asgi2_app_is_served_when_named(tines_server: Callable[..., Server]) -> None:
+    server = tines_server("asgi_features:ASGI2", "-w", "1", "--interface", "asgi2")
+    assert get(server, "/").text == "hello from ASGI 2"
+
+
+def test_the_access_log_has_a_line_per_asgi_request(tines_server: Callable[..., Server], tmp_path: Path) -> None:
+    log = tmp_path / "access.log"
+    server = tines_server(APP, "-w", "1", "--access-log", str(log))
+    assert get(server, "/nowhere").status_code == 404
+    assert get(server, "/").status_code == 200
+    lines = wait_until(lambda: (text := log.read_text()).count("\n") >= 2 and text.splitlines(), 20, "two lines")
+    assert '"GET /nowhere HTTP/1.1" 404 9' in lines[0]  # type: ignore[index]
+    assert '"GET / HTTP/1.1" 200 15' in lines[1]  # type: ignore[index]
+
+
+def _environment() -> dict[str, str]:
+    import os
+
+    from conftest import APPS
+
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(APPS), environment.get("PYTHONPATH", "")]))
+    return environment
+
+
+# --- a real framework ------------------------------------------------------------------------
+
+def test_a_starlette_app_passes_its_checks_over_real_sockets(tines_server: Callable[..., Server]) -> None:
+    server = tines_server("starlette_app:app", "-w", "1")
+    with httpx.Client(base_url=server.url, timeout=20) as client:
+        assert client.get("/").json() == {"hello": "starlette", "started": True}
+        assert client.get("/items/42?detail=yes").json() == {"item": 42, "detail": "yes"}
+        posted = client.post("/form", data={"name": "tines", "kind": "server"})
+        assert posted.json() == {"name": "tines", "kind": "server"}
+        uploaded = client.post("/upload", files={"file": ("a.bin", b"\x00\x01" * 70_000)})
+        assert uploaded.json() == {"filename": "a.bin", "size": 140_000}
+        with client.stream("GET", "/stream") as streamed:
+            assert list(streamed.iter_lines()) == [f"line {index}" for index in range(5)]
+        assert client.get("/missing").status_code == 404
+        failed = client.get("/boom")
+        assert failed.status_code == 500
+    server.wait_for_log(r"RuntimeError: boom")
+    threads: list[threading.Thread] = []
+    results: list[int] = []
+    for _ in range(8):
+        thread = threading.Thread(target=lambda: results.append(get(server, "/slow-json").status_code))
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join(30)
+    assert results == [200] * 8
