@@ -24,7 +24,7 @@ $(PY):
 
 # Development dependencies (maturin to build, pytest & co. to test, Flask for the blog).
 $(STAMP): $(PY) pyproject.toml
-	$(PIP) install --quiet "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" "httpx>=0.27" "flask>=3" "prometheus_client>=0.20" "starlette>=0.37" "python-multipart>=0.0.9" "websockets>=12" "mypy>=1.10"
+	$(PIP) install --quiet "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" "httpx>=0.27" "flask>=3" "prometheus_client>=0.20" "starlette>=0.37" "python-multipart>=0.0.9" "uvloop>=0.19" "websockets>=12" "mypy>=1.10"
 	touch $(STAMP)
 
 # The extension, built in release mode and installed (editable) into the virtualenv; it also

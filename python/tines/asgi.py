@@ -17,6 +17,7 @@ Must not: touch sockets, or block the loop (everything here runs on it).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import logging
 import traceback
@@ -102,13 +103,14 @@ def new_loop(choice: str) -> asyncio.AbstractEventLoop:
     ``asyncio``, or ``auto`` (uvloop when installed)."""
     if choice in ("auto", "uvloop"):
         try:
-            import uvloop  # type: ignore[import-not-found, unused-ignore]
+            uvloop: Any = importlib.import_module("uvloop")
         except ImportError:
             if choice == "uvloop":
                 raise AppLoadError("loop uvloop: uvloop is not installed "
                                    "(pip install uvloop, or loop asyncio)") from None
         else:
-            return uvloop.new_event_loop()  # type: ignore[no-any-return]
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+            return loop
     return asyncio.new_event_loop()
 
 

@@ -23,6 +23,8 @@ import pytest
 from conftest import ROOT, Server, read_until_closed, wait_until
 
 APP = "asgi_features:app"
+LOOPS = pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+"""The tests that suspend tasks (futures made by the loop) run on both loops."""
 
 
 def get(server: Server, path: str, **kwargs: object) -> httpx.Response:
@@ -52,8 +54,10 @@ def read_response(sock: socket.socket) -> tuple[bytes, bytes]:
     return head, body
 
 
-def test_a_coroutine_app_is_served_with_no_flags_and_the_log_says_how(tines_server: Callable[..., Server]) -> None:
-    server = tines_server(APP, "-w", "1")
+@LOOPS
+def test_a_coroutine_app_is_served_with_no_mpm_or_interface_flag_and_the_log_says_how(
+        tines_server: Callable[..., Server], loop: str) -> None:
+    server = tines_server(APP, "-w", "1", "--loop", loop)
     with httpx.Client(base_url=server.url, timeout=20) as client:
         for _ in range(50):  # one kept-alive connection
             response = client.get("/")
@@ -111,9 +115,10 @@ def test_a_request_body_streamed_in_chunks_reaches_the_app_whole_in_bounded_mess
     assert (empty.status_code, empty.content, empty.headers["x-messages"]) == (200, b"", "1")
 
 
+@LOOPS
 def test_each_streamed_block_reaches_the_client_before_the_app_produces_the_next(
-        tines_server: Callable[..., Server]) -> None:
-    server = tines_server(APP, "-w", "1")
+        tines_server: Callable[..., Server], loop: str) -> None:
+    server = tines_server(APP, "-w", "1", "--loop", loop)
     sock = raw_request(server, b"GET /stream?n=3 HTTP/1.1\r\nHost: x\r\n\r\n")
     received = b""
     for index in range(3):
@@ -142,17 +147,20 @@ def test_pipelined_requests_are_answered_in_order(tines_server: Callable[..., Se
     assert head.startswith(b"HTTP/1.1 404 ") and body == b"not found"
 
 
-def test_a_client_that_goes_away_is_seen_as_http_disconnect(tines_server: Callable[..., Server]) -> None:
-    server = tines_server(APP, "-w", "1")
+@LOOPS
+def test_a_client_that_goes_away_is_seen_as_http_disconnect(
+        tines_server: Callable[..., Server], loop: str) -> None:
+    server = tines_server(APP, "-w", "1", "--loop", loop)
     sock = raw_request(server, b"GET /wait-disconnect HTTP/1.1\r\nHost: x\r\n\r\n")
     assert get(server, "/waiting-disconnect").text == "waiting"
     sock.close()
     assert get(server, "/disconnected").text == "http.disconnect"
 
 
+@LOOPS
 def test_a_client_that_stops_reading_slows_send_and_the_worker_serves_others_meanwhile(
-        tines_server: Callable[..., Server]) -> None:
-    server = tines_server(APP, "-w", "1", "--max-response-buffer", "1MiB")
+        tines_server: Callable[..., Server], loop: str) -> None:
+    server = tines_server(APP, "-w", "1", "--loop", loop, "--max-response-buffer", "1MiB")
     slow = socket.create_connection(("127.0.0.1", server.port), timeout=30)
     slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
     slow.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
