@@ -361,6 +361,13 @@ def cheapest_checks(table: dict[str, dict[str, CellSummary]]) -> list[Check]:
     return checks
 
 
+def asgi_checks(table: dict[str, dict[str, CellSummary]]) -> list[Check]:
+    """Issue 17's targets on ASGI hello keep-alive (50 connections), server CPU µs/req:
+    tines-asgi at most 0.6 x granian-asgi's, and at most uvicorn's (``decided``'s verdicts)."""
+    return [cpu_target(table, ASGI_HELLO_KA, "tines-asgi", "granian-asgi", ASGI_MARGIN),
+            cpu_target(table, ASGI_HELLO_KA, "tines-asgi", "uvicorn")]
+
+
 # --------------------------------------------------------------------------- the previous run
 
 
@@ -665,6 +672,14 @@ START_STOP_S = 1.5
 ATTACK_SETUP_S = 1.0
 
 
+ASGI_APPS = frozenset({"asgi-hello"})
+"""The ASGI apps: only servers that name them run them (a server that serves "every app" runs
+every WSGI one)."""
+ASGI_HELLO_KA = Scenario("asgi-hello", "keep-alive", 50)
+ASGI_MARGIN = 0.6
+"""Issue 17: Tines' ASGI hello keep-alive server CPU per request at most this x Granian's."""
+
+
 def matrix(kind: str, servers: list[str],
            serves: dict[str, frozenset[str] | None]) -> list[tuple[Scenario, list[str]]]:
     """The scenarios of a plan and, for each, the servers measured, in table order.
@@ -672,14 +687,16 @@ def matrix(kind: str, servers: list[str],
     ``serves[server]`` is the set of apps a server can run (None: every app). quick and
     standard: hello and blog, keep-alive and close, and flask (the Flask "OK" route, issue 15)
     keep-alive, at 50 connections for every server; hello keep-alive at 1000 for tines-thread
-    and tines-event (issue 4). full: hello, blog and flask at 1, 50 and 1000 connections,
+    and tines-event (issue 4); ASGI hello keep-alive at 50 for the ASGI servers (issue 17). full: hello, blog and flask at 1, 50 and 1000 connections,
     keep-alive and close; plaintext pipelined 16 deep at 50 and 1000; json and fortunes
-    keep-alive at 1, 50 and 1000; every server on every scenario it can run. Every plan ends
+    keep-alive at 1, 50 and 1000; ASGI hello keep-alive at 1, 50 and 1000; every server on
+    every scenario it can run. Every plan ends
     with the slow-client attack row (hello keep-alive at 50 connections, unattacked and then
     attacked in each start) for ATTACK_SERVERS.
     """
     def who(app: str, only: tuple[str, ...] | None = None) -> list[str]:
-        return [s for s in servers if (serves.get(s) is None or app in (serves[s] or ()))
+        return [s for s in servers
+                if ((serves.get(s) is None and app not in ASGI_APPS) or app in (serves.get(s) or ()))
                 and (only is None or s in only)]
 
     cells: list[tuple[Scenario, list[str]]] = []
@@ -689,6 +706,7 @@ def matrix(kind: str, servers: list[str],
                 cells.append((Scenario(app, mode, 50), who(app)))
         cells.append((FLASK_KA, who("flask")))
         cells.append((HELLO_KA_1000, who("hello", C1000_SERVERS)))
+        cells.append((ASGI_HELLO_KA, who("asgi-hello")))
     elif kind == "full":
         for connections in (1, 50, 1000):
             for app in ("hello", "blog", "flask"):
@@ -699,6 +717,8 @@ def matrix(kind: str, servers: list[str],
         for app in ("json", "fortunes"):
             for connections in (1, 50, 1000):
                 cells.append((Scenario(app, "keep-alive", connections), who(app)))
+        for connections in (1, 50, 1000):
+            cells.append((Scenario("asgi-hello", "keep-alive", connections), who("asgi-hello")))
     else:
         raise ValueError(f"unknown plan {kind!r}")
     cells.append((Scenario(ATTACK_APP, "keep-alive", 50), who(ATTACK_APP, ATTACK_SERVERS)))

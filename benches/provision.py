@@ -25,7 +25,7 @@ PEERS_VENV = REPO / "benches" / ".venv-peers"
 BLOG_PACKAGES = ("flask", "werkzeug", "jinja2", "markupsafe", "itsdangerous", "click", "blinker")
 # The peers, newest release of each (their versions go into every report). uWSGI and bjoern are
 # built from source by pip (they need a C compiler and the Python headers; bjoern also libev's).
-PEER_PACKAGES = ("gunicorn", "granian", "uwsgi", "bjoern")
+PEER_PACKAGES = ("gunicorn", "granian", "uwsgi", "bjoern", "uvicorn", "uvloop", "httptools")
 # Debian package providing each system tool.
 APT_PACKAGES = {"wrk": "wrk", "nginx": "nginx-light"}
 # Debian development packages a peer compiles against, each with the header that shows it is

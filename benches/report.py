@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from model import (ATTACK_TARGET, MIN_RUNS, SPREAD_LIMIT, AttackSummary, Best, CellSummary, Check,
-                   Comparison, Plan, Scenario, attack_checks, best_peer, cheapest_checks,
+                   Comparison, Plan, Scenario, asgi_checks, attack_checks, best_peer, cheapest_checks,
                    compare_with_previous, event_checks, is_peer, is_tines, previous_check,
                    previous_table, ratio, recycling_checks, summarise, summarise_attack)
 
@@ -82,7 +82,8 @@ def build(runs_of: Any, cells: list[tuple[Scenario, list[str]]], url_paths: dict
             by_name, previous_table(previous.data.get("cells", {})), previous.source,
             {**previous.data.get("plan", {}), **previous.data.get("meta", {})})
     checks = (event_checks(by_name) + recycling_checks(by_name) + attack_checks(attack)
-              + cheapest_checks(by_name) + [previous_check(comparison, no_previous)])
+              + cheapest_checks(by_name) + asgi_checks(by_name)
+              + [previous_check(comparison, no_previous)])
     return Report(title, plan, meta, skipped, tables, checks, attack, comparison)
 
 

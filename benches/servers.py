@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from model import ATTACK_APP
+from model import ASGI_APPS, ATTACK_APP
 from provision import PEERS_VENV, tool_path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,6 +71,8 @@ APPS = {
     # beside it; the app the e2e test of issue 14 uses.
     "attacked": App("attacked", REPO / "tests" / "python" / "e2e" / "apps" / "slow_clients_app.py",
                     "app", "/"),
+    # ASGI (issue 17): hello as an `async def` app, served by Tines, uvicorn and Granian.
+    "asgi-hello": App("asgi-hello", EXAMPLES / "asgi_hello.py", "app", "/"),
 }
 
 # command(app, port, ready_fd or None, workdir) -> argv
@@ -82,7 +84,7 @@ class Server:
     name: str
     command: Command
     uses_ready_fd: bool = False
-    apps: frozenset[str] | None = None  # None: every app
+    apps: frozenset[str] | None = None  # None: every WSGI app (model.ASGI_APPS excluded)
 
 
 def tines_binary() -> Path:
@@ -202,7 +204,7 @@ def wsgi_servers() -> list[Server]:
         Server("granian-wsgi", granian_command),
         # The C reference for WSGI (one process, libev): every app but the attack row, whose
         # servers are model.ATTACK_SERVERS.
-        Server("bjoern", bjoern_command, apps=frozenset(APPS) - {ATTACK_APP}),
+        Server("bjoern", bjoern_command, apps=frozenset(APPS) - {ATTACK_APP} - ASGI_APPS),
         # The machine's limit: a static answer with no app behind it.
         Server("nginx-static", nginx_command, apps=frozenset({"hello", "plaintext"})),
     ]
@@ -221,17 +223,34 @@ def tines_serve_help(binary: Path | None = None) -> str:
     return result.stdout
 
 
-def asgi_servers(help_text: str) -> tuple[list[Server], dict[str, str]]:
-    """EXTENSION POINT for ASGI: uvicorn (and Tines' ASGI interface) join the suite here.
+def uvicorn_command(app: App, port: int, _ready_fd: int | None, _workdir: Path) -> list[str]:
+    """uvicorn at its fastest: httptools and uvloop (``uvicorn[standard]``)."""
+    return [str(PEERS_VENV / "bin" / "uvicorn"), "--host", "127.0.0.1", "--port", str(port),
+            "--workers", "1", "--loop", "uvloop", "--http", "httptools", "--no-access-log",
+            "--log-level", "warning", "--app-dir", str(app.file.parent), app.module_target]
 
-    They need ASGI twins of the apps above (hello, blog, the TechEmpower ones), which exist only
-    once Tines serves ASGI. Until then this returns no server and says why, for the report.
-    """
-    if "asgi" not in help_text.lower():
-        return [], {"uvicorn": "Tines serves no ASGI yet (`tines serve --help` offers no ASGI "
-                               "interface); uvicorn joins at servers.asgi_servers when it does"}
-    return [], {"uvicorn": "Tines offers ASGI, but the suite has no ASGI apps yet: add them and "
-                           "uvicorn at servers.asgi_servers"}
+
+def granian_asgi_command(app: App, port: int, _ready_fd: int | None, _workdir: Path) -> list[str]:
+    return [str(PEERS_VENV / "bin" / "granian"), "--interface", "asgi", "--host", "127.0.0.1",
+            "--port", str(port), "--workers", "1", "--loop", "uvloop", "--log-level", "warning",
+            "--working-dir", str(app.file.parent), app.module_target]
+
+
+def asgi_servers(help_text: str) -> tuple[list[Server], dict[str, str]]:
+    """The ASGI servers (issue 17), each on the ASGI apps only: Tines (its event reactor under
+    an asyncio loop, uvloop as for the peers), uvicorn (httptools, uvloop) and Granian. A Tines
+    build without ``--interface`` serves no ASGI: then none of them runs, and the report says
+    why."""
+    if "--interface" not in help_text:
+        reason = "this build of Tines serves no ASGI (`tines serve --help` has no --interface)"
+        return [], {name: reason for name in ("tines-asgi", "uvicorn", "granian-asgi")}
+    asgi = frozenset(ASGI_APPS)
+    return [
+        Server("tines-asgi", tines_command("event", None, extra=("--loop", "uvloop")),
+               uses_ready_fd=True, apps=asgi),
+        Server("uvicorn", uvicorn_command, apps=asgi),
+        Server("granian-asgi", granian_asgi_command, apps=asgi),
+    ], {}
 
 
 def available_servers() -> tuple[list[Server], dict[str, str]]:

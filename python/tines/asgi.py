@@ -6,10 +6,11 @@ before the worker is ready, shutdown after it drained), running each request's a
 task on the loop, cancelling a task that overruns ``request_timeout`` (its stack logged), and
 marking the loop alive in the scoreboard for the master's watchdog.
 
-The bytes are not here: ``tines._core.AsgiWorker`` is the worker's end of the bridge to the
-Rust reactor, which runs on a thread of its own and owns every socket; ``Request.receive`` and
-``Request.send`` (Rust) parse and write. The loop watches the bridge's one eventfd and takes
-every request queued since it last looked in one call.
+The bytes are not here: ``tines._core.AsgiWorker`` holds the worker's Rust reactor, which owns
+every socket; the loop watches the reactor's epoll fd (one fd for all of them) and runs a turn
+of the reactor when it is readable, at its next deadline, and after requests end; a turn hands
+over every request it found complete. ``Request.receive`` and ``Request.send`` (Rust) parse
+and write.
 
 Must not: touch sockets, or block the loop (everything here runs on it).
 """
@@ -198,7 +199,7 @@ class Lifespan:
 
 
 class Server:
-    """One worker's ASGI serving: the bridge's eventfd on the loop, a task per request."""
+    """One worker's ASGI serving: the reactor's fd on the loop, a task per request."""
 
     def __init__(self, app: ASGIApp, worker: Any, loop: asyncio.AbstractEventLoop,
                  request_timeout: float) -> None:
@@ -213,24 +214,47 @@ class Server:
         # Request -> (its task, loop time it started), for request_timeout.
         self.active: dict[Any, tuple[asyncio.Task[None], float]] = {}
         self.disconnected = _core.ClientDisconnected
+        # The one timer for the reactor's next deadline (a turn also runs on every event).
+        self.timer: asyncio.TimerHandle | None = None
 
     def start(self, state: dict[str, Any] | None) -> None:
-        self.loop.add_reader(self.worker.fileno(), self.on_readable)
         self.worker.tick()
         self.loop.call_later(self.tick_interval, self.tick)
-        self.worker.start(self.loop.create_future, state)
+        self.worker.start(self.loop.create_future, self.loop.call_soon, self.turn, state)
+        self.loop.add_reader(self.worker.fileno(), self.turn)
+        self.turn()
 
-    def on_readable(self) -> None:
-        requests, stopped = self.worker.take()
-        now = self.loop.time()
-        create_task = self.loop.create_task
-        for request in requests:
-            task = create_task(self.serve(request))
-            if not task.done():
+    def turn(self) -> None:
+        """A turn of the reactor: new requests become tasks; the next deadline is scheduled."""
+        try:
+            requests, stopped = self.worker.turn()
+        except BaseException as error:  # noqa: BLE001 - the worker cannot go on: end its loop
+            if not self.stopped.done():
+                self.loop.remove_reader(self.worker.fileno())
+                self.stopped.set_exception(error)
+            return
+        if requests:
+            now = self.loop.time()
+            create_task = self.loop.create_task
+            for request in requests:
+                task = create_task(self.serve(request))
                 self.active[request] = (task, now)
-        if stopped is not None and not self.stopped.done():
-            self.loop.remove_reader(self.worker.fileno())
-            self.stopped.set_result(stopped)
+        if stopped is not None:
+            if not self.stopped.done():
+                self.loop.remove_reader(self.worker.fileno())
+                if self.timer is not None:
+                    self.timer.cancel()
+                self.stopped.set_result(stopped)
+            return
+        deadline = self.loop.time() + self.worker.timeout()
+        if self.timer is None or self.timer.cancelled() or self.timer.when() > deadline:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = self.loop.call_at(deadline, self.on_timer)
+
+    def on_timer(self) -> None:
+        self.timer = None
+        self.turn()
 
     async def serve(self, request: Any) -> None:
         try:
@@ -244,10 +268,9 @@ class Server:
             request.fail()
         finally:
             self.active.pop(request, None)
-            what = request.describe()
             complaint = request.end()
             if complaint is not None:
-                log.error("Error handling request %s: %s", what, complaint)
+                log.error("Error handling request %s", complaint)
 
     def tick(self) -> None:
         """Marks the loop alive; cancels requests that overran ``request_timeout``."""
@@ -306,8 +329,6 @@ def serve(app: ASGIApp, worker: Any, cfg: Any) -> str:
         if not loop.is_closed():
             _cancel_all(loop)
             loop.close()
-    if reason.startswith("error: "):
-        raise OSError(f"worker failed: {reason[len('error: '):]}")
     return reason
 
 

@@ -1,9 +1,10 @@
 //! ASGI 3 (`http` scope) on the bridge of `tines_server::mpm::bridge` (ADR 0014).
 //!
-//! `AsgiWorker` is the worker's end of the bridge, used on the thread that runs the asyncio
-//! loop: its eventfd (`fileno`) is watched by the loop; `take` turns what the reactor queued
-//! into `Request` objects (their `scope` built here, in Rust) and settles the futures that
-//! waited for a written output or a client that went away. `Request.receive` and
+//! `AsgiWorker` holds the worker's reactor, run turn by turn on the thread of the asyncio
+//! loop: the loop watches the reactor's epoll fd (`fileno`) and calls `turn`, which handles
+//! every socket event and turns the complete requests into `Request` objects (their `scope`
+//! built here, in Rust), and settles the futures that waited for a written output or a client
+//! that went away. `Request.receive` and
 //! `Request.send` return awaitables: an already-done one (`Ready`, no event-loop round trip)
 //! whenever the answer is known at once, which is every time for a request whose body is
 //! buffered (all of them, ADR 0008) and a response the socket or the response store takes;
@@ -21,7 +22,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use tines_proto::Version;
-use tines_server::mpm::bridge::{self, AsyncEvent, AsyncLoop, AsyncSide};
+use tines_server::mpm::bridge::{AsyncEvent, AsyncReactor};
 use tines_server::{Exchange, Local, Peer};
 
 use crate::scoreboard::PyScoreboard;
@@ -90,11 +91,14 @@ enum Response {
 /// The worker's end of the bridge.
 #[pyclass(module = "tines._core", unsendable)]
 pub struct AsgiWorker {
-    side: AsyncSide,
-    pending: Option<AsyncLoop>,
+    reactor: AsyncReactor,
     requests: HashMap<usize, Py<Request>>,
     events: Vec<AsyncEvent>,
     create_future: Option<Py<PyAny>>,
+    /// The loop's `call_soon` and the callback that runs a turn: scheduled once when the
+    /// first request since the last turn gives its connection back.
+    schedule_turn: Option<(Py<PyAny>, Py<PyAny>)>,
+    turn_scheduled: bool,
     state: Option<Py<PyDict>>,
     done: Option<Py<Ready>>,
     max_response_buffer: u64,
@@ -121,54 +125,57 @@ impl AsgiWorker {
         let spec = crate::worker::spec(
             config, listeners, scoreboard, slot, life_fd, ready, draining,
         );
-        let prepared = tines_server::worker::prepare(spec)
-            .and_then(|(reactor, shared)| bridge::bridge(reactor, shared))
+        let (reactor, shared) = tines_server::worker::prepare(spec)
             .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))?;
-        let (pending, side) = prepared;
         Ok(AsgiWorker {
-            side,
-            pending: Some(pending),
+            reactor: AsyncReactor::new(reactor, shared),
             requests: HashMap::new(),
             events: Vec::new(),
             create_future: None,
+            schedule_turn: None,
+            turn_scheduled: false,
             state: None,
             done: None,
             max_response_buffer,
         })
     }
 
-    /// The eventfd the asyncio loop watches: readable while `take` has something.
+    /// The fd the asyncio loop watches: readable while the reactor has events.
     fn fileno(&self) -> i32 {
-        self.side.notify_fd()
+        self.reactor.fd()
     }
 
-    /// Starts serving: the reactor's thread starts, and tells the master the worker is ready.
-    /// `create_future` is the loop's `create_future`; `state` the lifespan state (copied into
-    /// each request's scope), if any.
-    #[pyo3(signature = (create_future, state=None))]
+    /// Starts serving: the worker tells the master it is ready. `create_future` is the loop's
+    /// `create_future`; `call_soon` its `call_soon` and `turn` the callback that calls
+    /// [`AsgiWorker::turn`]; `state` the lifespan state (copied into each request's scope),
+    /// if any.
+    #[pyo3(signature = (create_future, call_soon, turn, state=None))]
     fn start(
         &mut self,
         py: Python<'_>,
         create_future: Py<PyAny>,
+        call_soon: Py<PyAny>,
+        turn: Py<PyAny>,
         state: Option<Py<PyDict>>,
     ) -> PyResult<()> {
-        let pending = self
-            .pending
-            .take()
-            .ok_or_else(|| PyRuntimeError::new_err("the worker was started already"))?;
         self.create_future = Some(create_future);
+        self.schedule_turn = Some((call_soon, turn));
         self.state = state;
         self.done = Some(Py::new(py, Ready { value: None })?);
-        pending
-            .spawn()
-            .map(drop)
-            .map_err(|err| PyOSError::new_err(format!("cannot start the loop thread: {err}")))
+        self.reactor
+            .start()
+            .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))
+    }
+
+    /// Seconds the loop may wait before the next turn if the fd stays quiet.
+    fn timeout(&self) -> f64 {
+        self.reactor.timeout().as_secs_f64()
     }
 
     /// Marks the event loop alive in the scoreboard (the master's watchdog kills an async
     /// worker whose loop stops marking for `request_timeout`).
     fn tick(&self) {
-        self.side.loop_alive();
+        self.reactor.loop_alive();
     }
 
     /// Requests in flight.
@@ -176,16 +183,19 @@ impl AsgiWorker {
         self.requests.len()
     }
 
-    /// Takes what the reactor queued: returns the new requests and, once the reactor has
-    /// ended, why (`"graceful"`, ..., or `"error: ..."`), else None. Settles the futures of
-    /// requests whose output was written or whose client went away.
-    fn take(slf: &Bound<'_, Self>) -> PyResult<(Vec<Py<Request>>, Option<String>)> {
+    /// Runs a turn of the reactor: returns the new requests and, once the worker must stop
+    /// (it has drained, or a quick stop), why (`"graceful"`, `"quick"`, ...), else None.
+    /// Settles the futures of requests whose output was written or whose client went away.
+    fn turn(slf: &Bound<'_, Self>) -> PyResult<(Vec<Py<Request>>, Option<&'static str>)> {
         let py = slf.py();
         let mut this = slf.borrow_mut();
+        this.turn_scheduled = false;
         let mut events = std::mem::take(&mut this.events);
-        this.side.take(&mut events);
+        let stopped = this
+            .reactor
+            .turn(&mut events)
+            .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))?;
         let mut new = Vec::new();
-        let mut stopped = None;
         let mut settle = Vec::new();
         for event in events.drain(..) {
             match event {
@@ -219,15 +229,18 @@ impl AsgiWorker {
                         settle.push((request.clone_ref(py), true));
                     }
                 }
-                AsyncEvent::Stopped(result) => {
-                    stopped = Some(match result {
-                        Ok(reason) => reason.name().to_string(),
-                        Err(err) => format!("error: {err}"),
-                    });
-                }
             }
         }
         this.events = events;
+        if stopped.is_some() {
+            this.reactor.finish();
+        } else if this.reactor.has_returns() && !this.turn_scheduled {
+            // Given back during the turn (a 413 answered without the app).
+            this.turn_scheduled = true;
+            if let Some((call_soon, turn)) = &this.schedule_turn {
+                call_soon.bind(py).call1((turn.bind(py),))?;
+            }
+        }
         drop(this);
         for (request, gone) in settle {
             let mut request = request.borrow_mut(py);
@@ -237,7 +250,7 @@ impl AsgiWorker {
                 request.on_written(py)?;
             }
         }
-        Ok((new, stopped))
+        Ok((new, stopped.map(|reason| reason.name())))
     }
 }
 
@@ -494,14 +507,14 @@ impl Request {
     }
 
     /// The app returned (or failed): the request ends and its connection goes back to the
-    /// reactor. Returns what was wrong with the response, for the error log, if anything:
-    /// none started (a 500 is sent), or it stopped before its last body message (the
-    /// connection closes).
-    fn end(&mut self, py: Python<'_>) -> PyResult<Option<&'static str>> {
+    /// reactor. Returns what was wrong with the response, for the error log ("METHOD target:
+    /// what"), if anything: none started (a 500 is sent), or it stopped before its last body
+    /// message (the connection closes).
+    fn end(&mut self, py: Python<'_>) -> PyResult<Option<String>> {
         let Some(mut exchange) = self.exchange.take() else {
             return Ok(None);
         };
-        let complaint = match self.response {
+        let problem = match self.response {
             Response::Complete => None,
             Response::None => {
                 exchange.fail(500);
@@ -516,13 +529,25 @@ impl Request {
                 Some("the app returned before its response's last body message (connection closed)")
             }
         };
+        let complaint = problem.map(|problem| {
+            format!(
+                "{} {}: {problem}",
+                String::from_utf8_lossy(exchange.method()),
+                String::from_utf8_lossy(exchange.target())
+            )
+        });
         self.response = Response::Complete;
         if let Some((future, _)) = self.waiter.take() {
             settle(py, &future, disconnect_message(py)?.into_any())?;
         }
         let mut worker = self.worker.borrow_mut(py);
         worker.requests.remove(&self.token);
-        worker.side.complete(self.token, exchange);
+        if worker.reactor.complete(self.token, exchange) && !worker.turn_scheduled {
+            worker.turn_scheduled = true;
+            if let Some((call_soon, turn)) = &worker.schedule_turn {
+                call_soon.bind(py).call1((turn.bind(py),))?;
+            }
+        }
         Ok(complaint)
     }
 }
@@ -656,7 +681,7 @@ impl Request {
         let watched = {
             let worker = self.worker.borrow(py);
             let exchange = self.exchange.as_mut().expect("checked above");
-            worker.side.watch_written(token, exchange)
+            worker.reactor.watch_written(token, exchange)
         };
         if !watched {
             return self.done(py);
@@ -693,7 +718,7 @@ impl Request {
         };
         if exchange.unsent() > limit {
             let worker = self.worker.borrow(py);
-            if worker.side.watch_written(token, exchange) {
+            if worker.reactor.watch_written(token, exchange) {
                 return Ok(());
             }
         }

@@ -66,6 +66,12 @@ impl Poller {
         Ok(Poller { epoll, raw })
     }
 
+    /// The epoll fd itself: readable while events wait, so another event loop can watch the
+    /// whole set through it (ADR 0014).
+    pub fn fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
     fn control(&self, op: libc::c_int, fd: RawFd, token: Token, events: u32) -> io::Result<()> {
         let mut event = libc::epoll_event {
             events,

@@ -318,3 +318,44 @@ def test_a_starlette_app_passes_its_checks_over_real_sockets(tines_server: Calla
     for thread in threads:
         thread.join(30)
     assert results == [200] * 8
+
+
+# --- the operator's levers -------------------------------------------------------------------
+
+def test_a_graceful_stop_lets_a_request_in_flight_finish_then_runs_the_lifespan_shutdown(
+        tines_server: Callable[..., Server], tmp_path: Path) -> None:
+    notes = tmp_path / "lifespan.log"
+    server = tines_server(APP, "-w", "1", env={"LIFESPAN_LOG": str(notes)})
+    holding = raw_request(server, b"GET /hold?name=drain HTTP/1.1\r\nHost: x\r\n\r\n")
+    other = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+    other.sendall(b"GET /held?name=drain HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert read_response(other)[1] == b"it is held"
+    server.signal(signal.SIGTERM)
+    # The stop drains: the kept-alive connection's next request is still answered, and it
+    # releases the request in flight, which completes.
+    other.sendall(b"GET /release?name=drain HTTP/1.1\r\nHost: x\r\n\r\n")
+    head, body = read_response(other)
+    assert body == b"released"
+    head, body = read_response(holding)
+    assert body == b"held and released"
+    assert server.wait() == 0
+    assert notes.read_text().splitlines() == ["startup", "shutdown"]
+    holding.close()
+    other.close()
+
+
+def test_max_requests_recycles_the_worker_through_its_lifespan_and_every_request_is_answered(
+        tines_server: Callable[..., Server], tmp_path: Path) -> None:
+    notes = tmp_path / "lifespan.log"
+    server = tines_server(APP, "-w", "1", "--max-requests", "5", env={"LIFESPAN_LOG": str(notes)})
+    statuses = [get(server, "/").status_code for _ in range(20)]
+    assert statuses == [200] * 20
+    server.wait_for_log(r"max_requests reached: recycling this worker", count=3)
+    # Each recycled worker drains, then runs its shutdown; its replacement's startup runs
+    # meanwhile (either may be written first).
+    wait_until(lambda: notes.read_text().count("shutdown") >= 3, 20, "three shutdowns")
+    lines = notes.read_text().splitlines()
+    # A shutdown never comes before the startup of the worker that replaces it is under way:
+    # at every point, more workers have started than have shut down.
+    assert all(lines[:end].count("startup") > lines[:end].count("shutdown")
+               for end in range(1, len(lines) + 1)), lines

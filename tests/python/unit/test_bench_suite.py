@@ -361,7 +361,7 @@ def test_a_filtered_report_is_written_where_its_directory_did_not_exist_yet(
 
 def test_bjoern_runs_the_app_file_in_the_peers_python_on_every_app_but_the_attack_row() -> None:
     bjoern = next(s for s in servers.wsgi_servers() if s.name == "bjoern")
-    assert bjoern.apps == frozenset(servers.APPS) - {model.ATTACK_APP}
+    assert bjoern.apps == frozenset(servers.APPS) - {model.ATTACK_APP} - model.ASGI_APPS
     assert not bjoern.uses_ready_fd  # polled, like the other peers
     command = bjoern.command(servers.APPS["flask"], 8080, None, Path("/tmp"))
     assert command == [str(servers.PEERS_VENV / "bin" / "python"), str(servers.BJOERN_SERVE),
@@ -445,6 +445,18 @@ def test_process_per_request_check_names_the_share_of_prefork_reuse() -> None:
     assert [c.verdict for c in model.recycling_checks({})] == ["not measured", "not measured"]
 
 
+def test_asgi_checks_compare_tines_with_granian_at_0_6_and_with_uvicorn() -> None:
+    cell = model.ASGI_HELLO_KA.name
+    table = {cell: {"tines-asgi": summary("tines-asgi", 50_000, 14.0),
+                    "granian-asgi": summary("granian-asgi", 30_000, 25.0),
+                    "uvicorn": summary("uvicorn", 25_000, 29.0)}}
+    granian, uvicorn = model.asgi_checks(table)
+    assert "0.60 x granian-asgi's" in granian.name and "(limit 15.0)" in granian.detail
+    assert granian.verdict in ("pass", "inconclusive") and "tines-asgi 14.0 vs granian-asgi 25.0" in granian.detail
+    assert uvicorn.name.endswith("tines-asgi CPU µs/req <= uvicorn's")
+    assert [c.verdict for c in model.asgi_checks({})] == ["not measured", "not measured"]
+
+
 def test_the_process_per_request_row_is_prefork_with_max_requests_1_and_preload() -> None:
     server = servers.process_per_request_server()
     command = server.command(servers.APPS["hello"], 8080, None, Path("/tmp"))
@@ -458,8 +470,10 @@ def test_the_process_per_request_row_is_prefork_with_max_requests_1_and_preload(
 
 ALL = ["tines-prefork", "tines-thread", "tines-event", "gunicorn-gthread", "uwsgi",
        "granian-wsgi", "bjoern", "nginx-static"]
+ASGI = ["tines-asgi", "uvicorn", "granian-asgi"]
 SERVES: dict[str, frozenset[str] | None] = {
-    **{s.name: s.apps for s in servers.wsgi_servers()}, "nginx-static": frozenset({"hello", "plaintext"})}
+    **{s.name: s.apps for s in servers.wsgi_servers()}, "nginx-static": frozenset({"hello", "plaintext"}),
+    **{name: model.ASGI_APPS for name in ASGI}}
 
 
 def test_standard_matrix() -> None:
@@ -473,14 +487,17 @@ def test_standard_matrix() -> None:
     assert list(cells) == ["hello/keep-alive/c50", "hello/close/c50", "blog/keep-alive/c50",
                            "blog/close/c50", "flask/keep-alive/c50", "hello/keep-alive/c1000",
                            "attacked/keep-alive/c50"]
+    with_asgi = dict((sc.name, names) for sc, names in model.matrix("standard", ALL + ASGI, SERVES))
+    assert with_asgi["asgi-hello/keep-alive/c50"] == ASGI
+    assert with_asgi["hello/keep-alive/c50"] == ALL  # the ASGI servers run no WSGI app
     without_event = dict((sc.name, names) for sc, names in
                          model.matrix("standard", [s for s in ALL if s != "tines-event"], SERVES))
     assert without_event["hello/keep-alive/c1000"] == ["tines-thread"]
     plan = model.PLANS["standard"]
     assert plan.runs >= model.MIN_RUNS  # issue 15's targets can decide on a standard run
-    every = [s.name for s in servers.wsgi_servers()]
+    every = [s.name for s in servers.wsgi_servers()] + ASGI
     minutes = model.estimate_seconds(plan, model.matrix("standard", every, SERVES)) / 60
-    assert 25 <= minutes <= 35, minutes
+    assert 25 <= minutes <= 38, minutes
 
 
 def test_full_matrix() -> None:
@@ -493,6 +510,8 @@ def test_full_matrix() -> None:
     assert "json/close/c50" not in cells
     assert len(cells) == 18 + 2 + 6 + 1
     assert "attacked/keep-alive/c50" in cells
+    full_asgi = dict((sc.name, names) for sc, names in model.matrix("full", ALL + ASGI, SERVES))
+    assert [full_asgi[f"asgi-hello/keep-alive/c{n}"] for n in (1, 50, 1000)] == [ASGI] * 3
     with pytest.raises(ValueError):
         model.matrix("huge", ALL, SERVES)
 
@@ -590,9 +609,21 @@ def test_mpms_are_read_from_serve_help() -> None:
     assert servers.tines_mpms("no such flag") == set()
 
 
-def test_asgi_extension_point_adds_no_cell_and_says_why() -> None:
+def test_the_asgi_servers_join_only_when_tines_serves_asgi_and_run_only_asgi_apps() -> None:
     added, skipped = servers.asgi_servers("--mpm {prefork,thread}")
-    assert added == [] and "no ASGI" in skipped["uvicorn"]
+    assert added == [] and set(skipped) == {"tines-asgi", "uvicorn", "granian-asgi"}
+    assert "no ASGI" in skipped["uvicorn"]
+    added, skipped = servers.asgi_servers("--mpm {prefork,thread,event} --interface {auto,wsgi,asgi,asgi2}")
+    assert skipped == {} and [s.name for s in added] == ["tines-asgi", "uvicorn", "granian-asgi"]
+    assert all(s.apps == model.ASGI_APPS for s in added)
+    app = servers.APPS["asgi-hello"]
+    tines, uvicorn, granian = (s.command(app, 8080, None, Path("/tmp")) for s in added)
+    assert tines[tines.index("--loop") + 1] == "uvloop" and tines[tines.index("--mpm") + 1] == "event"
+    assert "httptools" in uvicorn and "uvloop" in uvicorn and uvicorn[-1] == "asgi_hello:app"
+    assert granian[granian.index("--interface") + 1] == "asgi" and granian[-1] == "asgi_hello:app"
+    # No WSGI server is given the ASGI app.
+    for server in servers.wsgi_servers():
+        assert server.apps is None or not (server.apps & model.ASGI_APPS), server.name
 
 
 def test_every_server_gets_the_same_app_file() -> None:
@@ -665,8 +696,9 @@ def test_markdown_report() -> None:
     assert "| hello/keep-alive/c50 | granian-wsgi | 50,000 | 49,000 | 1.02× | 10.0 | 9.0 |" in text
     assert "- tines-event: this build of Tines has no event MPM" in text
     # Issue 4's three checks, issue 12's two process-per-request checks, eight of issue 15's
-    # nine and the previous run's (none given); hello keep-alive against nginx has too few runs.
-    assert text.count("**NOT MEASURED**") == 5 + 8 + 1
+    # nine, issue 17's two ASGI ones and the previous run's (none given); hello keep-alive
+    # against nginx has too few runs.
+    assert text.count("**NOT MEASURED**") == 5 + 8 + 2 + 1
     assert "- **INCONCLUSIVE**: hello keep-alive: tines-prefork CPU µs/req <= 1.10 x nginx-static's" in text
     assert "no previous run to compare with" in text and "## Against the previous run" not in text
     assert "Quick run" not in text

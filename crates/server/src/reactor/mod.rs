@@ -158,16 +158,50 @@ impl Reactor {
 
     /// Runs until the worker must stop; returns why.
     pub(crate) fn run(&mut self, driver: &mut dyn Driver) -> io::Result<StopReason> {
+        self.start(driver)?;
+        loop {
+            if let Some(reason) = self.turn(driver, true)? {
+                return Ok(reason);
+            }
+        }
+    }
+
+    /// Registers the driver's waker and announces the worker ready: the loop serves from now
+    /// on (through [`Reactor::run`], or turn by turn).
+    pub(crate) fn start(&mut self, driver: &mut dyn Driver) -> io::Result<()> {
         if let Some(fd) = driver.waker_fd() {
             self.poller
                 .register(fd, Token(WAKER_TOKEN), Trigger::Level)?;
         }
         // Every MPM starts its app threads before its loop: the set-up is complete.
         self.shared.announce_ready();
-        loop {
+        Ok(())
+    }
+
+    /// The poller's fd: readable while events wait (a loop that runs the reactor turn by
+    /// turn, ADR 0014, watches it).
+    pub(crate) fn poller_fd(&self) -> std::os::fd::RawFd {
+        self.poller.fd()
+    }
+
+    /// How long until the reactor has something to do with no event (a deadline, the
+    /// heartbeat).
+    pub(crate) fn timeout(&self) -> Duration {
+        self.next_timeout()
+    }
+
+    /// One turn of the loop: collect returned connections, wait for events (at most until the
+    /// next deadline when `wait`, else not at all), handle them, run the chores. Returns why
+    /// the worker stops once it must.
+    pub(crate) fn turn(
+        &mut self,
+        driver: &mut dyn Driver,
+        wait: bool,
+    ) -> io::Result<Option<StopReason>> {
+        {
             if let Some(reason) = self.stop {
                 if reason == StopReason::Quick || (self.open == 0 && driver.in_flight() == 0) {
-                    return Ok(reason);
+                    return Ok(Some(reason));
                 }
             }
             if driver.has_returns() {
@@ -192,7 +226,11 @@ impl Reactor {
                 }
             }
             if events.is_empty() {
-                let timeout = self.next_timeout();
+                let timeout = if wait {
+                    self.next_timeout()
+                } else {
+                    Duration::ZERO
+                };
                 let poller = &mut self.poller;
                 let mut waited = Ok(());
                 driver.wait(&mut || waited = poller.wait(&mut events, Some(timeout)));
@@ -251,6 +289,7 @@ impl Reactor {
                 log.flush();
             }
         }
+        Ok(None)
     }
 
     fn on_control(&mut self) {
