@@ -426,7 +426,7 @@ def command_lines(servers: list[Server], cells: list[tuple[Scenario, list[str]]]
     out = []
     for server in servers:
         for app in apps_used:
-            if server.apps is None or app in server.apps:
+            if any(server.name in names for scenario, names in cells if scenario.app == app):
                 out.append(f"{server.name}, {app}: `{display_command(server, APPS[app])}`")
     sample = Load("URL", 50, plan.duration_s, True)
     bench = Tool("tines-bench", ("tines", "bench"))
