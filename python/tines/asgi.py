@@ -227,7 +227,7 @@ class Server:
     def turn(self) -> None:
         """A turn of the reactor: new requests become tasks; the next deadline is scheduled."""
         try:
-            requests, stopped = self.worker.turn()
+            requests, websockets, stopped = self.worker.turn()
         except BaseException as error:  # noqa: BLE001 - the worker cannot go on: end its loop
             if not self.stopped.done():
                 self.loop.remove_reader(self.worker.fileno())
@@ -239,6 +239,9 @@ class Server:
             for request in requests:
                 task = create_task(self.serve(request))
                 self.active[request] = (task, now)
+        for websocket in websockets:
+            # Exempt from request_timeout: a WebSocket lives as long as its client wants.
+            self.loop.create_task(self.serve(websocket))
         if stopped is not None:
             if not self.stopped.done():
                 self.loop.remove_reader(self.worker.fileno())

@@ -193,6 +193,13 @@ def _seconds(raw: object, allow_zero: bool) -> float:
     return value
 
 
+def window_bits(raw: object) -> int:
+    value = _integer(raw, 8, "must be an integer from 8 to 15")
+    if value > 15:
+        raise ValueError("must be an integer from 8 to 15")
+    return value
+
+
 def positive_seconds(raw: object) -> float:
     """A finite number of seconds > 0, as float."""
     return _seconds(raw, allow_zero=False)
@@ -493,6 +500,16 @@ _REGISTRY = (
             non_negative_int, 1024, ("--max-queued-requests",), "N", worker=True),
     Setting("max_concurrency", "Workers", "ASGI: requests one worker's event loop serves at once; beyond it a new request is answered 503 with `Retry-After` at once (idle connections never count; `max_connections` bounds those). 0 means no limit.",
             non_negative_int, 1024, ("--max-concurrency",), "N", worker=True),
+    Setting("ws_max_message_size", "Limits", "ASGI WebSocket: the largest message a client may send, in bytes (or with a unit: `16MiB`), counted after permessage-deflate inflation; a larger one closes the connection with 1009 (a deflate bomb is stopped at this size, not after).",
+            size, 16 * 1024 * 1024, ("--ws-max-message-size",), "SIZE", worker=True),
+    Setting("ws_per_message_deflate", "Limits", "ASGI WebSocket: accept permessage-deflate (RFC 7692) when a client offers it. Compression state is kept between messages only when both sides agree to context takeover; otherwise it is made per message.",
+            boolean, True, ("--ws-per-message-deflate",), worker=True),
+    Setting("ws_server_max_window_bits", "Limits", "ASGI WebSocket: the largest LZ77 window (8 to 15 bits) the server compresses with; less is less memory per connection with context takeover.",
+            window_bits, 15, ("--ws-server-max-window-bits",), "BITS", worker=True),
+    Setting("ws_ping_interval", "Timeouts", "ASGI WebSocket: seconds a connection may be silent before the server pings it; 0 never pings.",
+            non_negative_seconds, 20.0, ("--ws-ping-interval",), "SECONDS", worker=True),
+    Setting("ws_ping_timeout", "Timeouts", "ASGI WebSocket: seconds a ping may go unanswered before the connection is closed (1011).",
+            positive_seconds, 20.0, ("--ws-ping-timeout",), "SECONDS", worker=True),
     Setting("max_requests", "Workers", "Recycle a worker gracefully after it has served this many requests; 0 never recycles.",
             non_negative_int, 0, ("--max-requests",), "N", worker=True),
     Setting("max_requests_jitter", "Workers", "Add a random 0..N to each worker's `max_requests`, so workers do not all recycle at once.",

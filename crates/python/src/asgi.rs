@@ -16,13 +16,17 @@
 //! logging; this module owns the per-request objects and every byte.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyStopIteration, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use tines_proto::websocket::deflate::negotiate;
+use tines_proto::websocket::{accept_key, Handshake, MessageKind};
 use tines_proto::Version;
 use tines_server::mpm::bridge::{AsyncEvent, AsyncReactor};
+use tines_server::websocket::{ReadOutcome, WsIncoming, WsSession};
 use tines_server::{Exchange, Local, Peer};
 
 use crate::scoreboard::PyScoreboard;
@@ -88,11 +92,29 @@ enum Response {
     Complete,
 }
 
+/// A request or a WebSocket in flight, by its connection's token.
+enum InFlight {
+    Http(Py<Request>),
+    Ws(Py<WebSocket>),
+}
+
+/// What a turn has for a request in flight.
+enum Note {
+    Written,
+    Gone,
+    Readable,
+    GoingAway,
+}
+
 /// The worker's end of the bridge.
 #[pyclass(module = "tines._core", unsendable)]
 pub struct AsgiWorker {
     reactor: AsyncReactor,
-    requests: HashMap<usize, Py<Request>>,
+    requests: HashMap<usize, InFlight>,
+    /// WebSockets whose last read stopped at its budget: read again next turn.
+    reread: Vec<usize>,
+    /// The WebSockets were told the worker is stopping (closed with 1001).
+    stopping_told: bool,
     events: Vec<AsyncEvent>,
     create_future: Option<Py<PyAny>>,
     /// The loop's `call_soon` and the callback that runs a turn: scheduled once when the
@@ -130,6 +152,8 @@ impl AsgiWorker {
         Ok(AsgiWorker {
             reactor: AsyncReactor::new(reactor, shared),
             requests: HashMap::new(),
+            reread: Vec::new(),
+            stopping_told: false,
             events: Vec::new(),
             create_future: None,
             schedule_turn: None,
@@ -174,8 +198,26 @@ impl AsgiWorker {
 
     /// Marks the event loop alive in the scoreboard (the master's watchdog kills an async
     /// worker whose loop stops marking for `request_timeout`).
-    fn tick(&self) {
-        self.reactor.loop_alive();
+    fn tick(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let (sockets, interval, timeout) = {
+            let this = slf.borrow();
+            this.reactor.loop_alive();
+            let config = this.reactor.config();
+            let sockets: Vec<Py<WebSocket>> = this
+                .requests
+                .values()
+                .filter_map(|in_flight| match in_flight {
+                    InFlight::Ws(socket) => Some(socket.clone_ref(py)),
+                    InFlight::Http(_) => None,
+                })
+                .collect();
+            (sockets, config.ws_ping_interval, config.ws_ping_timeout)
+        };
+        for socket in sockets {
+            socket.borrow_mut(py).keepalive(py, interval, timeout)?;
+        }
+        Ok(())
     }
 
     /// Requests in flight.
@@ -183,10 +225,14 @@ impl AsgiWorker {
         self.requests.len()
     }
 
-    /// Runs a turn of the reactor: returns the new requests and, once the worker must stop
-    /// (it has drained, or a quick stop), why (`"graceful"`, `"quick"`, ...), else None.
-    /// Settles the futures of requests whose output was written or whose client went away.
-    fn turn(slf: &Bound<'_, Self>) -> PyResult<(Vec<Py<Request>>, Option<&'static str>)> {
+    /// Runs a turn of the reactor: returns the new requests, the new WebSockets and, once the
+    /// worker must stop (it has drained, or a quick stop), why (`"graceful"`, `"quick"`, ...),
+    /// else None. Settles the futures of requests whose output was written or whose client
+    /// went away, and reads the WebSockets whose sockets became readable.
+    #[allow(clippy::type_complexity)]
+    fn turn(
+        slf: &Bound<'_, Self>,
+    ) -> PyResult<(Vec<Py<Request>>, Vec<Py<WebSocket>>, Option<&'static str>)> {
         let py = slf.py();
         let mut this = slf.borrow_mut();
         this.turn_scheduled = false;
@@ -196,69 +242,172 @@ impl AsgiWorker {
             .turn(&mut events)
             .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))?;
         let mut new = Vec::new();
-        let mut settle = Vec::new();
+        let mut sockets = Vec::new();
+        let mut notes = Vec::new();
+        let reread = std::mem::take(&mut this.reread);
+        for token in reread {
+            notes.push((token, Note::Readable));
+        }
         for event in events.drain(..) {
             match event {
                 AsyncEvent::Request { token, exchange } => {
-                    let scope = this.scope(py, &exchange)?;
-                    let request = Py::new(
-                        py,
-                        Request {
-                            token,
-                            worker: slf.clone().unbind(),
-                            exchange: Some(exchange),
-                            scope: scope.unbind(),
-                            body_done: false,
-                            response: Response::None,
-                            status: 0,
-                            headers: None,
-                            gone: false,
-                            waiter: None,
-                        },
-                    )?;
-                    this.requests.insert(token, request.clone_ref(py));
-                    new.push(request);
-                }
-                AsyncEvent::Written(token) => {
-                    if let Some(request) = this.requests.get(&token) {
-                        settle.push((request.clone_ref(py), false));
+                    let handshake =
+                        Handshake::from_head(exchange.head(), exchange.buffer()).map(|found| {
+                            found.map(|hs| {
+                                (
+                                    hs.key.to_vec(),
+                                    hs.protocols
+                                        .iter()
+                                        .map(|p| String::from_utf8_lossy(p).into_owned())
+                                        .collect::<Vec<_>>(),
+                                    hs.extensions.iter().map(|e| e.to_vec()).collect::<Vec<_>>(),
+                                )
+                            })
+                        });
+                    match handshake {
+                        Ok(None) => {
+                            let scope = this.scope(py, &exchange, None)?;
+                            let request = Py::new(
+                                py,
+                                Request {
+                                    token,
+                                    worker: slf.clone().unbind(),
+                                    exchange: Some(exchange),
+                                    scope: scope.unbind(),
+                                    body_done: false,
+                                    response: Response::None,
+                                    status: 0,
+                                    headers: None,
+                                    gone: false,
+                                    waiter: None,
+                                },
+                            )?;
+                            this.requests
+                                .insert(token, InFlight::Http(request.clone_ref(py)));
+                            new.push(request);
+                        }
+                        Ok(Some((key, protocols, offers))) => {
+                            let scope = this.scope(py, &exchange, Some(&protocols))?;
+                            let socket = Py::new(
+                                py,
+                                WebSocket {
+                                    token,
+                                    worker: slf.clone().unbind(),
+                                    exchange: Some(exchange),
+                                    session: None,
+                                    scope: scope.unbind(),
+                                    state: WsState::Connecting,
+                                    key,
+                                    offers,
+                                    connect_delivered: false,
+                                    inbox: std::collections::VecDeque::new(),
+                                    closed: None,
+                                    waiter: None,
+                                    denial: None,
+                                },
+                            )?;
+                            this.requests
+                                .insert(token, InFlight::Ws(socket.clone_ref(py)));
+                            sockets.push(socket);
+                        }
+                        Err(refusal) => {
+                            // A handshake that breaks RFC 6455 4.2.1: answered without the app.
+                            let mut exchange = exchange;
+                            let body = format!("{}\n", refusal.reason);
+                            let status = format!(
+                                "{} {}",
+                                refusal.status,
+                                tines_proto::status::reason_phrase(refusal.status)
+                            );
+                            let mut headers: Vec<(&[u8], &[u8])> =
+                                vec![(b"Content-Type", b"text/plain; charset=utf-8")];
+                            if refusal.status == 426 {
+                                headers.push((b"Sec-WebSocket-Version", b"13"));
+                            }
+                            if exchange
+                                .begin_response(status.as_bytes(), headers, Some(body.len() as u64))
+                                .is_ok()
+                            {
+                                let _ = exchange
+                                    .write_body(body.as_bytes())
+                                    .and_then(|()| exchange.finish());
+                            }
+                            this.reactor.complete(token, exchange);
+                        }
                     }
                 }
-                AsyncEvent::Gone(token) => {
-                    if let Some(request) = this.requests.get(&token) {
-                        settle.push((request.clone_ref(py), true));
-                    }
-                }
+                AsyncEvent::Written(token) => notes.push((token, Note::Written)),
+                AsyncEvent::Gone(token) => notes.push((token, Note::Gone)),
+                AsyncEvent::Readable(token) => notes.push((token, Note::Readable)),
             }
         }
         this.events = events;
+        if this.reactor.is_stopping() && !this.stopping_told {
+            this.stopping_told = true;
+            for (token, in_flight) in &this.requests {
+                if matches!(in_flight, InFlight::Ws(_)) {
+                    notes.push((*token, Note::GoingAway));
+                }
+            }
+        }
+        let settle_now: Vec<(InFlight, Note)> = notes
+            .into_iter()
+            .filter_map(|(token, note)| {
+                this.requests.get(&token).map(|in_flight| {
+                    let in_flight = match in_flight {
+                        InFlight::Http(request) => InFlight::Http(request.clone_ref(py)),
+                        InFlight::Ws(socket) => InFlight::Ws(socket.clone_ref(py)),
+                    };
+                    (in_flight, note)
+                })
+            })
+            .collect();
         if stopped.is_some() {
             this.reactor.finish();
         } else if this.reactor.has_returns() && !this.turn_scheduled {
-            // Given back during the turn (a 413 answered without the app).
+            // Given back during the turn (a 413, a refused handshake: answered without the app).
             this.turn_scheduled = true;
             if let Some((call_soon, turn)) = &this.schedule_turn {
                 call_soon.bind(py).call1((turn.bind(py),))?;
             }
         }
         drop(this);
-        for (request, gone) in settle {
-            let mut request = request.borrow_mut(py);
-            if gone {
-                request.on_gone(py)?;
-            } else {
-                request.on_written(py)?;
+        for (in_flight, note) in settle_now {
+            match (in_flight, note) {
+                (InFlight::Http(request), Note::Gone) => request.borrow_mut(py).on_gone(py)?,
+                (InFlight::Http(request), Note::Written) => {
+                    request.borrow_mut(py).on_written(py)?
+                }
+                (InFlight::Http(_), _) => {}
+                (InFlight::Ws(socket), Note::Written) => socket.borrow_mut(py).on_written(py)?,
+                (InFlight::Ws(socket), Note::GoingAway) => socket.borrow_mut(py).going_away(py)?,
+                (InFlight::Ws(socket), Note::Gone | Note::Readable) => {
+                    socket.borrow_mut(py).on_readable(py)?
+                }
             }
         }
-        Ok((new, stopped.map(|reason| reason.name())))
+        Ok((new, sockets, stopped.map(|reason| reason.name())))
     }
 }
 
 impl AsgiWorker {
     /// The request's `http` scope.
-    fn scope<'py>(&self, py: Python<'py>, exchange: &Exchange) -> PyResult<Bound<'py, PyDict>> {
+    /// The request's scope: `http`, or `websocket` with the subprotocols offered.
+    fn scope<'py>(
+        &self,
+        py: Python<'py>,
+        exchange: &Exchange,
+        websocket: Option<&[String]>,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let scope = PyDict::new(py);
-        scope.set_item(intern!(py, "type"), intern!(py, "http"))?;
+        scope.set_item(
+            intern!(py, "type"),
+            if websocket.is_some() {
+                intern!(py, "websocket")
+            } else {
+                intern!(py, "http")
+            },
+        )?;
         let asgi = PyDict::new(py);
         asgi.set_item(intern!(py, "version"), intern!(py, "3.0"))?;
         asgi.set_item(intern!(py, "spec_version"), intern!(py, "2.4"))?;
@@ -309,10 +458,11 @@ impl AsgiWorker {
         scope.set_item(intern!(py, "headers"), headers)?;
         scope.set_item(
             intern!(py, "scheme"),
-            if https {
-                intern!(py, "https")
-            } else {
-                intern!(py, "http")
+            match (https, websocket.is_some()) {
+                (true, false) => intern!(py, "https"),
+                (false, false) => intern!(py, "http"),
+                (true, true) => intern!(py, "wss"),
+                (false, true) => intern!(py, "ws"),
             },
         )?;
         match exchange.local() {
@@ -329,7 +479,12 @@ impl AsgiWorker {
             }
             _ => scope.set_item(intern!(py, "client"), py.None())?,
         }
-        scope.set_item(intern!(py, "extensions"), PyDict::new(py))?;
+        let extensions = PyDict::new(py);
+        if let Some(protocols) = websocket {
+            scope.set_item(intern!(py, "subprotocols"), protocols.to_vec())?;
+            extensions.set_item(intern!(py, "websocket.http.response"), PyDict::new(py))?;
+        }
+        scope.set_item(intern!(py, "extensions"), extensions)?;
         if let Some(state) = &self.state {
             scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
         }
@@ -724,6 +879,540 @@ impl Request {
         }
         if let Some((future, _)) = self.waiter.take() {
             settle(py, &future, py.None().into_bound(py))?;
+        }
+        Ok(())
+    }
+}
+
+// --------------------------------------------------------------------------- WebSocket
+
+/// Where a WebSocket stands, as the app drives it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WsState {
+    /// The handshake waits for `websocket.accept` (or a denial).
+    Connecting,
+    /// A denial response was started (`websocket.http.response.start`): its body follows.
+    Denying,
+    /// Accepted: messages flow.
+    Open,
+    /// Closed (or denied): nothing more is sent.
+    Closed,
+}
+
+/// One WebSocket in flight: its scope, `receive`, `send`, and its end.
+#[pyclass(module = "tines._core", unsendable)]
+pub struct WebSocket {
+    token: usize,
+    worker: Py<AsgiWorker>,
+    /// The handshake's request, until accepted or denied.
+    exchange: Option<Box<Exchange>>,
+    session: Option<WsSession>,
+    scope: Py<PyDict>,
+    state: WsState,
+    key: Vec<u8>,
+    offers: Vec<Vec<u8>>,
+    connect_delivered: bool,
+    inbox: std::collections::VecDeque<Py<PyAny>>,
+    /// How the connection ended (code, reason), once it has; delivered as
+    /// `websocket.disconnect` when the inbox is empty.
+    closed: Option<(u16, String)>,
+    waiter: Option<(Py<PyAny>, Wait)>,
+    /// The denial response's status and headers (`websocket.http.response.start`).
+    denial: Option<(u16, Option<Py<PyAny>>)>,
+}
+
+fn disconnect_ws<'py>(py: Python<'py>, code: u16, reason: &str) -> PyResult<Bound<'py, PyAny>> {
+    let message = PyDict::new(py);
+    message.set_item(intern!(py, "type"), intern!(py, "websocket.disconnect"))?;
+    message.set_item(intern!(py, "code"), code)?;
+    message.set_item(intern!(py, "reason"), reason)?;
+    Ok(message.into_any())
+}
+
+#[pymethods]
+impl WebSocket {
+    /// The ASGI scope.
+    #[getter]
+    fn scope(&self, py: Python<'_>) -> Py<PyDict> {
+        self.scope.clone_ref(py)
+    }
+
+    /// "WEBSOCKET path", for log lines.
+    fn describe(&self, py: Python<'_>) -> String {
+        let scope = self.scope.bind(py);
+        let path = scope
+            .get_item(intern!(py, "path"))
+            .ok()
+            .flatten()
+            .map(|path| path.to_string())
+            .unwrap_or_default();
+        format!("WEBSOCKET {path}")
+    }
+
+    /// ASGI `receive`: `websocket.connect`, then the client's messages, then
+    /// `websocket.disconnect`.
+    fn receive(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if let Some(message) = self.next_message(py)? {
+            return ready(py, message.into_bound(py));
+        }
+        let future = self.new_future(py)?;
+        self.waiter = Some((future.clone_ref(py), Wait::Disconnect));
+        Ok(future)
+    }
+
+    /// ASGI `send`: `websocket.accept`, `websocket.send`, `websocket.close`, and the denial
+    /// response (`websocket.http.response.start` / `.body`).
+    fn send(&mut self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let message = message
+            .cast::<PyDict>()
+            .map_err(|_| PyValueError::new_err("an ASGI message must be a dict"))?;
+        let kind = message
+            .get_item(intern!(py, "type"))?
+            .ok_or_else(|| PyValueError::new_err("an ASGI message needs a 'type'"))?;
+        let kind = kind.cast::<PyString>()?.to_str()?.to_owned();
+        match (kind.as_str(), self.state) {
+            ("websocket.accept", WsState::Connecting) => {
+                self.accept(py, message)?;
+                self.done(py)
+            }
+            ("websocket.send", WsState::Open) => {
+                let text = message
+                    .get_item(intern!(py, "text"))?
+                    .filter(|v| !v.is_none());
+                let bytes = message
+                    .get_item(intern!(py, "bytes"))?
+                    .filter(|v| !v.is_none());
+                let session = self.session.as_mut().expect("open");
+                let sent = match (text, bytes) {
+                    (Some(text), None) => {
+                        let text = text.cast::<PyString>().map_err(|_| {
+                            PyValueError::new_err("websocket.send 'text' must be a str")
+                        })?;
+                        session.send(MessageKind::Text, text.to_str()?.as_bytes())
+                    }
+                    (None, Some(bytes)) => {
+                        let bytes = bytes.cast::<PyBytes>().map_err(|_| {
+                            PyValueError::new_err("websocket.send 'bytes' must be bytes")
+                        })?;
+                        session.send(MessageKind::Binary, bytes.as_bytes())
+                    }
+                    _ => {
+                        return Err(PyValueError::new_err(
+                            "websocket.send needs exactly one of 'text' and 'bytes'",
+                        ))
+                    }
+                };
+                if let Err(err) = sent {
+                    return Err(ClientDisconnected::new_err(err.to_string()));
+                }
+                self.wait_written(py)
+            }
+            ("websocket.send", WsState::Closed) => {
+                Err(ClientDisconnected::new_err("the WebSocket is closed"))
+            }
+            ("websocket.close", WsState::Connecting) => {
+                // Closed before accepting: the handshake is refused (403).
+                self.deny(py, 403, None, b"")?;
+                self.done(py)
+            }
+            ("websocket.close", WsState::Open) => {
+                let code = match message.get_item(intern!(py, "code"))? {
+                    Some(code) if !code.is_none() => code.extract::<u16>()?,
+                    _ => 1000,
+                };
+                let reason = match message.get_item(intern!(py, "reason"))? {
+                    Some(reason) if !reason.is_none() => reason.extract::<String>()?,
+                    _ => String::new(),
+                };
+                let session = self.session.as_mut().expect("open");
+                let _ = session.send_close(code, &reason);
+                self.state = WsState::Closed;
+                if self.closed.is_none() {
+                    self.closed = Some((code, reason));
+                }
+                self.done(py)
+            }
+            ("websocket.close", WsState::Closed) => self.done(py),
+            ("websocket.http.response.start", WsState::Connecting) => {
+                let status = message
+                    .get_item(intern!(py, "status"))?
+                    .ok_or_else(|| {
+                        PyValueError::new_err("websocket.http.response.start needs 'status'")
+                    })?
+                    .extract::<u16>()?;
+                let headers = message.get_item(intern!(py, "headers"))?.map(Bound::unbind);
+                self.denial = Some((status, headers));
+                self.state = WsState::Denying;
+                self.done(py)
+            }
+            ("websocket.http.response.body", WsState::Denying) => {
+                let (body, more) = body_of(message)?;
+                let body: &[u8] = body.as_ref().map_or(b"", |body| body.as_bytes());
+                if more {
+                    return Err(PyValueError::new_err(
+                        "a denial response's body must come in one message (more_body is not supported)",
+                    ));
+                }
+                let (status, headers) = self.denial.take().expect("denying");
+                self.deny(py, status, headers, body)?;
+                self.done(py)
+            }
+            (other, state) => Err(PyRuntimeError::new_err(format!(
+                "unexpected ASGI message {other:?} {}",
+                match state {
+                    WsState::Connecting => "before websocket.accept",
+                    WsState::Denying => "during the denial response",
+                    WsState::Open => "on an open WebSocket",
+                    WsState::Closed => "after the WebSocket closed",
+                }
+            ))),
+        }
+    }
+
+    /// The app raised: a 500 before the handshake was answered, else close with 1011.
+    fn fail(&mut self, py: Python<'_>) -> PyResult<()> {
+        match self.state {
+            WsState::Connecting | WsState::Denying => self.deny(py, 500, None, b"")?,
+            WsState::Open => {
+                if let Some(session) = self.session.as_mut() {
+                    let _ = session.send_close(1011, "");
+                }
+                self.state = WsState::Closed;
+            }
+            WsState::Closed => {}
+        }
+        Ok(())
+    }
+
+    /// As `fail` (WebSockets are exempt from `request_timeout`; kept for one interface).
+    fn fail_timeout(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.fail(py)
+    }
+
+    /// The app returned: the connection ends (closed with 1000 if the app did not close it;
+    /// a 500 if it never answered the handshake). Returns what was wrong, for the log.
+    fn end(&mut self, py: Python<'_>) -> PyResult<Option<String>> {
+        let mut complaint = None;
+        if matches!(self.state, WsState::Connecting | WsState::Denying) {
+            complaint = Some(format!(
+                "{}: the app returned without accepting or denying the WebSocket (500 sent)",
+                self.describe(py)
+            ));
+            self.deny(py, 500, None, b"")?;
+        }
+        if let Some((future, _)) = self.waiter.take() {
+            let (code, reason) = self.closed.clone().unwrap_or((1000, String::new()));
+            settle(py, &future, disconnect_ws(py, code, &reason)?)?;
+        }
+        let mut worker = self.worker.borrow_mut(py);
+        worker.requests.remove(&self.token);
+        let first = match (self.session.take(), self.exchange.take()) {
+            (Some(mut session), _) => {
+                if !session.close_sent() {
+                    let _ = session.send_close(1000, "");
+                }
+                worker.reactor.complete_websocket(self.token, session)
+            }
+            (None, Some(exchange)) => worker.reactor.complete(self.token, exchange),
+            (None, None) => false,
+        };
+        self.state = WsState::Closed;
+        if first && !worker.turn_scheduled {
+            worker.turn_scheduled = true;
+            if let Some((call_soon, turn)) = &worker.schedule_turn {
+                call_soon.bind(py).call1((turn.bind(py),))?;
+            }
+        }
+        Ok(complaint)
+    }
+}
+
+impl WebSocket {
+    fn done(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let worker = self.worker.borrow(py);
+        match &worker.done {
+            Some(done) => Ok(done.clone_ref(py).into_any()),
+            None => ready(py, py.None().into_bound(py)),
+        }
+    }
+
+    fn new_future(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let worker = self.worker.borrow(py);
+        let create = worker
+            .create_future
+            .as_ref()
+            .ok_or_else(|| PyRuntimeError::new_err("the worker is not started"))?;
+        Ok(create.bind(py).call0()?.unbind())
+    }
+
+    /// The next message `receive` gives, if one is ready.
+    fn next_message(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        if !self.connect_delivered {
+            self.connect_delivered = true;
+            let message = PyDict::new(py);
+            message.set_item(intern!(py, "type"), intern!(py, "websocket.connect"))?;
+            return Ok(Some(message.into_any().unbind()));
+        }
+        if let Some(message) = self.inbox.pop_front() {
+            return Ok(Some(message));
+        }
+        if let Some((code, reason)) = &self.closed {
+            return Ok(Some(disconnect_ws(py, *code, reason)?.unbind()));
+        }
+        if self.state == WsState::Closed {
+            return Ok(Some(disconnect_ws(py, 1000, "")?.unbind()));
+        }
+        Ok(None)
+    }
+
+    /// Settles a waiting `receive` if a message is ready.
+    fn wake_receiver(&mut self, py: Python<'_>) -> PyResult<()> {
+        if matches!(self.waiter, Some((_, Wait::Disconnect))) {
+            if let Some(message) = self.next_message(py)? {
+                if let Some((future, _)) = self.waiter.take() {
+                    settle(py, &future, message.into_bound(py))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Answers the handshake with a refusal: `status`, the app's `headers`, `body`.
+    fn deny(
+        &mut self,
+        py: Python<'_>,
+        status: u16,
+        headers: Option<Py<PyAny>>,
+        body: &[u8],
+    ) -> PyResult<()> {
+        self.state = WsState::Closed;
+        let Some(exchange) = self.exchange.as_mut() else {
+            return Ok(());
+        };
+        let mut fields: Vec<(Bound<'_, PyBytes>, Bound<'_, PyBytes>)> = Vec::new();
+        if let Some(headers) = &headers {
+            for item in headers.bind(py).try_iter()? {
+                let item = item?;
+                let mut pair = item.try_iter()?;
+                let (Some(name), Some(value)) = (pair.next(), pair.next()) else {
+                    return Err(PyValueError::new_err(
+                        "each header must be a [name, value] pair of bytes",
+                    ));
+                };
+                fields.push((header_bytes(name)?, header_bytes(value)?));
+            }
+        }
+        let reason = tines_proto::status::reason_phrase(status);
+        let status_line = format!("{status} {reason}");
+        if exchange
+            .begin_response(
+                status_line.as_bytes(),
+                fields.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())),
+                Some(body.len() as u64),
+            )
+            .is_ok()
+        {
+            let _ = exchange.write_body(body).and_then(|()| exchange.finish());
+        } else {
+            exchange.fail(500);
+        }
+        Ok(())
+    }
+
+    /// `websocket.accept`: the 101, with the agreed subprotocol and permessage-deflate.
+    fn accept(&mut self, py: Python<'_>, message: &Bound<'_, PyDict>) -> PyResult<()> {
+        let subprotocol = match message.get_item(intern!(py, "subprotocol"))? {
+            Some(value) if !value.is_none() => Some(value.extract::<String>()?),
+            _ => None,
+        };
+        let mut app_headers: Vec<(Bound<'_, PyBytes>, Bound<'_, PyBytes>)> = Vec::new();
+        if let Some(headers) = message.get_item(intern!(py, "headers"))? {
+            for item in headers.try_iter()? {
+                let item = item?;
+                let mut pair = item.try_iter()?;
+                let (Some(name), Some(value)) = (pair.next(), pair.next()) else {
+                    return Err(PyValueError::new_err(
+                        "each header must be a [name, value] pair of bytes",
+                    ));
+                };
+                app_headers.push((header_bytes(name)?, header_bytes(value)?));
+            }
+        }
+        let accept = accept_key(&self.key);
+        let (deflate, extension) = {
+            let worker = self.worker.borrow(py);
+            let config = worker.reactor.config();
+            let offers: Vec<&[u8]> = self.offers.iter().map(Vec::as_slice).collect();
+            match config
+                .ws_per_message_deflate
+                .then(|| negotiate(&offers, config.ws_server_max_window_bits, false))
+                .flatten()
+            {
+                Some((agreement, named)) => {
+                    let header = agreement.response_header(named);
+                    (Some(agreement), Some(header))
+                }
+                None => (None, None),
+            }
+        };
+        let mut headers: Vec<(&[u8], &[u8])> = vec![(b"Sec-WebSocket-Accept", accept.as_bytes())];
+        if let Some(protocol) = &subprotocol {
+            headers.push((b"Sec-WebSocket-Protocol", protocol.as_bytes()));
+        }
+        if let Some(extension) = &extension {
+            headers.push((b"Sec-WebSocket-Extensions", extension.as_bytes()));
+        }
+        for (name, value) in &app_headers {
+            headers.push((name.as_bytes(), value.as_bytes()));
+        }
+        let exchange = self.exchange.take().expect("connecting");
+        let (result, session) = {
+            let mut worker = self.worker.borrow_mut(py);
+            worker.reactor.upgrade(exchange, &headers, deflate)
+        };
+        self.session = Some(session);
+        self.state = WsState::Open;
+        if let Err(err) = result {
+            self.state = WsState::Closed;
+            self.closed = Some((1006, err.to_string()));
+            return Ok(());
+        }
+        // Frames the client sent with its handshake raise no edge of their own.
+        self.on_readable(py)
+    }
+
+    /// Reads and decodes what the client sent; wakes a waiting `receive`.
+    fn on_readable(&mut self, py: Python<'_>) -> PyResult<()> {
+        let Some(session) = self.session.as_mut() else {
+            return Ok(());
+        };
+        let mut incoming = Vec::new();
+        let outcome = session.read(&mut incoming);
+        for item in incoming {
+            match item {
+                WsIncoming::Message { kind, data } => {
+                    let message = PyDict::new(py);
+                    message.set_item(intern!(py, "type"), intern!(py, "websocket.receive"))?;
+                    match kind {
+                        MessageKind::Text => {
+                            // Checked UTF-8 by the decoder (or after inflation).
+                            let text = String::from_utf8(data).map_err(|_| {
+                                PyRuntimeError::new_err("a text message is not UTF-8")
+                            })?;
+                            message.set_item(intern!(py, "text"), text)?;
+                        }
+                        MessageKind::Binary => {
+                            message.set_item(intern!(py, "bytes"), PyBytes::new(py, &data))?;
+                        }
+                    }
+                    self.inbox.push_back(message.into_any().unbind());
+                }
+                WsIncoming::Closed { code, reason } => {
+                    self.state = WsState::Closed;
+                    if self.closed.is_none() {
+                        self.closed = Some((code, reason));
+                    }
+                }
+            }
+        }
+        if outcome == ReadOutcome::More {
+            let mut worker = self.worker.borrow_mut(py);
+            worker.reread.push(self.token);
+            if !worker.turn_scheduled {
+                worker.turn_scheduled = true;
+                if let Some((call_soon, turn)) = &worker.schedule_turn {
+                    call_soon.bind(py).call1((turn.bind(py),))?;
+                }
+            }
+        }
+        if matches!(self.waiter, Some((_, Wait::Written))) && self.state == WsState::Closed {
+            if let Some((future, _)) = self.waiter.take() {
+                settle(py, &future, py.None().into_bound(py))?;
+            }
+        }
+        self.wake_receiver(py)
+    }
+
+    /// After a message: done at once unless more than `max_response_buffer` waits for the
+    /// client; then a future settled when it is written.
+    fn wait_written(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let limit = self.worker.borrow(py).max_response_buffer;
+        let token = self.token;
+        let Some(session) = self.session.as_mut() else {
+            return self.done(py);
+        };
+        if session.unsent() <= limit {
+            return self.done(py);
+        }
+        let watched = {
+            let worker = self.worker.borrow(py);
+            let session = self.session.as_mut().expect("checked above");
+            worker.reactor.watch_session_written(token, session)
+        };
+        if !watched {
+            return self.done(py);
+        }
+        let future = self.new_future(py)?;
+        self.waiter = Some((future.clone_ref(py), Wait::Written));
+        Ok(future)
+    }
+
+    fn on_written(&mut self, py: Python<'_>) -> PyResult<()> {
+        if !matches!(self.waiter, Some((_, Wait::Written))) {
+            return Ok(());
+        }
+        let limit = self.worker.borrow(py).max_response_buffer;
+        let token = self.token;
+        if let Some(session) = self.session.as_mut() {
+            if session.unsent() > limit {
+                let worker = self.worker.borrow(py);
+                if worker.reactor.watch_session_written(token, session) {
+                    return Ok(());
+                }
+            }
+        }
+        if let Some((future, _)) = self.waiter.take() {
+            settle(py, &future, py.None().into_bound(py))?;
+        }
+        Ok(())
+    }
+
+    /// The worker is stopping: close with 1001 (the app gets `websocket.disconnect`).
+    fn going_away(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.state != WsState::Open {
+            return Ok(());
+        }
+        if let Some(session) = self.session.as_mut() {
+            let _ = session.send_close(1001, "server shutting down");
+        }
+        self.state = WsState::Closed;
+        if self.closed.is_none() {
+            self.closed = Some((1001, "server shutting down".into()));
+        }
+        self.wake_receiver(py)
+    }
+
+    /// The keep-alive: a ping after `interval` of silence; closed (1011) when one goes
+    /// unanswered for `timeout`.
+    fn keepalive(&mut self, py: Python<'_>, interval: Duration, timeout: Duration) -> PyResult<()> {
+        if self.state != WsState::Open || interval.is_zero() {
+            return Ok(());
+        }
+        let Some(session) = self.session.as_mut() else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        match session.ping_outstanding {
+            Some(sent) if now.duration_since(sent) >= timeout => {
+                let _ = session.send_close(1011, "keepalive ping timeout");
+                self.state = WsState::Closed;
+                self.closed = Some((1011, "keepalive ping timeout".into()));
+                self.wake_receiver(py)?;
+            }
+            None if now.duration_since(session.last_seen) >= interval => {
+                let _ = session.send_ping();
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -36,6 +36,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(worker::run_worker, m)?)?;
     m.add_class::<asgi::AsgiWorker>()?;
     m.add_class::<asgi::Request>()?;
+    m.add_class::<asgi::WebSocket>()?;
     m.add_class::<asgi::Ready>()?;
     m.add(
         "ClientDisconnected",

@@ -56,6 +56,17 @@ pub struct WorkerConfig {
     /// ASGI (ADR 0014): requests one worker's event loop serves at once, beyond which a new
     /// request gets 503 with `Retry-After` at once; 0 means no limit.
     pub max_concurrency: usize,
+    /// WebSocket: the largest message (after inflation) a client may send; beyond it the
+    /// connection closes with 1009.
+    pub ws_max_message_size: u64,
+    /// WebSocket: permessage-deflate is accepted when a client offers it.
+    pub ws_per_message_deflate: bool,
+    /// WebSocket: the largest deflate window the server compresses with (8 to 15).
+    pub ws_server_max_window_bits: u8,
+    /// WebSocket: a connection silent this long gets a ping (zero: never).
+    pub ws_ping_interval: Duration,
+    /// WebSocket: a ping unanswered this long closes the connection (1011).
+    pub ws_ping_timeout: Duration,
     /// Response bytes of a body the app is still producing that a slot may leave for the
     /// poller to write (a slow reader then holds no slot); beyond it the slot waits for the
     /// client. Complete bodies are bounded by `response_buffer_total` instead.
@@ -172,6 +183,11 @@ impl Default for WorkerConfig {
             max_connections: 10_000,
             max_queued_requests: 1024,
             max_concurrency: 1024,
+            ws_max_message_size: 16 * 1024 * 1024,
+            ws_per_message_deflate: true,
+            ws_server_max_window_bits: 15,
+            ws_ping_interval: Duration::from_secs(20),
+            ws_ping_timeout: Duration::from_secs(20),
             max_response_buffer: 1024 * 1024,
             response_batch_delay: Duration::from_millis(1),
             request_buffer_memory: 256 * 1024,

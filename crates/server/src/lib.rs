@@ -39,6 +39,7 @@ mod slot;
 pub mod spool;
 pub mod status;
 pub mod trusted_proxies;
+pub mod websocket;
 pub mod worker;
 
 pub use config::{Mpm, WorkerConfig};

@@ -350,3 +350,47 @@ fn keep_logged_headers(head: &[u8], wanted: &[Vec<u8>], kept: &mut Vec<Option<Ve
         }
     }
 }
+
+impl Exchange {
+    /// Answers the request with `101 Switching Protocols` (RFC 9110 15.2.2) to a WebSocket:
+    /// `Upgrade: websocket`, `Connection: Upgrade` and `headers` (the accept key, the agreed
+    /// subprotocol and extensions, the app's own), in one write or queued for the reactor.
+    /// The exchange ends there (logged and counted as a 101): the connection leaves HTTP and
+    /// is returned with the range of its read buffer the client sent after the request (its
+    /// first frames, if any) and the slot's context.
+    pub fn switch_to_websocket(
+        mut self: Box<Self>,
+        headers: &[(&[u8], &[u8])],
+    ) -> (
+        io::Result<()>,
+        Box<crate::connection::Connection>,
+        std::ops::Range<usize>,
+        Box<super::SlotContext>,
+    ) {
+        let mut out = std::mem::take(&mut self.ctx.out);
+        out.clear();
+        encode_status_line(&mut out, Version::Http11, b"101 Switching Protocols");
+        encode_header(&mut out, b"Upgrade", b"websocket");
+        encode_header(&mut out, b"Connection", b"Upgrade");
+        for (name, value) in headers {
+            encode_header(&mut out, name, value);
+        }
+        if !self.shared.config.server_header.is_empty() {
+            encode_header(&mut out, b"Server", &self.shared.config.server_header);
+        }
+        out.extend_from_slice(b"\r\n");
+        self.status = 101;
+        self.framing = ResponseFraming::NoBody;
+        self.phase = Phase::Committed;
+        let result = self.emit(&[&out], true);
+        out.clear();
+        self.ctx.out = out;
+        self.phase = Phase::Finished;
+        self.count_request();
+        self.log_access();
+        self.shared.response_ended(self.ctx.thread);
+        let raw = self.raw.clone();
+        let Exchange { conn, ctx, .. } = *self;
+        (result, conn, raw, ctx)
+    }
+}

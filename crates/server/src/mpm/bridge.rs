@@ -30,6 +30,7 @@ use crate::exchange::{Exchange, SlotContext};
 use crate::mpm::app_threads::lock;
 use crate::reactor::{Dispatch, Driver, Reactor};
 use crate::shared::WorkerShared;
+use crate::websocket::WsSession;
 
 /// The reactor's driver: keeps the turn's complete requests for the event loop.
 struct AsyncDriver {
@@ -37,6 +38,8 @@ struct AsyncDriver {
     ready: Vec<(usize, Box<Connection>)>,
     /// Handed-out connections whose client closed its side (or whose socket failed).
     gone: Vec<usize>,
+    /// Handed-out connections whose socket became readable (WebSockets read them).
+    readable: Vec<usize>,
     /// Connections the event loop is done with, for the next turn.
     returned: Vec<(usize, Option<Box<Connection>>)>,
     in_flight: usize,
@@ -66,6 +69,10 @@ impl Driver for AsyncDriver {
         self.gone.push(token);
     }
 
+    fn handed_readable(&mut self, token: usize) {
+        self.readable.push(token);
+    }
+
     fn in_flight(&self) -> usize {
         self.in_flight
     }
@@ -92,6 +99,8 @@ pub enum AsyncEvent {
     Written(usize),
     /// The client of this handed-out connection closed its side, or its socket failed.
     Gone(usize),
+    /// This handed-out connection's socket became readable (a WebSocket's frames).
+    Readable(usize),
 }
 
 /// A worker's reactor, run turn by turn by an event loop on the same thread.
@@ -120,6 +129,7 @@ impl AsyncReactor {
             driver: AsyncDriver {
                 ready: Vec::new(),
                 gone: Vec::new(),
+                readable: Vec::new(),
                 returned: Vec::new(),
                 in_flight: 0,
                 max_concurrency: shared.config.max_concurrency,
@@ -167,6 +177,7 @@ impl AsyncReactor {
     pub fn turn(&mut self, out: &mut Vec<AsyncEvent>) -> io::Result<Option<StopReason>> {
         let stopped = self.reactor.turn(&mut self.driver, false)?;
         out.extend(lock(&self.written).drain(..).map(AsyncEvent::Written));
+        out.extend(self.driver.readable.drain(..).map(AsyncEvent::Readable));
         out.extend(self.driver.gone.drain(..).map(AsyncEvent::Gone));
         let mut ready = std::mem::take(&mut self.driver.ready);
         for (token, conn) in ready.drain(..) {
@@ -226,6 +237,58 @@ impl AsyncReactor {
         let written = Arc::clone(&self.written);
         exchange.when_written(Box::new(move |_| lock(&written).push(token)));
         true
+    }
+
+    /// True once the worker is draining (WebSockets are then closed with 1001).
+    pub fn is_stopping(&self) -> bool {
+        self.shared.is_stopping()
+    }
+
+    /// Answers a WebSocket handshake with its 101 (`headers`: the accept key, the agreed
+    /// subprotocol and extension, the app's own) and turns the connection into a session
+    /// (`deflate` when permessage-deflate was agreed). The exchange ends there.
+    pub fn upgrade(
+        &mut self,
+        exchange: Box<Exchange>,
+        headers: &[(&[u8], &[u8])],
+        deflate: Option<tines_proto::websocket::deflate::Agreement>,
+    ) -> (io::Result<()>, WsSession) {
+        let (result, conn, raw, ctx) = exchange.switch_to_websocket(headers);
+        self.spare.push(ctx);
+        let session = WsSession::new(
+            conn,
+            raw.start,
+            raw.end,
+            deflate,
+            self.shared.config.ws_max_message_size,
+        );
+        (result, session)
+    }
+
+    /// Ends a WebSocket: the reactor writes what is queued and closes the connection.
+    pub fn complete_websocket(&mut self, token: usize, session: WsSession) -> bool {
+        self.shared.request_finished();
+        let first = self.driver.returned.is_empty();
+        self.driver
+            .returned
+            .push((token, Some(session.into_connection())));
+        first
+    }
+
+    /// Asks for [`AsyncEvent::Written`] once what the session has queued now is written.
+    /// False, and nothing asked, when nothing is queued.
+    pub fn watch_session_written(&self, token: usize, session: &mut WsSession) -> bool {
+        if session.unsent() == 0 {
+            return false;
+        }
+        let written = Arc::clone(&self.written);
+        session.when_written(Box::new(move |_| lock(&written).push(token)));
+        true
+    }
+
+    /// The worker's settings.
+    pub fn config(&self) -> &crate::config::WorkerConfig {
+        &self.shared.config
     }
 
     /// Flushes the access log (the worker is stopping).

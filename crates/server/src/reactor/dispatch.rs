@@ -51,6 +51,10 @@ pub(crate) trait Driver {
     /// (once per hand-off): a driver whose requests run concurrently tells the app (ASGI's
     /// `http.disconnect`).
     fn handed_peer_closed(&mut self, _token: usize) {}
+    /// The loop saw a handed-out connection's socket become readable (every edge): a driver
+    /// whose handed-out connections are read by their holder (a WebSocket on the event
+    /// loop) tells it.
+    fn handed_readable(&mut self, _token: usize) {}
     /// Whether a new connection could start being served now. With more than one worker the
     /// loop takes new connections only while this holds, so a busy worker leaves them in the
     /// shared listener for an idle one instead of hoarding them. Prefork's loop runs only

@@ -398,6 +398,9 @@ impl Reactor {
                     driver.handed_peer_closed(token);
                 }
                 *peer_closed |= event.peer_closed;
+                if event.readable {
+                    driver.handed_readable(token);
+                }
                 if event.readable && !*readable {
                     *readable = true;
                     driver.handed_edge(true);

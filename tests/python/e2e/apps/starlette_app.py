@@ -1,5 +1,6 @@
 """A small Starlette app: JSON routes, path and query parameters, a form, an upload, a
-streamed response, lifespan state, a sync endpoint (run in a thread pool) and an error."""
+streamed response, lifespan state, a sync endpoint (run in a thread pool), an error and a
+WebSocket route."""
 
 import asyncio
 import contextlib
@@ -7,7 +8,8 @@ import contextlib
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 
 @contextlib.asynccontextmanager
@@ -54,6 +56,17 @@ async def boom(request: Request) -> JSONResponse:
     raise RuntimeError("boom")
 
 
+async def websocket(socket: WebSocket) -> None:
+    await socket.accept()
+    try:
+        text = await socket.receive_text()
+        await socket.send_text(f"pong: {text}")
+        data = await socket.receive_json()
+        await socket.send_json({"n": data["n"] + 1})
+    except WebSocketDisconnect:
+        pass
+
+
 app = Starlette(routes=[
     Route("/", home),
     Route("/items/{item_id:int}", item),
@@ -62,4 +75,5 @@ app = Starlette(routes=[
     Route("/stream", stream),
     Route("/slow-json", slow_json),
     Route("/boom", boom),
+    WebSocketRoute("/ws", websocket),
 ], lifespan=lifespan)
