@@ -306,3 +306,19 @@ def rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError("no VmRSS")
+
+
+def test_a_wsgi_app_ignores_the_upgrade_header_and_the_connection_stays_http(
+        tines_server: Callable[..., Server]) -> None:
+    server = tines_server("examples/hello.py:app", "-w", "1")
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+    for _ in range(2):
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        head = read_head(sock)
+        assert head.startswith(b"HTTP/1.1 200 "), head
+        body = head.partition(b"\r\n\r\n")[2]
+        while len(body) < 2:
+            body += sock.recv(100)
+        assert body == b"OK"
+    sock.close()
