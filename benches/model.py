@@ -362,10 +362,14 @@ def cheapest_checks(table: dict[str, dict[str, CellSummary]]) -> list[Check]:
 
 
 def asgi_checks(table: dict[str, dict[str, CellSummary]]) -> list[Check]:
-    """Issue 17's targets on ASGI hello keep-alive (50 connections), server CPU µs/req:
-    tines-asgi at most 0.6 x granian-asgi's, and at most uvicorn's (``decided``'s verdicts)."""
-    return [cpu_target(table, ASGI_HELLO_KA, "tines-asgi", "granian-asgi", ASGI_MARGIN),
-            cpu_target(table, ASGI_HELLO_KA, "tines-asgi", "uvicorn")]
+    """Issue 17's targets at 50 connections, server CPU µs per request (ASGI hello keep-alive)
+    and per message (WebSocket echo of small text messages): tines-asgi at most 0.6 x
+    granian-asgi's, and at most uvicorn's (``decided``'s verdicts)."""
+    checks = []
+    for scenario in (ASGI_HELLO_KA, WS_ECHO):
+        checks += [cpu_target(table, scenario, "tines-asgi", "granian-asgi", ASGI_MARGIN),
+                   cpu_target(table, scenario, "tines-asgi", "uvicorn")]
+    return checks
 
 
 # --------------------------------------------------------------------------- the previous run
@@ -672,10 +676,11 @@ START_STOP_S = 1.5
 ATTACK_SETUP_S = 1.0
 
 
-ASGI_APPS = frozenset({"asgi-hello"})
+ASGI_APPS = frozenset({"asgi-hello", "ws-echo"})
 """The ASGI apps: only servers that name them run them (a server that serves "every app" runs
 every WSGI one)."""
 ASGI_HELLO_KA = Scenario("asgi-hello", "keep-alive", 50)
+WS_ECHO = Scenario("ws-echo", "keep-alive", 50)
 ASGI_MARGIN = 0.6
 """Issue 17: Tines' ASGI hello keep-alive server CPU per request at most this x Granian's."""
 
@@ -687,10 +692,11 @@ def matrix(kind: str, servers: list[str],
     ``serves[server]`` is the set of apps a server can run (None: every app). quick and
     standard: hello and blog, keep-alive and close, and flask (the Flask "OK" route, issue 15)
     keep-alive, at 50 connections for every server; hello keep-alive at 1000 for tines-thread
-    and tines-event (issue 4); ASGI hello keep-alive at 50 for the ASGI servers (issue 17). full: hello, blog and flask at 1, 50 and 1000 connections,
+    and tines-event (issue 4); ASGI hello keep-alive and WebSocket echo at 50 for the ASGI
+    servers (issue 17). full: hello, blog and flask at 1, 50 and 1000 connections,
     keep-alive and close; plaintext pipelined 16 deep at 50 and 1000; json and fortunes
-    keep-alive at 1, 50 and 1000; ASGI hello keep-alive at 1, 50 and 1000; every server on
-    every scenario it can run. Every plan ends
+    keep-alive at 1, 50 and 1000; ASGI hello keep-alive and WebSocket echo at 1, 50 and 1000;
+    every server on every scenario it can run. Every plan ends
     with the slow-client attack row (hello keep-alive at 50 connections, unattacked and then
     attacked in each start) for ATTACK_SERVERS.
     """
@@ -707,6 +713,7 @@ def matrix(kind: str, servers: list[str],
         cells.append((FLASK_KA, who("flask")))
         cells.append((HELLO_KA_1000, who("hello", C1000_SERVERS)))
         cells.append((ASGI_HELLO_KA, who("asgi-hello")))
+        cells.append((WS_ECHO, who("ws-echo")))
     elif kind == "full":
         for connections in (1, 50, 1000):
             for app in ("hello", "blog", "flask"):
@@ -719,6 +726,7 @@ def matrix(kind: str, servers: list[str],
                 cells.append((Scenario(app, "keep-alive", connections), who(app)))
         for connections in (1, 50, 1000):
             cells.append((Scenario("asgi-hello", "keep-alive", connections), who("asgi-hello")))
+            cells.append((Scenario("ws-echo", "keep-alive", connections), who("ws-echo")))
     else:
         raise ValueError(f"unknown plan {kind!r}")
     cells.append((Scenario(ATTACK_APP, "keep-alive", 50), who(ATTACK_APP, ATTACK_SERVERS)))

@@ -136,7 +136,7 @@ def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: T
         running = start(server, app, port, log_path, env, workdir)
     except StartFailed as error:
         return {**base, "failed": f"start: {error}"}
-    url = f"http://127.0.0.1:{port}{app.url_path}"
+    url = f"{app.scheme}://127.0.0.1:{port}{app.url_path}"
     load = Load(url, scenario.connections, plan.duration_s, scenario.mode == "keep-alive",
                 scenario.pipeline)
     try:
@@ -159,7 +159,8 @@ def measure(server: Server, scenario: Scenario, run: int, plan: Plan, primary: T
             result[key] = memory[key]
         result["processes"] = len(tree(running.process.pid))
         result["load_average_1m"] = os.getloadavg()[0]
-        if cross is not None and run == plan.cross_run:
+        # wrk speaks no WebSocket: a ws:// cell has no cross-check.
+        if cross is not None and run == plan.cross_run and app.scheme == "http":
             cross_load = replace(load, duration_s=plan.cross_s)
             try:
                 result["cross"] = measured(cross, cross_load, running.process.pid, log_path,

@@ -45,6 +45,7 @@ class App:
     file: Path
     attr: str
     url_path: str
+    scheme: str = "http"  # "ws": a WebSocket echo load (each request a message)
 
     @property
     def module_target(self) -> str:
@@ -73,6 +74,8 @@ APPS = {
                     "app", "/"),
     # ASGI (issue 17): hello as an `async def` app, served by Tines, uvicorn and Granian.
     "asgi-hello": App("asgi-hello", EXAMPLES / "asgi_hello.py", "app", "/"),
+    # WebSocket echo (issue 17): small text messages, each request one message and its echo.
+    "ws-echo": App("ws-echo", EXAMPLES / "ws_echo.py", "app", "/", scheme="ws"),
 }
 
 # command(app, port, ready_fd or None, workdir) -> argv

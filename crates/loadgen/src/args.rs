@@ -27,7 +27,9 @@ use crate::UsageError;
     disable_version_flag = true
 )]
 pub struct Args {
-    /// URLs to request, round-robin (http:// only).
+    /// URLs to request, round-robin: http://, or ws:// for a WebSocket echo load (each
+    /// connection opens with a handshake; each request is a --ws-message text message, each
+    /// response the server's next message).
     #[arg(value_name = "URL")]
     pub urls: Vec<String>,
 
@@ -59,6 +61,11 @@ pub struct Args {
     /// Open a new connection for every request and send `Connection: close`.
     #[arg(long = "no-keepalive")]
     pub no_keepalive: bool,
+
+    /// For `ws://` URLs: the text message each request sends; the server's next message
+    /// (its echo) is the response
+    #[arg(long = "ws-message", value_name = "TEXT", default_value = "hello")]
+    pub ws_message: String,
 
     /// Requests in flight per connection (HTTP/1.1 pipelining).
     #[arg(long = "pipeline", value_name = "N", default_value_t = 1)]
@@ -154,6 +161,8 @@ pub struct RequestSpec {
     pub bytes: Vec<u8>,
     /// HEAD request (no response body).
     pub is_head: bool,
+    /// A `ws://` URL: the handshake that opens each connection (`bytes` is then a message).
+    pub handshake: Option<Vec<u8>>,
 }
 
 /// A validated run configuration.
@@ -295,6 +304,22 @@ impl Config {
         let mut specs = Vec::with_capacity(lines.len());
         for (line_method, url) in lines {
             let target = target::parse_url(&url).map_err(UsageError)?;
+            if target.websocket {
+                if args.no_keepalive {
+                    return Err(usage(format!(
+                        "{url}: a WebSocket stays open (drop --no-keepalive)"
+                    )));
+                }
+                let handshake = target::encode_handshake(&target);
+                specs.push(RequestSpec {
+                    url,
+                    bytes: target::encode_text_frame(args.ws_message.as_bytes()),
+                    target,
+                    is_head: false,
+                    handshake: Some(handshake),
+                });
+                continue;
+            }
             let bytes = target::encode_request(
                 &line_method,
                 &target,
@@ -307,6 +332,7 @@ impl Config {
                 target,
                 bytes,
                 is_head: line_method == "HEAD",
+                handshake: None,
             });
         }
         // Resolve each distinct host once, now, so a bad name is a usage error.

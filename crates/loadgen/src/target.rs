@@ -20,21 +20,25 @@ pub struct Target {
     pub authority: String,
     /// Resolved address (filled by `resolve`).
     pub addr: SocketAddr,
+    /// A `ws://` URL: the connection opens with a WebSocket handshake and each request is a
+    /// message (echoed by the server).
+    pub websocket: bool,
 }
 
-/// Parses an `http://` URL; the error is the one-line message.
+/// Parses an `http://` (or `ws://`) URL; the error is the one-line message.
 pub fn parse_url(url: &str) -> Result<Target, String> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(format!("bad URL '{url}' (want http://host[:port]/path)"));
     };
-    if !scheme.eq_ignore_ascii_case("http") {
-        if scheme.eq_ignore_ascii_case("https") {
+    let websocket = scheme.eq_ignore_ascii_case("ws");
+    if !scheme.eq_ignore_ascii_case("http") && !websocket {
+        if scheme.eq_ignore_ascii_case("https") || scheme.eq_ignore_ascii_case("wss") {
             return Err(format!(
                 "unsupported scheme 'https' in '{url}': TLS is not built into tines bench"
             ));
         }
         return Err(format!(
-            "unsupported scheme '{scheme}' in '{url}' (only http)"
+            "unsupported scheme '{scheme}' in '{url}' (only http and ws)"
         ));
     }
     let split = rest.find(['/', '?', '#']).unwrap_or(rest.len());
@@ -94,6 +98,7 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
         path,
         authority: authority.to_string(),
         addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        websocket,
     })
 }
 
@@ -109,6 +114,41 @@ pub fn resolve(target: &Target) -> Result<SocketAddr, String> {
         .or(addrs.first())
         .copied()
         .ok_or_else(|| format!("cannot resolve host '{}': no address", target.host))
+}
+
+/// A WebSocket opening handshake (RFC 6455 4.1) for `target` (the key is fixed: a load
+/// generator checks no `Sec-WebSocket-Accept`).
+pub fn encode_handshake(target: &Target) -> Vec<u8> {
+    format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         User-Agent: tines-bench/{}\r\n\r\n",
+        target.path,
+        target.authority,
+        env!("CARGO_PKG_VERSION")
+    )
+    .into_bytes()
+}
+
+/// A client's text frame carrying `message` (masked, as a client's must be, RFC 6455 5.3;
+/// the same key every time: the server unmasks whatever the key).
+pub fn encode_text_frame(message: &[u8]) -> Vec<u8> {
+    const MASK: [u8; 4] = [0x1f, 0x2e, 0x3d, 0x4c];
+    let mut out = Vec::with_capacity(message.len() + 14);
+    out.push(0x81);
+    let length = message.len();
+    if length < 126 {
+        out.push(0x80 | length as u8);
+    } else if length <= usize::from(u16::MAX) {
+        out.push(0x80 | 126);
+        out.extend_from_slice(&(length as u16).to_be_bytes());
+    } else {
+        out.push(0x80 | 127);
+        out.extend_from_slice(&(length as u64).to_be_bytes());
+    }
+    out.extend_from_slice(&MASK);
+    out.extend(message.iter().enumerate().map(|(i, b)| b ^ MASK[i % 4]));
+    out
 }
 
 /// Encodes one request: request line, Host, the user's headers, a
@@ -158,6 +198,46 @@ pub fn encode_request(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn ws_urls_are_websocket_targets_and_wss_is_refused() {
+        let t = parse_url("ws://127.0.0.1:8080/chat?room=1").unwrap();
+        assert!(t.websocket);
+        assert_eq!((t.port, t.path.as_str()), (8080, "/chat?room=1"));
+        assert!(!parse_url("http://127.0.0.1/").unwrap().websocket);
+        assert!(parse_url("wss://h/").unwrap_err().contains("TLS"));
+        let handshake = String::from_utf8(encode_handshake(&t)).unwrap();
+        assert!(handshake.starts_with("GET /chat?room=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"));
+        assert!(handshake.contains("Upgrade: websocket\r\n"));
+        assert!(handshake.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn text_frames_are_masked_with_each_length_form() {
+        for size in [0usize, 125, 126, 65_535, 65_536] {
+            let message: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            let frame = encode_text_frame(&message);
+            assert_eq!(frame[0], 0x81);
+            assert_eq!(frame[1] & 0x80, 0x80, "a client frame is masked");
+            let (length, header) = match frame[1] & 0x7f {
+                126 => (u16::from_be_bytes([frame[2], frame[3]]) as usize, 4),
+                127 => (
+                    u64::from_be_bytes(frame[2..10].try_into().unwrap()) as usize,
+                    10,
+                ),
+                short => (short as usize, 2),
+            };
+            assert_eq!(length, size);
+            let mask = &frame[header..header + 4];
+            let unmasked: Vec<u8> = frame[header + 4..]
+                .iter()
+                .enumerate()
+                .map(|(i, b)| b ^ mask[i % 4])
+                .collect();
+            assert_eq!(unmasked, message);
+        }
+    }
+
     use super::*;
 
     #[test]

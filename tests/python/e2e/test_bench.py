@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from conftest import APPS, ROOT, Server, wait_until
@@ -43,6 +44,19 @@ def test_completed_requests_equal_the_access_log(tines_server: Callable[..., Ser
     # The server's own count: one access-log line per completed response.
     wait_until(lambda: access_lines(log) >= 300, what="300 access-log lines")
     assert access_lines(log) == 300
+
+
+@pytest.mark.parametrize("size", [5, 300, 70_000])
+def test_websocket_echo_mode_counts_one_request_per_message_and_its_echo(
+        tines_server: Callable[..., Server], size: int) -> None:
+    server = tines_server("asgi_websocket:app", "-w", "1")
+    ws_url = f"ws://127.0.0.1:{server.port}/echo"
+    result = bench("-c", "4", "-t", "1", "-n", "300", "--json", "--ws-message", "m" * size, ws_url)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["requests"] == 300 and report["ok"] == 300 and report["errors"]["total"] == 0
+    # The app received every message (4 connections, one message in flight on each).
+    assert httpx.get(server.url + "/messages", timeout=20).text == "300"
 
 
 def test_open_loop_rate_within_5_percent(tines_server: Callable[..., Server]) -> None:

@@ -450,11 +450,12 @@ def test_asgi_checks_compare_tines_with_granian_at_0_6_and_with_uvicorn() -> Non
     table = {cell: {"tines-asgi": summary("tines-asgi", 50_000, 14.0),
                     "granian-asgi": summary("granian-asgi", 30_000, 25.0),
                     "uvicorn": summary("uvicorn", 25_000, 29.0)}}
-    granian, uvicorn = model.asgi_checks(table)
+    granian, uvicorn, ws_granian, ws_uvicorn = model.asgi_checks(table)
+    assert ws_granian.verdict == ws_uvicorn.verdict == "not measured"
     assert "0.60 x granian-asgi's" in granian.name and "(limit 15.0)" in granian.detail
     assert granian.verdict in ("pass", "inconclusive") and "tines-asgi 14.0 vs granian-asgi 25.0" in granian.detail
     assert uvicorn.name.endswith("tines-asgi CPU µs/req <= uvicorn's")
-    assert [c.verdict for c in model.asgi_checks({})] == ["not measured", "not measured"]
+    assert [c.verdict for c in model.asgi_checks({})] == ["not measured"] * 4
 
 
 def test_the_process_per_request_row_is_prefork_with_max_requests_1_and_preload() -> None:
@@ -489,6 +490,7 @@ def test_standard_matrix() -> None:
                            "attacked/keep-alive/c50"]
     with_asgi = dict((sc.name, names) for sc, names in model.matrix("standard", ALL + ASGI, SERVES))
     assert with_asgi["asgi-hello/keep-alive/c50"] == ASGI
+    assert with_asgi["ws-echo/keep-alive/c50"] == ASGI
     assert with_asgi["hello/keep-alive/c50"] == ALL  # the ASGI servers run no WSGI app
     without_event = dict((sc.name, names) for sc, names in
                          model.matrix("standard", [s for s in ALL if s != "tines-event"], SERVES))
@@ -512,6 +514,7 @@ def test_full_matrix() -> None:
     assert "attacked/keep-alive/c50" in cells
     full_asgi = dict((sc.name, names) for sc, names in model.matrix("full", ALL + ASGI, SERVES))
     assert [full_asgi[f"asgi-hello/keep-alive/c{n}"] for n in (1, 50, 1000)] == [ASGI] * 3
+    assert [full_asgi[f"ws-echo/keep-alive/c{n}"] for n in (1, 50, 1000)] == [ASGI] * 3
     with pytest.raises(ValueError):
         model.matrix("huge", ALL, SERVES)
 
@@ -696,9 +699,9 @@ def test_markdown_report() -> None:
     assert "| hello/keep-alive/c50 | granian-wsgi | 50,000 | 49,000 | 1.02× | 10.0 | 9.0 |" in text
     assert "- tines-event: this build of Tines has no event MPM" in text
     # Issue 4's three checks, issue 12's two process-per-request checks, eight of issue 15's
-    # nine, issue 17's two ASGI ones and the previous run's (none given); hello keep-alive
+    # nine, issue 17's four ASGI ones and the previous run's (none given); hello keep-alive
     # against nginx has too few runs.
-    assert text.count("**NOT MEASURED**") == 5 + 8 + 2 + 1
+    assert text.count("**NOT MEASURED**") == 5 + 8 + 4 + 1
     assert "- **INCONCLUSIVE**: hello keep-alive: tines-prefork CPU µs/req <= 1.10 x nginx-static's" in text
     assert "no previous run to compare with" in text and "## Against the previous run" not in text
     assert "Quick run" not in text

@@ -135,6 +135,17 @@ pub struct Connection {
     status: u16,
     keep_alive: bool,
     first_byte: Option<Instant>,
+    /// A WebSocket connection: after its 101, each response is one server frame.
+    websocket: bool,
+    /// The WebSocket handshake's 101 has not been read yet: only the handshake's bytes (the
+    /// first this many of the write buffer) may be written (RFC 6455 4.1: a client sends
+    /// nothing more until the server's handshake has come).
+    awaiting_upgrade: bool,
+    handshake_len: usize,
+    /// Payload bytes of the server frame being read still to come, and whether that frame
+    /// is a message (else a ping or pong, which is no response).
+    ws_remaining: u64,
+    ws_message: bool,
 }
 
 /// The poll token of `slot` while it holds generation `generation`.
@@ -166,6 +177,11 @@ impl Connection {
             status: 0,
             keep_alive: true,
             first_byte: None,
+            websocket: false,
+            awaiting_upgrade: false,
+            handshake_len: 0,
+            ws_remaining: 0,
+            ws_message: false,
         }
     }
 
@@ -215,6 +231,15 @@ impl Connection {
         }
         // A keep-alive connection to another address must drain first.
         self.addr == Some(addr) || self.in_flight.is_empty()
+    }
+
+    /// Opens a connection that is to be connected with a WebSocket handshake: `handshake`
+    /// goes first, and the bytes read are its 101, then one frame per response.
+    pub fn begin_websocket(&mut self, handshake: &[u8]) {
+        self.websocket = true;
+        self.awaiting_upgrade = true;
+        self.handshake_len = handshake.len();
+        self.write_buffer.extend_from_slice(handshake);
     }
 
     /// Adds a request (spec `spec`, its encoded `bytes`) whose latency runs from `start`.
@@ -286,8 +311,13 @@ impl Connection {
     /// requests they held are marked sent at `now`.
     pub fn write_pending(&mut self, now: Instant) -> io::Result<()> {
         let stream = self.stream.as_mut().expect("open has a stream");
-        while self.written < self.write_buffer.len() {
-            match stream.write(&self.write_buffer[self.written..]) {
+        let end = if self.awaiting_upgrade {
+            self.handshake_len
+        } else {
+            self.write_buffer.len()
+        };
+        while self.written < end {
+            match stream.write(&self.write_buffer[self.written..end]) {
                 Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
                 Ok(n) => self.written += n,
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
@@ -346,6 +376,12 @@ impl Connection {
         loop {
             if *position == self.read_length {
                 return Framed::NeedMore;
+            }
+            if self.websocket {
+                match self.frame_websocket(position, now) {
+                    Some(framed) => return framed,
+                    None => continue,
+                }
             }
             match &mut self.body {
                 Body::Head => {
@@ -410,6 +446,96 @@ impl Connection {
         }
     }
 
+    /// WebSocket framing: the handshake's 101, then one server frame per response (`None`:
+    /// the 101 was read, go on).
+    fn frame_websocket(&mut self, position: &mut usize, now: Instant) -> Option<Framed> {
+        let bytes = &self.read_buffer[*position..self.read_length];
+        if self.awaiting_upgrade {
+            return match parse_response_head(bytes, false, MAX_HEAD) {
+                Ok(None) => Some(Framed::NeedMore),
+                Err(error) => Some(Framed::Malformed(error.reason().into())),
+                Ok(Some(head)) if head.status == 101 => {
+                    *position += head.head_len;
+                    self.awaiting_upgrade = false;
+                    // The messages queued behind the handshake may go now.
+                    match self.write_pending(now) {
+                        Ok(()) => None,
+                        Err(error) => Some(Framed::Malformed(format!(
+                            "write after the WebSocket handshake: {error}"
+                        ))),
+                    }
+                }
+                Ok(Some(head)) => Some(Framed::Malformed(format!(
+                    "the WebSocket handshake was answered {}",
+                    head.status
+                ))),
+            };
+        }
+        if self.ws_remaining > 0 {
+            // A large frame's payload is consumed as it arrives (the buffer never holds it).
+            let take = self.ws_remaining.min(bytes.len() as u64);
+            *position += take as usize;
+            self.ws_remaining -= take;
+            if self.ws_remaining > 0 {
+                return Some(Framed::NeedMore);
+            }
+            return self.ws_message.then(|| {
+                self.status = 200;
+                self.keep_alive = true;
+                Framed::Response
+            });
+        }
+        if self.in_flight.is_empty() {
+            return Some(Framed::Malformed(
+                "a WebSocket frame with no message outstanding".into(),
+            ));
+        }
+        if bytes.len() < 2 {
+            return Some(Framed::NeedMore);
+        }
+        if self.first_byte.is_none() {
+            self.first_byte = Some(now);
+        }
+        let opcode = bytes[0] & 0x0f;
+        let (length, header) = match bytes[1] & 0x7f {
+            126 if bytes.len() >= 4 => (u64::from(u16::from_be_bytes([bytes[2], bytes[3]])), 4),
+            127 if bytes.len() >= 10 => {
+                let mut raw = [0u8; 8];
+                raw.copy_from_slice(&bytes[2..10]);
+                (u64::from_be_bytes(raw), 10)
+            }
+            126 | 127 => return Some(Framed::NeedMore),
+            short => (u64::from(short), 2),
+        };
+        if opcode != 0x8 && bytes.len() < header + length as usize {
+            // The payload arrives over several reads: take what is here, count the rest.
+            *position += bytes.len();
+            self.ws_remaining = header as u64 + length - bytes.len() as u64;
+            self.ws_message = opcode != 0x9 && opcode != 0xa;
+            return Some(Framed::NeedMore);
+        }
+        let total = header + length as usize;
+        if bytes.len() < total {
+            return Some(Framed::NeedMore);
+        }
+        if opcode == 0x8 {
+            let code = (length >= 2).then(|| u16::from_be_bytes([bytes[2], bytes[3]]));
+            return Some(Framed::Malformed(format!(
+                "the server closed the WebSocket (code {})",
+                code.map_or_else(|| "none".to_string(), |code| code.to_string())
+            )));
+        }
+        *position += total;
+        if opcode == 0x9 || opcode == 0xa {
+            // A ping or pong is no response; the load generator answers no pings (its runs
+            // are shorter than any keep-alive interval).
+            return None;
+        }
+        self.status = 200;
+        self.keep_alive = true;
+        Some(Framed::Response)
+    }
+
     /// Drops the first `position` bytes read (framed already).
     pub fn discard_framed(&mut self, position: usize) {
         self.read_buffer.copy_within(position..self.read_length, 0);
@@ -452,6 +578,9 @@ impl Connection {
         self.written = 0;
         self.body = Body::Head;
         self.first_byte = None;
+        self.websocket = false;
+        self.awaiting_upgrade = false;
+        self.ws_remaining = 0;
     }
 
     /// Whether a connect has been under way for `limit` or more at `now`.

@@ -307,6 +307,11 @@ impl<'a> Worker<'a> {
             self.close(slot);
         }
         let connection = &mut self.connections[slot];
+        if connection.state() == State::Idle {
+            if let Some(handshake) = &spec.handshake {
+                connection.begin_websocket(handshake);
+            }
+        }
         connection.queue(start, spec_index as u32, &spec.bytes);
         self.in_flight_total += 1;
         match connection.state() {

@@ -4,6 +4,7 @@ them). ``/last-disconnect`` tells how the last WebSocket that saw a disconnect e
 import asyncio
 
 last: dict[str, object] = {}
+counts = {"messages": 0}
 changed = asyncio.Event()
 
 
@@ -15,6 +16,8 @@ async def app(scope, receive, send):
             # Waits until some WebSocket saw its disconnect.
             await changed.wait()
             body = f"{last['code']} {last['reason']}".encode()
+        elif scope["path"] == "/messages":
+            body = str(counts["messages"]).encode()
         else:
             body = b"http beside websockets"
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -52,6 +55,7 @@ async def app(scope, receive, send):
             last.update(code=message["code"], reason=message.get("reason", ""))
             changed.set()
             return
+        counts["messages"] += 1
         if message.get("text") is not None:
             await send({"type": "websocket.send", "text": message["text"]})
         else:
