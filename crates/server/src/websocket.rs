@@ -396,10 +396,14 @@ impl WsSession {
             .with(|pending| pending.when_written(action));
     }
 
-    /// The connection, to give back to the reactor, which writes what is queued and closes it.
+    /// The connection, to give back to the reactor, which writes what is queued and closes
+    /// it, lingering until the client closes its side (or `linger_timeout`): RFC 6455 7.1.1
+    /// has the server close TCP first, and a client still sending (its close frame, or the
+    /// rest of a message that broke a limit) must get the close frame, not a reset.
     pub fn into_connection(self) -> Box<Connection> {
         let mut conn = self.conn;
         conn.close_after_write = true;
+        conn.linger = crate::connection::Linger::UntilEof;
         conn
     }
 }
