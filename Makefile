@@ -14,7 +14,7 @@ PYTHON_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.
 ZIG_STAMP := $(VENV)/.zig-stamp
 WHEEL_STAMP := dist/.wheel-stamp
 
-.PHONY: all build wheel serve test test-rust test-python typecheck bench bench-full bench-ab bench-tool bench-deploy fuzz fmt lint clean docs
+.PHONY: all build wheel serve chat test test-rust test-python typecheck bench bench-full bench-ab bench-tool bench-deploy fuzz fmt lint clean docs
 
 all: build
 
@@ -54,6 +54,11 @@ wheel: $(WHEEL_STAMP)
 
 serve: build
 	$(VENV)/bin/tines serve examples/blog/app.py:app --hooks examples/blog/tines_hooks.py --bind $(HOST):$(PORT)
+
+# The ASGI example beside the blog: a Starlette chat room over WebSocket (one worker: the room
+# lives in the worker), on http://$(HOST):8001.
+chat: build
+	$(VENV)/bin/tines serve examples/chat/app.py:app --workers 1 --bind $(HOST):8001
 
 test: build typecheck test-rust test-python
 

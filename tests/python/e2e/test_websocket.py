@@ -322,3 +322,23 @@ def test_a_wsgi_app_ignores_the_upgrade_header_and_the_connection_stays_http(
             body += sock.recv(100)
         assert body == b"OK"
     sock.close()
+
+
+def test_the_chat_example_broadcasts_to_everyone_in_the_room(tines_server: Callable[..., Server]) -> None:
+    server = tines_server("examples/chat/app.py:app", "-w", "1")
+    page = httpx.get(server.url + "/", timeout=20)
+    assert page.status_code == 200 and "new WebSocket" in page.text
+    with connect(url(server, "/ws")) as alice:
+        assert alice.recv() == "(someone joined: 1 here)"
+        with connect(url(server, "/ws")) as bob:
+            assert alice.recv() == bob.recv() == "(someone joined: 2 here)"
+            alice.send("alice: hello <b>bob</b>")
+            assert alice.recv() == bob.recv() == "alice: hello &lt;b&gt;bob&lt;/b&gt;"
+        assert alice.recv() == "(someone left: 1 here)"
+        server.signal(signal.SIGTERM)
+        # The lifespan's shutdown speaks last, after the graceful stop closed the room (1001):
+        # nobody is left to hear it.
+        with pytest.raises(ConnectionClosed) as closed:
+            alice.recv()
+    assert closed.value.rcvd.code == 1001  # type: ignore[union-attr]
+    assert server.wait() == 0
