@@ -498,7 +498,7 @@ _REGISTRY = (
             positive_int, 10000, ("--max-connections",), "N", worker=True),
     Setting("max_queued_requests", "Workers", "`thread` and `event` MPMs (one machine): complete requests waiting for an app thread beyond which a new request is answered 503 with `Retry-After` at once (idle connections never count); 0 means no limit. `prefork` ignores it.",
             non_negative_int, 1024, ("--max-queued-requests",), "N", worker=True),
-    Setting("max_concurrency", "Workers", "ASGI: requests one worker's event loop serves at once; beyond it a new request is answered 503 with `Retry-After` at once (idle connections never count; `max_connections` bounds those). 0 means no limit.",
+    Setting("max_concurrency", "Workers", "ASGI: requests one worker's event loop serves at once; beyond it a new request is answered 503 with `Retry-After` at once (idle connections and accepted WebSockets never count; `max_connections` bounds those). 0 means no limit.",
             non_negative_int, 1024, ("--max-concurrency",), "N", worker=True),
     Setting("ws_max_message_size", "Limits", "ASGI WebSocket: the largest message a client may send, in bytes (or with a unit: `16MiB`), counted after permessage-deflate inflation; a larger one closes the connection with 1009 (a deflate bomb is stopped at this size, not after).",
             size, 16 * 1024 * 1024, ("--ws-max-message-size",), "SIZE", worker=True),

@@ -43,12 +43,23 @@ struct AsyncDriver {
     /// Connections the event loop is done with, for the next turn.
     returned: Vec<(usize, Option<Box<Connection>>)>,
     in_flight: usize,
+    /// Accepted WebSockets among `in_flight`: they stay handed out for their whole life but
+    /// are not requests at work, so `max_concurrency` does not count them (`max_connections`
+    /// does).
+    websockets: usize,
     max_concurrency: usize,
+}
+
+impl AsyncDriver {
+    /// Requests at work: in flight, less the accepted WebSockets.
+    fn busy(&self) -> usize {
+        self.in_flight - self.websockets
+    }
 }
 
 impl Driver for AsyncDriver {
     fn dispatch(&mut self, token: usize, conn: Box<Connection>, _now: Option<Instant>) -> Dispatch {
-        if self.max_concurrency > 0 && self.in_flight >= self.max_concurrency {
+        if self.max_concurrency > 0 && self.busy() >= self.max_concurrency {
             return Dispatch::Refused(conn);
         }
         self.ready.push((token, conn));
@@ -78,7 +89,7 @@ impl Driver for AsyncDriver {
     }
 
     fn can_take_connection(&self) -> bool {
-        self.max_concurrency == 0 || self.in_flight < self.max_concurrency
+        self.max_concurrency == 0 || self.busy() < self.max_concurrency
     }
 
     fn waker_fd(&self) -> Option<RawFd> {
@@ -132,6 +143,7 @@ impl AsyncReactor {
                 readable: Vec::new(),
                 returned: Vec::new(),
                 in_flight: 0,
+                websockets: 0,
                 max_concurrency: shared.config.max_concurrency,
             },
             shared,
@@ -255,6 +267,7 @@ impl AsyncReactor {
     ) -> (io::Result<()>, WsSession) {
         let (result, conn, raw, ctx) = exchange.switch_to_websocket(headers);
         self.spare.push(ctx);
+        self.driver.websockets += 1;
         let session = WsSession::new(
             conn,
             raw.start,
@@ -268,6 +281,7 @@ impl AsyncReactor {
     /// Ends a WebSocket: the reactor writes what is queued and closes the connection.
     pub fn complete_websocket(&mut self, token: usize, session: WsSession) -> bool {
         self.shared.request_finished();
+        self.driver.websockets -= 1;
         let first = self.driver.returned.is_empty();
         self.driver
             .returned
