@@ -211,8 +211,14 @@ class Server:
         self.request_timeout = request_timeout
         self.tick_interval = min(TICK, request_timeout / 4) if request_timeout > 0 else TICK
         self.stopped: asyncio.Future[str] = loop.create_future()
-        # Request -> (its task, loop time it started), for request_timeout.
-        self.active: dict[Any, tuple[asyncio.Task[None], float]] = {}
+        # Request -> its task, for request_timeout; a timed-out request stays until its task
+        # ends (cancelled again at each tick if the app swallowed the cancellation).
+        self.active: dict[Any, asyncio.Task[None]] = {}
+        self.timed_out: set[Any] = set()
+        # The WebSocket tasks (asyncio keeps only weak references to tasks).
+        self.websocket_tasks: set[asyncio.Task[None]] = set()
+        # The loop marks itself alive until the worker's very end (the lifespan shutdown too).
+        self.finished = False
         self.disconnected = _core.ClientDisconnected
         # The one timer for the reactor's next deadline (a turn also runs on every event).
         self.timer: asyncio.TimerHandle | None = None
@@ -234,14 +240,14 @@ class Server:
                 self.stopped.set_exception(error)
             return
         if requests:
-            now = self.loop.time()
             create_task = self.loop.create_task
             for request in requests:
-                task = create_task(self.serve(request))
-                self.active[request] = (task, now)
+                self.active[request] = create_task(self.serve(request))
         for websocket in websockets:
             # Exempt from request_timeout: a WebSocket lives as long as its client wants.
-            self.loop.create_task(self.serve(websocket))
+            task = self.loop.create_task(self.serve(websocket))
+            self.websocket_tasks.add(task)
+            task.add_done_callback(self.websocket_tasks.discard)
         if stopped is not None:
             if not self.stopped.done():
                 self.loop.remove_reader(self.worker.fileno())
@@ -271,25 +277,31 @@ class Server:
             request.fail()
         finally:
             self.active.pop(request, None)
+            self.timed_out.discard(request)
             complaint = request.end()
             if complaint is not None:
                 log.error("Error handling request %s", complaint)
 
     def tick(self) -> None:
-        """Marks the loop alive; cancels requests that overran ``request_timeout``."""
+        """Marks the loop alive; cancels requests that made no progress for
+        ``request_timeout`` (as for WSGI: from dispatch or the app's last ``receive`` or
+        ``send``; a ``send`` waiting for a slow client is the client's time)."""
         self.worker.tick()
         if self.request_timeout > 0:
-            now = self.loop.time()
-            for request, (task, started) in list(self.active.items()):
-                if now - started >= self.request_timeout and not task.done():
-                    log.error("request %s ran past request_timeout (%g s): cancelled (a 503 if "
-                              "nothing was sent, else the connection closes); where it waits "
-                              "(most recent call last):\n%s",
+            for request, task in list(self.active.items()):
+                if task.done():
+                    continue
+                if request in self.timed_out:
+                    task.cancel()  # it swallowed the last cancellation
+                elif request.idle_seconds() >= self.request_timeout:
+                    log.error("request %s made no progress for request_timeout (%g s): "
+                              "cancelled (a 503 if nothing was sent, else the connection "
+                              "closes); where it waits (most recent call last):\n%s",
                               request.describe(), self.request_timeout, await_stack(task))
                     request.fail_timeout()
                     task.cancel()
-                    del self.active[request]
-        if not self.stopped.done():
+                    self.timed_out.add(request)
+        if not self.finished:
             self.loop.call_later(self.tick_interval, self.tick)
 
 
@@ -315,9 +327,12 @@ async def _main(app: ASGIApp, worker: Any, cfg: Any) -> str:
     await lifespan.startup()
     server = Server(app, worker, loop, cfg.request_timeout)
     server.start(lifespan.state if lifespan.supported else None)
-    reason = await server.stopped
-    if reason != "quick":
-        await lifespan.shutdown()
+    try:
+        reason = await server.stopped
+        if reason != "quick":
+            await lifespan.shutdown()
+    finally:
+        server.finished = True
     return reason
 
 

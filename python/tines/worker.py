@@ -315,8 +315,9 @@ def _serve(context: WorkerContext) -> int:
 
 
 def _serve_asgi(context: WorkerContext, app: Any, server: ServerView, worker: WorkerView) -> int:
-    """The ASGI worker (ADR 0014): the Rust reactor on a thread of its own, the app on an
-    asyncio loop on this one (``tines.asgi``); ready once the app's lifespan startup is done."""
+    """The ASGI worker (ADR 0014): the app on an asyncio loop on this thread, which drives the
+    Rust reactor through its epoll fd (``tines.asgi``); ready once the app's lifespan startup
+    is done."""
     from tines import asgi
     import tines._core as _core
 

@@ -69,15 +69,6 @@ impl Ready {
     }
 }
 
-/// What a request's pending future waits for.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Wait {
-    /// The output queued by the last `send` to be written (backpressure).
-    Written,
-    /// `http.disconnect` (a `receive` after the body).
-    Disconnect,
-}
-
 /// How far the response has gone.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Response {
@@ -279,7 +270,9 @@ impl AsgiWorker {
                                     status: 0,
                                     headers: None,
                                     gone: false,
-                                    waiter: None,
+                                    progress: Instant::now(),
+                                    recv_waiter: None,
+                                    send_waiter: None,
                                 },
                             )?;
                             this.requests
@@ -302,7 +295,10 @@ impl AsgiWorker {
                                     connect_delivered: false,
                                     inbox: std::collections::VecDeque::new(),
                                     closed: None,
-                                    waiter: None,
+                                    recv_waiter: None,
+                                    send_waiter: None,
+                                    inbox_bytes: 0,
+                                    paused: false,
                                     denial: None,
                                 },
                             )?;
@@ -373,16 +369,23 @@ impl AsgiWorker {
         }
         drop(this);
         for (in_flight, note) in settle_now {
-            match (in_flight, note) {
-                (InFlight::Http(request), Note::Gone) => request.borrow_mut(py).on_gone(py)?,
-                (InFlight::Http(request), Note::Written) => {
-                    request.borrow_mut(py).on_written(py)?
-                }
-                (InFlight::Http(_), _) => {}
-                (InFlight::Ws(socket), Note::Written) => socket.borrow_mut(py).on_written(py)?,
-                (InFlight::Ws(socket), Note::GoingAway) => socket.borrow_mut(py).going_away(py)?,
+            // One connection's failure (settling a future, building a message) is logged and
+            // ends that connection only, never the turn.
+            let result = match (&in_flight, note) {
+                (InFlight::Http(request), Note::Gone) => request.borrow_mut(py).on_gone(py),
+                (InFlight::Http(request), Note::Written) => request.borrow_mut(py).on_written(py),
+                (InFlight::Http(_), _) => Ok(()),
+                (InFlight::Ws(socket), Note::Written) => socket.borrow_mut(py).on_written(py),
+                (InFlight::Ws(socket), Note::GoingAway) => socket.borrow_mut(py).going_away(py),
                 (InFlight::Ws(socket), Note::Gone | Note::Readable) => {
-                    socket.borrow_mut(py).on_readable(py)?
+                    socket.borrow_mut(py).on_readable(py)
+                }
+            };
+            if let Err(err) = result {
+                err.print(py);
+                match &in_flight {
+                    InFlight::Http(request) => request.borrow_mut(py).on_gone(py)?,
+                    InFlight::Ws(socket) => socket.borrow_mut(py).fail(py)?,
                 }
             }
         }
@@ -391,7 +394,6 @@ impl AsgiWorker {
 }
 
 impl AsgiWorker {
-    /// The request's `http` scope.
     /// The request's scope: `http`, or `websocket` with the subprotocols offered.
     fn scope<'py>(
         &self,
@@ -504,7 +506,13 @@ pub struct Request {
     status: u16,
     headers: Option<Py<PyAny>>,
     gone: bool,
-    waiter: Option<(Py<PyAny>, Wait)>,
+    /// The last progress: dispatch, or the app's last `receive` or `send` (for
+    /// `request_timeout`, which counts time without progress, as for WSGI).
+    progress: Instant,
+    /// The future of a `receive` waiting for `http.disconnect`.
+    recv_waiter: Option<Py<PyAny>>,
+    /// The future of a `send` waiting for its output to be written (slow client).
+    send_waiter: Option<Py<PyAny>>,
 }
 
 fn disconnect_message(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -533,9 +541,19 @@ impl Request {
         }
     }
 
+    /// Seconds since the request last made progress (dispatch, a `receive`, a `send`); 0
+    /// while a `send` waits for the client to read (the client's time, not the app's).
+    fn idle_seconds(&self) -> f64 {
+        if self.send_waiter.is_some() {
+            return 0.0;
+        }
+        self.progress.elapsed().as_secs_f64()
+    }
+
     /// ASGI `receive`: the body in `http.request` messages (at most 1 MiB each), then
     /// `http.disconnect` once the client is gone or the response is complete.
     fn receive(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.progress = Instant::now();
         if !self.body_done && !self.gone {
             if let Some(exchange) = self.exchange.as_mut() {
                 let mut body = Vec::new();
@@ -564,12 +582,13 @@ impl Request {
             return ready(py, disconnect_message(py)?.into_any());
         }
         let future = self.new_future(py)?;
-        self.waiter = Some((future.clone_ref(py), Wait::Disconnect));
+        self.recv_waiter = Some(future.clone_ref(py));
         Ok(future)
     }
 
     /// ASGI `send`: `http.response.start` then `http.response.body` messages.
     fn send(&mut self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.progress = Instant::now();
         let message = message
             .cast::<PyDict>()
             .map_err(|_| PyValueError::new_err("an ASGI message must be a dict"))?;
@@ -692,8 +711,11 @@ impl Request {
             )
         });
         self.response = Response::Complete;
-        if let Some((future, _)) = self.waiter.take() {
+        if let Some(future) = self.recv_waiter.take() {
             settle(py, &future, disconnect_message(py)?.into_any())?;
+        }
+        if let Some(future) = self.send_waiter.take() {
+            settle(py, &future, py.None().into_bound(py))?;
         }
         let mut worker = self.worker.borrow_mut(py);
         worker.requests.remove(&self.token);
@@ -842,7 +864,7 @@ impl Request {
             return self.done(py);
         }
         let future = self.new_future(py)?;
-        self.waiter = Some((future.clone_ref(py), Wait::Written));
+        self.send_waiter = Some(future.clone_ref(py));
         Ok(future)
     }
 
@@ -850,12 +872,11 @@ impl Request {
     /// returns (the next one raises).
     fn on_gone(&mut self, py: Python<'_>) -> PyResult<()> {
         self.gone = true;
-        if let Some((future, wait)) = self.waiter.take() {
-            let value = match wait {
-                Wait::Disconnect => disconnect_message(py)?.into_any(),
-                Wait::Written => py.None().into_bound(py),
-            };
-            settle(py, &future, value)?;
+        if let Some(future) = self.recv_waiter.take() {
+            settle(py, &future, disconnect_message(py)?.into_any())?;
+        }
+        if let Some(future) = self.send_waiter.take() {
+            settle(py, &future, py.None().into_bound(py))?;
         }
         Ok(())
     }
@@ -863,7 +884,7 @@ impl Request {
     /// Output the app waited for was written: its `send` returns once what is left is within
     /// `max_response_buffer` (a note may come from an earlier watch: checked again).
     fn on_written(&mut self, py: Python<'_>) -> PyResult<()> {
-        if !matches!(self.waiter, Some((_, Wait::Written))) {
+        if self.send_waiter.is_none() {
             return Ok(());
         }
         let limit = self.worker.borrow(py).max_response_buffer;
@@ -877,7 +898,9 @@ impl Request {
                 return Ok(());
             }
         }
-        if let Some((future, _)) = self.waiter.take() {
+        if let Some(future) = self.send_waiter.take() {
+            // The client's wait is over: the app's time counts again from now.
+            self.progress = Instant::now();
             settle(py, &future, py.None().into_bound(py))?;
         }
         Ok(())
@@ -912,11 +935,19 @@ pub struct WebSocket {
     key: Vec<u8>,
     offers: Vec<Vec<u8>>,
     connect_delivered: bool,
-    inbox: std::collections::VecDeque<Py<PyAny>>,
+    inbox: std::collections::VecDeque<(Py<PyAny>, usize)>,
     /// How the connection ended (code, reason), once it has; delivered as
     /// `websocket.disconnect` when the inbox is empty.
     closed: Option<(u16, String)>,
-    waiter: Option<(Py<PyAny>, Wait)>,
+    /// The future of a `receive` waiting for a message.
+    recv_waiter: Option<Py<PyAny>>,
+    /// The future of a `send` waiting for its output to be written (slow client).
+    send_waiter: Option<Py<PyAny>>,
+    /// Bytes of the messages waiting in `inbox`.
+    inbox_bytes: usize,
+    /// Reading from the client is paused: the app is behind (`inbox` is full) or the client
+    /// reads nothing (pongs and echoes pile up); resumed by `receive` and by written output.
+    paused: bool,
     /// The denial response's status and headers (`websocket.http.response.start`).
     denial: Option<(u16, Option<Py<PyAny>>)>,
 }
@@ -953,10 +984,11 @@ impl WebSocket {
     /// `websocket.disconnect`.
     fn receive(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         if let Some(message) = self.next_message(py)? {
+            self.resume_reading(py)?;
             return ready(py, message.into_bound(py));
         }
         let future = self.new_future(py)?;
-        self.waiter = Some((future.clone_ref(py), Wait::Disconnect));
+        self.recv_waiter = Some(future.clone_ref(py));
         Ok(future)
     }
 
@@ -1020,6 +1052,12 @@ impl WebSocket {
                     Some(code) if !code.is_none() => code.extract::<u16>()?,
                     _ => 1000,
                 };
+                if !tines_proto::websocket::is_valid_close_code(code) {
+                    return Err(PyValueError::new_err(format!(
+                        "websocket.close code {code} may not be sent (RFC 6455 7.4: 1000-1003, \
+                         1007-1014 or 3000-4999)"
+                    )));
+                }
                 let reason = match message.get_item(intern!(py, "reason"))? {
                     Some(reason) if !reason.is_none() => reason.extract::<String>()?,
                     _ => String::new(),
@@ -1027,6 +1065,11 @@ impl WebSocket {
                 let session = self.session.as_mut().expect("open");
                 let _ = session.send_close(code, &reason);
                 self.state = WsState::Closed;
+                // Closed by the app: what the client sent and the app did not take is dropped;
+                // `receive` now returns `websocket.disconnect` (the connection ends when the
+                // app returns, after the client's close or the linger).
+                self.inbox.clear();
+                self.inbox_bytes = 0;
                 if self.closed.is_none() {
                     self.closed = Some((code, reason));
                 }
@@ -1100,9 +1143,12 @@ impl WebSocket {
             ));
             self.deny(py, 500, None, b"")?;
         }
-        if let Some((future, _)) = self.waiter.take() {
+        if let Some(future) = self.recv_waiter.take() {
             let (code, reason) = self.closed.clone().unwrap_or((1000, String::new()));
             settle(py, &future, disconnect_ws(py, code, &reason)?)?;
+        }
+        if let Some(future) = self.send_waiter.take() {
+            settle(py, &future, py.None().into_bound(py))?;
         }
         let mut worker = self.worker.borrow_mut(py);
         worker.requests.remove(&self.token);
@@ -1153,7 +1199,8 @@ impl WebSocket {
             message.set_item(intern!(py, "type"), intern!(py, "websocket.connect"))?;
             return Ok(Some(message.into_any().unbind()));
         }
-        if let Some(message) = self.inbox.pop_front() {
+        if let Some((message, size)) = self.inbox.pop_front() {
+            self.inbox_bytes -= size;
             return Ok(Some(message));
         }
         if let Some((code, reason)) = &self.closed {
@@ -1167,14 +1214,50 @@ impl WebSocket {
 
     /// Settles a waiting `receive` if a message is ready.
     fn wake_receiver(&mut self, py: Python<'_>) -> PyResult<()> {
-        if matches!(self.waiter, Some((_, Wait::Disconnect))) {
+        // A `receive` the app cancelled (a timeout around it) left a done future: no message
+        // may be taken from the inbox for it.
+        if let Some(future) = &self.recv_waiter {
+            if future
+                .bind(py)
+                .call_method0(intern!(py, "done"))?
+                .is_truthy()?
+            {
+                self.recv_waiter = None;
+            }
+        }
+        if self.recv_waiter.is_some() {
             if let Some(message) = self.next_message(py)? {
-                if let Some((future, _)) = self.waiter.take() {
+                if let Some(future) = self.recv_waiter.take() {
                     settle(py, &future, message.into_bound(py))?;
                 }
+                self.resume_reading(py)?;
             }
         }
         Ok(())
+    }
+
+    /// Reads again if reading was paused and the app (or the client) caught up. Bytes that
+    /// arrived meanwhile raised their edge already: they are read now, not on an event.
+    fn resume_reading(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.paused && !self.must_pause(py) {
+            self.paused = false;
+            self.on_readable(py)?;
+        }
+        Ok(())
+    }
+
+    /// True when reading must wait: the app has a message's worth waiting in its inbox, or
+    /// the client reads nothing and more than `max_response_buffer` (pongs, echoes) waits.
+    fn must_pause(&mut self, py: Python<'_>) -> bool {
+        let worker = self.worker.borrow(py);
+        let limit = worker.max_response_buffer;
+        let inbox_limit = worker.reactor.config().ws_max_message_size.max(1 << 20) as usize;
+        drop(worker);
+        self.inbox_bytes >= inbox_limit
+            || self
+                .session
+                .as_mut()
+                .is_some_and(|session| session.unsent() > limit)
     }
 
     /// Answers the handshake with a refusal: `status`, the app's `headers`, `body`.
@@ -1277,12 +1360,24 @@ impl WebSocket {
             self.closed = Some((1006, err.to_string()));
             return Ok(());
         }
+        // A worker that began stopping while the app decided: closed at once (1001), as the
+        // others were.
+        if self.worker.borrow(py).reactor.is_stopping() {
+            return self.going_away(py);
+        }
         // Frames the client sent with its handshake raise no edge of their own.
         self.on_readable(py)
     }
 
     /// Reads and decodes what the client sent; wakes a waiting `receive`.
     fn on_readable(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.session.is_none() || self.paused {
+            return Ok(());
+        }
+        if self.state == WsState::Open && self.must_pause(py) {
+            self.paused = true;
+            return Ok(());
+        }
         let Some(session) = self.session.as_mut() else {
             return Ok(());
         };
@@ -1291,6 +1386,7 @@ impl WebSocket {
         for item in incoming {
             match item {
                 WsIncoming::Message { kind, data } => {
+                    let size = data.len();
                     let message = PyDict::new(py);
                     message.set_item(intern!(py, "type"), intern!(py, "websocket.receive"))?;
                     match kind {
@@ -1305,7 +1401,8 @@ impl WebSocket {
                             message.set_item(intern!(py, "bytes"), PyBytes::new(py, &data))?;
                         }
                     }
-                    self.inbox.push_back(message.into_any().unbind());
+                    self.inbox.push_back((message.into_any().unbind(), size));
+                    self.inbox_bytes += size;
                 }
                 WsIncoming::Closed { code, reason } => {
                     self.state = WsState::Closed;
@@ -1325,8 +1422,8 @@ impl WebSocket {
                 }
             }
         }
-        if matches!(self.waiter, Some((_, Wait::Written))) && self.state == WsState::Closed {
-            if let Some((future, _)) = self.waiter.take() {
+        if self.state == WsState::Closed {
+            if let Some(future) = self.send_waiter.take() {
                 settle(py, &future, py.None().into_bound(py))?;
             }
         }
@@ -1353,12 +1450,13 @@ impl WebSocket {
             return self.done(py);
         }
         let future = self.new_future(py)?;
-        self.waiter = Some((future.clone_ref(py), Wait::Written));
+        self.send_waiter = Some(future.clone_ref(py));
         Ok(future)
     }
 
     fn on_written(&mut self, py: Python<'_>) -> PyResult<()> {
-        if !matches!(self.waiter, Some((_, Wait::Written))) {
+        self.resume_reading(py)?;
+        if self.send_waiter.is_none() {
             return Ok(());
         }
         let limit = self.worker.borrow(py).max_response_buffer;
@@ -1371,7 +1469,7 @@ impl WebSocket {
                 }
             }
         }
-        if let Some((future, _)) = self.waiter.take() {
+        if let Some(future) = self.send_waiter.take() {
             settle(py, &future, py.None().into_bound(py))?;
         }
         Ok(())

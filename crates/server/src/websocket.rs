@@ -29,6 +29,13 @@ const READ_CHUNK: usize = 64 * 1024;
 /// told [`ReadOutcome::More`]).
 const READ_BUDGET: usize = 1024 * 1024;
 
+/// The largest frame buffer a session keeps for its next frame.
+const SCRATCH_KEPT: usize = 4 * 1024;
+
+/// Unanswered pings beyond which the session stops reading from the client until its pongs
+/// are written (a client that floods pings and reads nothing must not grow the queue).
+pub const MAX_UNSENT_PONGS: u64 = 64 * 1024;
+
 /// What the client sent, as the app sees it.
 #[derive(Debug, PartialEq, Eq)]
 pub enum WsIncoming {
@@ -261,7 +268,10 @@ impl WsSession {
                 reason: "a compressed message without permessage-deflate",
             })?;
             let before = self.message.len();
-            inflater.inflate(payload, last, &mut self.message, self.max_message_size)?;
+            // The limit is the message's, not the piece's: what earlier pieces inflated to
+            // counts (a bomb split over many frames or reads stops at the limit too).
+            let room = self.max_message_size.saturating_sub(before as u64);
+            inflater.inflate(payload, last, &mut self.message, room)?;
             if self.kind == MessageKind::Text && !self.utf8.feed(&self.message[before..]) {
                 return Err(WsError {
                     code: close_code::INVALID_PAYLOAD,
@@ -335,7 +345,10 @@ impl WsSession {
             }
         }
         let result = self.write(&frame);
-        self.scratch = frame;
+        // A large message's frame is not kept: an idle connection holds no big buffer.
+        if frame.capacity() <= SCRATCH_KEPT {
+            self.scratch = frame;
+        }
         result
     }
 

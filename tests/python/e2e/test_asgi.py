@@ -262,9 +262,20 @@ def test_a_request_past_request_timeout_is_cancelled_with_its_stack_logged_and_t
     [worker] = server.worker_pids()
     response = get(server, "/forever")
     assert response.status_code == 503
-    server.wait_for_log(r"(?s)request GET /forever ran past request_timeout \(1 s\): cancelled.*asgi_features\.py")
+    server.wait_for_log(r"(?s)request GET /forever made no progress for request_timeout \(1 s\): "
+                        r"cancelled.*asgi_features\.py")
     assert get(server, "/").text == "hello from ASGI"
     assert server.worker_pids() == [worker]
+
+
+def test_request_timeout_counts_time_without_progress_so_a_stream_that_keeps_sending_is_not_cut(
+        tines_server: Callable[..., Server]) -> None:
+    server = tines_server(APP, "-w", "1", "--request-timeout", "1")
+    # Six blocks 0.4 s apart: 2.4 s in all, never 1 s without a send.
+    response = get(server, "/drip?n=6&every=0.4")
+    assert response.status_code == 200
+    assert response.text == "".join(f"drop {index}\n" for index in range(6))
+    assert "request_timeout" not in server.log_text()
 
 
 def test_an_asgi2_app_is_served_when_named(tines_server: Callable[..., Server]) -> None:

@@ -151,6 +151,24 @@ def test_close_codes_both_ways(tines_server: Callable[..., Server]) -> None:
     assert httpx.get(server.url + "/last-disconnect", timeout=20).text == "4321 done here"
 
 
+def test_a_reserved_close_code_from_the_app_is_an_error_closed_with_1011(
+        tines_server: Callable[..., Server]) -> None:
+    server = tines_server(APP, "-w", "1")
+    with connect(url(server, "/bad-close")) as ws:
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv()
+    assert closed.value.rcvd.code == 1011  # type: ignore[union-attr]
+    server.wait_for_log(r"ValueError: websocket.close code 1006 may not be sent")
+
+
+def test_a_receive_cancelled_by_the_app_loses_no_message(tines_server: Callable[..., Server]) -> None:
+    server = tines_server(APP, "-w", "1")
+    with connect(url(server, "/cancelled-receive")) as ws:
+        assert ws.recv() == "ready"
+        ws.send("this one")
+        assert ws.recv() == "got this one"
+
+
 def test_a_refusal_before_accept_is_403_and_the_denial_extension_sends_the_apps_response(
         tines_server: Callable[..., Server]) -> None:
     server = tines_server(APP, "-w", "1")

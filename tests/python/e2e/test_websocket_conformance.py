@@ -162,6 +162,17 @@ CASES: list[Case] = [
 ]
 
 DEFLATE = b"Sec-WebSocket-Extensions: permessage-deflate\r\n"
+
+
+def _split_bomb() -> list[bytes]:
+    """One compressed message in 200 fragments, each inflating to 1 MiB (200 MiB in all)."""
+    compressor = zlib.compressobj(wbits=-15)
+    pieces = [compressor.compress(b"\x00" * (1 << 20)) + compressor.flush(zlib.Z_SYNC_FLUSH)
+              for _ in range(200)]
+    frames = [frame(BINARY, pieces[0], fin=False, rsv=4)]
+    frames += [frame(CONT, piece, fin=False) for piece in pieces[1:-1]]
+    frames.append(frame(CONT, pieces[-1][:-4]))
+    return frames
 NO_TAKEOVER = b"Sec-WebSocket-Extensions: permessage-deflate; client_no_context_takeover; server_no_context_takeover\r\n"
 _shared = zlib.compressobj(wbits=-15)
 _takeover_first, _takeover_second = deflate(b"hello " * 50, _shared), deflate(b"hello " * 50, _shared)
@@ -193,6 +204,8 @@ CASES += [
          [frame(TEXT, deflate(b"bad \xff"), rsv=4)], close=1007, extension=DEFLATE),
     Case("13.5", "13 deflate", "a deflate bomb (8 KiB inflating past 16 MiB) is 1009",
          [frame(BINARY, deflate(b"\x00" * (17 << 20)), rsv=4)], close=1009, extension=DEFLATE),
+    Case("13.6", "13 deflate", "a bomb split over 200 fragments (each 1 MiB inflated) is 1009",
+         _split_bomb(), close=1009, extension=DEFLATE),
 ]
 
 

@@ -91,6 +91,16 @@ async def app(scope, receive, send):
                         "more_body": True})
         await send({"type": "http.response.body", "body": b""})
         return None
+    if path == "/drip":
+        # The app's own pace: a block every `every` seconds.
+        count, every = int(query["n"]), float(query["every"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for index in range(count):
+            await asyncio.sleep(every)
+            await send({"type": "http.response.body", "body": f"drop {index}\n".encode(),
+                        "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return None
     if path == "/release":
         event(query["name"]).set()
         return await respond(send, b"released")

@@ -45,6 +45,20 @@ async def app(scope, receive, send):
     subprotocol = "superchat" if "superchat" in scope["subprotocols"] else None
     await send({"type": "websocket.accept", "subprotocol": subprotocol,
                 "headers": [(b"x-accepted-by", b"tines-test")]})
+    if path == "/bad-close":
+        await send({"type": "websocket.close", "code": 1006})  # reserved: ValueError
+        return
+    if path == "/cancelled-receive":
+        # A receive cancelled by a timeout must not take the next message with it.
+        try:
+            await asyncio.wait_for(receive(), 0.01)
+        except asyncio.TimeoutError:
+            pass
+        await send({"type": "websocket.send", "text": "ready"})
+        message = await receive()
+        await send({"type": "websocket.send", "text": "got " + message["text"]})
+        await send({"type": "websocket.close"})
+        return
     if path == "/close-4000":
         await send({"type": "websocket.close", "code": 4000, "reason": "bye"})
         return
