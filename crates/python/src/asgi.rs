@@ -379,12 +379,9 @@ impl AsgiWorker {
             .collect();
         if stopped.is_some() {
             this.reactor.finish();
-        } else if this.reactor.has_returns() && !this.turn_scheduled {
+        } else if this.reactor.has_returns() {
             // Given back during the turn (a 413, a refused handshake: answered without the app).
-            this.turn_scheduled = true;
-            if let Some((call_soon, turn)) = &this.schedule_turn {
-                call_soon.bind(py).call1((turn.bind(py),))?;
-            }
+            this.schedule_turn(py)?;
         }
         drop(this);
         for (in_flight, note) in settle_now {
@@ -413,6 +410,34 @@ impl AsgiWorker {
 }
 
 impl AsgiWorker {
+    /// Runs a turn soon (once: until it runs, asking again does nothing).
+    fn schedule_turn(&mut self, py: Python<'_>) -> PyResult<()> {
+        if !self.turn_scheduled {
+            self.turn_scheduled = true;
+            if let Some((call_soon, turn)) = &self.schedule_turn {
+                call_soon.bind(py).call1((turn.bind(py),))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The awaitable that is done already (what `send` returns when nothing waits).
+    fn done(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        match &self.done {
+            Some(done) => Ok(done.clone_ref(py).into_any()),
+            None => ready(py, py.None().into_bound(py)),
+        }
+    }
+
+    /// A new future of the loop (for a `receive` or a `send` that must wait).
+    fn new_future(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let create = self
+            .create_future
+            .as_ref()
+            .ok_or_else(|| PyRuntimeError::new_err("the worker is not started"))?;
+        Ok(create.bind(py).call0()?.unbind())
+    }
+
     /// The request's scope: `http`, or `websocket` with the subprotocols offered.
     fn scope<'py>(
         &mut self,
@@ -768,11 +793,8 @@ impl Request {
         }
         let mut worker = self.worker.borrow_mut(py);
         worker.requests.remove(&self.token);
-        if worker.reactor.complete(self.token, exchange) && !worker.turn_scheduled {
-            worker.turn_scheduled = true;
-            if let Some((call_soon, turn)) = &worker.schedule_turn {
-                call_soon.bind(py).call1((turn.bind(py),))?;
-            }
+        if worker.reactor.complete(self.token, exchange) {
+            worker.schedule_turn(py)?;
         }
         Ok(complaint)
     }
@@ -806,6 +828,38 @@ fn body_of<'py>(message: &Bound<'py, PyDict>) -> PyResult<(Option<Bound<'py, PyB
         ),
     };
     Ok((body, more))
+}
+
+/// An ASGI header list: `[name, value]` pairs of bytes.
+#[allow(clippy::type_complexity)]
+fn header_pairs<'py>(
+    headers: &Bound<'py, PyAny>,
+) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    let mut fields = Vec::new();
+    for item in headers.try_iter()? {
+        let item = item?;
+        let mut pair = item.try_iter()?;
+        let (Some(name), Some(value), None) = (pair.next(), pair.next(), pair.next()) else {
+            return Err(PyValueError::new_err(
+                "each header must be a [name, value] pair of bytes",
+            ));
+        };
+        fields.push((header_bytes(name)?, header_bytes(value)?));
+    }
+    Ok(fields)
+}
+
+/// `CODE REASON` for a status line, written into `buf` (no allocation per response).
+fn status_line(buf: &mut [u8; 64], code: u16) -> &[u8] {
+    use std::io::Write;
+    let mut cursor = std::io::Cursor::new(&mut buf[..]);
+    let _ = write!(
+        cursor,
+        "{code} {}",
+        tines_proto::status::reason_phrase(code)
+    );
+    let end = cursor.position() as usize;
+    &buf[..end]
 }
 
 /// A header name or value: bytes.
@@ -846,45 +900,26 @@ impl Request {
     }
 
     fn done(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let worker = self.worker.borrow(py);
-        match &worker.done {
-            Some(done) => Ok(done.clone_ref(py).into_any()),
-            None => ready(py, py.None().into_bound(py)),
-        }
+        self.worker.borrow(py).done(py)
     }
 
     fn new_future(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let worker = self.worker.borrow(py);
-        let create = worker
-            .create_future
-            .as_ref()
-            .ok_or_else(|| PyRuntimeError::new_err("the worker is not started"))?;
-        Ok(create.bind(py).call0()?.unbind())
+        self.worker.borrow(py).new_future(py)
     }
 
     /// Encodes the head kept from `http.response.start`; `length` is the body's when the
     /// first body message is also the last.
     fn begin(&mut self, py: Python<'_>, length: Option<u64>) -> PyResult<()> {
-        let mut fields: Vec<(Bound<'_, PyBytes>, Bound<'_, PyBytes>)> = Vec::new();
-        if let Some(headers) = &self.headers {
-            for item in headers.bind(py).try_iter()? {
-                let item = item?;
-                let mut pair = item.try_iter()?;
-                let (Some(name), Some(value), None) = (pair.next(), pair.next(), pair.next())
-                else {
-                    return Err(PyValueError::new_err(
-                        "each header must be a [name, value] pair of bytes",
-                    ));
-                };
-                fields.push((header_bytes(name)?, header_bytes(value)?));
-            }
-        }
-        let reason = tines_proto::status::reason_phrase(self.status);
-        let status = format!("{} {reason}", self.status);
+        let fields = match &self.headers {
+            Some(headers) => header_pairs(headers.bind(py))?,
+            None => Vec::new(),
+        };
+        let mut line = [0u8; 64];
+        let status = status_line(&mut line, self.status);
         let exchange = self.exchange_mut()?;
         exchange
             .begin_response(
-                status.as_bytes(),
+                status,
                 fields
                     .iter()
                     .map(|(name, value)| (name.as_bytes(), value.as_bytes())),
@@ -1212,11 +1247,8 @@ impl WebSocket {
             (None, None) => false,
         };
         self.state = WsState::Closed;
-        if first && !worker.turn_scheduled {
-            worker.turn_scheduled = true;
-            if let Some((call_soon, turn)) = &worker.schedule_turn {
-                call_soon.bind(py).call1((turn.bind(py),))?;
-            }
+        if first {
+            worker.schedule_turn(py)?;
         }
         Ok(complaint)
     }
@@ -1224,20 +1256,11 @@ impl WebSocket {
 
 impl WebSocket {
     fn done(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let worker = self.worker.borrow(py);
-        match &worker.done {
-            Some(done) => Ok(done.clone_ref(py).into_any()),
-            None => ready(py, py.None().into_bound(py)),
-        }
+        self.worker.borrow(py).done(py)
     }
 
     fn new_future(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let worker = self.worker.borrow(py);
-        let create = worker
-            .create_future
-            .as_ref()
-            .ok_or_else(|| PyRuntimeError::new_err("the worker is not started"))?;
-        Ok(create.bind(py).call0()?.unbind())
+        self.worker.borrow(py).new_future(py)
     }
 
     /// The next message `receive` gives, if one is ready.
@@ -1321,24 +1344,14 @@ impl WebSocket {
         let Some(exchange) = self.exchange.as_mut() else {
             return Ok(());
         };
-        let mut fields: Vec<(Bound<'_, PyBytes>, Bound<'_, PyBytes>)> = Vec::new();
-        if let Some(headers) = &headers {
-            for item in headers.bind(py).try_iter()? {
-                let item = item?;
-                let mut pair = item.try_iter()?;
-                let (Some(name), Some(value)) = (pair.next(), pair.next()) else {
-                    return Err(PyValueError::new_err(
-                        "each header must be a [name, value] pair of bytes",
-                    ));
-                };
-                fields.push((header_bytes(name)?, header_bytes(value)?));
-            }
-        }
-        let reason = tines_proto::status::reason_phrase(status);
-        let status_line = format!("{status} {reason}");
+        let fields = match &headers {
+            Some(headers) => header_pairs(headers.bind(py))?,
+            None => Vec::new(),
+        };
+        let mut line = [0u8; 64];
         if exchange
             .begin_response(
-                status_line.as_bytes(),
+                status_line(&mut line, status),
                 fields.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())),
                 Some(body.len() as u64),
             )
@@ -1357,19 +1370,10 @@ impl WebSocket {
             Some(value) if !value.is_none() => Some(value.extract::<String>()?),
             _ => None,
         };
-        let mut app_headers: Vec<(Bound<'_, PyBytes>, Bound<'_, PyBytes>)> = Vec::new();
-        if let Some(headers) = message.get_item(intern!(py, "headers"))? {
-            for item in headers.try_iter()? {
-                let item = item?;
-                let mut pair = item.try_iter()?;
-                let (Some(name), Some(value)) = (pair.next(), pair.next()) else {
-                    return Err(PyValueError::new_err(
-                        "each header must be a [name, value] pair of bytes",
-                    ));
-                };
-                app_headers.push((header_bytes(name)?, header_bytes(value)?));
-            }
-        }
+        let app_headers = match message.get_item(intern!(py, "headers"))? {
+            Some(headers) => header_pairs(&headers)?,
+            None => Vec::new(),
+        };
         let accept = accept_key(&self.key);
         let (deflate, extension) = {
             let worker = self.worker.borrow(py);
@@ -1464,12 +1468,7 @@ impl WebSocket {
         if outcome == ReadOutcome::More {
             let mut worker = self.worker.borrow_mut(py);
             worker.reread.push(self.token);
-            if !worker.turn_scheduled {
-                worker.turn_scheduled = true;
-                if let Some((call_soon, turn)) = &worker.schedule_turn {
-                    call_soon.bind(py).call1((turn.bind(py),))?;
-                }
-            }
+            worker.schedule_turn(py)?;
         }
         if self.state == WsState::Closed {
             if let Some(future) = self.send_waiter.take() {
