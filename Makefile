@@ -14,7 +14,7 @@ PYTHON_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.
 ZIG_STAMP := $(VENV)/.zig-stamp
 WHEEL_STAMP := dist/.wheel-stamp
 
-.PHONY: all build wheel serve chat test test-rust test-python typecheck bench bench-full bench-ab bench-tool bench-deploy fuzz fmt lint clean docs
+.PHONY: all build wheel serve chat test test-rust test-python typecheck bench bench-full bench-ab bench-tool bench-deploy bench-tune fuzz fmt lint clean docs
 
 all: build
 
@@ -24,7 +24,7 @@ $(PY):
 
 # Development dependencies (maturin to build, pytest & co. to test, Flask for the blog).
 $(STAMP): $(PY) pyproject.toml
-	$(PIP) install --quiet "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" "httpx>=0.27" "flask>=3" "prometheus_client>=0.20" "starlette>=0.37" "python-multipart>=0.0.9" "uvloop>=0.19" "websockets>=12" "mypy>=1.10"
+	$(PIP) install --quiet "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" "httpx>=0.27" "flask>=3" "prometheus_client>=0.20" "starlette>=0.37" "python-multipart>=0.0.9" "uvloop>=0.19" "websockets>=12" "django>=4.2" "mypy>=1.10"
 	touch $(STAMP)
 
 # The extension, built in release mode and installed (editable) into the virtualenv; it also
@@ -78,11 +78,18 @@ docs: build
 	$(PY) tools/gen_settings_doc.py
 
 # The side-by-side suite (docs/benchmarks.md): 5 interleaved runs per cell, about 33 minutes of
-# both cores; it installs wrk, nginx, libev-dev and the peers (bjoern among them) itself.
+# both cores; it installs wrk, nginx, libev-dev and the peers (bjoern among them) itself. Then
+# tines tune's right-answer runs (bench-tune, about 6 minutes).
 # BENCH_QUICK=1 for a 5-minute development run.
 bench: build
 	cargo build --release --quiet -p tines-loadgen --bin tines-bench
 	$(PY) benches/run.py
+	$(PY) benches/tune_check.py
+
+# tines tune on the apps of benches/apps/tune/, whose right answers are known (about 6 minutes);
+# exit status 1 when a recommendation is wrong. TUNE_ARGS for more flags (--record, --budget).
+bench-tune: build
+	$(PY) benches/tune_check.py $(TUNE_ARGS)
 
 # The whole matrix (hours) in the background, resumable: run it again to go on where it
 # stopped; progress in benches/results/tmp/full/run.log.

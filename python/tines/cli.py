@@ -1,13 +1,13 @@
 """The ``tines`` command: argument parsing generated from the settings registry.
 
-Owns: the subcommands (``serve``, ``check-config``, ``status``, ``bench``), turning argv into a ``Config`` through
+Owns: the subcommands (``serve``, ``check-config``, ``status``, ``bench``, ``tune``), turning argv into a ``Config`` through
 ``tines.config.load``, and the exit-status contract: 0 on success, 2 with exactly one line
 ``tines: error: <message>`` on stderr for a usage, config or app-loading error.
 
 Must not: declare settings (they come from ``tines.config.SETTINGS``) or run the server itself
 (``tines.arbiter`` does, imported only when ``serve`` runs). ``bench`` is the exception to the
 registry: its flags belong to the Rust load generator, so its argv goes to ``tines._core.bench``
-untouched.
+untouched; so is ``tune``, whose argv goes to ``tines.tune.main``.
 """
 
 from __future__ import annotations
@@ -144,6 +144,12 @@ def build_parser() -> ArgumentParser:
         add_help=False,
         description="The load generator: closed loop (-c, -n, -d) or open loop (-R), "
                     "text, --json or --html results. Its flags are its own: tines bench --help.")
+    # Listed for --help only, as bench: main() hands `tune` argv to tines.tune.
+    commands.add_parser(
+        "tune", help="measure an app under Tines and recommend its settings (tines tune --help)",
+        add_help=False,
+        description="Runs the app under several configurations on 127.0.0.1, measures them with "
+                    "the load generator and recommends settings: tines tune --help.")
     return parser
 
 
@@ -252,12 +258,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["bench"]:
         return bench(words[1:])
+    if words[:1] == ["tune"]:
+        from tines import tune
+
+        return tune.main(words[1:])
     parser = build_parser()
     arguments, unknown = parser.parse_known_args(words)
     if unknown:
         parser.error(_unknown_message(unknown))
     if arguments.command is None:
-        parser.error("missing COMMAND (serve, check-config, status or bench); see tines --help")
+        parser.error("missing COMMAND (serve, check-config, status, bench or tune); see tines --help")
     for warning in environment_warnings():
         print(f"tines: warning: {warning}", file=sys.stderr)
     try:

@@ -1,0 +1,45 @@
+"""``python -m tines.tune.detect APP [SERVE FLAGS...]``: check the app as ``serve`` would and say
+what it is, in a process of its own (the tuner never imports the user's app).
+
+Prints one JSON line ``{"interface": "wsgi"|"asgi3"|"asgi2"}``; on a bad flag, config or app,
+the one ``tines: error: ...`` line (with the app's traceback before it) and exit status 2, as
+``tines check-config --check-app`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from tines.cli import EXIT_USAGE, build_parser, check_config
+from tines.config import load
+from tines.errors import AppLoadError, ConfigError
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = build_parser()
+    arguments, unknown = parser.parse_known_args(["serve", *argv])
+    if unknown:
+        parser.error("unrecognized arguments: " + " ".join(unknown))
+    try:
+        cfg = load(arguments)
+        if cfg.chdir:
+            os.chdir(cfg.chdir)
+        check_config(cfg, check_app=True)
+        from tines import asgi
+        from tines.app_loader import load_app
+
+        assert cfg.app is not None
+        app = load_app(cfg.app, cfg.factory, cfg.interface)
+        interface = asgi.interface_of(app, cfg.interface, repr(str(cfg.app)))
+    except (ConfigError, AppLoadError) as error:
+        print(f"tines: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps({"interface": interface}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

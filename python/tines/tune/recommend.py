@@ -1,0 +1,533 @@
+"""From measurements to settings: the recommender of ``tines tune``.
+
+Owns: turning a measurements document (schema ``tines-tune/1``, written by
+``tines.tune.plan``; docs/tuning.md describes it) into recommended settings, each with the
+measured numbers that justify it. Pure: no process, no clock, no file; the tests feed it
+recorded measurements (tests/python/unit/tune_fixtures/*.json).
+
+The rules, each the classic one with our measured values put in:
+
+- **Does the app compute or wait?** W/C, the time a request waits (app wall time, from the
+  scoreboard, less the app's CPU time: the request's CPU less the server's own cost,
+  calibrated on a no-op app under the same MPM) over the CPU time the request takes in all
+  (server and app: both run on the cores). Below 0.5 the app
+  is CPU-bound: ``prefork`` with one worker per CPU (isolation; more processes only queue for
+  the CPUs). From 0.5 it waits: the ``event`` MPM (``thread`` is its other name) with threads
+  per worker = 1 + W/C (Goetz's sizing: threads = CPUs x (1 + W/C), one worker per CPU). The
+  measured configurations can overrule the class: another MPM wins when its peak throughput is
+  more than 10% above the preferred one's.
+- **max_workers**: the mod_perl guide's MaxClients, (memory budget - shared) / USS per worker,
+  with room kept for ``reload_batch`` new workers during a reload (live + draining <= workers
+  + reload_batch), capped by what the CPUs can use (prefork: CPUs x (1 + W/C); event: CPUs).
+- **preload** when it saves at least 1 MiB or 10% of a worker's USS; **memory_merge** only
+  where ksmd runs and a measured run shows it saving 10%.
+- **max_requests / max_worker_memory** from the leak rate: a least-squares line through a
+  worker's USS against its requests after a warm-up; a growth that is both linear (r^2 >=
+  0.5) and real (at least 1 MiB or 2% of USS over the fit) gives max_requests = the headroom
+  of a worker's share of the budget over its slope; otherwise "not needed".
+- **Spare pool** (``--bursty``): Little's law on the open-loop runs (requests in the app =
+  rate x app time) gives the workers (or app threads) busy at the low and the high rate; the
+  spares cover the difference, so a burst is served before new workers boot.
+- **Keep-alive** from the client mix a requests file declares (``# tines-tune: visit=N
+  think=S``): a timeout just above the think time, but short under prefork, where an idle
+  keep-alive connection holds a whole worker.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tines.memory import format_size
+
+SCHEMA = "tines-tune/1"
+
+CPU_BOUND_BELOW = 0.5
+"""W/C under which an app counts as computing rather than waiting."""
+
+OVERRULE = 1.10
+"""Another MPM replaces the preferred one when its peak throughput is this much higher."""
+
+MAX_THREADS = 256
+"""Most app threads per worker recommended (each holds a stack and a request's objects)."""
+
+MiB = 1024 * 1024
+
+
+@dataclass
+class Item:
+    """One recommended setting: ``value`` None means "not needed" (left at its default)."""
+
+    setting: str
+    value: Any
+    why: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    in_toml: bool = True
+    """False: shown in the summary and as a comment in tines.toml, not set (a pool ceiling
+    beside a fixed worker count, say)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"setting": self.setting, "value": self.value, "why": self.why,
+                "evidence": self.evidence, "in_toml": self.in_toml}
+
+
+@dataclass
+class Recommendation:
+    items: list[Item]
+    summary: dict[str, Any]
+    notes: list[str]
+
+    def settings(self) -> dict[str, Any]:
+        """The settings to write: every item with a value that goes into tines.toml."""
+        return {item.setting: item.value for item in self.items if item.value is not None and item.in_toml}
+
+    def item(self, setting: str) -> Item | None:
+        return next((item for item in self.items if item.setting == setting), None)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"settings": self.settings(), "items": [item.as_dict() for item in self.items],
+                "summary": self.summary, "notes": self.notes}
+
+
+def mib(size: float) -> str:
+    return format_size(int(size))
+
+
+def us(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.0f} µs" if value >= 100 else f"{value:.1f} µs"
+
+
+# --- the workload -------------------------------------------------------------------------------
+
+
+def workload(doc: dict[str, Any]) -> dict[str, Any]:
+    """CPU and wait time per request from the probe (one request at a time): ``{"cpu_us",
+    "server_us", "app_cpu_us", "app_wall_us", "wait_us", "wait_ratio", "bound": "cpu"|"wait"}``.
+
+    C is all the CPU a request needs (the server's share runs on the same cores); W is the
+    app's wall time (scoreboard) beyond its own CPU time, which is the request's CPU less the
+    server's own cost (calibrated on a no-op app); without a calibration, the app's wall time
+    up to the request's CPU counts as computing."""
+    step = doc["probe"]["step"]
+    cpu = float(step["cpu_us_per_request"] or 0.0)
+    wall = float(step["app_us_per_request"] or 0.0)
+    mpm = doc["probe"]["shape"]["mpm"]
+    calibration = doc.get("calibration", {}).get(mpm)
+    server = min(float(calibration["cpu_us_per_request"]), cpu) if calibration else None
+    app_cpu = min(wall, max(0.0, cpu - server) if server is not None else cpu)
+    wait = max(0.0, wall - app_cpu)
+    ratio = wait / cpu if cpu > 0 else 0.0
+    return {"cpu_us": cpu, "server_us": server, "app_cpu_us": app_cpu,
+            "app_wall_us": wall, "wait_us": wait, "wait_ratio": ratio,
+            "bound": "cpu" if ratio < CPU_BOUND_BELOW else "wait"}
+
+
+def peak(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The sweep step with the most successful responses per second (errors excluded)."""
+    steps: list[dict[str, Any]] = [s for s in config.get("sweep", []) if s.get("ok")]
+    if not steps:
+        return None
+    return max(steps, key=lambda s: float(s["rps"]) * s["ok"] / max(1, s["requests"]))
+
+
+def knee(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The first sweep step within 90% of the peak: past it, more concurrency buys latency,
+    not throughput."""
+    top = peak(config)
+    if top is None:
+        return None
+    for step in sorted(config["sweep"], key=lambda s: s["concurrency"]):
+        if step.get("ok") and step["rps"] >= 0.9 * top["rps"]:
+            return dict(step)
+    return dict(top)
+
+
+# --- the pieces ---------------------------------------------------------------------------------
+
+
+def choose_mpm(doc: dict[str, Any], work: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The measured configuration to base the recommendation on, and why it was chosen."""
+    configs = [c for c in doc.get("configs", []) if peak(c) is not None]
+    if not configs:
+        return None, "no configuration was measured under load"
+    preferred_mpm = "prefork" if work["bound"] == "cpu" and doc.get("interface", "wsgi") == "wsgi" else "event"
+    best = max(configs, key=lambda c: peak(c)["rps"])  # type: ignore[index]
+    preferred = [c for c in configs if c["shape"]["mpm"] == preferred_mpm]
+    best_rps = peak(best)["rps"]  # type: ignore[index]
+    if preferred:
+        chosen = max(preferred, key=lambda c: peak(c)["rps"])  # type: ignore[index]
+        chosen_rps = peak(chosen)["rps"]  # type: ignore[index]
+        if best_rps <= OVERRULE * chosen_rps:
+            if chosen is best:
+                return chosen, f"it had the highest peak throughput ({chosen_rps:,.0f} requests/s)"
+            return chosen, (f"its peak throughput ({chosen_rps:,.0f} requests/s) is within "
+                            f"{(OVERRULE - 1) * 100:.0f}% of the best ({best['shape']['name']}: "
+                            f"{best_rps:,.0f}), and {preferred_mpm} suits a "
+                            f"{'CPU-bound' if work['bound'] == 'cpu' else 'waiting'} app")
+        return best, (f"its peak throughput ({best_rps:,.0f} requests/s) beat {chosen['shape']['name']} "
+                      f"({chosen_rps:,.0f}) by more than {(OVERRULE - 1) * 100:.0f}%")
+    return best, f"it had the highest peak throughput ({best_rps:,.0f} requests/s)"
+
+
+def memory_variant(doc: dict[str, Any], preload: bool, merge: bool = False) -> dict[str, Any] | None:
+    for variant in doc.get("memory", []):
+        shape = variant["shape"]
+        if shape["preload"] == preload and shape.get("memory_merge", False) == merge and variant.get("after"):
+            return dict(variant)
+    return None
+
+
+def worker_figures(variant: dict[str, Any], when: str = "after") -> dict[str, float]:
+    """The largest worker's USS and shared after the load (or at ``start``), and the PSS of
+    master + workers."""
+    after = variant[when]
+    workers = after["workers"]
+    master = after.get("master") or {"pss": 0, "uss": 0, "shared": 0}
+    return {"uss": float(max(w["uss"] for w in workers)),
+            "shared": float(max(w["shared"] for w in workers)),
+            "pss_total": float(master["pss"] + sum(w["pss"] for w in workers)),
+            "workers": float(len(workers))}
+
+
+def reload_batch(workers: int) -> int:
+    """The default ``reload_batch``: a quarter of the workers, at least 1."""
+    return max(1, workers // 4)
+
+
+def fit_under(slots: int) -> int:
+    """The most workers W with W + reload_batch(W) <= slots (room for a reload's new ones)."""
+    best = 0
+    for count in range(1, max(1, slots) + 1):
+        if count + reload_batch(count) <= slots:
+            best = count
+    return best
+
+
+def linear_fit(points: list[tuple[float, float]]) -> tuple[float, float, float]:
+    """Least squares y = a + b x: (slope b, intercept a, r^2)."""
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    syy = sum((y - mean_y) ** 2 for _, y in points)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in points)
+    if sxx == 0:
+        return 0.0, mean_y, 0.0
+    slope = sxy / sxx
+    r2 = (sxy * sxy) / (sxx * syy) if syy > 0 else 0.0
+    return slope, mean_y - slope * mean_x, r2
+
+
+def leak_rate(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """Bytes of USS per request after the warm-up, with r^2 and whether the growth is real."""
+    leak = doc.get("leak")
+    if not leak or len(leak.get("samples", [])) < 4:
+        return None
+    warm = leak.get("warmup_requests", 0)
+    points = [(float(s["requests"]), float(s["uss"])) for s in leak["samples"] if s["requests"] >= warm]
+    if len(points) < 3:
+        return None
+    slope, intercept, r2 = linear_fit(points)
+    span = points[-1][0] - points[0][0]
+    growth = slope * span
+    uss = points[-1][1]
+    real = r2 >= 0.5 and growth >= max(MiB, 0.02 * uss) and slope > 0
+    # A fresh worker's size, as the line puts it (what the warm-up's caches add included),
+    # never below what the worker measured before its first request.
+    fresh = max(intercept, float(leak["samples"][0]["uss"]))
+    return {"bytes_per_request": slope, "r2": r2, "growth": growth, "span_requests": span,
+            "uss_fresh": fresh, "uss_last": uss, "leaks": real,
+            "samples": len(points), "warmup_requests": warm}
+
+
+# --- the whole ----------------------------------------------------------------------------------
+
+
+def recommend(doc: dict[str, Any]) -> Recommendation:
+    """The recommended settings for the app measured in ``doc``."""
+    if doc.get("schema") != SCHEMA:
+        raise ValueError(f"not a {SCHEMA} document (schema {doc.get('schema')!r})")
+    machine = doc["machine"]
+    cpus = int(machine["target_cpus"])
+    budget = float(machine["memory_budget"])
+    interface = doc.get("interface", "wsgi")
+    items: list[Item] = []
+    notes: list[str] = []
+    if not doc.get("probe"):
+        return Recommendation([], {}, ["Nothing was measured (the run was interrupted before the first "
+                                       "measurement ended): no recommendation."])
+    work = workload(doc)
+
+    # MPM, workers, threads.
+    chosen, chosen_why = choose_mpm(doc, work)
+    if chosen is None:
+        mpm = "prefork" if work["bound"] == "cpu" and interface == "wsgi" else "event"
+        notes.append("No configuration was measured under load (budget or errors): the MPM comes "
+                     "from the probe alone.")
+        measured_threads = 0
+    else:
+        mpm = chosen["shape"]["mpm"]
+        measured_threads = int(chosen["shape"]["threads"])
+    ratio = work["wait_ratio"]
+    class_text = (f"a request takes {us(work['cpu_us'])} of CPU (the app {us(work['app_cpu_us'])}, the "
+                  f"server {us(work['server_us'])}) and waits {us(work['wait_us'])} in the app: "
+                  f"W/C = {ratio:.2f}")
+    if mpm == "prefork":
+        threads = 0
+        cpu_cap = cpus if work["bound"] == "cpu" else max(cpus, math.ceil(cpus * (1 + ratio)))
+        workers = cpu_cap
+        if work["bound"] == "cpu":
+            workers_why = (f"CPU-bound ({class_text}): one process per CPU keeps every CPU busy; "
+                           f"more would only queue for them. workers = CPUs = {cpus}")
+        else:
+            workers_why = (f"{class_text}: CPUs x (1 + W/C) = {cpus} x {1 + ratio:.2f} = {workers} "
+                           "processes keep the CPUs busy while requests wait")
+    else:
+        workers = cpus
+        cpu_cap = cpus
+        if interface != "wsgi":
+            threads = measured_threads
+            workers_why = f"an ASGI app runs on each worker's event loop: one worker per CPU ({cpus})"
+        elif work["bound"] == "wait":
+            threads = min(MAX_THREADS, max(2, math.ceil(1 + ratio)))
+            workers_why = f"one worker per CPU ({cpus}), each with its pool of app threads"
+        else:
+            threads = max(1, measured_threads)
+            workers_why = f"one worker per CPU ({cpus})"
+    mpm_why = (f"{class_text}. Measured: {chosen['shape']['name']} was chosen because {chosen_why}."
+               if chosen is not None else class_text)
+    items.append(Item("mpm", mpm, mpm_why, {"workload": work, "configuration": chosen["shape"] if chosen else None}))
+
+    # Memory: preload and the pool ceiling.
+    off, on = memory_variant(doc, False), memory_variant(doc, True)
+    preload = bool(chosen["shape"]["preload"]) if chosen else False
+    if off and on:
+        fo, fn = worker_figures(off), worker_figures(on)
+        so, sn = worker_figures(off, "start"), worker_figures(on, "start")
+        # What preload shares is what the import built: the saving at start, as long as the
+        # load does not undo it (copy-on-write); what the load itself adds (caches, a leak)
+        # differs between the two runs and is not preload's doing.
+        saving = min(so["uss"] - sn["uss"], fo["uss"] - fn["uss"])
+        preload = saving >= max(MiB, 0.10 * so["uss"])
+        pss_text = f"master + workers PSS {mib(so['pss_total'])} -> {mib(sn['pss_total'])} at start"
+        items.append(Item(
+            "preload", preload if preload else None,
+            (f"saves {mib(saving)} of each worker's own memory (USS at start {mib(so['uss'])} -> "
+             f"{mib(sn['uss'])}, after the load {mib(fo['uss'])} -> {mib(fn['uss'])}; {pss_text})"
+             if preload else
+             f"saves only {mib(max(saving, 0))} per worker (USS at start {mib(so['uss'])} -> "
+             f"{mib(sn['uss'])}, after the load {mib(fo['uss'])} -> {mib(fn['uss'])}; {pss_text}): not needed"),
+            {"without": fo, "with": fn, "without_at_start": so, "with_at_start": sn,
+             "saving_per_worker": saving}))
+    elif off or on:
+        failed = [v for v in doc.get("memory", []) if v.get("error")]
+        why = ("preload was not measured" if not failed else
+               f"the app failed with preload: {failed[0]['error']}")
+        preload = bool(on) and not off
+        items.append(Item("preload", None, why + ": left at its default (off)", {}))
+    variant = on if preload and on else (off or on)
+    rate = leak_rate(doc)
+    fits: int | None = None
+    if variant:
+        figures = worker_figures(variant)
+        uss, shared = figures["uss"], figures["shared"]
+        uss_text = "USS per worker"
+        if rate is not None and rate["leaks"]:
+            # A leaking worker's size after a load is only where the leak had got to; the
+            # recycling below sizes the leak to each worker's share.
+            uss = rate["uss_fresh"]
+            uss_text = "USS of a fresh worker (the recycling below bounds the leak)"
+        slots = int((budget - shared) // max(uss, 1))
+        fits = fit_under(slots)
+        formula = (f"(memory budget {mib(budget)} - shared {mib(shared)}) / {uss_text} {mib(uss)} "
+                   f"= {slots} workers; less room for reload_batch new workers during a reload: {fits}")
+        ceiling = min(fits, max(cpu_cap, workers))
+        capped = ("capped by what the CPUs can use" if ceiling < fits else "memory is the limit")
+        if fits < workers:
+            notes.append(f"Memory limits the workers to {fits}, below the {workers} the CPUs could use.")
+            workers = max(1, fits)
+        items.append(Item("max_workers", ceiling,
+                          f"{formula}; {capped} ({'CPUs x (1 + W/C)' if mpm == 'prefork' else 'one worker per CPU'}"
+                          f" = {cpu_cap}): {ceiling}",
+                          {"budget": budget, "shared": shared, "uss": uss, "slots": slots,
+                           "fits_with_reload": fits, "cpu_cap": cpu_cap},
+                          in_toml=bool(doc.get("options", {}).get("bursty"))))
+    else:
+        notes.append("Memory was not measured: max_workers has no figure.")
+    workers_item = Item("workers", workers, workers_why, {"cpus": cpus, "wait_ratio": ratio},
+                        in_toml=not doc.get("options", {}).get("bursty"))
+    items.insert(1, workers_item)
+    if mpm != "prefork":
+        thread_why = ((f"1 + W/C = 1 + {ratio:.2f} = {threads} per worker (threads = CPUs x (1 + W/C)"
+                       f" over {cpus} workers)") if interface == "wsgi" and work["bound"] == "wait"
+                      else f"as measured ({chosen['shape']['name'] if chosen else 'probe'})")
+        if interface != "wsgi":
+            thread_why = "an ASGI app runs on the event loop: threads do not apply"
+        items.insert(2, Item("threads", threads if interface == "wsgi" else None, thread_why,
+                             {"wait_ratio": ratio}))
+    if preload is not None and not any(i.setting == "preload" for i in items):
+        items.append(Item("preload", None, "not measured: left at its default (off)"))
+
+    # memory_merge.
+    ksm = machine.get("ksm", "absent")
+    merged = memory_variant(doc, True, True)
+    if not machine.get("memory_merge_supported", False):
+        items.append(Item("memory_merge", None, "this kernel has no PR_SET_MEMORY_MERGE (Linux 6.4+): not available"))
+    elif ksm != "running":
+        items.append(Item("memory_merge", None,
+                          "ksmd is not running (/sys/kernel/mm/ksm/run = 0): workers could opt in, but "
+                          "nothing would be merged; switch ksmd on and tune again to measure it"))
+    elif merged and on:
+        base, with_merge = worker_figures(on), worker_figures(merged)
+        saving = base["uss"] - with_merge["uss"]
+        pays = saving >= 0.10 * base["uss"]
+        items.append(Item("memory_merge", True if pays else None,
+                          f"KSM took each worker's USS from {mib(base['uss'])} to {mib(with_merge['uss'])}"
+                          + ("" if pays else ": under 10%, not worth ksmd's CPU time"),
+                          {"without": base, "with": with_merge}))
+    else:
+        items.append(Item("memory_merge", None, "not measured (budget): left off"))
+
+    # Leaks: max_requests and max_worker_memory.
+    share = (budget - (worker_figures(variant)["shared"] if variant else 0)) / max(1, workers + reload_batch(workers))
+    if rate is None:
+        items.append(Item("max_requests", None, "the leak run was too short to fit (budget): not measured"))
+    elif rate["leaks"]:
+        headroom = share - rate["uss_fresh"]
+        if headroom <= 0:
+            max_requests = max(1, int(rate["span_requests"]))
+        else:
+            max_requests = max(1, int(headroom / rate["bytes_per_request"]))
+        fit_text = (f"a worker's USS grows {rate['bytes_per_request'] / 1024:,.1f} KiB per request "
+                    f"(linear fit over {rate['samples']} samples after a {rate['warmup_requests']:,}-request "
+                    f"warm-up, r^2 = {rate['r2']:.2f})")
+        items.append(Item("max_requests", max_requests,
+                          f"{fit_text}; a worker's share of the budget is {mib(share)} "
+                          f"(budget / (workers + reload_batch)); a fresh worker has {mib(rate['uss_fresh'])} (the "
+                          f"line at 0 requests), so {mib(max(headroom, 0))} to grow: {mib(max(headroom, 0))} / {rate['bytes_per_request'] / 1024:,.1f} KiB "
+                          f"= {max_requests:,} requests", {"leak": rate, "share": share}))
+        items.append(Item("max_requests_jitter", max(1, max_requests // 10),
+                          "a tenth of max_requests, so the workers do not recycle together"))
+        items.append(Item("max_worker_memory", f"{max(1, int(share // MiB))}MiB",
+                          f"the safety net under max_requests: a worker's share of the budget ({mib(share)}); "
+                          "the master recycles a worker whose USS passes it", {"share": share}))
+    else:
+        items.append(Item("max_requests", None,
+                          f"no growth: USS moved {rate['growth'] / 1024:,.0f} KiB over "
+                          f"{rate['span_requests']:,.0f} requests after the warm-up "
+                          f"({rate['bytes_per_request']:.1f} B per request, r^2 = {rate['r2']:.2f}): not needed",
+                          {"leak": rate}))
+        items.append(Item("max_worker_memory", None,
+                          f"not needed (no growth); as a safety net, {mib(share)} is a worker's share of the budget",
+                          {"share": share}))
+
+    # The spare pool.
+    if doc.get("options", {}).get("bursty"):
+        items += spare_pool(doc, chosen, mpm, workers, threads, cpus)
+
+    # Keep-alive from the client mix.
+    clients = doc.get("clients")
+    if clients:
+        items += keepalive(clients, mpm)
+
+    summary = capacity(doc, chosen, cpus, work)
+    if any(s.get("disturbed") for c in doc.get("configs", []) for s in c.get("sweep", [])):
+        notes.append("Some measurements were disturbed by other work on this machine (marked in the "
+                     "evidence): their figures are less certain.")
+    for reason in doc.get("skipped", []):
+        notes.append(f"Skipped: {reason}")
+    if doc.get("interrupted"):
+        notes.append("The run was interrupted: the recommendation rests on what was measured before.")
+    return Recommendation(items, summary, notes)
+
+
+def capacity(doc: dict[str, Any], chosen: dict[str, Any] | None, cpus: int,
+             work: dict[str, Any]) -> dict[str, Any]:
+    """Headline figures of the chosen configuration, scaled from the CPUs it ran on to ``cpus``."""
+    summary: dict[str, Any] = {"workload": work}
+    if chosen is None:
+        return summary
+    top, bend = peak(chosen), knee(chosen)
+    measured_cpus = max(1, len(doc["machine"].get("server_cpus", [1])))
+    summary.update({
+        "configuration": chosen["shape"]["name"],
+        "peak_rps": top["rps"] if top else None,
+        "peak_concurrency": top["concurrency"] if top else None,
+        "knee_concurrency": bend["concurrency"] if bend else None,
+        "knee_p99_us": bend["latency_us"]["p99"] if bend else None,
+        "measured_cpus": measured_cpus,
+        "expected_rps": (top["rps"] * cpus / measured_cpus) if top else None,
+        "cpu_us_per_request": top["cpu_us_per_request"] if top else None,
+    })
+    if chosen.get("open_loop"):
+        summary["open_loop"] = [{"fraction": r["fraction"], "rate": r["rate"],
+                                 "p50_us": r["latency_us"]["p50"], "p99_us": r["latency_us"]["p99"],
+                                 "errors": r["errors"]} for r in chosen["open_loop"]]
+    return summary
+
+
+def spare_pool(doc: dict[str, Any], chosen: dict[str, Any] | None, mpm: str, workers: int,
+               threads: int, cpus: int) -> list[Item]:
+    """Spare bounds from Little's law on the open-loop runs at the lowest and highest rates."""
+    runs = (chosen or {}).get("open_loop") or []
+    runs = [r for r in runs if r.get("app_us_per_request") and r.get("ok")]
+    if len(runs) < 2:
+        return [Item("min_spare_workers", None, "--bursty: the open-loop runs were not measured (budget)")]
+    low, high = min(runs, key=lambda r: r["rate"]), max(runs, key=lambda r: r["rate"])
+    measured_cpus = max(1, len(doc["machine"].get("server_cpus", [1])))
+    scale = cpus / measured_cpus
+
+    def busy(run: dict[str, Any]) -> float:
+        return float(run["rps"]) * scale * float(run["app_us_per_request"]) / 1e6
+
+    busy_low, busy_high = busy(low), busy(high)
+    spread = max(1, math.ceil(busy_high - busy_low))
+    evidence = {"low": {"rate": low["rps"] * scale, "busy": busy_low},
+                "high": {"rate": high["rps"] * scale, "busy": busy_high}}
+    little = (f"Little's law, busy = rate x app time: {busy_low:.1f} busy at {low['rps'] * scale:,.0f} "
+              f"requests/s and {busy_high:.1f} at {high['rps'] * scale:,.0f} (scaled to {cpus} CPUs)")
+    if mpm == "prefork":
+        start = max(1, math.ceil(busy_low) + spread)
+        return [
+            Item("start_workers", start, f"{little}: the low load's busy workers plus the spares", evidence),
+            Item("min_spare_workers", spread, f"{little}: a burst from the low to the high rate needs "
+                 f"{spread} more workers at once, before new ones boot", evidence),
+            Item("max_spare_workers", spread + cpus, f"min_spare_workers + CPUs ({cpus}), so an ebb does "
+                 "not retire workers the next burst needs", evidence),
+        ]
+    per_worker = max(1, threads)
+    return [
+        Item("start_workers", max(1, math.ceil((busy_low + spread) / per_worker)),
+             f"{little}: enough workers of {per_worker} threads for the low load plus the spares", evidence),
+        Item("min_spare_threads", spread, f"{little}: a burst needs {spread} more app threads at once", evidence),
+        Item("max_spare_threads", spread + per_worker, "min_spare_threads + one worker's threads", evidence),
+    ]
+
+
+def keepalive(clients: dict[str, Any], mpm: str) -> list[Item]:
+    """keepalive_timeout and max_keepalive_requests from a visit's requests and think time."""
+    think = float(clients.get("think_s", 0.0))
+    visit = int(clients.get("visit", 0))
+    items: list[Item] = []
+    if think > 0:
+        timeout = max(1, math.ceil(think * 1.5))
+        if mpm == "prefork" and timeout > 2:
+            items.append(Item("keepalive_timeout", 2,
+                              f"clients think {think:g} s between requests, but under prefork an idle "
+                              "keep-alive connection holds a whole worker: 2 s (the event MPM holds an idle "
+                              "connection for under a KiB and could keep it "
+                              f"{timeout} s)", clients))
+        else:
+            items.append(Item("keepalive_timeout", min(timeout, 75),
+                              f"clients think {think:g} s between requests: 1.5 x that keeps a visit on "
+                              "one connection", clients))
+    if visit > 0:
+        value = max(10, math.ceil(visit * 2 / 10) * 10)
+        items.append(Item("max_keepalive_requests", value,
+                          f"a visit makes {visit} requests: twice that, rounded up to tens, lets a visit run "
+                          "on one connection and still spreads clients over the workers after a reload",
+                          clients))
+    return items

@@ -1,0 +1,218 @@
+"""`tines tune`, live and short: one run on the hello app with a 30 s budget checks structure only
+(it completes; its tines.toml loads with `tines check-config` and serves; its report renders in
+headless chromium with its plots drawn). Speed is never asserted here: the right-answer runs on
+apps whose answer is known live in `make bench` (benches/tune_check.py), and the recommender's
+rules are unit-tested on recorded runs (tests/python/unit/test_tune_recommend.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, debian_tool, start_server, wait_until
+from test_status_page import read_png, run_chromium
+
+pytestmark = pytest.mark.timeout(900)
+
+TINES = [sys.executable, "-m", "tines"]
+ARTIFACTS = ROOT / "target" / "test-artifacts"
+PLOT_COLOURS = {"#1f77b4": (31, 119, 180), "#d62728": (214, 39, 40)}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One `tines tune --budget 30s --json` run on examples/hello.py, with a requests file that
+    declares a client mix and a serve flag after `--`."""
+    out = tmp_path_factory.mktemp("tune")
+    requests = out / "requests.txt"
+    requests.write_text("# tines-tune: visit=6 think=0.5s\n/\nGET /page?x=1\n")
+    proc = subprocess.run([*TINES, "tune", "examples/hello.py:app", "--budget", "30s", "--json",
+                           "--out", str(out / "result"), "--requests-file", str(requests),
+                           "--", "--backlog", "511"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    document = json.loads(proc.stdout)
+    return {"out": out / "result", "doc": document, "stderr": proc.stderr}
+
+
+def test_the_run_completes_with_every_phase_and_file(smoke: dict[str, Any]) -> None:
+    doc = smoke["doc"]
+    measurements, rec = doc["measurements"], doc["recommendation"]
+    assert doc["schema"] == measurements["schema"] == "tines-tune/1"
+    assert measurements["interface"] == "wsgi" and not measurements["interrupted"]
+    assert measurements["probe"]["step"]["ok"] > 0
+    assert measurements["configs"] and all(c["sweep"] for c in measurements["configs"])
+    assert {v["shape"]["preload"] for v in measurements["memory"]} == {False, True}
+    assert measurements["clients"] == {"visit": 6, "think_s": 0.5}
+    # Every sweep step answered every request it counted (the hello app answers 200 to all).
+    for config in measurements["configs"]:
+        for step in config["sweep"]:
+            assert step["errors"] == 0 and step["ok"] == step["requests"] > 0, step
+    settings = rec["settings"]
+    assert settings["mpm"] in ("prefork", "event", "thread")
+    assert settings["workers"] >= 1
+    assert settings["keepalive_timeout"] >= 1 and settings["max_keepalive_requests"] >= 10
+    for name in ("tines.toml", "report.html", "measurements.json", "servers.log"):
+        assert (smoke["out"] / name).is_file(), name
+    assert json.loads((smoke["out"] / "measurements.json").read_text()) == measurements
+    # The budget was kept (a few seconds over for the last server's stop at most).
+    assert measurements["elapsed_s"] <= 30 + 15
+
+
+def test_its_toml_passes_check_config_and_serves(smoke: dict[str, Any], tmp_path: Path) -> None:
+    toml = smoke["out"] / "tines.toml"
+    text = toml.read_text()
+    assert 'app = "examples/hello.py:app"' in text and "backlog = 511" in text
+    assert "# " in text  # the reasons, as comments
+    check = subprocess.run([*TINES, "check-config", "-c", str(toml)], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)
+    assert check.returncode == 0, check.stderr
+    settings = smoke["doc"]["recommendation"]["settings"]
+    rows = {line.split()[0]: line.split()[1] for line in check.stdout.splitlines() if line.strip()}
+    assert rows["mpm"].strip('"') == settings["mpm"]
+    assert rows["backlog"] == "511"
+    server = start_server("examples/hello.py:app", "-c", str(toml), log_path=tmp_path / "serve.log")
+    try:
+        assert server.ready["mpm"] == settings["mpm"] or settings["mpm"] == "thread"
+        import http.client
+
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
+        connection.request("GET", "/")
+        response = connection.getresponse()
+        assert (response.status, response.read()) == (200, b"OK")
+    finally:
+        server.kill()
+
+
+def test_the_report_renders_in_chromium_with_its_plots(smoke: dict[str, Any], tmp_path: Path) -> None:
+    chromium = debian_tool("chromium")
+    page = smoke["out"] / "report.html"
+    dom = run_chromium(chromium, tmp_path, "--allow-file-access-from-files", "--dump-dom", page.as_uri())
+    assert "<h1>tines tune: examples/hello.py:app</h1>" in dom
+    assert dom.count("<svg") >= 5
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    png = ARTIFACTS / "tune-report.png"
+    png.unlink(missing_ok=True)
+    run_chromium(chromium, tmp_path, f"--screenshot={png}", "--window-size=1100,4000", page.as_uri())
+    width, height, pixels = read_png(png)
+    assert (width, height) == (1100, 4000)
+    counts = {name: 0 for name in PLOT_COLOURS}
+    for row in pixels:
+        for pixel in row:
+            for name, rgb in PLOT_COLOURS.items():
+                if all(abs(pixel[i] - rgb[i]) <= 8 for i in range(3)):
+                    counts[name] += 1
+    # Each series colour covers its lines, points and bars: hundreds of pixels when drawn.
+    assert all(count >= 200 for count in counts.values()), counts
+
+
+def test_bad_arguments_get_one_line_and_status_2(tmp_path: Path) -> None:
+    cases = [
+        (["examples/nope.py:app"], "nope.py"),
+        (["examples/hello.py:app", "--url", "http://example.com/"], "--url"),
+        (["examples/hello.py:app", "--budget", "soon"], "--budget"),
+        (["examples/hello.py:app", "--memory-budget", "4GB"], "--memory-budget"),
+        (["examples/hello.py:app", "--", "--workers", "3"], "--workers is set by tines tune"),
+        (["examples/hello.py:app", "--", "--no-such-flag"], "no-such-flag"),
+    ]
+    for args, needle in cases:
+        proc = subprocess.run([*TINES, "tune", *args, "--out", str(tmp_path / "out")] if "--" not in args
+                              else [*TINES, "tune", "--out", str(tmp_path / "out"), *args],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert lines[-1].startswith("tines tune: error: ") and needle in lines[-1], (args, lines)
+
+
+def test_ctrl_c_stops_and_reports_what_was_measured(tmp_path: Path) -> None:
+    """SIGINT after the probe: exit 130, the files written from what was measured, marked
+    interrupted, no server left behind; on a terminal, the progress line was drawn."""
+    out = tmp_path / "out"
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([*TINES, "tune", "examples/hello.py:app", "--budget", "120s", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=terminal, stdin=subprocess.DEVNULL, text=True)
+    os.close(terminal)
+    drawn = b""
+    log = out / "servers.log"
+
+    def started_twice() -> bool:
+        nonlocal drawn
+        while select.select([controller], [], [], 0)[0]:
+            try:
+                drawn += os.read(controller, 65536)
+            except OSError:
+                break
+        return log.exists() and log.read_text().count("# tines tune: ") >= 2
+
+    # The second server is the calibration: the probe is measured by then.
+    wait_until(started_twice, deadline=120, what="the probe measured")
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=120)
+    os.close(controller)
+    assert proc.returncode == 130, stdout
+    assert b"tines tune [" in drawn and b"s of 120 s]" in drawn
+    doc = json.loads((out / "measurements.json").read_text())
+    assert doc["interrupted"] is True and doc["probe"] is not None
+    assert "interrupted" in stdout and "Recommended settings:" in stdout
+    assert (out / "tines.toml").is_file() and (out / "report.html").is_file()
+    leftover = subprocess.run(["pgrep", "-f", f"tines-tune-.*status.sock"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == "", "a server outlived the interrupted run"
+
+
+@pytest.fixture(scope="module")
+def django_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Django project as `django-admin startproject` makes it (the admin on, SQLite),
+    migrated, its hosts allowing 127.0.0.1: an app no one here wrote."""
+    pytest.importorskip("django", reason="Django is a test dependency (make test installs it)")
+    root = tmp_path_factory.mktemp("django")
+    admin = Path(sys.executable).parent / "django-admin"
+    subprocess.run([str(admin), "startproject", "mysite", str(root)], check=True, timeout=120)
+    settings = root / "mysite" / "settings.py"
+    text = settings.read_text().replace("ALLOWED_HOSTS = []", 'ALLOWED_HOSTS = ["127.0.0.1"]')
+    settings.write_text(text.replace("DEBUG = True", "DEBUG = False"))
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=root, check=True,
+                   capture_output=True, timeout=300)
+    return root
+
+
+def test_a_django_project_with_its_admin_is_tuned(django_project: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run([*TINES, "tune", "mysite.wsgi:application", "--url", "/admin/login/",
+                           "--budget", "30s", "--json", "--out", str(out), "--", "--chdir", str(django_project)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    measurements, settings = doc["measurements"], doc["recommendation"]["settings"]
+    assert measurements["probe"]["step"]["status_counts"] == {"200": measurements["probe"]["step"]["requests"]}
+    for config in measurements["configs"]:
+        for step in config["sweep"]:
+            assert step["errors"] == 0, (config["shape"]["name"], step)
+    # Sane: Django's login page computes (templates, CSRF) and waits on nothing, so prefork
+    # with a worker per CPU (or event, if it measured faster by a clear margin); a worker that
+    # does not grow needs no recycling; and the file it proposes serves the app.
+    cpus = measurements["machine"]["target_cpus"]
+    work = doc["recommendation"]["summary"]["workload"]
+    assert work["bound"] == "cpu", work
+    assert settings["mpm"] in ("prefork", "event") and 1 <= settings["workers"] <= cpus
+    assert "max_requests" not in settings or settings["max_requests"] > 1000
+    toml = out / "tines.toml"
+    assert f'chdir = "{django_project}"' in toml.read_text()
+    server = start_server("mysite.wsgi:application", "-c", str(toml), log_path=tmp_path / "serve.log")
+    try:
+        import http.client
+
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
+        connection.request("GET", "/admin/login/")
+        response = connection.getresponse()
+        assert response.status == 200 and b"csrfmiddlewaretoken" in response.read()
+    finally:
+        server.kill()

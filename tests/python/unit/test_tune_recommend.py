@@ -1,0 +1,212 @@
+"""tines.tune.recommend on recorded measurements (tune_fixtures/*.json: real `tines tune` runs of
+benches/apps/tune/*.py on this 2-CPU machine; tune_fixtures/README.md says how to record them
+again) for apps whose right answer is known, and the rules' arithmetic on edited copies."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tines.config import load, tomllib
+from tines.tune import recommend, report
+from tines.tune.plan import read_requests_file
+from tines.tune.measure import TuneError
+
+FIXTURES = Path(__file__).parent / "tune_fixtures"
+MiB = 1024 * 1024
+
+
+def fixture(name: str) -> dict[str, Any]:
+    return dict(json.loads((FIXTURES / f"{name}.json").read_text()))
+
+
+def value(rec: recommend.Recommendation, setting: str) -> Any:
+    item = rec.item(setting)
+    assert item is not None, f"no {setting} in {[i.setting for i in rec.items]}"
+    return item.value
+
+
+def test_a_cpu_bound_app_gets_prefork_with_one_worker_per_cpu() -> None:
+    doc = fixture("cpu_bound")
+    rec = recommend.recommend(doc)
+    assert rec.summary["workload"]["bound"] == "cpu"
+    assert value(rec, "mpm") == "prefork"
+    assert value(rec, "workers") == doc["machine"]["target_cpus"] == 2
+    assert rec.item("threads") is None
+    assert "W/C" in rec.item("workers").why  # type: ignore[union-attr]
+    # Told for another machine: the CPUs given, not this one's.
+    doc["machine"]["target_cpus"] = 16
+    assert value(recommend.recommend(doc), "workers") == 16
+
+
+def test_an_app_that_sleeps_50_ms_gets_the_event_mpm_with_many_threads() -> None:
+    doc = fixture("sleepy")
+    rec = recommend.recommend(doc)
+    work = rec.summary["workload"]
+    assert work["bound"] == "wait"
+    assert 45_000 < work["wait_us"] < 60_000, work
+    assert value(rec, "mpm") in ("event", "thread")
+    threads = value(rec, "threads")
+    # Goetz's sizing with the measured W/C, per worker (one worker per CPU).
+    assert threads == min(recommend.MAX_THREADS, math.ceil(1 + work["wait_ratio"]))
+    assert threads >= 32
+    assert value(rec, "workers") == 2
+
+
+def test_a_leaking_app_gets_max_requests_from_its_leak_rate() -> None:
+    doc = fixture("leaky")
+    rec = recommend.recommend(doc)
+    rate = recommend.leak_rate(doc)
+    assert rate is not None and rate["leaks"]
+    # The app keeps 50,000 bytes per request (plus the bytearray's header).
+    assert 45_000 < rate["bytes_per_request"] < 56_000, rate
+    assert rate["r2"] > 0.9
+    max_requests = value(rec, "max_requests")
+    assert isinstance(max_requests, int) and max_requests > 0
+    assert value(rec, "max_requests_jitter") == max(1, max_requests // 10)
+    assert value(rec, "max_worker_memory").endswith("MiB")
+
+
+def test_the_issue_example_50_kb_per_request_and_256_mib_per_worker() -> None:
+    """A worker that grows 50 KB per request with a 256 MiB share of the budget gives a number:
+    the share's headroom over the slope."""
+    doc = fixture("leaky")
+    rate = recommend.leak_rate(doc)
+    assert rate is not None
+    variant = recommend.memory_variant(doc, False)
+    assert variant is not None
+    shared = recommend.worker_figures(variant)["shared"]
+    rec = recommend.recommend(doc)
+    workers = value(rec, "workers")
+    slots = workers + recommend.reload_batch(workers)
+    doc["machine"]["memory_budget"] = shared + 256 * MiB * slots
+    rec = recommend.recommend(doc)
+    assert value(rec, "max_worker_memory") == "256MiB"
+    expected = int((256 * MiB - rate["uss_fresh"]) / rate["bytes_per_request"])
+    assert value(rec, "max_requests") == expected
+    assert 4_000 < expected < 256 * MiB / 45_000
+
+
+def test_apps_that_do_not_grow_need_no_recycling() -> None:
+    for name in ("cpu_bound", "sleepy", "big_import"):
+        rec = recommend.recommend(fixture(name))
+        item = rec.item("max_requests")
+        assert item is not None and item.value is None and "not needed" in item.why, (name, item)
+        assert rec.item("max_worker_memory").value is None  # type: ignore[union-attr]
+
+
+def test_an_app_that_allocates_50_mb_at_import_gets_preload_with_the_saving() -> None:
+    doc = fixture("big_import")
+    rec = recommend.recommend(doc)
+    item = rec.item("preload")
+    assert item is not None and item.value is True
+    assert item.evidence["saving_per_worker"] > 40 * MiB
+    assert "MiB" in item.why
+    # A small app's preload saves too little to be worth the notice.
+    assert value(recommend.recommend(fixture("sleepy")), "preload") is None
+
+
+def test_max_workers_is_the_mod_perl_formula_capped_by_the_cpus() -> None:
+    doc = fixture("big_import")
+    rec = recommend.recommend(doc)
+    item = rec.item("max_workers")
+    assert item is not None
+    ev = item.evidence
+    assert ev["slots"] == int((ev["budget"] - ev["shared"]) // ev["uss"])
+    assert ev["fits_with_reload"] + recommend.reload_batch(ev["fits_with_reload"]) <= ev["slots"]
+    assert item.value == min(ev["fits_with_reload"], ev["cpu_cap"])
+    assert "memory budget" in item.why and "shared" in item.why and "USS" in item.why
+    # A small budget makes memory the limit, and then the workers follow it: without preload
+    # (about 54 MiB each), room for two workers holds one and its reload_batch.
+    doc["memory"] = [v for v in doc["memory"] if not v["shape"]["preload"]]
+    alone = recommend.worker_figures(doc["memory"][0])
+    doc["machine"]["memory_budget"] = alone["shared"] + 2.5 * alone["uss"]
+    rec = recommend.recommend(doc)
+    assert value(rec, "max_workers") == 1
+    assert value(rec, "workers") == 1
+    assert any("Memory limits" in note for note in rec.notes)
+
+
+def test_fit_under_keeps_room_for_the_reload_batch() -> None:
+    assert recommend.fit_under(1) == 0
+    assert recommend.fit_under(2) == 1
+    assert recommend.fit_under(10) == 8  # 8 + 2
+    assert recommend.fit_under(100) == 80  # 80 + 20
+
+
+def test_linear_fit() -> None:
+    slope, intercept, r2 = recommend.linear_fit([(0, 10), (1, 12), (2, 14), (3, 16)])
+    assert (slope, intercept, r2) == (2.0, 10.0, 1.0)
+    assert recommend.linear_fit([(0, 5), (1, 5), (2, 5)])[0] == 0.0
+
+
+def test_bursty_gives_a_dynamic_pool_instead_of_a_fixed_count() -> None:
+    doc = fixture("sleepy")
+    doc["options"]["bursty"] = True
+    rec = recommend.recommend(doc)
+    settings = rec.settings()
+    assert "workers" not in settings and settings["max_workers"] >= 1
+    assert settings["min_spare_threads"] >= 1
+    assert settings["max_spare_threads"] > settings["min_spare_threads"]
+    assert "Little's law" in rec.item("min_spare_threads").why  # type: ignore[union-attr]
+    # The pool's bounds pass the config's own checks.
+    cfg = load({"app": "x:app", **{k: v for k, v in settings.items()}}, environ={})
+    assert cfg.max_workers == settings["max_workers"]
+
+
+def test_keepalive_follows_the_declared_client_mix(tmp_path: Path) -> None:
+    requests = tmp_path / "requests.txt"
+    requests.write_text("# tines-tune: visit=12 think=3s\n/\nPOST /form\nhttp://example.com/x?y=1\n")
+    listed, clients = read_requests_file(requests)
+    assert listed == ["/", "POST /form", "/x?y=1"]
+    assert clients == {"visit": 12, "think_s": 3.0}
+    doc = fixture("sleepy")
+    doc["clients"] = clients
+    rec = recommend.recommend(doc)
+    assert value(rec, "keepalive_timeout") == 5  # 1.5 x 3 s, event holds idle connections cheaply
+    assert value(rec, "max_keepalive_requests") == 30
+    doc = fixture("cpu_bound")
+    doc["clients"] = clients
+    assert value(recommend.recommend(doc), "keepalive_timeout") == 2  # prefork: a connection holds a worker
+    bad = tmp_path / "bad.txt"
+    bad.write_text("# tines-tune: visits=3\n/\n")
+    with pytest.raises(TuneError, match="visit=N"):
+        read_requests_file(bad)
+
+
+@pytest.mark.parametrize("name", ["cpu_bound", "sleepy", "leaky", "big_import"])
+def test_the_toml_loads_as_a_config_and_the_report_has_its_plots(name: str, tmp_path: Path) -> None:
+    doc = fixture(name)
+    rec = recommend.recommend(doc)
+    text = report.toml(rec, doc)
+    table = tomllib.loads(text)
+    assert table == {"app": doc["app"], **rec.settings()}
+    path = tmp_path / "tines.toml"
+    path.write_text(text)
+    cfg = load({"config": str(path)}, environ={})
+    assert cfg.mpm == value(rec, "mpm")
+    page = report.report_html(rec, doc)
+    assert page.count("<svg") >= 5 and "<script" not in page
+    summary = report.text(rec, doc)
+    assert summary.index("Recommended settings:") < summary.index("Why:") < summary.index("Measured")
+
+
+def test_an_interrupted_run_before_any_measurement_recommends_nothing() -> None:
+    doc = fixture("cpu_bound")
+    doc.update(probe=None, configs=[], memory=[], leak=None, interrupted=True)
+    rec = recommend.recommend(doc)
+    assert rec.items == [] and "interrupted" in rec.notes[0]
+    assert "Recommended settings:" in report.text(rec, doc)
+    report.report_html(rec, doc)
+
+
+def test_a_document_of_another_schema_is_refused() -> None:
+    doc = copy.deepcopy(fixture("cpu_bound"))
+    doc["schema"] = "tines-tune/0"
+    with pytest.raises(ValueError, match="tines-tune/1"):
+        recommend.recommend(doc)
