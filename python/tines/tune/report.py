@@ -59,6 +59,8 @@ def text(rec: Recommendation, doc: dict[str, Any]) -> str:
             if config.get("server_us") is not None:
                 split += f", of which the server's own {us(config['server_us'])}"
             lines.append(f"    {split}")
+        lines.append(f"    worker USS / PSS / shared: {worker_memory(config.get('memory_start'))} at start, "
+                     f"{worker_memory(config.get('memory_after'))} after the sweep")
         for run in config.get("open_loop", []):
             lines.append(f"    open loop at {run['fraction']:.0%} of the peak ({run['rate']:,.0f}/s): "
                          f"p50 {us(run['latency_us']['p50'])}, p99 {us(run['latency_us']['p99'])}, "
@@ -239,6 +241,33 @@ def bar_chart(rows: Sequence[tuple[str, Sequence[tuple[str, float]]]], unit: str
     return "".join(out)
 
 
+def worker_memory(snapshot: dict[str, Any] | None) -> str:
+    """``USS / PSS / shared`` of the largest worker of a memory snapshot."""
+    workers = (snapshot or {}).get("workers") or []
+    if not workers:
+        return "n/a"
+    w = max(workers, key=lambda x: x["uss"])
+    return f"{format_size(w['uss'])} / {format_size(w['pss'])} / {format_size(w['shared'])}"
+
+
+def config_row(config: dict[str, Any]) -> str:
+    """One configuration's row of the report's summary table."""
+    e = html.escape
+    name = e(config["shape"]["name"])
+    if config.get("error"):
+        return f"<tr><td>{name}</td><td colspan=\"7\">failed: {e(config['error'])}</td></tr>"
+    top, bend = peak(config), knee(config)
+    errors = sum(s["errors"] for s in config.get("sweep", []))
+    cpu = us(top["cpu_us_per_request"]) if top else "n/a"
+    own = f" ({us(config['server_us'])})" if config.get("server_us") is not None else ""
+    return (f"<tr><td>{name}</td><td>{config.get('boot_s', 0):.2f} s</td>"
+            f"<td>{top['rps']:,.0f}/s at {top['concurrency']}</td>" if top else f"<tr><td>{name}</td><td></td><td>n/a</td>") + (
+            f"<td>{bend['concurrency']} connections, {bend['rps']:,.0f}/s, p99 {us(bend['latency_us']['p99'])}</td>"
+            if bend else "<td>n/a</td>") + (
+            f"<td>{errors}</td><td>{cpu}{own}</td><td>{worker_memory(config.get('memory_start'))}</td>"
+            f"<td>{worker_memory(config.get('memory_after'))}</td></tr>")
+
+
 def report_html(rec: Recommendation, doc: dict[str, Any]) -> str:
     """The self-contained HTML report."""
     e = html.escape
@@ -289,6 +318,7 @@ def report_html(rec: Recommendation, doc: dict[str, Any]) -> str:
         f"<td>{r['rps']:,.0f}</td><td>{us(r['latency_us']['p50'])}</td><td>{us(r['latency_us']['p99'])}</td>"
         f"<td>{us(r['latency_us']['p99_9'])}</td><td>{r['errors']}</td></tr>"
         for c in configs for r in c.get("open_loop", []))
+    config_rows = "".join(config_row(c) for c in doc.get("configs", []))
     knees = "".join(f"<li>{e(c['shape']['name'])}: knee at {k['concurrency']} connections, "
                     f"{k['rps']:,.0f} requests/s</li>" for c in configs if (k := knee(c)))
     notes = "".join(f"<li>{e(n)}</li>" for n in rec.notes)
@@ -313,6 +343,10 @@ tines {e(__version__)}.</p>
 {f'<ul class="warning">{notes}</ul>' if notes else ''}
 <h2>Recommendation</h2>
 <table><tr><th>setting</th><th>value</th><th>why</th></tr>{items}</table>
+<h2>Configurations</h2>
+<table><tr><th>configuration</th><th>ready in</th><th>peak</th><th>knee</th><th>errors</th>
+<th>server CPU/request at the peak (own)</th><th>worker USS / PSS / shared at start</th>
+<th>after the sweep</th></tr>{config_rows}</table>
 <h2>Throughput by concurrency</h2>{throughput}<ul>{knees}</ul>
 <h2>p99 latency by concurrency</h2>{latency}
 <h2>Time per request: server and app</h2>{split}
