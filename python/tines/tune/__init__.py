@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -74,8 +75,8 @@ def parse_duration(text: str) -> float:
         value = parse_seconds(text.strip())
     except ValueError:
         raise TuneError(f"--budget {text!r} is not a duration (90s, 5m, 1h)", status=2) from None
-    if value <= 0:
-        raise TuneError(f"--budget must be positive, got {text!r}", status=2)
+    if not math.isfinite(value) or value <= 0:
+        raise TuneError(f"--budget must be a positive, finite duration, got {text!r}", status=2)
     return value
 
 
@@ -132,4 +133,11 @@ def main(argv: Sequence[str]) -> int:
     else:
         sys.stdout.write(report.text(rec, doc))
         sys.stdout.write(f"\nWrote {out / 'tines.toml'}, {out / 'report.html'} and {out / 'measurements.json'}.\n")
+    if doc.get("failed"):
+        failed = doc["failed"]
+        if failed.get("detail"):
+            sys.stderr.write(failed["detail"].rstrip() + "\n")
+        print(f"tines tune: error: {failed['phase']} failed: {failed['error']} (the report shows what was "
+              "measured before)", file=sys.stderr)
+        return 1
     return 130 if doc.get("interrupted") else 0

@@ -25,6 +25,14 @@ def main(argv: Sequence[str]) -> int:
         parser.error("unrecognized arguments: " + " ".join(unknown))
     try:
         cfg = load(arguments)
+        from tines.tune.plan import SPOILING_FLAGS
+
+        for flag, why in SPOILING_FLAGS.items():
+            name = flag[2:].replace("-", "_")
+            source = cfg.source(name)
+            if source != "default" and cfg.value(name) not in (None, 0, False, ""):
+                raise ConfigError(f"{name} ({source}) would spoil the measurements ({why}); "
+                                  "leave it out while tuning")
         if cfg.chdir:
             os.chdir(cfg.chdir)
         check_config(cfg, check_app=True)

@@ -156,12 +156,18 @@ class Server:
             os.sched_setaffinity(0, cpu_set)
 
         started = time.monotonic()
-        with open(log_path, "ab") as log:
-            log.write(f"\n# tines tune: {' '.join(command)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         pass_fds=(write_fd,), start_new_session=True,
-                                         cwd=workdir, preexec_fn=pin)
+        try:
+            with open(log_path, "ab") as log:
+                log.write(f"\n# tines tune: {' '.join(command)}\n".encode())
+                log.flush()
+                self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                             pass_fds=(write_fd,), start_new_session=True,
+                                             cwd=workdir, preexec_fn=pin)
+        except BaseException:
+            os.close(read_fd)
+            os.close(write_fd)
+            os.rmdir(self.status_dir)
+            raise
         os.close(write_fd)
         try:
             ready = json.loads(self._ready_line(read_fd))
@@ -228,9 +234,12 @@ class Server:
     def memory(self, ksm: bool = False) -> dict[str, Any]:
         """Memory of the master and of each worker, now."""
         pids = self.worker_pids()
-        return {"master": usage_dict(memory.read_usage(self.master_pid, ksm)),
-                "workers": [u for u in (usage_dict(memory.read_usage(pid, ksm)) for pid in pids)
-                            if u is not None]}
+        try:
+            return {"master": usage_dict(memory.read_usage(self.master_pid, ksm)),
+                    "workers": [u for u in (usage_dict(memory.read_usage(pid, ksm)) for pid in pids)
+                                if u is not None]}
+        except memory.MemoryUnreadable as error:
+            raise TuneError(f"the workers' memory cannot be read: {error}") from None
 
     def stop(self) -> None:
         """A graceful stop (TERM), then KILL of the whole group past the deadline."""
@@ -328,6 +337,7 @@ def measure(server: Server, bench_args: Sequence[str], cpus: Sequence[int], seco
         "requests": int(document["requests"]),
         "ok": int(document["ok"]),
         "errors": int(document["errors"]["total"]),
+        "status_errors": int(document["errors"]["status"]),
         "error_examples": document.get("error_examples", {}),
         "status_counts": document.get("status_counts", {}),
         "latency_us": {key: float(latency[key]) for key in ("p50", "p90", "p99", "p99_9", "max", "mean")},

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -281,19 +282,33 @@ class Tuner:
     # --- the whole -----------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
+        """Every phase in turn. Ctrl-C ends the run with what was measured; so does a failure
+        after the probe (a server that does not start, a load that cannot run), recorded in
+        ``failed``; a failure before the probe ended (a bad APP, URLs that do not answer) is
+        the run's error."""
+        phases = [("loading the app", self.detect), ("the probe", self.probe),
+                  ("the calibration", self.calibrate_probe), ("the memory runs", self.memory_variants),
+                  ("the sweeps", self.sweeps), ("the open-loop runs", self.open_loop),
+                  ("the leak run", self.leak), ("the calibration of the sweeps", self.calibrate_configs)]
         try:
-            self.detect()
-            self.probe()
-            self.calibrate_probe()
-            self.memory_variants()
-            self.sweeps()
-            self.open_loop()
-            self.leak()
-            self.calibrate_configs()
+            for name, phase in phases:
+                try:
+                    phase()
+                except TuneError as error:
+                    if self.doc["probe"] is None:
+                        raise
+                    self.doc["failed"] = {"phase": name, "error": str(error), "detail": error.detail[-4000:]}
+                    break
         except (KeyboardInterrupt, Interrupted):
             self.doc["interrupted"] = True
         finally:
-            self.stop()
+            # A second Ctrl-C must not leave the server running: it is in a session of its own
+            # and never sees the terminal's SIGINT.
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                self.stop()
+            finally:
+                signal.signal(signal.SIGINT, previous)
             self.progress.clear()
             self.doc["elapsed_s"] = round(time.monotonic() - self.started, 3)
         return self.doc
@@ -320,10 +335,13 @@ class Tuner:
         start = server.memory()
         self.warm(server, 1)
         step = self.step(server, 1, what="probe")
-        if step["ok"] == 0:
-            kinds = step["status_counts"] or step["error_examples"]
-            raise TuneError(f"no request was answered with 2xx/3xx ({json.dumps(kinds)}): check --url "
-                            "or --requests-file", server.log_tail())
+        if step["ok"] == 0 or step["errors"]:
+            statuses = {code: n for code, n in step["status_counts"].items() if code[:1] not in "23"}
+            what = (f"answers {', '.join(f'{n} x {code}' for code, n in sorted(statuses.items()))}"
+                    if statuses else f"fails ({json.dumps(step['error_examples'])})")
+            raise TuneError(f"every request must be answered with 2xx or 3xx, but the app {what} of "
+                            f"{step['requests'] + step['errors'] - step['status_errors']}: check --url or "
+                            "--requests-file", server.log_tail(), status=2)
         self.doc["probe"] = {"shape": shape.as_dict(), "step": step, "boot_s": server.boot_s}
         after_step = self.step(server, 2, what="memory") if self.fits(1) else None
         self.doc["memory"].append({"shape": shape.as_dict(), "boot_s": server.boot_s, "start": start,
@@ -405,11 +423,10 @@ class Tuner:
         done: list[Shape] = []
         while queue:
             shape = queue.pop(0)
-            if not self.fits(3, boots=1):
+            if not self.fits(3, boots=1) or self.left() < self.reserve() + self.boot_estimate + 2 * self.step_s:
                 self.skip(f"the sweep of {shape.name}")
                 continue
             config = self.sweep(shape)
-            self.doc["configs"].append(config)
             done.append(shape)
             smaller = self.smaller_sibling(shape, config)
             if smaller is not None and smaller not in done and smaller not in queue:
@@ -428,6 +445,8 @@ class Tuner:
 
     def sweep(self, shape: Shape) -> dict[str, Any]:
         config: dict[str, Any] = {"shape": shape.as_dict(), "sweep": [], "open_loop": []}
+        # In the document before it is measured: an interrupted sweep keeps its steps.
+        self.doc["configs"].append(config)
         try:
             server = self.start(shape)
         except TuneError as error:
@@ -436,14 +455,22 @@ class Tuner:
         config["boot_s"] = server.boot_s
         config["memory_start"] = server.memory()
         self.warm(server, shape.capacity)
-        limit = min(MAX_CONCURRENCY, max(32, 8 * shape.capacity))
-        concurrency = max(1, shape.capacity // 8)
+        if self.doc["interface"] == "wsgi":
+            limit = min(MAX_CONCURRENCY, max(32, 8 * shape.capacity))
+            concurrency = max(1, shape.capacity // 8)
+        else:
+            # An ASGI app holds as many requests as its event loops take: no thread bounds it.
+            limit = MAX_CONCURRENCY
+            concurrency = 4
         best = 0.0
         flat = 0
         while concurrency <= limit and self.fits(1) and self.left() > self.reserve():
             step = self.step(server, concurrency, what="sweep")
             config["sweep"].append(step)
-            if step["errors"] > SWEEP_ERRORS * max(1, step["requests"] + step["errors"]):
+            # Responses that are not 2xx/3xx count among "requests" too; failures (refused,
+            # reset, timed out) do not.
+            attempts = step["requests"] + step["errors"] - step["status_errors"]
+            if step["errors"] > SWEEP_ERRORS * max(1, attempts):
                 break
             if step["rps"] > best * GAIN:
                 flat = 0
@@ -507,25 +534,32 @@ class Tuner:
         concurrency = max(1, math.ceil(bend["concurrency"] / base["workers"]))
         chunks = 10
         pid = server.worker_pids()[0]
-        samples = [self.leak_sample(server, pid)]
+        samples: list[dict[str, Any]] = []
+        # In the document from the first sample: an interrupted run keeps what it sampled.
+        leak = {"shape": shape.as_dict(), "concurrency": concurrency, "samples": samples, "warmup_requests": 0}
+        self.doc["leak"] = leak
+        first = self.leak_sample(server, pid)
+        if first["uss"] is not None:
+            samples.append(first)
         for _ in range(chunks):
-            self.progress.show(f"leak: one worker's memory as it serves ({samples[-1]['requests']:,} requests)")
+            self.progress.show(f"leak: one worker's memory as it serves ({samples[-1]['requests'] if samples else 0:,} requests)")
             measure(server, self.bench_args(server, concurrency, seconds / chunks), self.load_cpus, seconds / chunks)
             sample = self.leak_sample(server, pid)
             if sample["uss"] is None:
                 break
             samples.append(sample)
+            # The warm-up: the first three samples (caches filling, the first requests' imports).
+            leak["warmup_requests"] = samples[min(len(samples) - 1, 3)]["requests"]
         self.stop()
-        samples = [s for s in samples if s["uss"] is not None]
-        warmup = samples[min(len(samples) - 1, 3)]["requests"] if samples else 0
-        self.doc["leak"] = {"shape": shape.as_dict(), "concurrency": concurrency, "samples": samples,
-                            "warmup_requests": warmup}
 
     @staticmethod
     def leak_sample(server: Server, pid: int) -> dict[str, Any]:
         report = server.status()
         worker = next((w for w in report["workers"] if int(w["pid"]) == pid), None)
-        usage = memory.read_usage(pid)
+        try:
+            usage = memory.read_usage(pid)
+        except memory.MemoryUnreadable as error:
+            raise TuneError(f"the worker's memory cannot be read: {error}") from None
         return {"requests": int(worker["requests"]) if worker else 0,
                 "uss": usage.uss if usage else None, "pss": usage.pss if usage else None,
                 "rss": usage.rss if usage else None}
@@ -549,11 +583,34 @@ class Tuner:
 
 def serve_flags_of(words: Sequence[str]) -> list[str]:
     """The serve flags after ``--``, checked against the ones the tuner sets itself."""
-    owned = {"--bind", "-b", "--mpm", "--workers", "-w", "--threads", "--preload", "--no-preload",
-             "--status-bind", "--ready-fd", "--memory-merge", "--no-memory-merge", "--max-workers"}
     for word in words:
-        if word.split("=", 1)[0] in owned:
-            raise TuneError(f"{word.split('=', 1)[0]} is set by tines tune itself; pass the others after --",
-                            status=2)
+        flag = word.split("=", 1)[0]
+        if flag in OWNED_FLAGS:
+            raise TuneError(f"{flag} is set by tines tune itself; pass the others after --", status=2)
+        if flag in SPOILING_FLAGS:
+            raise TuneError(f"{flag} would spoil the measurements ({SPOILING_FLAGS[flag]}); leave it out "
+                            "while tuning", status=2)
     return list(words)
+
+
+OWNED_FLAGS = {"--bind", "-b", "--mpm", "--workers", "-w", "--threads", "--preload", "--no-preload",
+               "--status-bind", "--ready-fd", "--memory-merge", "--no-memory-merge"}
+"""Flags the tuner sets on every server it starts."""
+
+SPOILING_FLAGS = {
+    "--max-requests": "a recycled worker's CPU time and memory are lost to the counts",
+    "--max-requests-jitter": "it goes with --max-requests",
+    "--max-worker-memory": "a recycled worker's CPU time and memory are lost to the counts",
+    "--max-workers": "the dynamic pool changes the worker count under load; tines tune measures fixed counts",
+    "--start-workers": "it belongs to the dynamic pool",
+    "--min-spare-workers": "it belongs to the dynamic pool",
+    "--max-spare-workers": "it belongs to the dynamic pool",
+    "--min-spare-threads": "it belongs to the dynamic pool",
+    "--max-spare-threads": "it belongs to the dynamic pool",
+    "--user": "workers that change their uid cannot have their memory read",
+    "--group": "it goes with --user",
+    "--reload": "a restart on a file change would lose the counts",
+}
+"""Flags that would make the measurements wrong, and why (the same settings from a config file
+or the environment are refused by ``tines.tune.detect``)."""
 

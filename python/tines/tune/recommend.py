@@ -19,7 +19,7 @@ The rules, each the classic one with our measured values put in:
 - **max_workers**: the mod_perl guide's MaxClients, (memory budget - shared) / USS per worker,
   with room kept for ``reload_batch`` new workers during a reload (live + draining <= workers
   + reload_batch), capped by what the CPUs can use (prefork: CPUs x (1 + W/C); event: CPUs).
-- **preload** when it saves at least 1 MiB or 10% of a worker's USS; **memory_merge** only
+- **preload** when it saves at least 1 MiB and 10% of a worker's USS; **memory_merge** only
   where ksmd runs and a measured run shows it saving 10%.
 - **max_requests / max_worker_memory** from the leak rate: a least-squares line through a
   worker's USS against its requests after a warm-up; a growth that is both linear (r^2 >=
@@ -254,11 +254,19 @@ def recommend(doc: dict[str, Any]) -> Recommendation:
     cpus = int(machine["target_cpus"])
     budget = float(machine["memory_budget"])
     interface = doc.get("interface", "wsgi")
+    bursty = bool(doc.get("options", {}).get("bursty"))
     items: list[Item] = []
     notes: list[str] = []
+    if doc.get("failed"):
+        failed = doc["failed"]
+        notes.append(f"The run stopped early, in {failed['phase']}: {failed['error']}. The recommendation "
+                     "rests on what was measured before.")
+    if doc.get("interrupted"):
+        notes.append("The run was interrupted: the recommendation rests on what was measured before.")
     if not doc.get("probe"):
-        return Recommendation([], {}, ["Nothing was measured (the run was interrupted before the first "
-                                       "measurement ended): no recommendation."])
+        notes.append("Nothing was measured (the run ended before the first measurement did): no "
+                     "recommendation.")
+        return Recommendation([], {}, notes)
     work = workload(doc)
 
     # MPM, workers, threads.
@@ -267,16 +275,15 @@ def recommend(doc: dict[str, Any]) -> Recommendation:
         mpm = "prefork" if work["bound"] == "cpu" and interface == "wsgi" else "event"
         notes.append("No configuration was measured under load (budget or errors): the MPM comes "
                      "from the probe alone.")
-        measured_threads = 0
     else:
         mpm = chosen["shape"]["mpm"]
-        measured_threads = int(chosen["shape"]["threads"])
     ratio = work["wait_ratio"]
     class_text = (f"a request takes {us(work['cpu_us'])} of CPU (the app {us(work['app_cpu_us'])}, the "
                   f"server {us(work['server_us'])}) and waits {us(work['wait_us'])} in the app: "
                   f"W/C = {ratio:.2f}")
+    threads = 0
+    thread_why = ""
     if mpm == "prefork":
-        threads = 0
         cpu_cap = cpus if work["bound"] == "cpu" else max(cpus, math.ceil(cpus * (1 + ratio)))
         workers = cpu_cap
         if work["bound"] == "cpu":
@@ -289,21 +296,113 @@ def recommend(doc: dict[str, Any]) -> Recommendation:
         workers = cpus
         cpu_cap = cpus
         if interface != "wsgi":
-            threads = measured_threads
-            workers_why = f"an ASGI app runs on each worker's event loop: one worker per CPU ({cpus})"
-        elif work["bound"] == "wait":
-            threads = min(MAX_THREADS, max(2, math.ceil(1 + ratio)))
-            workers_why = f"one worker per CPU ({cpus}), each with its pool of app threads"
+            workers_why = (f"an ASGI app runs on each worker's event loop (app threads do not apply): "
+                           f"one worker per CPU ({cpus})")
         else:
-            threads = max(1, measured_threads)
-            workers_why = f"one worker per CPU ({cpus})"
+            workers_why = f"one worker per CPU ({cpus}), each with its pool of app threads"
+            formula = min(MAX_THREADS, max(2, math.ceil(1 + ratio)))
+            measured = int(chosen["shape"]["threads"]) if chosen else formula
+            if work["bound"] == "wait" and measured == formula:
+                threads = formula
+                thread_why = (f"1 + W/C = 1 + {ratio:.2f} = {threads} per worker (threads = CPUs x "
+                              f"(1 + W/C), one worker per CPU)")
+            elif work["bound"] == "wait":
+                threads = measured
+                thread_why = (f"1 + W/C = {formula} per worker, but {chosen['shape']['name']} "  # type: ignore[index]
+                              f"reached the best throughput with {measured}: fewer threads, as fast")
+            else:
+                threads = max(1, measured)
+                thread_why = f"as measured ({chosen['shape']['name'] if chosen else 'the probe'})"
     mpm_why = (f"{class_text}. Measured: {chosen['shape']['name']} was chosen because {chosen_why}."
                if chosen is not None else class_text)
     items.append(Item("mpm", mpm, mpm_why, {"workload": work, "configuration": chosen["shape"] if chosen else None}))
 
-    # Memory: preload and the pool ceiling.
+    # Memory: preload, then the size of a worker.
     off, on = memory_variant(doc, False), memory_variant(doc, True)
-    preload = bool(chosen["shape"]["preload"]) if chosen else False
+    preload_item, preload = preload_choice(doc, off, on)
+    variant = on if preload and on else (off or on)
+    rate = leak_rate(doc)
+    shared = worker_figures(variant)["shared"] if variant else 0.0
+    uss = 0.0
+    uss_text = ""
+    if variant:
+        uss = worker_figures(variant)["uss"]
+        uss_text = f"USS per worker ({variant['shape']['name']}, after a load)"
+        chosen_uss = max((w["uss"] for w in ((chosen or {}).get("memory_after") or {}).get("workers", [])),
+                         default=0.0)
+        if chosen_uss > uss:
+            # The chosen configuration's workers grow bigger (threads' stacks and objects).
+            uss = float(chosen_uss)
+            uss_text = f"USS per worker ({chosen['shape']['name']}, after its sweep)"  # type: ignore[index]
+        if rate is not None and rate["leaks"]:
+            # A leaking worker's size after a load is only where the leak had got to; the
+            # recycling below sizes the leak to each worker's share.
+            uss = rate["uss_fresh"]
+            uss_text = "USS of a fresh worker (the recycling below bounds the leak)"
+    ceiling: int | None = None
+    if variant:
+        slots = int((budget - shared) // max(uss, 1))
+        fits = fit_under(slots)
+        formula_text = (f"(memory budget {mib(budget)} - shared {mib(shared)}) / {uss_text} {mib(uss)} "
+                        f"= {slots} workers; less room for reload_batch new workers during a reload: {fits}")
+        ceiling = max(1, min(fits, max(cpu_cap, workers)))
+        if fits < 1:
+            notes.append(f"The memory budget ({mib(budget)}) does not hold one worker ({mib(uss)} of its own "
+                         f"beside {mib(shared)} shared) with room for a reload: give more memory "
+                         "(--memory-budget) or expect swapping.")
+            capped = "not even one fits: 1 all the same"
+        elif ceiling < fits:
+            capped = "capped by what the CPUs can use"
+        else:
+            capped = "memory is the limit"
+        if fits < workers:
+            workers_why += (f". Memory lowers it: {fits} fit the budget with room for a reload"
+                            if fits >= 1 else ". Memory lowers it to 1 (see the notes)")
+            notes.append(f"Memory limits the workers to {max(1, fits)}, below the {workers} the CPUs "
+                         "could use.")
+            workers = max(1, fits)
+        items.append(Item("max_workers", ceiling,
+                          f"{formula_text}; {capped} ({'CPUs x (1 + W/C)' if mpm == 'prefork' else 'one worker per CPU'}"
+                          f" = {cpu_cap}): {ceiling}",
+                          {"budget": budget, "shared": shared, "uss": uss, "slots": slots,
+                           "fits_with_reload": fits, "cpu_cap": cpu_cap},
+                          in_toml=bursty))
+    else:
+        notes.append("Memory was not measured: max_workers has no figure.")
+    items.insert(1, Item("workers", workers, workers_why, {"cpus": cpus, "wait_ratio": ratio},
+                         in_toml=not bursty))
+    if mpm != "prefork" and interface == "wsgi":
+        items.insert(2, Item("threads", threads, thread_why, {"wait_ratio": ratio}))
+    items.append(preload_item)
+    items.append(merge_choice(doc, on))
+
+    # Leaks: max_requests and max_worker_memory.
+    share = (budget - shared) / max(1, workers + reload_batch(workers))
+    items += recycling(rate, share)
+
+    # The spare pool.
+    if bursty:
+        items += spare_pool(doc, chosen, mpm, interface, workers, threads, cpus, ceiling or workers)
+
+    # Keep-alive from the client mix.
+    clients = doc.get("clients")
+    if clients:
+        items += keepalive(clients, mpm)
+
+    summary = capacity(doc, chosen, cpus, work)
+    steps = [doc["probe"]["step"], *(s for c in doc.get("configs", []) for s in c.get("sweep", [])),
+             *(s for c in doc.get("configs", []) for s in c.get("open_loop", []))]
+    if any(s.get("disturbed") for s in steps):
+        notes.append("Some measurements were disturbed by other work on this machine (marked in the "
+                     "evidence): their figures are less certain.")
+    for reason in doc.get("skipped", []):
+        notes.append(f"Skipped: {reason}")
+    return Recommendation(items, summary, notes)
+
+
+def preload_choice(doc: dict[str, Any], off: dict[str, Any] | None,
+                   on: dict[str, Any] | None) -> tuple[Item, bool]:
+    """Preload when it saves at least 1 MiB and 10% of a worker's USS."""
     if off and on:
         fo, fn = worker_figures(off), worker_figures(on)
         so, sn = worker_figures(off, "start"), worker_figures(on, "start")
@@ -313,135 +412,77 @@ def recommend(doc: dict[str, Any]) -> Recommendation:
         saving = min(so["uss"] - sn["uss"], fo["uss"] - fn["uss"])
         preload = saving >= max(MiB, 0.10 * so["uss"])
         pss_text = f"master + workers PSS {mib(so['pss_total'])} -> {mib(sn['pss_total'])} at start"
-        items.append(Item(
-            "preload", preload if preload else None,
-            (f"saves {mib(saving)} of each worker's own memory (USS at start {mib(so['uss'])} -> "
-             f"{mib(sn['uss'])}, after the load {mib(fo['uss'])} -> {mib(fn['uss'])}; {pss_text})"
-             if preload else
-             f"saves only {mib(max(saving, 0))} per worker (USS at start {mib(so['uss'])} -> "
-             f"{mib(sn['uss'])}, after the load {mib(fo['uss'])} -> {mib(fn['uss'])}; {pss_text}): not needed"),
-            {"without": fo, "with": fn, "without_at_start": so, "with_at_start": sn,
-             "saving_per_worker": saving}))
-    elif off or on:
-        failed = [v for v in doc.get("memory", []) if v.get("error")]
-        why = ("preload was not measured" if not failed else
-               f"the app failed with preload: {failed[0]['error']}")
-        preload = bool(on) and not off
-        items.append(Item("preload", None, why + ": left at its default (off)", {}))
-    variant = on if preload and on else (off or on)
-    rate = leak_rate(doc)
-    fits: int | None = None
-    if variant:
-        figures = worker_figures(variant)
-        uss, shared = figures["uss"], figures["shared"]
-        uss_text = "USS per worker"
-        if rate is not None and rate["leaks"]:
-            # A leaking worker's size after a load is only where the leak had got to; the
-            # recycling below sizes the leak to each worker's share.
-            uss = rate["uss_fresh"]
-            uss_text = "USS of a fresh worker (the recycling below bounds the leak)"
-        slots = int((budget - shared) // max(uss, 1))
-        fits = fit_under(slots)
-        formula = (f"(memory budget {mib(budget)} - shared {mib(shared)}) / {uss_text} {mib(uss)} "
-                   f"= {slots} workers; less room for reload_batch new workers during a reload: {fits}")
-        ceiling = min(fits, max(cpu_cap, workers))
-        capped = ("capped by what the CPUs can use" if ceiling < fits else "memory is the limit")
-        if fits < workers:
-            notes.append(f"Memory limits the workers to {fits}, below the {workers} the CPUs could use.")
-            workers = max(1, fits)
-        items.append(Item("max_workers", ceiling,
-                          f"{formula}; {capped} ({'CPUs x (1 + W/C)' if mpm == 'prefork' else 'one worker per CPU'}"
-                          f" = {cpu_cap}): {ceiling}",
-                          {"budget": budget, "shared": shared, "uss": uss, "slots": slots,
-                           "fits_with_reload": fits, "cpu_cap": cpu_cap},
-                          in_toml=bool(doc.get("options", {}).get("bursty"))))
-    else:
-        notes.append("Memory was not measured: max_workers has no figure.")
-    workers_item = Item("workers", workers, workers_why, {"cpus": cpus, "wait_ratio": ratio},
-                        in_toml=not doc.get("options", {}).get("bursty"))
-    items.insert(1, workers_item)
-    if mpm != "prefork":
-        thread_why = ((f"1 + W/C = 1 + {ratio:.2f} = {threads} per worker (threads = CPUs x (1 + W/C)"
-                       f" over {cpus} workers)") if interface == "wsgi" and work["bound"] == "wait"
-                      else f"as measured ({chosen['shape']['name'] if chosen else 'probe'})")
-        if interface != "wsgi":
-            thread_why = "an ASGI app runs on the event loop: threads do not apply"
-        items.insert(2, Item("threads", threads if interface == "wsgi" else None, thread_why,
-                             {"wait_ratio": ratio}))
-    if preload is not None and not any(i.setting == "preload" for i in items):
-        items.append(Item("preload", None, "not measured: left at its default (off)"))
+        figures = (f"USS at start {mib(so['uss'])} -> {mib(sn['uss'])}, after the load {mib(fo['uss'])} -> "
+                   f"{mib(fn['uss'])}; {pss_text}")
+        why = (f"saves {mib(saving)} of each worker's own memory ({figures})" if preload else
+               f"saves only {mib(max(saving, 0))} per worker ({figures}): not needed")
+        return Item("preload", True if preload else None, why,
+                    {"without": fo, "with": fn, "without_at_start": so, "with_at_start": sn,
+                     "saving_per_worker": saving}), preload
+    failed = [v for v in doc.get("memory", []) if v.get("error")]
+    why = (f"the app failed with preload: {failed[0]['error']}" if failed else
+           "preload was not measured (budget)")
+    return Item("preload", None, why + ": left at its default (off)"), False
 
-    # memory_merge.
-    ksm = machine.get("ksm", "absent")
+
+def merge_choice(doc: dict[str, Any], on: dict[str, Any] | None) -> Item:
+    """memory_merge only where ksmd runs and a measured run shows it saving 10%."""
+    machine = doc["machine"]
     merged = memory_variant(doc, True, True)
     if not machine.get("memory_merge_supported", False):
-        items.append(Item("memory_merge", None, "this kernel has no PR_SET_MEMORY_MERGE (Linux 6.4+): not available"))
-    elif ksm != "running":
-        items.append(Item("memory_merge", None,
-                          "ksmd is not running (/sys/kernel/mm/ksm/run = 0): workers could opt in, but "
-                          "nothing would be merged; switch ksmd on and tune again to measure it"))
-    elif merged and on:
+        return Item("memory_merge", None, "this kernel has no PR_SET_MEMORY_MERGE (Linux 6.4+): not available")
+    if machine.get("ksm", "absent") != "running":
+        return Item("memory_merge", None,
+                    "ksmd is not running (/sys/kernel/mm/ksm/run = 0): workers could opt in, but "
+                    "nothing would be merged; switch ksmd on and tune again to measure it")
+    if merged and on:
         base, with_merge = worker_figures(on), worker_figures(merged)
         saving = base["uss"] - with_merge["uss"]
         pays = saving >= 0.10 * base["uss"]
-        items.append(Item("memory_merge", True if pays else None,
-                          f"KSM took each worker's USS from {mib(base['uss'])} to {mib(with_merge['uss'])}"
-                          + ("" if pays else ": under 10%, not worth ksmd's CPU time"),
-                          {"without": base, "with": with_merge}))
-    else:
-        items.append(Item("memory_merge", None, "not measured (budget): left off"))
+        return Item("memory_merge", True if pays else None,
+                    f"KSM took each worker's USS from {mib(base['uss'])} to {mib(with_merge['uss'])}"
+                    + ("" if pays else ": under 10%, not worth ksmd's CPU time"),
+                    {"without": base, "with": with_merge})
+    return Item("memory_merge", None, "not measured (budget): left off")
 
-    # Leaks: max_requests and max_worker_memory.
-    share = (budget - (worker_figures(variant)["shared"] if variant else 0)) / max(1, workers + reload_batch(workers))
+
+def recycling(rate: dict[str, Any] | None, share: float) -> list[Item]:
+    """max_requests, its jitter and max_worker_memory from the leak rate and a worker's share
+    of the budget."""
     if rate is None:
-        items.append(Item("max_requests", None, "the leak run was too short to fit (budget): not measured"))
-    elif rate["leaks"]:
-        headroom = share - rate["uss_fresh"]
-        if headroom <= 0:
-            max_requests = max(1, int(rate["span_requests"]))
-        else:
-            max_requests = max(1, int(headroom / rate["bytes_per_request"]))
-        fit_text = (f"a worker's USS grows {rate['bytes_per_request'] / 1024:,.1f} KiB per request "
-                    f"(linear fit over {rate['samples']} samples after a {rate['warmup_requests']:,}-request "
-                    f"warm-up, r^2 = {rate['r2']:.2f})")
-        items.append(Item("max_requests", max_requests,
-                          f"{fit_text}; a worker's share of the budget is {mib(share)} "
-                          f"(budget / (workers + reload_batch)); a fresh worker has {mib(rate['uss_fresh'])} (the "
-                          f"line at 0 requests), so {mib(max(headroom, 0))} to grow: {mib(max(headroom, 0))} / {rate['bytes_per_request'] / 1024:,.1f} KiB "
-                          f"= {max_requests:,} requests", {"leak": rate, "share": share}))
-        items.append(Item("max_requests_jitter", max(1, max_requests // 10),
-                          "a tenth of max_requests, so the workers do not recycle together"))
-        items.append(Item("max_worker_memory", f"{max(1, int(share // MiB))}MiB",
-                          f"the safety net under max_requests: a worker's share of the budget ({mib(share)}); "
-                          "the master recycles a worker whose USS passes it", {"share": share}))
-    else:
-        items.append(Item("max_requests", None,
-                          f"no growth: USS moved {rate['growth'] / 1024:,.0f} KiB over "
-                          f"{rate['span_requests']:,.0f} requests after the warm-up "
-                          f"({rate['bytes_per_request']:.1f} B per request, r^2 = {rate['r2']:.2f}): not needed",
-                          {"leak": rate}))
-        items.append(Item("max_worker_memory", None,
-                          f"not needed (no growth); as a safety net, {mib(share)} is a worker's share of the budget",
-                          {"share": share}))
-
-    # The spare pool.
-    if doc.get("options", {}).get("bursty"):
-        items += spare_pool(doc, chosen, mpm, workers, threads, cpus)
-
-    # Keep-alive from the client mix.
-    clients = doc.get("clients")
-    if clients:
-        items += keepalive(clients, mpm)
-
-    summary = capacity(doc, chosen, cpus, work)
-    if any(s.get("disturbed") for c in doc.get("configs", []) for s in c.get("sweep", [])):
-        notes.append("Some measurements were disturbed by other work on this machine (marked in the "
-                     "evidence): their figures are less certain.")
-    for reason in doc.get("skipped", []):
-        notes.append(f"Skipped: {reason}")
-    if doc.get("interrupted"):
-        notes.append("The run was interrupted: the recommendation rests on what was measured before.")
-    return Recommendation(items, summary, notes)
+        return [Item("max_requests", None, "the leak run was not measured (budget, or the run ended "
+                                           "before it): not known")]
+    if not rate["leaks"]:
+        return [Item("max_requests", None,
+                     f"no growth: USS moved {rate['growth'] / 1024:,.0f} KiB over "
+                     f"{rate['span_requests']:,.0f} requests after the warm-up "
+                     f"({rate['bytes_per_request']:.1f} B per request, r^2 = {rate['r2']:.2f}): not needed",
+                     {"leak": rate}),
+                Item("max_worker_memory", None,
+                     f"not needed (no growth); as a safety net, {mib(share)} is a worker's share of the budget",
+                     {"share": share})]
+    fit_text = (f"a worker's USS grows {rate['bytes_per_request'] / 1024:,.1f} KiB per request "
+                f"(linear fit over {rate['samples']} samples after a {rate['warmup_requests']:,}-request "
+                f"warm-up, r^2 = {rate['r2']:.2f})")
+    headroom = share - rate["uss_fresh"]
+    if headroom < max(MiB, 0.5 * rate["uss_fresh"]):
+        return [Item("max_requests", None,
+                     f"{fit_text}, but a worker's share of the budget ({mib(share)}) leaves a fresh worker "
+                     f"({mib(rate['uss_fresh'])}) no room to grow: give more memory (--memory-budget) or "
+                     "fewer workers, and tune again", {"leak": rate, "share": share})]
+    max_requests = max(1, int(headroom / rate["bytes_per_request"]))
+    return [
+        Item("max_requests", max_requests,
+             f"{fit_text}; a worker's share of the budget is {mib(share)} (budget / (workers + "
+             f"reload_batch)); a fresh worker has {mib(rate['uss_fresh'])} (the line at 0 requests), so "
+             f"{mib(headroom)} to grow: {mib(headroom)} / {rate['bytes_per_request'] / 1024:,.1f} KiB "
+             f"= {max_requests:,} requests", {"leak": rate, "share": share}),
+        Item("max_requests_jitter", max(1, max_requests // 10),
+             "a tenth of max_requests, so the workers do not recycle together"),
+        Item("max_worker_memory", f"{max(1, int(share // MiB))}MiB",
+             f"the safety net under max_requests: a worker's share of the budget ({mib(share)}); "
+             "the master recycles a worker whose USS passes it", {"share": share}),
+    ]
 
 
 def capacity(doc: dict[str, Any], chosen: dict[str, Any] | None, cpus: int,
@@ -469,13 +510,19 @@ def capacity(doc: dict[str, Any], chosen: dict[str, Any] | None, cpus: int,
     return summary
 
 
-def spare_pool(doc: dict[str, Any], chosen: dict[str, Any] | None, mpm: str, workers: int,
-               threads: int, cpus: int) -> list[Item]:
-    """Spare bounds from Little's law on the open-loop runs at the lowest and highest rates."""
+def spare_pool(doc: dict[str, Any], chosen: dict[str, Any] | None, mpm: str, interface: str,
+               workers: int, threads: int, cpus: int, ceiling: int) -> list[Item]:
+    """Spare bounds from Little's law on the open-loop runs at the lowest and highest rates,
+    within what ``ceiling`` (max_workers) can hold (the pool's own checks, tines.pool)."""
+    if interface != "wsgi":
+        return [Item("min_spare_threads", None,
+                     "--bursty: the spare bounds count idle app threads, and an ASGI app runs on each "
+                     "worker's event loop, not on app threads: keep a fixed count of workers")]
     runs = (chosen or {}).get("open_loop") or []
     runs = [r for r in runs if r.get("app_us_per_request") and r.get("ok")]
     if len(runs) < 2:
-        return [Item("min_spare_workers", None, "--bursty: the open-loop runs were not measured (budget)")]
+        return [Item("min_spare_workers" if mpm == "prefork" else "min_spare_threads", None,
+                     "--bursty: the open-loop runs were not measured (budget): the pool's defaults apply")]
     low, high = min(runs, key=lambda r: r["rate"]), max(runs, key=lambda r: r["rate"])
     measured_cpus = max(1, len(doc["machine"].get("server_cpus", [1])))
     scale = cpus / measured_cpus
@@ -486,24 +533,30 @@ def spare_pool(doc: dict[str, Any], chosen: dict[str, Any] | None, mpm: str, wor
     busy_low, busy_high = busy(low), busy(high)
     spread = max(1, math.ceil(busy_high - busy_low))
     evidence = {"low": {"rate": low["rps"] * scale, "busy": busy_low},
-                "high": {"rate": high["rps"] * scale, "busy": busy_high}}
+                "high": {"rate": high["rps"] * scale, "busy": busy_high}, "max_workers": ceiling}
     little = (f"Little's law, busy = rate x app time: {busy_low:.1f} busy at {low['rps'] * scale:,.0f} "
               f"requests/s and {busy_high:.1f} at {high['rps'] * scale:,.0f} (scaled to {cpus} CPUs)")
     if mpm == "prefork":
-        start = max(1, math.ceil(busy_low) + spread)
+        spare = min(spread, ceiling)
+        start = min(ceiling, max(1, math.ceil(busy_low) + spare))
         return [
-            Item("start_workers", start, f"{little}: the low load's busy workers plus the spares", evidence),
-            Item("min_spare_workers", spread, f"{little}: a burst from the low to the high rate needs "
-                 f"{spread} more workers at once, before new ones boot", evidence),
-            Item("max_spare_workers", spread + cpus, f"min_spare_workers + CPUs ({cpus}), so an ebb does "
+            Item("start_workers", start, f"{little}: the low load's busy workers plus the spares, at most "
+                 f"max_workers ({ceiling})", evidence),
+            Item("min_spare_workers", spare, f"{little}: a burst from the low to the high rate needs "
+                 f"{spread} more workers at once, before new ones boot (at most max_workers, {ceiling})",
+                 evidence),
+            Item("max_spare_workers", spare + cpus, f"min_spare_workers + CPUs ({cpus}), so an ebb does "
                  "not retire workers the next burst needs", evidence),
         ]
     per_worker = max(1, threads)
+    spare = min(spread, ceiling * per_worker)
     return [
-        Item("start_workers", max(1, math.ceil((busy_low + spread) / per_worker)),
-             f"{little}: enough workers of {per_worker} threads for the low load plus the spares", evidence),
-        Item("min_spare_threads", spread, f"{little}: a burst needs {spread} more app threads at once", evidence),
-        Item("max_spare_threads", spread + per_worker, "min_spare_threads + one worker's threads", evidence),
+        Item("start_workers", min(ceiling, max(1, math.ceil((busy_low + spare) / per_worker))),
+             f"{little}: enough workers of {per_worker} threads for the low load plus the spares, at most "
+             f"max_workers ({ceiling})", evidence),
+        Item("min_spare_threads", spare, f"{little}: a burst needs {spread} more app threads at once "
+             f"(at most max_workers x threads = {ceiling * per_worker})", evidence),
+        Item("max_spare_threads", spare + per_worker, "min_spare_threads + one worker's threads", evidence),
     ]
 
 

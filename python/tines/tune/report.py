@@ -57,7 +57,7 @@ def text(rec: Recommendation, doc: dict[str, Any]) -> str:
         if top and top.get("cpu_us_per_request"):
             split = f"server CPU {us(top['cpu_us_per_request'])} per request at the peak"
             if config.get("server_us") is not None:
-                split += f", of which the server's own {us(config['server_us'])}"
+                split += f"; under a no-op app (the server's own cost) {us(config['server_us'])}"
             lines.append(f"    {split}")
         lines.append(f"    worker USS / PSS / shared: {worker_memory(config.get('memory_start'))} at start, "
                      f"{worker_memory(config.get('memory_after'))} after the sweep")
@@ -86,13 +86,14 @@ def text(rec: Recommendation, doc: dict[str, Any]) -> str:
 
 
 def serve_settings(doc: dict[str, Any]) -> dict[str, Any]:
-    """The settings the tuned app was served with (APP and the flags after ``--``), as values."""
+    """The settings the tuned app was served with (APP, the flags after ``--`` and a config
+    file's), as values."""
     from tines.cli import build_parser
 
     arguments, _ = build_parser().parse_known_args(["serve", doc["app"], *doc.get("serve_args", [])])
     cfg = load(arguments, environ={})
-    given = {name for name in vars(arguments) if name in SETTINGS}
-    return {name: getattr(cfg, name) for name in SETTINGS if name in given}
+    # Given on the command line or in a config file (-c after --, or ./tines.toml).
+    return {name: getattr(cfg, name) for name in SETTINGS if cfg.source(name) != "default"}
 
 
 def toml(rec: Recommendation, doc: dict[str, Any]) -> str:

@@ -116,13 +116,20 @@ def test_the_report_renders_in_chromium_with_its_plots(smoke: dict[str, Any], tm
 
 
 def test_bad_arguments_get_one_line_and_status_2(tmp_path: Path) -> None:
+    recycling = tmp_path / "recycling.toml"
+    recycling.write_text("max_requests = 100\n")
     cases = [
         (["examples/nope.py:app"], "nope.py"),
         (["examples/hello.py:app", "--url", "http://example.com/"], "--url"),
         (["examples/hello.py:app", "--budget", "soon"], "--budget"),
+        (["examples/hello.py:app", "--budget", "inf"], "--budget"),
         (["examples/hello.py:app", "--memory-budget", "4GB"], "--memory-budget"),
         (["examples/hello.py:app", "--", "--workers", "3"], "--workers is set by tines tune"),
+        (["examples/hello.py:app", "--", "--max-requests", "3"], "--max-requests would spoil"),
+        (["examples/hello.py:app", "--", "-c", str(recycling)], "max_requests (file "),
         (["examples/hello.py:app", "--", "--no-such-flag"], "no-such-flag"),
+        # The blog answers 404 to a path it does not have: found by the probe.
+        (["examples/blog/app.py:app", "--url", "/no-such-page"], "404"),
     ]
     for args, needle in cases:
         proc = subprocess.run([*TINES, "tune", *args, "--out", str(tmp_path / "out")] if "--" not in args

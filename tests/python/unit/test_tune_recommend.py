@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tines.config import load, tomllib
+from tines import pool
 from tines.tune import recommend, report
 from tines.tune.plan import read_requests_file
 from tines.tune.measure import TuneError
@@ -154,9 +155,94 @@ def test_bursty_gives_a_dynamic_pool_instead_of_a_fixed_count() -> None:
     assert settings["min_spare_threads"] >= 1
     assert settings["max_spare_threads"] > settings["min_spare_threads"]
     assert "Little's law" in rec.item("min_spare_threads").why  # type: ignore[union-attr]
-    # The pool's bounds pass the config's own checks.
-    cfg = load({"app": "x:app", **{k: v for k, v in settings.items()}}, environ={})
-    assert cfg.max_workers == settings["max_workers"]
+    assert_pool_accepts(settings)
+
+
+def assert_pool_accepts(settings: dict[str, Any]) -> None:
+    """The settings pass the checks `serve` makes before it forks (tines.pool.settings)."""
+    cfg = load({"app": "x:app", **{k: str(v) for k, v in settings.items()}}, environ={})
+    pool.settings(cfg, cpu_count=2)
+
+
+@pytest.mark.parametrize("name", ["cpu_bound", "sleepy", "leaky", "big_import"])
+@pytest.mark.parametrize("budget", [64 * MiB, 4 * 1024 * MiB])
+def test_every_bursty_pool_passes_the_pools_checks(name: str, budget: int) -> None:
+    doc = fixture(name)
+    doc["options"]["bursty"] = True
+    doc["machine"]["memory_budget"] = budget
+    settings = recommend.recommend(doc).settings()
+    assert "max_workers" in settings and "workers" not in settings
+    assert_pool_accepts(settings)
+
+
+def test_bursty_for_an_asgi_app_keeps_a_fixed_count() -> None:
+    doc = fixture("sleepy")
+    doc["options"]["bursty"] = True
+    doc["interface"] = "asgi"
+    rec = recommend.recommend(doc)
+    item = rec.item("min_spare_threads")
+    assert item is not None and item.value is None and "ASGI" in item.why
+    assert "start_workers" not in rec.settings() and rec.item("threads") is None
+    assert_pool_accepts(rec.settings())
+
+
+def test_a_budget_too_small_is_said_and_gives_no_nonsense() -> None:
+    doc = fixture("leaky")
+    doc["machine"]["memory_budget"] = 10 * MiB
+    rec = recommend.recommend(doc)
+    assert value(rec, "max_workers") == 1 and value(rec, "workers") == 1
+    item = rec.item("max_requests")
+    assert item is not None and item.value is None and "no room to grow" in item.why
+    assert rec.item("max_worker_memory") is None
+    assert any("does not hold one worker" in note for note in rec.notes)
+    assert "Memory lowers it" in rec.item("workers").why  # type: ignore[union-attr]
+    doc["options"]["bursty"] = True
+    assert_pool_accepts(recommend.recommend(doc).settings())
+
+
+def test_memory_per_worker_counts_the_chosen_configurations_workers() -> None:
+    """The event workers with 221 threads grew bigger than the probe's prefork workers: the
+    pool is sized by the bigger."""
+    doc = fixture("sleepy")
+    rec = recommend.recommend(doc)
+    chosen = next(c for c in doc["configs"] if c["shape"]["name"] == rec.summary["configuration"])
+    biggest = max(w["uss"] for w in chosen["memory_after"]["workers"])
+    item = rec.item("max_workers")
+    assert item is not None and item.evidence["uss"] == biggest
+    assert chosen["shape"]["name"] in item.why
+
+
+def test_a_measured_sibling_with_fewer_threads_sets_the_threads() -> None:
+    doc = fixture("sleepy")
+    event = next(c for c in doc["configs"] if c["shape"]["mpm"] == "event")
+    sibling = copy.deepcopy(event)
+    sibling["shape"]["threads"] = 60
+    sibling["shape"]["name"] = "event x1, 60 threads"
+    for step in sibling["sweep"]:
+        step["rps"] *= 1.01
+    doc["configs"].append(sibling)
+    rec = recommend.recommend(doc)
+    assert value(rec, "threads") == 60
+    assert "fewer threads" in rec.item("threads").why  # type: ignore[union-attr]
+
+
+def test_phases_left_out_still_give_a_recommendation() -> None:
+    """What a short budget or an early failure leaves: no sweeps, no preload run, no leak run."""
+    doc = fixture("cpu_bound")
+    doc["configs"] = []
+    doc["memory"] = [v for v in doc["memory"] if not v["shape"]["preload"]]
+    doc["leak"] = None
+    doc["skipped"] = ["the sweep of prefork x1 (budget)"]
+    doc["failed"] = {"phase": "the sweeps", "error": "the server exited", "detail": ""}
+    rec = recommend.recommend(doc)
+    assert value(rec, "mpm") == "prefork" and value(rec, "workers") == 2
+    assert "not measured" in rec.item("preload").why  # type: ignore[union-attr]
+    assert "not measured" in rec.item("max_requests").why  # type: ignore[union-attr]
+    assert any("stopped early" in note for note in rec.notes)
+    assert any("Skipped" in note for note in rec.notes)
+    tomllib.loads(report.toml(rec, doc))
+    report.report_html(rec, doc)
+    report.text(rec, doc)
 
 
 def test_keepalive_follows_the_declared_client_mix(tmp_path: Path) -> None:
@@ -200,7 +286,8 @@ def test_an_interrupted_run_before_any_measurement_recommends_nothing() -> None:
     doc = fixture("cpu_bound")
     doc.update(probe=None, configs=[], memory=[], leak=None, interrupted=True)
     rec = recommend.recommend(doc)
-    assert rec.items == [] and "interrupted" in rec.notes[0]
+    assert rec.items == [] and any("Nothing was measured" in note for note in rec.notes)
+    assert any("interrupted" in note for note in rec.notes)
     assert "Recommended settings:" in report.text(rec, doc)
     report.report_html(rec, doc)
 
