@@ -41,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "settings with the measurements that justify them: a text summary, a "
                     "commented tines.toml, --json, and an HTML report with plots (in --out). "
                     "Flags after -- go to every 'tines serve' it starts (such as --hooks). "
-                    "Ctrl-C stops and reports what was measured.")
+                    "Ctrl-C stops and reports what was measured.",
+        epilog="Exit status: 0 when the run completed; 1 when a phase failed after the probe (the "
+               "files hold what was measured before); 2 for a bad APP, flag, setting or URL (one "
+               "line on stderr); 130 after Ctrl-C. Procedure and rules: docs/tuning.md.")
     parser.add_argument("app", metavar="APP", help="the app, as 'tines serve' takes it")
     parser.add_argument("--url", dest="urls", action="append", default=[], metavar="PATH",
                         help="a path to request (repeatable; default: /); used round-robin")

@@ -100,7 +100,8 @@ class Progress:
         if not self.tty:
             return
         elapsed = time.monotonic() - self.started
-        line = f"tines tune [{elapsed:4.0f} s of {self.budget_s:.0f} s] {text}"[:200]
+        left = max(0.0, self.budget_s - elapsed)
+        line = f"tines tune [{elapsed:4.0f} s of {self.budget_s:.0f} s, {left:.0f} s left] {text}"[:200]
         self.stream.write("\r" + line.ljust(self.width) + "\r")
         self.stream.flush()
         self.width = len(line)
