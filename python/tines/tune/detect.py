@@ -25,14 +25,15 @@ def main(argv: Sequence[str]) -> int:
         parser.error("unrecognized arguments: " + " ".join(unknown))
     try:
         cfg = load(arguments)
-        from tines.tune.plan import SPOILING_FLAGS
+        from tines.tune.plan import OVERRIDES, SPOILING_FLAGS
 
         for flag, why in SPOILING_FLAGS.items():
             name = flag[2:].replace("-", "_")
             source = cfg.source(name)
-            if source != "default" and cfg.value(name) not in (None, 0, False, ""):
-                raise ConfigError(f"{name} ({source}) would spoil the measurements ({why}); "
-                                  "leave it out while tuning")
+            if flag in OVERRIDES or source == "default" or cfg.value(name) in (None, 0, False, ""):
+                continue  # recycling and reload: every server gets them off on its command line
+            raise ConfigError(f"{name} ({source}) would spoil the measurements ({why}); leave it out "
+                              "while tuning (after --, '-c /dev/null' leaves a config file out)")
         if cfg.chdir:
             os.chdir(cfg.chdir)
         check_config(cfg, check_app=True)

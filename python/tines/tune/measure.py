@@ -140,14 +140,14 @@ class Server:
     """A ``tines serve`` process the tuner started, and what can be read of it."""
 
     def __init__(self, app: str, shape: Shape, extra: Sequence[str], cpus: Sequence[int],
-                 workdir: Path, log_path: Path) -> None:
+                 workdir: Path, log_path: Path, overrides: Sequence[str] = ()) -> None:
         self.app = app
         self.shape = shape
         self.log_path = log_path
         self.status_dir = tempfile.mkdtemp(prefix="tines-tune-", dir="/tmp")
         self.status_address = f"unix:{self.status_dir}/status.sock"
         read_fd, write_fd = os.pipe()
-        command = [sys.executable, "-m", "tines", "serve", app, *extra, "--bind", "127.0.0.1:0",
+        command = [sys.executable, "-m", "tines", "serve", app, *extra, *overrides, "--bind", "127.0.0.1:0",
                    "--status-bind", self.status_address, "--ready-fd", str(write_fd),
                    *shape.args()]
         cpu_set = set(cpus)

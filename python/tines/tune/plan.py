@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,7 +236,7 @@ class Tuner:
                             self.server_cpus, self.options.workdir, self.log_path)
         else:
             server = Server(app or self.options.app, shape, self.options.serve_args,
-                            self.server_cpus, self.options.workdir, self.log_path)
+                            self.server_cpus, self.options.workdir, self.log_path, OVERRIDES)
         self.server = server
         self.boot_estimate = max(self.boot_estimate * 0.5, server.boot_s * 1.5 + 0.5)
         return server
@@ -300,6 +301,12 @@ class Tuner:
                         raise
                     self.doc["failed"] = {"phase": name, "error": str(error), "detail": error.detail[-4000:]}
                     break
+                except Exception as error:  # a defect of the tuner's: keep what was measured
+                    if self.doc["probe"] is None:
+                        raise
+                    self.doc["failed"] = {"phase": name, "error": f"{type(error).__name__}: {error}",
+                                          "detail": traceback.format_exc()[-4000:]}
+                    break
         except (KeyboardInterrupt, Interrupted):
             self.doc["interrupted"] = True
         finally:
@@ -336,6 +343,10 @@ class Tuner:
         start = server.memory()
         self.warm(server, 1)
         step = self.step(server, 1, what="probe")
+        if step["requests"] + step["errors"] == 0:
+            raise TuneError(f"no response arrived in {self.step_s:g} s at one connection (the app hangs, or "
+                            "one request takes longer than a measurement: give a longer --budget)",
+                            server.log_tail())
         if step["ok"] == 0 or step["errors"]:
             statuses = {code: n for code, n in step["status_counts"].items() if code[:1] not in "23"}
             what = (f"answers {', '.join(f'{n} x {code}' for code, n in sorted(statuses.items()))}"
@@ -534,7 +545,10 @@ class Tuner:
         server = self.start(shape)
         concurrency = max(1, math.ceil(bend["concurrency"] / base["workers"]))
         chunks = 10
-        pid = server.worker_pids()[0]
+        pids = server.worker_pids()
+        if not pids:
+            raise TuneError(f"the leak run's server ({shape.name}) reports no worker", server.log_tail())
+        pid = pids[0]
         samples: list[dict[str, Any]] = []
         # In the document from the first sample: an interrupted run keeps what it sampled.
         leak = {"shape": shape.as_dict(), "concurrency": concurrency, "samples": samples, "warmup_requests": 0}
@@ -597,6 +611,11 @@ def serve_flags_of(words: Sequence[str]) -> list[str]:
 OWNED_FLAGS = {"--bind", "-b", "--mpm", "--workers", "-w", "--threads", "--preload", "--no-preload",
                "--status-bind", "--ready-fd", "--memory-merge", "--no-memory-merge"}
 """Flags the tuner sets on every server it starts."""
+
+OVERRIDES = ["--max-requests", "0", "--max-requests-jitter", "0", "--max-worker-memory", "0", "--no-reload"]
+"""Given to every server after the app's own flags: recycling and reloading off whatever a
+config file says (a tines.toml that tines tune proposed sets recycling, and tuning again must
+work), so no worker is replaced while it is measured."""
 
 SPOILING_FLAGS = {
     "--max-requests": "a recycled worker's CPU time and memory are lost to the counts",

@@ -15,10 +15,12 @@ The rules, each the classic one with our measured values put in:
   the CPUs). From 0.5 it waits: the ``event`` MPM (``thread`` is its other name) with threads
   per worker = 1 + W/C (Goetz's sizing: threads = CPUs x (1 + W/C), one worker per CPU). The
   measured configurations can overrule the class: another MPM wins when its peak throughput is
-  more than 10% above the preferred one's.
+  more than 10% above the preferred one's; among the preferred MPM's configurations within 5%
+  of its fastest, the one with the fewest threads.
 - **max_workers**: the mod_perl guide's MaxClients, (memory budget - shared) / USS per worker,
   with room kept for ``reload_batch`` new workers during a reload (live + draining <= workers
-  + reload_batch), capped by what the CPUs can use (prefork: CPUs x (1 + W/C); event: CPUs).
+  + reload_batch), capped by what the CPUs can use (prefork: CPUs, or CPUs x (1 + W/C) for an
+  app that waits; event: CPUs).
 - **preload** when it saves at least 1 MiB and 10% of a worker's USS; **memory_merge** only
   where ksmd runs and a measured run shows it saving 10%.
 - **max_requests / max_worker_memory** from the leak rate: a least-squares line through a
@@ -48,6 +50,9 @@ CPU_BOUND_BELOW = 0.5
 
 OVERRULE = 1.10
 """Another MPM replaces the preferred one when its peak throughput is this much higher."""
+
+SAME = 1.05
+"""Peaks within this factor count as the same throughput (a sweep step's noise)."""
 
 MAX_THREADS = 256
 """Most app threads per worker recommended (each holds a stack and a request's objects)."""
@@ -158,11 +163,19 @@ def choose_mpm(doc: dict[str, Any], work: dict[str, Any]) -> tuple[dict[str, Any
     preferred = [c for c in configs if c["shape"]["mpm"] == preferred_mpm]
     best_rps = peak(best)["rps"]  # type: ignore[index]
     if preferred:
-        chosen = max(preferred, key=lambda c: peak(c)["rps"])  # type: ignore[index]
+        fastest = max(float(peak(c)["rps"]) for c in preferred)  # type: ignore[index]
+        # Of the preferred MPM's configurations as fast as its fastest (within the noise of a
+        # sweep step), the one with the fewest threads: less memory for the same throughput.
+        close = [c for c in preferred if peak(c)["rps"] * SAME >= fastest]  # type: ignore[index]
+        chosen = min(close, key=lambda c: (c["shape"]["threads"], -peak(c)["rps"]))  # type: ignore[index]
         chosen_rps = peak(chosen)["rps"]  # type: ignore[index]
         if best_rps <= OVERRULE * chosen_rps:
             if chosen is best:
                 return chosen, f"it had the highest peak throughput ({chosen_rps:,.0f} requests/s)"
+            if chosen_rps * SAME >= best_rps:
+                return chosen, (f"its peak throughput ({chosen_rps:,.0f} requests/s) is within "
+                                f"{(SAME - 1) * 100:.0f}% of the best ({best['shape']['name']}: "
+                                f"{best_rps:,.0f}) with fewer threads")
             return chosen, (f"its peak throughput ({chosen_rps:,.0f} requests/s) is within "
                             f"{(OVERRULE - 1) * 100:.0f}% of the best ({best['shape']['name']}: "
                             f"{best_rps:,.0f}), and {preferred_mpm} suits a "
@@ -254,7 +267,10 @@ def recommend(doc: dict[str, Any]) -> Recommendation:
     cpus = int(machine["target_cpus"])
     budget = float(machine["memory_budget"])
     interface = doc.get("interface", "wsgi")
+    # --bursty asks for a dynamic pool; its spare bounds count app threads, which an ASGI app
+    # does not use, so an ASGI app keeps a fixed count.
     bursty = bool(doc.get("options", {}).get("bursty"))
+    pool_mode = bursty and interface == "wsgi"
     items: list[Item] = []
     notes: list[str] = []
     if doc.get("failed"):
@@ -340,13 +356,21 @@ def recommend(doc: dict[str, Any]) -> Recommendation:
             uss = rate["uss_fresh"]
             uss_text = "USS of a fresh worker (the recycling below bounds the leak)"
     ceiling: int | None = None
+    cap_text = ("CPUs x (1 + W/C)" if mpm == "prefork" and work["bound"] == "wait" else
+                "one process per CPU" if mpm == "prefork" else "one worker per CPU")
     if variant:
-        slots = int((budget - shared) // max(uss, 1))
+        slots = max(0, int((budget - shared) // max(uss, 1)))
         fits = fit_under(slots)
         formula_text = (f"(memory budget {mib(budget)} - shared {mib(shared)}) / {uss_text} {mib(uss)} "
                         f"= {slots} workers; less room for reload_batch new workers during a reload: {fits}")
         ceiling = max(1, min(fits, max(cpu_cap, workers)))
-        if fits < 1:
+        if budget <= shared:
+            notes.append(f"The memory budget ({mib(budget)}) is below the memory the workers share "
+                         f"({mib(shared)}) alone: give more memory (--memory-budget) or expect swapping.")
+            formula_text = (f"(memory budget {mib(budget)} - shared {mib(shared)}): the shared memory alone "
+                            "exceeds the budget")
+            capped = "not even one fits: 1 all the same"
+        elif fits < 1:
             notes.append(f"The memory budget ({mib(budget)}) does not hold one worker ({mib(uss)} of its own "
                          f"beside {mib(shared)} shared) with room for a reload: give more memory "
                          "(--memory-budget) or expect swapping.")
@@ -362,23 +386,24 @@ def recommend(doc: dict[str, Any]) -> Recommendation:
                          "could use.")
             workers = max(1, fits)
         items.append(Item("max_workers", ceiling,
-                          f"{formula_text}; {capped} ({'CPUs x (1 + W/C)' if mpm == 'prefork' else 'one worker per CPU'}"
-                          f" = {cpu_cap}): {ceiling}",
+                          f"{formula_text}; {capped} ({cap_text} = {cpu_cap}): {ceiling}",
                           {"budget": budget, "shared": shared, "uss": uss, "slots": slots,
                            "fits_with_reload": fits, "cpu_cap": cpu_cap},
-                          in_toml=bursty))
+                          in_toml=pool_mode))
     else:
         notes.append("Memory was not measured: max_workers has no figure.")
     items.insert(1, Item("workers", workers, workers_why, {"cpus": cpus, "wait_ratio": ratio},
-                         in_toml=not bursty))
+                         in_toml=not pool_mode))
     if mpm != "prefork" and interface == "wsgi":
         items.insert(2, Item("threads", threads, thread_why, {"wait_ratio": ratio}))
     items.append(preload_item)
     items.append(merge_choice(doc, on))
 
     # Leaks: max_requests and max_worker_memory.
-    share = (budget - shared) / max(1, workers + reload_batch(workers))
-    items += recycling(rate, share)
+    share = max(0.0, budget - shared) / max(1, workers + reload_batch(workers))
+    share_text = (f"(budget {mib(budget)} - shared {mib(shared)}) / (workers {workers} + reload_batch "
+                  f"{reload_batch(workers)}) = {mib(share)}")
+    items += recycling(rate, share, share_text, uss)
 
     # The spare pool.
     if bursty:
@@ -395,6 +420,12 @@ def recommend(doc: dict[str, Any]) -> Recommendation:
     if any(s.get("disturbed") for s in steps):
         notes.append("Some measurements were disturbed by other work on this machine (marked in the "
                      "evidence): their figures are less certain.")
+    for config in doc.get("configs", []):
+        if config.get("error"):
+            notes.append(f"{config['shape']['name']} failed and was left out: {config['error']}")
+    for variant in doc.get("memory", []):
+        if variant.get("error"):
+            notes.append(f"The memory run {variant['shape']['name']} failed: {variant['error']}")
     for reason in doc.get("skipped", []):
         notes.append(f"Skipped: {reason}")
     return Recommendation(items, summary, notes)
@@ -446,9 +477,9 @@ def merge_choice(doc: dict[str, Any], on: dict[str, Any] | None) -> Item:
     return Item("memory_merge", None, "not measured (budget): left off")
 
 
-def recycling(rate: dict[str, Any] | None, share: float) -> list[Item]:
+def recycling(rate: dict[str, Any] | None, share: float, share_text: str, uss: float) -> list[Item]:
     """max_requests, its jitter and max_worker_memory from the leak rate and a worker's share
-    of the budget."""
+    of the budget (``share_text``: its formula with the values; ``uss``: a worker's size)."""
     if rate is None:
         return [Item("max_requests", None, "the leak run was not measured (budget, or the run ended "
                                            "before it): not known")]
@@ -459,7 +490,9 @@ def recycling(rate: dict[str, Any] | None, share: float) -> list[Item]:
                      f"({rate['bytes_per_request']:.1f} B per request, r^2 = {rate['r2']:.2f}): not needed",
                      {"leak": rate}),
                 Item("max_worker_memory", None,
-                     f"not needed (no growth); as a safety net, {mib(share)} is a worker's share of the budget",
+                     (f"not needed (no growth); as a safety net, a worker's share of the budget is {share_text}"
+                      if share > uss else
+                      "not needed (no growth); the budget leaves a worker no more than its own size (see the notes)"),
                      {"share": share})]
     fit_text = (f"a worker's USS grows {rate['bytes_per_request'] / 1024:,.1f} KiB per request "
                 f"(linear fit over {rate['samples']} samples after a {rate['warmup_requests']:,}-request "
@@ -467,14 +500,14 @@ def recycling(rate: dict[str, Any] | None, share: float) -> list[Item]:
     headroom = share - rate["uss_fresh"]
     if headroom < max(MiB, 0.5 * rate["uss_fresh"]):
         return [Item("max_requests", None,
-                     f"{fit_text}, but a worker's share of the budget ({mib(share)}) leaves a fresh worker "
+                     f"{fit_text}, but a worker's share of the budget, {share_text}, leaves a fresh worker "
                      f"({mib(rate['uss_fresh'])}) no room to grow: give more memory (--memory-budget) or "
                      "fewer workers, and tune again", {"leak": rate, "share": share})]
     max_requests = max(1, int(headroom / rate["bytes_per_request"]))
     return [
         Item("max_requests", max_requests,
-             f"{fit_text}; a worker's share of the budget is {mib(share)} (budget / (workers + "
-             f"reload_batch)); a fresh worker has {mib(rate['uss_fresh'])} (the line at 0 requests), so "
+             f"{fit_text}; a worker's share of the budget is {share_text}; a fresh worker has "
+             f"{mib(rate['uss_fresh'])} (the line at 0 requests), so "
              f"{mib(headroom)} to grow: {mib(headroom)} / {rate['bytes_per_request'] / 1024:,.1f} KiB "
              f"= {max_requests:,} requests", {"leak": rate, "share": share}),
         Item("max_requests_jitter", max(1, max_requests // 10),

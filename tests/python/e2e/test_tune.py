@@ -35,9 +35,13 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("tune")
     requests = out / "requests.txt"
     requests.write_text("# tines-tune: visit=6 think=0.5s\n/\nGET /page?x=1\n")
+    # A config file that recycles every 50 requests (as a tines.toml tines tune proposed for a
+    # leaking app would): the tuner turns recycling off on every server's command line.
+    recycling = out / "recycling.toml"
+    recycling.write_text("max_requests = 50\nmax_worker_memory = \"64MiB\"\n")
     proc = subprocess.run([*TINES, "tune", "examples/hello.py:app", "--budget", "30s", "--json",
                            "--out", str(out / "result"), "--requests-file", str(requests),
-                           "--", "--backlog", "511"],
+                           "--", "-c", str(recycling), "--backlog", "511"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
     document = json.loads(proc.stdout)
@@ -64,6 +68,8 @@ def test_the_run_completes_with_every_phase_and_file(smoke: dict[str, Any]) -> N
     for name in ("tines.toml", "report.html", "measurements.json", "servers.log"):
         assert (smoke["out"] / name).is_file(), name
     assert json.loads((smoke["out"] / "measurements.json").read_text()) == measurements
+    log = (smoke["out"] / "servers.log").read_text()
+    assert "--max-requests 0" in log and "draining (max_requests)" not in log
     # The budget was kept (a few seconds over for the last server's stop at most).
     assert measurements["elapsed_s"] <= 30 + 15
 
@@ -116,8 +122,8 @@ def test_the_report_renders_in_chromium_with_its_plots(smoke: dict[str, Any], tm
 
 
 def test_bad_arguments_get_one_line_and_status_2(tmp_path: Path) -> None:
-    recycling = tmp_path / "recycling.toml"
-    recycling.write_text("max_requests = 100\n")
+    pool = tmp_path / "pool.toml"
+    pool.write_text("max_workers = 4\n")
     cases = [
         (["examples/nope.py:app"], "nope.py"),
         (["examples/hello.py:app", "--url", "http://example.com/"], "--url"),
@@ -126,7 +132,7 @@ def test_bad_arguments_get_one_line_and_status_2(tmp_path: Path) -> None:
         (["examples/hello.py:app", "--memory-budget", "4GB"], "--memory-budget"),
         (["examples/hello.py:app", "--", "--workers", "3"], "--workers is set by tines tune"),
         (["examples/hello.py:app", "--", "--max-requests", "3"], "--max-requests would spoil"),
-        (["examples/hello.py:app", "--", "-c", str(recycling)], "max_requests (file "),
+        (["examples/hello.py:app", "--", "-c", str(pool)], "max_workers (file "),
         (["examples/hello.py:app", "--", "--no-such-flag"], "no-such-flag"),
         # The blog answers 404 to a path it does not have: found by the probe.
         (["examples/blog/app.py:app", "--url", "/no-such-page"], "404"),

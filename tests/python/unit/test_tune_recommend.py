@@ -182,8 +182,32 @@ def test_bursty_for_an_asgi_app_keeps_a_fixed_count() -> None:
     rec = recommend.recommend(doc)
     item = rec.item("min_spare_threads")
     assert item is not None and item.value is None and "ASGI" in item.why
-    assert "start_workers" not in rec.settings() and rec.item("threads") is None
+    settings = rec.settings()
+    assert "start_workers" not in settings and rec.item("threads") is None
+    assert settings["workers"] == 2 and "max_workers" not in settings
     assert_pool_accepts(rec.settings())
+
+
+def test_a_budget_below_the_shared_memory_says_so_with_no_negative_figure() -> None:
+    for name in ("cpu_bound", "leaky", "sleepy"):
+        doc = fixture(name)
+        doc["machine"]["memory_budget"] = 5 * MiB
+        rec = recommend.recommend(doc)
+        text = " ".join(item.why for item in rec.items) + " ".join(rec.notes)
+        assert "-" + "1" not in text.replace(" - ", " ") and "= -" not in text, text
+        assert any("the workers share" in note and "alone" in note for note in rec.notes), rec.notes
+        assert value(rec, "max_workers") == 1
+
+
+def test_the_reasons_carry_the_formulas_values() -> None:
+    doc = fixture("leaky")
+    rec = recommend.recommend(doc)
+    why = rec.item("max_requests").why  # type: ignore[union-attr]
+    assert "(budget " in why and "- shared " in why and "reload_batch" in why
+    big = recommend.recommend(fixture("big_import")).item("max_workers")
+    assert big is not None and "one process per CPU = 2" in big.why  # W/C 0.08: CPU-bound
+    sleepy = recommend.recommend(fixture("sleepy")).item("max_workers")
+    assert sleepy is not None and "one worker per CPU = 2" in sleepy.why
 
 
 def test_a_budget_too_small_is_said_and_gives_no_nonsense() -> None:
@@ -194,8 +218,12 @@ def test_a_budget_too_small_is_said_and_gives_no_nonsense() -> None:
     item = rec.item("max_requests")
     assert item is not None and item.value is None and "no room to grow" in item.why
     assert rec.item("max_worker_memory") is None
-    assert any("does not hold one worker" in note for note in rec.notes)
+    assert any("does not hold one worker" in note or "alone" in note for note in rec.notes)
     assert "Memory lowers it" in rec.item("workers").why  # type: ignore[union-attr]
+    # Above the shared memory but short of a worker and its reload room: said as such.
+    alone = recommend.worker_figures(recommend.memory_variant(doc, False))  # type: ignore[arg-type]
+    doc["machine"]["memory_budget"] = alone["shared"] + 1.5 * recommend.leak_rate(doc)["uss_fresh"]  # type: ignore[index]
+    assert any("does not hold one worker" in note for note in recommend.recommend(doc).notes)
     doc["options"]["bursty"] = True
     assert_pool_accepts(recommend.recommend(doc).settings())
 
@@ -219,11 +247,14 @@ def test_a_measured_sibling_with_fewer_threads_sets_the_threads() -> None:
     sibling["shape"]["threads"] = 60
     sibling["shape"]["name"] = "event x1, 60 threads"
     for step in sibling["sweep"]:
-        step["rps"] *= 1.01
+        step["rps"] *= 0.97  # as fast, within a sweep's noise
     doc["configs"].append(sibling)
     rec = recommend.recommend(doc)
     assert value(rec, "threads") == 60
     assert "fewer threads" in rec.item("threads").why  # type: ignore[union-attr]
+    for step in sibling["sweep"]:
+        step["rps"] *= 0.9  # clearly slower: the formula's count stays
+    assert value(recommend.recommend(doc), "threads") == event["shape"]["threads"]
 
 
 def test_phases_left_out_still_give_a_recommendation() -> None:
