@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,7 +140,10 @@ class Server:
     """A ``tines serve`` process the tuner started, and what can be read of it."""
 
     def __init__(self, app: str, shape: Shape, extra: Sequence[str], cpus: Sequence[int],
-                 workdir: Path, log_path: Path, overrides: Sequence[str] = ()) -> None:
+                 workdir: Path, log_path: Path, overrides: Sequence[str] = (),
+                 register: Callable[[Server], None] = lambda server: None) -> None:
+        """Starts the server and waits until it is ready; ``register`` is called with it as
+        soon as its process exists (so that its owner can stop it whatever happens next)."""
         self.app = app
         self.shape = shape
         self.log_path = log_path
@@ -156,6 +159,12 @@ class Server:
             os.sched_setaffinity(0, cpu_set)
 
         started = time.monotonic()
+        # Ctrl-C is held off from the fork until the owner holds this server (``register``):
+        # a KeyboardInterrupt inside Popen, or between Popen and the owner's reference, would
+        # leave a server no one stops (it runs in a session of its own and never sees the
+        # terminal's SIGINT). A Ctrl-C that came meanwhile is raised at the unblocking, inside
+        # the block below that stops the server.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             with open(log_path, "ab") as log:
                 log.write(f"\n# tines tune: {' '.join(command)}\n".encode())
@@ -163,13 +172,16 @@ class Server:
                 self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                              pass_fds=(write_fd,), start_new_session=True,
                                              cwd=workdir, preexec_fn=pin)
+            register(self)
         except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             os.close(read_fd)
             os.close(write_fd)
             os.rmdir(self.status_dir)
             raise
         os.close(write_fd)
         try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             ready = json.loads(self._ready_line(read_fd))
             self.boot_s = time.monotonic() - started
             self.port = int(str(ready["binds"][0]).rpartition(":")[2])

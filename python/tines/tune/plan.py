@@ -230,14 +230,16 @@ class Tuner:
     def start(self, shape: Shape, app: str | None = None, calibration: bool = False) -> Server:
         self.stop()
         self.progress.show(f"starting {shape.name}{' (no-op app)' if calibration else ''}")
+        def register(server: Server) -> None:
+            self.server = server
+
         if calibration:
             noop = "tines.tune.noop:asgi_app" if self.doc["interface"] != "wsgi" else "tines.tune.noop:app"
             server = Server(noop, shape, ["-c", os.devnull, "--log-level", "warning"],
-                            self.server_cpus, self.options.workdir, self.log_path)
+                            self.server_cpus, self.options.workdir, self.log_path, register=register)
         else:
             server = Server(app or self.options.app, shape, self.options.serve_args,
-                            self.server_cpus, self.options.workdir, self.log_path, OVERRIDES)
-        self.server = server
+                            self.server_cpus, self.options.workdir, self.log_path, OVERRIDES, register)
         self.boot_estimate = max(self.boot_estimate * 0.5, server.boot_s * 1.5 + 0.5)
         return server
 
