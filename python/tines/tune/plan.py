@@ -339,8 +339,13 @@ class Tuner:
     def base_mpm(self) -> str:
         return "prefork" if self.doc["interface"] == "wsgi" else "event"
 
+    def probe_shape(self) -> Shape:
+        """Two workers of the base MPM (one app thread for event), no preload: the probe and
+        its calibration run the same."""
+        return Shape(self.base_mpm(), 2, 1 if self.base_mpm() == "event" else 0)
+
     def probe(self) -> None:
-        shape = Shape(self.base_mpm(), 2, 1 if self.base_mpm() == "event" else 0)
+        shape = self.probe_shape()
         server = self.start(shape)
         start = server.memory()
         self.warm(server, 1)
@@ -367,7 +372,7 @@ class Tuner:
         if not self.fits(1, boots=1):
             self.skip("the server's own cost (calibration)")
             return
-        shape = Shape(self.base_mpm(), 2, 1 if self.base_mpm() == "event" else 0)
+        shape = self.probe_shape()
         server = self.start(shape, calibration=True)
         self.warm(server, 1)
         step = self.step(server, 1, what="calibration")
