@@ -151,6 +151,51 @@ def test_each_request_sees_its_own_values_when_requests_alternate(tines_server: 
     assert [summary(env) for env in seen] == [one, two, three, one, two, bare]
 
 
+def test_each_request_sees_only_its_own_header_fields(tines_server: Any) -> None:
+    """Each worker thread's environ template keeps the last request's header fields while the
+    next request's header block is the same bytes: requests whose fields come and go (new
+    names each time, past the point where the template is rebuilt compact; repeated names;
+    a block seen before), and an app that rewrites its environ, must never see another's."""
+    server = tines_server(APP, "-w", "1")
+    sent: list[list[tuple[str, str]]] = []
+    for index in range(40):
+        fields = [("Host", "h.example"), (f"X-Name-{index}", f"value {index}")]
+        if index % 3 == 0:
+            fields += [("X-Dup", f"a{index}"), ("X-Dup", f"b{index}")]
+        if index % 4 == 1:
+            fields.append(("Cookie", f"c={index}"))
+        sent.append(fields)
+    sent.insert(20, sent[19])  # the same block twice in a row
+    sent.insert(30, sent[5])  # and one seen long before
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        reader = sock.makefile("rb")
+
+        def get(path: str, fields: list[tuple[str, str]]) -> bytes:
+            head = "".join(f"{name}: {value}\r\n" for name, value in fields)
+            sock.sendall(f"GET {path} HTTP/1.1\r\n{head}\r\n".encode())
+            status = reader.readline()
+            assert status.startswith(b"HTTP/1.1 200 "), status
+            length = 0
+            while (line := reader.readline()) != b"\r\n":
+                name, _, value = line.partition(b":")
+                if name.lower() == b"content-length":
+                    length = int(value)
+            return reader.read(length)
+
+        for number, fields in enumerate(sent):
+            if number % 7 == 3:
+                assert get("/mutate", fields) == b"mutated"
+            env = json.loads(get("/environ", fields))
+            expected: dict[str, str] = {}
+            for name, value in fields:
+                key = "HTTP_" + name.upper().replace("-", "_")
+                expected[key] = f"{expected[key]}, {value}" if key in expected else value
+            assert env["headers"] == expected, f"request {number}"
+            assert env["wsgi.url_scheme"] == "http" and env["REMOTE_PORT"].isdigit()
+        keys = json.loads(get("/environ-keys", [("Host", "h.example")]))["keys"]
+        assert "tines.test.added" not in keys and "wsgi.input" in keys
+
+
 def test_path_info_decodes_escapes_including_slash(server: Any) -> None:
     status, _, body = request(server, "GET", "/%65nviron")
     assert status == 200 and json.loads(body)["PATH_INFO"] == "/environ"

@@ -189,7 +189,26 @@ struct ThreadTemplate {
     sources: [Option<Vec<u8>>; REMEMBERED],
     /// The last value of each known header field, and its bytes.
     headers: Vec<Option<(Vec<u8>, Py<PyString>)>>,
+    /// The header block the template's header keys were made from
+    /// ([`Exchange::header_block`], after a byte saying whether the body was decoded);
+    /// `None` before the first request.
+    header_source: Option<Vec<u8>>,
+    /// The keys those fields set in the template (their text, and the key), to be removed
+    /// when a request lacks them.
+    header_keys: Vec<(Vec<u8>, Py<PyString>)>,
+    /// Keys removed from the template since it was last compacted (an upper bound of the
+    /// deleted entries its table still holds).
+    removed: usize,
+    /// The `wsgi.input` the template holds (its address; 0 for none). The template's
+    /// reference keeps that object alive, so the address names one object.
+    input: usize,
+    /// `REMOTE_PORT` strings by port, direct-mapped: a client's connections come and go,
+    /// and its keep-alive connections take turns.
+    ports: Vec<Option<(u16, Py<PyString>)>>,
 }
+
+/// Slots of [`ThreadTemplate::ports`] (a power of two).
+const PORT_CACHE: usize = 256;
 
 thread_local! {
     /// This thread's template. Never dropped (a thread that ends leaves it to the process's
@@ -221,7 +240,125 @@ impl ThreadTemplate {
             dict: context.template.bind(py).copy()?.unbind(),
             sources: Default::default(),
             headers: KNOWN_HEADERS.iter().map(|_| None).collect(),
+            header_source: None,
+            header_keys: Vec::new(),
+            removed: 0,
+            input: 0,
+            ports: (0..PORT_CACHE).map(|_| None).collect(),
         })
+    }
+
+    /// Whether the request's header fields are those the template's header keys were made
+    /// from: the same header block, byte for byte.
+    fn same_headers(&self, exchange: &Exchange, decoded: bool) -> bool {
+        self.header_source.as_deref().is_some_and(|source| {
+            source.split_first() == Some((&u8::from(decoded), exchange.header_block()))
+        })
+    }
+
+    /// Sets the request's header fields in the template (`HTTP_*`, `CONTENT_TYPE`,
+    /// `CONTENT_LENGTH`), and removes the last request's keys it lacks. On an error the
+    /// template is dropped by the caller ([`build`]): it may hold keys no list names.
+    fn set_headers(
+        &mut self,
+        py: Python<'_>,
+        context: &EnvironContext,
+        exchange: &Exchange,
+        decoded: bool,
+    ) -> PyResult<()> {
+        let mut source = self.header_source.take().unwrap_or_default();
+        source.clear();
+        source.push(u8::from(decoded));
+        source.extend_from_slice(exchange.header_block());
+        let dict = self.dict.clone_ref(py);
+        let env = dict.bind(py);
+        let mut keys: Vec<(Vec<u8>, Py<PyString>)> = Vec::with_capacity(self.header_keys.len());
+        let mut scratch = String::new();
+        for (index, (name, value)) in exchange.headers().enumerate() {
+            if name.contains(&b'_') {
+                // Dropped: `X_Forwarded_For` would land on the same key as `X-Forwarded-For`
+                // and could spoof what a proxy set.
+                continue;
+            }
+            if decoded && name.eq_ignore_ascii_case(b"transfer-encoding") {
+                // The server decoded the chunked body before dispatch: the app gets a plain
+                // body of known length (as behind a buffering proxy), `CONTENT_LENGTH` set
+                // in the request's copy.
+                continue;
+            }
+            let (key, value) = if name.eq_ignore_ascii_case(b"content-type") {
+                (intern!(py, "CONTENT_TYPE").clone(), latin1(py, value)?)
+            } else if name.eq_ignore_ascii_case(b"content-length") {
+                (intern!(py, "CONTENT_LENGTH").clone(), latin1(py, value)?)
+            } else {
+                match known_header(name) {
+                    Some(index) => (
+                        context.header_keys[index].bind(py).clone(),
+                        self.header_value(py, index, value)?,
+                    ),
+                    None => (header_key(py, name, &mut scratch), latin1(py, value)?),
+                }
+            };
+            // Names map to keys one to one (ignoring case): a key already set by this
+            // request only when an earlier field had the same name.
+            let repeated = exchange
+                .headers()
+                .take(index)
+                .any(|(earlier, _)| earlier.eq_ignore_ascii_case(name));
+            if repeated {
+                // RFC 9110 5.3: repeated fields combine with ", "; Cookie uses "; " (RFC
+                // 6265 5.4).
+                let existing = env
+                    .get_item(&key)?
+                    .map(|v| v.extract::<String>())
+                    .transpose()?;
+                let separator = if name.eq_ignore_ascii_case(b"cookie") {
+                    "; "
+                } else {
+                    ", "
+                };
+                let merged = match existing {
+                    Some(existing) => format!("{existing}{separator}{}", value.to_str()?),
+                    None => value.to_str()?.to_owned(),
+                };
+                env.set_item(&key, merged)?;
+            } else {
+                env.set_item(&key, &value)?;
+                keys.push((key.to_str()?.as_bytes().to_vec(), key.unbind()));
+            }
+        }
+        for (text, key) in std::mem::take(&mut self.header_keys) {
+            if !keys.iter().any(|(kept, _)| *kept == text) {
+                env.del_item(key)?;
+                self.removed += 1;
+            }
+        }
+        self.header_keys = keys;
+        // CPython copies a dict by cloning its table only while at most a third of the
+        // table's entries are deleted ones; past that, each request's copy would insert key
+        // by key. A template with that many removals is rebuilt, compact.
+        if self.removed * 2 >= env.len() {
+            let compact = PyDict::new(py);
+            compact.update(env.as_mapping())?;
+            self.dict = compact.unbind();
+            self.removed = 0;
+        }
+        self.header_source = Some(source);
+        Ok(())
+    }
+
+    /// `REMOTE_PORT`'s value for `port`.
+    fn port_text<'py>(&mut self, py: Python<'py>, port: u16) -> Bound<'py, PyString> {
+        let slot = &mut self.ports[usize::from(port) & (PORT_CACHE - 1)];
+        if let Some((cached, text)) = slot {
+            if *cached == port {
+                return text.bind(py).clone();
+            }
+        }
+        let mut digits = itoa::Buffer::new();
+        let text = PyString::new(py, digits.format(port));
+        *slot = Some((port, text.clone().unbind()));
+        text
     }
 
     /// Sets the value that `parts` make (with `make`) under its key(s), unless the last
@@ -362,7 +499,23 @@ pub fn build<'py>(
             )?));
         }
         let template = slot.as_mut().expect("set above");
-        build_with(py, context, template, exchange, input)
+        let built = build_with(py, context, template, exchange, input);
+        if built.is_err() {
+            // Part-way through, the template may hold keys no list names: the next request
+            // starts a new one.
+            if let Some(template) = slot.take() {
+                drop(std::mem::ManuallyDrop::into_inner(template));
+            }
+        }
+        built
+    })
+}
+
+/// Whether this thread's template holds `input` as its `wsgi.input` (a reference of its own).
+pub fn template_holds(input: *mut pyo3::ffi::PyObject) -> bool {
+    THREAD_TEMPLATE.with_borrow(|slot| {
+        slot.as_ref()
+            .is_some_and(|template| template.input == input as usize)
     })
 }
 
@@ -427,59 +580,21 @@ fn build_with<'py>(
     server_name_and_port(py, template, exchange, host)?;
     remote_addr_and_port(py, template, exchange)?;
 
-    // The request's own keys go in the copy.
-    let env = template.dict.bind(py).copy()?;
-    let mut scratch = String::new();
-    for (index, (name, value)) in exchange.headers().enumerate() {
-        if name.contains(&b'_') {
-            // Dropped: `X_Forwarded_For` would land on the same key as `X-Forwarded-For`
-            // and could spoof what a proxy set.
-            continue;
-        }
-        if name.eq_ignore_ascii_case(b"content-type") {
-            env.set_item(intern!(py, "CONTENT_TYPE"), latin1(py, value)?)?;
-            continue;
-        }
-        if name.eq_ignore_ascii_case(b"content-length") {
-            env.set_item(intern!(py, "CONTENT_LENGTH"), latin1(py, value)?)?;
-            continue;
-        }
-        if decoded_length.is_some() && name.eq_ignore_ascii_case(b"transfer-encoding") {
-            // The server decoded the chunked body before dispatch: the app gets a plain body
-            // of known length (as behind a buffering proxy), `CONTENT_LENGTH` set below.
-            continue;
-        }
-        let (key, value) = match known_header(name) {
-            Some(index) => (
-                context.header_keys[index].bind(py).clone(),
-                template.header_value(py, index, value)?,
-            ),
-            None => (header_key(py, name, &mut scratch), latin1(py, value)?),
-        };
-        // Names map to keys one to one (ignoring case): a key is already set only when an
-        // earlier field had the same name (the dict is not asked for every field).
-        let repeated = exchange
-            .headers()
-            .take(index)
-            .any(|(earlier, _)| earlier.eq_ignore_ascii_case(name));
-        match repeated.then(|| env.get_item(&key)).transpose()?.flatten() {
-            Some(existing) => {
-                // RFC 9110 5.3: repeated fields combine with ", "; Cookie uses "; " (RFC 6265 5.4).
-                let separator = if name.eq_ignore_ascii_case(b"cookie") {
-                    "; "
-                } else {
-                    ", "
-                };
-                let merged = format!(
-                    "{}{separator}{}",
-                    existing.extract::<String>()?,
-                    value.to_str()?
-                );
-                env.set_item(key, merged)?;
-            }
-            None => env.set_item(key, value)?,
-        }
+    if !template.same_headers(exchange, decoded_length.is_some()) {
+        template.set_headers(py, context, exchange, decoded_length.is_some())?;
     }
+    let input_address = input.as_ptr() as usize;
+    if template.input != input_address {
+        template.input = 0;
+        template
+            .dict
+            .bind(py)
+            .set_item(intern!(py, "wsgi.input"), input)?;
+        template.input = input_address;
+    }
+
+    // What the template does not hold goes in the request's copy.
+    let env = template.dict.bind(py).copy()?;
     if let Some(length) = decoded_length {
         env.set_item(intern!(py, "CONTENT_LENGTH"), length.to_string())?;
     }
@@ -497,7 +612,6 @@ fn build_with<'py>(
             }
         }
     }
-    env.set_item(intern!(py, "wsgi.input"), input)?;
     Ok(env)
 }
 
@@ -617,13 +731,14 @@ fn remote_addr_and_port(
             }
         },
     )?;
+    let port_text = match peer {
+        Peer::Tcp(addr) => template.port_text(py, addr.port()),
+        Peer::Unix => intern!(py, "").clone(),
+    };
     template.remember(py, Remembered::RemotePort, &[&source_port], |env| {
         let key = intern!(py, "REMOTE_PORT");
-        let mut digits = itoa::Buffer::new();
         match (client, peer) {
-            (Some(_), Peer::Tcp(addr)) => {
-                env.set_item(key, PyString::new(py, digits.format(addr.port())))
-            }
+            (Some(_), Peer::Tcp(_)) => env.set_item(key, &port_text),
             (Some(_), Peer::Unix) => env.set_item(key, intern!(py, "")),
             (None, _) => remove(env, key),
         }

@@ -50,10 +50,13 @@ impl RequestObjects {
         })
     }
 
-    /// True when the server holds the only references (its own, and the start_response
-    /// object's to the input).
+    /// True when the server holds the only references (its own, the start_response
+    /// object's to the input, and the thread's environ template's when it holds the input
+    /// as its `wsgi.input`).
     fn unshared(&self, py: Python<'_>) -> bool {
-        start_response::refcount(self.input.as_ptr()) == 2
+        let input = self.input.as_ptr();
+        let server_held = 2 + isize::from(environ::template_holds(input));
+        start_response::refcount(input) == server_held
             && StartResponse::is_unshared(self.start.bind(py))
     }
 }

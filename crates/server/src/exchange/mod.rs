@@ -300,6 +300,19 @@ impl Exchange {
             .map(move |(name, value)| (name.of(buf), value.of(buf)))
     }
 
+    /// The header section as sent, from the first field's name to the last field's value
+    /// (empty without fields): two requests whose blocks are the same bytes have the same
+    /// fields.
+    pub fn header_block(&self) -> &[u8] {
+        let head = &self.conn.head;
+        match (head.headers.first(), head.headers.last()) {
+            (Some((first, _)), Some((_, last))) => {
+                &self.conn.buf[first.start as usize..last.end as usize]
+            }
+            _ => &[],
+        }
+    }
+
     /// The client's address.
     pub fn peer(&self) -> Peer {
         self.conn.peer

@@ -171,6 +171,16 @@ def bad(environ, start_response):
     if path == "/recorded-fail":
         start_response("200 OK", [("Content-Type", "text/plain")])
         return Recorded(query, fail=True)
+    if path == "/mutate":
+        # The environ is the app's: whatever it does to it must not reach the next request.
+        for key in [key for key in environ if key.startswith("HTTP_")]:
+            del environ[key]
+        environ["wsgi.url_scheme"] = "mutated"
+        environ["REMOTE_PORT"] = "mutated"
+        environ["wsgi.input"] = None
+        environ["tines.test.added"] = "added"
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"mutated"]
     if path == "/cl-longer":
         start_response("200 OK", [("Content-Length", "100")])
         return [b"short"]
