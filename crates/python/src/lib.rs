@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 
 mod asgi;
 mod bench;
+mod gil;
 mod scoreboard;
 mod settings;
 mod worker;

@@ -196,6 +196,16 @@ def test_each_request_sees_only_its_own_header_fields(tines_server: Any) -> None
         assert "tines.test.added" not in keys and "wsgi.input" in keys
 
 
+def test_a_read_while_another_thread_writes_waits_for_the_write(server: Any) -> None:
+    """The exchange is lent to one call at a time: a thread that reads wsgi.input while
+    another thread's write waits for the client (GIL released) waits its turn, then reads."""
+    reply = raw(server, b"POST /write-while-reading HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+                        b"Connection: close\r\n\r\nabcde")
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    assert body.count(b"x") == 8 << 20 and b"|read:abcde" in body, body[-200:]
+
+
 def test_path_info_decodes_escapes_including_slash(server: Any) -> None:
     status, _, body = request(server, "GET", "/%65nviron")
     assert status == 200 and json.loads(body)["PATH_INFO"] == "/environ"

@@ -71,7 +71,7 @@ fn send_items<'py>(
     for index in 0..len {
         total += as_bytes(&item(index)?)?.as_bytes().len() as u64;
     }
-    start.borrow().begin(py, Some(total))?;
+    start.get().begin(py, Some(total))?;
     for index in 0..len {
         write(py, input, as_bytes(&item(index)?)?.as_bytes(), false)?;
     }
@@ -93,7 +93,7 @@ pub fn send<'py>(
     }
     if let Ok(wrapper) = iterable.cast::<FileWrapper>() {
         if let Some(span) = wrapper.get().span(py) {
-            start.borrow().begin(py, Some(span.length))?;
+            start.get().begin(py, Some(span.length))?;
             let sent = input.with_detached(py, |exchange| {
                 exchange.send_file(span.fd, span.offset, span.length)
             })?;
@@ -113,11 +113,11 @@ pub fn send<'py>(
         }
         // Borrowed only for the call: the app's generator may call start_response again
         // (with exc_info) between items.
-        start.borrow().begin(py, None)?;
+        start.get().begin(py, None)?;
         // The next item may take the app any time (a stream, server-sent events): this one
         // goes out now, the first with the head.
         write(py, input, bytes, streamed)?;
     }
-    start.borrow().begin(py, Some(0))?;
+    start.get().begin(py, Some(0))?;
     finish(py, input)
 }

@@ -2,16 +2,17 @@
 //!
 //! The `Input` object also owns the request's [`Exchange`] for the duration of the app call
 //! (the response side reaches it through `StartResponse`), so every blocking read or write
-//! happens with the GIL released and the exchange behind a mutex. An app that keeps a
+//! happens with the GIL released and the exchange lent to that one call ([`GilLock`]). An app that keeps a
 //! reference past the request gets `ValueError("the request is over")`, never stale bytes.
 
 use std::io;
-use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use pyo3::exceptions::{PyOSError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use tines_server::Exchange;
+
+use crate::gil::{GilLock, Lent};
 
 /// Reads larger than this are split, so `read()` of a huge body grows its buffer in steps.
 const READ_STEP: usize = 64 * 1024;
@@ -19,7 +20,7 @@ const READ_STEP: usize = 64 * 1024;
 /// `wsgi.input` (and the holder of the request's exchange).
 #[pyclass(module = "tines._core", frozen)]
 pub struct Input {
-    exchange: Mutex<Option<Box<Exchange>>>,
+    exchange: GilLock<Option<Box<Exchange>>>,
 }
 
 /// Converts a body-read failure into the Python exception the app sees.
@@ -40,20 +41,14 @@ impl Input {
     /// An input with no exchange yet.
     pub fn empty() -> Self {
         Input {
-            exchange: Mutex::new(None),
+            exchange: GilLock::new(None),
         }
     }
 
-    fn lock<'a>(&'a self, py: Python<'_>) -> MutexGuard<'a, Option<Box<Exchange>>> {
-        loop {
-            match self.exchange.try_lock() {
-                Ok(guard) => return guard,
-                Err(TryLockError::Poisoned(poison)) => return poison.into_inner(),
-                // Another Python thread is inside a detached read or write: wait for it without
-                // holding the GIL (it needs the GIL to finish).
-                Err(TryLockError::WouldBlock) => py.detach(|| drop(self.exchange.lock())),
-            }
-        }
+    fn lock<'a>(&'a self, py: Python<'a>) -> Lent<'a, Option<Box<Exchange>>> {
+        // Another Python thread inside a detached read or write has it: waits for it without
+        // holding the GIL (that thread needs the GIL to finish).
+        self.exchange.lend(py)
     }
 
     /// Gives the exchange to this input for the app call.

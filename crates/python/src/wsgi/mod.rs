@@ -227,7 +227,7 @@ impl WsgiApp {
             .take(py)
             .expect("only serve() takes the exchange out of its Input");
         if objects.unshared(py) {
-            objects.start.borrow_mut(py).recycle();
+            objects.start.get().recycle(py);
             SPARE.set(Some(std::mem::ManuallyDrop::new(objects)));
         } else {
             StartResponse::release(objects.start.bind(py));

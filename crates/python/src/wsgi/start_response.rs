@@ -12,6 +12,7 @@ use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use super::input::{io_error, Input};
+use crate::gil::GilCell;
 
 /// The reference count of a live object.
 pub(super) fn refcount(object: *mut pyo3::ffi::PyObject) -> isize {
@@ -52,10 +53,15 @@ impl HeaderText {
 
 /// The response head the app gives, and the callables it is given: its bound
 /// `start_response` method is the app's `start_response`, and `write` the callable that
-/// returns.
-#[pyclass(module = "tines._core")]
+/// returns. Its state is guarded by the GIL alone ([`GilCell`]: no atomic borrow flag).
+#[pyclass(module = "tines._core", frozen)]
 pub struct StartResponse {
     input: Py<Input>,
+    state: GilCell<Head>,
+}
+
+/// What a [`StartResponse`] holds between calls.
+struct Head {
     status: Option<HeaderText>,
     headers: Vec<(HeaderText, HeaderText)>,
     /// The bound `start_response` and `write` methods, made once per object: the object
@@ -72,42 +78,48 @@ impl StartResponse {
             py,
             StartResponse {
                 input,
-                status: None,
-                headers: Vec::new(),
-                callables: None,
+                state: GilCell::new(Head {
+                    status: None,
+                    headers: Vec::new(),
+                    callables: None,
+                }),
             },
         )?;
         let start = this.getattr(pyo3::intern!(py, "start_response"))?.unbind();
         let write = this.getattr(pyo3::intern!(py, "write"))?.unbind();
-        this.borrow_mut().callables = Some((start, write));
+        this.get().state.borrow_mut(py)?.callables = Some((start, write));
         Ok(this)
     }
 
     /// The callable the app is given as `start_response`.
     pub fn callable<'py>(slf: &Bound<'py, Self>) -> Option<Bound<'py, PyAny>> {
-        let this = slf.borrow();
-        let (start, _) = this.callables.as_ref()?;
-        Some(start.bind(slf.py()).clone())
+        let py = slf.py();
+        let state = slf.get().state.borrow(py).ok()?;
+        let (start, _) = state.callables.as_ref()?;
+        Some(start.bind(py).clone())
     }
 
     /// True when nothing but the server refers to this object and its callables (the app
     /// kept none of them): it may serve the next request.
     pub fn is_unshared(slf: &Bound<'_, Self>) -> bool {
         let py = slf.py();
-        // Counted before the borrow below, which holds a reference of its own.
         let references = refcount(slf.as_ptr());
-        let this = slf.borrow();
-        let Some((start, write)) = this.callables.as_ref() else {
+        let Ok(state) = slf.get().state.borrow(py) else {
+            return false;
+        };
+        let Some((start, write)) = state.callables.as_ref() else {
             return false;
         };
         // The server's own reference, and one from each bound method.
-        references == 3 && refcount(start.as_ptr()) == 1 && refcount(write.bind(py).as_ptr()) == 1
+        references == 3 && refcount(start.as_ptr()) == 1 && refcount(write.as_ptr()) == 1
     }
 
     /// Forgets the last request's head, for the next request.
-    pub fn recycle(&mut self) {
-        self.status = None;
-        self.headers.clear();
+    pub fn recycle(&self, py: Python<'_>) {
+        if let Ok(mut state) = self.state.borrow_mut(py) {
+            state.status = None;
+            state.headers.clear();
+        }
     }
 
     /// Lets go of the callables (the app kept a reference to the object or one of them):
@@ -116,28 +128,27 @@ impl StartResponse {
     pub fn release(slf: &Bound<'_, Self>) {
         // Borrowed elsewhere only if another thread of the app is inside one of its
         // callables at this moment: then the cycle stays (freed at exit).
-        if let Ok(mut this) = slf.try_borrow_mut() {
-            this.callables = None;
-        }
-    }
-
-    /// Whether the app called it.
-    pub fn called(&self) -> bool {
-        self.status.is_some()
+        let callables = match slf.get().state.borrow_mut(slf.py()) {
+            Ok(mut state) => state.callables.take(),
+            Err(_) => None,
+        };
+        // Dropped once the borrow is over: freeing a bound method may free this object.
+        drop(callables);
     }
 
     /// Encodes the response head (if not done yet) with the stored status and headers;
     /// `body_length` is the body's length when known.
     pub fn begin(&self, py: Python<'_>, body_length: Option<u64>) -> PyResult<()> {
+        let state = self.state.borrow(py)?;
         // One lock on the exchange for the check and the encoding.
         self.input.get().with(py, |exchange| {
             if exchange.response_started() {
                 return Ok(());
             }
-            let status = self.status.as_ref().ok_or_else(|| {
+            let status = state.status.as_ref().ok_or_else(|| {
                 PyRuntimeError::new_err("the app returned a body without calling start_response")
             })?;
-            let headers = self
+            let headers = state
                 .headers
                 .iter()
                 .map(|(name, value)| (name.bytes(), value.bytes()));
@@ -215,41 +226,44 @@ impl StartResponse {
         exc_info: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
+        let this = slf.get();
         let exc_info = exc_info.filter(|info| !info.is_none());
-        {
-            let this = slf.borrow();
-            if let Some(info) = exc_info {
-                let input = this.input.get();
-                if input.with(py, |exchange| exchange.response_committed())? {
-                    // PEP 3333: headers already sent, so re-raise the app's exception.
-                    let value = info.get_item(1)?;
-                    return Err(PyErr::from_value(value));
-                }
-                input.with(py, |exchange| exchange.reset_response())?;
-            } else if this.called() {
-                return Err(PyRuntimeError::new_err(
-                    "start_response was already called (pass exc_info to replace the response)",
-                ));
+        let called = this.state.borrow(py)?.status.is_some();
+        if let Some(info) = exc_info {
+            let input = this.input.get();
+            if input.with(py, |exchange| exchange.response_committed())? {
+                // PEP 3333: headers already sent, so re-raise the app's exception.
+                let value = info.get_item(1)?;
+                return Err(PyErr::from_value(value));
             }
+            input.with(py, |exchange| exchange.reset_response())?;
+        } else if called {
+            return Err(PyRuntimeError::new_err(
+                "start_response was already called (pass exc_info to replace the response)",
+            ));
         }
         let status = status_text(status)?;
         // The first call fills the list the last request left empty (no allocation); a
         // replacement (exc_info) keeps the first head until the new one passes.
-        let mut list = if slf.borrow().called() {
+        let mut list = if called {
             Vec::new()
         } else {
-            std::mem::take(&mut slf.borrow_mut().headers)
+            std::mem::take(&mut this.state.borrow_mut(py)?.headers)
         };
         header_list(headers, &mut list)?;
-        let mut this = slf.borrow_mut();
-        this.status = Some(status);
-        this.headers = list;
-        match this.callables.as_ref() {
-            Some((_, write)) => Ok(write.bind(py).clone()),
-            None => {
-                drop(this);
-                slf.getattr(pyo3::intern!(py, "write"))
-            }
+        let mut state = this.state.borrow_mut(py)?;
+        state.status = Some(status);
+        // A replaced head (exc_info) is dropped once the borrow is over.
+        let replaced = std::mem::replace(&mut state.headers, list);
+        let write = state
+            .callables
+            .as_ref()
+            .map(|(_, write)| write.bind(py).clone());
+        drop(state);
+        drop(replaced);
+        match write {
+            Some(write) => Ok(write),
+            None => slf.getattr(pyo3::intern!(py, "write")),
         }
     }
 

@@ -9,6 +9,7 @@ import io
 import json
 import os
 import sys
+import threading
 from wsgiref.validate import validator
 
 ENVIRON_KEYS = (
@@ -171,6 +172,25 @@ def bad(environ, start_response):
     if path == "/recorded-fail":
         start_response("200 OK", [("Content-Type", "text/plain")])
         return Recorded(query, fail=True)
+    if path == "/write-while-reading":
+        # One thread reads wsgi.input while another writes a large block the client takes
+        # its time to read (GIL released, the exchange lent to the write): the read waits
+        # for the write, then gets the body.
+        stream = environ["wsgi.input"]
+        write = start_response("200 OK", [("Content-Type", "text/plain")])
+        got: list[bytes] = []
+        writing = threading.Event()
+
+        def reader() -> None:
+            writing.wait()
+            got.append(stream.read())
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        writing.set()
+        write(b"x" * (8 << 20))
+        thread.join()
+        return [b"|read:" + b"".join(got)]
     if path == "/mutate":
         # The environ is the app's: whatever it does to it must not reach the next request.
         for key in [key for key in environ if key.startswith("HTTP_")]:
