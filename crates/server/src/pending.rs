@@ -697,8 +697,13 @@ impl Output {
     fn release(&self, state: MutexGuard<'_, OutputState>) {
         drop(state);
         // The loop sets the request *before* it tries the lock: if it failed because this
-        // thread held it, the request is visible here, after the unlock.
-        while self.help_wanted.swap(false, Ordering::SeqCst) {
+        // thread held it, the request is visible here, after the unlock (both sides store,
+        // then load, in sequentially consistent order: the unlock is a swap). Loaded first,
+        // swapped only when set: a swap is a locked instruction, and a worker whose loop
+        // serves inline never asks.
+        while self.help_wanted.load(Ordering::SeqCst)
+            && self.help_wanted.swap(false, Ordering::SeqCst)
+        {
             let mut state = self.state();
             if !state.closed {
                 // An error shows at the owner's next write of its own.
@@ -886,14 +891,24 @@ impl Output {
     /// Writes what the socket takes now (the loop's writes once the connection is back, and
     /// the owner's while it waits for the client).
     pub fn write_some(&self) -> io::Result<Progress> {
+        self.write_some_moved().map(|(progress, _)| progress)
+    }
+
+    /// [`Output::write_some`], and whether it wrote anything (under the same lock).
+    pub fn write_some_moved(&self) -> io::Result<(Progress, bool)> {
         let mut state = self.state();
         if state.closed {
-            return Ok(Progress::Done);
+            return Ok((Progress::Done, false));
         }
-        self.help_wanted.store(false, Ordering::SeqCst);
+        // This write answers a request for help; cleared only when set (see `release`).
+        if self.help_wanted.load(Ordering::SeqCst) {
+            self.help_wanted.store(false, Ordering::SeqCst);
+        }
+        let before = state.pending.written();
         let result = state.pending.write_some(self.fd);
+        let moved = state.pending.written() > before;
         self.note_queued(&state);
-        result
+        result.map(|progress| (progress, moved))
     }
 
     /// Writes everything, waiting for the client up to `timeout` per wait, without holding

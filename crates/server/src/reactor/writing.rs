@@ -6,7 +6,6 @@
 //!
 //! It writes only what the slot queued; it must not frame or produce a response.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Driver, Entry, Reactor};
@@ -25,19 +24,17 @@ impl Reactor {
         else {
             return;
         };
-        let output = Arc::clone(conn.output());
-        let before = output.with(|pending| pending.written());
-        match output.write_some() {
-            Ok(Progress::Blocked) => {
+        match conn.output().write_some_moved() {
+            Ok((Progress::Blocked, moved)) => {
                 // The send timeout is per wait, as for a slot: renewed when the client took
                 // bytes, not by events that wrote nothing.
-                if output.with(|pending| pending.written()) > before {
+                if moved {
                     *deadline = Instant::now() + self.shared.config.send_timeout;
                     let deadline = *deadline;
                     self.note_deadline(deadline);
                 }
             }
-            Ok(Progress::Done) => {
+            Ok((Progress::Done, _)) => {
                 let readable = *readable;
                 let Entry::Writing { mut conn, .. } = std::mem::replace(
                     &mut self.entries[token],
