@@ -262,7 +262,8 @@ impl Connection {
                 }
                 Ok(Some(n)) => {
                     if self.head_started.is_none() {
-                        self.head_started = Some(Instant::now());
+                        // The bytes came before the loop woke (or the last response ended).
+                        self.head_started = Some(crate::clock::recent());
                     }
                     self.filled += n;
                     self.received += n as u64;
@@ -390,7 +391,11 @@ impl Connection {
         self.filled = len;
         self.head.clear();
         self.served += 1;
-        self.head_started = if len > 0 { Some(Instant::now()) } else { None };
+        self.head_started = if len > 0 {
+            Some(crate::clock::recent())
+        } else {
+            None
+        };
         self.parked_body = None;
         self.state = ConnState::KeepAlive;
     }

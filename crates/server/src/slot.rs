@@ -22,7 +22,7 @@ pub(crate) fn serve_connection(
 ) -> (Option<Box<Connection>>, Box<SlotContext>) {
     loop {
         // One clock read per request: the slot's own when it read the clock just before.
-        let now = started.take().unwrap_or_else(Instant::now);
+        let now = started.take().unwrap_or_else(crate::clock::now);
         let fd = conn.fd();
         let head = &conn.head;
         shared.request_started(

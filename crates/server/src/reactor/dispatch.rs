@@ -126,7 +126,7 @@ impl Reactor {
                     }
                     // The queue wait (scoreboard histogram, access log) starts now.
                     if !driver.serves_inline() {
-                        conn.ready_at = Some(Instant::now());
+                        conn.ready_at = Some(crate::clock::recent());
                     }
                     match driver.dispatch(token, conn, self.dispatch_started) {
                         Dispatch::Handed => {

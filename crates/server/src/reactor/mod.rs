@@ -235,6 +235,8 @@ impl Reactor {
                 let mut waited = Ok(());
                 driver.wait(&mut || waited = poller.wait(&mut events, Some(timeout)));
                 waited?;
+                // The wake-up: what the turn marks with `clock::recent` dates from here.
+                crate::clock::now();
             }
             if driver.has_returns() {
                 // Before the events: a returned connection's next request may be among them.

@@ -58,7 +58,8 @@ impl Reactor {
             _ if conn.served == 0 => (TimerKind::Header, Instant::now() + config.header_timeout),
             // While stopping, no later than the drain's end.
             _ => {
-                let idle_until = Instant::now() + config.keepalive_timeout;
+                // After the response's last write, or the loop's wake-up: a few µs ago.
+                let idle_until = crate::clock::recent() + config.keepalive_timeout;
                 let deadline = self
                     .drain_until
                     .map_or(idle_until, |drain_until| drain_until.min(idle_until));

@@ -75,7 +75,8 @@ impl Reactor {
         readable: bool,
         driver: &mut dyn Driver,
     ) {
-        let now = Instant::now();
+        // The response's last write (its slot read the clock then), or the loop's wake-up.
+        let now = crate::clock::recent();
         let deadline = now + self.shared.config.send_timeout;
         self.note_deadline(deadline);
         self.entries[token] = Entry::Writing {
@@ -101,10 +102,11 @@ impl Reactor {
     /// Before the inline slot serves a request: writes the batch first when that request
     /// would make the oldest deferred response wait past `response_batch_delay`.
     pub(super) fn before_inline_dispatch(&mut self, driver: &mut dyn Driver) {
-        let mut now = Instant::now();
+        // The last response's last write, or the loop's wake-up: a few µs ago.
+        let mut now = crate::clock::recent();
         if !self.deferred.is_empty() && self.batch.due(now) {
             self.flush_deferred(driver);
-            now = Instant::now();
+            now = crate::clock::now();
         }
         self.dispatch_started = Some(now);
     }

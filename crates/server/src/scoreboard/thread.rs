@@ -191,7 +191,7 @@ impl ThreadSlot {
 
     /// Owner: the app returned its iterable (a progress point, and the "app done" time).
     pub fn app_returned(&self) {
-        let now = monotonic_ns();
+        let now = monotonic_ns_of(crate::clock::now());
         self.app_returned_ns.store(now, Ordering::Relaxed);
         self.progress_ns.store(now, Ordering::Relaxed);
     }
@@ -210,7 +210,8 @@ impl ThreadSlot {
             let bytes = self.response_bytes.load(Ordering::Relaxed);
             self.response_bytes.store(bytes + sent, Ordering::Relaxed);
         }
-        self.progress_ns.store(monotonic_ns(), Ordering::Relaxed);
+        self.progress_ns
+            .store(monotonic_ns_of(crate::clock::now()), Ordering::Relaxed);
         self.state.store(ThreadState::App as u32, Ordering::Relaxed);
     }
 
