@@ -1,6 +1,7 @@
 //! `run_worker`: the worker process's entry into Rust, called by `tines.worker` after fork and
-//! app loading. The GIL is released for the worker's whole life; slot threads re-take it per
-//! request (see `wsgi::WsgiApp::run_slot_thread`).
+//! app loading. The GIL is released here for the worker's whole life; the threads that serve
+//! (prefork's loop, the pool's app threads) take it and keep it while they work (see
+//! `wsgi::WsgiApp::run_loop_thread`).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -57,23 +57,17 @@ pub trait App: Send + Sync + 'static {
     /// returns it. Called on a slot thread (the prefork process's thread or an app thread).
     fn serve(&self, exchange: Box<Exchange>) -> Box<Exchange>;
 
-    /// Runs `body` for a slot thread's whole life. The Python implementation attaches the
-    /// thread to the interpreter once here and detaches while `body` waits, so each request
-    /// re-takes the GIL cheaply instead of creating a thread state.
-    fn run_slot_thread(&self, body: &mut dyn FnMut()) {
-        body()
-    }
-
-    /// Runs `body`, a loop that also serves requests on its own thread (prefork), for the
-    /// thread's whole life. The Python implementation attaches the thread and keeps the GIL
-    /// while the loop works (reading, parsing, writing: no waits), releasing it only while
-    /// the loop sleeps ([`App::wait`]); see ADR 0012.
+    /// Runs `body`, a loop that serves requests on its own thread (prefork's loop, an app
+    /// thread of the event and thread MPMs), for the thread's whole life. The Python
+    /// implementation attaches the thread and keeps the GIL while the loop works (reading,
+    /// parsing, serving, writing: no waits), releasing it only while the loop sleeps
+    /// ([`App::wait`]); see ADRs 0012 and 0015.
     fn run_loop_thread(&self, body: &mut dyn FnMut()) {
         body()
     }
 
-    /// Runs `wait`, the loop's sleep in its poller, on a thread started by
-    /// [`App::run_loop_thread`]: the Python implementation releases the GIL for it.
+    /// Runs `wait`, the loop's sleep (in its poller, or for the next request), on a thread
+    /// started by [`App::run_loop_thread`]: the Python implementation releases the GIL for it.
     fn wait(&self, wait: &mut dyn FnMut()) {
         wait()
     }

@@ -1,7 +1,7 @@
 //! WSGI (PEP 3333) on top of the server's [`tines_server::App`] trait.
 //!
-//! Per request, on a slot thread: take the GIL (the thread is attached once, see
-//! [`WsgiApp::run_slot_thread`]), build the environ, call the app, send its body, always call
+//! Per request, on a slot thread (which holds the GIL while it works: see
+//! `WsgiApp::run_loop_thread`): build the environ, call the app, send its body, always call
 //! the iterable's `close()`, and hand the exchange back. An exception before any byte was sent
 //! is a 500 with the traceback in the error log; after, the connection is closed.
 
@@ -241,19 +241,10 @@ impl App for WsgiApp {
         Python::attach(|py| self.serve_attached(py, exchange))
     }
 
-    fn run_slot_thread(&self, body: &mut dyn FnMut()) {
-        Python::attach(|py| {
-            let body = SameThread(body);
-            py.detach(move || {
-                let body = body;
-                (body.0)()
-            })
-        })
-    }
-
-    /// Prefork's loop keeps the GIL while it works and releases it only to sleep (ADR
-    /// 0012): each request then finds the GIL held (taking it back per request, and
-    /// `PyGILState_Ensure`, cost about 900 of a hello-world request's 15,900 instructions).
+    /// Prefork's loop and the pool's app threads keep the GIL while they work and release it
+    /// only to sleep (ADRs 0012, 0015): each request then finds the GIL held (taking it back
+    /// per request, and `PyGILState_Ensure`, cost about 900 of a hello-world request's
+    /// 15,900 instructions on prefork, 560 of 13,300 on an app thread).
     fn run_loop_thread(&self, body: &mut dyn FnMut()) {
         Python::attach(|_py| body())
     }
