@@ -221,6 +221,37 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+/// Whether `a` and `b` are the same bytes. Short ones (most values here: a method, a path,
+/// a port, a header block) are compared inline, by words.
+///
+/// Why: `==` on slices calls `memcmp`, whose dispatch on the length mispredicts when lengths
+/// vary from call to call: nine calls per hello-world request took 1.6% of the worker's CPU
+/// (perf) for 130 instructions.
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let len = a.len();
+    if len != b.len() {
+        return false;
+    }
+    let word = |bytes: &[u8], at: usize| -> u64 {
+        u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight bytes"))
+    };
+    let half = |bytes: &[u8], at: usize| -> u32 {
+        u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes"))
+    };
+    match len {
+        0 => true,
+        1..=3 => a.iter().zip(b).all(|(x, y)| x == y),
+        // Two loads that overlap cover every byte.
+        4..=7 => half(a, 0) == half(b, 0) && half(a, len - 4) == half(b, len - 4),
+        8..=64 => {
+            (0..len / 8).all(|i| word(a, i * 8) == word(b, i * 8))
+                && word(a, len - 8) == word(b, len - 8)
+        }
+        _ => a == b,
+    }
+}
+
 /// Whether `source` (length-prefixed parts, as [`ThreadTemplate::remember`] keeps them) holds
 /// exactly `parts`.
 fn same_source(source: &[u8], parts: &[&[u8]]) -> bool {
@@ -229,7 +260,8 @@ fn same_source(source: &[u8], parts: &[&[u8]]) -> bool {
         let Some((length, tail)) = rest.split_first_chunk::<4>() else {
             return false;
         };
-        if u32::from_le_bytes(*length) as usize != part.len() || !tail.starts_with(part) {
+        let len = u32::from_le_bytes(*length) as usize;
+        if len != part.len() || tail.len() < len || !same_bytes(&tail[..len], part) {
             return false;
         }
         rest = &tail[part.len()..];
@@ -256,7 +288,9 @@ impl ThreadTemplate {
     /// from: the same header block, byte for byte.
     fn same_headers(&self, exchange: &Exchange, decoded: bool) -> bool {
         self.header_source.as_deref().is_some_and(|source| {
-            source.split_first() == Some((&u8::from(decoded), exchange.header_block()))
+            source.split_first().is_some_and(|(&flag, block)| {
+                flag == u8::from(decoded) && same_bytes(block, exchange.header_block())
+            })
         })
     }
 
@@ -402,7 +436,7 @@ impl ThreadTemplate {
         bytes: &[u8],
     ) -> PyResult<Bound<'py, PyString>> {
         if let Some((last, value)) = &self.headers[index] {
-            if last.as_slice() == bytes {
+            if same_bytes(last, bytes) {
                 return Ok(value.bind(py).clone());
             }
         }
@@ -776,6 +810,20 @@ mod tests {
         assert_eq!(&*percent_decode(b"/a%20b%2Fc"), b"/a b/c");
         assert_eq!(&*percent_decode(b"/100%"), b"/100%");
         assert_eq!(&*percent_decode(b"/%zz%4"), b"/%zz%4");
+    }
+
+    #[test]
+    fn compares_bytes_of_every_length_as_slices_do() {
+        for len in 0..80usize {
+            let a: Vec<u8> = (0..len as u8).collect();
+            assert!(same_bytes(&a, &a.clone()), "{len}");
+            assert!(!same_bytes(&a, &a[..len.saturating_sub(1)]) || len == 0);
+            for at in 0..len {
+                let mut b = a.clone();
+                b[at] ^= 0x20;
+                assert!(!same_bytes(&a, &b), "{len} differs at {at}");
+            }
+        }
     }
 
     #[test]

@@ -469,6 +469,14 @@ impl Exchange {
         }
     }
 
+    /// `sent` bytes were queued for the poller with no wait on the client: a progress point at
+    /// the thread's last clock reading (`clock::recent`).
+    pub(crate) fn queued_for_poller(&self, sent: u64) {
+        if let Some(thread) = self.shared.thread_slot(self.ctx.thread) {
+            thread.progressed_at(sent, crate::clock::recent());
+        }
+    }
+
     /// The decoded length of a chunked request body the server read whole before dispatch:
     /// the app is given it as `CONTENT_LENGTH`, and no `Transfer-Encoding` (as a buffering
     /// proxy does). `None` for any other body.

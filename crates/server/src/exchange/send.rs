@@ -117,8 +117,9 @@ impl Exchange {
             self.keep_alive = false;
         }
         let total = self.ctx.out.len() as u64;
-        self.begin_client_wait();
-        self.end_client_wait(total);
+        // Handed to the poller without a wait: a progress point dated by the thread's last
+        // clock reading (the app's return, microseconds ago), not a reading of its own.
+        self.queued_for_poller(total);
         self.ctx.out.clear();
         self.phase = Phase::Finished;
         true

@@ -206,12 +206,17 @@ impl ThreadSlot {
     /// Owner: a wait on the client ended, `sent` response bytes went to the socket; the app
     /// holds the thread again from now.
     pub fn progressed(&self, sent: u64) {
+        self.progressed_at(sent, crate::clock::now());
+    }
+
+    /// Owner: [`ThreadSlot::progressed`] at `now`, a reading the caller has.
+    pub fn progressed_at(&self, sent: u64, now: Instant) {
         if sent > 0 {
             let bytes = self.response_bytes.load(Ordering::Relaxed);
             self.response_bytes.store(bytes + sent, Ordering::Relaxed);
         }
         self.progress_ns
-            .store(monotonic_ns_of(crate::clock::now()), Ordering::Relaxed);
+            .store(monotonic_ns_of(now), Ordering::Relaxed);
         self.state.store(ThreadState::App as u32, Ordering::Relaxed);
     }
 
