@@ -154,7 +154,7 @@ impl Poller {
         };
         // SAFETY: `raw` has EVENTS_PER_WAIT initialised entries and the kernel writes at most that many.
         let n = unsafe {
-            libc::epoll_wait(
+            crate::io::raw::epoll_wait(
                 self.epoll.as_raw_fd(),
                 self.raw.as_mut_ptr(),
                 EVENTS_PER_WAIT as i32,
