@@ -140,6 +140,18 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// The worker serves on one thread (prefork, event without app threads): its counters and
+    /// budgets are touched by one thread at a time, the loop or, while the loop is inside the
+    /// app, a thread of the app's that the request is lent to (the GIL's hand-overs order
+    /// them; ADR 0015), so they need no locked instructions.
+    pub fn serves_on_one_thread(&self) -> bool {
+        match self.mpm {
+            Mpm::Prefork => true,
+            Mpm::Event => self.threads == 0,
+            Mpm::Thread => false,
+        }
+    }
+
     /// The header deadline for a head that started at `started` and has `received` bytes so
     /// far: `header_timeout`, plus a second per `header_min_rate` bytes, at most
     /// `header_timeout_max` (mod_reqtimeout's `header=20-40,MinRate=500`).

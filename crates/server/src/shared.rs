@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::access_log::AccessLog;
-use crate::config::{Mpm, WorkerConfig};
+use crate::config::WorkerConfig;
 use crate::control::StopReason;
 use crate::listener::Local;
 use crate::scoreboard::thread::monotonic_ns_of;
@@ -34,9 +34,9 @@ pub struct WorkerShared {
     recycle: AtomicBool,
     /// Requests left before recycling (`u64::MAX` when `max_requests` is off).
     budget: AtomicU64,
-    /// The worker serves on one thread (prefork, event without app threads): the only writer
-    /// of its slot's counters, which then take a plain load and store instead of a locked
-    /// add (see [`WorkerShared::add`]).
+    /// The worker serves on one thread ([`WorkerConfig::serves_on_one_thread`]): its slot's
+    /// counters take a plain load and store instead of a locked add (see
+    /// [`WorkerShared::add`]).
     one_thread: bool,
     /// Called once, when the worker's set-up is complete (see [`crate::WorkerSpec::on_ready`]).
     pub(crate) on_ready: Mutex<Option<ReadyHook>>,
@@ -61,13 +61,8 @@ impl WorkerShared {
         budget: u64,
         on_draining: Option<DrainingHook>,
     ) -> WorkerShared {
-        let one_thread = match config.mpm {
-            Mpm::Prefork => true,
-            Mpm::Event => config.threads == 0,
-            Mpm::Thread => false,
-        };
         WorkerShared {
-            one_thread,
+            one_thread: config.serves_on_one_thread(),
             buffers: Arc::new(Buffers::new(&config)),
             config,
             locals,
@@ -165,8 +160,8 @@ impl WorkerShared {
     }
 
     /// Adds `n` to one of the slot's counters. The master only reads them while the worker
-    /// lives, so a worker on one thread, their only writer, loads and stores; one with app
-    /// threads adds atomically.
+    /// lives, so a worker on one thread, whose writes come one at a time, loads and stores;
+    /// one with app threads adds atomically.
     ///
     /// Why: a locked add costs about 20 cycles here and waits for the stores before it to
     /// drain (perf's samples pile up behind each), and a request made five of them on

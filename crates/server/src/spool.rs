@@ -27,23 +27,46 @@ use crate::config::WorkerConfig;
 pub struct Account {
     used: AtomicU64,
     limit: u64,
+    /// One thread at a time touches it ([`WorkerConfig::serves_on_one_thread`]): a load and a
+    /// store, not a locked compare-and-swap (two per small response, ADR 0015).
+    one_thread: bool,
 }
 
 impl Account {
-    /// An empty account that allows `limit` bytes.
+    /// An empty account that allows `limit` bytes, used by any thread of the worker.
     pub fn new(limit: u64) -> Account {
+        Account::for_threads(limit, false)
+    }
+
+    /// An empty account that allows `limit` bytes; `one_thread`: only one thread uses it.
+    pub fn for_threads(limit: u64, one_thread: bool) -> Account {
         Account {
             used: AtomicU64::new(0),
             limit,
+            one_thread,
         }
+    }
+
+    /// Sets `used` to what `next` makes of it, unless `next` says `None`; the old value, as
+    /// `fetch_update` returns it.
+    fn update(&self, mut next: impl FnMut(u64) -> Option<u64>) -> Result<u64, u64> {
+        if self.one_thread {
+            let used = self.used.load(Ordering::Relaxed);
+            return match next(used) {
+                Some(new) => {
+                    self.used.store(new, Ordering::Relaxed);
+                    Ok(used)
+                }
+                None => Err(used),
+            };
+        }
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, next)
     }
 
     /// Takes `bytes` from the budget if they fit; false (and nothing taken) if not.
     pub fn try_take(&self, bytes: u64) -> bool {
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(bytes).filter(|total| *total <= self.limit)
-            })
+        self.update(|used| used.checked_add(bytes).filter(|total| *total <= self.limit))
             .is_ok()
     }
 
@@ -51,19 +74,20 @@ impl Account {
     /// was taken.
     pub fn take_up_to(&self, bytes: u64) -> u64 {
         let mut taken = 0;
-        let _ = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                taken = bytes.min(self.limit.saturating_sub(used));
-                (taken > 0).then_some(used + taken)
-            });
+        let _ = self.update(|used| {
+            taken = bytes.min(self.limit.saturating_sub(used));
+            (taken > 0).then_some(used + taken)
+        });
         taken
     }
 
     /// Gives `bytes` taken earlier back.
     pub fn give_back(&self, bytes: u64) {
-        let before = self.used.fetch_sub(bytes, Ordering::AcqRel);
-        debug_assert!(before >= bytes, "gave back more than was taken");
+        let before = self.update(|used| Some(used.wrapping_sub(bytes)));
+        debug_assert!(
+            before.is_ok_and(|before| before >= bytes),
+            "gave back more than was taken"
+        );
     }
 
     /// Bytes taken now.
@@ -104,10 +128,11 @@ pub struct Buffers {
 impl Buffers {
     /// The budgets `config` sets.
     pub fn new(config: &WorkerConfig) -> Buffers {
+        let one_thread = config.serves_on_one_thread();
         Buffers {
-            request_memory: Account::new(config.request_buffer_total),
-            response_memory: Account::new(config.response_buffer_total),
-            disk: Account::new(config.buffer_disk_total),
+            request_memory: Account::for_threads(config.request_buffer_total, one_thread),
+            response_memory: Account::for_threads(config.response_buffer_total, one_thread),
+            disk: Account::for_threads(config.buffer_disk_total, one_thread),
             dir: config.request_buffer_dir.clone(),
         }
     }
@@ -373,13 +398,20 @@ mod tests {
 
     #[test]
     fn an_account_refuses_what_would_pass_its_limit_and_takes_back_what_is_given() {
-        let account = Account::new(10);
-        assert!(account.try_take(6));
-        assert!(!account.try_take(5));
-        assert!(account.try_take(4));
-        account.give_back(6);
-        assert_eq!(account.used(), 4);
-        assert!(account.try_take(6));
+        // Atomic (a worker with app threads) and plain (one thread at a time): the same rules.
+        for one_thread in [false, true] {
+            let account = Account::for_threads(10, one_thread);
+            assert!(account.try_take(6));
+            assert!(!account.try_take(5));
+            assert!(account.try_take(4));
+            account.give_back(6);
+            assert_eq!(account.used(), 4);
+            assert!(account.try_take(6));
+            account.give_back(7);
+            assert_eq!(account.take_up_to(20), 7);
+            assert_eq!(account.take_up_to(1), 0);
+            assert_eq!(account.used(), 10);
+        }
     }
 
     #[test]
