@@ -771,16 +771,17 @@ fn remote_addr_and_port(
             }
         },
     )?;
-    let port_text = match peer {
-        Peer::Tcp(addr) => template.port_text(py, addr.port()),
-        Peer::Unix => intern!(py, "").clone(),
+    // Looked up before `remember` takes the template (a cache hit costs a compare).
+    let port_text = match (client, peer) {
+        (Some(_), Peer::Tcp(addr)) => Some(template.port_text(py, addr.port())),
+        (Some(_), Peer::Unix) => Some(intern!(py, "").clone()),
+        (None, _) => None,
     };
     template.remember(py, Remembered::RemotePort, &[&source_port], |env| {
         let key = intern!(py, "REMOTE_PORT");
-        match (client, peer) {
-            (Some(_), Peer::Tcp(_)) => env.set_item(key, &port_text),
-            (Some(_), Peer::Unix) => env.set_item(key, intern!(py, "")),
-            (None, _) => remove(env, key),
+        match port_text {
+            Some(text) => env.set_item(key, text),
+            None => remove(env, key),
         }
     })
 }
