@@ -774,6 +774,60 @@ def test_requests_idle_threads_take_at_once_never_count_as_queued(tines_server: 
             close_all(socks)
 
 
+def listener_watched(pid: int, port: int) -> bool:
+    """Whether the loop of worker ``pid`` watches the listening socket on ``port`` (the
+    listener's fd is in the worker's epoll set: /proc/PID/fdinfo of its eventpoll fd)."""
+    inode = None
+    with open("/proc/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if int(fields[1].split(":")[1], 16) == port and fields[3] == "0A":
+                inode = fields[9]
+    assert inode is not None, f"nothing listens on {port}"
+    fds = {name: os.readlink(f"/proc/{pid}/fd/{name}") for name in os.listdir(f"/proc/{pid}/fd")}
+    listener_fd = next(name for name, target in fds.items() if target == f"socket:[{inode}]")
+    polls = [name for name, target in fds.items() if target == "anon_inode:[eventpoll]"]
+    assert len(polls) == 1, fds
+    with open(f"/proc/{pid}/fdinfo/{polls[0]}") as info:
+        return any(line.split()[:2] == ["tfd:", listener_fd] for line in info)
+
+
+@pytest.mark.parametrize("mpm", ["thread", "event"])
+def test_a_connection_its_app_thread_closes_lets_a_full_loop_listen_again(
+        tines_server: Any, gate: tuple[socket.socket, str], mpm: str) -> None:
+    """`--max-connections 1`: a `Connection: close` request runs while a second connection
+    arrives, so the loop stops listening (full). The app thread closes the first connection
+    itself (its client sees the response, then EOF) and hands back only its token; since the
+    loop is not listening, that return must wake it, or the second connection would wait for
+    the loop's one-second heartbeat (150 such waits pass the test's time limit)."""
+    listener, gate_path = gate
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "1",
+                          "--max-connections", "1", env={"EVENT_APP_GATE": gate_path})
+    pid = worker_pid(server)
+    for index in range(150):
+        a = connect(server.port)
+        b = connect(server.port)
+        held = None
+        try:
+            a.sendall(b"GET /block?A HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            held, _ = listener.accept()  # the app thread runs A and waits for us
+            held.settimeout(IO_TIMEOUT)
+            assert held.recv(16) == b"A\n"
+            b.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            wait_until(lambda: not listener_watched(pid, server.port),
+                       what="the full loop to stop listening")
+            held.sendall(b"x")
+            for sock, body in ((a, b"released A"), (b, b"hello")):
+                response = Reader(sock).response()
+                assert (response.status, response.body) == (200, body), index
+                wait_readable(sock)
+                assert sock.recv(1) == b"", "the server did not close after Connection: close"
+        finally:
+            close_all([a, b])
+            if held is not None:
+                held.close()
+
+
 @pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
 def test_an_error_response_reaches_a_client_still_sending_its_body(tines_server: Any, mpm: str) -> None:
     """A 413 refused before the body is read, sent while the client is still uploading: the

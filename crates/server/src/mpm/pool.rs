@@ -31,7 +31,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::batch::BatchClock;
-use crate::connection::Connection;
+use crate::connection::{Connection, Linger};
 use crate::control::StopReason;
 use crate::exchange::SlotContext;
 use crate::mpm::app_threads::{self, lock};
@@ -50,6 +50,9 @@ struct Queue {
 
 struct Returned {
     conns: Vec<(usize, Option<Box<Connection>>)>,
+    /// How many of `conns` are open connections (the others were closed by their app
+    /// thread, and only their tokens wait to be freed).
+    open: usize,
     /// The waker was rung since the loop last collected.
     rung: bool,
 }
@@ -72,6 +75,14 @@ struct Shared {
     /// `edges` then loads `has_returns` before it sleeps, so one of them always sees the
     /// other and no returned connection waits for the heartbeat.
     edges: AtomicUsize,
+    /// The loop watches the listeners (as of its last turn). While it does, tokens of closed
+    /// connections go back without a wake-up: the loop frees them at its next turn, which
+    /// the next connection or request starts anyway. While it does not (saturated, at
+    /// `max_connections`, throttled, stopping), a return may be what lets it listen again,
+    /// and rings. A Dekker pair with `has_returns`, as `edges` is: the loop stores this then
+    /// loads `has_returns` before it sleeps; an app thread stores `has_returns` then loads
+    /// this.
+    loop_listening: AtomicBool,
     waker: Waker,
 }
 
@@ -82,6 +93,8 @@ struct Pool {
     /// Requests found ready in this loop iteration, queued together by `flush`.
     batch: Vec<(usize, Box<Connection>)>,
     max_queued: usize,
+    /// What `loop_listening` last told the app threads (stored only when it changes).
+    listening: bool,
 }
 
 impl Driver for Pool {
@@ -124,12 +137,22 @@ impl Driver for Pool {
             returned.rung = false;
         }
         self.shared.has_returns.store(false, Ordering::SeqCst);
+        returned.open = 0;
         self.in_flight -= returned.conns.len();
         into.append(&mut returned.conns);
     }
 
     fn has_returns(&self) -> bool {
         self.shared.has_returns.load(Ordering::SeqCst)
+    }
+
+    fn note_listening(&mut self, listening: bool) {
+        if listening != self.listening {
+            self.listening = listening;
+            self.shared
+                .loop_listening
+                .store(listening, Ordering::SeqCst);
+        }
     }
 
     fn handed_edge(&mut self, seen: bool) {
@@ -200,9 +223,14 @@ fn app_thread(index: usize, app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: 
                     // requests waited then, and another thread took them) must not stay
                     // uncollected, or a loop that stopped watching the listener while every
                     // thread was taken would not learn that one is free.
+                    // Tokens of closed connections alone need no wake-up while the loop listens
+                    // (see `Shared::loop_listening`).
                     if pool.has_returns.load(Ordering::SeqCst) {
                         let mut back = lock(&pool.returned);
-                        if !back.conns.is_empty() && !back.rung {
+                        if !back.conns.is_empty()
+                            && !back.rung
+                            && (back.open > 0 || !pool.loop_listening.load(Ordering::SeqCst))
+                        {
                             back.rung = true;
                             pool.waker.wake();
                         }
@@ -292,6 +320,14 @@ fn hand_back(
     // switches per request on a busy worker (docs/mpm.md). One that has output to finish or
     // bytes buffered, a stopping worker, a loop that saw bytes arrive for a handed-out
     // connection (`edges`), or the end of a burst, rings the loop.
+    for (_, kept) in conns.iter_mut() {
+        if kept.as_ref().is_some_and(|conn| closes_now(conn)) {
+            // Closed here, by this thread (dropping it closes the socket, which leaves the
+            // loop's epoll set with it): only its token goes back.
+            *kept = None;
+        }
+    }
+    let open = conns.iter().filter(|(_, kept)| kept.is_some()).count();
     let urgent = worker.is_stopping()
         || conns.iter().any(|(_, kept)| {
             kept.as_ref()
@@ -299,11 +335,14 @@ fn hand_back(
         });
     let mut back = lock(&pool.returned);
     back.conns.append(conns);
+    back.open += open;
     pool.has_returns.store(true, Ordering::SeqCst);
     let edges = pool.edges.load(Ordering::SeqCst);
     // The last return before this thread goes idle rings too, so that connections returned
-    // during a burst start their keep-alive timers promptly.
-    let idle_next = pool.queued.load(Ordering::Relaxed) == 0;
+    // during a burst start their keep-alive timers promptly; tokens of closed connections
+    // alone need no wake-up while the loop listens (see `Shared::loop_listening`).
+    let idle_next = pool.queued.load(Ordering::Relaxed) == 0
+        && (back.open > 0 || !pool.loop_listening.load(Ordering::SeqCst));
     if (urgent || edges > 0 || idle_next) && !back.rung {
         // Under the lock, so that `rung` always means the eventfd is set: `collect` resets it
         // under the same lock (else a reset could land before this write and leave a set
@@ -311,6 +350,16 @@ fn hand_back(
         back.rung = true;
         pool.waker.wake();
     }
+}
+
+/// Whether an app thread closes `conn` itself instead of handing it back open: its response
+/// is written whole and it closes without lingering, which is all the loop would do with it.
+///
+/// Why: under `Connection: close` load each such return rang the loop (an eventfd write and
+/// read, and the loop's wake-up) only for it to close the socket; a closed connection's token
+/// goes back without one (see `Shared::loop_listening`).
+fn closes_now(conn: &Connection) -> bool {
+    conn.close_after_write && conn.linger == Linger::No && !conn.has_pending_output()
 }
 
 /// Puts the calling (loop) thread under `SCHED_BATCH`: it then never preempts a running app
@@ -366,10 +415,12 @@ pub fn run(
         busy: AtomicUsize::new(0),
         returned: Mutex::new(Returned {
             conns: Vec::new(),
+            open: 0,
             rung: false,
         }),
         has_returns: AtomicBool::new(false),
         edges: AtomicUsize::new(0),
+        loop_listening: AtomicBool::new(true),
         waker: Waker::new()?,
     });
     let threads = app_threads::spawn(threads, &app, &worker, &shared, app_thread)?;
@@ -379,6 +430,7 @@ pub fn run(
         in_flight: 0,
         batch: Vec::new(),
         max_queued: worker.config.max_queued_requests,
+        listening: true,
     };
     loop_yields_to_app_threads();
     let result = reactor.run(&mut pool);

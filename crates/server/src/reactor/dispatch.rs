@@ -44,6 +44,10 @@ pub(crate) trait Driver {
     fn has_returns(&self) -> bool {
         false
     }
+    /// Whether the loop watches the listeners, told before each sleep: a driver that hands
+    /// closed connections back without a wake-up rings while the loop does not (a freed slot
+    /// or connection may be what lets it listen again).
+    fn note_listening(&mut self, _listening: bool) {}
     /// The loop saw a handed-out connection's socket become readable (`true`), or got such a
     /// connection back (`false`): see `mpm::pool` for why a driver counts these.
     fn handed_edge(&mut self, _seen: bool) {}

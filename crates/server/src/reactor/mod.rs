@@ -204,6 +204,8 @@ impl Reactor {
                     return Ok(Some(reason));
                 }
             }
+            // Before the look at `has_returns` (a Dekker pair with the app threads' returns).
+            driver.note_listening(self.listening);
             if driver.has_returns() {
                 // Returned without a wake-up (event MPM): collect before sleeping.
                 self.on_returned(driver);
