@@ -33,7 +33,7 @@ pub use request::{
     Version,
 };
 /// Whether `bytes` is an RFC 9110 token (a method, a header name): for settings that name them.
-pub use syntax::is_token;
+pub use syntax::{is_token, same_bytes};
 
 /// A byte range into the connection's read buffer (heads are never copied).
 ///

@@ -51,6 +51,8 @@ pub struct SlotContext {
     /// The values of the response headers the access log's format shows, kept by
     /// `begin_response` (empty unless the format names some).
     pub(crate) logged_response_headers: Vec<Option<Vec<u8>>>,
+    /// The app header lines this slot checked last (`begin_response`).
+    pub(crate) checked_headers: tines_proto::response::CheckedHeaders,
     /// Which app thread of the worker this is (its scoreboard sub-slot).
     pub(crate) thread: usize,
     /// The slot writes responses in batches (ADR 0011): a small response that is complete
@@ -78,6 +80,7 @@ impl SlotContext {
             log_line: Vec::with_capacity(256),
             log_clock: Default::default(),
             logged_response_headers: Vec::new(),
+            checked_headers: Default::default(),
             batch_responses: false,
             never_wait: false,
         }

@@ -10,7 +10,7 @@
 use std::io;
 
 use tines_proto::response::{
-    check_app_header, encode_chunk_size, encode_header, encode_status_line, parse_status,
+    encode_chunk_size, encode_header, encode_status_line, parse_status,
     status_allows_body, AppHeader, ResponseFraming, ResponseHeaderError, CHUNK_END, LAST_CHUNK,
 };
 use tines_proto::Version;
@@ -68,7 +68,7 @@ impl Exchange {
         encode_status_line(out, Version::Http11, status);
         let mut declared = None;
         let (mut has_date, mut has_server) = (false, false);
-        for (name, value) in headers {
+        for (position, (name, value)) in headers.into_iter().enumerate() {
             let fail = |kind| {
                 ResponseError::Header(
                     kind,
@@ -79,7 +79,12 @@ impl Exchange {
                     ),
                 )
             };
-            match check_app_header(name, value).map_err(fail)? {
+            let (kind, line) = self
+                .ctx
+                .checked_headers
+                .check(position, name, value)
+                .map_err(fail)?;
+            match kind {
                 AppHeader::ContentLength(length) => {
                     if declared.is_some_and(|d| d != length) {
                         out.clear();
@@ -95,7 +100,10 @@ impl Exchange {
                     has_server |= name.eq_ignore_ascii_case(b"server");
                 }
             }
-            encode_header(out, name, value);
+            match line {
+                Some(line) => out.extend_from_slice(line),
+                None => encode_header(out, name, value),
+            }
         }
         let framing = if !status_allows_body(code, self.is_head) {
             if self.is_head && declared.is_none() {
