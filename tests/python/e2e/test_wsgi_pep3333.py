@@ -359,6 +359,44 @@ def test_exc_info_after_bytes_were_sent_reraises_and_closes(server: Any) -> None
     server.wait_for_log(r"ValueError: too late")
 
 
+def test_each_response_gets_its_own_head_when_the_app_passes_the_same_objects(
+        tines_server: Any, mpm: str) -> None:
+    """The server keeps the head it read from the status and header tuples of the last call
+    when the next call passes the same objects (an app's constants). Requests that pass the
+    same, partly the same (a prefix), other or bad objects, or never call start_response, alternate on
+    one worker; each gets exactly its own status and headers."""
+    server = tines_server(APP, "-w", "1", "--mpm", mpm)
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    expected = {
+        "/constant": (200, {"X-Constant": "a"}, b"constant"),
+        "/other": (201, {"X-Other": "b"}, b"other"),
+        "/text-only": (200, {}, b"text only"),
+        "/constant-replaced": (201, {"X-Other": "b"}, b"replaced"),
+        "/constant-then-injected": (500, {}, None),
+        "/no-start-response": (500, {}, None),
+    }
+    order = ["/constant", "/constant", "/text-only", "/constant", "/other", "/constant", "/constant-then-injected",
+             "/constant", "/no-start-response", "/constant", "/constant-replaced", "/constant",
+             "/other", "/no-start-response", "/other", "/constant-then-injected", "/other"]
+    try:
+        for path in order:
+            connection.request("GET", path)
+            response = connection.getresponse()
+            body = response.read()
+            status, headers, want_body = expected[path]
+            assert response.status == status, path
+            for name in ("X-Constant", "X-Other", "X-Bad", "X-Injected"):
+                assert response.getheader(name) == headers.get(name), (path, name)
+            if want_body is not None:
+                assert body == want_body, path
+                assert response.getheader("Content-Type") == "text/plain", path
+            if response.will_close:
+                connection.close()
+                connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    finally:
+        connection.close()
+
+
 def test_calling_start_response_twice_is_a_500(server: Any) -> None:
     assert request(server, "GET", "/twice")[0] == 500
 

@@ -20,6 +20,16 @@ ENVIRON_KEYS = (
 )
 
 
+# Module constants, passed again and again as the same objects (the server keeps the head it
+# read from them: each call must still get exactly its own status and headers).
+OK = "200 OK"
+CREATED = "201 Created"
+TEXT = ("Content-Type", "text/plain")
+CONSTANT = [TEXT, ("X-Constant", "a")]
+OTHER = [TEXT, ("X-Other", "b")]
+INJECTED = ("X-Bad", "1\r\nX-Injected: yes")
+
+
 def respond(start_response, body: bytes, content_type: str = "text/plain", status: str = "200 OK"):
     start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(body)))])
     return [body]
@@ -201,6 +211,27 @@ def bad(environ, start_response):
         environ["tines.test.added"] = "added"
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"mutated"]
+    if path == "/constant":
+        start_response(OK, list(CONSTANT))
+        return [b"constant"]
+    if path == "/text-only":
+        start_response(OK, [TEXT])
+        return [b"text only"]
+    if path == "/other":
+        start_response(CREATED, list(OTHER))
+        return [b"other"]
+    if path == "/constant-then-injected":
+        start_response(OK, [TEXT, INJECTED])
+        return [b"never"]
+    if path == "/constant-replaced":
+        start_response(OK, list(CONSTANT))
+        try:
+            raise ValueError("replace the constant head")
+        except ValueError:
+            start_response(CREATED, list(OTHER), sys.exc_info())
+        return [b"replaced"]
+    if path == "/no-start-response":
+        return [b"never"]
     if path == "/cl-longer":
         start_response("200 OK", [("Content-Length", "100")])
         return [b"short"]
