@@ -131,7 +131,7 @@ impl Exchange {
             encode_header(out, b"Server", &self.shared.config.server_header);
         }
         if !has_date {
-            encode_header(out, b"Date", self.ctx.date.now());
+            out.extend_from_slice(self.ctx.date.line_now());
         }
         if !self.keep_alive {
             encode_header(out, b"Connection", b"close");
