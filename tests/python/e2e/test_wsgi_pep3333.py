@@ -135,6 +135,15 @@ def test_each_request_sees_its_own_values_when_requests_alternate(tines_server: 
     # An HTTP/1.0 request without a Host header: the listening address names the server.
     reply = raw(server, b"GET /%65nviron HTTP/1.0\r\n\r\n")
     seen.append(json.loads(reply.split(b"\r\n\r\n", 1)[1]))
+    # The same method and target again, over HTTP/1.1 (only the version differs).
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        connection.putrequest("GET", "/%65nviron", skip_host=True, skip_accept_encoding=True)
+        connection.putheader("Host", "127.0.0.1")
+        connection.endheaders()
+        seen.append(json.loads(connection.getresponse().read()))
+    finally:
+        connection.close()
 
     def summary(env: dict[str, Any]) -> tuple[Any, ...]:
         return (env["REQUEST_METHOD"], env["PATH_INFO"], env["QUERY_STRING"], env["SERVER_NAME"],
@@ -148,7 +157,8 @@ def test_each_request_sees_its_own_values_when_requests_alternate(tines_server: 
     three = one[:-1] + ({"HTTP_HOST": "one.example:81", "HTTP_USER_AGENT": "agent B",
                          "HTTP_ACCEPT_ENCODING": "identity"},)
     bare = ("GET", "/environ", "", "127.0.0.1", str(server.port), "HTTP/1.0", None, {})
-    assert [summary(env) for env in seen] == [one, two, three, one, two, bare]
+    bare_11 = bare[:5] + ("HTTP/1.1", None, {"HTTP_HOST": "127.0.0.1"})
+    assert [summary(env) for env in seen] == [one, two, three, one, two, bare, bare_11]
 
 
 def test_each_request_sees_only_its_own_header_fields(tines_server: Any) -> None:

@@ -204,6 +204,12 @@ struct ThreadTemplate {
     /// Keys removed from the template since it was last compacted (an upper bound of the
     /// deleted entries its table still holds).
     removed: usize,
+    /// The request line (method to target, and the version) that the values under
+    /// `REQUEST_METHOD`, `PATH_INFO`, `QUERY_STRING`, `RAW_URI`, `REQUEST_URI` and
+    /// `SERVER_PROTOCOL` were made from; empty when unknown. A request with the same line
+    /// leaves all of them in place after one comparison instead of five (about 170
+    /// instructions per request).
+    request_line: Vec<u8>,
     /// The `wsgi.input` the template holds (its address; 0 for none). The template's
     /// reference keeps that object alive, so the address names one object.
     input: usize,
@@ -249,6 +255,7 @@ impl ThreadTemplate {
             header_source: None,
             header_keys: Vec::new(),
             removed: 0,
+            request_line: Vec::new(),
             input: 0,
             ports: (0..PORT_CACHE).map(|_| None).collect(),
         })
@@ -536,6 +543,29 @@ fn build_with<'py>(
     exchange: &Exchange,
     input: &Bound<'py, Input>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let line = exchange.method_and_target();
+    let version = exchange.version();
+    let same_line = template.request_line.len() == line.len() + 1
+        && template.request_line.last() == Some(&(version as u8))
+        && same_bytes(&template.request_line[..line.len()], line);
+    if !same_line {
+        // Unknown until the values below are all set (an error part-way drops the template).
+        template.request_line.clear();
+        set_request_line(py, template, exchange)?;
+        template.request_line.extend_from_slice(line);
+        template.request_line.push(version as u8);
+    }
+    build_rest(py, context, template, exchange, input)
+}
+
+/// The values made from the request line: `REQUEST_METHOD`, `PATH_INFO`, `QUERY_STRING`,
+/// `RAW_URI`, `REQUEST_URI` and `SERVER_PROTOCOL` (each only when its bytes differ from the
+/// last request's).
+fn set_request_line(
+    py: Python<'_>,
+    template: &mut ThreadTemplate,
+    exchange: &Exchange,
+) -> PyResult<()> {
     let method = exchange.method();
     template.remember(py, Remembered::Method, &[method], |env| {
         env.set_item(
@@ -576,7 +606,18 @@ fn build_with<'py>(
                 Version::Http10 => intern!(py, "HTTP/1.0"),
             },
         )
-    })?;
+    })
+}
+
+/// The rest of the environ: the server, the client, the header fields, `wsgi.input`, then
+/// the request's copy of the template.
+fn build_rest<'py>(
+    py: Python<'py>,
+    context: &EnvironContext,
+    template: &mut ThreadTemplate,
+    exchange: &Exchange,
+    input: &Bound<'py, Input>,
+) -> PyResult<Bound<'py, PyDict>> {
     let decoded_length = exchange.decoded_body_length();
     let mut host = None;
     let mut forwarded_proto = None;

@@ -303,6 +303,13 @@ impl Exchange {
             .map(move |(name, value)| (name.of(buf), value.of(buf)))
     }
 
+    /// The request line as sent, from the method to the end of the target (without the
+    /// version): two requests whose lines are the same bytes have the same method and target.
+    pub fn method_and_target(&self) -> &[u8] {
+        let head = &self.conn.head;
+        &self.conn.buf[head.method.start as usize..head.target.end as usize]
+    }
+
     /// The header section as sent, from the first field's name to the last field's value
     /// (empty without fields): two requests whose blocks are the same bytes have the same
     /// fields.
