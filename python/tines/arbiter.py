@@ -132,7 +132,7 @@ class Arbiter:
         """The dynamic pool (``max_workers`` set); None for a fixed ``workers`` count."""
         self.next_pool_check = 0.0
         self.duties = Duties(log, passes=(Stop,))
-        self.memory_sampler = memory.Sampler(cfg.memory_sample_rate)
+        self.memory_sampler = memory.Sampler(memory.sample_rate(cfg))
         self.memory_merge = False
         """memory_merge is on and the kernel has it (``memory.check_merge``)."""
         self.reloader = reloading.Reloader(self, dict(overrides or {}))

@@ -518,8 +518,9 @@ _REGISTRY = (
             size, 0, ("--max-worker-memory",), "SIZE", default_text="`0` (off)"),
     Setting("max_worker_memory_kind", "Workers", "Which figure `max_worker_memory` limits: `uss` (memory only this worker maps, what its exit frees), `pss` (its proportional share of pages shared with the master and the other workers) or `rss` (resident, shared pages counted in full, as uWSGI's `reload-on-rss`).",
             text, "uss", ("--max-worker-memory-kind",), choices=("uss", "pss", "rss")),
-    Setting("memory_sample_rate", "Workers", "Reads of a worker's `/proc/PID/smaps_rollup` per second, in total: the master reads one worker at a time, in turn, so each is read every workers / rate seconds. Each read walks the worker's page tables under its memory-map lock (O(RSS): about a millisecond per GiB resident), so it is capped at 10. The figures go to the log at ready and to `max_worker_memory`.",
-            sample_rate, 4.0, ("--memory-sample-rate",), "PER_SECOND"),
+    Setting("memory_sample_rate", "Workers", "Reads of a worker's `/proc/PID/smaps_rollup` per second, in total: the master reads one worker at a time, in turn, so each is read every workers / rate seconds. Each read walks the worker's page tables under its memory-map lock (O(RSS): about a millisecond per GiB resident, and more while the worker is busy: the master's reads cost about 0.5% of a CPU at 4 a second next to a busy worker), so it is capped at 10. The figures go to the log at ready, the status page and `max_worker_memory`; without a limit they are only shown, hence the lower default.",
+            sample_rate, None, ("--memory-sample-rate",), "PER_SECOND",
+            default_text="`4` with `max_worker_memory` set, else `0.5`"),
     Setting("boot_failure_limit", "Workers", "Crash-loop guard: the master gives up after this many consecutive workers die before they are ready.",
             positive_int, 5, ("--boot-failure-limit",), "N"),
     # HTTP

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tines import config, logs, preflight, profiler, watchdog
+from tines import config, logs, memory, preflight, profiler, watchdog
 from tines import pool as spare_pool
 from tines.config import Config
 from tines.errors import ConfigError
@@ -283,7 +283,7 @@ class Reloader:
         if arbiter.watchdog is not None:
             arbiter.watchdog.request_timeout = cfg.request_timeout
             arbiter.watchdog.boot_timeout = cfg.boot_timeout
-        arbiter.memory_sampler.interval = 1.0 / cfg.memory_sample_rate
+        arbiter.memory_sampler.interval = 1.0 / memory.sample_rate(cfg)
         logging.getLogger(logs.LOGGER_NAME).setLevel(cfg.log_level.upper())
 
     def capacity_slots(self) -> int:

@@ -103,6 +103,13 @@ def test_the_limit_is_decided_on_the_figure_its_kind_names() -> None:
     assert memory.over_limit(_cfg(), usage) is None  # 0: off
 
 
+def test_the_master_reads_memory_less_often_when_no_limit_needs_it() -> None:
+    assert memory.sample_rate(_cfg()) == 0.5
+    assert memory.sample_rate(_cfg(max_worker_memory="512MiB")) == 4.0
+    assert memory.sample_rate(_cfg(memory_sample_rate=2)) == 2.0
+    assert memory.sample_rate(_cfg(max_worker_memory="512MiB", memory_sample_rate="0.25")) == 0.25
+
+
 @pytest.mark.parametrize(("raw", "size"), [("512MiB", 512 * MIB), ("512M", 512 * MIB), ("1.5G", 3 << 29),
                                            ("64k", 65536), (" 2 GiB ", 2 << 30), ("100", 100), (4096, 4096),
                                            ("0", 0)])
