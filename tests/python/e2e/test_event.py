@@ -490,6 +490,16 @@ def test_a_slow_reader_holds_no_app_thread(tines_server: Any, big_file: Path, mp
 # ----- d. admission: 503 when the queue is full, never for idle connections -----
 
 
+def blocked_at_gate(listener: socket.socket, sock: socket.socket, request: bytes) -> socket.socket:
+    """Sends ``request`` (event_app's ``/block?A``) on ``sock`` and returns the app's connection
+    to the gate once an app thread runs it and waits there (released by a byte on it)."""
+    sock.sendall(request)
+    held, _ = listener.accept()
+    held.settimeout(IO_TIMEOUT)
+    assert held.recv(16) == b"A\n"
+    return held
+
+
 @pytest.mark.parametrize("mpm", ["thread", "event"])
 def test_a_full_queue_answers_503_at_once_while_the_app_is_busy(tines_server: Any, gate: tuple[socket.socket, str],
                                                                 mpm: str) -> None:
@@ -501,10 +511,7 @@ def test_a_full_queue_answers_503_at_once_while_the_app_is_busy(tines_server: An
     a, b, c = (connect(server.port) for _ in range(3))
     held = None
     try:
-        a.sendall(b"GET /block?A HTTP/1.1\r\nHost: t\r\n\r\n")
-        held, _ = listener.accept()  # the app thread runs A and waits for us
-        held.settimeout(IO_TIMEOUT)
-        assert held.recv(16) == b"A\n"
+        held = blocked_at_gate(listener, a, b"GET /block?A HTTP/1.1\r\nHost: t\r\n\r\n")
         b.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")  # waits in the queue
         c.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")  # the queue is full
         refused = Reader(c).response()
@@ -809,10 +816,8 @@ def test_a_connection_its_app_thread_closes_lets_a_full_loop_listen_again(
         b = connect(server.port)
         held = None
         try:
-            a.sendall(b"GET /block?A HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-            held, _ = listener.accept()  # the app thread runs A and waits for us
-            held.settimeout(IO_TIMEOUT)
-            assert held.recv(16) == b"A\n"
+            held = blocked_at_gate(listener, a,
+                                   b"GET /block?A HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
             b.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
             wait_until(lambda: not listener_watched(pid, server.port),
                        what="the full loop to stop listening")

@@ -543,19 +543,75 @@ fn build_with<'py>(
     exchange: &Exchange,
     input: &Bound<'py, Input>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    remember_request_line(py, template, exchange)?;
+    let decoded_length = exchange.decoded_body_length();
+    let mut host = None;
+    let mut forwarded_proto = None;
+    for (name, value) in exchange.headers() {
+        if name.eq_ignore_ascii_case(b"host") {
+            host = Some(value);
+        } else if name.eq_ignore_ascii_case(b"x-forwarded-proto") {
+            forwarded_proto = Some(value);
+        }
+    }
+    server_name_and_port(py, template, exchange, host)?;
+    remote_addr_and_port(py, template, exchange)?;
+
+    if !template.same_headers(exchange, decoded_length.is_some()) {
+        template.set_headers(py, context, exchange, decoded_length.is_some())?;
+    }
+    let input_address = input.as_ptr() as usize;
+    if template.input != input_address {
+        template.input = 0;
+        template
+            .dict
+            .bind(py)
+            .set_item(intern!(py, "wsgi.input"), input)?;
+        template.input = input_address;
+    }
+
+    // What the template does not hold goes in the request's copy.
+    let env = template.dict.bind(py).copy()?;
+    if let Some(length) = decoded_length {
+        env.set_item(intern!(py, "CONTENT_LENGTH"), length.to_string())?;
+    }
+    if exchange.peer_is_trusted_proxy() {
+        if let Some(proto) = forwarded_proto {
+            let proto = proto
+                .split(|&b| b == b',')
+                .next()
+                .unwrap_or(b"")
+                .trim_ascii();
+            if proto.eq_ignore_ascii_case(b"https") {
+                env.set_item(intern!(py, "wsgi.url_scheme"), intern!(py, "https"))?;
+            } else if proto.eq_ignore_ascii_case(b"http") {
+                env.set_item(intern!(py, "wsgi.url_scheme"), intern!(py, "http"))?;
+            }
+        }
+    }
+    Ok(env)
+}
+
+/// Leaves the values made from the request line in place when the line is the same bytes as
+/// the last request's (one comparison); else sets those that differ ([`set_request_line`]).
+fn remember_request_line(
+    py: Python<'_>,
+    template: &mut ThreadTemplate,
+    exchange: &Exchange,
+) -> PyResult<()> {
     let line = exchange.method_and_target();
     let version = exchange.version();
     let same_line = template.request_line.len() == line.len() + 1
         && template.request_line.last() == Some(&(version as u8))
         && same_bytes(&template.request_line[..line.len()], line);
     if !same_line {
-        // Unknown until the values below are all set (an error part-way drops the template).
+        // Unknown until the values are all set (an error part-way drops the template).
         template.request_line.clear();
         set_request_line(py, template, exchange)?;
         template.request_line.extend_from_slice(line);
         template.request_line.push(version as u8);
     }
-    build_rest(py, context, template, exchange, input)
+    Ok(())
 }
 
 /// The values made from the request line: `REQUEST_METHOD`, `PATH_INFO`, `QUERY_STRING`,
@@ -607,63 +663,6 @@ fn set_request_line(
             },
         )
     })
-}
-
-/// The rest of the environ: the server, the client, the header fields, `wsgi.input`, then
-/// the request's copy of the template.
-fn build_rest<'py>(
-    py: Python<'py>,
-    context: &EnvironContext,
-    template: &mut ThreadTemplate,
-    exchange: &Exchange,
-    input: &Bound<'py, Input>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let decoded_length = exchange.decoded_body_length();
-    let mut host = None;
-    let mut forwarded_proto = None;
-    for (name, value) in exchange.headers() {
-        if name.eq_ignore_ascii_case(b"host") {
-            host = Some(value);
-        } else if name.eq_ignore_ascii_case(b"x-forwarded-proto") {
-            forwarded_proto = Some(value);
-        }
-    }
-    server_name_and_port(py, template, exchange, host)?;
-    remote_addr_and_port(py, template, exchange)?;
-
-    if !template.same_headers(exchange, decoded_length.is_some()) {
-        template.set_headers(py, context, exchange, decoded_length.is_some())?;
-    }
-    let input_address = input.as_ptr() as usize;
-    if template.input != input_address {
-        template.input = 0;
-        template
-            .dict
-            .bind(py)
-            .set_item(intern!(py, "wsgi.input"), input)?;
-        template.input = input_address;
-    }
-
-    // What the template does not hold goes in the request's copy.
-    let env = template.dict.bind(py).copy()?;
-    if let Some(length) = decoded_length {
-        env.set_item(intern!(py, "CONTENT_LENGTH"), length.to_string())?;
-    }
-    if exchange.peer_is_trusted_proxy() {
-        if let Some(proto) = forwarded_proto {
-            let proto = proto
-                .split(|&b| b == b',')
-                .next()
-                .unwrap_or(b"")
-                .trim_ascii();
-            if proto.eq_ignore_ascii_case(b"https") {
-                env.set_item(intern!(py, "wsgi.url_scheme"), intern!(py, "https"))?;
-            } else if proto.eq_ignore_ascii_case(b"http") {
-                env.set_item(intern!(py, "wsgi.url_scheme"), intern!(py, "http"))?;
-            }
-        }
-    }
-    Ok(env)
 }
 
 /// `SERVER_NAME` and `SERVER_PORT`: from the Host header, else the listening address.
