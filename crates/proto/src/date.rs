@@ -146,7 +146,10 @@ mod tests {
         let before = precise_second();
         let coarse = coarse_second();
         let after = precise_second();
-        assert!(before.saturating_sub(1) <= coarse && coarse <= after, "{before} {coarse} {after}");
+        assert!(
+            before.saturating_sub(1) <= coarse && coarse <= after,
+            "{before} {coarse} {after}"
+        );
     }
 
     #[test]

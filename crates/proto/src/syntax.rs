@@ -216,7 +216,6 @@ mod tests {
         }
     }
 
-
     #[test]
     fn the_byte_table_matches_rfc_9110() {
         // tchar: any VCHAR except delimiters (RFC 9110 5.6.2); field-value bytes: HTAB, SP,
