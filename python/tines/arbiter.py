@@ -187,7 +187,7 @@ class Arbiter:
             raise ConfigError(str(error)) from None
         self.started = True
         self.notifier = sdnotify.Notifier.from_environment()
-        self.listeners = bind_all(list(cfg.bind), cfg.backlog)
+        self.listeners = bind_all(list(cfg.bind), cfg.backlog, cfg.defer_accept)
         self.upgrade.adopt(self.listeners)
         self.status.bind(self.listeners)
         self.upgrade.adopt(self.status.listeners())

@@ -459,6 +459,8 @@ _REGISTRY = (
             boolean, False, ("--status-show-query",)),
     Setting("backlog", "Server", "Length of each listening socket's queue of connections not yet accepted.",
             positive_int, 2048, ("--backlog",), "N"),
+    Setting("defer_accept", "Server", "Seconds the kernel holds a new TCP connection until its first bytes arrive (`TCP_DEFER_ACCEPT`; Apache's `AcceptFilter http data`, nginx's `listen ... deferred`): a worker is woken for a connection whose request is already there and reads it as it accepts it, with one wake-up and one poller event fewer per connection (docs/mpm.md). The client's handshake completes at once either way; a client that connects and sends nothing is accepted after about this long, and `header_timeout` runs from then. 0 turns it off. TCP binds only (not `unix:`), set on the listening sockets at start.",
+            non_negative_int, 1, ("--defer-accept",), "SECONDS"),
     Setting("preload", "Server", "Load the app in the master before forking, so workers share its memory and import errors stop the start.",
             boolean, False, ("--preload",)),
     Setting("memory_merge", "Server", "Workers opt in to kernel same-page merging (KSM) after fork with `prctl(PR_SET_MEMORY_MERGE)` (Linux 6.4+), so identical pages they dirtied (the app's copies of the same objects) can be merged back. Takes effect only while ksmd runs (`/sys/kernel/mm/ksm/run` = 1, a system-wide switch, off on many hosts; logged at start when it is not); the saving is reported per worker. On a kernel without it, a warning at start, and workers run without it. Costs ksmd's CPU time.",

@@ -40,6 +40,7 @@ log = logs.get("reload")
 RESTART_ONLY: Mapping[str, str] = {
     "bind": "the listening sockets are bound once, at start, and stay open across reloads",
     "backlog": "the listening sockets' queues were sized when they were bound, at start",
+    "defer_accept": "it was set on the listening sockets when they were bound, at start",
     "preload": "whether the master holds the app is decided at start",
     "user": "the master dropped its privileges at start",
     "group": "the master dropped its privileges at start",

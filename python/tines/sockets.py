@@ -1,7 +1,7 @@
 """Listening sockets: bound once by the master and shared by every worker.
 
 Owns: parsing a bind address (``HOST:PORT``, ``[IPv6]:PORT``, ``unix:/path``, ``fd://N``),
-binding with ``SO_REUSEADDR`` and the configured backlog, systemd socket activation
+binding with ``SO_REUSEADDR``, the configured backlog and ``TCP_DEFER_ACCEPT`` (TCP only), systemd socket activation
 (``LISTEN_PID``/``LISTEN_FDS``/``LISTEN_FDNAMES``: fds 3.. are used instead of binding, and
 the variables are removed from the environment so that nothing the app starts adopts them too), the address actually
 bound (port 0 works), and removing Unix socket files at exit.
@@ -129,8 +129,26 @@ def systemd_fds(environ: dict[str, str] | None = None) -> list[int]:
     return list(range(SD_LISTEN_FDS_START, SD_LISTEN_FDS_START + count))
 
 
-def bind_all(binds: tuple[str, ...] | list[str], backlog: int) -> list[Listener]:
-    """Bind (or adopt) every listener; close the ones already bound if one fails."""
+def defer_accept(sock: socket.socket, seconds: int) -> None:
+    """Set ``TCP_DEFER_ACCEPT`` on a TCP listening socket (0 clears it); a Unix socket is left
+    as it is. The workers read it back and read a connection as they accept it.
+
+    Why: the kernel then queues a connection for accept once its first bytes came, so a worker
+    is woken once per connection (not for the handshake, then for the request) and its first
+    read finds the request (docs/mpm.md)."""
+    option = getattr(socket, "TCP_DEFER_ACCEPT", None)
+    if sock.family not in (socket.AF_INET, socket.AF_INET6) or option is None:
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, option, seconds)
+    except OSError as error:
+        # Only latency is at stake: serve without it.
+        log.warning("defer_accept: cannot set TCP_DEFER_ACCEPT on %s: %s", describe(sock), error)
+
+
+def bind_all(binds: tuple[str, ...] | list[str], backlog: int, defer: int = 0) -> list[Listener]:
+    """Bind (or adopt) every listener, with ``TCP_DEFER_ACCEPT`` set to ``defer`` seconds on the
+    TCP ones; close the ones already bound if one fails."""
     listeners: list[Listener] = []
     try:
         inherited = systemd_fds()
@@ -155,5 +173,6 @@ def bind_all(binds: tuple[str, ...] | list[str], backlog: int) -> list[Listener]
             listener.close()
         raise
     for listener in listeners:
+        defer_accept(listener.sock, defer)
         listener.sock.set_inheritable(True)
     return listeners

@@ -130,6 +130,9 @@ pub struct Connection {
     /// The current request's body while the loop reads it before dispatch (`ReadingBody`);
     /// the exchange takes it over at dispatch (memory charge, temporary file).
     pub(crate) parked_body: Option<Box<ParkedBody>>,
+    /// Not watched by the poller yet: its fd and the token to watch it under (a connection
+    /// read as it was accepted is watched only once it must wait for the poller, ADR 0017).
+    pub(crate) unwatched: Option<(RawFd, u64)>,
 }
 
 impl Connection {
@@ -166,7 +169,20 @@ impl Connection {
             close_after_write: false,
             linger: Linger::No,
             parked_body: None,
+            unwatched: None,
         })
+    }
+
+    /// Has the poller watch this connection from now on, if it does not yet (whoever holds
+    /// it: the loop before it parks it, writes for it or lingers; a slot before it leaves
+    /// output for the poller to finish).
+    pub(crate) fn watch(&mut self) -> io::Result<()> {
+        match self.unwatched.take() {
+            Some((epoll, token)) => {
+                crate::poller::Poller::add_connection(epoll, self.fd(), crate::poller::Token(token))
+            }
+            None => Ok(()),
+        }
     }
 
     /// The socket's fd.

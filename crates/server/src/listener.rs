@@ -46,6 +46,9 @@ pub struct Listener {
     /// already (Linux copies the listener's option into each connection it accepts): no
     /// `setsockopt` per connection.
     nodelay_inherited: bool,
+    /// `TCP_DEFER_ACCEPT` is on (the master sets it: the `defer_accept` setting): a connection
+    /// is queued for accept once its first bytes came, so they are read at once.
+    deferred: bool,
 }
 
 /// A worker holding fewer open connections than this is never over its fair share (the
@@ -121,12 +124,20 @@ impl Listener {
             }
         };
         let nodelay_inherited = tcp && set_nodelay(fd);
+        let deferred = tcp && defers_accept(fd);
         Ok(Listener {
             fd,
             local,
             tcp,
             nodelay_inherited,
+            deferred,
         })
+    }
+
+    /// Whether a connection usually comes with its first bytes (`TCP_DEFER_ACCEPT`): one that
+    /// sent nothing is still queued once the deferral runs out, so a read may find nothing.
+    pub fn deferred(&self) -> bool {
+        self.deferred
     }
 
     /// The raw fd, to register with the poller.
@@ -203,6 +214,24 @@ fn set_nodelay(fd: RawFd) -> bool {
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         ) == 0
     }
+}
+
+/// Whether the listening socket `fd` has `TCP_DEFER_ACCEPT` on (read back, so that a socket
+/// inherited with it set, or without it, is taken as it is).
+fn defers_accept(fd: RawFd) -> bool {
+    let mut seconds: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt with a valid int out-pointer and its size.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&mut seconds as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    rc == 0 && seconds > 0
 }
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit (ARCHITECTURE.md, listeners).

@@ -112,14 +112,26 @@ impl Poller {
     /// adding `EPOLLOUT` with `EPOLL_CTL_MOD` when output is left pending would save that one
     /// return but cost an `epoll_ctl` per slow response (and another to take it off), made
     /// from the slot's thread or by waking the loop to make it; one cheap return per
-    /// connection, which also pays an `accept`, reads and a close, is the smaller cost.
+    /// connection, which also pays an `accept`, reads and a close, is the smaller cost. (A
+    /// connection read as it was accepted, from a deferred listener, is added only once it
+    /// must wait, and one served and closed at once never is: ADR 0017.)
     pub fn register_connection(&self, fd: RawFd, token: Token) -> io::Result<()> {
-        self.control(
-            libc::EPOLL_CTL_ADD,
-            fd,
-            token,
-            Self::mask(Trigger::Edge, true),
-        )
+        Self::add_connection(self.epoll.as_raw_fd(), fd, token)
+    }
+
+    /// [`Poller::register_connection`] into the poller whose fd is `epoll`, from any thread
+    /// (a slot that must leave output for the poller to a connection not yet watched:
+    /// [`crate::connection::Connection::watch`]).
+    pub fn add_connection(epoll: RawFd, fd: RawFd, token: Token) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: Self::mask(Trigger::Edge, true),
+            u64: token.0,
+        };
+        // SAFETY: `event` is a valid epoll_event that lives across the call; the kernel copies it.
+        if unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, fd, &mut event) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Changes what `fd` is watched for.

@@ -10,8 +10,8 @@
 use std::io;
 
 use tines_proto::response::{
-    encode_chunk_size, encode_header, encode_status_line, parse_status,
-    status_allows_body, AppHeader, ResponseFraming, ResponseHeaderError, CHUNK_END, LAST_CHUNK,
+    encode_chunk_size, encode_header, encode_status_line, parse_status, status_allows_body,
+    AppHeader, ResponseFraming, ResponseHeaderError, CHUNK_END, LAST_CHUNK,
 };
 use tines_proto::Version;
 

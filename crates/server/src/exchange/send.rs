@@ -67,6 +67,11 @@ impl Exchange {
         }
         // What is queued here is written after the exchange unless the slot's batch writes it.
         self.handed_over |= !batched;
+        if !batched {
+            // Left for the poller to write: it must watch the socket (a batch's leftovers
+            // are watched when the batch is written).
+            self.conn.watch()?;
+        }
         let result = self.hand_over(fd, parts, written);
         if result.is_err() {
             // The client is gone or stopped reading past the send timeout: nothing queued
@@ -241,6 +246,12 @@ impl Exchange {
             }
             if sent == count {
                 return (count, Ok(()));
+            }
+        }
+        if sent < count {
+            // The rest is left for the poller to write: it must watch the socket.
+            if let Err(err) = self.conn.watch() {
+                return (sent, Err(err));
             }
         }
         let queued = output.with(|pending| -> io::Result<u64> {

@@ -176,6 +176,10 @@ impl Driver for Pool {
     fn waker_fd(&self) -> Option<std::os::fd::RawFd> {
         Some(self.shared.waker.fd())
     }
+
+    fn watches_lazily(&self) -> bool {
+        true
+    }
 }
 
 /// An app thread: takes requests from the loop's queue and serves them. It keeps the GIL

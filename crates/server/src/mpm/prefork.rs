@@ -44,6 +44,10 @@ impl Driver for Inline {
         true
     }
 
+    fn watches_lazily(&self) -> bool {
+        true
+    }
+
     fn wait(&mut self, wait: &mut dyn FnMut()) {
         self.app.wait(wait)
     }

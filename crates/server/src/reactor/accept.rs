@@ -140,9 +140,10 @@ impl Reactor {
         // connection under `Connection: close` load). The poller reports the head (the socket
         // is registered edge-triggered, and epoll reports data already there), in the next
         // turn, before the listener (`run` handles listener events last).
-        if self.accept_one(index).is_none() {
+        let deferred = self.listeners[index].deferred();
+        let Some(token) = self.accept_one(index, !deferred) else {
             return;
-        }
+        };
         if self.listening && self.shared.config.workers > 1 {
             // All idle workers wake for a new connection, in the order they sit in the
             // listener's wait queue, and the first one woken usually wins the accept. Moving
@@ -156,13 +157,49 @@ impl Reactor {
                 }
             }
         }
+        if deferred {
+            self.first_read(token, driver);
+        }
+    }
+
+    /// Reads a connection accepted from a deferred listener at once (its first bytes are
+    /// there) and goes on as for any readable connection. The poller watches it only once it
+    /// must wait (parked, written to, lingering; handed to a driver that needs its events, or
+    /// left output by a slot: `Connection::watch`), so a connection served and closed at once
+    /// costs no `epoll_ctl` and no removal from the poller at its close (ADR 0017).
+    fn first_read(&mut self, token: usize, driver: &mut dyn Driver) {
+        let Some(mut conn) = self.take_parked(token) else {
+            return;
+        };
+        conn.unwatched = Some((self.poller.fd(), token as u64));
+        if conn.buf.is_empty() {
+            if let Some(buf) = self.spare_buffers.pop() {
+                conn.give_buffer(buf);
+            }
+        }
+        let readiness = conn.on_readable(&self.shared.config.limits);
+        self.advance_from(token, conn, driver, Some(readiness));
+    }
+
+    /// Has the poller watch `conn` (registered under `token`) before the loop leaves it to the
+    /// poller; `false` when it cannot, after closing the connection.
+    pub(super) fn watch(&mut self, token: usize, conn: &mut Connection) -> bool {
+        match conn.watch() {
+            Ok(()) => true,
+            Err(err) => {
+                crate::log::error(&format!("cannot watch a connection: {err}"));
+                // Dropping it (by the caller) closes the socket.
+                self.close(token);
+                false
+            }
+        }
     }
 
     /// Accepts up to `limit` connections and registers them (graceful stop: what the listener
     /// already queued).
     pub(super) fn accept_from(&mut self, index: usize, limit: usize) {
         for _ in 0..limit {
-            if self.accept_one(index).is_none() {
+            if self.accept_one(index, true).is_none() {
                 break;
             }
         }
@@ -170,7 +207,7 @@ impl Reactor {
 
     /// Accepts one connection and registers it; its token, or `None` when there is none to
     /// take (or accept is paused: `max_connections`, or an error backs off).
-    pub(super) fn accept_one(&mut self, index: usize) -> Option<usize> {
+    pub(super) fn accept_one(&mut self, index: usize, register: bool) -> Option<usize> {
         loop {
             if self.open >= self.shared.config.max_connections.max(1) {
                 // Resumed by `close` once a connection goes (level-triggered: no spin).
@@ -198,6 +235,7 @@ impl Reactor {
                     };
                     let token = self.insert(conn);
                     match &self.entries[token] {
+                        Entry::Parked { .. } if !register => {}
                         Entry::Parked { conn, .. } => {
                             if let Err(err) = self
                                 .poller

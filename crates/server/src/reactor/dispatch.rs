@@ -66,6 +66,14 @@ pub(crate) trait Driver {
     fn can_take_connection(&self) -> bool {
         true
     }
+    /// Whether a connection not watched by the poller yet may be handed to this driver as it
+    /// is: the driver needs no poller event for it while it holds it, and its slot has the
+    /// poller watch it before it leaves output pending (`Connection::watch`). A driver that
+    /// reads its connections' events while it holds them (ASGI's disconnects and WebSocket
+    /// frames) keeps the default.
+    fn watches_lazily(&self) -> bool {
+        false
+    }
     /// True when `dispatch` serves the connection on the loop's own thread (prefork): the
     /// loop cannot help write a response while it is being produced, so the handed-out
     /// entry keeps no reference to the connection's output.
@@ -83,11 +91,17 @@ impl Reactor {
     /// Reads and parses; reads the body before dispatch (`body`); dispatches complete requests
     /// (again and again while a prefork slot serves pipelined requests inline); parks, writes
     /// or closes the connection otherwise.
-    pub(super) fn advance(
+    pub(super) fn advance(&mut self, token: usize, conn: Box<Connection>, driver: &mut dyn Driver) {
+        self.advance_from(token, conn, driver, None)
+    }
+
+    /// [`Reactor::advance`], with what the first read found when the caller read already.
+    pub(super) fn advance_from(
         &mut self,
         token: usize,
         mut conn: Box<Connection>,
         driver: &mut dyn Driver,
+        mut first: Option<Readiness>,
     ) {
         loop {
             if conn.buf.is_empty() {
@@ -95,7 +109,9 @@ impl Reactor {
                     conn.give_buffer(buf);
                 }
             }
-            let readiness = if conn.state == ConnState::ReadingBody {
+            let readiness = if let Some(readiness) = first.take() {
+                readiness
+            } else if conn.state == ConnState::ReadingBody {
                 Readiness::HeadComplete
             } else {
                 conn.on_readable(&self.shared.config.limits)
@@ -120,6 +136,9 @@ impl Reactor {
                             );
                             return self.linger(token, conn, Linger::UntilEof);
                         }
+                    }
+                    if !driver.watches_lazily() && !self.watch(token, &mut conn) {
+                        return;
                     }
                     conn.state = ConnState::Dispatched;
                     // A slot on another thread may leave output pending while it still

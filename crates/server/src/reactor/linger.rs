@@ -37,6 +37,9 @@ impl Reactor {
     /// before dispatch (its memory charge and temporary file; a 408, a 413 or a 503 for a
     /// body read whole).
     pub(super) fn linger(&mut self, token: usize, mut conn: Box<Connection>, how: Linger) {
+        if !self.watch(token, &mut conn) {
+            return;
+        }
         // SAFETY: shutdown on the connection's own open fd; a failure only means the peer is
         // gone, which the reads below see.
         unsafe { libc::shutdown(conn.fd(), libc::SHUT_WR) };

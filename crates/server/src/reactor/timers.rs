@@ -30,6 +30,9 @@ impl Reactor {
 
     pub(super) fn park(&mut self, token: usize, conn: Box<Connection>) {
         let mut conn = conn;
+        if !self.watch(token, &mut conn) {
+            return;
+        }
         if let Some(buf) = conn.take_idle_buffer() {
             if self.spare_buffers.len() < SPARE_BUFFERS {
                 self.spare_buffers.push(buf);

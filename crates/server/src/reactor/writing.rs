@@ -26,12 +26,19 @@ impl Reactor {
         };
         match conn.output().write_some_moved() {
             Ok((Progress::Blocked, moved)) => {
+                // It waits for the socket now (a batch's write that the socket did not take
+                // whole, on a connection not watched yet): the poller must watch it.
+                let watched = conn.watch();
                 // The send timeout is per wait, as for a slot: renewed when the client took
                 // bytes, not by events that wrote nothing.
                 if moved {
                     *deadline = Instant::now() + self.shared.config.send_timeout;
                     let deadline = *deadline;
                     self.note_deadline(deadline);
+                }
+                if let Err(err) = watched {
+                    crate::log::error(&format!("cannot watch a connection: {err}"));
+                    self.close(token);
                 }
             }
             Ok((Progress::Done, _)) => {
@@ -93,6 +100,13 @@ impl Reactor {
             self.batch.deferred(started, now);
             self.deferred.push(token);
             return;
+        }
+        if let Some(Entry::Writing { conn, .. }) = self.entries.get_mut(token) {
+            // Written as the socket takes it from now on.
+            if let Err(err) = conn.watch() {
+                crate::log::error(&format!("cannot watch a connection: {err}"));
+                return self.close(token);
+            }
         }
         // The slot's last write may have been before the socket drained: try now (an edge
         // raised while the slot had it is not repeated).
