@@ -162,9 +162,15 @@ impl StartResponse {
             if exchange.response_started() {
                 return Ok(());
             }
-            let status = state.status.as_ref().filter(|_| state.called).ok_or_else(|| {
-                PyRuntimeError::new_err("the app returned a body without calling start_response")
-            })?;
+            let status = state
+                .status
+                .as_ref()
+                .filter(|_| state.called)
+                .ok_or_else(|| {
+                    PyRuntimeError::new_err(
+                        "the app returned a body without calling start_response",
+                    )
+                })?;
             let headers = state
                 .headers
                 .iter()
