@@ -356,6 +356,9 @@ def measure(server: Server, bench_args: Sequence[str], cpus: Sequence[int], seco
         "elapsed_s": float(document["elapsed_s"]),
         "served": served,
         "server_cpu_s": server_cpu,
+        # /proc counts CPU time in clock ticks: a step that used less than one may read 0
+        # (recommend.workload then bounds W/C with it).
+        "cpu_tick_s": 1 / CLOCK_TICKS,
         "cpu_us_per_request": server_cpu / served * 1e6 if served else None,
         "app_us_per_request": app_s / served * 1e6 if served else None,
         "loadgen_cpu_s": document["loadgen_cpu_s"],

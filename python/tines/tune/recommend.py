@@ -38,6 +38,7 @@ The rules, each the classic one with our measured values put in:
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,9 @@ SCHEMA = "tines-tune/1"
 
 CPU_BOUND_BELOW = 0.5
 """W/C under which an app counts as computing rather than waiting."""
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+"""Clock ticks per second, the unit of the CPU times /proc gives."""
 
 OVERRULE = 1.10
 """Another MPM replaces the preferred one when its peak throughput is this much higher."""
@@ -115,9 +119,22 @@ def workload(doc: dict[str, Any]) -> dict[str, Any]:
     C is all the CPU a request needs (the server's share runs on the same cores); W is the
     app's wall time (scoreboard) beyond its own CPU time, which is the request's CPU less the
     server's own cost (calibrated on a no-op app); without a calibration, the app's wall time
-    up to the request's CPU counts as computing."""
+    up to the request's CPU counts as computing.
+
+    /proc counts CPU time in clock ticks (10 ms here): a probe of an app that mostly waits
+    serves a few dozen requests, whose CPU may come to less than one tick and read as 0. C is
+    then taken as at most one tick over the requests served (``cpu_bounded``), which gives a
+    lower bound of W/C (what a reading of one tick would give), never a W/C of 0 that would
+    call a sleeping app CPU-bound."""
     step = doc["probe"]["step"]
     cpu = float(step["cpu_us_per_request"] or 0.0)
+    served = int(step.get("served") or 0)
+    # Recordings made before the tick was kept were made with this machine's.
+    tick_us = float(step.get("cpu_tick_s", 1 / CLOCK_TICKS)) * 1e6
+    # Zero ticks (half a tick absorbs the float sum of the processes' readings).
+    bounded = served > 0 and cpu * served < tick_us / 2
+    if bounded:
+        cpu = tick_us / served
     wall = float(step["app_us_per_request"] or 0.0)
     mpm = doc["probe"]["shape"]["mpm"]
     calibration = doc.get("calibration", {}).get(mpm)
@@ -125,7 +142,7 @@ def workload(doc: dict[str, Any]) -> dict[str, Any]:
     app_cpu = min(wall, max(0.0, cpu - server) if server is not None else cpu)
     wait = max(0.0, wall - app_cpu)
     ratio = wait / cpu if cpu > 0 else 0.0
-    return {"cpu_us": cpu, "server_us": server, "app_cpu_us": app_cpu,
+    return {"cpu_us": cpu, "cpu_bounded": bounded, "server_us": server, "app_cpu_us": app_cpu,
             "app_wall_us": wall, "wait_us": wait, "wait_ratio": ratio,
             "bound": "cpu" if ratio < CPU_BOUND_BELOW else "wait"}
 
@@ -294,9 +311,11 @@ def recommend(doc: dict[str, Any]) -> Recommendation:
     else:
         mpm = chosen["shape"]["mpm"]
     ratio = work["wait_ratio"]
-    class_text = (f"a request takes {us(work['cpu_us'])} of CPU (the app {us(work['app_cpu_us'])}, the "
+    at_most = "at most " if work.get("cpu_bounded") else ""
+    class_text = (f"a request takes {at_most}{us(work['cpu_us'])} of CPU (the app {us(work['app_cpu_us'])}, the "
                   f"server {us(work['server_us'])}) and waits {us(work['wait_us'])} in the app: "
-                  f"W/C = {ratio:.2f}")
+                  f"W/C = {'at least ' if at_most else ''}{ratio:.2f}"
+                  + (" (the probe's CPU time was under the clock's resolution)" if at_most else ""))
     threads = 0
     thread_why = ""
     if mpm == "prefork":

@@ -59,6 +59,25 @@ def test_an_app_that_sleeps_50_ms_gets_the_event_mpm_with_many_threads() -> None
     assert value(rec, "workers") == 2
 
 
+def test_a_probe_whose_cpu_time_reads_zero_ticks_is_still_an_app_that_waits() -> None:
+    # 39 requests of 50 ms sleep in a 2 s probe used a few ms of CPU: under the 10 ms clock
+    # tick of /proc, it can read 0 (a make bench run on a busy machine did). W/C must then
+    # be bounded by the clock's resolution, not taken as 0 (which called the app CPU-bound).
+    doc = fixture("sleepy")
+    step = doc["probe"]["step"]
+    step.update(server_cpu_s=0.0, cpu_us_per_request=0.0, served=39, app_us_per_request=50_199.0,
+                cpu_tick_s=0.01)
+    rec = recommend.recommend(doc)
+    work = rec.summary["workload"]
+    assert work["cpu_bounded"] and work["cpu_us"] == pytest.approx(10_000 / 39)
+    assert work["bound"] == "wait" and work["wait_ratio"] > 150, work
+    assert value(rec, "mpm") in ("event", "thread")
+    assert value(rec, "threads") >= 32
+    assert "at most" in rec.item("mpm").why  # type: ignore[union-attr]
+    # A probe that read its CPU is taken as it is.
+    assert not recommend.workload(fixture("sleepy"))["cpu_bounded"]
+
+
 def test_a_leaking_app_gets_max_requests_from_its_leak_rate() -> None:
     doc = fixture("leaky")
     rec = recommend.recommend(doc)
