@@ -969,6 +969,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Apache", "`KeepAlive Off`", "{keepalive_timeout=0}"),
     Equivalent("Apache", "`MaxKeepAliveRequests`", "{max_keepalive_requests}"),
     Equivalent("Apache", "`ListenBacklog`", "{backlog}"),
+    Equivalent("Apache", "`AcceptFilter http data` (Linux: `TCP_DEFER_ACCEPT`)", "{defer_accept} (on by default; `AcceptFilter http none`: {defer_accept=0})"),
     Equivalent("Apache", "`RequestReadTimeout header=`, `body=`", "{header_timeout}, {body_timeout}"),
     Equivalent("Apache", "`Timeout` (sending)", "{send_timeout}"),
     Equivalent("Apache", "`LimitRequestLine`", "{max_request_line}"),
