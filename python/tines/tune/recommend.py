@@ -38,19 +38,16 @@ The rules, each the classic one with our measured values put in:
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from tines.memory import format_size
+from tines.tune.measure import CLOCK_TICKS
 
 SCHEMA = "tines-tune/1"
 
 CPU_BOUND_BELOW = 0.5
 """W/C under which an app counts as computing rather than waiting."""
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-"""Clock ticks per second, the unit of the CPU times /proc gives."""
 
 OVERRULE = 1.10
 """Another MPM replaces the preferred one when its peak throughput is this much higher."""

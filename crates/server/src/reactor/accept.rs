@@ -163,22 +163,16 @@ impl Reactor {
     }
 
     /// Reads a connection accepted from a deferred listener at once (its first bytes are
-    /// there) and goes on as for any readable connection. The poller watches it only once it
-    /// must wait (parked, written to, lingering; handed to a driver that needs its events, or
-    /// left output by a slot: `Connection::watch`), so a connection served and closed at once
-    /// costs no `epoll_ctl` and no removal from the poller at its close (ADR 0017).
+    /// there), as for any readable connection. The poller watches it only once it must wait
+    /// (parked, written to, lingering; handed to a driver that needs its events, or left
+    /// output by a slot: `Connection::watch`), so a connection served and closed at once costs
+    /// no `epoll_ctl` and no removal from the poller at its close (ADR 0017).
     fn first_read(&mut self, token: usize, driver: &mut dyn Driver) {
         let Some(mut conn) = self.take_parked(token) else {
             return;
         };
         conn.unwatched = Some((self.poller.fd(), token as u64));
-        if conn.buf.is_empty() {
-            if let Some(buf) = self.spare_buffers.pop() {
-                conn.give_buffer(buf);
-            }
-        }
-        let readiness = conn.on_readable(&self.shared.config.limits);
-        self.advance_from(token, conn, driver, Some(readiness));
+        self.advance(token, conn, driver);
     }
 
     /// Has the poller watch `conn` (registered under `token`) before the loop leaves it to the
@@ -187,12 +181,18 @@ impl Reactor {
         match conn.watch() {
             Ok(()) => true,
             Err(err) => {
-                crate::log::error(&format!("cannot watch a connection: {err}"));
                 // Dropping it (by the caller) closes the socket.
-                self.close(token);
+                self.unwatchable(token, &err);
                 false
             }
         }
+    }
+
+    /// Gives up a connection the poller cannot watch (`EPOLL_CTL_ADD` failed: out of memory,
+    /// or the `max_user_watches` limit): without the poller it could never be served further.
+    pub(super) fn unwatchable(&mut self, token: usize, err: &std::io::Error) {
+        crate::log::error(&format!("cannot watch a connection: {err}"));
+        self.close(token);
     }
 
     /// Accepts up to `limit` connections and registers them (graceful stop: what the listener

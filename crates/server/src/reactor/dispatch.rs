@@ -91,17 +91,11 @@ impl Reactor {
     /// Reads and parses; reads the body before dispatch (`body`); dispatches complete requests
     /// (again and again while a prefork slot serves pipelined requests inline); parks, writes
     /// or closes the connection otherwise.
-    pub(super) fn advance(&mut self, token: usize, conn: Box<Connection>, driver: &mut dyn Driver) {
-        self.advance_from(token, conn, driver, None)
-    }
-
-    /// [`Reactor::advance`], with what the first read found when the caller read already.
-    pub(super) fn advance_from(
+    pub(super) fn advance(
         &mut self,
         token: usize,
         mut conn: Box<Connection>,
         driver: &mut dyn Driver,
-        mut first: Option<Readiness>,
     ) {
         loop {
             if conn.buf.is_empty() {
@@ -109,9 +103,7 @@ impl Reactor {
                     conn.give_buffer(buf);
                 }
             }
-            let readiness = if let Some(readiness) = first.take() {
-                readiness
-            } else if conn.state == ConnState::ReadingBody {
+            let readiness = if conn.state == ConnState::ReadingBody {
                 Readiness::HeadComplete
             } else {
                 conn.on_readable(&self.shared.config.limits)

@@ -37,8 +37,7 @@ impl Reactor {
                     self.note_deadline(deadline);
                 }
                 if let Err(err) = watched {
-                    crate::log::error(&format!("cannot watch a connection: {err}"));
-                    self.close(token);
+                    self.unwatchable(token, &err);
                 }
             }
             Ok((Progress::Done, _)) => {
@@ -78,10 +77,19 @@ impl Reactor {
     pub(super) fn start_writing(
         &mut self,
         token: usize,
-        conn: Box<Connection>,
+        mut conn: Box<Connection>,
         readable: bool,
         driver: &mut dyn Driver,
     ) {
+        // A stopping worker (or one about to stop: `max_requests` reached) writes at once, as
+        // app threads do: its stop sequence goes by the state connections are in.
+        let stopping = self.stop.is_some() || self.shared.recycle_requested();
+        let batched = driver.serves_inline() && self.batch.enabled() && !stopping;
+        // Written as the socket takes it from now on; a response left for the inline slot's
+        // batch is watched only if the batch's write leaves some of it (`on_writable`).
+        if !batched && !self.watch(token, &mut conn) {
+            return;
+        }
         // The response's last write (its slot read the clock then), or the loop's wake-up.
         let now = crate::clock::recent();
         let deadline = now + self.shared.config.send_timeout;
@@ -91,22 +99,12 @@ impl Reactor {
             deadline,
             readable,
         };
-        // A stopping worker (or one about to stop: `max_requests` reached) writes at once, as
-        // app threads do: its stop sequence goes by the state connections are in.
-        let stopping = self.stop.is_some() || self.shared.recycle_requested();
-        if driver.serves_inline() && self.batch.enabled() && !stopping {
+        if batched {
             // The end of the inline slot's batch writes it, with the others (ADR 0011).
             let started = self.dispatch_started.take().unwrap_or(now);
             self.batch.deferred(started, now);
             self.deferred.push(token);
             return;
-        }
-        if let Some(Entry::Writing { conn, .. }) = self.entries.get_mut(token) {
-            // Written as the socket takes it from now on.
-            if let Err(err) = conn.watch() {
-                crate::log::error(&format!("cannot watch a connection: {err}"));
-                return self.close(token);
-            }
         }
         // The slot's last write may have been before the socket drained: try now (an edge
         // raised while the slot had it is not repeated).
