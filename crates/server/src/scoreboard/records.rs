@@ -1,0 +1,196 @@
+//! The records of the shared mapping, as laid out in memory (`#[repr(C)]`, cache-line
+//! aligned): the master's [`Header`], a worker's [`Slot`], the [`Retired`] totals with their
+//! ring of recent exits, and the plain readings that readers get of them.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use super::{ExitReason, MetricsReading, RequestMetrics, WorkerState};
+
+/// What the master publishes about the whole server, before the slots (two cache lines):
+/// read by the status process (`/readyz`, uptime, generation).
+#[repr(C, align(64))]
+pub struct Header {
+    /// The master's pid.
+    pub master_pid: AtomicU32,
+    /// The current generation (bumped by reloads).
+    pub generation: AtomicU32,
+    /// Non-zero once the master began to stop (TERM, INT, QUIT): not ready from then on.
+    pub stopping: AtomicU32,
+    pub(super) _reserved: AtomicU32,
+    /// When the master started, milliseconds since the Unix epoch.
+    pub started_ms: AtomicU64,
+    pub(super) _rest: [AtomicU64; 13],
+}
+
+/// How many recent worker exits the retired totals keep (a ring).
+pub const RECENT_EXITS: usize = 16;
+
+/// The totals of the workers reaped so far, and their last exits: written by the master
+/// only, under a sequence counter ([`super::Scoreboard::retire`]), so that a reader summing them with
+/// the live slots ([`super::Scoreboard::totals`]) never counts a worker twice or not at all.
+#[repr(C, align(64))]
+pub struct Retired {
+    /// Odd while the master folds a worker in.
+    pub(super) sequence: AtomicU64,
+    pub(super) requests: AtomicU64,
+    pub(super) accepted: AtomicU64,
+    pub(super) bytes_out: AtomicU64,
+    pub(super) bytes_in: AtomicU64,
+    /// Exits recorded so far (the ring's next index is this modulo [`RECENT_EXITS`]).
+    pub(super) exits_recorded: AtomicU64,
+    pub(super) _pad: [AtomicU64; 2],
+    /// Workers reaped, by [`ExitReason`] value.
+    pub(super) exits: [AtomicU64; 16],
+    pub(super) metrics: RequestMetrics,
+    pub(super) recent: [ExitRecord; RECENT_EXITS],
+}
+
+/// One reaped worker, in the ring of recent exits.
+#[repr(C)]
+pub(super) struct ExitRecord {
+    pub(super) pid: AtomicU32,
+    pub(super) slot: AtomicU32,
+    pub(super) reason: AtomicU32,
+    /// The wait status (`waitpid`'s), as its bits.
+    pub(super) wait_status: AtomicU32,
+    pub(super) at_ms: AtomicU64,
+    pub(super) requests: AtomicU64,
+}
+
+/// A recent worker exit, for readers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExitReading {
+    /// The worker's pid.
+    pub pid: u32,
+    /// Its slot.
+    pub slot: u32,
+    /// Why it exited.
+    pub reason: ExitReason,
+    /// Its wait status (`WIFSIGNALED` and the like decode it).
+    pub wait_status: i32,
+    /// When it was reaped, ms since the Unix epoch.
+    pub at_ms: u64,
+    /// Requests it completed.
+    pub requests: u64,
+}
+
+/// Server-wide totals since the master started: the live workers' slots plus the retired
+/// totals, read consistently. They only grow.
+#[derive(Clone, Debug, Default)]
+pub struct Totals {
+    /// Requests counted, by method, status class, duration and queue wait (the server's own
+    /// responses included).
+    pub metrics: MetricsReading,
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Response bytes handed to sockets.
+    pub bytes_out: u64,
+    /// Bytes read from client sockets.
+    pub bytes_in: u64,
+    /// Workers reaped, by [`ExitReason`] value.
+    pub exits: [u64; 16],
+    /// Requests in flight now (live workers).
+    pub in_flight: u64,
+    /// Connections open now (live workers).
+    pub connections: u64,
+}
+
+/// One worker's slot. `#[repr(C)]`, 64-byte aligned, two cache lines: the first holds what
+/// the worker writes per request, the second what the master writes (exit reason, memory)
+/// and the dump flag, so the master's writes never take the line the worker's requests use.
+#[repr(C, align(64))]
+pub struct Slot {
+    /// Worker pid (0 when free).
+    pub pid: AtomicU32,
+    /// Generation the worker belongs to (bumped by reloads).
+    pub generation: AtomicU32,
+    /// A [`WorkerState`] value.
+    pub state: AtomicU32,
+    /// Requests being served right now.
+    pub active: AtomicU32,
+    /// Requests completed since the worker started.
+    pub requests: AtomicU64,
+    /// Connections accepted since the worker started.
+    pub accepted: AtomicU64,
+    /// Last heartbeat, milliseconds since the Unix epoch.
+    pub heartbeat_ms: AtomicU64,
+    /// Connections currently open in this worker.
+    pub connections: AtomicU64,
+    /// Response bytes handed to the socket, or to the poller to write (ADR 0009), since the
+    /// worker started (added per request).
+    pub bytes_out: AtomicU64,
+    /// Bytes read from client sockets since the worker started (added per read).
+    pub bytes_in: AtomicU64,
+    /// An [`ExitReason`] value.
+    pub exit_reason: AtomicU32,
+    /// Set by the worker's dump-signal handler once the stack dump was written.
+    pub dumped: AtomicU32,
+    /// Last memory sample (bytes), written by the master.
+    pub rss: AtomicU64,
+    /// See [`Slot::rss`].
+    pub pss: AtomicU64,
+    /// See [`Slot::rss`].
+    pub uss: AtomicU64,
+    /// See [`Slot::rss`].
+    pub swap: AtomicU64,
+    /// When the memory sample was taken, milliseconds since the Unix epoch (0: never).
+    pub memory_sampled_ms: AtomicU64,
+    /// An async worker's event loop (ASGI, ADR 0014) marks itself alive here, milliseconds
+    /// since the Unix epoch (0: not an async worker): the master's watchdog goes by it rather
+    /// than by the app threads' sub-slots, whose requests run concurrently on one loop.
+    pub loop_heartbeat_ms: AtomicU64,
+}
+
+/// A snapshot of one slot, for readers.
+#[derive(Clone, Copy, Debug)]
+pub struct SlotReading {
+    /// See [`Slot::pid`].
+    pub pid: u32,
+    /// See [`Slot::generation`].
+    pub generation: u32,
+    /// See [`Slot::state`].
+    pub state: WorkerState,
+    /// See [`Slot::active`].
+    pub active: u32,
+    /// See [`Slot::requests`].
+    pub requests: u64,
+    /// See [`Slot::accepted`].
+    pub accepted: u64,
+    /// See [`Slot::heartbeat_ms`].
+    pub heartbeat_ms: u64,
+    /// See [`Slot::connections`].
+    pub connections: u64,
+    /// See [`Slot::bytes_out`].
+    pub bytes_out: u64,
+    /// See [`Slot::bytes_in`].
+    pub bytes_in: u64,
+    /// See [`Slot::exit_reason`].
+    pub exit_reason: ExitReason,
+    /// See [`Slot::dumped`].
+    pub dumped: bool,
+    /// See [`Slot::rss`].
+    pub rss: u64,
+    /// See [`Slot::pss`].
+    pub pss: u64,
+    /// See [`Slot::uss`].
+    pub uss: u64,
+    /// See [`Slot::swap`].
+    pub swap: u64,
+    /// See [`Slot::memory_sampled_ms`].
+    pub memory_sampled_ms: u64,
+    /// See [`Slot::loop_heartbeat_ms`].
+    pub loop_heartbeat_ms: u64,
+}
+
+impl Slot {
+    /// Records `reason` unless one is recorded already (the worker's own decisions: the
+    /// master's, made before it stops the worker, are not overwritten).
+    pub fn propose_exit_reason(&self, reason: ExitReason) {
+        let _ = self.exit_reason.compare_exchange(
+            ExitReason::None as u32,
+            reason as u32,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+}
