@@ -43,7 +43,7 @@ impl TestServer {
         format!("http://{}{path}", self.addr)
     }
 
-    /// Responses written so far.
+    /// Responses written so far (and any being written now).
     pub fn count(&self) -> u64 {
         self.responses.load(Ordering::SeqCst)
     }
@@ -140,10 +140,13 @@ fn serve(mut stream: TcpStream, mode: Mode, started: Instant, counter: &AtomicU6
             "/302" => format!("HTTP/1.1 302 Found\r\n{connection}Location: /\r\nContent-Length: 0\r\n\r\n"),
             _ => format!("HTTP/1.1 200 OK\r\n{connection}Content-Length: 2\r\n\r\nOK"),
         };
+        // Counted before it is written: once written, the client may finish its run and the
+        // test read the count before this thread is scheduled again.
+        counter.fetch_add(1, Ordering::SeqCst);
         if stream.write_all(response.as_bytes()).is_err() {
+            counter.fetch_sub(1, Ordering::SeqCst);
             return;
         }
-        counter.fetch_add(1, Ordering::SeqCst);
         if close {
             return;
         }
