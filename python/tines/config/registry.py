@@ -3,9 +3,9 @@
 Owns: the declaration of each setting (``SETTINGS``: its name, section, doc, converter, default,
 flags, and whether the Rust worker receives it), the order of the sections, the access log's
 atoms that a setting's doc lists, and how a value is spelled for people (``format_value``, as
-TOML would). Everything else is derived from it: the command-line flags (``tines.cli``), the
-environment variables and config-file keys (``tines.config.loading``), the dict handed to the
-Rust worker (``Config.worker_settings``) and docs/settings.md (``tines.config.reference``);
+TOML would). Everything else is derived from it: the command-line flags (``tines.serve_cli``),
+the environment variables and config-file keys (``tines.config.loading``), the dict handed to
+the Rust worker (``Config.worker_settings``) and docs/settings.md (``tines.config.reference``);
 nothing else restates a setting.
 
 Must not: import ``tines._core`` or anything heavy, touch sockets or fork, or keep mutable
