@@ -1,4 +1,4 @@
-"""Coming from another server: Apache's, gunicorn's, uvicorn's and uWSGI's settings, and Tines' answer.
+"""Coming from another server: Apache's, gunicorn's, uvicorn's and uWSGI's settings beside ours.
 
 Owns the rows (``EQUIVALENTS``), which give both the "Coming from another server" table of
 docs/settings.md (``tines.config.reference`` renders it) and ``tines serve``'s answer to another
