@@ -5,7 +5,8 @@ The ``tines`` command (``tines.cli``) builds its ``serve`` and ``check-config`` 
 these and hands ``tune`` to ``tines.tune``; ``tines tune`` starts its servers with the flags given
 after its ``--`` and reads them as ``serve`` does (``tines.tune.report`` writes them into the
 ``tines.toml`` it proposes, ``tines.tune.detect`` checks them and the app as ``tines check-config
---check-app`` does). Kept here, neither of the two imports the other's module for them.
+--check-app`` does). Here, below both, they tie neither to the other: ``tines.cli`` imports
+``tines.tune`` (to hand it ``tune``'s argv), never the reverse.
 
 Must not: declare settings (they come from ``tines.config.SETTINGS``), import ``tines.cli`` or
 ``tines.tune``, or run the server.
