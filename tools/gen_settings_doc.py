@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write docs/settings.md from the settings registry (python/tines/config.py).
+"""Write docs/settings.md from the settings registry (python/tines/config/).
 
 Usage: ``python tools/gen_settings_doc.py`` rewrites the file; ``--check`` only compares and
 exits 1 when the committed file is stale. The same text is printed by

@@ -1,4 +1,5 @@
-"""Tines: an application server for Python web apps (WSGI) with a Rust core.
+"""Tines: an application server for Python web apps (WSGI, and ASGI 3 with WebSocket) with a
+Rust core.
 
 Importing the package is cheap on purpose: it loads neither the Rust extension
 (``tines._core``) nor the CLI, so ``tines.config`` can be used on its own.

@@ -2,7 +2,9 @@
 
 Owns: the subcommands (``serve``, ``check-config``, ``status``, ``bench``, ``tune``), turning argv into a ``Config`` through
 ``tines.config.load``, and the exit-status contract: 0 on success, 2 with exactly one line
-``tines: error: <message>`` on stderr for a usage, config or app-loading error.
+``tines: error: <message>`` on stderr for a usage, config or app-loading error. The flags of
+``serve`` and ``check-config`` and the checks of ``check-config`` come from ``tines.serve_cli``,
+which ``tines tune`` shares (it reads the flags it passes to its servers as ``serve`` does).
 
 Must not: declare settings (they come from ``tines.config.SETTINGS``) or run the server itself
 (``tines.arbiter`` does, imported only when ``serve`` runs). ``bench`` is the exception to the
@@ -16,62 +18,12 @@ import argparse
 import difflib
 import sys
 from collections.abc import Mapping, Sequence
-from typing import NoReturn
 
 from tines import __version__
-from tines.config import (SECTIONS, SETTINGS, Config, environment_warnings, format_value,
-                          ignored_settings, load, migration_hint)
+from tines.config import SETTINGS, Config, environment_warnings, ignored_settings, load, migration_hint
 from tines.errors import AppLoadError, ConfigError
-
-EXIT_USAGE = 2
-"""Exit status for a bad command line, config or APP (argparse's convention)."""
-
-APP_FORMS = "module:attr or path/to/file.py:attr"
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """An argparse parser whose errors are one line, ``tines: error: <message>``, exit 2.
-
-    argparse prints the whole usage block before an error; with dozens of flags that buries the
-    message. ``--help`` still shows the usage.
-    """
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"tines: error: {message}\n")
-
-
-def _add_settings(parser: argparse.ArgumentParser) -> None:
-    """Add ``-c/--config`` and one option per setting, grouped by section.
-
-    Every option defaults to ``argparse.SUPPRESS`` so the namespace holds only what was typed
-    (``load`` treats a present key as given). Values stay strings: ``load`` converts them, so
-    the messages are the same as for the environment and the file.
-    """
-    parser.add_argument("-c", "--config", metavar="PATH", default=argparse.SUPPRESS,
-                        help="config file (TOML; default: $TINES_CONFIG, else ./tines.toml "
-                             "when it exists)")
-    for section in SECTIONS:
-        group = parser.add_argument_group(section)
-        for setting in SETTINGS.values():
-            if setting.section != section or not setting.flags:
-                continue
-            default = (setting.default_text if setting.default_text is not None
-                       else format_value(setting.default))
-            help_text = f"{_plain(setting.description)} (default: {default}; env {setting.env})"
-            if setting.is_flag:
-                group.add_argument(*setting.flags, dest=setting.name,
-                                   action=argparse.BooleanOptionalAction,
-                                   default=argparse.SUPPRESS, help=help_text)
-                continue
-            metavar = "{" + ",".join(setting.choices) + "}" if setting.choices else setting.metavar
-            group.add_argument(*setting.flags, dest=setting.name, metavar=metavar,
-                               action="append" if setting.multiple else "store",
-                               default=argparse.SUPPRESS, help=help_text)
-
-
-def _plain(doc: str) -> str:
-    """Docs use Markdown backticks; ``--help`` does not. Also escape % for argparse."""
-    return doc.replace("`", "").replace("%", "%%")
+from tines.serve_cli import (APP_FORMS, EXIT_USAGE, SERVE_DESCRIPTION, ArgumentParser, add_serve_arguments,
+                             add_settings, check_config)
 
 
 def build_parser() -> ArgumentParser:
@@ -82,14 +34,9 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tines {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
-    serve = commands.add_parser(
-        "serve", help="run the server for a WSGI app", allow_abbrev=False,
-        description=f"Run the server for the WSGI app APP ({APP_FORMS}). Settings come from "
-                    "the command line, then TINES_* environment variables, then the config "
-                    "file, then the defaults.")
-    serve.add_argument("app", nargs="?", metavar="APP", default=argparse.SUPPRESS,
-                       help=f"the WSGI app: {APP_FORMS} (or the config key 'app')")
-    _add_settings(serve)
+    serve = commands.add_parser("serve", help="run the server for a WSGI app", allow_abbrev=False,
+                                description=SERVE_DESCRIPTION)
+    add_serve_arguments(serve)
 
     check = commands.add_parser(
         "check-config", help="print every resolved setting and where it came from",
@@ -105,7 +52,7 @@ def build_parser() -> ArgumentParser:
     check.add_argument("--check-app", action="store_true",
                        help="also import APP (running its import-time code), as a worker would, "
                             "so a deploy can be checked before it runs")
-    _add_settings(check)
+    add_settings(check)
 
     status = commands.add_parser(
         "status", help="show the workers and totals from the status listener, like top",
@@ -187,34 +134,6 @@ def format_table(cfg: Config) -> str:
     value_width = max(len(row[1]) for row in rows)
     return "".join(f"{name:<{name_width}}  {value:<{value_width}}  {source}\n"
                    for name, value, source in rows)
-
-
-def check_config(cfg: Config, check_app: bool) -> str:
-    """What ``serve`` would refuse before forking (``tines.preflight``: worker settings with the
-    workers' own conversion, resource limits, the dynamic pool's bounds, the hooks module) and,
-    with ``check_app``, the app itself (imported from ``chdir`` as the workers do; a traceback
-    from the app's code goes to stderr before the error line). Returns the line naming the
-    worker mode in force (fixed count or dynamic pool)."""
-    from tines import pool, preflight
-
-    mode = pool.describe_mode(cfg, preflight.check(cfg).pool)
-    if not check_app:
-        return mode
-    if cfg.app is None:
-        raise ConfigError(f"--check-app needs APP ({APP_FORMS})")
-    from tines.app_loader import load_app
-
-    try:
-        app = load_app(cfg.app, cfg.factory, cfg.interface)
-        from tines import asgi
-
-        if asgi.interface_of(app, cfg.interface, repr(str(cfg.app))) != "wsgi":
-            asgi.check_mpm(cfg)
-    except AppLoadError as error:
-        if error.traceback:
-            sys.stderr.write(error.traceback)
-        raise
-    return mode
 
 
 def serve(cfg: Config, overrides: Mapping[str, object] | None = None) -> int:

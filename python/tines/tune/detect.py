@@ -13,14 +13,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tines.cli import EXIT_USAGE, build_parser, check_config
 from tines.config import load
 from tines.errors import AppLoadError, ConfigError
+from tines.serve_cli import EXIT_USAGE, check_config, serve_parser
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = build_parser()
-    arguments, unknown = parser.parse_known_args(["serve", *argv])
+    parser = serve_parser()
+    arguments, unknown = parser.parse_known_args(list(argv))
     if unknown:
         parser.error("unrecognized arguments: " + " ".join(unknown))
     try:

@@ -16,6 +16,7 @@ from typing import Any
 from tines import __version__
 from tines.config import SETTINGS, format_value, load
 from tines.memory import format_size
+from tines.serve_cli import serve_parser
 from tines.tune.recommend import Recommendation, knee, peak, us
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
@@ -88,9 +89,7 @@ def text(rec: Recommendation, doc: dict[str, Any]) -> str:
 def serve_settings(doc: dict[str, Any]) -> dict[str, Any]:
     """The settings the tuned app was served with (APP, the flags after ``--`` and a config
     file's), as values."""
-    from tines.cli import build_parser
-
-    arguments, _ = build_parser().parse_known_args(["serve", doc["app"], *doc.get("serve_args", [])])
+    arguments, _ = serve_parser().parse_known_args([doc["app"], *doc.get("serve_args", [])])
     cfg = load(arguments, environ={})
     # Given on the command line or in a config file (-c after --, or ./tines.toml).
     return {name: getattr(cfg, name) for name in SETTINGS if cfg.source(name) != "default"}

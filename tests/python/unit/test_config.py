@@ -372,6 +372,22 @@ def test_help_lists_commands_and_serve_help_lists_every_flag(in_empty_directory:
     assert "(default: 2 x CPU cores; env TINES_WORKERS)" in " ".join(serve.stdout.split())
 
 
+def test_the_serve_parser_alone_reads_and_shows_what_tines_serve_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """``tines tune`` reads the flags after its ``--`` with ``serve_parser`` (without ``tines.cli``)."""
+    from tines.cli import build_parser
+    from tines.serve_cli import serve_parser
+
+    argv = ["app:x", "-w", "3", "--bind", "a:1", "--bind", "b:2", "--no-preload", "-c", "t.toml", "--bogus"]
+    whole, whole_unknown = build_parser().parse_known_args(["serve", *argv])
+    alone, alone_unknown = serve_parser().parse_known_args(argv)
+    assert vars(alone) == {name: value for name, value in vars(whole).items() if name != "command"}
+    assert vars(alone)["bind"] == ["a:1", "b:2"] and vars(alone)["preload"] is False
+    assert alone_unknown == whole_unknown == ["--bogus"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    assert serve_parser().format_help() == capsys.readouterr().out
+
+
 def test_version(in_empty_directory: Path) -> None:
     result = run_tines("--version", cwd=in_empty_directory)
     assert result.returncode == 0

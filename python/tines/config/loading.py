@@ -1,0 +1,272 @@
+"""Resolving the settings: command line > environment > config file > default (``load``).
+
+Owns: where each source spells a setting (a flag's value as typed, ``TINES_<NAME>`` in the
+environment, the file's top-level key), finding and reading the TOML config file, converting
+every value from every source, the checks that span several settings, the resolved ``Config``
+(and ``Config.worker_settings``, the dict handed to the Rust worker), and the warnings about
+settings that are ignored or misspelt.
+
+Must not: declare a setting (``tines.config.registry`` does), import ``tines._core`` or anything
+heavy, touch sockets or fork.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib as tomllib  # "as": tines.config re-exports it (tests read what tune writes with it)
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from tines.config.registry import SETTINGS, Setting, format_value
+from tines.errors import ConfigError
+
+DEFAULT_CONFIG_FILE = "tines.toml"
+"""Read from the current directory when neither ``--config`` nor ``TINES_CONFIG`` is given."""
+
+CONFIG_ENV = "TINES_CONFIG"
+"""Environment variable naming the config file (the ``-c/--config`` flag wins over it)."""
+
+
+class Config:
+    """The resolved value of every setting and where it came from. Immutable.
+
+    ``cfg.<name>`` is the converted value of a setting (``cfg.workers``, ``cfg.app``); multiple
+    settings are tuples; unset optional settings are None. ``config_file`` is the path of the
+    file that was read (as given), or None.
+    """
+
+    __slots__ = ("_values", "_sources", "config_file")
+    _values: Mapping[str, object]
+    _sources: Mapping[str, str]
+    config_file: str | None
+
+    def __init__(self, values: Mapping[str, object], sources: Mapping[str, str],
+                 config_file: str | None = None) -> None:
+        """``values`` and ``sources`` must both have a key for every name in ``SETTINGS``."""
+        missing = set(SETTINGS) - set(values)
+        if missing or set(values) - set(SETTINGS) or set(sources) != set(SETTINGS):
+            raise ValueError(f"Config needs exactly the registry's settings (missing {sorted(missing)})")
+        object.__setattr__(self, "_values", MappingProxyType(dict(values)))
+        object.__setattr__(self, "_sources", MappingProxyType(dict(sources)))
+        object.__setattr__(self, "config_file", config_file)
+
+    def __getattr__(self, name: str) -> Any:
+        values: Mapping[str, object] = object.__getattribute__(self, "_values")
+        try:
+            return values[name]
+        except KeyError:
+            raise AttributeError(f"no setting named {name!r}") from None
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Config is immutable")
+
+    def __repr__(self) -> str:
+        return "Config(" + ", ".join(f"{name}={value!r}" for name, value in self._values.items()) + ")"
+
+    def value(self, name: str) -> object:
+        """The converted value of setting ``name``; KeyError when there is no such setting."""
+        return self._values[name]
+
+    def source(self, name: str) -> str:
+        """Where the value came from: ``cli``, ``env TINES_X``, ``file PATH`` or ``default``."""
+        return self._sources[name]
+
+    def worker_settings(self) -> dict[str, object]:
+        """A new dict of every ``worker=True`` setting, for ``tines._core.run_worker``.
+
+        Values are converted (seconds as float, sizes as int); tuples become lists.
+        """
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in self._values.items()
+            if SETTINGS[name].worker
+        }
+
+    def rows(self) -> Iterator[tuple[str, str, str]]:
+        """(name, value formatted for people, source) for every setting, in registry order."""
+        for name, value in self._values.items():
+            show = SETTINGS[name].show
+            shown = show(value) if show is not None and value is not None else format_value(value)
+            yield name, shown, self._sources[name]
+
+
+def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
+         environ: Mapping[str, str] | None = None) -> Config:
+    """Resolve every setting: command line > environment > config file > default.
+
+    ``overrides`` holds the command-line values by setting name (raw strings as typed, lists for
+    repeated flags, bools for on/off flags, or already-typed values), plus ``config`` for the
+    config file path; a key that is present counts as given. An ``argparse.Namespace`` may be
+    passed: its attributes that are not settings (``command`` ...) are ignored, so parsers must
+    leave flags that were not given out of it (``default=argparse.SUPPRESS``).
+    ``environ`` defaults to ``os.environ``; unknown ``TINES_*`` variables are ignored (the CLI
+    warns about them, see ``environment_warnings``).
+
+    The config file is ``overrides["config"]``, else ``$TINES_CONFIG``, else ``./tines.toml``
+    when it exists. Every value from every source is validated, even one a higher source
+    overrides. Raises ConfigError with a one-line message on the first problem.
+    """
+    environ = os.environ if environ is None else environ
+    given = _command_line(overrides)
+    config_path = given.pop("config", None)
+    if config_path is None:
+        config_path = environ.get(CONFIG_ENV) or (
+            DEFAULT_CONFIG_FILE if os.path.isfile(DEFAULT_CONFIG_FILE) else None)
+    if config_path is not None and not isinstance(config_path, str):
+        raise ConfigError(f"config must be a path, got {config_path!r}")
+
+    values: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    layers: list[tuple[Mapping[str, object], str, str]] = []
+    if config_path is not None:
+        layers.append((_read_config_file(config_path), f"file {config_path}", f"{config_path}: "))
+    for setting in SETTINGS.values():
+        if setting.env in environ:
+            layers.append(({setting.name: environ[setting.env]}, f"env {setting.env}", f"{setting.env}: "))
+    layers.append((given, "cli", ""))
+
+    for raw_values, source, prefix in layers:
+        for name, raw in raw_values.items():
+            values[name] = _convert(SETTINGS[name], raw, prefix)
+            sources[name] = source
+    for setting in SETTINGS.values():
+        if setting.name not in values:
+            values[setting.name] = setting.default_value()
+            sources[setting.name] = "default"
+    ordered = {name: values[name] for name in SETTINGS}
+    if ordered["limit_cpu_hard"] is not None:
+        if ordered["limit_cpu"] is None:
+            raise ConfigError(f"limit_cpu_hard needs limit_cpu ({sources['limit_cpu_hard']})")
+        if ordered["limit_cpu_hard"] < ordered["limit_cpu"]:  # type: ignore[operator]
+            raise ConfigError(f"limit_cpu_hard {ordered['limit_cpu_hard']} ({sources['limit_cpu_hard']}) "
+                              f"must be at least limit_cpu {ordered['limit_cpu']} ({sources['limit_cpu']})")
+    ordered["request_buffer_dir"] = _request_buffer_dir(ordered, sources)
+    if ordered["threads"] == 0 and ordered["mpm"] != "event":
+        raise ConfigError(f"threads 0 (the app on the loop thread) needs mpm event, "
+                          f"got mpm {ordered['mpm']} ({sources['threads']})")
+    return Config(ordered, {name: sources[name] for name in SETTINGS}, config_path)
+
+
+def _request_buffer_dir(values: Mapping[str, object], sources: Mapping[str, str]) -> str:
+    """``request_buffer_dir`` made absolute the way the workers see it: a relative path is
+    taken from ``chdir`` (they run there), else from the current directory; it must be an
+    existing directory."""
+    raw = values["request_buffer_dir"] or tempfile.gettempdir()
+    chdir = values["chdir"]
+    base = os.path.abspath(chdir) if isinstance(chdir, str) else os.getcwd()
+    resolved = os.path.normpath(os.path.join(base, str(raw)))
+    if not os.path.isdir(resolved):
+        where = f" (from chdir {chdir})" if isinstance(chdir, str) and not os.path.isabs(str(raw)) else ""
+        raise ConfigError(f"request_buffer_dir must be an existing directory, got {resolved!r}{where} "
+                          f"({sources['request_buffer_dir']})")
+    return resolved
+
+
+def ignored_settings(cfg: Config) -> list[str]:
+    """One line for each setting that is valid but has no effect beside the others, else none.
+
+    Not an error: such a value often comes from a file or environment shared by several
+    starts with different MPMs. ``tines serve`` logs each line as a warning at start and
+    ``tines check-config`` prints it.
+    """
+    found = []
+    counted = "workers" if cfg.mpm == "prefork" else "threads"
+    for kind in ("workers", "threads"):
+        for bound in ("min", "max"):
+            name = f"{bound}_spare_{kind}"
+            if kind != counted and cfg.value(name) is not None and cfg.max_workers is not None:
+                found.append(f"{name} {cfg.value(name)} ({cfg.source(name)}) is ignored by mpm {cfg.mpm}, "
+                             f"whose spares are counted in {counted}: use {bound}_spare_{counted}")
+    if not cfg.reload:
+        for name in ("reload_include", "reload_exclude"):
+            if cfg.source(name) != "default":
+                found.append(f"{name} ({cfg.source(name)}) is ignored without reload (--reload)")
+    if cfg.mpm == "prefork" and cfg.threads > 1:
+        found.append(f"threads {cfg.threads} ({cfg.source('threads')}) is ignored by mpm prefork, which runs "
+                     "one request at a time per worker: for app threads use --mpm thread or --mpm event")
+    return found
+
+
+def _command_line(overrides: Mapping[str, object] | argparse.Namespace | None) -> dict[str, object]:
+    if overrides is None:
+        return {}
+    if isinstance(overrides, argparse.Namespace):
+        return {name: value for name, value in vars(overrides).items()
+                if name in SETTINGS or name == "config"}
+    for name in overrides:
+        if name not in SETTINGS and name != "config":
+            raise ConfigError(f"unknown setting {name!r}{_suggestion(name)}")
+    return dict(overrides)
+
+
+def _convert(setting: Setting, raw: object, prefix: str) -> object:
+    try:
+        return setting.to_value(raw)
+    except ValueError as error:
+        reason = str(error.args[0])
+        shown = error.args[1] if len(error.args) > 1 else raw
+        raise ConfigError(f"{prefix}{setting.name} {reason}, got {shown!r}") from None
+
+
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column \d+\)$")
+
+
+def _read_config_file(path: str) -> dict[str, object]:
+    """The file's top-level table, keys checked against the registry."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {path!r}: [Errno {error.errno}] {error.strerror}") from None
+    try:
+        table = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"cannot read config file {path!r}: not UTF-8 ({error.reason} at byte {error.start})") from None
+    except tomllib.TOMLDecodeError as error:
+        message = str(error)
+        position = _TOML_POSITION.search(message)
+        if position is None:
+            raise ConfigError(f"config file {path!r}: {message}") from None
+        raise ConfigError(f"config file {path!r} line {position.group(1)}: {message[: position.start()]}") from None
+    for key in table:
+        if key not in SETTINGS:
+            raise ConfigError(f"unknown setting {key!r} in {path!r}{_suggestion(key)}")
+    return table
+
+
+def environment_warnings(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One warning per ``TINES_*`` variable that names no setting, with the closest name.
+
+    A warning, not an error (unlike an unknown key in the config file, which is Tines' own): the
+    environment is shared with other programs and shells, and a variable that merely shares the
+    prefix must not stop a server from starting. ``load`` ignores these variables.
+    """
+    environ = os.environ if environ is None else environ
+    known = {setting.env for setting in SETTINGS.values()} | {CONFIG_ENV}
+    warnings = []
+    for name in sorted(environ):
+        if not name.startswith("TINES_") or name in known:
+            continue
+        matches = difflib.get_close_matches(name.upper(), sorted(known), n=1)
+        hint = f" (did you mean {matches[0]}?)" if matches else ""
+        warnings.append(f"unknown environment variable {name} ignored{hint}")
+    return warnings
+
+
+def _suggestion(name: str) -> str:
+    """`` (did you mean 'x'?)`` for the closest setting name, or an empty string."""
+    normalized = name.strip().lower().replace("-", "_").removeprefix("tines_")
+    if normalized in SETTINGS:
+        return f" (did you mean {normalized!r}?)"
+    matches = difflib.get_close_matches(normalized, list(SETTINGS), n=1)
+    return f" (did you mean {matches[0]!r}?)" if matches else ""

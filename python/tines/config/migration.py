@@ -1,0 +1,210 @@
+"""Coming from another server: Apache's, gunicorn's, uvicorn's and uWSGI's settings beside ours.
+
+Owns the rows (``EQUIVALENTS``), which give both the "Coming from another server" table of
+docs/settings.md (``tines.config.reference`` renders it) and ``tines serve``'s answer to another
+server's flag (``migration_hint``). A row names Tines' settings as ``{name}``, looked up in the
+registry when it is rendered, so a renamed setting fails the docs test instead of going stale.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tines.config.registry import SETTINGS, format_value
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    """One row of "Coming from another server": another server's setting and Tines' answer.
+
+    ``theirs`` is their setting as the docs show it (Markdown). ``ours`` says what Tines has
+    instead, in Markdown where ``{name}`` names a setting, ``{name=value}`` a setting with a
+    value (checked against the registry when rendered) and ``{planned:name}`` a setting that
+    does not exist yet. ``flags`` are their command-line flags that Tines does not accept:
+    ``tines serve`` answers them with ``ours`` (``migration_hint``), and the docs list them.
+    """
+
+    server: str
+    theirs: str
+    ours: str
+    flags: tuple[str, ...] = ()
+
+    def markdown(self) -> tuple[str, str]:
+        """(their cell, our cell) for docs/settings.md."""
+        flags = " (" + ", ".join(f"`{flag}`" for flag in self.flags) + ")" if self.flags else ""
+        return self.theirs + flags, _REFERENCE.sub(_reference_in_markdown, self.ours)
+
+    def command_line(self) -> str:
+        """``ours`` for ``tines serve``'s error line: settings as flags, no Markdown."""
+        text = _REFERENCE.sub(_reference_on_command_line, self.ours).replace("`", "")
+        return "use " + text if self.ours.startswith("{") else text
+
+
+_REFERENCE = re.compile(r"\{(planned:)?([a-z_]+)(?:(=)([^}]*))?\}")
+"""``{name}``, ``{name=value}`` or ``{planned:name}`` in ``Equivalent.ours``."""
+
+
+def _reference_in_markdown(match: re.Match[str]) -> str:
+    planned, name, equals, raw = match.groups()
+    if planned or not equals:
+        return f"`{name if planned else SETTINGS[name].toml_key}`"
+    return f"`{SETTINGS[name].toml_key} = {format_value(SETTINGS[name].to_value(raw))}`"
+
+
+def _reference_on_command_line(match: re.Match[str]) -> str:
+    planned, name, equals, raw = match.groups()
+    if planned:
+        return "--" + name.replace("_", "-")
+    setting = SETTINGS[name]
+    flag = next(flag for flag in setting.flags if flag.startswith("--"))
+    if not equals:
+        return flag
+    value = setting.to_value(raw)
+    if setting.is_flag:
+        return flag if value else f"--no-{flag[2:]}"
+    return f"{flag} {raw}" if raw else f"{flag} ''"
+
+
+_TLS = "not supported yet: terminate TLS in a proxy in front of Tines"
+
+EQUIVALENTS: tuple[Equivalent, ...] = (
+    Equivalent("Apache", "`Listen`", "{bind}"),
+    Equivalent("Apache", "`StartServers`, `MaxRequestWorkers`", "{start_workers}, {max_workers} (the dynamic pool, "
+               "docs/pool.md); or {workers} for a fixed count"),
+    Equivalent("Apache", "`MinSpareServers`, `MaxSpareServers` (prefork)", "{min_spare_workers}, {max_spare_workers}"),
+    Equivalent("Apache", "`MinSpareThreads`, `MaxSpareThreads` (worker/event)", "{min_spare_threads}, {max_spare_threads}"),
+    Equivalent("Apache", "`ServerLimit`", "{max_workers} (the scoreboard is sized from it)"),
+    Equivalent("Apache", "`ThreadsPerChild` (worker/event)", "{threads} with {mpm=thread} or {mpm=event}"),
+    Equivalent("Apache", "`AsyncRequestWorkerFactor` (event)", "{max_connections}, {max_queued_requests}"),
+    Equivalent("Apache", "`MaxConnectionsPerChild`", "{max_requests} (counts requests, not connections)"),
+    Equivalent("Apache", "`KeepAliveTimeout`", "{keepalive_timeout}"),
+    Equivalent("Apache", "`KeepAlive Off`", "{keepalive_timeout=0}"),
+    Equivalent("Apache", "`MaxKeepAliveRequests`", "{max_keepalive_requests}"),
+    Equivalent("Apache", "`ListenBacklog`", "{backlog}"),
+    Equivalent("Apache", "`AcceptFilter http data` (Linux: `TCP_DEFER_ACCEPT`)", "{defer_accept} (on by default; `AcceptFilter http none`: {defer_accept=0})"),
+    Equivalent("Apache", "`RequestReadTimeout header=`, `body=`", "{header_timeout}, {body_timeout}"),
+    Equivalent("Apache", "`Timeout` (sending)", "{send_timeout}"),
+    Equivalent("Apache", "`LimitRequestLine`", "{max_request_line}"),
+    Equivalent("Apache", "`LimitRequestFields`", "{max_headers}"),
+    Equivalent("Apache", "`LimitRequestFieldSize`", "{max_head_size} (limits the whole head)"),
+    Equivalent("Apache", "`User`, `Group`", "{user}, {group}"),
+    Equivalent("Apache", "`CustomLog`, `ErrorLog`, `LogLevel`", "{access_log}, {error_log}, {log_level}"),
+    Equivalent("Apache", "`ServerTokens`", "{server_header}"),
+    Equivalent("Apache", "mod_perl `PerlChildInitHandler`, Apache::DBI `connect_on_init`",
+               "a `post_fork` function in {hooks} (docs/hooks.md)"),
+    Equivalent("Apache", "`RLimitCPU`, mod_perl Apache::Resource `PERL_RLIMIT_CPU`",
+               "{limit_cpu} (soft: graceful recycling), {limit_cpu_hard} (kill)"),
+    Equivalent("Apache", "`RLimitMEM`, Apache::Resource `PERL_RLIMIT_AS`, `PERL_RLIMIT_DATA`",
+               "{limit_address_space}, {limit_data}"),
+    Equivalent("Apache", "mod_perl Apache::SizeLimit `MAX_UNSHARED_SIZE`",
+               "{max_worker_memory} (USS, the default {max_worker_memory_kind})"),
+    Equivalent("Apache", "Apache::SizeLimit `MAX_PROCESS_SIZE`", "{max_worker_memory} with {max_worker_memory_kind=rss}"),
+    Equivalent("Apache", "Apache::SizeLimit `MIN_SHARE_SIZE`", "none: limit the unshared part (USS) instead"),
+    Equivalent("Apache", "Apache::SizeLimit `CHECK_EVERY_N_REQUESTS`",
+               "{memory_sample_rate} (the master samples by time, not per request)"),
+    Equivalent("Apache", "Apache::Resource `PERL_RLIMIT_NOFILE`, `PERL_RLIMIT_CORE`", "{limit_open_files}, {limit_core}"),
+    Equivalent("gunicorn", "`bind`, `backlog`, `workers`", "same names"),
+    Equivalent("gunicorn", "`threads` (above 1 it means gunicorn's `gthread` worker)",
+               "{threads} with {mpm=thread} (or {mpm=event}, the same machine); the default `prefork` ignores it"),
+    Equivalent("gunicorn", "`worker_class`", "{mpm=prefork} for `sync`, {mpm=thread} (the same machine as {mpm=event}) "
+               "with {threads} for `gthread`; an ASGI app (`uvicorn.workers.UvicornWorker`) needs no flag, and there is no gevent or eventlet worker", ("-k", "--worker-class")),
+    Equivalent("gunicorn", "`worker_connections`", "{max_connections}", ("--worker-connections",)),
+    Equivalent("gunicorn", "`max_requests`, `max_requests_jitter`", "same names"),
+    Equivalent("gunicorn", "`keepalive`", "{keepalive_timeout}", ("--keep-alive",)),
+    Equivalent("gunicorn", "`graceful_timeout`", "{graceful_timeout}"),
+    Equivalent("gunicorn", "`timeout`: a worker silent this many seconds is killed",
+               "{request_timeout}: an app thread held this long without progress gets its worker's "
+               "stacks logged and the worker killed (a stuck request, not a silent worker: a "
+               "streaming response that keeps producing is not cut); waits on the client have "
+               "{header_timeout}, {body_timeout}, {send_timeout}; a slow boot {boot_timeout}",
+               ("-t", "--timeout")),
+    Equivalent("gunicorn", "`limit_request_line`", "{max_request_line}", ("--limit-request-line",)),
+    Equivalent("gunicorn", "`limit_request_fields`", "{max_headers}", ("--limit-request-fields",)),
+    Equivalent("gunicorn", "`limit_request_field_size`", "{max_head_size} (limits the whole head)",
+               ("--limit-request-field_size",)),
+    Equivalent("gunicorn", "`forwarded_allow_ips`", "{forwarded_allow_ips}"),
+    Equivalent("gunicorn", "`proxy_protocol`, `proxy_allow_ips`",
+               "{proxy_protocol} (versions 1 and 2), from the peers in {forwarded_allow_ips}",
+               ("--proxy-allow-from",)),
+    Equivalent("gunicorn", "`preload_app`", "{preload}"),
+    Equivalent("gunicorn", "none: no memory limit per worker (its issue 3581)", "{max_worker_memory}"),
+    Equivalent("gunicorn", "`accesslog`", "{access_log}", ("--access-logfile",)),
+    Equivalent("gunicorn", "`access_log_format`", "{access_log_format}: the same `%(atom)s` atoms, but not environ variables",
+               ("--access-logformat",)),
+    Equivalent("gunicorn", "`errorlog`", "{error_log}", ("--error-logfile", "--log-file")),
+    Equivalent("gunicorn", "`loglevel`", "{log_level}"),
+    Equivalent("gunicorn", "`capture_output`", "not needed for stderr: with {error_log} set to a file, every "
+               "process's stderr (prints, tracebacks) goes to it; stdout is not redirected", ("--capture-output",)),
+    Equivalent("gunicorn", "`user`, `group`, `chdir`, `umask`", "same names"),
+    Equivalent("gunicorn", "`pidfile`", "{pid_file}",
+               ("-p", "--pid")),
+    Equivalent("gunicorn", "`daemon`", "not supported: run Tines in the foreground under a supervisor "
+               "(systemd, a container)", ("-D", "--daemon")),
+    Equivalent("gunicorn", "`reload`", "{reload} (inotify in the master's own loop, no thread; a syntax error "
+               "keeps the old code serving)"),
+    Equivalent("gunicorn", "`reload_engine`", "not needed: {reload} always uses inotify", ("--reload-engine",)),
+    Equivalent("gunicorn", "`reload_extra_files`", "{reload_include} (globs, relative to the watched tree)",
+               ("--reload-extra-file",)),
+    Equivalent("gunicorn", "`certfile`, `keyfile`", _TLS, ("--certfile", "--keyfile")),
+    Equivalent("gunicorn", "server hooks (`on_starting`, `post_fork`, `pre_request`... in the config file)",
+               "{hooks}: the same functions, in a module of their own (docs/hooks.md)"),
+    Equivalent("gunicorn", "`check_config`, `print_config`", "the `tines check-config` command",
+               ("--check-config", "--print-config")),
+    Equivalent("uvicorn", "`host`, `port`", "{bind} with `HOST:PORT`", ("--host", "--port")),
+    Equivalent("uvicorn", "`uds`", "{bind} with `unix:/path`", ("--uds",)),
+    Equivalent("uvicorn", "`fd`", "{bind} with `fd://N`", ("--fd",)),
+    Equivalent("uvicorn", "`workers`, `backlog`, `factory`, `log_level`, `forwarded_allow_ips`", "same names"),
+    Equivalent("uvicorn", "`interface`", "{interface} (same values, and `asgi2`)"),
+    Equivalent("uvicorn", "`lifespan`, `loop`", "{lifespan}, {loop} (no `h11`/`httptools` choice: the parser is Tines' own)"),
+    Equivalent("uvicorn", "`reload`", "{reload}"),
+    Equivalent("uvicorn", "`reload_dirs`", "not supported: {reload} watches the directory the app is imported "
+               "from (docs/signals.md)", ("--reload-dir",)),
+    Equivalent("uvicorn", "`reload_includes`, `reload_excludes`", "{reload_include}, {reload_exclude}"),
+    Equivalent("uvicorn", "`reload_delay`", "not needed: {reload} acts once a save has gone quiet for 0.1 s",
+               ("--reload-delay",)),
+    Equivalent("uvicorn", "`app_dir`", "{chdir} (the app is imported from there)", ("--app-dir",)),
+    Equivalent("uvicorn", "`proxy_headers`", "always on for the peers in {forwarded_allow_ips}; "
+               "{forwarded_allow_ips=} trusts none", ("--proxy-headers", "--no-proxy-headers")),
+    Equivalent("uvicorn", "`timeout_keep_alive`", "{keepalive_timeout}", ("--timeout-keep-alive",)),
+    Equivalent("uvicorn", "`timeout_graceful_shutdown`", "{graceful_timeout}", ("--timeout-graceful-shutdown",)),
+    Equivalent("uvicorn", "`limit_concurrency`", "{max_connections} per worker (above it the worker stops "
+               "accepting) and, for an ASGI app, {max_concurrency} (above it, 503)", ("--limit-concurrency",)),
+    Equivalent("uvicorn", "`limit_max_requests`", "{max_requests}", ("--limit-max-requests",)),
+    Equivalent("uvicorn", "`h11_max_incomplete_event_size`", "{max_head_size}", ("--h11-max-incomplete-event-size",)),
+    Equivalent("uvicorn", "`access_log`", "off unless {access_log} names a file, or `-` for stdout",
+               ("--no-access-log",)),
+    Equivalent("uvicorn", "`server_header`", "{server_header=} (an empty value omits the header)", ("--no-server-header",)),
+    Equivalent("uvicorn", "`ssl_certfile`, `ssl_keyfile`", _TLS, ("--ssl-certfile", "--ssl-keyfile")),
+    Equivalent("uWSGI", "`http-socket`, `socket`", "{bind}"),
+    Equivalent("uWSGI", "`processes`, `threads`", "{workers}, {threads}; with `cheaper`, `processes` is the most: {max_workers}"),
+    Equivalent("uWSGI", "`max-requests`", "{max_requests}"),
+    Equivalent("uWSGI", "`listen`", "{backlog}"),
+    Equivalent("uWSGI", "`lazy-apps` (uWSGI preloads unless it is set)", "{preload=false} (our default)"),
+    Equivalent("uWSGI", "`harakiri`", "{request_timeout} (also answers 503 when nothing was sent, and "
+               "logs the stacks like `py-tracebacker`)"),
+    Equivalent("uWSGI", "`reload-on-rss` (MB, checked by the worker after each request)",
+               "{max_worker_memory} (with a unit: `512MiB`) and {max_worker_memory_kind=rss}; checked by the master "
+               "({memory_sample_rate}), USS by default"),
+    Equivalent("uWSGI", "`evil-reload-on-rss` (the master kills a worker above it)",
+               "{max_worker_memory} with {max_worker_memory_kind=rss}: the master samples, the worker stops gracefully"),
+    Equivalent("uWSGI", "`ksm` (the master runs KSM merging of its workers' pages)", "{memory_merge} (Linux 6.4+)"),
+    Equivalent("uWSGI", "`limit-as`", "{limit_address_space} (in bytes, not MiB)"),
+    Equivalent("uWSGI", "`cheaper`", "{min_spare_workers} with {max_workers} (uWSGI keeps at least `cheaper` workers; "
+               "Tines keeps at least that many idle ones)"),
+    Equivalent("uWSGI", "`cheaper-initial`", "{start_workers}"),
+    Equivalent("uWSGI", "`cheaper-algo`, `cheaper-step`", "one algorithm, Apache's spare-server maintenance (closest to "
+               "uWSGI's `spare`): starts 1, 2, 4, ... up to 32 workers a second while short (docs/pool.md)"),
+    Equivalent("uWSGI", "`uid`, `gid`, `chdir`, `umask`", "{user}, {group}, {chdir}, {umask}"),
+)
+"""The rows of the "Coming from another server" table, which also answer their flags."""
+
+
+def migration_hint(option: str) -> str | None:
+    """What Tines has instead of another server's flag, as ``(servers): answer``; None when no
+    row lists it (then the CLI falls back to the closest spelling)."""
+    rows = [row for row in EQUIVALENTS if option in row.flags]
+    if not rows:
+        return None
+    servers = ", ".join(dict.fromkeys(row.server for row in rows))
+    return f"({servers}): {rows[0].command_line()}"

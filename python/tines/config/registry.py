@@ -1,0 +1,361 @@
+"""The settings registry: every setting is declared once, here.
+
+Owns: the declaration of each setting (``SETTINGS``: its name, section, doc, converter, default,
+flags, and whether the Rust worker receives it), the order of the sections, the access log's
+atoms that a setting's doc lists, and how a value is spelled for people (``format_value``, as
+TOML would). Everything else is derived from it: the command-line flags (``tines.serve_cli``),
+the environment variables and config-file keys (``tines.config.loading``), the dict handed to
+the Rust worker (``Config.worker_settings``) and docs/settings.md (``tines.config.reference``);
+nothing else restates a setting.
+
+Must not: import ``tines._core`` or anything heavy, touch sockets or fork, or keep mutable
+module state (``SETTINGS`` is a read-only mapping of frozen records).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from tines.config.validators import (bind_address, boolean, directory, group_id, head_size, header_value,
+                                     network, non_negative_int, non_negative_seconds, optional_non_negative_int,
+                                     optional_non_negative_seconds, optional_positive_int, optional_text,
+                                     positive_int, positive_seconds, request_line_size, sample_rate, size,
+                                     text, umask, user_id, window_bits)
+
+ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
+    ("h", "client address"),
+    ("l", "`-`"),
+    ("u", "`-` (no one is authenticated)"),
+    ("t", "time, `[24/Nov/2026:10:20:00 +0000]`"),
+    ("r", "request line"),
+    ("m", "method"),
+    ("U", "path"),
+    ("q", "query string"),
+    ("H", "protocol"),
+    ("s", "status"),
+    ("b", "body bytes, `-` for none"),
+    ("B", "body bytes"),
+    ("f", "Referer"),
+    ("a", "User-Agent"),
+    ("T", "request time in s"),
+    ("M", "in ms"),
+    ("D", "in µs"),
+    ("L", "in decimal s"),
+    ("W", "queue wait in µs (ready to app thread)"),
+    ("p", "worker pid"),
+    ("{Name}i", "request header"),
+    ("{Name}o", "response header"),
+)
+"""The access log's custom-format atoms, for the docs and ``--help`` (the formatter is Rust's
+``tines_server::access_log``; a test checks both name the same atoms)."""
+
+SECTIONS = ("Server", "Workers", "HTTP", "Timeouts", "Limits", "Logging", "Process", "Resource limits")
+"""Order of the sections in ``--help`` and in docs/settings.md."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: how it is spelled in each source, converted, defaulted and documented.
+
+    ``convert`` takes one raw value (for ``multiple`` settings: one item) and returns the
+    converted value or raises ValueError. ``default`` is the value itself, or a zero-argument
+    callable for a default computed at load time (then ``default_text`` describes it for the
+    docs, so they read the same on every machine). ``worker`` marks the settings the Rust worker
+    receives (``Config.worker_settings``). A ``multiple`` setting is a tuple: its flag may be
+    repeated, and any string value is split on commas (so its items cannot contain commas);
+    ``min_items`` is the fewest items it accepts (``bind`` needs one).
+    ``show`` formats a set value for ``check-config`` when TOML's spelling would mislead (umask).
+    """
+
+    name: str
+    section: str
+    doc: str
+    convert: Callable[[object], object]
+    default: object
+    flags: tuple[str, ...] = ()
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+    worker: bool = False
+    multiple: bool = False
+    min_items: int = 0
+    default_text: str | None = None
+    show: Callable[[Any], str] | None = None
+
+    @property
+    def env(self) -> str:
+        """The environment variable: ``TINES_`` + the name in upper case."""
+        return "TINES_" + self.name.upper()
+
+    @property
+    def toml_key(self) -> str:
+        """The top-level key in the config file (the setting's name)."""
+        return self.name
+
+    @property
+    def is_flag(self) -> bool:
+        """True for on/off settings (``--x/--no-x`` on the command line)."""
+        return self.convert is boolean
+
+    @property
+    def description(self) -> str:
+        """The doc, plus a note for flags that may be repeated."""
+        return self.doc + (" The flag may be repeated." if self.multiple and self.flags else "")
+
+    def default_value(self) -> object:
+        """The default, computing it when it is a callable."""
+        return self.default() if callable(self.default) else self.default
+
+    def to_value(self, raw: object) -> object:
+        """Convert a raw value from any source; raise ValueError("must be ...") when invalid.
+
+        For ``multiple`` settings a ValueError carries the offending item as its second arg.
+        """
+        if self.multiple:
+            items = _split_items(raw)
+            converted = []
+            for item in items:
+                try:
+                    converted.append(self.convert(item))
+                except ValueError as error:
+                    raise ValueError(str(error), item) from None
+            if len(converted) < self.min_items:
+                raise ValueError("must not be empty")
+            return tuple(converted)
+        if self.choices:
+            word = raw.strip().lower() if isinstance(raw, str) else raw
+            if word not in self.choices:
+                raise ValueError("must be one of " + ", ".join(self.choices))
+            return word
+        return self.convert(raw)
+
+
+def _split_items(raw: object) -> list[object]:
+    """Items of a multiple setting: strings are split on commas, lists/tuples flattened."""
+    if isinstance(raw, str):
+        return [item.strip() for item in raw.split(",") if item.strip()]
+    if isinstance(raw, (list, tuple)):
+        items: list[object] = []
+        for element in raw:
+            items.extend(_split_items(element) if isinstance(element, str) else [element])
+        return items
+    return [raw]
+
+
+def _default_workers() -> int:
+    return 2 * (os.cpu_count() or 1)
+
+
+_REGISTRY = (
+    # Server
+    Setting("app", "Server", "The WSGI or ASGI app: `module:attr`, `package.module:attr`, `path/to/file.py:attr`, or `module` (then `application` or `app`). On the command line it is the positional APP.",
+            optional_text, None, metavar="APP"),
+    Setting("bind", "Server", "Address to listen on: `HOST:PORT`, `[IPv6]:PORT`, `unix:/path` or `fd://N` (an inherited socket).",
+            bind_address, ("127.0.0.1:8000",), ("-b", "--bind"), "ADDRESS", multiple=True, min_items=1),
+    Setting("status_bind", "Server", "The status listener, off the public port (off when unset): `HOST:PORT`, `unix:/path` or `fd://N`. A status process that the master forks and starts again if it dies serves `/` (a status page for people), `/status.json` (the workers, their states, requests and memory, each app thread's current request, the totals), `/metrics` (Prometheus), `/healthz` (the master is up) and `/readyz` (a worker accepts and the server is not stopping: 503 from the start of a stop) from the scoreboard, without the app: it answers while every worker is busy or stuck (docs/status.md). `tines status` shows it in the terminal. Refused when it is one of the `bind` addresses.",
+            lambda raw: None if raw in (None, "") else bind_address(raw), None, ("--status-bind",), "ADDRESS", default_text="off"),
+    Setting("status_show_query", "Server", "The status output shows request targets' query strings (they may carry tokens); redacted to `?...` otherwise.",
+            boolean, False, ("--status-show-query",)),
+    Setting("backlog", "Server", "Length of each listening socket's queue of connections not yet accepted.",
+            positive_int, 2048, ("--backlog",), "N"),
+    Setting("defer_accept", "Server", "Seconds the kernel holds a new TCP connection until its first bytes arrive (`TCP_DEFER_ACCEPT`; Apache's `AcceptFilter http data`, nginx's `listen ... deferred`): a worker is woken for a connection whose request is already there and reads it as it accepts it, with one wake-up and one poller event fewer per connection (docs/mpm.md). The client's handshake completes at once either way; a client that connects and sends nothing is accepted after about this long, and `header_timeout` runs from then. 0 turns it off. TCP binds only (not `unix:`), set on the listening sockets at start.",
+            non_negative_int, 1, ("--defer-accept",), "SECONDS"),
+    Setting("preload", "Server", "Load the app in the master before forking, so workers share its memory and import errors stop the start.",
+            boolean, False, ("--preload",)),
+    Setting("memory_merge", "Server", "Workers opt in to kernel same-page merging (KSM) after fork with `prctl(PR_SET_MEMORY_MERGE)` (Linux 6.4+), so identical pages they dirtied (the app's copies of the same objects) can be merged back. Takes effect only while ksmd runs (`/sys/kernel/mm/ksm/run` = 1, a system-wide switch, off on many hosts; logged at start when it is not); the saving is reported per worker. On a kernel without it, a warning at start, and workers run without it. Costs ksmd's CPU time.",
+            boolean, False, ("--memory-merge",)),
+    Setting("factory", "Server", "APP names a factory: call it with no arguments to get the app.",
+            boolean, False, ("--factory",)),
+    Setting("interface", "Server", "What the app is: `wsgi` (PEP 3333), `asgi` (ASGI 3: an `async def` callable, or an object whose `__call__` is one: FastAPI, Starlette, Django's ASGI handler), `asgi2` (ASGI 2: called with the scope, its result with receive and send), or `auto`: ASGI 3 for a coroutine app, WSGI otherwise (an ASGI 2 app cannot be told from a WSGI one: name it). An ASGI app runs on the worker's event loop, served by the `event` MPM's reactor (docs/asgi.md, ADR 0014).",
+            text, "auto", ("--interface",), choices=("auto", "wsgi", "asgi", "asgi2")),
+    Setting("lifespan", "Server", "ASGI lifespan protocol: `on` (the app's startup must succeed before a worker is ready; a failure stops the worker and counts as a boot failure), `off` (never sent), `auto` (as `on`, but an app that raises before answering the startup is taken not to support it, logged at info). Shutdown runs when the worker stops (graceful stop, reload, recycling).",
+            text, "auto", ("--lifespan",), choices=("auto", "on", "off")),
+    Setting("loop", "Server", "ASGI event loop: `uvloop` (an error when it is not installed), `asyncio`, or `auto` (uvloop when installed).",
+            text, "auto", ("--loop",), choices=("auto", "asyncio", "uvloop")),
+    Setting("hooks", "Server", "Server hooks: a module (`myproject.tines_hooks`) or a `.py` file defining any of `on_starting`, `when_ready`, `pre_fork`, `post_fork`, `post_worker_init`, `worker_exit`, `child_exit`, `on_exit`, `pre_request`, `post_request` (see docs/hooks.md). Imported and checked by the master at start: an import error, or a public function that is not a hook (a typo such as `post_frok`), stops the start (exit 2).",
+            optional_text, None, ("--hooks",), "MODULE", default_text="none"),
+    # Workers
+    Setting("workers", "Workers", "Number of worker processes: a fixed count, the default mode (TTIN/TTOU add or remove one). For a pool that grows under load and shrinks when idle, set `max_workers` instead.",
+            positive_int, _default_workers, ("-w", "--workers"), "N", default_text="2 x CPU cores"),
+    Setting("max_workers", "Workers", "Turns on the dynamic pool (docs/pool.md; Apache's MaxRequestWorkers): the master keeps the idle workers (prefork) or idle app threads (thread, event) between the min and max spare counts, starting 1, 2, 4, ... up to 32 workers a second while short and retiring one worker a second when above, and never runs more than this many workers, draining ones included. Not with `workers`.",
+            optional_positive_int, None, ("--max-workers",), "N", default_text="unset: a fixed `workers` count"),
+    Setting("start_workers", "Workers", "Dynamic pool: workers started at once (Apache's StartServers). Needs `max_workers`.",
+            optional_positive_int, None, ("--start-workers",), "N", default_text="enough for the min spare count"),
+    Setting("min_spare_workers", "Workers", "Dynamic pool, `prefork`: fewest idle workers kept; below it the master starts more (Apache's MinSpareServers). Needs `max_workers`.",
+            optional_positive_int, None, ("--min-spare-workers",), "N", default_text="CPU cores (at most `max_workers`)"),
+    Setting("max_spare_workers", "Workers", "Dynamic pool, `prefork`: most idle workers kept; above it the master retires one a second, the one holding the fewest connections (Apache's MaxSpareServers). At least `min_spare_workers` + 1. Needs `max_workers`.",
+            optional_positive_int, None, ("--max-spare-workers",), "N", default_text="`min_spare_workers` + CPU cores"),
+    Setting("min_spare_threads", "Workers", "Dynamic pool, `thread` and `event`: fewest idle app threads kept, over all workers (Apache's MinSpareThreads). Needs `max_workers`.",
+            optional_positive_int, None, ("--min-spare-threads",), "N", default_text="CPU cores x `threads` (at most `max_workers` x `threads`)"),
+    Setting("max_spare_threads", "Workers", "Dynamic pool, `thread` and `event`: most idle app threads kept; above it the master retires one worker a second (Apache's MaxSpareThreads). At least `min_spare_threads` + `threads`. Needs `max_workers`.",
+            optional_positive_int, None, ("--max-spare-threads",), "N", default_text="`min_spare_threads` + CPU cores x `threads`"),
+    Setting("reload_batch", "Workers", "HUP (reload): new workers started at a time. Each old worker is retired as a new one is ready, so capacity never dips, and live plus draining workers stay within the larger of the old and new worker counts (`workers`, or the pool's count, at most `max_workers`) + this many (docs/signals.md, Reload).",
+            optional_positive_int, None, ("--reload-batch",), "N", default_text="a quarter of the workers, at least 1"),
+    Setting("mpm", "Workers", "How a worker runs requests: `prefork` (one at a time, on the worker's only thread) or `event` (one loop thread owns every socket, reads request bodies and finishes slow writes; a pool of `threads` app threads only runs the app, and `max_queued_requests` refuses overload with 503). `thread` is another name for `event`, the same machine (ADR 0010), except that it always has at least one app thread. See docs/mpm.md.",
+            text, "prefork", ("--mpm",), choices=("prefork", "thread", "event"), worker=True),
+    Setting("threads", "Workers", "App threads per worker with the `thread` and `event` MPMs (one machine); `prefork` ignores it (and warns at start when it is above 1). With `event`, 0 runs the app on the loop thread itself (no hand-off; for apps that return quickly); `thread` needs at least 1.",
+            non_negative_int, 1, ("--threads",), "N", worker=True),
+    Setting("max_connections", "Workers", "Most client connections one worker holds open (idle keep-alive ones included); above it the worker stops accepting until one closes, and the other workers take the new ones.",
+            positive_int, 10000, ("--max-connections",), "N", worker=True),
+    Setting("max_queued_requests", "Workers", "`thread` and `event` MPMs (one machine): complete requests waiting for an app thread beyond which a new request is answered 503 with `Retry-After` at once (idle connections never count); 0 means no limit. `prefork` ignores it.",
+            non_negative_int, 1024, ("--max-queued-requests",), "N", worker=True),
+    Setting("max_concurrency", "Workers", "ASGI: requests one worker's event loop serves at once; beyond it a new request is answered 503 with `Retry-After` at once (idle connections and accepted WebSockets never count; `max_connections` bounds those). 0 means no limit.",
+            non_negative_int, 1024, ("--max-concurrency",), "N", worker=True),
+    Setting("ws_max_message_size", "Limits", "ASGI WebSocket: the largest message a client may send, in bytes (or with a unit: `16MiB`), counted after permessage-deflate inflation; a larger one closes the connection with 1009 (a deflate bomb is stopped at this size, not after).",
+            size, 16 * 1024 * 1024, ("--ws-max-message-size",), "SIZE", worker=True),
+    Setting("ws_per_message_deflate", "Limits", "ASGI WebSocket: accept permessage-deflate (RFC 7692) when a client offers it. Compression state is kept between messages only when both sides agree to context takeover; otherwise it is made per message.",
+            boolean, True, ("--ws-per-message-deflate",), worker=True),
+    Setting("ws_server_max_window_bits", "Limits", "ASGI WebSocket: the largest LZ77 window (8 to 15 bits) the server compresses with; less is less memory per connection with context takeover.",
+            window_bits, 15, ("--ws-server-max-window-bits",), "BITS", worker=True),
+    Setting("ws_ping_interval", "Timeouts", "ASGI WebSocket: seconds a connection may be silent before the server pings it; 0 never pings.",
+            non_negative_seconds, 20.0, ("--ws-ping-interval",), "SECONDS", worker=True),
+    Setting("ws_ping_timeout", "Timeouts", "ASGI WebSocket: seconds a ping may go unanswered before the connection is closed (1011).",
+            positive_seconds, 20.0, ("--ws-ping-timeout",), "SECONDS", worker=True),
+    Setting("max_requests", "Workers", "Recycle a worker gracefully after it has served this many requests; 0 never recycles.",
+            non_negative_int, 0, ("--max-requests",), "N", worker=True),
+    Setting("max_requests_jitter", "Workers", "Add a random 0..N to each worker's `max_requests`, so workers do not all recycle at once.",
+            non_negative_int, 0, ("--max-requests-jitter",), "N", worker=True),
+    Setting("max_worker_memory", "Workers", "Recycle a worker gracefully (it finishes its requests, exits and is replaced at once) when its memory, as `max_worker_memory_kind` counts it, is above this size: bytes, or with a unit (`512MiB`, `2G`; K, M, G, T are powers of 1024). The master reads each worker's `/proc/PID/smaps_rollup` in turn (`memory_sample_rate`), so a worker can grow past the limit until its next read (docs/tuning.md). 0 is off.",
+            size, 0, ("--max-worker-memory",), "SIZE", default_text="`0` (off)"),
+    Setting("max_worker_memory_kind", "Workers", "Which figure `max_worker_memory` limits: `uss` (memory only this worker maps, what its exit frees), `pss` (its proportional share of pages shared with the master and the other workers) or `rss` (resident, shared pages counted in full, as uWSGI's `reload-on-rss`).",
+            text, "uss", ("--max-worker-memory-kind",), choices=("uss", "pss", "rss")),
+    Setting("memory_sample_rate", "Workers", "Reads of a worker's `/proc/PID/smaps_rollup` per second, in total: the master reads one worker at a time, in turn, so each is read every workers / rate seconds. Each read walks the worker's page tables under its memory-map lock (O(RSS): about a millisecond per GiB resident, and more while the worker is busy: the master's reads cost about 0.5% of a CPU at 4 a second next to a busy worker), so it is capped at 10. The figures go to the log at ready, the status page and `max_worker_memory`; without a limit they are only shown, hence the lower default.",
+            sample_rate, None, ("--memory-sample-rate",), "PER_SECOND",
+            default_text="`4` with `max_worker_memory` set, else `0.5`"),
+    Setting("boot_failure_limit", "Workers", "Crash-loop guard: the master gives up after this many consecutive workers die before they are ready.",
+            positive_int, 5, ("--boot-failure-limit",), "N"),
+    # HTTP
+    Setting("max_keepalive_requests", "HTTP", "Requests served on one keep-alive connection before it is closed; 0 means no limit.",
+            non_negative_int, 1000, ("--max-keepalive-requests",), "N", worker=True),
+    Setting("forwarded_allow_ips", "HTTP", "Peers trusted to set `X-Forwarded-*`/`Forwarded` (client address and scheme): IP addresses or networks, comma-separated, or `*` for any.",
+            network, ("127.0.0.1", "::1"), ("--forwarded-allow-ips",), "IPS", worker=True, multiple=True),
+    Setting("proxy_protocol", "HTTP", "Every connection, on every bind, must begin with a PROXY protocol header (HAProxy's, version 1 or 2, told apart by its first bytes) before its first request: the header's client address and port become `REMOTE_ADDR`/`REMOTE_PORT` and the access log's client, once per connection. Only peers in `forwarded_allow_ips` may send it (a Unix-socket peer always may); a connection from any other peer, or one that does not begin with a valid header, is closed without a response and logged at info. A `LOCAL` header (a proxy's health check) or `UNKNOWN` keeps the real peer. The header shares the first request's `header_timeout`. See docs/proxy-protocol.md.",
+            boolean, False, ("--proxy-protocol",), worker=True),
+    Setting("server_header", "HTTP", "Value of the `Server` response header; an empty string omits the header.",
+            header_value, "tines", ("--server-header",), "TEXT", worker=True),
+    # Timeouts
+    Setting("keepalive_timeout", "Timeouts", "Seconds an idle keep-alive connection is kept open; 0 disables keep-alive.",
+            non_negative_seconds, 5.0, ("--keepalive-timeout",), "SECONDS", worker=True),
+    Setting("drain_timeout", "Timeouts", "When a worker stops while the listener stays open (recycling at `max_requests` or the soft CPU limit, fewer workers, the old workers after a reload) and at the final graceful stop, it stops accepting and drains: in-flight requests finish with `Connection: close`, and each idle keep-alive connection is kept this many seconds for its next request, which is answered with `Connection: close`; one that stays silent is then closed (never later than its own `keepalive_timeout`). The worker exits when no connection is left. Unset: `keepalive_timeout`.",
+            optional_non_negative_seconds, None, ("--drain-timeout",), "SECONDS", worker=True, default_text="`keepalive_timeout`"),
+    Setting("header_timeout", "Timeouts", "Seconds allowed for the request head to arrive (else 408 and close); extended while the client keeps sending at `header_min_rate`, up to `header_timeout_max` (Apache mod_reqtimeout `header=20-40,MinRate=500`).",
+            positive_seconds, 20.0, ("--header-timeout",), "SECONDS", worker=True),
+    Setting("header_timeout_max", "Timeouts", "The most the header timeout is extended to, in seconds, for a client that keeps sending.",
+            positive_seconds, 40.0, ("--header-timeout-max",), "SECONDS", worker=True),
+    Setting("header_min_rate", "Timeouts", "Bytes per second of request head that earn one more second of header timeout (0: no extension).",
+            non_negative_int, 500, ("--header-min-rate",), "BYTES", worker=True),
+    Setting("body_timeout", "Timeouts", "Seconds allowed for the request body; with `body_min_rate`, each `body_min_rate` bytes received earn one more second (else it is the longest wait for the next bytes). Too slow: 408.",
+            positive_seconds, 30.0, ("--body-timeout",), "SECONDS", worker=True),
+    Setting("body_min_rate", "Timeouts", "Bytes per second of request body that earn one more second of body timeout (0: the body timeout is a per-wait idle timeout).",
+            non_negative_int, 500, ("--body-min-rate",), "BYTES", worker=True),
+    Setting("send_timeout", "Timeouts", "Longest wait, in seconds, for a client to accept more response bytes.",
+            positive_seconds, 30.0, ("--send-timeout",), "SECONDS", worker=True),
+    Setting("response_batch_delay", "Timeouts", "Responses written in batches: a slot that serves several ready requests in a row (prefork's loop after one wake-up, an app thread taking queued requests) queues each small response that is complete when the app finishes it (up to 16 KiB left unsent: the whole of a typical page or API answer) and writes them back to back at the end of the batch, which ends before the slot would sleep or before the next request would make the oldest response wait longer than this many seconds (the next request is assumed to take as long as the last one, so a slow app writes each response at once). One write per response still, but one wake-up of the client (or the proxy in front) per batch: on a busy worker it saves about a third of the server's CPU time per request for a small Flask view (docs/mpm.md, ADR 0011). 0 writes every response as soon as it is complete.",
+            non_negative_seconds, 0.001, ("--response-batch-delay",), "SECONDS", worker=True),
+    Setting("linger_timeout", "Timeouts", "Lingering close (Apache's `lingering_close`): when Tines closes a connection the client may still be sending on (an error response before the body was read, a response that left the body unread, the last response at `max_keepalive_requests` with pipelined requests behind it), it shuts its write side and reads and drops what arrives until the client closes, everything sent has been acknowledged, or this many seconds pass; so the client reads every response instead of a reset that destroys them.",
+            positive_seconds, 2.0, ("--linger-timeout",), "SECONDS", worker=True),
+    Setting("graceful_timeout", "Timeouts", "Seconds the master waits for workers to finish in-flight requests on stop or reload before killing them.",
+            positive_seconds, 30.0, ("--graceful-timeout",), "SECONDS"),
+    Setting("shutdown_delay", "Timeouts", "On `TERM`, seconds between readiness going off (sd_notify `STOPPING=1`) and the graceful stop, during which the workers keep serving normally: time for a load balancer that polls readiness (a Kubernetes readiness probe, an HAProxy health check) to take this server out of rotation before it stops accepting. A second `TERM` ends the delay at once (graceful stop now); `INT` or `QUIT` makes it a quick stop. 0: no delay. See docs/signals.md and docs/deploy.md.",
+            non_negative_seconds, 0.0, ("--shutdown-delay",), "SECONDS"),
+    Setting("request_timeout", "Timeouts", "Seconds the app may hold an app thread without progress (uWSGI `harakiri`, gunicorn `timeout`): from dispatch until the app returns its iterable, and between one body block and the next, so a stream that keeps producing is never cut; time spent waiting on the client (reading the body, sending) does not count. On overrun the master logs the request, the worker's Python stacks (every thread) go to the error log, the client gets 503 if no byte of the response was sent, and the worker is killed and replaced; the other workers serve on. Also catches an app stuck in C code holding the GIL. 0 turns it off. See docs/signals.md.",
+            non_negative_seconds, 60.0, ("--request-timeout",), "SECONDS"),
+    Setting("boot_timeout", "Timeouts", "Seconds a new worker has to become ready (load the app, run `post_fork`); one that does not (an import hanging on the network) has its Python stack written to the error log and is killed, a death before ready for the crash-loop guard (`boot_failure_limit`). 0 turns it off.",
+            non_negative_seconds, 60.0, ("--boot-timeout",), "SECONDS"),
+    # Limits
+    Setting("max_request_line", "Limits", "Longest request line (method, target, version), in bytes; at least 14, the length of `GET / HTTP/1.1`.",
+            request_line_size, 8190, ("--max-request-line",), "BYTES", worker=True),
+    Setting("max_headers", "Limits", "Most header fields in one request.",
+            positive_int, 100, ("--max-headers",), "N", worker=True),
+    Setting("max_head_size", "Limits", "Largest request head (request line and headers), in bytes; at least 27, the size of the smallest valid HTTP/1.1 request (`GET / HTTP/1.1`, `Host: a` and the blank line).",
+            head_size, 32768, ("--max-head-size",), "BYTES", worker=True),
+    Setting("max_body_size", "Limits", "Largest request body, in bytes: a larger Content-Length gets 413 before any of the body is read (and without `100 Continue`); a chunked body that grows past it while the server reads it gets 413 before the app runs. On `stream_body_paths` routes a chunked body's size is known only as the app reads it: once it grows past the limit, the app's read of `wsgi.input` raises `OSError`; if the app lets that propagate, Tines answers 413, but an app or framework that catches it answers with its own status, and that stands (Flask answers 500). 0 means no limit. Bodies beyond `request_buffer_memory` go to temporary files, so this bounds disk per request, not memory.",
+            non_negative_int, 104857600, ("--max-body-size",), "BYTES", worker=True, default_text="104857600 (100 MiB)"),
+    Setting("request_buffer_memory", "Limits", "Request bodies are read whole before the app runs, on every MPM, by the worker's poller, not by an app slot (docs/slow-clients.md): a body up to this many bytes is held in memory; a larger one (or one that would take the worker's parked bodies past `request_buffer_total`) goes to an unlinked temporary file in `request_buffer_dir`. The app's `wsgi.input` then reads memory or the file at full speed. Paths in `stream_body_paths` are the exception.",
+            size, 262144, ("--request-buffer-memory",), "SIZE", worker=True, default_text="262144 (256 KiB)"),
+    Setting("request_buffer_total", "Limits", "Memory one worker holds at most for request bodies being read before dispatch, together; beyond it a body spills to a temporary file (`request_buffer_dir`) even when it is smaller than `request_buffer_memory`.",
+            size, 33554432, ("--request-buffer-total",), "SIZE", worker=True, default_text="33554432 (32 MiB)"),
+    Setting("request_buffer_dir", "Limits", "Directory for the temporary files of request bodies and response output too large for memory. Each file is unlinked at once (`O_TMPFILE`; where the file system lacks it, a named file unlinked at once), so a crash or a `SIGKILL` leaves nothing behind. The master checks before the first fork that a temporary file can be made there. On a tmpfs, these files are memory too. A relative path is taken from `chdir` (where the workers run), and must name an existing directory there.",
+            optional_text, tempfile.gettempdir, ("--request-buffer-dir",), "DIR", worker=True, default_text="the system temp dir (`TMPDIR`, else `/tmp`)"),
+    Setting("buffer_disk_total", "Limits", "Bytes of temporary files one worker holds at most, request bodies and response output together; beyond it a new request body waits unread (its body timeout running; a Content-Length body reserves its whole length at once, and one larger than this whole budget gets 413) and a response waits on its slot (up to `send_timeout` per wait). A full disk (`ENOSPC`) fails the one request that met it with 507 and a log line.",
+            size, 1073741824, ("--buffer-disk-total",), "SIZE", worker=True, default_text="1073741824 (1 GiB)"),
+    Setting("stream_body_paths", "Limits", "Path prefixes (matched against the request target's path, before any `?`) whose request bodies are not read before dispatch but stream through `wsgi.input` while the app runs, as the app reads them (and `Expect: 100-continue` is then answered on the app's first read): for an endpoint that must start on the first bytes of a long upload. Such routes are not slow-client safe: a slow uploader holds an app slot for as long as `body_timeout` and `body_min_rate` allow. Comma-separated.",
+            text, (), ("--stream-body-paths",), "PATHS", worker=True, multiple=True),
+    Setting("max_response_buffer", "Limits", "Response bytes of a body the app is still producing (a generator, `write()`) that a slot may leave for the poller to write when the client reads slowly, every MPM; also counted in `response_buffer_total`; beyond either the slot waits for the client (backpressure, `send_timeout` per wait). Complete bodies (a list or tuple) are bounded by `response_buffer_total` instead, and files (`wsgi.file_wrapper`) always go by their fd.",
+            size, 1048576, ("--max-response-buffer",), "SIZE", worker=True, default_text="1048576 (1 MiB)"),
+    Setting("response_buffer_total", "Limits", "Memory one worker holds at most for response output its slots handed to the poller (clients reading slowly), together; beyond it a complete body (a list or tuple) spills to a temporary file in `request_buffer_dir` within `buffer_disk_total`, and only when that is full too does the slot wait for the client. Streamed bodies' `max_response_buffer` shares it. See docs/slow-clients.md.",
+            size, 67108864, ("--response-buffer-total",), "SIZE", worker=True, default_text="67108864 (64 MiB)"),
+    Setting("max_body_drain", "Limits", "A request body the app did not read that is still in the socket (`stream_body_paths`) is drained up to this many bytes to keep the connection; beyond it the connection is closed. A body read before dispatch (every other route) is dropped whatever its size, and the connection kept.",
+            non_negative_int, 65536, ("--max-body-drain",), "BYTES", worker=True),
+    # Logging
+    Setting("access_log", "Logging", "Access log: a file path, or `-` for stdout. Off when unset. Written by each worker without Python, buffered and appended (`O_APPEND`), so requests never wait on the disk; `USR1` reopens it. Its lines are laid out by `access_log_format`. The client address is the one the app sees as `REMOTE_ADDR`: behind a proxy that `forwarded_allow_ips` trusts, the forwarded one (as gunicorn's `%(h)s` and Apache's mod_remoteip). Responses the server writes itself (400, 408, 413, 414, 431, 503, ...) are logged too, with the request line as received.",
+            optional_text, None, ("--access-log",), "PATH", worker=True, default_text="off"),
+    Setting("access_log_format", "Logging", "Layout of `access_log` lines: `combined` (Apache's, the same as gunicorn's default), `common`, `json` (one object per line: time, remote_addr, method, path, query, protocol, status, bytes, duration_us, queue_us, pid, referer, user_agent; `null` when unknown; a refused request adds raw_request_line), or a custom layout of gunicorn's atoms such as `'%(h)s \"%(r)s\" %(s)s %(D)s'` (`%%` is a percent sign). Atoms: " + "; ".join(f"`{name}` {what}" for name, what in ACCESS_LOG_ATOMS) + ". Checked before the first fork: an unknown atom stops the start with one line.",
+            text, "combined", ("--access-log-format",), "FORMAT", worker=True),
+    Setting("access_log_exclude", "Logging", "Request paths left out of the access log (the path before any `?`): exact, or a prefix when ending with `*` (`/healthz`, `/static/*`), for probe and asset noise. Comma-separated.",
+            text, (), ("--access-log-exclude",), "PATHS", worker=True, multiple=True),
+    Setting("profile", "Logging", "Sample the app's Python threads in every worker (a thread per worker reads their stacks every `profile_interval`), accumulating across requests and across the workers' lives into `profile_dir`; `tines status --profile` merges the workers' profiles into a top-N table, a pstats file and a collapsed-stack file for flame graphs. Wall-clock samples of the app's frames only. Off: nothing of it runs. See docs/status.md (\"Profiling\") and ADR 0013.",
+            boolean, False, ("--profile",)),
+    Setting("profile_interval", "Logging", "Seconds between two samples of the profiler (`profile`).",
+            positive_seconds, 0.01, ("--profile-interval",), "SECONDS"),
+    Setting("profile_dir", "Logging", "Where each worker writes its profile (`profile`): `<pid>.json`, rewritten every 5 seconds and when the worker stops; files of exited workers stay, so the profile accumulates until the directory is emptied. Made by the master at start (refused, exit 2, when it cannot be). A relative path is taken from the directory `tines` starts in.",
+            optional_text, None, ("--profile-dir",), "DIR", default_text="$TMPDIR/tines-profile-<master pid>"),
+    Setting("error_log", "Logging", "Error log: a file path, or `-` for stderr.",
+            text, "-", ("--error-log",), "PATH"),
+    Setting("log_level", "Logging", "Least severe level written to the error log.",
+            text, "info", ("--log-level",), choices=("debug", "info", "warning", "error", "critical"), worker=True),
+    # Process
+    Setting("user", "Process", "Switch to this user (name or uid) after binding the sockets.",
+            user_id, None, ("--user",), "USER"),
+    Setting("group", "Process", "Switch to this group (name or gid) after binding the sockets.",
+            group_id, None, ("--group",), "GROUP"),
+    Setting("chdir", "Process", "Change to this directory before loading the app.",
+            directory, None, ("--chdir",), "DIR"),
+    Setting("reload", "Process", "Development only (warned at start): watch the app's source tree with inotify and, when a file matching `reload_include` changes, do what HUP does (a new generation of workers; docs/signals.md, Development reload). A changed `.py` file is compiled first: one with a syntax error is logged with its traceback and the old code keeps serving until the next save. The tree is the directory the app is imported from (after `chdir`): a `path/to/file.py` app's directory; for `module` or `package.module`, the directory holding the top-level module or package (the package's own directory when it is found outside the current directory); every subdirectory not matching `reload_exclude`, including ones created later.",
+            boolean, False, ("--reload",)),
+    Setting("reload_include", "Process", "With `reload`: file names (or paths relative to the watched tree) that trigger a reload, as shell globs (`*.py`, `templates/*.html`). Giving it replaces the default, so list `*.py` too.",
+            text, ("*.py",), ("--reload-include",), "GLOB", multiple=True),
+    Setting("reload_exclude", "Process", "With `reload`: file and directory names (or paths relative to the watched tree) never watched, as shell globs; they win over `reload_include`. Giving it replaces the default.",
+            text, (".*", "*~", "4913", "__pycache__", "*.pyc", ".venv", "venv", "node_modules"), ("--reload-exclude",), "GLOB", multiple=True),
+    Setting("umask", "Process", "File mode creation mask (octal, e.g. `022`; in TOML write it as a string), applied at start; it also sets unix socket permissions.",
+            umask, None, ("--umask",), "MASK", show=lambda mask: f"{mask:03o}"),
+    Setting("ready_fd", "Process", "When every worker is ready, write one JSON line to this inherited file descriptor.",
+            optional_non_negative_int, None, ("--ready-fd",), "FD"),
+    Setting("pid_file", "Process", "Write the master's pid to this file (atomically) at start and remove it at exit; refused (exit 2) while a live process holds it. A relative path is taken from the directory `tines` starts in, not `chdir`. During a binary upgrade (`USR2`) the old master's file is `PATH.oldbin` and the new master writes PATH (docs/signals.md); put it in a directory the `user` owns (`/run/tines/`), since the master renames and removes it after dropping privileges.",
+            optional_text, None, ("--pid-file",), "PATH", default_text="none"),
+    # Resource limits (setrlimit in each worker after fork, before post_fork and the app; docs/limits.md)
+    Setting("limit_address_space", "Resource limits", "RLIMIT_AS of each worker, in bytes (soft and hard): its virtual address space. It counts every mapping, not what is resident: each thread's stack and glibc's malloc arena per thread (64 MiB of address space each), so the `thread` and `event` MPMs need far more than their RSS (docs/limits.md). Python raises `MemoryError` past it; Rust aborts the worker.",
+            optional_positive_int, None, ("--limit-address-space",), "BYTES", default_text="unlimited"),
+    Setting("limit_data", "Resource limits", "RLIMIT_DATA of each worker, in bytes (soft and hard): its heap and private writable mappings (Linux 4.7+ counts anonymous `mmap`s, so most of malloc).",
+            optional_positive_int, None, ("--limit-data",), "BYTES", default_text="unlimited"),
+    Setting("limit_cpu", "Resource limits", "RLIMIT_CPU soft limit of each worker, in CPU seconds (all its threads): at it the kernel sends SIGXCPU and the worker recycles gracefully (finishes in-flight requests, exits, is replaced), like `max_requests`. A worker running one request that keeps the CPU busy recycles when that request ends.",
+            optional_positive_int, None, ("--limit-cpu",), "SECONDS", default_text="unlimited"),
+    Setting("limit_cpu_hard", "Resource limits", "RLIMIT_CPU hard limit of each worker, in CPU seconds: at it the kernel kills the worker (SIGKILL), whatever it was doing. At least `limit_cpu` (equal: killed without the graceful recycling). Needs `limit_cpu`.",
+            optional_positive_int, None, ("--limit-cpu-hard",), "SECONDS", default_text="`limit_cpu` + 10"),
+    Setting("limit_open_files", "Resource limits", "RLIMIT_NOFILE of each worker (soft and hard): the most file descriptors it may hold, sockets included. Unset, a worker raises its soft limit to the hard one at start; set, that raise does not undo it.",
+            optional_positive_int, None, ("--limit-open-files",), "N", default_text="the hard limit"),
+    Setting("limit_core", "Resource limits", "RLIMIT_CORE of each worker, in bytes (soft and hard): the largest core dump it writes when it crashes; 0 writes none.",
+            optional_non_negative_int, None, ("--limit-core",), "BYTES", default_text="inherited"),
+)
+
+SETTINGS: Mapping[str, Setting] = MappingProxyType({setting.name: setting for setting in _REGISTRY})
+"""Every setting, by name, in documentation order within each section. Read-only."""
+
+
+def format_value(value: object) -> str:
+    """A value as TOML would spell it; None (unset) as ``(unset)``."""
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(format_value(item) for item in value) + "]"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

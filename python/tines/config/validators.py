@@ -1,0 +1,287 @@
+"""Converters of raw setting values: one raw value in, the converted value out, or ValueError.
+
+A raw value is a str from the command line or the environment, or whatever type TOML produced.
+The ValueError's message is the rest of the sentence after the setting's name ("must be a
+positive integer"): the loader (``tines.config.loading``) adds the name, the offending value and
+where it came from. The registry (``tines.config.registry``) gives each setting one of these.
+
+Must not: import the rest of ``tines.config`` (the registry is built from these, not the other
+way round) or anything heavy.
+"""
+
+from __future__ import annotations
+
+import grp
+import ipaddress
+import math
+import os
+import pwd
+import re
+from collections.abc import Callable
+
+
+def _integer(raw: object, minimum: int, expected: str) -> int:
+    if isinstance(raw, bool):
+        raise ValueError(expected)
+    if isinstance(raw, int):
+        value = raw
+    elif isinstance(raw, str) and re.fullmatch(r"\s*[0-9]+\s*", raw):
+        value = int(raw)
+    else:
+        raise ValueError(expected)
+    if value < minimum:
+        raise ValueError(expected)
+    return value
+
+
+def positive_int(raw: object) -> int:
+    """An integer >= 1."""
+    return _integer(raw, 1, "must be a positive integer")
+
+
+def non_negative_int(raw: object) -> int:
+    """An integer >= 0."""
+    return _integer(raw, 0, "must be an integer >= 0")
+
+
+def optional_positive_int(raw: object) -> int | None:
+    """An integer >= 1, or None (``""`` also means None)."""
+    if raw is None or raw == "":
+        return None
+    return _integer(raw, 1, "must be a positive integer")
+
+
+def optional_non_negative_int(raw: object) -> int | None:
+    """An integer >= 0, or None (``""`` also means None)."""
+    if raw is None or raw == "":
+        return None
+    return _integer(raw, 0, "must be an integer >= 0")
+
+
+MINIMAL_REQUEST = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+"""The smallest valid HTTP/1.1 request (HTTP/1.1 requires Host, RFC 9112 section 3.2): a
+``max_head_size`` below its length would answer every request 431, a ``max_request_line``
+below its first line's length every request 414."""
+
+MINIMAL_REQUEST_LINE = MINIMAL_REQUEST.split(b"\r\n", 1)[0]
+
+
+def head_size(raw: object) -> int:
+    """A size in bytes that can hold the smallest valid HTTP/1.1 request head."""
+    return _integer(raw, len(MINIMAL_REQUEST),
+                    f"must be at least {len(MINIMAL_REQUEST)} (the smallest valid HTTP/1.1 request)")
+
+
+def request_line_size(raw: object) -> int:
+    """A size in bytes that can hold the smallest request line."""
+    return _integer(raw, len(MINIMAL_REQUEST_LINE),
+                    f"must be at least {len(MINIMAL_REQUEST_LINE)} (the smallest request line, "
+                    f"{MINIMAL_REQUEST_LINE.decode()!r})")
+
+
+SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+              "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+"""Units of ``size`` values, all powers of 1024 (as systemd's ``MemoryMax=`` and nginx read
+``512M``); decimal ``MB``/``GB`` are refused rather than guessed."""
+
+
+def size(raw: object) -> int:
+    """A size in bytes >= 0: an integer, or a number with a unit (``512MiB``, ``1.5G``, ``64k``)."""
+    expected = "must be a size in bytes, or with a unit: B, K/KiB, M/MiB, G/GiB, T/TiB (such as 512MiB)"
+    if isinstance(raw, bool):
+        raise ValueError(expected)
+    if isinstance(raw, int):
+        value = float(raw)
+        unit = ""
+    else:
+        match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", raw) if isinstance(raw, str) else None
+        if match is None or match.group(2).lower() not in SIZE_UNITS:
+            raise ValueError(expected)
+        value, unit = float(match.group(1)), match.group(2).lower()
+    if value < 0:
+        raise ValueError(expected)
+    return int(value * SIZE_UNITS[unit])
+
+
+def sample_rate(raw: object) -> float:
+    """Reads per second, above 0 and at most 10 (``memory_sample_rate``)."""
+    expected = "must be a number of reads per second above 0 and at most 10"
+    try:
+        value = _seconds(raw, allow_zero=False)
+    except ValueError:
+        raise ValueError(expected) from None
+    if value > 10:
+        raise ValueError(expected)
+    return value
+
+
+def _seconds(raw: object, allow_zero: bool) -> float:
+    expected = "must be a number of seconds >= 0" if allow_zero else "must be a number of seconds > 0"
+    if isinstance(raw, bool):
+        raise ValueError(expected)
+    try:
+        value = float(raw) if isinstance(raw, (int, float, str)) else math.nan
+    except ValueError:
+        raise ValueError(expected) from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(expected)
+    return value
+
+
+def window_bits(raw: object) -> int:
+    value = _integer(raw, 8, "must be an integer from 8 to 15")
+    if value > 15:
+        raise ValueError("must be an integer from 8 to 15")
+    return value
+
+
+def positive_seconds(raw: object) -> float:
+    """A finite number of seconds > 0, as float."""
+    return _seconds(raw, allow_zero=False)
+
+
+def non_negative_seconds(raw: object) -> float:
+    """A finite number of seconds >= 0, as float."""
+    return _seconds(raw, allow_zero=True)
+
+
+def optional_non_negative_seconds(raw: object) -> float | None:
+    """A finite number of seconds >= 0, as float, or None (``""`` also means None)."""
+    if raw is None or raw == "":
+        return None
+    return _seconds(raw, allow_zero=True)
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def boolean(raw: object) -> bool:
+    """A bool, or one of 1/0, true/false, yes/no, on/off (any case)."""
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str):
+        word = raw.strip().lower()
+        if word in _TRUE:
+            return True
+        if word in _FALSE:
+            return False
+    raise ValueError("must be one of 1/0, true/false, yes/no, on/off")
+
+
+def text(raw: object) -> str:
+    """Any string."""
+    if not isinstance(raw, str):
+        raise ValueError("must be a string")
+    return raw
+
+
+def optional_text(raw: object) -> str | None:
+    """A non-empty string, or None (``""`` also means None)."""
+    if raw is None or raw == "":
+        return None
+    return text(raw)
+
+
+def header_value(raw: object) -> str:
+    """A string that can be sent as an HTTP header value: printable ASCII, no CR or LF."""
+    if not isinstance(raw, str) or not all(" " <= char <= "~" for char in raw):
+        raise ValueError("must be printable ASCII (no CR, LF or control characters)")
+    return raw
+
+
+def directory(raw: object) -> str | None:
+    """An existing directory, or None (``""`` also means None)."""
+    path = optional_text(raw)
+    if path is not None and not os.path.isdir(path):
+        raise ValueError("must be an existing directory")
+    return path
+
+
+def user_id(raw: object) -> int | None:
+    """A user name (resolved to its uid now) or a numeric uid; None (or ``""``) means unset."""
+    return _account_id(raw, "user", lambda name: pwd.getpwnam(name).pw_uid)
+
+
+def group_id(raw: object) -> int | None:
+    """A group name (resolved to its gid now) or a numeric gid; None (or ``""``) means unset."""
+    return _account_id(raw, "group", lambda name: grp.getgrnam(name).gr_gid)
+
+
+def _account_id(raw: object, kind: str, lookup: Callable[[str], int]) -> int | None:
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
+        return raw
+    if isinstance(raw, str) and raw.strip().isdigit():
+        return int(raw)
+    if isinstance(raw, str):
+        try:
+            return lookup(raw.strip())
+        except KeyError:
+            raise ValueError(f"must be an existing {kind} name or a numeric id") from None
+    raise ValueError(f"must be a {kind} name or a numeric id")
+
+
+def umask(raw: object) -> int | None:
+    """An octal string such as ``"022"`` or an int, in 0..0o777; None (or ``""``) means unset."""
+    expected = "must be an octal number in 000..777, such as 022"
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str) and re.fullmatch(r"\s*(0o)?[0-7]+\s*", raw):
+        value = int(raw.strip().removeprefix("0o"), 8)
+    else:
+        raise ValueError(expected)
+    if not 0 <= value <= 0o777:
+        raise ValueError(expected)
+    return value
+
+
+def bind_address(raw: object) -> str:
+    """One listen address: ``HOST:PORT``, ``[IPv6]:PORT``, ``unix:/path`` or ``fd://N``.
+
+    Returned as given (stripped); ``tines.sockets`` turns it into a socket.
+    """
+    expected = "must be HOST:PORT, [IPv6]:PORT, unix:/path or fd://N"
+    if not isinstance(raw, str):
+        raise ValueError(expected)
+    address = raw.strip()
+    if address.startswith("unix:"):
+        if not address[len("unix:") :]:
+            raise ValueError("unix: needs a path")
+        return address
+    if address.startswith("fd://"):
+        if not address[len("fd://") :].isdigit():
+            raise ValueError("fd:// needs a file descriptor number")
+        return address
+    host, colon, port = address.rpartition(":")
+    if not colon or not host:
+        raise ValueError(expected)
+    if host.startswith("["):
+        if not host.endswith("]"):
+            raise ValueError(expected)
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ValueError("needs a valid IPv6 address between brackets") from None
+    elif ":" in host:
+        raise ValueError("needs brackets around an IPv6 address, as in [::1]:8000")
+    if not port.isdigit() or int(port) > 65535:
+        raise ValueError("port must be a number in 0..65535")
+    return address
+
+
+def network(raw: object) -> str:
+    """``*`` or an IP address or network (CIDR), returned as given."""
+    if isinstance(raw, str):
+        item = raw.strip()
+        if item == "*":
+            return item
+        try:
+            ipaddress.ip_network(item, strict=False)
+            return item
+        except ValueError:
+            pass
+    raise ValueError("must be IP addresses or networks (CIDR), or *")

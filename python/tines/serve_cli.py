@@ -1,0 +1,120 @@
+"""``tines serve``'s command line, below both ``tines.cli`` and ``tines.tune``: the parser of APP
+and the settings' flags (derived from the registry), and what ``check-config`` checks.
+
+The ``tines`` command (``tines.cli``) builds its ``serve`` and ``check-config`` subcommands from
+these and hands ``tune`` to ``tines.tune``; ``tines tune`` starts its servers with the flags given
+after its ``--`` and reads them as ``serve`` does (``tines.tune.report`` writes them into the
+``tines.toml`` it proposes, ``tines.tune.detect`` checks them and the app as ``tines check-config
+--check-app`` does). Here, below both, they tie neither to the other: ``tines.cli`` imports
+``tines.tune`` (to hand it ``tune``'s argv), never the reverse.
+
+Must not: declare settings (they come from ``tines.config.SETTINGS``), import ``tines.cli`` or
+``tines.tune``, or run the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from tines.config import SECTIONS, SETTINGS, Config, format_value
+from tines.errors import AppLoadError, ConfigError
+
+EXIT_USAGE = 2
+"""Exit status for a bad command line, config or APP (argparse's convention)."""
+
+APP_FORMS = "module:attr or path/to/file.py:attr"
+
+SERVE_DESCRIPTION = (f"Run the server for the WSGI app APP ({APP_FORMS}). Settings come from "
+                     "the command line, then TINES_* environment variables, then the config "
+                     "file, then the defaults.")
+"""``tines serve --help``'s description."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line, ``tines: error: <message>``, exit 2.
+
+    argparse prints the whole usage block before an error; with dozens of flags that buries the
+    message. ``--help`` still shows the usage.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"tines: error: {message}\n")
+
+
+def add_settings(parser: argparse.ArgumentParser) -> None:
+    """Add ``-c/--config`` and one option per setting, grouped by section.
+
+    Every option defaults to ``argparse.SUPPRESS`` so the namespace holds only what was typed
+    (``load`` treats a present key as given). Values stay strings: ``load`` converts them, so
+    the messages are the same as for the environment and the file.
+    """
+    parser.add_argument("-c", "--config", metavar="PATH", default=argparse.SUPPRESS,
+                        help="config file (TOML; default: $TINES_CONFIG, else ./tines.toml "
+                             "when it exists)")
+    for section in SECTIONS:
+        group = parser.add_argument_group(section)
+        for setting in SETTINGS.values():
+            if setting.section != section or not setting.flags:
+                continue
+            default = (setting.default_text if setting.default_text is not None
+                       else format_value(setting.default))
+            help_text = f"{_plain(setting.description)} (default: {default}; env {setting.env})"
+            if setting.is_flag:
+                group.add_argument(*setting.flags, dest=setting.name,
+                                   action=argparse.BooleanOptionalAction,
+                                   default=argparse.SUPPRESS, help=help_text)
+                continue
+            metavar = "{" + ",".join(setting.choices) + "}" if setting.choices else setting.metavar
+            group.add_argument(*setting.flags, dest=setting.name, metavar=metavar,
+                               action="append" if setting.multiple else "store",
+                               default=argparse.SUPPRESS, help=help_text)
+
+
+def _plain(doc: str) -> str:
+    """Docs use Markdown backticks; ``--help`` does not. Also escape % for argparse."""
+    return doc.replace("`", "").replace("%", "%%")
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """``tines serve``'s arguments: the positional APP and every setting's flag."""
+    parser.add_argument("app", nargs="?", metavar="APP", default=argparse.SUPPRESS,
+                        help=f"the WSGI app: {APP_FORMS} (or the config key 'app')")
+    add_settings(parser)
+
+
+def serve_parser() -> ArgumentParser:
+    """The parser of ``tines serve``'s arguments (APP, then flags), as the subcommand's, for an
+    argv without the word ``serve``."""
+    parser = ArgumentParser(prog="tines serve", allow_abbrev=False, description=SERVE_DESCRIPTION)
+    add_serve_arguments(parser)
+    return parser
+
+
+def check_config(cfg: Config, check_app: bool) -> str:
+    """What ``serve`` would refuse before forking (``tines.preflight``: worker settings with the
+    workers' own conversion, resource limits, the dynamic pool's bounds, the hooks module) and,
+    with ``check_app``, the app itself (imported from ``chdir`` as the workers do; a traceback
+    from the app's code goes to stderr before the error line). Returns the line naming the
+    worker mode in force (fixed count or dynamic pool)."""
+    from tines import pool, preflight
+
+    mode = pool.describe_mode(cfg, preflight.check(cfg).pool)
+    if not check_app:
+        return mode
+    if cfg.app is None:
+        raise ConfigError(f"--check-app needs APP ({APP_FORMS})")
+    from tines.app_loader import load_app
+
+    try:
+        app = load_app(cfg.app, cfg.factory, cfg.interface)
+        from tines import asgi
+
+        if asgi.interface_of(app, cfg.interface, repr(str(cfg.app))) != "wsgi":
+            asgi.check_mpm(cfg)
+    except AppLoadError as error:
+        if error.traceback:
+            sys.stderr.write(error.traceback)
+        raise
+    return mode
