@@ -30,11 +30,11 @@ def build_parser() -> ArgumentParser:
     """The ``tines`` parser with its subcommands."""
     parser = ArgumentParser(
         prog="tines", allow_abbrev=False,
-        description="Tines: an application server for Python web apps (WSGI) with a Rust core.")
+        description="Tines: an application server for Python web apps (WSGI and ASGI 3) with a Rust core.")
     parser.add_argument("--version", action="version", version=f"tines {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
-    serve = commands.add_parser("serve", help="run the server for a WSGI app", allow_abbrev=False,
+    serve = commands.add_parser("serve", help="run the server for a WSGI or ASGI app", allow_abbrev=False,
                                 description=SERVE_DESCRIPTION)
     add_serve_arguments(serve)
 
@@ -48,7 +48,7 @@ def build_parser() -> ArgumentParser:
                     "exit 0; exit 2 with the error when the config is invalid. With "
                     "--check-app, also import the app as a worker would.")
     check.add_argument("app", nargs="?", metavar="APP", default=argparse.SUPPRESS,
-                       help=f"the WSGI app: {APP_FORMS}")
+                       help=f"the WSGI or ASGI app: {APP_FORMS}")
     check.add_argument("--check-app", action="store_true",
                        help="also import APP (running its import-time code), as a worker would, "
                             "so a deploy can be checked before it runs")

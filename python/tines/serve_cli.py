@@ -26,7 +26,7 @@ EXIT_USAGE = 2
 
 APP_FORMS = "module:attr or path/to/file.py:attr"
 
-SERVE_DESCRIPTION = (f"Run the server for the WSGI app APP ({APP_FORMS}). Settings come from "
+SERVE_DESCRIPTION = (f"Run the server for the WSGI or ASGI app APP ({APP_FORMS}). Settings come from "
                      "the command line, then TINES_* environment variables, then the config "
                      "file, then the defaults.")
 """``tines serve --help``'s description."""
@@ -80,7 +80,7 @@ def _plain(doc: str) -> str:
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """``tines serve``'s arguments: the positional APP and every setting's flag."""
     parser.add_argument("app", nargs="?", metavar="APP", default=argparse.SUPPRESS,
-                        help=f"the WSGI app: {APP_FORMS} (or the config key 'app')")
+                        help=f"the WSGI or ASGI app: {APP_FORMS} (or the config key 'app')")
     add_settings(parser)
 
 
