@@ -4,11 +4,16 @@ Owns: the master loop (the gunicorn ``Arbiter.run`` / nginx master-cycle shape: 
 handlers only queue the signal and wake the loop, ``handle_<signal>()`` methods act), spawning
 and reaping workers, the crash-loop guard, readiness, the stop sequences, and calling the
 master's server hooks (docs/hooks.md) at those points. Its duties run through ``duty()``
-(tines.duties): one that fails is logged and the master goes on. The dynamic pool's policy is
-``tines.pool``; the master reads the scoreboard for it and acts on its decisions.
+(tines.duties): one that fails is logged and the master goes on.
 
-Must not: start a thread (it forks; see docs/adr/0001-fork-safety.md), or touch a request.
-The signal table is in docs/signals.md.
+It holds one ``Generation`` (tines.generation: the settings, worker settings, hooks and pool a
+reload swaps) and acts on the decisions of its helpers, which never see it: the dynamic pool
+(``tines.pool``: the master reads the scoreboard for it), the reload (``tines.reload``), the
+binary upgrade (``tines.upgrade``), the status process (``tines.status``) and the crash-loop
+guard (``tines.exits``). Each ``carry_out_*`` method is where one of them is obeyed.
+
+Must not: start a thread (it forks; see docs/adr/0001-fork-safety-and-readiness.md), or touch a
+request. The signal table is in docs/signals.md.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import errno
 import gc
 import json
+import logging
 import os
 import select
 import signal
@@ -24,11 +30,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 from setproctitle import setproctitle
 
-from tines import limits, logs, memory, preflight, profiler, reloader, sdnotify, upgrade, watchdog
+from tines import exits, logs, memory, preflight, profiler, reloader, sdnotify, upgrade, watchdog
 from tines import pool as spare_pool
 from tines import reload as reloading
 from tines import status as status_process
@@ -38,6 +43,8 @@ from tines.app_loader import load_app
 from tines.config import Config
 from tines.duties import Duties
 from tines.errors import AppLoadError, ConfigError
+from tines.exits import EXIT_OK, Stop
+from tines.generation import Generation, Worker
 from tines.hooks import HookError, Hooks, ServerView, WorkerView
 from tines.sockets import Listener, bind_all
 
@@ -49,51 +56,10 @@ SIGNAL_QUEUE_LIMIT = 8
 LOOP_TIMEOUT = 1.0
 """The longest the master sleeps without a signal or a message (it re-checks its duties)."""
 
-BACKOFF_START = 0.1
-BACKOFF_MAX = 5.0
-"""Respawn delay after a worker died before ready, and after the second and later crashes of
-ready workers within CRASH_WINDOW: 0.1 s, doubling, at most 5 s."""
-
-CRASH_WINDOW = 10.0
-"""Crashes of ready workers this recent (seconds) count toward the crash backoff. An app that
-crashes a worker now and then gets every replacement at once; one that crashes workers on
-every request (a crash loop after ready) gets its respawns slowed to about one per 5 s."""
-
 QUICK_STOP_WAIT = 2.0
 """How long INT/QUIT waits for workers before SIGKILL (or graceful_timeout if shorter)."""
 
-EXIT_OK = 0
-EXIT_BOOT_FAILURES = 3
-"""Exit status when workers keep dying before ready (gunicorn's WORKER_BOOT_ERROR)."""
-
 log = logs.get("arbiter")
-
-
-@dataclass
-class Worker:
-    """The master's record of one worker process."""
-
-    pid: int
-    slot: int
-    generation: int
-    born: float = field(default_factory=time.monotonic)
-    ready: bool = False
-    stopping: bool = False
-    memory: memory.MemoryUsage | None = None
-    """The latest memory sample (``Arbiter.record_memory``)."""
-    reason: str | None = None
-    """Why it is stopping while the others go on (``retire_worker``'s reason, or the one the
-    worker gave in its ``draining`` message); None for the final stop and while serving."""
-    own_decision: bool = False
-    """It started draining by itself (max_requests, cpu_limit): the master did not signal it."""
-
-
-class Stop(Exception):
-    """Raised inside the loop to leave it with an exit status."""
-
-    def __init__(self, status: int) -> None:
-        super().__init__(status)
-        self.status = status
 
 
 class Arbiter:
@@ -104,38 +70,33 @@ class Arbiter:
     """
 
     def __init__(self, cfg: Config, overrides: Mapping[str, object] | None = None) -> None:
-        self.cfg = cfg
+        self.generation = Generation(number=1, cfg=cfg, worker_settings={}, hooks=Hooks(), pool=None,
+                                     memory_merge=False)
+        """What the workers are spawned with; a reload swaps it whole (``put_in_force``). Until
+        ``start`` has checked the settings, only its ``cfg`` is filled in."""
         self.pid = os.getpid()
         self.num_workers: int = cfg.workers
         self.listeners: list[Listener] = []
         self.workers: dict[int, Worker] = {}
-        self.generation = 1
         self.signals: deque[int] = deque()
         self.app: Callable[..., object] | None = None
         self.ever_ready = False
         self.announced = False
-        self.boot_failures = 0
-        self.crash_times: deque[float] = deque()
-        self.next_spawn = 0.0
+        self.crashes = exits.CrashGuard()
+        """The crash-loop guard: when the next worker may start, and when to give up."""
         self.notify_buffer = bytearray()
         self.warned_threads = False
         self.scoreboard: object = None
         self.watchdog: watchdog.Watchdog | None = None
-        self.worker_settings: dict[str, object] = {}
         self.wake_read = self.wake_write = -1
         self.notify_read = self.notify_write = -1
         self.life_read = self.life_write = -1
-        self.hooks = Hooks()
         self.started = False
         """True once on_starting succeeded: on_exit runs at shutdown only then."""
-        self.pool: spare_pool.Pool | None = None
-        """The dynamic pool (``max_workers`` set); None for a fixed ``workers`` count."""
         self.next_pool_check = 0.0
         self.duties = Duties(log, passes=(Stop,))
         self.memory_sampler = memory.Sampler(memory.sample_rate(cfg))
-        self.memory_merge = False
-        """memory_merge is on and the kernel has it (``memory.check_merge``)."""
-        self.reloader = reloading.Reloader(self, dict(overrides or {}))
+        self.reloader = reloading.Reloader(dict(overrides or {}))
         """HUP's reload: the new generation, a bad deploy, a HUP during a HUP."""
         self.watcher: reloader.SourceWatcher | None = None
         """The development reload's source watcher (``--reload``; tines.reloader)."""
@@ -148,6 +109,11 @@ class Arbiter:
         self.stop_at: float | None = None
         """When the graceful stop begins, during a TERM's ``shutdown_delay`` (readiness is off,
         the workers serve on); None otherwise."""
+
+    @property
+    def cfg(self) -> Config:
+        """The settings in force: the generation's."""
+        return self.generation.cfg
 
     # ----- start -----------------------------------------------------------------------------
 
@@ -172,17 +138,16 @@ class Arbiter:
         # What every worker would fail on is checked once, here, with the workers' own code
         # (the same checks as check-config's).
         checked = preflight.check(cfg)
-        self.worker_settings = checked.worker_settings
-        self.hooks = checked.hooks
+        pool = spare_pool.Pool(checked.pool) if checked.pool is not None else None
         if checked.pool is not None:
-            self.pool = spare_pool.Pool(checked.pool)
             self.num_workers = checked.pool.start_workers
-        self.memory_merge = memory.check_merge(cfg)
+        self.generation = Generation(number=1, cfg=cfg, worker_settings=checked.worker_settings,
+                                     hooks=checked.hooks, pool=pool, memory_merge=memory.check_merge(cfg))
         self.upgrade.write_pid_file(self.pid)
         if cfg.umask is not None:
             os.umask(cfg.umask)
         try:
-            self.hooks.call("on_starting", self.server_view())
+            self.generation.hooks.call("on_starting", self.server_view())
         except HookError as error:
             raise ConfigError(str(error)) from None
         self.started = True
@@ -198,15 +163,18 @@ class Arbiter:
             # Objects the app made at import time stay shared copy-on-write: keep the cyclic
             # collector from touching (and so copying) them in the workers.
             gc.freeze()
-        self.drop_privileges()
+        # After binding (so privileged ports can be bound). A master started by an upgrade runs
+        # as the user its old master switched to: the switch is skipped.
+        preflight.drop_privileges(cfg.group, cfg.user)
         logs.check_access_log(cfg.access_log)  # as the user the workers run as
         profiler.prepare(cfg, self.pid)  # likewise
         import tines._core as _core
 
-        most = self.num_workers if self.pool is None else self.pool.settings.max_workers
+        pool = self.generation.pool
+        most = self.num_workers if pool is None else pool.settings.max_workers
         self.scoreboard = _core.Scoreboard(watchdog.scoreboard_slots(most), watchdog.scoreboard_threads(cfg))
         self.scoreboard.publish_master(self.pid)
-        self.scoreboard.set_generation(self.generation)
+        self.scoreboard.set_generation(self.generation.number)
         self.reloader.capacity = reloading.Capacity(watchdog.scoreboard_slots(most), watchdog.scoreboard_threads(cfg))
         self.watchdog = watchdog.Watchdog(cfg, self.scoreboard)
         self.wake_read, self.wake_write = self.pipe()
@@ -222,10 +190,10 @@ class Arbiter:
             scheme = "unix" if listener.address.startswith("unix:") else "http"
             where = listener.address if scheme == "unix" else f"http://{listener.address}"
             log.info("Listening at: %s (%d)", where, self.pid)
-        if self.pool is None:
+        if pool is None:
             log.info("Using mpm %s with %d workers", cfg.mpm, self.num_workers)
         else:
-            log.info("Using mpm %s with a %s", cfg.mpm, self.pool.settings.describe())
+            log.info("Using mpm %s with a %s", cfg.mpm, pool.settings.describe())
 
     def server_view(self) -> ServerView:
         """The read-only view of the master that hooks receive."""
@@ -243,12 +211,6 @@ class Arbiter:
         read, write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         return read, write
 
-    def drop_privileges(self) -> None:
-        """Switch to --group / --user after binding (so privileged ports can be bound). A
-        change already in effect is skipped: a master started by an upgrade runs as the user
-        its old master switched to, where setgroups would fail."""
-        upgrade.drop_privileges(self.cfg.group, self.cfg.user)
-
     def on_signal(self, signum: int, frame: object) -> None:
         """The only work done in signal context: queue it (the wake-up fd wakes the loop)."""
         if len(self.signals) < SIGNAL_QUEUE_LIMIT:
@@ -263,7 +225,7 @@ class Arbiter:
         missing, and only then sleeps: a dead worker is replaced in the turn that reaps it.
         """
         try:
-            self.status.turn(self)
+            self.start_status()
             self.manage_workers()
             self.next_pool_check = time.monotonic() + spare_pool.CHECK_INTERVAL
             quiet_since = time.monotonic()
@@ -283,13 +245,14 @@ class Arbiter:
                 if self.watcher is not None:
                     self.duty("development reload", self.watcher.check)
                 self.duty("watchdog", self.check_requests)
-                if self.pool is not None and time.monotonic() >= self.next_pool_check:
+                if self.generation.pool is not None and time.monotonic() >= self.next_pool_check:
                     self.next_pool_check = time.monotonic() + spare_pool.CHECK_INTERVAL
                     self.duty("pool", self.check_pool)
                 self.duty("memory sampling", self.sample_memory)
-                self.duty("upgrade", lambda: self.upgrade.turn(self))
+                self.duty("upgrade", lambda: self.carry_out_upgrade(self.upgrade.turn(
+                    len(self.workers), self.cfg.graceful_timeout, time.monotonic())))
                 self.duty("start workers", self.manage_workers)
-                self.duty("status process", lambda: self.status.turn(self))
+                self.duty("status process", self.start_status)
         except Stop as stop:
             return stop.status
 
@@ -308,9 +271,9 @@ class Arbiter:
         watchdog deadline is due, at most LOOP_TIMEOUT."""
         now = time.monotonic()
         timeout = LOOP_TIMEOUT
-        if len(self.live_workers()) < self.num_workers and self.next_spawn > now:
-            timeout = min(timeout, self.next_spawn - now)
-        if self.pool is not None:
+        if len(self.live_workers()) < self.num_workers and self.crashes.next_spawn > now:
+            timeout = min(timeout, self.crashes.next_spawn - now)
+        if self.generation.pool is not None:
             timeout = min(timeout, max(0.0, self.next_pool_check - now))
         if any(w.ready and not w.stopping for w in self.workers.values()):
             timeout = min(timeout, self.memory_sampler.wait(now))
@@ -370,15 +333,15 @@ class Arbiter:
         if worker is None:
             return
         worker.ready = True
-        self.boot_failures = 0
+        self.crashes.ready()
         self.ever_ready = True
         took = (time.monotonic() - worker.born) * 1000
-        usage = self.memory_sampler.read(pid, self.memory_merge)
+        usage = self.memory_sampler.read(pid, self.generation.memory_merge)
         if usage is not None:
             self.record_memory(worker, usage)
         figures = f" ({usage.describe()})" if usage is not None else ""
         log.info("worker %d (slot %d) ready in %.1f ms%s", pid, worker.slot, took, figures)
-        self.retire_old_generation()
+        self.reload_step()  # during a reload: retire an old worker for it, start the next ones
         if not self.announced and sum(w.ready for w in self.live_workers()) >= self.num_workers:
             self.announce_ready()
 
@@ -409,7 +372,7 @@ class Arbiter:
                 os.close(self.cfg.ready_fd)
             except OSError as error:
                 log.warning("cannot write to --ready-fd %d: %s", self.cfg.ready_fd, error)
-        self.hooks.call_logged("when_ready", self.server_view())
+        self.generation.hooks.call_logged("when_ready", self.server_view())
         self.notifier.ready(self.status_text())
         self.upgrade.tell_old_master_ready()
 
@@ -422,8 +385,11 @@ class Arbiter:
         """A worker could not load the app. On the first boot that is fatal (exit 2); in a
         reload's new generation it abandons the reload (``tines.reload``)."""
         worker = self.workers.get(pid)
-        if worker is not None and self.reloader.on_boot_error(worker, message):
-            return
+        if worker is not None:
+            decision = self.reloader.on_boot_error(worker, message, self.generation.number, self.workers.values())
+            if decision is not None:
+                self.carry_out_reload(decision)
+                return
         log.error("worker %d (slot %d) failed to boot: %s", pid, slot, message)
         if not self.ever_ready:
             raise AppLoadError(message)
@@ -432,7 +398,7 @@ class Arbiter:
 
     def live_workers(self) -> list[Worker]:
         """Workers of the current generation that are not being stopped."""
-        return [w for w in self.workers.values() if not w.stopping and w.generation == self.generation]
+        return [w for w in self.workers.values() if not w.stopping and w.generation == self.generation.number]
 
     def free_slot(self) -> int | None:
         """The lowest scoreboard slot no worker holds."""
@@ -447,10 +413,10 @@ class Arbiter:
         reload, the reload's rolling replacement does this (``tines.reload``)."""
         if not self.upgrade.wants_workers:
             return  # WINCH during an upgrade, or handing over to the new master
-        if self.reloader.step():
+        if self.reload_step():
             return
         live = self.live_workers()
-        while len(live) < self.num_workers and time.monotonic() >= self.next_spawn:
+        while len(live) < self.num_workers and time.monotonic() >= self.crashes.next_spawn:
             if not self.spawn_worker():
                 break
             live = self.live_workers()
@@ -467,7 +433,7 @@ class Arbiter:
             worker = self.memory_sampler.pick(sampled, time.monotonic())
             if worker is None:
                 return
-            usage = self.memory_sampler.read(worker.pid, self.memory_merge)
+            usage = self.memory_sampler.read(worker.pid, self.generation.memory_merge)
             if usage is None:
                 return
             self.record_memory(worker, usage)
@@ -503,19 +469,20 @@ class Arbiter:
             log.warning("the master has %d threads before fork (a preloaded app started them?): "
                         "threads do not survive fork, and locks they hold stay locked in workers",
                         threading.active_count())
+        generation = self.generation
         context = worker_process.WorkerContext(
-            cfg=self.cfg, slot=slot, generation=self.generation,
+            cfg=generation.cfg, slot=slot, generation=generation.number,
             listeners=[listener.fileno() for listener in self.listeners],
             scoreboard=self.scoreboard, life_read=self.life_read, notify_write=self.notify_write,
             close_in_child=[self.life_write, self.notify_read, self.wake_read, self.wake_write,
                             *([self.watcher.fileno()] if self.watcher is not None else []),
                             *filter(None, [self.notifier.fileno()]), *self.upgrade.inherited_fds(),
                             *self.status.close_in_child()],
-            master_pid=self.pid, app=self.app, settings=self.worker_settings, hooks=self.hooks,
-            profile_dir=profiler.profile_path(self.cfg, self.pid),
+            master_pid=self.pid, app=self.app, settings=generation.worker_settings, hooks=generation.hooks,
+            profile_dir=profiler.profile_path(generation.cfg, self.pid),
         )
-        self.hooks.call_logged("pre_fork", self.server_view(),
-                               WorkerView(pid=None, slot=slot, generation=self.generation, mpm=self.cfg.mpm))
+        generation.hooks.call_logged("pre_fork", self.server_view(),
+                                     WorkerView(pid=None, slot=slot, generation=generation.number, mpm=generation.cfg.mpm))
         # The child is born with USR2 (retire) blocked, so a retire sent while it boots waits
         # for the worker's own handler (tines.worker) instead of killing it.
         previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
@@ -523,20 +490,21 @@ class Arbiter:
         if pid == 0:
             worker_process.run(context)  # never returns
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-        self.scoreboard.claim(slot, pid, self.generation)  # type: ignore[attr-defined]
-        self.workers[pid] = Worker(pid, slot, self.generation)
+        self.scoreboard.claim(slot, pid, generation.number)  # type: ignore[attr-defined]
+        self.workers[pid] = Worker(pid, slot, generation.number)
         log.debug("spawned worker %d (slot %d)", pid, slot)
         return True
 
     def check_pool(self) -> None:
         """The dynamic pool's check (once per pool.CHECK_INTERVAL): read every worker's slot,
         ask the policy, log and act (the spawns happen in ``manage_workers``, with the backoff)."""
-        assert self.pool is not None
+        pool = self.generation.pool
+        assert pool is not None
         if not self.upgrade.wants_workers:
             return
         if self.reloader.active:
             return  # the pool counts the new generation again once the reload is done
-        decision = self.pool.check(self.pool_samples(), self.owed_starts())
+        decision = pool.check(self.pool_samples(), self.owed_starts())
         log.debug("pool check: %s", decision.summary)
         self.carry_out(decision)
 
@@ -566,7 +534,7 @@ class Arbiter:
             samples.append(spare_pool.WorkerSample(
                 pid=worker.pid, slot=worker.slot, ready=worker.ready,
                 stopping=worker.stopping or slot["state"] == "stopping",
-                current=worker.generation == self.generation, active=int(slot["active"]),
+                current=worker.generation == self.generation.number, active=int(slot["active"]),
                 connections=int(slot["connections"])))
         return samples
 
@@ -608,24 +576,94 @@ class Arbiter:
         except ProcessLookupError:
             pass
 
-    def retire_old_generation(self) -> None:
-        """During a reload: retire an old worker for each new one that is ready, start the
-        next ones (``tines.reload``)."""
-        self.reloader.step()
+    # ----- reloads: the generation swapped ------------------------------------------------------
 
-    def reload_started(self) -> None:
-        """A reload begins (HUP): the config is read again; systemd hears ``RELOADING=1``."""
-        log.info("reload: reading the config again (generation %d serves meanwhile)", self.generation)
+    def reload_step(self) -> bool:
+        """The reload's turn (``Reloader.step``), carried out; True while a reload is in
+        progress (then the usual worker management waits)."""
+        self.carry_out_reload(self.reloader.step(self.workers.values(), self.num_workers,
+                                                 self.announced, self.upgrade.wants_workers))
+        return self.reloader.active
+
+    def begin_reload(self) -> None:
+        """A reload begins (HUP, or one that waited): systemd hears ``RELOADING=1``, the
+        settings are read again and the new generation started (``Reloader.begin``)."""
+        log.info("reload: reading the config again (generation %d serves meanwhile)", self.generation.number)
         self.notifier.reload_started()
+        self.carry_out_reload(self.reloader.begin(self.generation, self.num_workers,
+                                                  self.workers.values(), self.pid))
+
+    def carry_out_reload(self, decision: reloading.Decision) -> None:
+        """Do what the reload decided, in the order of its fields."""
+        for pid in decision.retire:
+            self.retire_worker(self.workers[pid], "reload", decision.why)
+        if decision.put_in_force is not None:
+            self.put_in_force(decision.put_in_force, decision.workers)
+        if decision.finished is not None:
+            self.reload_finished(decision.finished)
+        for _ in range(decision.spawn):
+            if time.monotonic() < self.crashes.next_spawn or not self.spawn_worker():
+                break
+        if decision.begin:
+            self.begin_reload()
+
+    def put_in_force(self, generation: Generation, workers: int) -> None:
+        """Spawn and supervise with ``generation`` (and ``workers`` of it wanted) from now on:
+        the one swap of a reload, and of its rollback."""
+        self.generation = generation
+        self.num_workers = workers
+        cfg = generation.cfg
+        self.scoreboard.set_generation(generation.number)  # type: ignore[attr-defined]
+        if self.watchdog is not None:
+            self.watchdog.request_timeout = cfg.request_timeout
+            self.watchdog.boot_timeout = cfg.boot_timeout
+        self.memory_sampler.interval = 1.0 / memory.sample_rate(cfg)
+        logging.getLogger(logs.LOGGER_NAME).setLevel(cfg.log_level.upper())
 
     def reload_finished(self, succeeded: bool) -> None:
         """A reload ended: the new generation serves, or (``succeeded`` False) the old one
         still does (the error line was logged). systemd hears ``READY=1`` either way (a
         reload it was told of: HUP, or HUP with --preload's upgrade)."""
         if succeeded:
-            log.info("reload done: generation %d serves with %d workers", self.generation,
+            log.info("reload done: generation %d serves with %d workers", self.generation.number,
                      len(self.live_workers()))
         self.notifier.reload_finished(succeeded, self.status_text())
+
+    # ----- upgrades and the status process ----------------------------------------------------
+
+    def carry_out_upgrade(self, decision: upgrade.Decision) -> None:
+        """Do what the upgrade decided, in the order of its fields. ``succeeded`` is the one
+        place that knows an upgrade succeeded: systemd hears the new main pid (the new master
+        already said ``READY=1``), after which this master sends it nothing more."""
+        if decision.succeeded is not None:
+            self.notifier.reloading = False  # a HUP with --preload: the new master's READY=1 ended it
+            self.notifier.main_pid(decision.succeeded)
+        if decision.retire is not None:
+            for worker in list(self.workers.values()):
+                self.retire_worker(worker, "reload", decision.retire)
+        if decision.main_again:
+            self.notifier.main_pid(self.pid)
+            self.notifier.ready(self.status_text())
+        if decision.failed:
+            self.reload_finished(False)  # READY=1 again after a HUP with --preload's RELOADING=1
+        if decision.leave:
+            raise Stop(EXIT_OK)
+
+    def start_upgrade(self, why: str) -> bool:
+        """Start a new master (USR2, HUP with --preload), handing it the listeners."""
+        passed = upgrade.Inheritance(pid=self.pid, listeners=self.listeners, status=self.status.listeners(),
+                                     notify_socket=self.notifier.address)
+        return self.upgrade.start(why, self.announced, passed)
+
+    def start_status(self) -> None:
+        """Start the status process when it is due (none runs, after its backoff)."""
+        if self.status.due(time.monotonic()):
+            self.status.start(status_process.Inheritance(
+                close=(self.life_write, self.notify_read, self.notify_write, self.wake_read, self.wake_write,
+                       *(public.fileno() for public in self.listeners)),
+                life_read=self.life_read, scoreboard=self.scoreboard))
+
+    # ----- exits -----------------------------------------------------------------------------
 
     def reap_workers(self) -> None:
         """Collect every exited worker, log why it ended, free its slot."""
@@ -636,9 +674,11 @@ class Arbiter:
                 return
             if pid == 0:
                 return
-            if self.upgrade.reaped(self, pid, status):
+            upgraded = self.upgrade.reaped(pid, status)
+            if upgraded is not None:
+                self.carry_out_upgrade(upgraded)
                 continue  # the new master of an upgrade, not a worker
-            if self.status.reaped(pid, status):
+            if self.status.reaped(pid, status, time.monotonic()):
                 continue
             known = self.workers.get(pid)
             if known is not None and not known.stopping:
@@ -653,86 +693,31 @@ class Arbiter:
             reason = watchdog.record_exit(self.scoreboard, worker.slot, status, worker.stopping)
             # Frees the slot; its counters go to the totals the status listener shows.
             self.scoreboard.retire(worker.slot, pid, status)  # type: ignore[attr-defined]
-            self.log_exit(worker, status, usage.ru_utime + usage.ru_stime, reason)
+            exits.log_exit(self.cfg, worker, status, usage.ru_utime + usage.ru_stime, reason)
             if worker.memory is not None and worker.memory.ksm_merging:
                 log.info("worker %d (slot %d) last memory sample: %s", worker.pid, worker.slot,
                          worker.memory.describe())
-            self.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
+            self.generation.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
             if not worker.ready and not worker.stopping:
                 self.on_death_before_ready(worker, status)
-            elif (not worker.stopping or worker.own_decision) and self.crashed(status):
-                self.on_crash_after_ready()
-
-    def log_exit(self, worker: Worker, status: int, cpu_seconds: float = 0.0, reason: str = "none") -> None:
-        """One line saying how a worker ended, naming the resource limit that ended it where
-        that can be told (``limits.exit_cause``; ``cpu_seconds`` is its user + system time),
-        or the exit reason the master or the worker recorded (``request_timeout``...)."""
-        # A worker the master was stopping may have been killed by the master itself.
-        signalled = worker.stopping and not worker.own_decision
-        cause = "" if signalled else limits.exit_cause(self.cfg, status, cpu_seconds)
-        if not cause and worker.reason is not None:
-            cause = f" (retired: {worker.reason})"
-        elif not cause and reason not in ("none", "crash", "signal", "stop"):
-            cause = f" ({reason})"
-        if os.WIFSIGNALED(status):
-            name = signal.Signals(os.WTERMSIG(status)).name
-            level = log.info if signalled and name in ("SIGKILL", "SIGTERM") else log.error
-            level("worker %d (slot %d) was killed by signal %s%s", worker.pid, worker.slot, name, cause)
-        else:
-            code = os.WEXITSTATUS(status)
-            expected = worker.stopping or code == 0
-            (log.info if expected else log.error)(
-                "worker %d (slot %d) exited with code %d%s", worker.pid, worker.slot, code, cause)
-
-    @staticmethod
-    def crashed(status: int) -> bool:
-        """A death by signal or a non-zero exit. A worker that stops on its own for a reason
-        (max_requests, the master gone) exits 0; one the master stopped is ``stopping``."""
-        return os.WIFSIGNALED(status) or (os.WIFEXITED(status) and os.WEXITSTATUS(status) != 0)
-
-    def on_crash_after_ready(self) -> None:
-        """The crash backoff: the first crash in CRASH_WINDOW is replaced at once, each
-        further one delays the next start (0.1 s doubling up to 5 s); the rate is logged."""
-        now = time.monotonic()
-        while self.crash_times and self.crash_times[0] <= now - CRASH_WINDOW:
-            self.crash_times.popleft()
-        self.crash_times.append(now)
-        crashes = len(self.crash_times)
-        if crashes == 1:
-            return
-        delay = min(BACKOFF_START * 2 ** (crashes - 2), BACKOFF_MAX)
-        self.next_spawn = max(self.next_spawn, now + delay)
-        log.warning("workers crashed after ready %d times in %.2f s: next start in %.1f s",
-                    crashes, now - self.crash_times[0], delay)
+            elif (not worker.stopping or worker.own_decision) and exits.crashed(status):
+                self.crashes.crashed_after_ready(time.monotonic())
 
     def on_death_before_ready(self, worker: Worker, status: int) -> None:
-        """The crash-loop guard: count deaths before ready, back off, give up at the limit.
-        A reload's new generation is not counted: the old one still serves (``tines.reload``)."""
-        if self.reloader.on_death_before_ready(worker, status):
+        """The crash-loop guard counts a death before ready (``exits.CrashGuard``), unless it
+        is a reload's new generation: the old one still serves (``tines.reload``)."""
+        decision = self.reloader.on_death_before_ready(worker, status, self.generation.number,
+                                                       self.workers.values())
+        if decision is not None:
+            self.carry_out_reload(decision)
             return
         if not self.ever_ready and os.WIFEXITED(status) \
                 and os.WEXITSTATUS(status) == worker_process.EXIT_BOOT_ERROR:
             # Its boot_error message says why; read it now if it is still in the pipe.
             self.read_notifications()
-        self.boot_failures += 1
         serving = sum(w.ready and not w.stopping for w in self.workers.values())
-        if self.boot_failures >= self.cfg.boot_failure_limit and self.reloader.last_failed and serving:
-            # The code on disk is the deploy a reload could not boot: giving up would stop the
-            # workers that still serve the old code. Keep them, retry slowly, say why.
-            self.next_spawn = time.monotonic() + BACKOFF_MAX
-            log.error("workers keep dying before they are ready (%d in a row): the code on disk "
-                      "cannot boot (the last reload failed too); %d worker(s) still serve the old "
-                      "code; next start in %.1f s; deploy a fix and send HUP",
-                      self.boot_failures, serving, BACKOFF_MAX)
-            return
-        if self.boot_failures >= self.cfg.boot_failure_limit:
-            log.error("workers keep dying before they are ready (%d in a row): giving up",
-                      self.boot_failures)
-            raise Stop(EXIT_BOOT_FAILURES)
-        delay = min(BACKOFF_START * 2 ** (self.boot_failures - 1), BACKOFF_MAX)
-        self.next_spawn = time.monotonic() + delay
-        log.warning("worker died before ready (%d in a row): next start in %.1f s",
-                    self.boot_failures, delay)
+        self.crashes.died_before_ready(time.monotonic(), self.cfg.boot_failure_limit, serving,
+                                       self.reloader.last_failed)
 
     # ----- signal handlers -------------------------------------------------------------------
 
@@ -802,16 +787,17 @@ class Arbiter:
         if self.cfg.preload:
             self.notifier.reload_started()
             started: list[bool] = []
-            self.duty("upgrade", lambda: started.append(self.upgrade.start(self, "HUP with --preload")))
+            self.duty("upgrade", lambda: started.append(self.start_upgrade("HUP with --preload")))
             if not any(started):
                 self.reload_finished(False)  # systemd's RELOADING=1 gets its READY=1
             return
-        self.reloader.request()
+        if self.reloader.request(self.announced):
+            self.begin_reload()
         self.manage_workers()
 
     def handle_ttin(self) -> None:
         """One worker more (dynamic pool: start one and raise the spare bounds, Pool.grow)."""
-        pool = self.pool
+        pool = self.generation.pool
         if pool is not None:
             self.duty("pool", lambda: self.carry_out(pool.grow(self.pool_samples(), self.owed_starts())))
             return
@@ -821,7 +807,7 @@ class Arbiter:
     def handle_ttou(self) -> None:
         """One worker fewer, at least one stays (dynamic pool: retire one and lower the spare
         bounds, Pool.shrink)."""
-        pool = self.pool
+        pool = self.generation.pool
         if pool is not None:
             self.duty("pool", lambda: self.carry_out(pool.shrink(self.pool_samples(), self.owed_starts())))
             return
@@ -842,23 +828,14 @@ class Arbiter:
             return
         if self.reloader.active:
             log.warning("USR2 ignored: a reload (generation %d) is in progress; send it again "
-                        "once it is done", self.generation)
+                        "once it is done", self.generation.number)
             return
-        self.duty("upgrade", lambda: self.upgrade.start(self, "USR2"))
-
-    def upgrade_succeeded(self, new_pid: int) -> None:
-        """The new master of an upgrade is ready: this master hands over (its workers drain)
-        and exits 0. The one place that knows the upgrade succeeded: systemd is told the new
-        main pid (``MAINPID=``; the new master already said ``READY=1``), after which this
-        master sends it nothing more."""
-        self.notifier.reloading = False  # a HUP with --preload: the new master's READY=1 ended it
-        self.notifier.main_pid(new_pid)
-        self.upgrade.hand_over(self, new_pid)
+        self.duty("upgrade", lambda: self.start_upgrade("USR2"))
 
     def handle_winch(self) -> None:
         """During an upgrade, stop this master's workers (it stays for a rollback); otherwise
         ignored (sent by terminals on resize)."""
-        self.upgrade.winch(self)
+        self.carry_out_upgrade(self.upgrade.winch(len(self.workers)))
 
     # ----- stop ------------------------------------------------------------------------------
 
@@ -911,7 +888,7 @@ class Arbiter:
             except ChildProcessError:
                 pass
             self.workers.pop(worker.pid, None)
-            self.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
+            self.generation.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
 
     def shutdown(self) -> None:
         """Last: kill what is left, close listeners (unlinking Unix sockets) and pipes."""
@@ -938,6 +915,6 @@ class Arbiter:
         self.upgrade.at_exit(self.pid)
         self.notifier.close()
         if self.started:
-            self.hooks.call_logged("on_exit", self.server_view())
+            self.generation.hooks.call_logged("on_exit", self.server_view())
         log.info("master %d exiting", self.pid)
         sys.stderr.flush()
