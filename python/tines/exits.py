@@ -6,8 +6,8 @@ when the next worker may start after deaths before ready and crashes after ready
 master gives up); and the line that says how a worker ended (``log_exit``).
 
 They live apart from ``tines.arbiter`` because they are rules, not the loop: the guard is tested
-without a process (tests/python/unit/test_crash_guard.py), and a helper of the master that
-decides it must stop can raise ``Stop`` without importing the arbiter.
+without a process (tests/python/unit/test_crash_guard.py), and it raises ``Stop`` itself when
+the master gives up, which it could not do if ``Stop`` were the arbiter's.
 
 Must not: fork, signal, or read the clock (the caller passes ``now``).
 """

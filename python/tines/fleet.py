@@ -36,7 +36,7 @@ class Fleet:
     def __init__(self, cfg: Config) -> None:
         self.workers: dict[int, Worker] = {}
         self.scoreboard: Any = None
-        """The ``tines._core.Scoreboard``, from ``Arbiter.start`` on."""
+        """The ``tines._core.Scoreboard``, from ``Master.start`` on."""
         self.watchdog: watchdog.Watchdog | None = None
         """Requests over ``request_timeout``, boots over ``boot_timeout`` (``tines.watchdog``)."""
         self.memory_sampler = memory.Sampler(memory.sample_rate(cfg))

@@ -57,7 +57,7 @@ class Worker:
     ready: bool = False
     stopping: bool = False
     memory: MemoryUsage | None = None
-    """The latest memory sample (``Arbiter.record_memory``)."""
+    """The latest memory sample (``Fleet.record_memory``)."""
     reason: str | None = None
     """Why it is stopping while the others go on (``retire_worker``'s reason, or the one the
     worker gave in its ``draining`` message); None for the final stop and while serving."""

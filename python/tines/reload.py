@@ -61,7 +61,7 @@ USR2_POINTER = "use USR2 (binary upgrade) to apply it"
 
 @dataclass(frozen=True)
 class Capacity:
-    """What the scoreboard, sized at start (``Arbiter.start``), can hold."""
+    """What the scoreboard, sized at start (``Master.start``), can hold."""
 
     slots: int
     """Its slots (``watchdog.scoreboard_slots``: at least twice the start's worker count)."""
@@ -186,7 +186,7 @@ class Reloader:
     overrides: Mapping[str, object]
     start_directory: str = field(default_factory=os.getcwd)
     capacity: Capacity | None = None
-    """Set by ``Arbiter.start`` once the scoreboard exists."""
+    """Set by ``Arbiter.run`` once the scoreboard exists."""
     attempt: Attempt | None = None
     queued: bool = False
     latest_generation: int = 1

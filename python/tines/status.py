@@ -102,7 +102,8 @@ class StatusProcess:
         log.debug("status process %d started", pid)
 
     def reaped(self, pid: int, status: int, now: float) -> bool:
-        """True when ``pid`` was the status process (it is started again by ``turn``)."""
+        """True when ``pid`` was the status process (``due`` again after the backoff, unless the
+        master stopped it)."""
         if pid != self.pid:
             return False
         self.pid = None

@@ -29,7 +29,7 @@ import json
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tines import logs
 from tines.pidfile import PidFile
@@ -320,11 +320,11 @@ class Upgrade:
             return decision
         if not workers:
             log.info("upgrade: this master's workers are gone; exiting (new master %s serves)", self.new_pid)
-            return Decision(decision.succeeded, decision.retire, leave=True)
+            return replace(decision, leave=True)
         if now >= self.deadline:
             log.warning("upgrade: %d worker(s) still draining after graceful_timeout: killing them and exiting",
                         workers)
-            return Decision(decision.succeeded, decision.retire, leave=True)
+            return replace(decision, leave=True)
         return decision
 
     def hand_over(self, new_pid: int, workers: int, deadline: float) -> Decision:
