@@ -5,6 +5,10 @@ be made in ``request_buffer_dir`` (as the workers make them, for request bodies 
 memory, and as the user they run as: checked in a short-lived child that switches to ``user``
 when the master is root), and the hooks module (imported from ``chdir``).
 
+The switch to ``user`` / ``group`` itself (``drop_privileges``) is here too: the master makes it
+once after binding (privileged ports first), and the checking child makes the very same switch
+first, so the check proves what the workers will be able to do.
+
 Must not: fork a worker (only that one checking child, which exits at once), start threads,
 bind sockets or load the app.
 """
@@ -18,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 
 from tines import hooks as server_hooks
-from tines import limits, pool, upgrade
+from tines import limits, pool
 from tines.config import Config
 from tines.errors import ConfigError
 from tines.hooks import Hooks
@@ -58,6 +62,17 @@ def check(cfg: Config) -> Checked:
     return Checked(settings, server_hooks.load(cfg.hooks), pool_settings)
 
 
+def drop_privileges(group: int | None, user: int | None) -> None:
+    """Switch to ``group`` (only group) and ``user``, skipping what is already in effect: a
+    master started by an upgrade runs as the user its old master switched to, where
+    ``setgroups`` would fail (EPERM) and ``setuid`` / ``setgid`` to the same ids change nothing."""
+    if group is not None and not (os.getgid() == os.getegid() == group and set(os.getgroups()) <= {group}):
+        os.setgid(group)
+        os.setgroups([group])
+    if user is not None and not os.getuid() == os.geteuid() == user:
+        os.setuid(user)
+
+
 def check_request_buffer_dir_as(directory: str, group: int | None, user: int) -> None:
     """``check_request_buffer_dir`` as ``user`` (and ``group``), in a child process that
     switches to them as the master will after binding (the master itself must stay root until
@@ -67,7 +82,7 @@ def check_request_buffer_dir_as(directory: str, group: int | None, user: int) ->
     if pid == 0:
         try:
             os.close(read)
-            upgrade.drop_privileges(group, user)
+            drop_privileges(group, user)
             check_request_buffer_dir(directory)
             code = 0
         except ConfigError as error:

@@ -10,30 +10,30 @@ reload whose new workers cannot boot (the old generation and its config stay in 
 crash-loop guard does not count those deaths), and a HUP during a reload (queued: it runs when
 the current reload ends). The rules, for operators, are in docs/signals.md ("Reload").
 
-Must not: fork or signal by itself (the arbiter's ``spawn_worker`` and ``retire_worker`` do),
-start threads, or block. ``plan`` and ``restart_only_changes`` are pure and unit-tested.
+It decides and the master acts: each look (``begin``, ``step``, a new worker's failure)
+returns a ``Decision`` that ``Arbiter.carry_out_reload`` carries out (put a generation in force,
+retire, spawn, tell systemd); it reads nothing of the master but what it is given (the serving
+``Generation``, the worker records). Those decisions, ``plan`` and ``restart_only_changes`` are
+unit-tested without a process (tests/python/unit/test_reload_policy.py).
+
+Must not: import ``tines.arbiter``, fork or signal (the arbiter's ``spawn_worker`` and
+``retire_worker`` do), start threads, or block.
 """
 
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import signal
 import sys
-import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from tines import config, logs, memory, preflight, profiler, watchdog
 from tines import pool as spare_pool
 from tines.config import Config
 from tines.errors import ConfigError
-from tines.hooks import Hooks
-
-if TYPE_CHECKING:
-    from tines.arbiter import Arbiter, Worker
+from tines.generation import Generation, Worker
 
 log = logs.get("reload")
 
@@ -61,7 +61,7 @@ USR2_POINTER = "use USR2 (binary upgrade) to apply it"
 
 @dataclass(frozen=True)
 class Capacity:
-    """What the scoreboard, sized at start (``Arbiter.start``), can hold."""
+    """What the scoreboard, sized at start (``Master.start``), can hold."""
 
     slots: int
     """Its slots (``watchdog.scoreboard_slots``: at least twice the start's worker count)."""
@@ -140,17 +140,27 @@ def plan(old_at_start: int, target: int, batch: int, old_live: int, new_ready: i
     return Step(spawn=spawn, retire=retire, done=new_ready >= target and old_live - retire == 0)
 
 
-@dataclass
-class Saved:
-    """The serving generation's state, put back when a reload is abandoned."""
+@dataclass(frozen=True)
+class Decision:
+    """What a look at the reload asks of the master (``Arbiter.carry_out_reload``), carried out
+    in the order of the fields."""
 
-    cfg: Config
-    worker_settings: dict[str, object]
-    hooks: Hooks
-    pool: spare_pool.Pool | None
-    num_workers: int
-    generation: int
-    memory_merge: bool
+    retire: tuple[int, ...] = ()
+    """Workers (pids) to retire, reason ``reload``."""
+    why: str = ""
+    """Words for the retire lines (the reason when empty)."""
+    put_in_force: Generation | None = None
+    """Spawn and supervise with this generation from now on: the new one, or the serving one
+    back when the new one could not boot."""
+    workers: int = 0
+    """The worker count that goes with ``put_in_force``."""
+    finished: bool | None = None
+    """The reload ended: the new generation serves (True), or the old one still does (False);
+    None while it goes on (or when none ran)."""
+    spawn: int = 0
+    """New-generation workers to start now (fewer if the crash backoff holds them back)."""
+    begin: bool = False
+    """A HUP that waited can run now: resolve the settings again and call ``Reloader.begin``."""
 
 
 @dataclass
@@ -158,7 +168,11 @@ class Attempt:
     """A reload in progress."""
 
     generation: int
-    saved: Saved
+    """The new generation's number."""
+    serving: Generation
+    """The generation it replaces, put back if the new one cannot boot."""
+    serving_workers: int
+    """The worker count when it began, put back with ``serving``."""
     old_at_start: int
     batch: int
 
@@ -169,19 +183,18 @@ class Reloader:
     resolved in (so a relative config path or ``chdir`` means the same thing again), the reload
     in progress, and whether another HUP waits for it to end."""
 
-    arbiter: Arbiter
     overrides: Mapping[str, object]
     start_directory: str = field(default_factory=os.getcwd)
     capacity: Capacity | None = None
-    """Set by ``Arbiter.start`` once the scoreboard exists."""
+    """Set by ``Arbiter.run`` once the scoreboard exists."""
     attempt: Attempt | None = None
     queued: bool = False
     latest_generation: int = 1
     """The highest generation number given so far (an abandoned one is not reused)."""
     last_failed: bool = False
     """The last reload was abandoned (its code could not boot) and no reload succeeded since:
-    replacements of the serving generation import that code too (``Arbiter.on_death_before_ready``
-    then keeps backing off instead of giving up while workers still serve)."""
+    replacements of the serving generation import that code too (the crash-loop guard then
+    keeps backing off instead of giving up while workers still serve, ``exits.CrashGuard``)."""
 
     @property
     def active(self) -> bool:
@@ -190,73 +203,75 @@ class Reloader:
 
     # ----- HUP ---------------------------------------------------------------------------------
 
-    def request(self) -> None:
-        """HUP: reload now, or once the reload in progress (or the first start) ends."""
+    def request(self, announced: bool) -> bool:
+        """HUP: True to reload now (``begin``); False when it waits for the reload in progress,
+        or for the first generation to be ``announced`` ready."""
         if self.attempt is not None:
             self.queued = True
             log.info("HUP: generation %d is still starting; the reload runs again when it ends",
                      self.attempt.generation)
-            return
-        if not self.arbiter.announced:
+            return False
+        if not announced:
             self.queued = True
             log.info("HUP: the first generation is not ready yet; the reload runs once it is")
-            return
-        self.begin()
+            return False
+        return True
 
-    def begin(self) -> None:
-        """Re-resolve and check the settings; start the new generation, or log why not."""
-        arbiter = self.arbiter
+    def begin(self, serving: Generation, serving_workers: int, workers: Collection[Worker],
+              pid: int) -> Decision:
+        """Re-resolve and check the settings (``resolve``, as the master ``pid``); start the new
+        generation (``start``), or log why not and keep ``serving``."""
         self.queued = False
-        arbiter.reload_started()
         serving_directory = os.getcwd()
         try:
-            cfg, checked = self.resolve()
+            new = self.resolve(serving, pid)
         except ConfigError as error:
             os.chdir(serving_directory)
-            log.error("reload failed: %s; generation %d keeps serving", error, arbiter.generation)
-            arbiter.reload_finished(False)
-            return
-        saved = Saved(cfg=arbiter.cfg, worker_settings=arbiter.worker_settings, hooks=arbiter.hooks,
-                      pool=arbiter.pool, num_workers=arbiter.num_workers,
-                      generation=arbiter.generation, memory_merge=arbiter.memory_merge)
-        old_at_start = len(arbiter.live_workers())  # still the serving generation's
-        if checked.pool is None:
-            target = cfg.workers
-        else:
-            target = max(checked.pool.start_workers, min(max(old_at_start, 1), checked.pool.max_workers))
-        self.latest_generation += 1
-        # Within the scoreboard: a start needs a free slot.
-        batch = max(1, min(batch_size(cfg.reload_batch, target),
-                           self.capacity_slots() - max(old_at_start, target)))
-        self.attempt = Attempt(generation=self.latest_generation, saved=saved,
-                               old_at_start=old_at_start, batch=batch)
-        self.put_in_force(cfg, checked.worker_settings, checked.hooks,
-                          spare_pool.Pool(checked.pool) if checked.pool is not None else None,
-                          target, self.latest_generation, memory_merge(cfg, saved))
-        log.info("HUP: starting worker generation %d: %d workers, %d at a time (reload_batch); "
-                 "generation %d serves until they are ready", self.latest_generation, target, batch,
-                 saved.generation)
-        self.step()
+            log.error("reload failed: %s; generation %d keeps serving", error, serving.number)
+            return Decision(finished=False)
+        return self.start(serving, serving_workers, new, workers)
 
-    def resolve(self) -> tuple[Config, preflight.Checked]:
-        """The new settings and their checks, as at start (ConfigError on the first problem).
+    def start(self, serving: Generation, serving_workers: int, new: Generation,
+              workers: Collection[Worker]) -> Decision:
+        """Put ``new`` (numbered ``latest_generation + 1``) in force in place of ``serving``
+        (with ``serving_workers`` wanted), and take the first step of the rolling replacement."""
+        assert new.number == self.latest_generation + 1
+        old_at_start = sum(not w.stopping and w.generation == serving.number for w in workers)
+        if new.pool is None:
+            target = new.cfg.workers
+        else:
+            most = new.pool.settings.max_workers
+            target = max(new.pool.settings.start_workers, min(max(old_at_start, 1), most))
+        self.latest_generation = new.number
+        # Within the scoreboard: a start needs a free slot.
+        batch = max(1, min(batch_size(new.cfg.reload_batch, target),
+                           self.capacity_slots() - max(old_at_start, target)))
+        self.attempt = Attempt(generation=new.number, serving=serving, serving_workers=serving_workers,
+                               old_at_start=old_at_start, batch=batch)
+        log.info("HUP: starting worker generation %d: %d workers, %d at a time (reload_batch); "
+                 "generation %d serves until they are ready", new.number, target, batch, serving.number)
+        first = self.step(workers, target, announced=True, wants_workers=True)
+        return Decision(put_in_force=new, workers=target, retire=first.retire, spawn=first.spawn)
+
+    def resolve(self, serving: Generation, pid: int) -> Generation:
+        """The new generation, its settings checked as at start (ConfigError on the first problem).
 
         Resolved from the directory the master started in; restart-only changes are logged and
-        the old values kept; then ``preflight.check`` (which changes to ``chdir`` again) and the
-        access log as the workers' user.
+        the old values kept; then ``preflight.check`` (which changes to ``chdir`` again), the
+        access log as the workers' user, and memory merging (checked again only if it changed).
         """
-        arbiter = self.arbiter
         assert self.capacity is not None
+        old = serving.cfg
         os.chdir(self.start_directory)
         importlib.invalidate_caches()
         new = config.load(self.overrides)
-        changes = restart_only_changes(arbiter.cfg, new, self.capacity)
+        changes = restart_only_changes(old, new, self.capacity)
         for name, reason in changes.items():
             log.warning("setting %s changed but needs a restart: %s; %s", name, reason, USR2_POINTER)
         if changes:
-            kept = {name: arbiter.cfg.value(name) for name in changes}
+            kept = {name: old.value(name) for name in changes}
             forced = config.load({**self.overrides, **kept})
-            sources = {name: arbiter.cfg.source(name) if name in kept else forced.source(name)
+            sources = {name: old.source(name) if name in kept else forced.source(name)
                        for name in config.SETTINGS}
             new = Config({name: forced.value(name) for name in config.SETTINGS}, sources,
                          forced.config_file)
@@ -265,27 +280,11 @@ class Reloader:
         forget_hooks_module(new.hooks)
         checked = preflight.check(new)
         logs.check_access_log(new.access_log)
-        profiler.prepare(new, self.arbiter.pid)
-        return new, checked
-
-    def put_in_force(self, cfg: Config, worker_settings: dict[str, object], hooks: Hooks,
-                     pool: spare_pool.Pool | None, num_workers: int, generation: int,
-                     merge: bool) -> None:
-        """Make the arbiter spawn and supervise with these settings."""
-        arbiter = self.arbiter
-        arbiter.cfg = cfg
-        arbiter.worker_settings = worker_settings
-        arbiter.hooks = hooks
-        arbiter.pool = pool
-        arbiter.num_workers = num_workers
-        arbiter.generation = generation
-        arbiter.scoreboard.set_generation(generation)  # type: ignore[attr-defined]
-        arbiter.memory_merge = merge
-        if arbiter.watchdog is not None:
-            arbiter.watchdog.request_timeout = cfg.request_timeout
-            arbiter.watchdog.boot_timeout = cfg.boot_timeout
-        arbiter.memory_sampler.interval = 1.0 / memory.sample_rate(cfg)
-        logging.getLogger(logs.LOGGER_NAME).setLevel(cfg.log_level.upper())
+        profiler.prepare(new, pid)
+        merge = serving.memory_merge if new.memory_merge == old.memory_merge else memory.check_merge(new)
+        return Generation(number=self.latest_generation + 1, cfg=new, worker_settings=checked.worker_settings,
+                          hooks=checked.hooks, memory_merge=merge,
+                          pool=spare_pool.Pool(checked.pool) if checked.pool is not None else None)
 
     def capacity_slots(self) -> int:
         """The scoreboard's slots."""
@@ -294,96 +293,72 @@ class Reloader:
 
     # ----- the rolling replacement ---------------------------------------------------------------
 
-    def old_live(self) -> list[Worker]:
-        """Workers of older generations that serve (or boot) and are not retired."""
-        generation = self.arbiter.generation
-        return [w for w in self.arbiter.workers.values() if w.generation != generation and not w.stopping]
-
-    def step(self) -> bool:
-        """The master's turn for reloads (from ``manage_workers``): start a queued reload when
-        it can run, move the one in progress on. True while a reload is in progress (then the
-        arbiter's usual worker management waits)."""
-        arbiter = self.arbiter
-        if not arbiter.upgrade.wants_workers:
-            # An upgrade hands over (or WINCH stopped the workers): start nothing.
-            return self.attempt is not None
-        if self.attempt is None:
-            if self.queued and arbiter.announced:
-                self.begin()
-            if self.attempt is None:
-                return False
+    def step(self, workers: Collection[Worker], wanted: int, announced: bool, wants_workers: bool) -> Decision:
+        """The master's turn for reloads (from ``manage_workers`` and each ready worker), over
+        every worker process and the worker count ``wanted``: move the reload in progress on,
+        or ask to begin a queued one once the master is ``announced`` ready. Nothing while an
+        upgrade does not want workers (it hands over, or WINCH stopped them)."""
+        if not wants_workers:
+            return Decision()
         attempt = self.attempt
-        new = arbiter.live_workers()
+        if attempt is None:
+            return Decision(begin=self.queued and announced)
+        new = [w for w in workers if not w.stopping and w.generation == attempt.generation]
         new_ready = sum(w.ready for w in new)
-        old = self.old_live()
-        decided = plan(attempt.old_at_start, arbiter.num_workers, attempt.batch, len(old), new_ready,
-                       len(new) - new_ready, len(arbiter.workers))
+        old = [w for w in workers if w.generation != attempt.generation and not w.stopping]
+        decided = plan(attempt.old_at_start, wanted, attempt.batch, len(old), new_ready,
+                       len(new) - new_ready, len(workers))
         # Booting old workers (replacements started before the HUP) serve nothing yet: first.
-        for worker in sorted(old, key=lambda w: (w.ready, w.born))[:decided.retire]:
-            arbiter.retire_worker(worker, "reload")
+        retire = tuple(w.pid for w in sorted(old, key=lambda w: (w.ready, w.born))[:decided.retire])
         if decided.done:
             self.attempt = None
             self.last_failed = False
-            arbiter.reload_finished(True)
-            if self.queued:
-                self.begin()
-            return self.attempt is not None
-        for _ in range(decided.spawn):
-            if time.monotonic() < arbiter.next_spawn or not arbiter.spawn_worker():
-                break
-        return True
+            return Decision(retire=retire, finished=True, begin=self.queued)
+        return Decision(retire=retire, spawn=decided.spawn)
 
     # ----- a bad deploy --------------------------------------------------------------------------
 
-    def owns(self, worker: Worker) -> bool:
-        """The worker belongs to a new generation that is not (yet) the serving one: the reload
-        in progress, or an abandoned one."""
+    def owns(self, worker: Worker, serving: int) -> bool:
+        """The worker belongs to a new generation that is not (yet) the ``serving`` one: the
+        reload in progress, or an abandoned one."""
         if self.attempt is not None:
             return worker.generation == self.attempt.generation
-        return worker.generation > self.arbiter.generation
+        return worker.generation > serving
 
-    def on_boot_error(self, worker: Worker, message: str) -> bool:
-        """A worker could not load the app; True when it was the reload's business."""
-        if not self.owns(worker):
-            return False
+    def on_boot_error(self, worker: Worker, message: str, serving: int,
+                      workers: Collection[Worker]) -> Decision | None:
+        """A worker could not load the app: None when it was not the reload's business (the
+        ``serving`` generation's), else what it asks (abandoning the reload in progress)."""
+        if not self.owns(worker, serving):
+            return None
         if self.attempt is not None:
-            self.abandon(message)
-        else:
-            log.info("worker %d (slot %d) of the abandoned generation %d failed to boot too",
-                     worker.pid, worker.slot, worker.generation)
-        return True
+            return self.abandon(message, workers)
+        log.info("worker %d (slot %d) of the abandoned generation %d failed to boot too",
+                 worker.pid, worker.slot, worker.generation)
+        return Decision()
 
-    def on_death_before_ready(self, worker: Worker, status: int) -> bool:
-        """A worker died before ready; True when it was the reload's business (then it is not
-        a death for the crash-loop guard: the old generation still serves)."""
-        if not self.owns(worker):
-            return False
+    def on_death_before_ready(self, worker: Worker, status: int, serving: int,
+                              workers: Collection[Worker]) -> Decision | None:
+        """A worker died before ready: None when it was not the reload's business, else what
+        it asks (then it is not a death for the crash-loop guard: the old generation serves)."""
+        if not self.owns(worker, serving):
+            return None
         if self.attempt is not None:
-            self.abandon(f"worker {worker.pid} died before it was ready ({describe_status(status)})")
-        return True
+            return self.abandon(f"worker {worker.pid} died before it was ready ({describe_status(status)})",
+                                workers)
+        return Decision()
 
-    def abandon(self, why: str) -> None:
-        """Stop the new generation's workers and put the serving generation's config back."""
+    def abandon(self, why: str, workers: Collection[Worker]) -> Decision:
+        """Retire the new generation's workers and put the serving generation back."""
         attempt = self.attempt
         assert attempt is not None
         self.attempt = None
         self.last_failed = True
-        saved = attempt.saved
         log.error("reload failed: generation %d could not boot: %s; generation %d keeps serving",
-                  attempt.generation, why, saved.generation)
-        for worker in list(self.arbiter.workers.values()):
-            if worker.generation == attempt.generation and not worker.stopping:
-                self.arbiter.retire_worker(worker, "reload", "reload abandoned")
-        self.put_in_force(saved.cfg, saved.worker_settings, saved.hooks, saved.pool,
-                          saved.num_workers, saved.generation, saved.memory_merge)
-        self.arbiter.reload_finished(False)
-
-
-def memory_merge(cfg: Config, saved: Saved) -> bool:
-    """``memory_merge`` for the new generation (checked again only when it changed)."""
-    from tines import memory
-
-    return saved.memory_merge if cfg.memory_merge == saved.cfg.memory_merge else memory.check_merge(cfg)
+                  attempt.generation, why, attempt.serving.number)
+        retire = tuple(w.pid for w in workers if w.generation == attempt.generation and not w.stopping)
+        return Decision(put_in_force=attempt.serving, workers=attempt.serving_workers, retire=retire,
+                        why="reload abandoned", finished=False)
 
 
 def forget_hooks_module(spec: str | None) -> None:

@@ -3,8 +3,12 @@
 ``tines._core.run_status``; docs/status.md), and starts it again when it dies.
 
 Owns: refusing a status address that is also a public one, binding it, the status process's
-life (fork, restart with a backoff, stop after the workers), and what it inherits. Must not:
-read the scoreboard itself (the Rust server does) or start threads (the master forks).
+life (fork, restart with a backoff, stop after the workers), and what it inherits. It decides
+when the process is due (``due``: bound, none running, the backoff over) and the master starts
+it then with what it must close and keep (``Inheritance``); those rules are unit-tested without
+a process (tests/python/unit/test_status_policy.py). Must not: import ``tines.arbiter``, read
+the scoreboard itself (the Rust server does), read the clock (the caller passes ``now``) or
+start threads (the master forks).
 
 The process runs no app: it answers while every worker is busy or stuck. It is stopped last
 (after the workers), so ``/readyz`` says "stopping" for the whole of a graceful stop.
@@ -15,9 +19,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 import traceback
-from typing import TYPE_CHECKING, NoReturn
+from dataclasses import dataclass
+from typing import NoReturn
 
 from setproctitle import setproctitle
 
@@ -27,14 +31,23 @@ from tines.errors import ConfigError
 from tines.sockets import Listener, bind_all
 from tines.upgrade import ENV_STATUS_FD
 
-if TYPE_CHECKING:
-    from tines.arbiter import Arbiter
-
 log = logs.get("status")
 
 BACKLOG = 64
 RESTART_DELAY_MAX = 5.0
 """A status process that keeps dying is started again at most this often."""
+
+
+@dataclass(frozen=True)
+class Inheritance:
+    """What the status process is given by the master at its fork."""
+
+    close: tuple[int, ...]
+    """The master's fds it must not keep: its pipes' other ends and the public listeners."""
+    life_read: int
+    """The life pipe's read end: its EOF means the master is gone (the process then exits)."""
+    scoreboard: object
+    """The ``tines._core.Scoreboard`` it serves from."""
 
 
 class StatusProcess:
@@ -74,18 +87,23 @@ class StatusProcess:
         where = self.listener.address if scheme == "unix" else f"http://{self.listener.address}"
         log.info("Status at: %s", where)
 
-    def turn(self, arbiter: Arbiter) -> None:
-        """Starts the process when there is none (after the backoff)."""
-        if self.listener is None or self.pid is not None or time.monotonic() < self.next_start:
-            return
+    def due(self, now: float) -> bool:
+        """The process should be started now: a listener is bound, no process runs, and the
+        backoff after the last one's death is over."""
+        return self.listener is not None and self.pid is None and now >= self.next_start
+
+    def start(self, passed: Inheritance) -> None:
+        """Fork the process (``due`` said so)."""
+        assert self.listener is not None
         pid = os.fork()
         if pid == 0:
-            _run(self.cfg, self.listener, arbiter)  # never returns
+            _run(self.cfg, self.listener, passed)  # never returns
         self.pid = pid
         log.debug("status process %d started", pid)
 
-    def reaped(self, pid: int, status: int) -> bool:
-        """True when ``pid`` was the status process (it is started again by ``turn``)."""
+    def reaped(self, pid: int, status: int, now: float) -> bool:
+        """True when ``pid`` was the status process (``due`` again after the backoff, unless the
+        master stopped it)."""
         if pid != self.pid:
             return False
         self.pid = None
@@ -94,7 +112,7 @@ class StatusProcess:
         how = (f"killed by {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
                else f"exited with code {os.WEXITSTATUS(status)}")
         log.warning("status process %d %s: starting another in %.1f s", pid, how, self.delay)
-        self.next_start = time.monotonic() + self.delay
+        self.next_start = now + self.delay
         self.delay = min(self.delay * 2, RESTART_DELAY_MAX)
         return True
 
@@ -120,7 +138,7 @@ class StatusProcess:
         return [self.listener.fileno()] if self.listener is not None else []
 
 
-def _run(cfg: Config, listener: Listener, arbiter: Arbiter) -> NoReturn:
+def _run(cfg: Config, listener: Listener, passed: Inheritance) -> NoReturn:
     status = 1
     try:
         setproctitle(f"tines: status [{cfg.app}]")
@@ -131,16 +149,15 @@ def _run(cfg: Config, listener: Listener, arbiter: Arbiter) -> NoReturn:
         # when this process stops (last), so it ignores them.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGQUIT, signal.SIG_IGN)
-        for fd in (arbiter.life_write, arbiter.notify_read, arbiter.notify_write, arbiter.wake_read,
-                   arbiter.wake_write, *(public.fileno() for public in arbiter.listeners)):
+        for fd in passed.close:
             try:
                 os.close(fd)
             except OSError:
                 pass
         import tines._core as _core
 
-        assert isinstance(arbiter.scoreboard, _core.Scoreboard)
-        _core.run_status(listener.fileno(), arbiter.life_read, arbiter.scoreboard, cfg.mpm,
+        assert isinstance(passed.scoreboard, _core.Scoreboard)
+        _core.run_status(listener.fileno(), passed.life_read, passed.scoreboard, cfg.mpm,
                          cfg.status_show_query)
         status = 0
     except BaseException:  # noqa: BLE001 - the last resort before os._exit

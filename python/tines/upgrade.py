@@ -11,8 +11,14 @@ stopped its workers and keeps serving, with one log line saying why), ``WINCH`` 
 ``TERM`` / ``USR2`` during the overlap, the Unix socket files (only the master that owns the
 listeners at its exit removes them) and the pid file's moves (``tines.pidfile``).
 
-Must not: exec in place (that would end this master and any rollback), or kill the new master
-(it is a master of its own: no parent-death signal, it is reparented when this one exits).
+It decides and the master acts: each look (``turn``, ``reaped``, ``winch``) returns a
+``Decision`` that ``Arbiter.carry_out_upgrade`` carries out (retire every worker, tell systemd,
+leave); it reads no state of the master but what it is given (``Inheritance``, a worker count).
+The decisions are unit-tested without a process (tests/python/unit/test_upgrade_policy.py).
+
+Must not: import ``tines.arbiter``, exec in place (that would end this master and any rollback),
+signal a worker, or kill the new master (it is a master of its own: no parent-death signal, it is
+reparented when this one exits).
 Design: docs/adr/0006-binary-upgrade.md; the sequence: docs/signals.md "Upgrade".
 """
 
@@ -23,16 +29,11 @@ import json
 import os
 import signal
 import sys
-import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
 from tines import logs
 from tines.pidfile import PidFile
 from tines.sockets import SD_LISTEN_FDS_START, Listener
-
-if TYPE_CHECKING:
-    from tines.arbiter import Arbiter
 
 ENV_READY_FD = "_TINES_UPGRADE_READY_FD"
 """The fd on which a new master tells its old master it is ready (not ``TINES_*``: that prefix
@@ -71,15 +72,39 @@ class Invocation:
         return [sys.executable, "-m", "tines", *self.arguments]
 
 
-def drop_privileges(group: int | None, user: int | None) -> None:
-    """Switch to ``group`` (only group) and ``user``, skipping what is already in effect: a
-    master started by an upgrade runs as the user its old master switched to, where
-    ``setgroups`` would fail (EPERM) and ``setuid`` / ``setgid`` to the same ids change nothing."""
-    if group is not None and not (os.getgid() == os.getegid() == group and set(os.getgroups()) <= {group}):
-        os.setgid(group)
-        os.setgroups([group])
-    if user is not None and not os.getuid() == os.geteuid() == user:
-        os.setuid(user)
+@dataclass(frozen=True)
+class Inheritance:
+    """What a new master is given by this one."""
+
+    pid: int
+    """This master's (the new one waits for it to exit before it takes a USR2 of its own)."""
+    listeners: list[Listener]
+    """The public listeners, passed as fds 3.. (``LISTEN_FDS``)."""
+    status: list[Listener]
+    """The status listener, if bound (``ENV_STATUS_FD``)."""
+    notify_socket: str | None
+    """systemd's ``NOTIFY_SOCKET`` (the master took it out of its environment, tines.sdnotify)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a look at the upgrade asks of the master, carried out in the order of the fields."""
+
+    succeeded: int | None = None
+    """The new master (this pid) is ready: systemd hears that it is the main process now. The
+    one place that knows an upgrade succeeded."""
+    retire: str | None = None
+    """Retire every worker (reason ``reload``, the drain) with these words for the log: the
+    hand-over to a ready new master, or WINCH during the overlap."""
+    main_again: bool = False
+    """The new master died after systemd was told it is the main one: name this master again
+    (``MAINPID=``, ``READY=1``)."""
+    failed: bool = False
+    """A rollback: this master keeps serving (``READY=1`` after a HUP with --preload's
+    ``RELOADING=1``)."""
+    leave: bool = False
+    """The hand-over is over (this master's workers are gone, or ``graceful_timeout`` passed):
+    exit 0 (shutdown kills what is left)."""
 
 
 def describe_status(status: int) -> str:
@@ -183,13 +208,14 @@ class Upgrade:
         """The fds the master's loop waits on for the upgrade (the readiness pipe)."""
         return [self.ready_read] if self.ready_read >= 0 else []
 
-    def start(self, arbiter: Arbiter, why: str) -> bool:
-        """Start a new master (``why``: ``USR2``, ``HUP with --preload``), unless one runs;
-        True when one was started (its outcome comes later: ``turn``, ``reaped``)."""
+    def start(self, why: str, announced: bool, passed: Inheritance) -> bool:
+        """Start a new master (``why``: ``USR2``, ``HUP with --preload``), unless one runs or
+        this master is not ``announced`` ready yet; True when one was started (its outcome comes
+        later: ``turn``, ``reaped``)."""
         if self.new_pid is not None:
             log.warning("%s ignored: an upgrade is in progress (new master %d)", why, self.new_pid)
             return False
-        if not arbiter.announced:
+        if not announced:
             log.warning("%s ignored: this master is not ready yet", why)
             return False
         if self.old_master is not None and os.getppid() == self.old_master:
@@ -199,9 +225,9 @@ class Upgrade:
         read, write = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(read, False)
         if self.pid_file is not None:
-            self.pid_file.to_oldbin(arbiter.pid)
+            self.pid_file.to_oldbin(passed.pid)
         # During the overlap the socket files belong to whichever master lives on.
-        self.kept_unlink = [(listener, listener.unlink) for listener in [*arbiter.listeners, *arbiter.status.listeners()]
+        self.kept_unlink = [(listener, listener.unlink) for listener in [*passed.listeners, *passed.status]
                             if listener.unlink]
         for listener, _ in self.kept_unlink:
             listener.unlink = None
@@ -216,24 +242,24 @@ class Upgrade:
             self.restore()
             return False
         if pid == 0:
-            self.exec_new_master(arbiter, write)  # never returns
+            self.exec_new_master(passed, write)  # never returns
         os.close(write)
         self.new_pid = pid
         self.ready_read = read
         log.info("%s: started new master %d (%s); this master %d serves until it is ready",
-                 why, pid, " ".join(self.invocation.command()), arbiter.pid)
+                 why, pid, " ".join(self.invocation.command()), passed.pid)
         return True
 
-    def exec_new_master(self, arbiter: Arbiter, ready_write: int) -> None:
+    def exec_new_master(self, passed: Inheritance, ready_write: int) -> None:
         """In the forked child: listeners to fds 3.., the readiness pipe after them, nothing
         else inherited, then exec. Never returns (exit 127 if the exec fails)."""
         try:
             signal.set_wakeup_fd(-1)
             signal.pthread_sigmask(signal.SIG_SETMASK, set())
             # Then the status listener, if any (the new master serves it: ENV_STATUS_FD).
-            status = [listener.fileno() for listener in arbiter.status.listeners()]
-            sources = [listener.fileno() for listener in arbiter.listeners] + [ready_write] + status
-            ready_target = SD_LISTEN_FDS_START + len(arbiter.listeners)
+            status = [listener.fileno() for listener in passed.status]
+            sources = [listener.fileno() for listener in passed.listeners] + [ready_write] + status
+            ready_target = SD_LISTEN_FDS_START + len(passed.listeners)
             last_target = ready_target + len(status)
             # Out of the way first, so no target number clobbers a source.
             moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, last_target + 1) for fd in sources]
@@ -248,17 +274,17 @@ class Upgrade:
             env = dict(os.environ)
             env.update({
                 "LISTEN_PID": str(os.getpid()),
-                "LISTEN_FDS": str(len(arbiter.listeners)),
-                "LISTEN_FDNAMES": ":".join([LISTEN_FDNAME] * len(arbiter.listeners)),
+                "LISTEN_FDS": str(len(passed.listeners)),
+                "LISTEN_FDNAMES": ":".join([LISTEN_FDNAME] * len(passed.listeners)),
                 ENV_READY_FD: str(ready_target),
                 **({ENV_STATUS_FD: str(last_target)} if status else {}),
-                ENV_OLD_MASTER: str(arbiter.pid),
+                ENV_OLD_MASTER: str(passed.pid),
                 ENV_UNLINK: json.dumps([path for _, path in self.kept_unlink]),
             })
-            if arbiter.notifier.address is not None:
+            if passed.notify_socket is not None:
                 # The master took NOTIFY_SOCKET out of its environment (tines.sdnotify): the
                 # new master tells systemd its own readiness.
-                env["NOTIFY_SOCKET"] = arbiter.notifier.address
+                env["NOTIFY_SOCKET"] = passed.notify_socket
             os.chdir(self.invocation.cwd)
             command = self.invocation.command()
             os.execve(command[0], command, env)
@@ -283,41 +309,41 @@ class Upgrade:
         self.ready_read = -1
         return False
 
-    def turn(self, arbiter: Arbiter) -> None:
-        """Each turn of the loop: hand over once the new master is ready; leave once this
-        master's workers are gone (or at ``graceful_timeout``; shutdown kills what is left)."""
-        from tines.arbiter import EXIT_OK, Stop
-
+    def turn(self, workers: int, graceful_timeout: float, now: float) -> Decision:
+        """Each turn of the loop, with this master's ``workers`` (processes) and the clock:
+        hand over once the new master is ready; leave once the workers are gone (or
+        ``graceful_timeout`` after the hand-over)."""
+        decision = Decision()
         if self.new_pid is not None and not self.handing_over and self.read_ready():
-            arbiter.upgrade_succeeded(self.new_pid)
+            decision = self.hand_over(self.new_pid, workers, now + graceful_timeout)
         if not self.handing_over:
-            return
-        if not arbiter.workers:
+            return decision
+        if not workers:
             log.info("upgrade: this master's workers are gone; exiting (new master %s serves)", self.new_pid)
-            raise Stop(EXIT_OK)
-        if time.monotonic() >= self.deadline:
+            return replace(decision, leave=True)
+        if now >= self.deadline:
             log.warning("upgrade: %d worker(s) still draining after graceful_timeout: killing them and exiting",
-                        len(arbiter.workers))
-            raise Stop(EXIT_OK)
+                        workers)
+            return replace(decision, leave=True)
+        return decision
 
-    def hand_over(self, arbiter: Arbiter, new_pid: int) -> None:
+    def hand_over(self, new_pid: int, workers: int, deadline: float) -> Decision:
         """The new master is ready: retire every worker (the drain; the new master's workers
-        take the listen queue) and leave once they are gone."""
+        take the listen queue) and leave once they are gone, by ``deadline`` at the latest."""
         if self.ready_read >= 0:
             os.close(self.ready_read)
             self.ready_read = -1
         self.handing_over = True
-        self.deadline = time.monotonic() + arbiter.cfg.graceful_timeout
+        self.deadline = deadline
         log.info("upgrade: new master %d is ready: this master %d retires its %d worker(s) and exits",
-                 new_pid, arbiter.pid, len(arbiter.workers))
-        for worker in list(arbiter.workers.values()):
-            arbiter.retire_worker(worker, "reload", f"upgrade: new master {new_pid} is ready")
+                 new_pid, os.getpid(), workers)
+        return Decision(succeeded=new_pid, retire=f"upgrade: new master {new_pid} is ready")
 
-    def reaped(self, arbiter: Arbiter, pid: int, status: int) -> bool:
-        """``reap_workers`` collected ``pid``: True when it was the new master (its end is
-        handled here: a rollback unless this master is stopping anyway)."""
+    def reaped(self, pid: int, status: int) -> Decision | None:
+        """The master reaped ``pid``: None when it was not the new master; else what its end
+        asks (a rollback, unless this master is stopping anyway)."""
         if self.new_pid is None or pid != self.new_pid:
-            return False
+            return None
         self.new_pid = None
         said_ready = self.handing_over or self.read_ready()
         if self.ready_read >= 0:
@@ -326,23 +352,18 @@ class Upgrade:
         how = describe_status(status)
         if self.leaving:
             log.info("upgrade: new master %d %s while this master stops", pid, how)
-            return True
+            return Decision()
         restart = self.workers_stopped or self.handing_over
         self.restore()  # first: the pid file is back when the line below is read
         if said_ready:
             log.error("upgrade failed: new master %d %s after it was ready, before this master "
-                      "had left; this master (%d) keeps serving", pid, how, arbiter.pid)
+                      "had left; this master (%d) keeps serving", pid, how, os.getpid())
         else:
             log.error("upgrade failed: new master %d %s before ready; this master (%d) keeps serving",
-                      pid, how, arbiter.pid)
+                      pid, how, os.getpid())
         if restart:
             log.info("upgrade: starting this master's workers again")
-        if said_ready:
-            # systemd was told the new master is the main one: name this one again.
-            arbiter.notifier.main_pid(arbiter.pid)
-            arbiter.notifier.ready(arbiter.status_text())
-        arbiter.reload_finished(False)  # READY=1 again after a HUP with --preload's RELOADING=1
-        return True
+        return Decision(main_again=said_ready, failed=True)
 
     def restore(self) -> None:
         """Rollback: PATH.oldbin back to PATH, the socket files ours again, workers wanted."""
@@ -354,16 +375,15 @@ class Upgrade:
         self.workers_stopped = False
         self.handing_over = False
 
-    def winch(self, arbiter: Arbiter) -> None:
-        """WINCH: during an overlap, stop (retire, with the drain) this master's workers while
-        it stays up for a rollback; otherwise ignored (terminals send it on resize)."""
+    def winch(self, workers: int) -> Decision:
+        """WINCH: during an overlap, stop (retire, with the drain) this master's ``workers``
+        while it stays up for a rollback; otherwise ignored (terminals send it on resize)."""
         if self.new_pid is None or self.handing_over or self.leaving or self.workers_stopped:
-            return
+            return Decision()
         self.workers_stopped = True
         log.info("WINCH during the upgrade: stopping this master's %d worker(s); this master stays "
-                 "for a rollback until new master %d is ready", len(arbiter.workers), self.new_pid)
-        for worker in list(arbiter.workers.values()):
-            arbiter.retire_worker(worker, "reload", "WINCH during an upgrade")
+                 "for a rollback until new master %d is ready", workers, self.new_pid)
+        return Decision(retire="WINCH during an upgrade")
 
     def old_master_alive(self) -> bool:
         """This is the new master of an upgrade and its old master has not exited yet."""

@@ -50,7 +50,7 @@ log = logs.get("watchdog")
 
 
 class WorkerRecord(Protocol):
-    """What the watchdog reads of the master's record of a worker (``arbiter.Worker``)."""
+    """What the watchdog reads of the master's record of a worker (``generation.Worker``)."""
 
     pid: int
     slot: int

@@ -1,5 +1,6 @@
-"""tines.pidfile and the parts of tines.upgrade that need no running master (the upgrade itself
-is tested end to end in tests/python/e2e/test_upgrade.py)."""
+"""tines.pidfile, the parts of tines.upgrade that need no running master (the upgrade itself
+is tested end to end in tests/python/e2e/test_upgrade.py; its decisions in test_upgrade_policy.py),
+and the privilege switch a new master makes (tines.preflight.drop_privileges)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tines import upgrade
+from tines import preflight, upgrade
 from tines.errors import ConfigError
 from tines.pidfile import PidFile, read_pid
 
@@ -101,7 +102,7 @@ def test_privilege_changes_already_in_effect_are_skipped() -> None:
             os.setgroups([nobody.pw_gid])
             os.setuid(nobody.pw_uid)
             # What a new master does after an upgrade from a master that ran as nobody.
-            upgrade.drop_privileges(nobody.pw_gid, nobody.pw_uid)
+            preflight.drop_privileges(nobody.pw_gid, nobody.pw_uid)
             status = 0
         finally:
             os._exit(status)

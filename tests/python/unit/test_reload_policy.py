@@ -1,11 +1,14 @@
-"""The reload policy's pure parts (tines.reload): the rolling replacement, the batch size, and
-which changed settings need a restart."""
+"""The reload policy (tines.reload): the rolling replacement, the batch size, which changed
+settings need a restart, and the decisions the master carries out (with no process)."""
 
 from __future__ import annotations
 
 from tines import reload
 from tines.config import Config, load
-from tines.reload import Capacity, Step, batch_size, plan, restart_only_changes
+from tines.generation import Generation, Worker
+from tines.hooks import Hooks
+from tines.pool import Pool, PoolSettings
+from tines.reload import Capacity, Decision, Reloader, Step, batch_size, plan, restart_only_changes
 
 
 def config(**settings: object) -> Config:
@@ -100,3 +103,113 @@ def test_every_restart_only_setting_is_a_setting() -> None:
     from tines.config import SETTINGS
 
     assert set(reload.RESTART_ONLY) <= set(SETTINGS)
+
+
+# --- the reload's decisions (Reloader): what the master is asked to do, with no process ----------
+
+def generation(number: int, **settings: object) -> Generation:
+    return Generation(number=number, cfg=config(**settings), worker_settings={}, hooks=Hooks(), pool=None,
+                      memory_merge=False)
+
+
+def serving(count: int, number: int = 1) -> list[Worker]:
+    """``count`` ready workers of generation ``number`` (pids 100...)."""
+    return [Worker(pid=100 + n, slot=n, generation=number, born=float(n), ready=True) for n in range(count)]
+
+
+def reloader() -> Reloader:
+    return Reloader(overrides={}, capacity=Capacity(slots=16, threads=1))
+
+
+def test_a_hup_waits_for_the_first_generation_and_for_the_reload_in_progress() -> None:
+    hup = reloader()
+    assert not hup.request(announced=False) and hup.queued
+    assert hup.step([], 2, announced=False, wants_workers=True) == Decision()
+    assert hup.step([], 2, announced=True, wants_workers=True) == Decision(begin=True)
+    assert reloader().request(announced=True)
+    hup.start(generation(1, workers=2), 2, generation(2, workers=2), serving(2))
+    assert not hup.request(announced=True) and hup.queued  # runs when this one ends
+
+
+def test_nothing_starts_or_retires_while_an_upgrade_does_not_want_workers() -> None:
+    hup = reloader()
+    hup.start(generation(1, workers=2), 2, generation(2, workers=2), serving(2))
+    hup.queued = True
+    new = [Worker(pid=200, slot=5, generation=2, ready=True)]
+    assert hup.step(serving(2) + new, 2, announced=True, wants_workers=False) == Decision()
+    assert hup.active
+
+
+def test_a_reload_puts_the_new_generation_in_force_and_starts_its_first_batch() -> None:
+    hup = reloader()
+    old, new = generation(1, workers=4), generation(2, workers=4)
+    decision = hup.start(old, 4, new, serving(4))
+    assert decision == Decision(put_in_force=new, workers=4, spawn=1)
+    assert hup.active and hup.latest_generation == 2
+    assert hup.attempt is not None and hup.attempt.serving is old and hup.attempt.old_at_start == 4
+
+
+def test_old_workers_go_as_new_ones_are_ready_and_a_waiting_hup_runs_at_the_end() -> None:
+    hup = reloader()
+    old = serving(2)
+    hup.start(generation(1, workers=2), 2, generation(2, workers=2), old)
+    first = Worker(pid=200, slot=2, generation=2, ready=True)
+    step = hup.step([*old, first], 2, announced=True, wants_workers=True)
+    assert step == Decision(retire=(100,))  # the longest-serving old worker, at the ceiling
+    old[0].stopping = True
+    second = Worker(pid=201, slot=3, generation=2)
+    assert hup.step([*old, first], 2, announced=True, wants_workers=True).spawn == 0  # 100 still counts
+    hup.request(announced=True)
+    second.ready = True
+    done = hup.step([old[1], first, second], 2, announced=True, wants_workers=True)
+    assert done == Decision(retire=(101,), finished=True, begin=True)
+    assert not hup.active and not hup.last_failed
+
+
+def test_a_booting_old_worker_is_retired_before_a_serving_one() -> None:
+    hup = reloader()
+    old = serving(2)
+    old[1].ready = False  # a replacement started before the HUP
+    hup.start(generation(1, workers=2), 2, generation(2, workers=2), old)
+    new = Worker(pid=200, slot=2, generation=2, ready=True)
+    assert hup.step([*old, new], 2, announced=True, wants_workers=True).retire == (101,)
+
+
+def test_a_new_worker_that_cannot_boot_puts_the_serving_generation_back() -> None:
+    hup = reloader()
+    old = generation(1, workers=2)
+    workers = serving(2)
+    hup.start(old, 3, generation(2, workers=2), workers)
+    new = [Worker(pid=200, slot=2, generation=2), Worker(pid=201, slot=3, generation=2, stopping=True)]
+    decision = hup.on_boot_error(new[0], "ImportError: no module", 2, [*workers, *new])
+    assert decision == Decision(retire=(200,), why="reload abandoned", put_in_force=old, workers=3,
+                                finished=False)
+    assert not hup.active and hup.last_failed
+    # Its other workers are still the reload's business (not the crash-loop guard's), with nothing to do.
+    assert hup.on_death_before_ready(new[1], 256, 1, workers) == Decision()
+    assert hup.on_death_before_ready(workers[0], 256, 1, workers) is None  # the serving generation's
+    assert hup.on_boot_error(workers[0], "error", 1, workers) is None
+    # The abandoned number is not given again: the next reload's generation is 3.
+    assert hup.latest_generation == 2
+    assert hup.start(old, 2, generation(3), workers).put_in_force is not None
+
+
+def test_a_death_before_ready_in_the_new_generation_abandons_the_reload_too() -> None:
+    hup = reloader()
+    workers = serving(1)
+    hup.start(generation(1), 1, generation(2), workers)
+    new = Worker(pid=200, slot=1, generation=2)
+    decision = hup.on_death_before_ready(new, 9, 2, [*workers, new])  # SIGKILL
+    assert decision is not None and decision.finished is False and decision.retire == (200,)
+
+
+def test_the_dynamic_pool_keeps_the_capacity_that_served_within_its_bounds() -> None:
+    hup = reloader()
+    settings = PoolSettings(max_workers=6, start_workers=2, min_spare=1, max_spare=2, threads=1, in_threads=False)
+    new = Generation(number=2, cfg=config(max_workers=6), worker_settings={}, hooks=Hooks(), pool=Pool(settings),
+                     memory_merge=False)
+    assert hup.start(generation(1), 5, new, serving(5)).workers == 5
+    small = reloader()
+    assert small.start(generation(1), 1, new, serving(1)).workers == 2  # at least start_workers
+    large = reloader()
+    assert large.start(generation(1), 8, new, serving(8)).workers == 6  # at most max_workers

@@ -1,0 +1,261 @@
+"""The master's workers: the table of their records and what the master does to one of them.
+
+Owns: the records (``Worker``, by pid), the scoreboard slots they hold (a free slot for a fork,
+the exit reason, the memory sample, freeing a slot at the reap), the pipes they talk to the
+master through (the notify pipe: ready / draining / boot_error messages; the life pipe whose
+EOF tells them the master is gone), the fork itself (with USR2 blocked), signalling, retiring
+with the drain, killing, collecting an exit, their memory samples and the watchdog's look at
+their requests.
+
+It is the mechanism; ``tines.arbiter`` decides which worker, when, and how many (with the pool,
+the reload, the upgrade and the crash-loop guard), and calls the server hooks around it.
+
+Must not: import ``tines.arbiter``, decide the worker count, or start threads.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from tines import exits, logs, memory, watchdog
+from tines import pool as spare_pool
+from tines import worker as worker_process
+from tines.config import Config
+from tines.generation import Worker
+
+log = logs.get("arbiter")
+
+
+class Fleet:
+    """Every worker process the master holds, by pid."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.workers: dict[int, Worker] = {}
+        self.scoreboard: Any = None
+        """The ``tines._core.Scoreboard``, from ``Master.start`` on."""
+        self.watchdog: watchdog.Watchdog | None = None
+        """Requests over ``request_timeout``, boots over ``boot_timeout`` (``tines.watchdog``)."""
+        self.memory_sampler = memory.Sampler(memory.sample_rate(cfg))
+        self.notify_read = self.notify_write = -1
+        self.life_read = self.life_write = -1
+        self.notify_buffer = bytearray()
+        self.warned_threads = False
+
+    def open_pipes(self) -> None:
+        """The notify pipe (workers write whole messages to it: its write end blocks) and the
+        life pipe (the master never writes it; its EOF is the master's death)."""
+        self.notify_read, self.notify_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.life_read, self.life_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        os.set_blocking(self.notify_write, True)
+
+    def pipe_ends(self) -> list[int]:
+        """Every end of the two pipes that is open (to close at exit)."""
+        return [fd for fd in (self.notify_read, self.notify_write, self.life_read, self.life_write) if fd >= 0]
+
+    def configure(self, cfg: Config) -> None:
+        """Supervise with ``cfg``'s timeouts and sample rate from now on (a reload's swap)."""
+        if self.watchdog is not None:
+            self.watchdog.request_timeout = cfg.request_timeout
+            self.watchdog.boot_timeout = cfg.boot_timeout
+        self.memory_sampler.interval = 1.0 / memory.sample_rate(cfg)
+
+    # ----- who is there ------------------------------------------------------------------------
+
+    def live(self, generation: int) -> list[Worker]:
+        """Workers of ``generation`` that are not being stopped."""
+        return [w for w in self.workers.values() if not w.stopping and w.generation == generation]
+
+    def serving(self) -> list[Worker]:
+        """Ready workers that are not being stopped."""
+        return [w for w in self.workers.values() if w.ready and not w.stopping]
+
+    def free_slot(self) -> int | None:
+        """The lowest scoreboard slot no worker holds."""
+        taken = {w.slot for w in self.workers.values()}
+        for slot in range(self.scoreboard.slots):
+            if slot not in taken:
+                return slot
+        return None
+
+    def samples(self, generation: int) -> list[spare_pool.WorkerSample]:
+        """Every worker as the pool sees it: the master's record and its scoreboard slot."""
+        samples = []
+        for worker in self.workers.values():
+            slot = self.scoreboard.read(worker.slot)
+            samples.append(spare_pool.WorkerSample(
+                pid=worker.pid, slot=worker.slot, ready=worker.ready,
+                stopping=worker.stopping or slot["state"] == "stopping",
+                current=worker.generation == generation, active=int(slot["active"]),
+                connections=int(slot["connections"])))
+        return samples
+
+    def wait(self, now: float) -> float | None:
+        """Seconds until a memory read or a watchdog deadline is due; None when none is."""
+        waits = [self.memory_sampler.wait(now)] if self.serving() else []
+        due = self.watchdog.next_wake(self.workers.values()) if self.watchdog is not None else None
+        waits += [due] if due is not None else []
+        return min(waits) if waits else None
+
+    # ----- birth -------------------------------------------------------------------------------
+
+    def fork(self, context: worker_process.WorkerContext) -> None:
+        """Fork one worker into ``context.slot`` (free: ``free_slot``) and record it."""
+        if threading.active_count() != 1 and not self.warned_threads:
+            self.warned_threads = True
+            log.warning("the master has %d threads before fork (a preloaded app started them?): "
+                        "threads do not survive fork, and locks they hold stay locked in workers",
+                        threading.active_count())
+        # The child is born with USR2 (retire) blocked, so a retire sent while it boots waits
+        # for the worker's own handler (tines.worker) instead of killing it.
+        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+        pid = os.fork()
+        if pid == 0:
+            worker_process.run(context)  # never returns
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        self.scoreboard.claim(context.slot, pid, context.generation)
+        self.workers[pid] = Worker(pid, context.slot, context.generation)
+        log.debug("spawned worker %d (slot %d)", pid, context.slot)
+
+    def messages(self) -> list[tuple[str, int, int, str]]:
+        """Every complete message the workers wrote so far: (kind, pid, slot, text)."""
+        try:
+            while True:
+                chunk = os.read(self.notify_read, 65536)
+                if not chunk:
+                    break
+                self.notify_buffer += chunk
+        except BlockingIOError:
+            pass
+        return worker_process.decode(self.notify_buffer)
+
+    def ready(self, pid: int, now: float, merge: bool) -> Worker | None:
+        """A worker said ready: mark it, read its memory, log how long it took to boot."""
+        worker = self.workers.get(pid)
+        if worker is None:
+            return None
+        worker.ready = True
+        usage = self.memory_sampler.read(pid, merge)
+        if usage is not None:
+            self.record_memory(worker, usage)
+        figures = f" ({usage.describe()})" if usage is not None else ""
+        log.info("worker %d (slot %d) ready in %.1f ms%s", pid, worker.slot, (now - worker.born) * 1000, figures)
+        return worker
+
+    def draining(self, pid: int, reason: str) -> None:
+        """A worker started draining by itself (max_requests, cpu_limit): it is no longer
+        live, so the master's ``manage_workers`` spawns its replacement in this same turn while
+        it finishes its connections (it still counts toward the processes until it exits)."""
+        worker = self.workers.get(pid)
+        if worker is None or worker.stopping:
+            return
+        worker.stopping = True
+        worker.own_decision = True
+        worker.reason = reason
+        log.info("worker %d (slot %d) draining (%s): starting its replacement", pid, worker.slot, reason)
+
+    # ----- life --------------------------------------------------------------------------------
+
+    def sample_memory(self, now: float, cfg: Config, merge: bool) -> None:
+        """Read one worker's memory when the schedule says so (``memory.Sampler``: at most
+        ``memory_sample_rate`` reads per second in total); retire it above
+        ``max_worker_memory``. An error is logged and the master goes on."""
+        try:
+            worker = self.memory_sampler.pick(self.serving(), now)
+            if worker is None:
+                return
+            usage = self.memory_sampler.read(worker.pid, merge)
+            if usage is None:
+                return
+            self.record_memory(worker, usage)
+            log.debug("worker %d (slot %d) memory: %s", worker.pid, worker.slot, usage.describe())
+            over = memory.over_limit(cfg, usage)
+            if over is not None:
+                log.warning("worker %d (slot %d) %s: recycling", worker.pid, worker.slot, over)
+                self.retire(worker, "memory")
+        except Exception:  # noqa: BLE001 - a duty of the master must never end it
+            log.exception("memory sampling failed")
+
+    def record_memory(self, worker: Worker, usage: memory.MemoryUsage) -> None:
+        """Keep a worker's latest memory sample (and publish it in its scoreboard slot): the
+        one place a sample is written."""
+        worker.memory = usage
+        self.scoreboard.set_memory(worker.slot, usage.rss, usage.pss, usage.uss, usage.swap)
+
+    def check_requests(self) -> None:
+        """The watchdog's turn: requests over ``request_timeout``, boots over ``boot_timeout``,
+        and the kills of dumped workers (``tines.watchdog``)."""
+        if self.watchdog is not None:
+            self.watchdog.check(list(self.workers.values()))
+
+    # ----- signals -----------------------------------------------------------------------------
+
+    def stop(self, worker: Worker, signum: int) -> None:
+        """Signal one worker (ignoring one that is already gone); it is stopping from now on."""
+        worker.stopping = True
+        send(worker, signum)
+
+    def retire(self, worker: Worker, reason: str, why: str = "") -> None:
+        """Stop one worker while the others go on, with the drain (docs/signals.md, USR2): it
+        stops accepting at once (the others and its replacement take the listen queue), ends
+        in-flight requests and kept-alive connections with ``Connection: close``, closes
+        connections silent for ``drain_timeout`` and exits. It is no longer live, so
+        ``manage_workers`` starts its replacement in the same turn; it still counts as a
+        process until it exits. A worker still booting takes the retire once it can drain
+        (tines.worker keeps USR2 pending until then). ``reason`` is the exit reason (a name of
+        ``tines._core.EXIT_REASONS``: memory, idle_retire, reload) recorded in its scoreboard
+        slot; ``why`` (words for the log; the reason when empty) is logged now and at its exit.
+        """
+        if worker.stopping:
+            return
+        worker.reason = why or reason
+        self.scoreboard.set_exit_reason(worker.slot, reason)
+        log.info("retiring worker %d (slot %d): %s", worker.pid, worker.slot, worker.reason)
+        self.stop(worker, signal.SIGUSR2)
+
+    def signal_all(self, signum: int) -> None:
+        """Signal every worker (USR1 leaves them serving; any other signal stops them)."""
+        for worker in list(self.workers.values()):
+            self.stop(worker, signum) if signum != signal.SIGUSR1 else send(worker, signum)
+
+    # ----- death -------------------------------------------------------------------------------
+
+    def collect(self, pid: int, status: int, cpu_seconds: float, cfg: Config) -> Worker | None:
+        """A reaped ``pid``: when it was a worker, forget it, free its slot (its counters go to
+        the totals the status listener shows), log how it ended; the record, or None."""
+        worker = self.workers.pop(pid, None)
+        if worker is None:
+            return None
+        if self.watchdog is not None:
+            self.watchdog.forget(pid)
+        reason = watchdog.record_exit(self.scoreboard, worker.slot, status, worker.stopping)
+        self.scoreboard.retire(worker.slot, pid, status)
+        exits.log_exit(cfg, worker, status, cpu_seconds, reason)
+        if worker.memory is not None and worker.memory.ksm_merging:
+            log.info("worker %d (slot %d) last memory sample: %s", worker.pid, worker.slot,
+                     worker.memory.describe())
+        return worker
+
+    def kill_all(self, reaped: Callable[[Worker], object]) -> None:
+        """SIGKILL and reap every remaining worker (no zombie, no orphan), calling ``reaped``
+        with each as it is gone."""
+        for worker in list(self.workers.values()):
+            send(worker, signal.SIGKILL)
+        for worker in list(self.workers.values()):
+            try:
+                os.waitpid(worker.pid, 0)
+            except ChildProcessError:
+                pass
+            self.workers.pop(worker.pid, None)
+            reaped(worker)
+
+
+def send(worker: Worker, signum: int) -> None:
+    """Signal one worker, ignoring one that is already gone."""
+    try:
+        os.kill(worker.pid, signum)
+    except ProcessLookupError:
+        pass
