@@ -26,6 +26,7 @@ use crate::io::read_nonblocking;
 use crate::listener::Peer;
 use crate::parked_body::ParkedBody;
 use crate::pending::Output;
+use crate::spool::INITIAL_BUFFER;
 use std::sync::Arc;
 
 /// Where a connection is in its life.
@@ -68,10 +69,6 @@ pub enum Readiness {
     /// without a response: the peer speaks the PROXY protocol (or is not the proxy), not HTTP.
     BadProxyHeader(ProxyError),
 }
-
-/// The first read buffer of a connection. 8 KiB holds the head of nearly every request
-/// (browsers send 0.5–2 KiB) and a small body; larger heads grow it up to `max_head_size`.
-pub(crate) const INITIAL_BUFFER: usize = 8 * 1024;
 
 /// Whether a connection the server closes after its response must linger first (a lingering
 /// close, `reactor::linger`): closing with unread input makes the kernel answer the client's
