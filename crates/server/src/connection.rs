@@ -14,7 +14,7 @@
 //! MPMs decide who runs a connection and when; this module and `exchange` decide how HTTP works.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::time::Instant;
 
 use tines_proto::{
@@ -22,11 +22,11 @@ use tines_proto::{
     ProxyHeader, ProxyStatus, RequestHead,
 };
 
-use crate::io::read_nonblocking;
 use crate::listener::Peer;
 use crate::parked_body::ParkedBody;
 use crate::pending::Output;
 use crate::spool::INITIAL_BUFFER;
+use crate::transport::{Link, Transport};
 use std::sync::Arc;
 
 /// Where a connection is in its life.
@@ -86,9 +86,10 @@ pub enum Linger {
     UntilAcknowledged,
 }
 
-/// A client connection: its socket, read buffer and the parsed head of the current request.
+/// A client connection: its transport, read buffer and the parsed head of the current request.
 pub struct Connection {
-    fd: OwnedFd,
+    /// What carries its bytes; every read and write goes through it ([`Connection::link`]).
+    transport: Transport,
     /// Read buffer; bytes `[0, filled)` are valid. The current request's head starts at 0.
     pub(crate) buf: Vec<u8>,
     /// How many bytes of `buf` hold data.
@@ -135,8 +136,8 @@ pub struct Connection {
 impl Connection {
     /// Wraps a freshly accepted, non-blocking socket that must begin with a PROXY header
     /// (`proxy_protocol`; the caller checked that the peer is a trusted proxy).
-    pub fn behind_proxy(fd: OwnedFd, peer: Peer, listener: usize) -> Box<Self> {
-        let mut conn = Connection::new(fd, peer, listener);
+    pub fn behind_proxy(transport: Transport, peer: Peer, listener: usize) -> Box<Self> {
+        let mut conn = Connection::new(transport, peer, listener);
         conn.state = ConnState::ReadingProxyHeader;
         conn
     }
@@ -147,9 +148,9 @@ impl Connection {
     /// several times per request, and moving a pointer instead of the struct (about 250
     /// bytes, a `memcpy` call each time) saved about 800 instructions of a 18,500-instruction
     /// hello-world request.
-    pub fn new(fd: OwnedFd, peer: Peer, listener: usize) -> Box<Self> {
+    pub fn new(transport: Transport, peer: Peer, listener: usize) -> Box<Self> {
         Box::new(Connection {
-            fd,
+            transport,
             buf: Vec::new(),
             filled: 0,
             head: RequestHead::new(),
@@ -182,9 +183,16 @@ impl Connection {
         }
     }
 
-    /// The socket's fd.
+    /// The socket's fd, for the poller and the scoreboard: reads and writes go through
+    /// [`Connection::link`].
     pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.transport.fd()
+    }
+
+    /// The handle every read and write of this connection goes through (its transport's).
+    #[inline]
+    pub fn link(&self) -> Link {
+        self.transport.link()
     }
 
     /// The current request's parsed head.
@@ -262,7 +270,7 @@ impl Connection {
                 self.buf.resize(grown, 0);
             }
             let space = self.buf.len() - self.filled;
-            match read_nonblocking(self.fd(), &mut self.buf[self.filled..]) {
+            match self.link().read(&mut self.buf[self.filled..]) {
                 Ok(Some(0)) => {
                     // The peer half-closed (or closed). A whole head it sent first is still
                     // served, and read for EOF again before parking (no new edge will come);
@@ -335,8 +343,9 @@ impl Connection {
 
     /// The shared output, created on first use.
     pub(crate) fn output(&mut self) -> &Arc<Output> {
-        let fd = self.fd();
-        self.output.get_or_insert_with(|| Arc::new(Output::new(fd)))
+        let link = self.link();
+        self.output
+            .get_or_insert_with(|| Arc::new(Output::new(link)))
     }
 
     fn parse(&mut self, limits: &Limits) -> Readiness {
@@ -417,7 +426,9 @@ impl Connection {
     /// closed right after, so a client that is not reading simply loses it).
     pub fn reject(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.state = ConnState::Closed;
-        crate::io::write_all(self.fd(), &[bytes], std::time::Duration::from_millis(0)).or(Ok(()))
+        self.link()
+            .write_all_from(&[bytes], 0, std::time::Duration::from_millis(0))
+            .or(Ok(()))
     }
 }
 
@@ -434,11 +445,15 @@ impl Drop for Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::OwnedFd;
     use std::os::unix::net::UnixStream;
 
     fn connection() -> (Box<Connection>, UnixStream) {
         let (ours, theirs) = UnixStream::pair().unwrap();
-        (Connection::new(OwnedFd::from(ours), Peer::Unix, 0), theirs)
+        (
+            Connection::new(Transport::Plain(OwnedFd::from(ours)), Peer::Unix, 0),
+            theirs,
+        )
     }
 
     #[test]

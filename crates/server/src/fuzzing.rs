@@ -94,7 +94,11 @@ pub fn drive_connection(input: &[u8]) {
         u64::MAX,
         None,
     ));
-    serve_until_closed(Connection::new(server, Peer::Unix, 0), &shared, limits);
+    serve_until_closed(
+        Connection::new(crate::transport::Transport::Plain(server), Peer::Unix, 0),
+        &shared,
+        limits,
+    );
     let mut output = Vec::new();
     let _ = client.read_to_end(&mut output);
     if !output.is_empty() {

@@ -18,7 +18,6 @@ use tines_proto::websocket::utf8::Utf8Stream;
 use tines_proto::websocket::{close_code, WsError};
 
 use crate::connection::Connection;
-use crate::io::{read_nonblocking, write_vectored_nonblocking};
 
 /// Bytes read from the socket per read call (a per-worker scratch would do as well; this one
 /// lives only during [`WsSession::read`]).
@@ -162,7 +161,7 @@ impl WsSession {
             if taken >= READ_BUDGET {
                 return ReadOutcome::More;
             }
-            match read_nonblocking(self.conn.fd(), &mut chunk) {
+            match self.conn.link().read(&mut chunk) {
                 Ok(Some(0)) => {
                     self.finish(out, 1006, "the client went away without a close frame");
                     return ReadOutcome::Over;
@@ -375,12 +374,12 @@ impl WsSession {
     /// for the reactor (uncharged: the caller waits for it when it grows, see
     /// [`WsSession::unsent`]).
     fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let fd = self.conn.fd();
+        let link = self.conn.link();
         let output = self.conn.output();
         let mut written = 0;
         if output.is_empty() {
             while written < bytes.len() {
-                match write_vectored_nonblocking(fd, &[bytes], written)? {
+                match link.write_vectored(&[bytes], written)? {
                     Some(n) => written += n,
                     None => break,
                 }

@@ -3,7 +3,6 @@
 //! it; the loop never waits for the lock while a slot holds the connection.
 
 use std::io;
-use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
@@ -11,8 +10,8 @@ use std::time::{Duration, Instant};
 use super::queue::{copy_pieces, remaining, Pending, Progress};
 use super::spill::SpillFile;
 use super::LOCKED_COPY;
-use crate::io::{wait_fd, write_vectored_nonblocking};
 use crate::spool::{Buffers, SpoolError};
+use crate::transport::Link;
 
 /// Where [`Output::hand_over`] may keep bytes the socket did not take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +54,8 @@ enum Staging {
 /// common case (nothing pending) takes no lock at all.
 #[derive(Debug)]
 pub struct Output {
-    fd: RawFd,
+    /// The connection's I/O handle (a copy of its transport's: see [`Output::close`]).
+    link: Link,
     /// True while the pending output is not empty (written under the lock; read without it).
     queued: AtomicBool,
     /// The loop saw the socket writable but could not write: the owner writes for it.
@@ -75,11 +75,11 @@ pub(super) struct OutputState {
 }
 
 impl Output {
-    /// The output of the connection whose socket is `fd` (the connection owns the fd and
+    /// The output of the connection whose I/O handle is `link` (the connection owns the fd and
     /// calls [`Output::close`] before closing it).
-    pub fn new(fd: RawFd) -> Output {
+    pub fn new(link: Link) -> Output {
         Output {
-            fd,
+            link,
             queued: AtomicBool::new(false),
             help_wanted: AtomicBool::new(false),
             state: Mutex::new(OutputState::default()),
@@ -112,7 +112,7 @@ impl Output {
             let mut state = self.state();
             if !state.closed {
                 // An error shows at the owner's next write of its own.
-                let _ = state.pending.write_some(self.fd);
+                let _ = state.pending.write_some(self.link);
             }
             self.note_queued(&state);
         }
@@ -154,7 +154,7 @@ impl Output {
             if !pending.is_empty() {
                 // Earlier output still waits: keep the order, but let it make progress.
                 self.help_wanted.store(false, Ordering::SeqCst);
-                let progress = pending.write_some(self.fd);
+                let progress = pending.write_some(self.link);
                 if let Err(err) = progress {
                     self.note_queued(&state);
                     drop(state);
@@ -162,7 +162,7 @@ impl Output {
                 }
                 if pending.is_empty() {
                     while written < total {
-                        match write_vectored_nonblocking(self.fd, parts, written) {
+                        match self.link.write_vectored(parts, written) {
                             Ok(Some(n)) => written += n,
                             Ok(None) => break,
                             Err(err) => {
@@ -287,7 +287,7 @@ impl Output {
         // Blocked: a new edge comes when the client has read. Done: the socket may still take
         // bytes and no new edge will say so, so the request stays for whatever the slot queues
         // next (bytes being staged now, or a later block) and costs nothing until then.
-        if !matches!(state.pending.write_some(self.fd), Ok(Progress::Done)) {
+        if !matches!(state.pending.write_some(self.link), Ok(Progress::Done)) {
             self.help_wanted.store(false, Ordering::SeqCst);
         }
         self.note_queued(&state);
@@ -310,7 +310,7 @@ impl Output {
             self.help_wanted.store(false, Ordering::SeqCst);
         }
         let before = state.pending.written();
-        let result = state.pending.write_some(self.fd);
+        let result = state.pending.write_some(self.link);
         let moved = state.pending.written() > before;
         self.note_queued(&state);
         result.map(|progress| (progress, moved))
@@ -320,7 +320,7 @@ impl Output {
     /// the lock while it waits.
     pub fn write_all(&self, timeout: Duration) -> io::Result<()> {
         while self.write_some()? == Progress::Blocked {
-            wait_fd(self.fd, true, Instant::now() + timeout, "send")?;
+            self.link.wait(true, Instant::now() + timeout, "send")?;
         }
         Ok(())
     }

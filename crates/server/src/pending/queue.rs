@@ -4,14 +4,14 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::spare;
 use super::spill::SpillFile;
-use crate::io::{send_file_nonblocking, wait_fd, write_vectored_nonblocking};
 use crate::spool::{Budget, Buffers, Held};
+use crate::transport::Link;
 
 /// Bytes in memory are kept in pieces of at most this size, so that a piece is freed (and its
 /// charge given back) soon after it is written, not only when a whole large body is out; 256
@@ -343,15 +343,15 @@ impl Pending {
 
     /// Writes as much as the socket takes without waiting (and runs the actions whose bytes
     /// went out).
-    pub fn write_some(&mut self, fd: RawFd) -> io::Result<Progress> {
-        let result = self.write_segments(fd);
+    pub fn write_some(&mut self, link: Link) -> io::Result<Progress> {
+        let result = self.write_segments(link);
         if !self.deferred.is_empty() {
             self.run_written();
         }
         result
     }
 
-    fn write_segments(&mut self, fd: RawFd) -> io::Result<Progress> {
+    fn write_segments(&mut self, link: Link) -> io::Result<Progress> {
         loop {
             let Some(front) = self.segments.front_mut() else {
                 // Give the memory back: a connection that once held a large response must not
@@ -370,7 +370,7 @@ impl Pending {
                         gathered[count] = &bytes[*sent..];
                         count += 1;
                     }
-                    let Some(n) = write_vectored_nonblocking(fd, &gathered[..count], 0)? else {
+                    let Some(n) = link.write_vectored(&gathered[..count], 0)? else {
                         return Ok(Progress::Blocked);
                     };
                     self.advance_memory(n);
@@ -384,7 +384,7 @@ impl Pending {
                         self.segments.pop_front();
                         continue;
                     }
-                    match send_file_nonblocking(fd, file.as_raw_fd(), *offset, *remaining)? {
+                    match link.send_file(file.as_raw_fd(), *offset, *remaining)? {
                         Some(0) => {
                             // The file is shorter than announced: the response cannot be
                             // completed.
@@ -408,7 +408,7 @@ impl Pending {
                         self.segments.pop_front();
                         continue;
                     }
-                    match send_file_nonblocking(fd, file.fd, *sent, *end - *sent)? {
+                    match link.send_file(file.fd, *sent, *end - *sent)? {
                         Some(0) => {
                             return Err(io::Error::new(
                                 io::ErrorKind::UnexpectedEof,
@@ -460,9 +460,9 @@ impl Pending {
 
     /// Writes everything, waiting for the client up to `timeout` per wait (backpressure on the
     /// slot when the store is full).
-    pub fn write_all(&mut self, fd: RawFd, timeout: Duration) -> io::Result<()> {
-        while self.write_some(fd)? == Progress::Blocked {
-            wait_fd(fd, true, Instant::now() + timeout, "send")?;
+    pub fn write_all(&mut self, link: Link, timeout: Duration) -> io::Result<()> {
+        while self.write_some(link)? == Progress::Blocked {
+            link.wait(true, Instant::now() + timeout, "send")?;
         }
         Ok(())
     }

@@ -1,6 +1,6 @@
 //! The pending output's tests: real sockets, real files.
 
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,11 +10,12 @@ use super::queue::*;
 use super::*;
 use crate::config::WorkerConfig;
 use crate::spool::Buffers;
+use crate::transport::Link;
 use std::io::Read;
 use std::os::unix::net::UnixStream;
 
-fn raw(stream: &UnixStream) -> RawFd {
-    std::os::fd::AsRawFd::as_raw_fd(stream)
+fn raw(stream: &UnixStream) -> Link {
+    Link::Plain(std::os::fd::AsRawFd::as_raw_fd(stream))
 }
 
 fn buffers(memory: u64, disk: u64, dir: &std::path::Path) -> Arc<Buffers> {
@@ -289,7 +290,9 @@ fn a_full_disk_budget_mid_list_keeps_what_was_spilled_in_order_and_the_rest_is_t
     // The caller writes the rest after what is queued (the slot's wait for the client).
     let reader = reader(b);
     output.write_all(Duration::from_secs(10)).unwrap();
-    crate::io::write_all_from(raw(&a), &refs, written, Duration::from_secs(10)).unwrap();
+    raw(&a)
+        .write_all_from(&refs, written, Duration::from_secs(10))
+        .unwrap();
     drop(a);
     assert!(
         reader.join().unwrap() == pattern(0, 100_000),

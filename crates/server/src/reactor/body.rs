@@ -26,7 +26,6 @@ use super::entries::TimerKind;
 use super::{Driver, Entry, Reactor};
 use crate::config::WorkerConfig;
 use crate::connection::{ConnState, Connection};
-use crate::io::{read_nonblocking, write_all};
 use crate::parked_body::{Area, BodyFault, ParkedBody, Room};
 
 /// The most one read takes off a socket while a body is read before dispatch (one buffer per
@@ -159,7 +158,11 @@ impl Reactor {
                 // The head's checks passed: the server asks for the body itself (a client
                 // that sent some already needs no 100, RFC 9110 10.1.1). The exchange then
                 // sends none.
-                if write_all(conn.fd(), &[CONTINUE], Duration::ZERO).is_err() {
+                if conn
+                    .link()
+                    .write_all_from(&[CONTINUE], 0, Duration::ZERO)
+                    .is_err()
+                {
                     return BodyStep::Close;
                 }
             }
@@ -170,7 +173,7 @@ impl Reactor {
             self.bodies.scratch = vec![0; READ_CHUNK];
         }
         let head_len = conn.head.head_len;
-        let fd = conn.fd();
+        let link = conn.link();
         loop {
             let Some(body) = conn.parked_body.as_deref_mut() else {
                 return BodyStep::Dispatch;
@@ -199,7 +202,7 @@ impl Reactor {
             let stored = if early {
                 body.take_early(&mut area, room)
             } else {
-                match read_nonblocking(fd, &mut self.bodies.scratch[..room]) {
+                match link.read(&mut self.bodies.scratch[..room]) {
                     Ok(Some(0)) | Err(_) => return BodyStep::Close,
                     Ok(Some(n)) => {
                         conn.received += n as u64;

@@ -16,7 +16,6 @@ use std::time::Instant;
 
 use super::{Entry, Reactor};
 use crate::connection::{Connection, Linger};
-use crate::io::{read_nonblocking, unacknowledged_output};
 
 /// The most one readiness event reads and drops from a lingering connection (a client that
 /// sends faster than the loop reads must not keep the loop thread from its other work).
@@ -40,9 +39,8 @@ impl Reactor {
         if !self.watch(token, &mut conn) {
             return;
         }
-        // SAFETY: shutdown on the connection's own open fd; a failure only means the peer is
-        // gone, which the reads below see.
-        unsafe { libc::shutdown(conn.fd(), libc::SHUT_WR) };
+        // A failure only means the peer is gone, which the reads below see.
+        conn.link().shutdown_write();
         conn.buf = Vec::new();
         conn.parked_body = None;
         let deadline = Instant::now() + self.shared.config.linger_timeout;
@@ -58,12 +56,12 @@ impl Reactor {
         let Some(Entry::Lingering { conn, .. }) = self.entries.get_mut(token) else {
             return;
         };
-        let fd = conn.fd();
+        let link = conn.link();
         let until_acknowledged = conn.linger == Linger::UntilAcknowledged;
         let mut sink = [0u8; 16 * 1024];
         let mut read = 0;
         while read < LINGER_READ_PER_EVENT {
-            match read_nonblocking(fd, &mut sink) {
+            match link.read(&mut sink) {
                 Ok(None) => break,
                 Ok(Some(n)) if n > 0 => read += n,
                 _ => return self.close(token),
@@ -71,7 +69,7 @@ impl Reactor {
         }
         // Past the per-event bound no further edge comes (edge-triggered): the deadline
         // closes it, unless everything sent is already acknowledged.
-        if until_acknowledged && unacknowledged_output(fd).map_or(true, |queued| queued == 0) {
+        if until_acknowledged && link.unacknowledged().map_or(true, |queued| queued == 0) {
             self.close(token);
         }
     }
