@@ -1,16 +1,17 @@
-//! One client connection and its state: the state machine every MPM drives.
+//! One client connection and its protocol's state: the state machine every MPM drives.
 //!
 //! ```text
-//! [ReadingProxyHeader] --PROXY header parsed--> ReadingHead
-//! ReadingHead --head complete--> [ReadingBody] --> Dispatched --app responds--> Writing --+--> KeepAlive --> ReadingHead
-//!                                                                                        +--> Closed
-//!                                                  (Upgraded: reserved for WebSocket, later)
+//! Http1: [ProxyHeader] --PROXY header parsed--> Head --head complete--> [Body] --> (served in Head)
+//!        served --kept--> Head (the next request; pipelined bytes kept)
+//!               --ends--> Closing(linger) --output written--> closed
+//!        served with a 101 --> WebSocket --session over--> closed (lingering)
 //! ```
-//! The poller owns a connection in `ReadingHead` / `ReadingBody` / `KeepAlive`; a slot (the
-//! prefork process's thread or an app thread) owns it from `Dispatched` until it is parked again
-//! or closed. On every MPM the loop reads request bodies before dispatch (`ReadingBody`, into
-//! the [`ParkedBody`] the connection carries; `reactor::body`), except on `stream_body_paths`,
-//! and finishes response output the slot left [`Pending`] (`Writing`, ADR 0009).
+//! Who holds the connection meanwhile (the poller under a timer, a slot, the loop writing or
+//! lingering) is the reactor's entry (`reactor::entries`); [`Connection::next`] is the one
+//! place that decides what follows a served request, for the slot and the loop. On every MPM
+//! the loop reads request bodies before dispatch (`Body`, into the [`ParkedBody`] the
+//! connection carries; `reactor::body`), except on `stream_body_paths`, and finishes response
+//! output the slot left [`Output`] pending (ADR 0009).
 //! MPMs decide who runs a connection and when; this module and `exchange` decide how HTTP works.
 
 use std::io;
@@ -29,29 +30,55 @@ use crate::spool::INITIAL_BUFFER;
 use crate::transport::{Link, Transport};
 use std::sync::Arc;
 
-/// Where a connection is in its life.
+/// What the bytes of a connection mean, chosen at run time: HTTP/1.1 from its first byte, a
+/// WebSocket once a 101 switched it (HTTP/2, by its preface or ALPN, will be a third). Where
+/// the connection is in the loop's hands is the reactor's entry; this is the protocol's side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConnState {
+pub enum Protocol {
+    /// HTTP/1.1 exchanges one after another; the current one at this phase.
+    Http1(Phase),
+    /// A WebSocket session holds the connection (`websocket::WsSession`); given back, it
+    /// closes once what the session queued is written.
+    WebSocket,
+}
+
+/// Where an HTTP/1.1 connection's current exchange is. A slot's exchange runs while the
+/// connection is in `Head` (its head was complete); the slot's `Exchange::complete` decides
+/// whether the next one begins (back to `Head`, keeping pipelined bytes) or the connection
+/// ends (`Closing`). Which of the loop's timers applies is the reactor's entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
     /// `proxy_protocol`: waiting for (the rest of) the PROXY header that must come before the
-    /// first request head, in the poller, under the header timeout (the header and the first
-    /// head share one deadline).
-    ReadingProxyHeader,
-    /// Waiting for (the rest of) a request head, in the poller.
-    ReadingHead,
-    /// The head is complete; the loop reads the body before dispatch (into memory or a
-    /// temporary file, `reactor::body`).
-    ReadingBody,
-    /// A complete head was handed to a slot; the app runs.
-    Dispatched,
-    /// The response is being written.
-    Writing,
-    /// Between requests, idle in the poller.
-    KeepAlive,
-    /// Switched protocols (WebSocket): the HTTP/1.1 machine no longer reads it. Reserved: no
-    /// code path enters it until WebSocket support lands.
-    Upgraded,
-    /// Done; the fd is closed when the value drops.
-    Closed,
+    /// first request head, under the header timeout (the header and the first head share one
+    /// deadline).
+    ProxyHeader,
+    /// Waiting for (the rest of) a request head, idle between requests, or (its head
+    /// complete) being served.
+    Head,
+    /// The head is complete and the loop reads the body before dispatch (into the
+    /// connection's [`ParkedBody`], `reactor::body`).
+    Body,
+    /// The last response ends the connection: once its output is written, it closes,
+    /// lingering as said.
+    Closing(Linger),
+}
+
+/// What follows a served request (or a response the loop finished writing) on a connection:
+/// [`Connection::next`], the one place that decides it, for the slot and the loop alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Response output waits: the loop writes it first, then asks again.
+    Write,
+    /// The connection ends: close, lingering as said.
+    Close(Linger),
+    /// Bytes of a next request are buffered: parse them (a pipelined head may be whole).
+    Parse,
+    /// Nothing is buffered, but the socket may hold more bytes (or an EOF) that no new edge
+    /// will announce: read before parking.
+    Read,
+    /// Nothing is buffered, the socket was drained and the peer has not shut its side: wait
+    /// in the poller.
+    Park,
 }
 
 /// What reading a readable connection produced.
@@ -96,8 +123,8 @@ pub struct Connection {
     pub(crate) filled: usize,
     /// The parsed head of the current request (spans index into `buf`).
     pub(crate) head: RequestHead,
-    /// See [`ConnState`].
-    pub state: ConnState,
+    /// What its bytes mean, and where the current exchange is (see [`Protocol`]).
+    pub protocol: Protocol,
     /// Requests completed on this connection.
     pub served: u32,
     /// Who is on the other end.
@@ -121,11 +148,7 @@ pub struct Connection {
     /// Response output a slot could not write without waiting, shared with the poller,
     /// which writes it as the client reads (every MPM). Created at the first response.
     pub(crate) output: Option<Arc<Output>>,
-    /// Close once the output is written (the response ended the connection).
-    pub(crate) close_after_write: bool,
-    /// How to close once the response is out (see [`Linger`]).
-    pub(crate) linger: Linger,
-    /// The current request's body while the loop reads it before dispatch (`ReadingBody`);
+    /// The current request's body while the loop reads it before dispatch (`Phase::Body`);
     /// the exchange takes it over at dispatch (memory charge, temporary file).
     pub(crate) parked_body: Option<Box<ParkedBody>>,
     /// Not watched by the poller yet: its fd and the token to watch it under (a connection
@@ -138,7 +161,7 @@ impl Connection {
     /// (`proxy_protocol`; the caller checked that the peer is a trusted proxy).
     pub fn behind_proxy(transport: Transport, peer: Peer, listener: usize) -> Box<Self> {
         let mut conn = Connection::new(transport, peer, listener);
-        conn.state = ConnState::ReadingProxyHeader;
+        conn.protocol = Protocol::Http1(Phase::ProxyHeader);
         conn
     }
 
@@ -154,7 +177,7 @@ impl Connection {
             buf: Vec::new(),
             filled: 0,
             head: RequestHead::new(),
-            state: ConnState::ReadingHead,
+            protocol: Protocol::Http1(Phase::Head),
             served: 0,
             peer,
             listener,
@@ -164,8 +187,6 @@ impl Connection {
             maybe_more: false,
             peer_closed: false,
             output: None,
-            close_after_write: false,
-            linger: Linger::No,
             parked_body: None,
             unwatched: None,
         })
@@ -232,11 +253,51 @@ impl Connection {
         self.peer_closed = true;
     }
 
+    /// What follows the request just served, or the response just written (see [`Next`]):
+    /// output first, then the end of a connection that ends, then a next request's bytes.
+    #[inline]
+    pub(crate) fn next(&self) -> Next {
+        if self.has_pending_output() {
+            return Next::Write;
+        }
+        match self.protocol {
+            Protocol::Http1(Phase::Closing(linger)) => Next::Close(linger),
+            // RFC 6455 7.1.1 has the server close TCP first, and a client still sending (its
+            // close frame, or the rest of a message that broke a limit) must get the close
+            // frame, not a reset: linger until it closes its side.
+            Protocol::WebSocket => Next::Close(Linger::UntilEof),
+            Protocol::Http1(_) if self.filled > 0 => Next::Parse,
+            Protocol::Http1(_) if self.drained() => Next::Park,
+            Protocol::Http1(_) => Next::Read,
+        }
+    }
+
     /// True when the connection can be parked without reading first: nothing is buffered, the
     /// socket was drained by the last read (any later bytes raise a new edge), and the peer
     /// has not shut its side.
     pub(crate) fn drained(&self) -> bool {
         self.filled == 0 && !self.maybe_more && !self.peer_closed
+    }
+
+    /// The response being written ends the connection (`how`: whether it lingers first).
+    pub(crate) fn close_after_response(&mut self, how: Linger) {
+        self.protocol = Protocol::Http1(Phase::Closing(how));
+    }
+
+    /// True while the loop reads the current request's body before dispatch.
+    pub(crate) fn reads_body(&self) -> bool {
+        self.protocol == Protocol::Http1(Phase::Body)
+    }
+
+    /// The loop starts reading the current request's body before dispatch, into `body`.
+    pub(crate) fn park_body(&mut self, body: Box<ParkedBody>) {
+        self.protocol = Protocol::Http1(Phase::Body);
+        self.parked_body = Some(body);
+    }
+
+    /// The body read before dispatch is whole: the request is ready to be served.
+    pub(crate) fn body_read(&mut self) {
+        self.protocol = Protocol::Http1(Phase::Head);
     }
 
     /// Reads what the socket has (until it would block, the buffer holds a whole head, or the
@@ -349,7 +410,7 @@ impl Connection {
     }
 
     fn parse(&mut self, limits: &Limits) -> Readiness {
-        if self.state == ConnState::ReadingProxyHeader {
+        if self.awaits_proxy_header() {
             if let Err(err) = self.take_proxy_header() {
                 return err;
             }
@@ -366,7 +427,7 @@ impl Connection {
 
     /// Parses the PROXY header at the front of the buffer; once it is complete, takes it off
     /// (the request head then starts at 0), makes its source address the peer, and moves to
-    /// `ReadingHead`. `Err` carries what to report: `Pending` while the header is incomplete,
+    /// `Phase::Head`. `Err` carries what to report: `Pending` while the header is incomplete,
     /// `BadProxyHeader` when it is invalid.
     fn take_proxy_header(&mut self) -> Result<(), Readiness> {
         match parse_proxy_header(&self.buf[..self.filled]) {
@@ -379,7 +440,7 @@ impl Connection {
                 // LOCAL (a health check) and UNKNOWN keep the real peer, as the spec asks.
                 self.buf.copy_within(consumed..self.filled, 0);
                 self.filled -= consumed;
-                self.state = ConnState::ReadingHead;
+                self.protocol = Protocol::Http1(Phase::Head);
                 Ok(())
             }
         }
@@ -387,7 +448,7 @@ impl Connection {
 
     /// True while the PROXY header has not been read (the connection has sent no HTTP yet).
     pub fn awaits_proxy_header(&self) -> bool {
-        self.state == ConnState::ReadingProxyHeader
+        self.protocol == Protocol::Http1(Phase::ProxyHeader)
     }
 
     /// Ends the current request: keeps the `leftover` bytes (the start of a pipelined next
@@ -419,13 +480,11 @@ impl Connection {
             None
         };
         self.parked_body = None;
-        self.state = ConnState::KeepAlive;
     }
 
     /// Writes a complete error response without waiting (best effort: the connection is
     /// closed right after, so a client that is not reading simply loses it).
     pub fn reject(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.state = ConnState::Closed;
         self.link()
             .write_all_from(&[bytes], 0, std::time::Duration::from_millis(0))
             .or(Ok(()))

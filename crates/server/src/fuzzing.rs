@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::connection::{Connection, Readiness};
+use crate::connection::{Connection, Phase, Protocol, Readiness};
 use crate::exchange::{Exchange, SlotContext};
 use crate::listener::{Local, Peer};
 use crate::scoreboard::Scoreboard;
@@ -124,7 +124,9 @@ fn serve_until_closed(
                 match kept {
                     // The response ended the connection (the reactor would close it, lingering
                     // when the body was not read).
-                    Some(next) if next.close_after_write => break,
+                    Some(next) if matches!(next.protocol, Protocol::Http1(Phase::Closing(_))) => {
+                        break
+                    }
                     Some(next) => conn = next,
                     None => break,
                 }

@@ -22,7 +22,7 @@ use tines_proto::response::ResponseFraming;
 use tines_proto::{BodyFraming, ChunkedDecoder, DateCache, RequestHead, Version};
 
 use crate::access_log::{DeferredLine, LoggedRequest, RequestLine};
-use crate::connection::{ConnState, Connection, Linger};
+use crate::connection::{Connection, Linger};
 use crate::listener::{Local, Peer};
 use crate::parked_body::Stored;
 use crate::scoreboard::Counted;
@@ -236,7 +236,7 @@ impl Exchange {
         };
         let is_head = conn.head.method_is(&conn.buf, b"HEAD");
         let raw = head_len..conn.filled;
-        let mut exchange = Box::new(Exchange {
+        Box::new(Exchange {
             conn,
             ctx,
             shared,
@@ -263,9 +263,7 @@ impl Exchange {
             _body_charge: body_charge,
             decoded_length,
             body_buffered: read_ahead,
-        });
-        exchange.conn.state = ConnState::Dispatched;
-        exchange
+        })
     }
 
     /// The parsed request head (spans index into [`Exchange::buffer`]).
@@ -557,8 +555,7 @@ impl Exchange {
         if !keep && (conn.has_pending_output() || linger != Linger::No) {
             // The loop writes the rest (if any), then closes, lingering if the client may
             // still be sending (reactor::linger).
-            conn.close_after_write = true;
-            conn.linger = linger;
+            conn.close_after_response(linger);
             return (Some(conn), ctx);
         }
         (keep.then_some(conn), ctx)

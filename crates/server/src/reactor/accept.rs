@@ -236,8 +236,8 @@ impl Reactor {
                     };
                     let token = self.insert(conn);
                     match &self.entries[token] {
-                        Entry::Parked { .. } if !register => {}
-                        Entry::Parked { conn, .. } => {
+                        Entry::Head { .. } if !register => {}
+                        Entry::Head { conn, .. } => {
                             if let Err(err) = self
                                 .poller
                                 .register_connection(conn.fd(), Token(token as u64))

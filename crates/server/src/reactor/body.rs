@@ -13,7 +13,7 @@
 //! most one a second), and the bodies waiting unread for disk room when `buffer_disk_total`
 //! is reached (each with the bytes it needs at once, retried when the free room covers them:
 //! edge-triggered epoll will not announce them again). The body deadlines are the timers'
-//! (`TimerKind::Body`).
+//! (`Entry::Body`).
 //!
 //! It must not serve a request nor decide how a body is stored (`parked_body` does).
 
@@ -22,10 +22,9 @@ use std::time::{Duration, Instant};
 
 use tines_proto::BodyFraming;
 
-use super::entries::TimerKind;
 use super::{Driver, Entry, Reactor};
 use crate::config::WorkerConfig;
-use crate::connection::{ConnState, Connection};
+use crate::connection::Connection;
 use crate::parked_body::{Area, BodyFault, ParkedBody, Room};
 
 /// The most one read takes off a socket while a body is read before dispatch (one buffer per
@@ -166,8 +165,7 @@ impl Reactor {
                     return BodyStep::Close;
                 }
             }
-            conn.state = ConnState::ReadingBody;
-            conn.parked_body = Some(Box::new(body));
+            conn.park_body(Box::new(body));
         }
         if self.bodies.scratch.is_empty() {
             self.bodies.scratch = vec![0; READ_CHUNK];
@@ -181,6 +179,7 @@ impl Reactor {
             if body.is_complete() {
                 // Bytes after it (a pipelined request) may be waiting in the socket.
                 conn.maybe_more = true;
+                conn.body_read();
                 return BodyStep::Dispatch;
             }
             let early = !body.early.is_empty();
@@ -260,11 +259,7 @@ impl Reactor {
         let mut still = Vec::with_capacity(waiters.len());
         for (token, needed) in waiters {
             let waiting = match self.entries.get(token) {
-                Some(Entry::Parked {
-                    kind: TimerKind::Body,
-                    conn,
-                    ..
-                }) => conn
+                Some(Entry::Body { conn, .. }) => conn
                     .parked_body
                     .as_ref()
                     .is_some_and(|body| body.waiting_for_disk),

@@ -22,15 +22,6 @@ use crate::connection::{Connection, Linger};
 const LINGER_READ_PER_EVENT: usize = 1 << 20;
 
 impl Reactor {
-    /// Closes a connection whose response is complete: at once, or lingering when the client
-    /// may still be sending (see the module header).
-    pub(super) fn close_after_response(&mut self, token: usize, conn: Box<Connection>) {
-        match conn.linger {
-            Linger::No => self.close(token),
-            how => self.linger(token, conn, how),
-        }
-    }
-
     /// Starts a lingering close (see [`Entry::Lingering`]). Whatever the connection held for
     /// its request goes now, not when the lingering ends: the read buffer and a body read
     /// before dispatch (its memory charge and temporary file; a 408, a 413 or a 503 for a
@@ -45,19 +36,22 @@ impl Reactor {
         conn.parked_body = None;
         let deadline = Instant::now() + self.shared.config.linger_timeout;
         self.note_deadline(deadline);
-        conn.linger = how;
-        self.entries[token] = Entry::Lingering { conn, deadline };
+        self.entries[token] = Entry::Lingering {
+            conn,
+            deadline,
+            how,
+        };
         self.on_linger_readable(token);
     }
 
     /// Reads and drops what a lingering connection's client sent; closes at EOF, once all that
     /// was sent is acknowledged, or on an error.
     pub(super) fn on_linger_readable(&mut self, token: usize) {
-        let Some(Entry::Lingering { conn, .. }) = self.entries.get_mut(token) else {
+        let Some(Entry::Lingering { conn, how, .. }) = self.entries.get_mut(token) else {
             return;
         };
         let link = conn.link();
-        let until_acknowledged = conn.linger == Linger::UntilAcknowledged;
+        let until_acknowledged = *how == Linger::UntilAcknowledged;
         let mut sink = [0u8; 16 * 1024];
         let mut read = 0;
         while read < LINGER_READ_PER_EVENT {
