@@ -152,7 +152,8 @@ impl Exchange {
                     self.avail = start..start + n;
                     return Ok(());
                 }
-                Body::Length(remaining) => {
+                // A buffered body's bytes are all in `raw`: it never reads the socket.
+                Body::Length(remaining) | Body::Buffered(remaining) => {
                     if self.raw.is_empty() {
                         self.read_more_raw()?;
                         continue;
