@@ -516,6 +516,28 @@ mod tests {
     }
 
     #[test]
+    fn what_follows_a_served_request_is_decided_by_the_connection_s_state_in_one_order() {
+        let (mut conn, _peer) = connection();
+        assert_eq!(conn.next(), Next::Park, "nothing buffered, socket drained");
+        conn.note_arrival();
+        assert_eq!(conn.next(), Next::Read, "an edge came while a slot held it");
+        conn.buf = vec![0; INITIAL_BUFFER];
+        conn.filled = 3;
+        assert_eq!(conn.next(), Next::Parse, "a pipelined request's bytes");
+        conn.close_after_response(Linger::UntilAcknowledged);
+        assert_eq!(
+            conn.next(),
+            Next::Close(Linger::UntilAcknowledged),
+            "a connection that ends is closed, whatever is buffered"
+        );
+        conn.output().with(|pending| pending.push(&[b"unsent"], 0));
+        assert_eq!(conn.next(), Next::Write, "output is written first");
+        conn.output().discard();
+        conn.protocol = Protocol::WebSocket;
+        assert_eq!(conn.next(), Next::Close(Linger::UntilEof));
+    }
+
+    #[test]
     fn a_buffer_grown_for_a_body_is_not_kept_for_the_next_request_s_first_bytes() {
         let (mut conn, _peer) = connection();
         let max_head_size = 32 * 1024;
