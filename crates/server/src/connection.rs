@@ -7,7 +7,7 @@
 //!        served with a 101 --> WebSocket --session over--> closed (lingering)
 //! ```
 //! Who holds the connection meanwhile (the poller under a timer, a slot, the loop writing or
-//! lingering) is the reactor's entry (`reactor::entries`); [`Connection::next`] is the one
+//! lingering) is the reactor's entry (`reactor::entries`); `Connection::next` is the one
 //! place that decides what follows a served request, for the slot and the loop. On every MPM
 //! the loop reads request bodies before dispatch (`Body`, into the [`ParkedBody`] the
 //! connection carries; `reactor::body`), except on `stream_body_paths`, and finishes response

@@ -411,7 +411,7 @@ impl WsSession {
 
     /// The connection, to give back to the reactor, which writes what is queued and closes
     /// it, lingering until the client closes its side (or `linger_timeout`; a WebSocket
-    /// connection always ends so: [`Connection::next`]).
+    /// connection always ends so: `Connection::next`).
     pub fn into_connection(self) -> Box<Connection> {
         self.conn
     }

@@ -45,7 +45,7 @@ enum Staging {
 ///
 /// The owner holds the lock only for work that never waits for the client (a non-blocking
 /// `sendmsg`/`sendfile`, which may still read a file not in the page cache; moving queued
-/// bytes; copies up to [`LOCKED_COPY`]); large copies and spill-file writes happen outside it
+/// bytes; copies up to `LOCKED_COPY`); large copies and spill-file writes happen outside it
 /// and are published under it. The loop, while a slot holds the
 /// connection, does not even wait for that: [`Output::help_write`] only tries the lock, and
 /// when it cannot write (the lock is taken, or a block is being staged) it leaves a request

@@ -212,7 +212,7 @@ impl Pending {
 
     /// Queues `parts` (from byte `skip` on) in memory if the worker's response memory allows
     /// them and the memory queued for this response stays within `limit`; false (nothing
-    /// queued) if not. Copies under the caller's lock: for small blocks ([`LOCKED_COPY`]).
+    /// queued) if not. Copies under the caller's lock: for small blocks (`LOCKED_COPY`).
     pub fn try_push(
         &mut self,
         buffers: &Arc<Buffers>,
