@@ -1,20 +1,21 @@
-//! One client connection and its state: the state machine every MPM drives.
+//! One client connection and its protocol's state: the state machine every MPM drives.
 //!
 //! ```text
-//! [ReadingProxyHeader] --PROXY header parsed--> ReadingHead
-//! ReadingHead --head complete--> [ReadingBody] --> Dispatched --app responds--> Writing --+--> KeepAlive --> ReadingHead
-//!                                                                                        +--> Closed
-//!                                                  (Upgraded: reserved for WebSocket, later)
+//! Http1: [ProxyHeader] --PROXY header parsed--> Head --head complete--> [Body] --> (served in Head)
+//!        served --kept--> Head (the next request; pipelined bytes kept)
+//!               --ends--> Closing(linger) --output written--> closed
+//!        served with a 101 --> WebSocket --session over--> closed (lingering)
 //! ```
-//! The poller owns a connection in `ReadingHead` / `ReadingBody` / `KeepAlive`; a slot (the
-//! prefork process's thread or an app thread) owns it from `Dispatched` until it is parked again
-//! or closed. On every MPM the loop reads request bodies before dispatch (`ReadingBody`, into
-//! the [`ParkedBody`] the connection carries; `reactor::body`), except on `stream_body_paths`,
-//! and finishes response output the slot left [`Pending`] (`Writing`, ADR 0009).
+//! Who holds the connection meanwhile (the poller under a timer, a slot, the loop writing or
+//! lingering) is the reactor's entry (`reactor::entries`); `Connection::next` is the one
+//! place that decides what follows a served request, for the slot and the loop. On every MPM
+//! the loop reads request bodies before dispatch (`Body`, into the [`ParkedBody`] the
+//! connection carries; `reactor::body`), except on `stream_body_paths`, and finishes response
+//! output the slot left [`Output`] pending (ADR 0009).
 //! MPMs decide who runs a connection and when; this module and `exchange` decide how HTTP works.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::time::Instant;
 
 use tines_proto::{
@@ -22,35 +23,62 @@ use tines_proto::{
     ProxyHeader, ProxyStatus, RequestHead,
 };
 
-use crate::io::read_nonblocking;
 use crate::listener::Peer;
 use crate::parked_body::ParkedBody;
 use crate::pending::Output;
+use crate::spool::INITIAL_BUFFER;
+use crate::transport::{Link, Transport};
 use std::sync::Arc;
 
-/// Where a connection is in its life.
+/// What the bytes of a connection mean, chosen at run time: HTTP/1.1 from its first byte, a
+/// WebSocket once a 101 switched it (HTTP/2, by its preface or ALPN, will be a third). Where
+/// the connection is in the loop's hands is the reactor's entry; this is the protocol's side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConnState {
+pub enum Protocol {
+    /// HTTP/1.1 exchanges one after another; the current one at this phase.
+    Http1(Phase),
+    /// A WebSocket session holds the connection (`websocket::WsSession`); given back, it
+    /// closes once what the session queued is written.
+    WebSocket,
+}
+
+/// Where an HTTP/1.1 connection's current exchange is. A slot's exchange runs while the
+/// connection is in `Head` (its head was complete); the slot's `Exchange::complete` decides
+/// whether the next one begins (back to `Head`, keeping pipelined bytes) or the connection
+/// ends (`Closing`). Which of the loop's timers applies is the reactor's entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
     /// `proxy_protocol`: waiting for (the rest of) the PROXY header that must come before the
-    /// first request head, in the poller, under the header timeout (the header and the first
-    /// head share one deadline).
-    ReadingProxyHeader,
-    /// Waiting for (the rest of) a request head, in the poller.
-    ReadingHead,
-    /// The head is complete; the loop reads the body before dispatch (into memory or a
-    /// temporary file, `reactor::body`).
-    ReadingBody,
-    /// A complete head was handed to a slot; the app runs.
-    Dispatched,
-    /// The response is being written.
-    Writing,
-    /// Between requests, idle in the poller.
-    KeepAlive,
-    /// Switched protocols (WebSocket): the HTTP/1.1 machine no longer reads it. Reserved: no
-    /// code path enters it until WebSocket support lands.
-    Upgraded,
-    /// Done; the fd is closed when the value drops.
-    Closed,
+    /// first request head, under the header timeout (the header and the first head share one
+    /// deadline).
+    ProxyHeader,
+    /// Waiting for (the rest of) a request head, idle between requests, or (its head
+    /// complete) being served.
+    Head,
+    /// The head is complete and the loop reads the body before dispatch (into the
+    /// connection's [`ParkedBody`], `reactor::body`).
+    Body,
+    /// The last response ends the connection: once its output is written, it closes,
+    /// lingering as said.
+    Closing(Linger),
+}
+
+/// What follows a served request (or a response the loop finished writing) on a connection:
+/// [`Connection::next`], the one place that decides it, for the slot and the loop alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Response output waits: the loop writes it first, then asks again.
+    Write,
+    /// The connection ends: close, lingering as said.
+    Close(Linger),
+    /// Bytes of a next request are buffered: parse them (a pipelined head may be whole).
+    Parse,
+    /// Nothing is buffered, but the socket may hold more bytes (or an EOF) that no new edge
+    /// will announce: read before parking.
+    Read,
+    /// Nothing is buffered, the socket was drained and the peer has not shut its side: wait
+    /// in the poller.
+    Park,
 }
 
 /// What reading a readable connection produced.
@@ -69,10 +97,6 @@ pub enum Readiness {
     BadProxyHeader(ProxyError),
 }
 
-/// The first read buffer of a connection. 8 KiB holds the head of nearly every request
-/// (browsers send 0.5–2 KiB) and a small body; larger heads grow it up to `max_head_size`.
-pub(crate) const INITIAL_BUFFER: usize = 8 * 1024;
-
 /// Whether a connection the server closes after its response must linger first (a lingering
 /// close, `reactor::linger`): closing with unread input makes the kernel answer the client's
 /// next bytes with a reset, which can destroy responses it has not read yet.
@@ -89,17 +113,18 @@ pub enum Linger {
     UntilAcknowledged,
 }
 
-/// A client connection: its socket, read buffer and the parsed head of the current request.
+/// A client connection: its transport, read buffer and the parsed head of the current request.
 pub struct Connection {
-    fd: OwnedFd,
+    /// What carries its bytes; every read and write goes through it ([`Connection::link`]).
+    transport: Transport,
     /// Read buffer; bytes `[0, filled)` are valid. The current request's head starts at 0.
     pub(crate) buf: Vec<u8>,
     /// How many bytes of `buf` hold data.
     pub(crate) filled: usize,
     /// The parsed head of the current request (spans index into `buf`).
     pub(crate) head: RequestHead,
-    /// See [`ConnState`].
-    pub state: ConnState,
+    /// What its bytes mean, and where the current exchange is (see [`Protocol`]).
+    pub protocol: Protocol,
     /// Requests completed on this connection.
     pub served: u32,
     /// Who is on the other end.
@@ -123,11 +148,7 @@ pub struct Connection {
     /// Response output a slot could not write without waiting, shared with the poller,
     /// which writes it as the client reads (every MPM). Created at the first response.
     pub(crate) output: Option<Arc<Output>>,
-    /// Close once the output is written (the response ended the connection).
-    pub(crate) close_after_write: bool,
-    /// How to close once the response is out (see [`Linger`]).
-    pub(crate) linger: Linger,
-    /// The current request's body while the loop reads it before dispatch (`ReadingBody`);
+    /// The current request's body while the loop reads it before dispatch (`Phase::Body`);
     /// the exchange takes it over at dispatch (memory charge, temporary file).
     pub(crate) parked_body: Option<Box<ParkedBody>>,
     /// Not watched by the poller yet: its fd and the token to watch it under (a connection
@@ -138,9 +159,9 @@ pub struct Connection {
 impl Connection {
     /// Wraps a freshly accepted, non-blocking socket that must begin with a PROXY header
     /// (`proxy_protocol`; the caller checked that the peer is a trusted proxy).
-    pub fn behind_proxy(fd: OwnedFd, peer: Peer, listener: usize) -> Box<Self> {
-        let mut conn = Connection::new(fd, peer, listener);
-        conn.state = ConnState::ReadingProxyHeader;
+    pub fn behind_proxy(transport: Transport, peer: Peer, listener: usize) -> Box<Self> {
+        let mut conn = Connection::new(transport, peer, listener);
+        conn.protocol = Protocol::Http1(Phase::ProxyHeader);
         conn
     }
 
@@ -150,13 +171,13 @@ impl Connection {
     /// several times per request, and moving a pointer instead of the struct (about 250
     /// bytes, a `memcpy` call each time) saved about 800 instructions of a 18,500-instruction
     /// hello-world request.
-    pub fn new(fd: OwnedFd, peer: Peer, listener: usize) -> Box<Self> {
+    pub fn new(transport: Transport, peer: Peer, listener: usize) -> Box<Self> {
         Box::new(Connection {
-            fd,
+            transport,
             buf: Vec::new(),
             filled: 0,
             head: RequestHead::new(),
-            state: ConnState::ReadingHead,
+            protocol: Protocol::Http1(Phase::Head),
             served: 0,
             peer,
             listener,
@@ -166,8 +187,6 @@ impl Connection {
             maybe_more: false,
             peer_closed: false,
             output: None,
-            close_after_write: false,
-            linger: Linger::No,
             parked_body: None,
             unwatched: None,
         })
@@ -185,9 +204,16 @@ impl Connection {
         }
     }
 
-    /// The socket's fd.
+    /// The socket's fd, for the poller and the scoreboard: reads and writes go through
+    /// [`Connection::link`].
     pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.transport.fd()
+    }
+
+    /// The handle every read and write of this connection goes through (its transport's).
+    #[inline]
+    pub fn link(&self) -> Link {
+        self.transport.link()
     }
 
     /// The current request's parsed head.
@@ -227,11 +253,51 @@ impl Connection {
         self.peer_closed = true;
     }
 
+    /// What follows the request just served, or the response just written (see [`Next`]):
+    /// output first, then the end of a connection that ends, then a next request's bytes.
+    #[inline]
+    pub(crate) fn next(&self) -> Next {
+        if self.has_pending_output() {
+            return Next::Write;
+        }
+        match self.protocol {
+            Protocol::Http1(Phase::Closing(linger)) => Next::Close(linger),
+            // RFC 6455 7.1.1 has the server close TCP first, and a client still sending (its
+            // close frame, or the rest of a message that broke a limit) must get the close
+            // frame, not a reset: linger until it closes its side.
+            Protocol::WebSocket => Next::Close(Linger::UntilEof),
+            Protocol::Http1(_) if self.filled > 0 => Next::Parse,
+            Protocol::Http1(_) if self.drained() => Next::Park,
+            Protocol::Http1(_) => Next::Read,
+        }
+    }
+
     /// True when the connection can be parked without reading first: nothing is buffered, the
     /// socket was drained by the last read (any later bytes raise a new edge), and the peer
     /// has not shut its side.
     pub(crate) fn drained(&self) -> bool {
         self.filled == 0 && !self.maybe_more && !self.peer_closed
+    }
+
+    /// The response being written ends the connection (`how`: whether it lingers first).
+    pub(crate) fn close_after_response(&mut self, how: Linger) {
+        self.protocol = Protocol::Http1(Phase::Closing(how));
+    }
+
+    /// True while the loop reads the current request's body before dispatch.
+    pub(crate) fn reads_body(&self) -> bool {
+        self.protocol == Protocol::Http1(Phase::Body)
+    }
+
+    /// The loop starts reading the current request's body before dispatch, into `body`.
+    pub(crate) fn park_body(&mut self, body: Box<ParkedBody>) {
+        self.protocol = Protocol::Http1(Phase::Body);
+        self.parked_body = Some(body);
+    }
+
+    /// The body read before dispatch is whole: the request is ready to be served.
+    pub(crate) fn body_read(&mut self) {
+        self.protocol = Protocol::Http1(Phase::Head);
     }
 
     /// Reads what the socket has (until it would block, the buffer holds a whole head, or the
@@ -265,7 +331,7 @@ impl Connection {
                 self.buf.resize(grown, 0);
             }
             let space = self.buf.len() - self.filled;
-            match read_nonblocking(self.fd(), &mut self.buf[self.filled..]) {
+            match self.link().read(&mut self.buf[self.filled..]) {
                 Ok(Some(0)) => {
                     // The peer half-closed (or closed). A whole head it sent first is still
                     // served, and read for EOF again before parking (no new edge will come);
@@ -338,12 +404,13 @@ impl Connection {
 
     /// The shared output, created on first use.
     pub(crate) fn output(&mut self) -> &Arc<Output> {
-        let fd = self.fd();
-        self.output.get_or_insert_with(|| Arc::new(Output::new(fd)))
+        let link = self.link();
+        self.output
+            .get_or_insert_with(|| Arc::new(Output::new(link)))
     }
 
     fn parse(&mut self, limits: &Limits) -> Readiness {
-        if self.state == ConnState::ReadingProxyHeader {
+        if self.awaits_proxy_header() {
             if let Err(err) = self.take_proxy_header() {
                 return err;
             }
@@ -360,7 +427,7 @@ impl Connection {
 
     /// Parses the PROXY header at the front of the buffer; once it is complete, takes it off
     /// (the request head then starts at 0), makes its source address the peer, and moves to
-    /// `ReadingHead`. `Err` carries what to report: `Pending` while the header is incomplete,
+    /// `Phase::Head`. `Err` carries what to report: `Pending` while the header is incomplete,
     /// `BadProxyHeader` when it is invalid.
     fn take_proxy_header(&mut self) -> Result<(), Readiness> {
         match parse_proxy_header(&self.buf[..self.filled]) {
@@ -373,7 +440,7 @@ impl Connection {
                 // LOCAL (a health check) and UNKNOWN keep the real peer, as the spec asks.
                 self.buf.copy_within(consumed..self.filled, 0);
                 self.filled -= consumed;
-                self.state = ConnState::ReadingHead;
+                self.protocol = Protocol::Http1(Phase::Head);
                 Ok(())
             }
         }
@@ -381,7 +448,7 @@ impl Connection {
 
     /// True while the PROXY header has not been read (the connection has sent no HTTP yet).
     pub fn awaits_proxy_header(&self) -> bool {
-        self.state == ConnState::ReadingProxyHeader
+        self.protocol == Protocol::Http1(Phase::ProxyHeader)
     }
 
     /// Ends the current request: keeps the `leftover` bytes (the start of a pipelined next
@@ -413,14 +480,14 @@ impl Connection {
             None
         };
         self.parked_body = None;
-        self.state = ConnState::KeepAlive;
     }
 
     /// Writes a complete error response without waiting (best effort: the connection is
     /// closed right after, so a client that is not reading simply loses it).
     pub fn reject(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.state = ConnState::Closed;
-        crate::io::write_all(self.fd(), &[bytes], std::time::Duration::from_millis(0)).or(Ok(()))
+        self.link()
+            .write_all_from(&[bytes], 0, std::time::Duration::from_millis(0))
+            .or(Ok(()))
     }
 }
 
@@ -437,11 +504,37 @@ impl Drop for Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::OwnedFd;
     use std::os::unix::net::UnixStream;
 
     fn connection() -> (Box<Connection>, UnixStream) {
         let (ours, theirs) = UnixStream::pair().unwrap();
-        (Connection::new(OwnedFd::from(ours), Peer::Unix, 0), theirs)
+        (
+            Connection::new(Transport::Plain(OwnedFd::from(ours)), Peer::Unix, 0),
+            theirs,
+        )
+    }
+
+    #[test]
+    fn what_follows_a_served_request_is_decided_by_the_connection_s_state_in_one_order() {
+        let (mut conn, _peer) = connection();
+        assert_eq!(conn.next(), Next::Park, "nothing buffered, socket drained");
+        conn.note_arrival();
+        assert_eq!(conn.next(), Next::Read, "an edge came while a slot held it");
+        conn.buf = vec![0; INITIAL_BUFFER];
+        conn.filled = 3;
+        assert_eq!(conn.next(), Next::Parse, "a pipelined request's bytes");
+        conn.close_after_response(Linger::UntilAcknowledged);
+        assert_eq!(
+            conn.next(),
+            Next::Close(Linger::UntilAcknowledged),
+            "a connection that ends is closed, whatever is buffered"
+        );
+        conn.output().with(|pending| pending.push(&[b"unsent"], 0));
+        assert_eq!(conn.next(), Next::Write, "output is written first");
+        conn.output().discard();
+        conn.protocol = Protocol::WebSocket;
+        assert_eq!(conn.next(), Next::Close(Linger::UntilEof));
     }
 
     #[test]

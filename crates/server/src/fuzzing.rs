@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::connection::{Connection, Readiness};
+use crate::connection::{Connection, Phase, Protocol, Readiness};
 use crate::exchange::{Exchange, SlotContext};
 use crate::listener::{Local, Peer};
 use crate::scoreboard::Scoreboard;
@@ -94,7 +94,11 @@ pub fn drive_connection(input: &[u8]) {
         u64::MAX,
         None,
     ));
-    serve_until_closed(Connection::new(server, Peer::Unix, 0), &shared, limits);
+    serve_until_closed(
+        Connection::new(crate::transport::Transport::Plain(server), Peer::Unix, 0),
+        &shared,
+        limits,
+    );
     let mut output = Vec::new();
     let _ = client.read_to_end(&mut output);
     if !output.is_empty() {
@@ -120,7 +124,9 @@ fn serve_until_closed(
                 match kept {
                     // The response ended the connection (the reactor would close it, lingering
                     // when the body was not read).
-                    Some(next) if next.close_after_write => break,
+                    Some(next) if matches!(next.protocol, Protocol::Http1(Phase::Closing(_))) => {
+                        break
+                    }
                     Some(next) => conn = next,
                     None => break,
                 }

@@ -4,6 +4,9 @@
 //! owns a connection while it serves a request waits with `poll(2)` on that one fd when a read
 //! or write would block, up to the phase's deadline. Writes use `sendmsg(MSG_NOSIGNAL)` (`send`
 //! for one buffer) so a peer that went away is an `EPIPE` error, never a SIGPIPE.
+//!
+//! A connection's reads and writes reach these through its transport (`transport::Link`),
+//! never directly: a TLS transport will put its records between them and the socket.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -220,13 +223,9 @@ pub fn write_vectored_nonblocking(
     nonblocking(|| unsafe { raw::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) })
 }
 
-/// Writes every byte of `parts`, in order, with as few `sendmsg` calls as the kernel allows.
-/// `timeout` bounds each wait for the peer to accept more (the send timeout).
-pub fn write_all(fd: RawFd, parts: &[&[u8]], timeout: std::time::Duration) -> io::Result<()> {
-    write_all_from(fd, parts, 0, timeout)
-}
-
-/// [`write_all`] of `parts` without their first `written` bytes (already sent).
+/// Writes every byte of `parts` from byte `written` on (the bytes before it were sent), in
+/// order, with as few `sendmsg` calls as the kernel allows. `timeout` bounds each wait for the
+/// peer to accept more (the send timeout).
 pub fn write_all_from(
     fd: RawFd,
     parts: &[&[u8]],
@@ -257,24 +256,4 @@ pub fn send_file_nonblocking(
     // SAFETY: `off` is a valid out-pointer; both fds belong to the caller.
     let sent = nonblocking(|| unsafe { libc::sendfile(fd, file_fd, &mut off, want) })?;
     Ok(sent.map(|n| n as u64))
-}
-
-/// Sends `count` bytes of file `file_fd` from `offset` with `sendfile(2)`. Returns the bytes
-/// sent, which is less than `count` only when the file is shorter than announced.
-pub fn send_file(
-    fd: RawFd,
-    file_fd: RawFd,
-    offset: u64,
-    count: u64,
-    timeout: std::time::Duration,
-) -> io::Result<u64> {
-    let mut sent = 0u64;
-    while sent < count {
-        match send_file_nonblocking(fd, file_fd, offset + sent, count - sent)? {
-            Some(0) => break,
-            Some(n) => sent += n,
-            None => wait_fd(fd, true, Instant::now() + timeout, "send")?,
-        }
-    }
-    Ok(sent)
 }

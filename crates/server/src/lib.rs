@@ -1,7 +1,8 @@
 //! The Tines worker runtime: everything a worker process does once the app is loaded, with
 //! no knowledge of Python. The `python` crate implements [`App`] for WSGI.
 //!
-//! Layers, from the bottom: [`poller`] (epoll), [`io`] (non-blocking syscalls), [`control`]
+//! Layers, from the bottom: [`poller`] (epoll), [`io`] (non-blocking syscalls), [`transport`]
+//! (what carries a connection's bytes: every connection read and write goes through it), [`control`]
 //! (signals, life pipe), [`scoreboard`], [`dump_signal`] (the stuck worker's dump-signal
 //! handler, over the scoreboard), [`clock`] (UTC dates for the logs),
 //! [`log`] (the error log), [`access_log`] (its formats and buffered sink), [`listener`]
@@ -38,6 +39,7 @@ pub mod shared;
 mod slot;
 pub mod spool;
 pub mod status;
+pub mod transport;
 pub mod trusted_proxies;
 pub mod websocket;
 pub mod worker;

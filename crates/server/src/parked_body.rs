@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use tines_proto::{BodyFraming, ChunkedDecoder, ChunkedError, ChunkedEvent};
 
-use crate::spool::{Budget, Buffers, Held, SpoolError, SpoolFile};
+use crate::spool::{Budget, Buffers, Held, SpoolError, SpoolFile, INITIAL_BUFFER};
 
 /// The first size of the body area in memory when the read buffer has no room after the head.
 const FIRST_GROWTH: usize = 8 * 1024;
@@ -183,7 +183,7 @@ impl ParkedBody {
             complete,
             memory_limit,
             max_body_size,
-            pipelined_room: crate::connection::INITIAL_BUFFER.max(max_head_size + 1),
+            pipelined_room: INITIAL_BUFFER.max(max_head_size + 1),
             to_file,
             whole_reserved: false,
             waiting_for_disk: false,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::connection::{Connection, Linger, Readiness};
+use crate::connection::{Connection, Linger, Next, Readiness};
 use crate::exchange::{Exchange, SlotContext};
 use crate::reactor::must_read_before_dispatch;
 use crate::shared::WorkerShared;
@@ -46,12 +46,10 @@ pub(crate) fn serve_connection(
         let Some(mut next) = kept else {
             return (None, ctx);
         };
-        // Output left for the event loop must be written before the next response.
-        if next.has_pending_output()
-            || next.close_after_write
-            || next.is_idle()
-            || shared.recycle_requested()
-        {
+        // What follows is the loop's to decide ([`Connection::next`]), unless the bytes of a
+        // pipelined request are buffered: output left for the loop must be written before the
+        // next response, and a worker at `max_requests` serves no more here.
+        if next.next() != Next::Parse || shared.recycle_requested() {
             return (Some(next), ctx);
         }
         // Pipelined bytes are buffered: serve the next request now if its head is complete.
@@ -67,8 +65,7 @@ pub(crate) fn serve_connection(
             Readiness::Rejected(err) => {
                 crate::reactor::reject(&mut next, &err, shared, &mut ctx);
                 // Earlier responses may still be unread: linger rather than reset them.
-                next.close_after_write = true;
-                next.linger = Linger::UntilEof;
+                next.close_after_response(Linger::UntilEof);
                 return (Some(next), ctx);
             }
         }

@@ -22,6 +22,12 @@ use std::sync::Arc;
 
 use crate::config::WorkerConfig;
 
+/// The first read buffer of a connection. 8 KiB holds the head of nearly every request
+/// (browsers send 0.5–2 KiB) and a small body; larger heads grow it up to `max_head_size`.
+/// Kept here, below both, because a body read before dispatch sizes its reads of pipelined
+/// bytes by it (`parked_body`) as the connection sizes its buffer (`connection`).
+pub(crate) const INITIAL_BUFFER: usize = 8 * 1024;
+
 /// A budget of bytes shared by the threads of one worker: a lock-free counter with a limit.
 #[derive(Debug)]
 pub struct Account {

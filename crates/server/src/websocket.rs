@@ -17,8 +17,7 @@ use tines_proto::websocket::frame::{encode, encode_close, Decoder, Event, Messag
 use tines_proto::websocket::utf8::Utf8Stream;
 use tines_proto::websocket::{close_code, WsError};
 
-use crate::connection::Connection;
-use crate::io::{read_nonblocking, write_vectored_nonblocking};
+use crate::connection::{Connection, Protocol};
 
 /// Bytes read from the socket per read call (a per-worker scratch would do as well; this one
 /// lives only during [`WsSession::read`]).
@@ -103,6 +102,7 @@ impl WsSession {
         deflate: Option<Agreement>,
         max_message_size: u64,
     ) -> WsSession {
+        conn.protocol = Protocol::WebSocket;
         let pending = conn.buf[start..end].to_vec();
         // The HTTP read buffer is not needed any more.
         conn.buf = Vec::new();
@@ -162,7 +162,7 @@ impl WsSession {
             if taken >= READ_BUDGET {
                 return ReadOutcome::More;
             }
-            match read_nonblocking(self.conn.fd(), &mut chunk) {
+            match self.conn.link().read(&mut chunk) {
                 Ok(Some(0)) => {
                     self.finish(out, 1006, "the client went away without a close frame");
                     return ReadOutcome::Over;
@@ -375,12 +375,12 @@ impl WsSession {
     /// for the reactor (uncharged: the caller waits for it when it grows, see
     /// [`WsSession::unsent`]).
     fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let fd = self.conn.fd();
+        let link = self.conn.link();
         let output = self.conn.output();
         let mut written = 0;
         if output.is_empty() {
             while written < bytes.len() {
-                match write_vectored_nonblocking(fd, &[bytes], written)? {
+                match link.write_vectored(&[bytes], written)? {
                     Some(n) => written += n,
                     None => break,
                 }
@@ -410,13 +410,9 @@ impl WsSession {
     }
 
     /// The connection, to give back to the reactor, which writes what is queued and closes
-    /// it, lingering until the client closes its side (or `linger_timeout`): RFC 6455 7.1.1
-    /// has the server close TCP first, and a client still sending (its close frame, or the
-    /// rest of a message that broke a limit) must get the close frame, not a reset.
+    /// it, lingering until the client closes its side (or `linger_timeout`; a WebSocket
+    /// connection always ends so: `Connection::next`).
     pub fn into_connection(self) -> Box<Connection> {
-        let mut conn = self.conn;
-        conn.close_after_write = true;
-        conn.linger = crate::connection::Linger::UntilEof;
-        conn
+        self.conn
     }
 }

@@ -46,7 +46,14 @@ fn connection_after(input: &[u8]) -> (Box<Connection>, std::os::unix::net::UnixS
     client.write_all(input).unwrap();
     client.shutdown(Shutdown::Write).unwrap();
     tines_server::control::set_nonblocking(server.as_raw_fd()).unwrap();
-    (Connection::new(server, Peer::Unix, 0), client)
+    (
+        Connection::new(
+            tines_server::transport::Transport::Plain(server),
+            Peer::Unix,
+            0,
+        ),
+        client,
+    )
 }
 
 #[test]

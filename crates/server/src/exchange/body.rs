@@ -15,7 +15,6 @@ use std::time::Instant;
 use tines_proto::{BodyFraming, ChunkedEvent};
 
 use super::{Body, Continue, Exchange, Phase};
-use crate::io::{read_with_deadline, write_all};
 
 /// Room reserved after the head in the read buffer for body reads.
 const BODY_READ_CHUNK: usize = 16 * 1024;
@@ -38,9 +37,9 @@ impl Exchange {
             self.expect = Continue::Settled;
             if self.phase == Phase::NotStarted || self.phase == Phase::Buffered {
                 self.begin_client_wait();
-                let written = write_all(
-                    self.conn.fd(),
+                let written = self.conn.link().write_all_from(
                     &[b"HTTP/1.1 100 Continue\r\n\r\n"],
+                    0,
                     self.shared.config.send_timeout,
                 );
                 // An interim response: not part of the response bytes (the final head may
@@ -75,15 +74,10 @@ impl Exchange {
             self.conn.buf.resize(start + BODY_READ_CHUNK, 0);
         }
         let deadline = self.body_deadline();
-        let fd = self.conn.fd();
+        let link = self.conn.link();
         let space = self.conn.buf.len() - start;
         self.begin_client_wait();
-        let n = read_with_deadline(
-            fd,
-            &mut self.conn.buf[start..],
-            deadline,
-            "request body read",
-        );
+        let n = link.read_by(&mut self.conn.buf[start..], deadline, "request body read");
         self.end_client_wait(0);
         let n = n?;
         self.conn.maybe_more = n == space;
@@ -158,7 +152,8 @@ impl Exchange {
                     self.avail = start..start + n;
                     return Ok(());
                 }
-                Body::Length(remaining) => {
+                // A buffered body's bytes are all in `raw`: it never reads the socket.
+                Body::Length(remaining) | Body::Buffered(remaining) => {
                     if self.raw.is_empty() {
                         self.read_more_raw()?;
                         continue;
@@ -246,12 +241,10 @@ impl Exchange {
                 let want = (out.len() as u64).min(remaining) as usize;
                 let deadline = self.body_deadline();
                 self.begin_client_wait();
-                let read = read_with_deadline(
-                    self.conn.fd(),
-                    &mut out[..want],
-                    deadline,
-                    "request body read",
-                );
+                let read =
+                    self.conn
+                        .link()
+                        .read_by(&mut out[..want], deadline, "request body read");
                 self.end_client_wait(0);
                 let n = match read {
                     Ok(0) => Err(io::Error::new(

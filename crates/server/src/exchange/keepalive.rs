@@ -14,9 +14,8 @@ impl Exchange {
     pub(super) fn may_keep_alive(&self, framing: ResponseFraming) -> bool {
         let config = &self.shared.config;
         let body_reusable = match self.body {
-            // Dropping a temporary file costs nothing.
-            Body::Done | Body::Spooled { .. } => true,
-            Body::Length(_) if self.body_buffered => true,
+            // Dropping a temporary file, or skipping bytes already read, costs nothing.
+            Body::Done | Body::Spooled { .. } | Body::Buffered(_) => true,
             Body::Length(remaining) => {
                 self.expect == Continue::Settled && remaining <= config.max_body_drain
             }
@@ -48,9 +47,8 @@ impl Exchange {
     /// or buffered whole before dispatch, whatever the app read of it).
     pub(super) fn body_received_whole(&self) -> bool {
         match self.body {
-            Body::Done | Body::Spooled { .. } => true,
-            Body::Length(_) => self.body_buffered,
-            Body::Chunked(_) | Body::Failed => false,
+            Body::Done | Body::Spooled { .. } | Body::Buffered(_) => true,
+            Body::Length(_) | Body::Chunked(_) | Body::Failed => false,
         }
     }
 
@@ -58,9 +56,8 @@ impl Exchange {
     /// did not read to its end): draining it then waits for the client.
     pub(super) fn body_in_socket(&self) -> bool {
         match self.body {
-            Body::Done | Body::Spooled { .. } | Body::Failed => false,
-            Body::Length(_) => !self.body_buffered,
-            Body::Chunked(_) => true,
+            Body::Done | Body::Spooled { .. } | Body::Buffered(_) | Body::Failed => false,
+            Body::Length(_) | Body::Chunked(_) => true,
         }
     }
 
@@ -71,7 +68,7 @@ impl Exchange {
                 self.body = Body::Done;
                 return true;
             }
-            Body::Length(remaining) if self.body_buffered => {
+            Body::Buffered(remaining) => {
                 // Whole in the read buffer: skip what the app left (the bytes after it are
                 // the next request's).
                 self.raw.start += (remaining as usize).min(self.raw.len());

@@ -22,7 +22,7 @@ use tines_proto::response::ResponseFraming;
 use tines_proto::{BodyFraming, ChunkedDecoder, DateCache, RequestHead, Version};
 
 use crate::access_log::{DeferredLine, LoggedRequest, RequestLine};
-use crate::connection::{ConnState, Connection, Linger};
+use crate::connection::{Connection, Linger};
 use crate::listener::{Local, Peer};
 use crate::parked_body::Stored;
 use crate::scoreboard::Counted;
@@ -103,8 +103,13 @@ pub const OUT_BUFFER_LIMIT: usize = 16 * 1024;
 enum Body {
     /// No body, or it has been read to its end.
     Done,
-    /// `Content-Length` bytes still to read.
+    /// `Content-Length` bytes still to read, from the socket (after what is buffered).
     Length(u64),
+    /// `Content-Length` bytes still to read, all in the read buffer already (the loop read
+    /// the body before dispatch, or it came with the head): what the app leaves unread is
+    /// dropped for free, whatever its size (`max_body_drain` bounds only bodies still in the
+    /// socket).
+    Buffered(u64),
     /// A chunked body being decoded.
     Chunked(ChunkedDecoder),
     /// A body the loop read before dispatch into a temporary file, read from `offset`.
@@ -182,10 +187,6 @@ pub struct Exchange {
     /// The decoded length of a chunked body the loop read before dispatch (the app sees it
     /// as `CONTENT_LENGTH`).
     decoded_length: Option<u64>,
-    /// The whole body is in the read buffer or a temporary file already (the loop read it
-    /// before dispatch, or it came with the head): what the app leaves unread is dropped for
-    /// free, whatever its size (`max_body_drain` bounds only bodies still in the socket).
-    body_buffered: bool,
 }
 
 impl Exchange {
@@ -211,7 +212,7 @@ impl Exchange {
                         body_charge = Some(held);
                         match finished.length {
                             0 => Body::Done,
-                            n => Body::Length(n),
+                            n => Body::Buffered(n),
                         }
                     }
                     Stored::File(file) => Body::Spooled { file, offset: 0 },
@@ -222,7 +223,11 @@ impl Exchange {
                 BodyFraming::Length(n) => {
                     // Whole in the read buffer already (it came with the head).
                     read_ahead = (conn.filled - head_len) as u64 >= n;
-                    Body::Length(n)
+                    if read_ahead {
+                        Body::Buffered(n)
+                    } else {
+                        Body::Length(n)
+                    }
                 }
                 BodyFraming::Chunked => {
                     Body::Chunked(ChunkedDecoder::new(shared.config.limits.max_head_size))
@@ -236,7 +241,7 @@ impl Exchange {
         };
         let is_head = conn.head.method_is(&conn.buf, b"HEAD");
         let raw = head_len..conn.filled;
-        let mut exchange = Box::new(Exchange {
+        Box::new(Exchange {
             conn,
             ctx,
             shared,
@@ -262,10 +267,7 @@ impl Exchange {
             must_close: false,
             _body_charge: body_charge,
             decoded_length,
-            body_buffered: read_ahead,
-        });
-        exchange.conn.state = ConnState::Dispatched;
-        exchange
+        })
     }
 
     /// The parsed request head (spans index into [`Exchange::buffer`]).
@@ -557,8 +559,7 @@ impl Exchange {
         if !keep && (conn.has_pending_output() || linger != Linger::No) {
             // The loop writes the rest (if any), then closes, lingering if the client may
             // still be sending (reactor::linger).
-            conn.close_after_write = true;
-            conn.linger = linger;
+            conn.close_after_response(linger);
             return (Some(conn), ctx);
         }
         (keep.then_some(conn), ctx)

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use tines_proto::response::{encode_chunk_size, ResponseFraming, CHUNK_END};
 
 use super::{Exchange, Phase};
-use crate::io::{send_file_nonblocking, write_all_from, write_vectored_nonblocking};
 use crate::pending::{HandOver, Store};
+use crate::transport::Link;
 
 impl Exchange {
     /// Sends `parts` in order: what the socket takes now, and the rest is handed to the
@@ -43,7 +43,7 @@ impl Exchange {
     }
 
     fn emit_parts(&mut self, parts: &[&[u8]], last: bool) -> io::Result<()> {
-        let fd = self.conn.fd();
+        let link = self.conn.link();
         let total: usize = parts.iter().map(|part| part.len()).sum();
         let mut written = 0;
         // A slot that writes in batches leaves the end of a response (at most the output
@@ -55,7 +55,7 @@ impl Exchange {
         // one `sendmsg`, straight from the caller's memory.
         if !batched && self.conn.output().is_empty() {
             while written < total {
-                match write_vectored_nonblocking(fd, parts, written) {
+                match link.write_vectored(parts, written) {
                     Ok(Some(n)) => written += n,
                     Ok(None) => break,
                     Err(err) => return Err(err),
@@ -72,7 +72,7 @@ impl Exchange {
             // are watched when the batch is written).
             self.conn.watch()?;
         }
-        let result = self.hand_over(fd, parts, written);
+        let result = self.hand_over(link, parts, written);
         if result.is_err() {
             // The client is gone or stopped reading past the send timeout: nothing queued
             // will be sent (the connection closes); its memory and files are given back.
@@ -132,7 +132,7 @@ impl Exchange {
 
     /// Queues `parts` from byte `written` on after what is pending, in the response store
     /// when it has room; else waits for the client.
-    fn hand_over(&mut self, fd: RawFd, parts: &[&[u8]], written: usize) -> io::Result<()> {
+    fn hand_over(&mut self, link: Link, parts: &[&[u8]], written: usize) -> io::Result<()> {
         let timeout = self.shared.config.send_timeout;
         let store = self.store();
         let output = Arc::clone(self.conn.output());
@@ -148,7 +148,7 @@ impl Exchange {
             // The store is full: the slot waits for the client, first for what is queued,
             // then for these bytes, written straight from the caller's memory.
             output.write_all(timeout)?;
-            write_all_from(fd, parts, written, timeout)?;
+            link.write_all_from(parts, written, timeout)?;
         }
         Ok(())
     }
@@ -231,13 +231,13 @@ impl Exchange {
         offset: u64,
         count: u64,
     ) -> (u64, io::Result<()>) {
-        let fd = self.conn.fd();
+        let link = self.conn.link();
         let output = Arc::clone(self.conn.output());
         let mut sent = 0u64;
         // Nothing pending (no lock taken): what the socket takes now.
         if output.is_empty() {
             while sent < count {
-                match send_file_nonblocking(fd, file_fd, offset + sent, count - sent) {
+                match link.send_file(file_fd, offset + sent, count - sent) {
                     Err(err) => return (sent, Err(err)),
                     Ok(Some(0)) => return (sent, Ok(())),
                     Ok(Some(n)) => sent += n,

@@ -31,7 +31,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::batch::BatchClock;
-use crate::connection::{Connection, Linger};
+use crate::connection::{Connection, Linger, Next};
 use crate::control::StopReason;
 use crate::exchange::SlotContext;
 use crate::mpm::app_threads::{self, lock};
@@ -363,7 +363,7 @@ fn hand_back(
 /// read, and the loop's wake-up) only for it to close the socket; a closed connection's token
 /// goes back without one (see `Shared::loop_listening`).
 fn closes_now(conn: &Connection) -> bool {
-    conn.close_after_write && conn.linger == Linger::No && !conn.has_pending_output()
+    conn.next() == Next::Close(Linger::No)
 }
 
 /// Puts the calling (loop) thread under `SCHED_BATCH`: it then never preempts a running app

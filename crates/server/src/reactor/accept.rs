@@ -12,6 +12,7 @@ use super::{Driver, Entry, Reactor, LISTENER_BASE};
 use crate::connection::Connection;
 use crate::listener::FAIR_SHARE_FLOOR;
 use crate::poller::{Token, Trigger};
+use crate::transport::Transport;
 
 /// A throttled worker looks again after this long: short enough not to leave connections in
 /// the backlog when every worker is over its share, long enough not to spin.
@@ -221,9 +222,9 @@ impl Reactor {
             match self.listeners[index].accept() {
                 Ok(Some((fd, peer))) => {
                     let conn = if !self.shared.config.proxy_protocol {
-                        Connection::new(fd, peer, index)
+                        Connection::new(Transport::Plain(fd), peer, index)
                     } else if self.shared.config.trusted_proxies.trusts_peer(peer) {
-                        Connection::behind_proxy(fd, peer, index)
+                        Connection::behind_proxy(Transport::Plain(fd), peer, index)
                     } else {
                         // Only a trusted proxy may say who the client is: closed unread (the fd
                         // drops here), nothing answered.
@@ -235,8 +236,8 @@ impl Reactor {
                     };
                     let token = self.insert(conn);
                     match &self.entries[token] {
-                        Entry::Parked { .. } if !register => {}
-                        Entry::Parked { conn, .. } => {
+                        Entry::Head { .. } if !register => {}
+                        Entry::Head { conn, .. } => {
                             if let Err(err) = self
                                 .poller
                                 .register_connection(conn.fd(), Token(token as u64))

@@ -13,7 +13,7 @@
 //! most one a second), and the bodies waiting unread for disk room when `buffer_disk_total`
 //! is reached (each with the bytes it needs at once, retried when the free room covers them:
 //! edge-triggered epoll will not announce them again). The body deadlines are the timers'
-//! (`TimerKind::Body`).
+//! (`Entry::Body`).
 //!
 //! It must not serve a request nor decide how a body is stored (`parked_body` does).
 
@@ -22,11 +22,9 @@ use std::time::{Duration, Instant};
 
 use tines_proto::BodyFraming;
 
-use super::entries::TimerKind;
 use super::{Driver, Entry, Reactor};
 use crate::config::WorkerConfig;
-use crate::connection::{ConnState, Connection};
-use crate::io::{read_nonblocking, write_all};
+use crate::connection::Connection;
 use crate::parked_body::{Area, BodyFault, ParkedBody, Room};
 
 /// The most one read takes off a socket while a body is read before dispatch (one buffer per
@@ -159,18 +157,21 @@ impl Reactor {
                 // The head's checks passed: the server asks for the body itself (a client
                 // that sent some already needs no 100, RFC 9110 10.1.1). The exchange then
                 // sends none.
-                if write_all(conn.fd(), &[CONTINUE], Duration::ZERO).is_err() {
+                if conn
+                    .link()
+                    .write_all_from(&[CONTINUE], 0, Duration::ZERO)
+                    .is_err()
+                {
                     return BodyStep::Close;
                 }
             }
-            conn.state = ConnState::ReadingBody;
-            conn.parked_body = Some(Box::new(body));
+            conn.park_body(Box::new(body));
         }
         if self.bodies.scratch.is_empty() {
             self.bodies.scratch = vec![0; READ_CHUNK];
         }
         let head_len = conn.head.head_len;
-        let fd = conn.fd();
+        let link = conn.link();
         loop {
             let Some(body) = conn.parked_body.as_deref_mut() else {
                 return BodyStep::Dispatch;
@@ -178,6 +179,7 @@ impl Reactor {
             if body.is_complete() {
                 // Bytes after it (a pipelined request) may be waiting in the socket.
                 conn.maybe_more = true;
+                conn.body_read();
                 return BodyStep::Dispatch;
             }
             let early = !body.early.is_empty();
@@ -199,7 +201,7 @@ impl Reactor {
             let stored = if early {
                 body.take_early(&mut area, room)
             } else {
-                match read_nonblocking(fd, &mut self.bodies.scratch[..room]) {
+                match link.read(&mut self.bodies.scratch[..room]) {
                     Ok(Some(0)) | Err(_) => return BodyStep::Close,
                     Ok(Some(n)) => {
                         conn.received += n as u64;
@@ -257,11 +259,7 @@ impl Reactor {
         let mut still = Vec::with_capacity(waiters.len());
         for (token, needed) in waiters {
             let waiting = match self.entries.get(token) {
-                Some(Entry::Parked {
-                    kind: TimerKind::Body,
-                    conn,
-                    ..
-                }) => conn
+                Some(Entry::Body { conn, .. }) => conn
                     .parked_body
                     .as_ref()
                     .is_some_and(|body| body.waiting_for_disk),

@@ -12,7 +12,7 @@ use std::time::Instant;
 use super::body::BodyStep;
 use super::error_response::{reject, write_error, write_error_with};
 use super::{Entry, Reactor};
-use crate::connection::{ConnState, Connection, Linger, Readiness};
+use crate::connection::{Connection, Linger, Next, Readiness};
 
 /// What a driver did with a ready connection.
 pub(crate) enum Dispatch {
@@ -103,7 +103,7 @@ impl Reactor {
                     conn.give_buffer(buf);
                 }
             }
-            let readiness = if conn.state == ConnState::ReadingBody {
+            let readiness = if conn.reads_body() {
                 Readiness::HeadComplete
             } else {
                 conn.on_readable(&self.shared.config.limits)
@@ -132,7 +132,6 @@ impl Reactor {
                     if !driver.watches_lazily() && !self.watch(token, &mut conn) {
                         return;
                     }
-                    conn.state = ConnState::Dispatched;
                     // A slot on another thread may leave output pending while it still
                     // produces the response: the loop helps write it (ADR 0009).
                     let output = (!driver.serves_inline()).then(|| Arc::clone(conn.output()));
@@ -152,18 +151,13 @@ impl Reactor {
                             };
                             return;
                         }
-                        Dispatch::Served(Some(kept)) if kept.has_pending_output() => {
-                            return self.start_writing(token, kept, false, driver)
-                        }
-                        Dispatch::Served(Some(kept)) if kept.close_after_write => {
-                            return self.close_after_response(token, kept)
-                        }
                         // Served inline: any bytes that arrive from now on raise a new event.
-                        Dispatch::Served(Some(kept)) if kept.drained() => {
-                            return self.park(token, kept)
+                        Dispatch::Served(kept) => {
+                            match self.after_served(token, kept, false, driver) {
+                                Some(kept) => conn = kept,
+                                None => return,
+                            }
                         }
-                        Dispatch::Served(Some(kept)) => conn = kept,
-                        Dispatch::Served(None) => return self.close(token),
                         Dispatch::Refused(mut refused) => {
                             // RFC 9110 15.6.4: overloaded; the client may retry shortly.
                             write_error_with(
@@ -196,6 +190,40 @@ impl Reactor {
         }
     }
 
+    /// What follows a served request, the one place the loop decides it (a connection a
+    /// slot served inline or gave back, or whose output the loop finished writing; `None`
+    /// when the slot closed it), by [`Connection::next`]: output left pending is written
+    /// first, a connection that ends closes (lingering when it must), a drained one is
+    /// parked. `readable`: an edge came while someone else held it, which the poller cannot
+    /// repeat. Returns the connection when it must be read further: the caller advances it
+    /// (in a loop, not by recursion, however many requests a client pipelines).
+    pub(super) fn after_served(
+        &mut self,
+        token: usize,
+        conn: Option<Box<Connection>>,
+        readable: bool,
+        driver: &mut dyn Driver,
+    ) -> Option<Box<Connection>> {
+        let Some(mut conn) = conn else {
+            self.close(token);
+            return None;
+        };
+        if readable {
+            // The edge is used up here: if the buffer still holds whole requests, they are
+            // served from it first, and the bytes that raised the edge must still be read
+            // before the connection is parked.
+            conn.note_arrival();
+        }
+        match conn.next() {
+            Next::Write => self.start_writing(token, conn, readable, driver),
+            Next::Close(Linger::No) => self.close(token),
+            Next::Close(how) => self.linger(token, conn, how),
+            Next::Park => self.park(token, conn),
+            Next::Parse | Next::Read => return Some(conn),
+        }
+        None
+    }
+
     pub(super) fn on_returned(&mut self, driver: &mut dyn Driver) {
         let mut returned = std::mem::take(&mut self.returned);
         driver.collect(&mut returned);
@@ -215,23 +243,9 @@ impl Reactor {
             }
             if edge_seen {
                 driver.handed_edge(false);
-                // The edge is used up here: if the buffer still holds whole requests, they are
-                // served from it first, and the bytes that raised the edge must still be read
-                // before the connection is parked.
-                if let Some(conn) = conn.as_mut() {
-                    conn.note_arrival();
-                }
             }
-            match conn {
-                Some(conn) if conn.has_pending_output() => {
-                    self.start_writing(token, conn, edge_seen, driver)
-                }
-                Some(conn) if conn.close_after_write => self.close_after_response(token, conn),
-                // Bytes that arrived while the slot had it raised an edge the poller could not
-                // act on: read before parking.
-                Some(conn) if conn.drained() && !edge_seen => self.park(token, conn),
-                Some(conn) => self.advance(token, conn, driver),
-                None => self.close(token),
+            if let Some(conn) = self.after_served(token, conn, edge_seen, driver) {
+                self.advance(token, conn, driver);
             }
         }
         self.returned = returned;

@@ -16,22 +16,12 @@ use std::time::Instant;
 
 use super::{Entry, Reactor};
 use crate::connection::{Connection, Linger};
-use crate::io::{read_nonblocking, unacknowledged_output};
 
 /// The most one readiness event reads and drops from a lingering connection (a client that
 /// sends faster than the loop reads must not keep the loop thread from its other work).
 const LINGER_READ_PER_EVENT: usize = 1 << 20;
 
 impl Reactor {
-    /// Closes a connection whose response is complete: at once, or lingering when the client
-    /// may still be sending (see the module header).
-    pub(super) fn close_after_response(&mut self, token: usize, conn: Box<Connection>) {
-        match conn.linger {
-            Linger::No => self.close(token),
-            how => self.linger(token, conn, how),
-        }
-    }
-
     /// Starts a lingering close (see [`Entry::Lingering`]). Whatever the connection held for
     /// its request goes now, not when the lingering ends: the read buffer and a body read
     /// before dispatch (its memory charge and temporary file; a 408, a 413 or a 503 for a
@@ -40,30 +30,32 @@ impl Reactor {
         if !self.watch(token, &mut conn) {
             return;
         }
-        // SAFETY: shutdown on the connection's own open fd; a failure only means the peer is
-        // gone, which the reads below see.
-        unsafe { libc::shutdown(conn.fd(), libc::SHUT_WR) };
+        // A failure only means the peer is gone, which the reads below see.
+        conn.link().shutdown_write();
         conn.buf = Vec::new();
         conn.parked_body = None;
         let deadline = Instant::now() + self.shared.config.linger_timeout;
         self.note_deadline(deadline);
-        conn.linger = how;
-        self.entries[token] = Entry::Lingering { conn, deadline };
+        self.entries[token] = Entry::Lingering {
+            conn,
+            deadline,
+            how,
+        };
         self.on_linger_readable(token);
     }
 
     /// Reads and drops what a lingering connection's client sent; closes at EOF, once all that
     /// was sent is acknowledged, or on an error.
     pub(super) fn on_linger_readable(&mut self, token: usize) {
-        let Some(Entry::Lingering { conn, .. }) = self.entries.get_mut(token) else {
+        let Some(Entry::Lingering { conn, how, .. }) = self.entries.get_mut(token) else {
             return;
         };
-        let fd = conn.fd();
-        let until_acknowledged = conn.linger == Linger::UntilAcknowledged;
+        let link = conn.link();
+        let until_acknowledged = *how == Linger::UntilAcknowledged;
         let mut sink = [0u8; 16 * 1024];
         let mut read = 0;
         while read < LINGER_READ_PER_EVENT {
-            match read_nonblocking(fd, &mut sink) {
+            match link.read(&mut sink) {
                 Ok(None) => break,
                 Ok(Some(n)) if n > 0 => read += n,
                 _ => return self.close(token),
@@ -71,7 +63,7 @@ impl Reactor {
         }
         // Past the per-event bound no further edge comes (edge-triggered): the deadline
         // closes it, unless everything sent is already acknowledged.
-        if until_acknowledged && unacknowledged_output(fd).map_or(true, |queued| queued == 0) {
+        if until_acknowledged && link.unacknowledged().map_or(true, |queued| queued == 0) {
             self.close(token);
         }
     }

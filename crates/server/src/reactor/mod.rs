@@ -365,7 +365,7 @@ impl Reactor {
         let drain_until = Instant::now() + self.shared.config.drain_timeout;
         self.drain_until = Some(drain_until);
         for token in 0..self.entries.len() {
-            if let Entry::Parked { conn, deadline, .. } = &mut self.entries[token] {
+            if let Entry::Idle { conn, deadline } = &mut self.entries[token] {
                 if conn.is_idle_keepalive() && *deadline > drain_until {
                     *deadline = drain_until;
                 }
@@ -382,7 +382,7 @@ impl Reactor {
         match entry {
             // A writability edge alone (connections are watched for writes too, ADR 0009) says
             // nothing to a connection that waits for bytes.
-            Entry::Parked { .. } if event.readable => {
+            Entry::Idle { .. } | Entry::Head { .. } | Entry::Body { .. } if event.readable => {
                 if let Some(mut conn) = self.take_parked(token) {
                     if event.peer_closed {
                         conn.note_peer_closed();
@@ -390,7 +390,7 @@ impl Reactor {
                     self.advance(token, conn, driver);
                 }
             }
-            Entry::Parked { .. } => {}
+            Entry::Idle { .. } | Entry::Head { .. } | Entry::Body { .. } => {}
             Entry::Lingering { .. } => self.on_linger_readable(token),
             // The slot owns it and reads for itself; remember the edge for when it comes back.
             Entry::Dispatched {

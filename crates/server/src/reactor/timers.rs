@@ -7,10 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::entries::TimerKind;
 use super::error_response::write_error;
 use super::{Entry, Reactor, SPARE_BUFFERS};
-use crate::connection::{ConnState, Connection, Linger};
+use crate::connection::{Connection, Linger};
 
 /// The longest the loop sleeps: the heartbeat period written to the scoreboard.
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -39,8 +38,14 @@ impl Reactor {
             }
         }
         let config = &self.shared.config;
-        let (kind, deadline) = match conn.head_started {
-            _ if conn.state == ConnState::ReadingBody => {
+        /// The parked states, by the timer they wait under.
+        enum Timer {
+            Idle,
+            Head,
+            Body,
+        }
+        let (timer, deadline) = match conn.head_started {
+            _ if conn.reads_body() => {
                 let now = Instant::now();
                 let (started, received, last_progress) =
                     conn.body_progress().unwrap_or((now, 0, now));
@@ -49,16 +54,15 @@ impl Reactor {
                 let deadline = config
                     .body_deadline(started, received)
                     .unwrap_or(last_progress + config.body_timeout);
-                (TimerKind::Body, deadline)
+                (Timer::Body, deadline)
             }
             // A PROXY header and the first head share one deadline: it started with the
             // header's first byte, even when no byte of the head has come yet.
-            Some(started) if !conn.is_idle() || conn.served == 0 => (
-                TimerKind::Header,
-                config.header_deadline(started, conn.filled),
-            ),
+            Some(started) if !conn.is_idle() || conn.served == 0 => {
+                (Timer::Head, config.header_deadline(started, conn.filled))
+            }
             // A new connection that has sent nothing yet gets the header timeout.
-            _ if conn.served == 0 => (TimerKind::Header, Instant::now() + config.header_timeout),
+            _ if conn.served == 0 => (Timer::Head, Instant::now() + config.header_timeout),
             // While stopping, no later than the drain's end.
             _ => {
                 // After the response's last write, or the loop's wake-up: a few µs ago.
@@ -66,22 +70,21 @@ impl Reactor {
                 let deadline = self
                     .drain_until
                     .map_or(idle_until, |drain_until| drain_until.min(idle_until));
-                (TimerKind::Idle, deadline)
+                (Timer::Idle, deadline)
             }
         };
         self.note_deadline(deadline);
-        if let Entry::Parked { kind, .. } = self.entries[token] {
-            // Parked again without being taken: counted once.
-            self.unparked(kind);
-        }
-        if kind != TimerKind::Idle {
+        // Parked again without being taken: counted once.
+        let was_reading = self.entries[token].is_reading();
+        self.left_parked(was_reading);
+        self.entries[token] = match timer {
+            Timer::Idle => Entry::Idle { conn, deadline },
+            Timer::Head => Entry::Head { conn, deadline },
+            Timer::Body => Entry::Body { conn, deadline },
+        };
+        if self.entries[token].is_reading() {
             self.reading += 1;
         }
-        self.entries[token] = Entry::Parked {
-            conn,
-            deadline,
-            kind,
-        };
     }
 
     pub(super) fn note_deadline(&mut self, deadline: Instant) {
@@ -100,34 +103,26 @@ impl Reactor {
         let mut next: Option<Instant> = None;
         for token in 0..self.entries.len() {
             let (deadline, respond) = match &self.entries[token] {
-                Entry::Parked {
-                    conn,
-                    deadline,
-                    kind,
-                } => (
+                // RFC 9110 15.5.9: 408 tells the client the server closes an unused
+                // connection. A slow PROXY header is closed silently: the proxy speaks no
+                // HTTP yet.
+                Entry::Head { conn, deadline } => (
                     *deadline,
-                    match kind {
-                        // RFC 9110 15.5.9: 408 tells the client the server closes an unused
-                        // connection.
-                        // A slow PROXY header is closed silently: the proxy speaks no HTTP yet.
-                        TimerKind::Header if !conn.is_idle() && !conn.awaits_proxy_header() => {
-                            Some(408)
-                        }
-                        TimerKind::Body => Some(408),
-                        _ => None,
-                    },
+                    (!conn.is_idle() && !conn.awaits_proxy_header()).then_some(408),
                 ),
-                // A client that stopped reading: nothing more can be said to it.
-                Entry::Writing { deadline, .. } | Entry::Lingering { deadline, .. } => {
-                    (*deadline, None)
-                }
-                _ => continue,
+                Entry::Body { deadline, .. } => (*deadline, Some(408)),
+                // An idle connection closes silently; a client that stopped reading (or
+                // lingers): nothing more can be said to it.
+                Entry::Idle { deadline, .. }
+                | Entry::Writing { deadline, .. }
+                | Entry::Lingering { deadline, .. } => (*deadline, None),
+                Entry::Vacant | Entry::Dispatched { .. } => continue,
             };
             if deadline > now {
                 next = Some(next.map_or(deadline, |n| n.min(deadline)));
                 continue;
             }
-            if let (Some(code), Entry::Parked { conn, .. }) = (respond, &mut self.entries[token]) {
+            if let (Some(code), Some((conn, _))) = (respond, self.entries[token].parked()) {
                 write_error(
                     conn,
                     code,
@@ -135,16 +130,8 @@ impl Reactor {
                     &mut self.ctx.date,
                     &mut self.ctx.out,
                 );
-                if let Entry::Parked { conn, kind, .. } =
-                    std::mem::replace(&mut self.entries[token], Entry::Vacant)
-                {
-                    self.unparked(kind);
+                if let Some(conn) = self.take_parked(token) {
                     // The client may still be sending (a slow head or body): linger.
-                    self.entries[token] = Entry::Dispatched {
-                        readable: false,
-                        peer_closed: false,
-                        output: None,
-                    };
                     self.linger(token, conn, Linger::UntilEof);
                     // The sweep sets `next_deadline` when it ends: count the new deadline in.
                     let linger_until = Instant::now() + self.shared.config.linger_timeout;

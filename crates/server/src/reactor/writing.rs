@@ -42,7 +42,7 @@ impl Reactor {
             }
             Ok((Progress::Done, _)) => {
                 let readable = *readable;
-                let Entry::Writing { mut conn, .. } = std::mem::replace(
+                let Entry::Writing { conn, .. } = std::mem::replace(
                     &mut self.entries[token],
                     Entry::Dispatched {
                         readable,
@@ -52,18 +52,10 @@ impl Reactor {
                 ) else {
                     unreachable!()
                 };
-                if conn.close_after_write {
-                    return self.close_after_response(token, conn);
-                }
-                if readable {
-                    // As for a returned connection (`on_returned`): read what raised the edge
-                    // before parking, even after serving the requests already buffered.
-                    conn.note_arrival();
-                }
-                if !conn.drained() {
+                // As for a returned connection: what raised an edge meanwhile is read before
+                // parking, even after serving the requests already buffered.
+                if let Some(conn) = self.after_served(token, Some(conn), readable, driver) {
                     self.advance(token, conn, driver)
-                } else {
-                    self.park(token, conn)
                 }
             }
             Err(err) => {
