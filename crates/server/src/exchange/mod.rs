@@ -367,6 +367,28 @@ impl Exchange {
             .or(peer_ip)
     }
 
+    /// The scheme the client used, as the app sees it (`wsgi.url_scheme`, the ASGI scope's
+    /// `scheme`), decided here once for both: behind a trusted proxy, its `X-Forwarded-Proto`
+    /// when that says `https` or `http` (the last header line's first entry, any case); else
+    /// the connection's own scheme, `http` (no TLS yet).
+    pub fn url_scheme(&self) -> &'static str {
+        const OWN: &str = "http";
+        if !self.peer_is_trusted_proxy() {
+            return OWN;
+        }
+        let forwarded = self
+            .headers()
+            .filter(|(name, _)| name.eq_ignore_ascii_case(b"x-forwarded-proto"))
+            .last()
+            .and_then(|(_, value)| value.split(|&b| b == b',').next())
+            .map(<[u8]>::trim_ascii);
+        match forwarded {
+            Some(proto) if proto.eq_ignore_ascii_case(b"https") => "https",
+            Some(proto) if proto.eq_ignore_ascii_case(b"http") => "http",
+            _ => OWN,
+        }
+    }
+
     /// The value of the first request header named `name` (any case).
     fn header(&self, name: &[u8]) -> Option<&[u8]> {
         self.headers()
