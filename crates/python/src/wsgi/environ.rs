@@ -1,6 +1,9 @@
 //! The WSGI environ (PEP 3333 and the CGI variables it inherits), built per request from a
 //! per-worker template dict (the constant keys) and the parsed head. Keys are interned
-//! strings; header values are decoded as latin-1, as PEP 3333 requires of native strings.
+//! strings; header values are decoded as latin-1, as PEP 3333 requires of native strings
+//! (the decoding helpers are `crate::cgi`'s, shared with ASGI's scope). Each app thread keeps
+//! its own template with the last request's values (ADR 0016): the request line and addresses
+//! here, the header fields in `headers`.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
