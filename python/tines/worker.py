@@ -105,11 +105,11 @@ class WorkerSpec:
     listeners: list[int]
     scoreboard: Any
     slot: int
-    life_fd: int | None
-    """The read end of the life pipe (end of file: the master is gone)."""
-    ready: tuple[int, bytes] | None
+    life_fd: int | None = None
+    """The read end of the life pipe (end of file: the master is gone; None: not watched)."""
+    ready: tuple[int, bytes] | None = None
     """``(fd, message)``: written once the worker's set-up is done (the notify pipe)."""
-    draining: tuple[int, dict[str, bytes]] | None
+    draining: tuple[int, dict[str, bytes]] | None = None
     """``(fd, {reason: message})``: written the moment the worker drains by its own decision."""
 
 
