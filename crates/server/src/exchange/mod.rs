@@ -373,19 +373,28 @@ impl Exchange {
     /// the connection's own scheme, `http` (no TLS yet).
     pub fn url_scheme(&self) -> &'static str {
         const OWN: &str = "http";
-        if !self.peer_is_trusted_proxy() {
-            return OWN;
-        }
-        let forwarded = self
+        let Some((_, value)) = self
             .headers()
             .filter(|(name, _)| name.eq_ignore_ascii_case(b"x-forwarded-proto"))
             .last()
-            .and_then(|(_, value)| value.split(|&b| b == b',').next())
-            .map(<[u8]>::trim_ascii);
-        match forwarded {
-            Some(proto) if proto.eq_ignore_ascii_case(b"https") => "https",
-            Some(proto) if proto.eq_ignore_ascii_case(b"http") => "http",
-            _ => OWN,
+        else {
+            return OWN;
+        };
+        // Asked only of a request that has the header: the usual one costs a scan, no more.
+        if !self.peer_is_trusted_proxy() {
+            return OWN;
+        }
+        let proto = value
+            .split(|&b| b == b',')
+            .next()
+            .unwrap_or(b"")
+            .trim_ascii();
+        if proto.eq_ignore_ascii_case(b"https") {
+            "https"
+        } else if proto.eq_ignore_ascii_case(b"http") {
+            "http"
+        } else {
+            OWN
         }
     }
 
