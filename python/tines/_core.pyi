@@ -1,7 +1,7 @@
 """Type stubs for the Rust extension ``tines._core`` (crates/python)."""
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 __version__: str
 
@@ -35,16 +35,25 @@ def install_dump_handler(scoreboard: Scoreboard, slot: int, signum: int) -> None
     """Install the worker's Rust handler for the master's dump signal (before faulthandler)."""
     ...
 
-def run_worker(
-    app: Callable[..., Any],
-    settings: dict[str, object],
-    listeners: list[int],
-    scoreboard: Scoreboard,
-    slot: int,
-    life_fd: int | None = None,
-    ready: tuple[int, bytes] | None = None,
-    draining: tuple[int, dict[str, bytes]] | None = None,
-) -> str: ...
+class WorkerSpec(Protocol):
+    """What ``run_worker`` and ``AsgiWorker`` read, by attribute (``tines.worker.WorkerSpec``)."""
+
+    @property
+    def settings(self) -> dict[str, object]: ...
+    @property
+    def listeners(self) -> list[int]: ...
+    @property
+    def scoreboard(self) -> Scoreboard: ...
+    @property
+    def slot(self) -> int: ...
+    @property
+    def life_fd(self) -> int | None: ...
+    @property
+    def ready(self) -> tuple[int, bytes] | None: ...
+    @property
+    def draining(self) -> tuple[int, dict[str, bytes]] | None: ...
+
+def run_worker(app: Callable[..., Any], spec: WorkerSpec) -> str: ...
 
 class ClientDisconnected(OSError):
     """A send to a client that is gone (ASGI)."""
@@ -82,16 +91,7 @@ class WebSocket:
 class AsgiWorker:
     """The ASGI worker's reactor, run turn by turn by the asyncio loop (ADR 0014)."""
 
-    def __init__(
-        self,
-        settings: dict[str, object],
-        listeners: list[int],
-        scoreboard: Scoreboard,
-        slot: int,
-        life_fd: int | None = None,
-        ready: tuple[int, bytes] | None = None,
-        draining: tuple[int, dict[str, bytes]] | None = None,
-    ) -> None: ...
+    def __init__(self, spec: WorkerSpec) -> None: ...
     def fileno(self) -> int: ...
     def start(self, create_future: Callable[[], Any], call_soon: Callable[..., Any],
               turn: Callable[[], None], state: dict[str, Any] | None = None) -> None: ...
@@ -102,6 +102,11 @@ class AsgiWorker:
 
 def check_worker_settings(settings: dict[str, object]) -> None:
     """Convert ``settings`` as ``run_worker`` does; ValueError (naming the setting) if invalid."""
+    ...
+
+def worker_config_fields(settings: dict[str, object] | None = None) -> list[tuple[str, str]]:
+    """The fields of the ``WorkerConfig`` that ``settings`` convert into (``None``: Rust's
+    ``WorkerConfig::default()``), as ``(name, Debug text)`` pairs."""
     ...
 
 def bench(argv: list[str]) -> int:

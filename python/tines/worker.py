@@ -1,10 +1,12 @@
 """What a worker process does between ``os.fork()`` and the Rust MPM loop.
 
 Owns: the worker settings handed to Rust (``worker_settings``, which the master checks before
-its first fork with the same conversion the worker runs), the child side of the fork (its
+its first fork with the same conversion the worker runs) and the one value that carries them
+into Rust with the worker's fds and messages (``WorkerSpec``), the child side of the fork (its
 process title, signal reset, closing the master's fds, the parent-death signal, the resource limits), the worker's server hooks
 (post_fork, post_worker_init, worker_exit; the request hooks wrap the app), loading the app,
-telling the master ``boot_error`` through the notify pipe (also for a failing post_fork), and handing over to ``tines._core.run_worker``, which
+telling the master ``boot_error`` through the notify pipe (also for a failing post_fork), and handing over to ``tines._core.run_worker``
+(or ``tines._core.AsgiWorker``, for an ASGI app), which
 writes the ``ready`` message once its set-up is complete. It never returns into the master's
 code: the process ends with ``os._exit``.
 
@@ -92,8 +94,38 @@ class WorkerContext:
     """Where the sampling profiler writes (``profile``; None: off)."""
 
 
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What the Rust worker starts with: the one value ``tines._core.run_worker`` and
+    ``tines._core.AsgiWorker`` take, read by attribute, once, in Rust (``PythonSpec`` in
+    crates/python/src/worker.rs)."""
+
+    settings: dict[str, object]
+    """The worker settings (``worker_settings``)."""
+    listeners: list[int]
+    scoreboard: Any
+    slot: int
+    life_fd: int | None = None
+    """The read end of the life pipe (end of file: the master is gone; None: not watched)."""
+    ready: tuple[int, bytes] | None = None
+    """``(fd, message)``: written once the worker's set-up is done (the notify pipe)."""
+    draining: tuple[int, dict[str, bytes]] | None = None
+    """``(fd, {reason: message})``: written the moment the worker drains by its own decision."""
+
+
+def worker_spec(context: WorkerContext, pid: int) -> WorkerSpec:
+    """The spec of the worker ``context`` describes, running as ``pid``."""
+    draining = {reason: encode_draining(pid, context.slot, reason) for reason in DRAINING_REASONS}
+    return WorkerSpec(settings=context.settings, listeners=context.listeners,
+                      scoreboard=context.scoreboard, slot=context.slot, life_fd=context.life_read,
+                      ready=(context.notify_write, encode_ready(pid, context.slot)),
+                      draining=(context.notify_write, draining))
+
+
 def worker_settings(cfg: Config) -> dict[str, object]:
-    """The settings dict ``tines._core.run_worker`` takes, checked by the conversion it runs.
+    """The settings dict ``tines._core.run_worker`` takes, checked by the conversion it runs:
+    the registry's worker settings, plus ``workers`` (the master's count), with an unset
+    ``drain_timeout`` resolved to ``keepalive_timeout`` (Rust takes every value as given).
 
     Raises ConfigError (one line naming the setting) for a value no worker could run with, such
     as a timeout too long for the clock, so the master stops before forking rather than every
@@ -103,6 +135,8 @@ def worker_settings(cfg: Config) -> dict[str, object]:
 
     settings = cfg.worker_settings()
     settings["workers"] = cfg.workers
+    if settings["drain_timeout"] is None:
+        settings["drain_timeout"] = settings["keepalive_timeout"]  # the registry's "unset"
     try:
         _core.check_worker_settings(settings)
     except ValueError as error:
@@ -293,8 +327,6 @@ def _serve(context: WorkerContext) -> int:
     app = wrap_app(app, context.hooks, worker)
     import tines._core as _core
 
-    # Rust writes the ready message once the access log is open and the app threads started.
-    draining = {reason: encode_draining(pid, context.slot, reason) for reason in DRAINING_REASONS}
     sampler = None
     if context.profile_dir is not None:
         from tines import profiler
@@ -303,10 +335,8 @@ def _serve(context: WorkerContext) -> int:
         # the profiler cuts the stacks there.
         sampler = profiler.Sampler(context.profile_dir, cfg.profile_interval, _serve.__code__)
         sampler.start()
-    reason = _core.run_worker(app, context.settings, context.listeners, context.scoreboard,
-                              context.slot, context.life_read,
-                              (context.notify_write, encode_ready(pid, context.slot)),
-                              (context.notify_write, draining))
+    # Rust writes the ready message once the access log is open and the app threads started.
+    reason = _core.run_worker(app, worker_spec(context, pid))
     log.debug("worker %d (slot %d) stopped: %s", pid, context.slot, reason)
     if sampler is not None:
         sampler.stop()
@@ -329,11 +359,7 @@ def _serve_asgi(context: WorkerContext, app: Any, server: ServerView, worker: Wo
     for hook in ("pre_request", "post_request"):
         if hook in context.hooks.functions:
             log.warning("the %s hook runs for WSGI apps only: not called for this ASGI app", hook)
-    draining = {reason: encode_draining(pid, context.slot, reason) for reason in DRAINING_REASONS}
-    bridge = _core.AsgiWorker(context.settings, context.listeners, context.scoreboard,
-                              context.slot, context.life_read,
-                              (context.notify_write, encode_ready(pid, context.slot)),
-                              (context.notify_write, draining))
+    bridge = _core.AsgiWorker(worker_spec(context, pid))
     try:
         reason = asgi.serve(app, bridge, cfg)
     except (asgi.LifespanError, AppLoadError) as error:

@@ -1,15 +1,18 @@
 //! `tines._core`: the only crate that touches Python.
 //!
-//! It exposes the scoreboard to the master, the worker entry point (`run_worker`), the load
-//! generator (`bench`, crates/loadgen), the ASGI layer (`asgi`: the bridge's async side) and
-//! the WSGI layer: environ, `wsgi.input`,
-//! `start_response`, `wsgi.file_wrapper`. Everything below
-//! it (`tines-server`, `tines-proto`) knows nothing of Python; the GIL is taken only here.
+//! It exposes the scoreboard to the master, the worker entry point (`run_worker`, and
+//! `settings`, which reads the registry's worker settings), the load generator (`bench`,
+//! crates/loadgen), the ASGI layer (`asgi/`: the bridge's async side, its scope, requests and
+//! WebSockets) and the WSGI layer (`wsgi/`: environ, `wsgi.input`, `start_response`,
+//! `wsgi.file_wrapper`); both build what the app sees with the CGI helpers of `cgi`.
+//! Everything below it (`tines-server`, `tines-proto`) knows nothing of Python; the GIL is
+//! taken only here.
 
 use pyo3::prelude::*;
 
 mod asgi;
 mod bench;
+mod cgi;
 mod gil;
 mod scoreboard;
 mod settings;
@@ -45,6 +48,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_function(wrap_pyfunction!(scoreboard::run_status, m)?)?;
     m.add_function(wrap_pyfunction!(settings::check_worker_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::worker_config_fields, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench, m)?)?;
     Ok(())
 }

@@ -10,7 +10,7 @@ use pyo3::types::{PyDict, PyList};
 use tines_server::scoreboard::{monotonic_ns, ThreadState};
 use tines_server::{ExitReason, Scoreboard};
 
-use crate::wsgi::environ::latin1;
+use crate::cgi::latin1;
 
 /// `tines._core.Scoreboard(slots, threads_per_slot=1)`: a shared-memory region with one slot
 /// per worker and one sub-slot per app thread of each. Create it in the master before the

@@ -1,6 +1,7 @@
 //! Reads the worker settings dict (built by `tines.config`, the one registry of settings)
-//! into the server's typed `WorkerConfig`. Every key is required: defaults live in the
-//! registry only. The master runs the same conversion before its first fork
+//! into the server's typed `WorkerConfig`. Every key is required and every "unset" is
+//! resolved before it gets here: defaults live in the registry only (`worker_config_fields`
+//! lets a unit test hold `WorkerConfig::default()` to them). The master runs the same conversion before its first fork
 //! (`check_worker_settings`), so a value a worker cannot use stops the start with one line.
 
 use std::time::Duration;
@@ -52,10 +53,7 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         .ok_or_else(|| PyValueError::new_err(format!("unknown mpm '{mpm_name}'")))?;
     let server_header: String = get(settings, "server_header")?;
     let log_level: String = get(settings, "log_level")?;
-    let allowed: Vec<String> = match settings.get_item("forwarded_allow_ips")? {
-        Some(value) => value.extract()?,
-        None => Vec::new(),
-    };
+    let allowed: Vec<String> = get(settings, "forwarded_allow_ips")?;
     let trusted_proxies = TrustedProxies::parse(&allowed)
         .map_err(|err| PyValueError::new_err(format!("forwarded_allow_ips: {err}")))?;
     Ok(WorkerConfig {
@@ -79,9 +77,8 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         response_batch_delay: seconds(settings, "response_batch_delay")?,
         request_buffer_memory: get(settings, "request_buffer_memory")?,
         request_buffer_total: get(settings, "request_buffer_total")?,
-        // Unset (None, or ""): the system's temporary directory.
-        request_buffer_dir: get::<Option<String>>(settings, "request_buffer_dir")?
-            .map_or_else(std::env::temp_dir, Into::into),
+        // Made absolute by the registry (the system's temporary directory when unset).
+        request_buffer_dir: get::<String>(settings, "request_buffer_dir")?.into(),
         buffer_disk_total: get(settings, "buffer_disk_total")?,
         stream_body_paths: get::<Vec<String>>(settings, "stream_body_paths")?
             .into_iter()
@@ -89,12 +86,8 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
             .collect(),
         response_buffer_total: get(settings, "response_buffer_total")?,
         keepalive_timeout: seconds(settings, "keepalive_timeout")?,
-        // Unset (None): as long as a kept-alive connection may idle anyway.
-        drain_timeout: if get::<Option<f64>>(settings, "drain_timeout")?.is_some() {
-            seconds(settings, "drain_timeout")?
-        } else {
-            seconds(settings, "keepalive_timeout")?
-        },
+        // Resolved by `tines.worker.worker_settings` (unset: `keepalive_timeout`).
+        drain_timeout: seconds(settings, "drain_timeout")?,
         max_keepalive_requests: get(settings, "max_keepalive_requests")?,
         header_timeout: seconds(settings, "header_timeout")?,
         header_timeout_max: seconds(settings, "header_timeout_max")?,
@@ -123,4 +116,39 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         workers: get::<usize>(settings, "workers")?.max(1),
         debug: log_level.eq_ignore_ascii_case("debug"),
     })
+}
+
+/// Lists `config`'s fields, each with its `Debug` text. The destructuring names every field:
+/// one added to `WorkerConfig` fails to compile until it is listed here, and so in the check.
+macro_rules! fields_of {
+    ($config:expr; $($field:ident),* $(,)?) => {{
+        let WorkerConfig { $($field),* } = $config;
+        vec![$((stringify!($field), format!("{:?}", $field))),*]
+    }};
+}
+
+/// The fields of the `WorkerConfig` that `settings` convert into (as `run_worker` converts
+/// them), or of `WorkerConfig::default()` without `settings`: `(name, Debug text)` pairs, so
+/// that a unit test (tests/python/unit/test_worker_defaults.py) checks the Rust defaults,
+/// which the server's own tests start from, against the registry's, field by field.
+#[pyfunction]
+#[pyo3(signature = (settings=None))]
+pub fn worker_config_fields(
+    settings: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Vec<(&'static str, String)>> {
+    let config = match settings {
+        Some(settings) => worker_config(settings)?,
+        None => WorkerConfig::default(),
+    };
+    Ok(fields_of!(config;
+        mpm, threads, trusted_proxies, proxy_protocol, max_connections, max_queued_requests,
+        max_concurrency, ws_max_message_size, ws_per_message_deflate, ws_server_max_window_bits,
+        ws_ping_interval, ws_ping_timeout, max_response_buffer, response_batch_delay,
+        request_buffer_memory, request_buffer_total, request_buffer_dir, buffer_disk_total,
+        stream_body_paths, response_buffer_total, keepalive_timeout, drain_timeout,
+        max_keepalive_requests, header_timeout, header_timeout_max, header_min_rate,
+        body_timeout, body_min_rate, send_timeout, linger_timeout, limits, max_body_size,
+        max_body_drain, server_header, access_log, access_log_format, access_log_exclude,
+        max_requests, max_requests_jitter, workers, debug,
+    ))
 }

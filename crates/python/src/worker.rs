@@ -1,7 +1,8 @@
 //! `run_worker`: the worker process's entry into Rust, called by `tines.worker` after fork and
-//! app loading. The GIL is released here for the worker's whole life; the threads that serve
-//! (prefork's loop, the pool's app threads) take it and keep it while they work (see
-//! `wsgi::WsgiApp::run_loop_thread`).
+//! app loading, and [`PythonSpec`], the one value that carries what the worker starts with
+//! across from Python (to `run_worker` and to `AsgiWorker`). The GIL is released here for the
+//! worker's whole life; the threads that serve (prefork's loop, the pool's app threads) take
+//! it and keep it while they work (see `wsgi::WsgiApp::run_loop_thread`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,35 +16,12 @@ use crate::scoreboard::PyScoreboard;
 use crate::settings::worker_config;
 use crate::wsgi::WsgiApp;
 
-/// Runs the MPM named by `settings["mpm"]` until the worker is told to stop; returns why it
-/// stopped: "graceful", "retire", "quick", "master_gone", "max_requests" or "cpu_limit".
-///
-/// `ready` is `(fd, message)`: once the worker's whole set-up is done (access log open, app
-/// threads started, loop about to serve), `message` is written to `fd` in one `write` (the
-/// master's notify pipe; the message is at most PIPE_BUF bytes, so the write is atomic).
-///
-/// `draining` is `(fd, {reason: message})`: when the worker starts draining by its own
-/// decision ("max_requests", "cpu_limit"), the message for that reason is written to `fd` in
-/// one `write`, at once, so the master starts the replacement while this worker drains.
+/// Runs the MPM named by `spec.settings["mpm"]` until the worker is told to stop; returns why
+/// it stopped: "graceful", "retire", "quick", "master_gone", "max_requests" or "cpu_limit".
 #[pyfunction]
-#[pyo3(signature = (app, settings, listeners, scoreboard, slot, life_fd=None, ready=None, draining=None))]
-#[allow(clippy::too_many_arguments)]
-pub fn run_worker(
-    py: Python<'_>,
-    app: Py<PyAny>,
-    settings: &Bound<'_, PyDict>,
-    listeners: Vec<i32>,
-    scoreboard: &Bound<'_, PyScoreboard>,
-    slot: usize,
-    life_fd: Option<i32>,
-    ready: Option<(i32, Vec<u8>)>,
-    draining: Option<(i32, HashMap<String, Vec<u8>>)>,
-) -> PyResult<&'static str> {
-    let config = worker_config(settings)?;
-    let wsgi = WsgiApp::new(py, app, settings, &config)?;
-    let spec = spec(
-        config, listeners, scoreboard, slot, life_fd, ready, draining,
-    );
+pub fn run_worker(py: Python<'_>, app: Py<PyAny>, spec: PythonSpec<'_>) -> PyResult<&'static str> {
+    let spec = spec.into_spec()?;
+    let wsgi = WsgiApp::new(py, app, &spec.config)?;
     let app: Arc<dyn tines_server::App> = Arc::new(wsgi);
     let result = py.detach(move || run(app, spec));
     result
@@ -51,32 +29,61 @@ pub fn run_worker(
         .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))
 }
 
-/// The worker's spec: the ready and draining messages become hooks that write them.
-pub(crate) fn spec(
-    config: tines_server::WorkerConfig,
+/// What the worker starts with, as `tines.worker.WorkerSpec` carries it from Python (read by
+/// attribute, once, for `run_worker` and `AsgiWorker` alike).
+#[derive(FromPyObject)]
+pub struct PythonSpec<'py> {
+    /// The worker settings (`tines.worker.worker_settings`), converted by
+    /// [`worker_config`].
+    settings: Bound<'py, PyDict>,
+    /// The listening sockets' fds.
     listeners: Vec<i32>,
-    scoreboard: &Bound<'_, PyScoreboard>,
+    /// The scoreboard shared with the master.
+    scoreboard: Bound<'py, PyScoreboard>,
+    /// This worker's slot in it.
     slot: usize,
+    /// The read end of the life pipe: end of file when the master is gone.
     life_fd: Option<i32>,
+    /// `(fd, message)`: once the worker's whole set-up is done (access log open, app threads
+    /// started, loop about to serve), `message` is written to `fd` in one `write` (the
+    /// master's notify pipe; the message is at most PIPE_BUF bytes, so the write is atomic).
     ready: Option<(i32, Vec<u8>)>,
+    /// `(fd, {reason: message})`: when the worker starts draining by its own decision
+    /// ("max_requests", "cpu_limit"), the message for that reason is written to `fd` in one
+    /// `write`, at once, so the master starts the replacement while this worker drains.
     draining: Option<(i32, HashMap<String, Vec<u8>>)>,
-) -> WorkerSpec {
-    WorkerSpec {
-        config,
-        listeners,
-        scoreboard: Arc::clone(&scoreboard.get().inner),
-        slot,
-        life_fd,
-        on_ready: ready.map(|(fd, message)| -> tines_server::worker::ReadyHook {
-            Box::new(move || write_message(fd, &message))
-        }),
-        on_draining: draining.map(|(fd, messages)| -> tines_server::worker::DrainingHook {
-            Box::new(move |reason| {
-                if let Some(message) = messages.get(reason.name()) {
-                    write_message(fd, message);
-                }
-            })
-        }),
+}
+
+impl PythonSpec<'_> {
+    /// The worker's spec: the settings converted, the ready and draining messages made hooks
+    /// that write them.
+    pub fn into_spec(self) -> PyResult<WorkerSpec> {
+        let PythonSpec {
+            settings,
+            listeners,
+            scoreboard,
+            slot,
+            life_fd,
+            ready,
+            draining,
+        } = self;
+        Ok(WorkerSpec {
+            config: worker_config(&settings)?,
+            listeners,
+            scoreboard: Arc::clone(&scoreboard.get().inner),
+            slot,
+            life_fd,
+            on_ready: ready.map(|(fd, message)| -> tines_server::worker::ReadyHook {
+                Box::new(move || write_message(fd, &message))
+            }),
+            on_draining: draining.map(|(fd, messages)| -> tines_server::worker::DrainingHook {
+                Box::new(move |reason| {
+                    if let Some(message) = messages.get(reason.name()) {
+                        write_message(fd, message);
+                    }
+                })
+            }),
+        })
     }
 }
 

@@ -185,12 +185,18 @@ fn extended(base: Duration, rate: u64, received: u64) -> Duration {
     base + Duration::from_secs_f64(received as f64 / rate as f64)
 }
 
+/// The registry's defaults (`tines.config`), for the server's own tests and fuzz targets (a
+/// worker always gets its config from the registry): restated here, and held to the registry
+/// field by field by tests/python/unit/test_worker_defaults.py, through the same conversion
+/// a worker's settings go through (`worker_config_fields` in crates/python). `workers`, whose
+/// registry default depends on the machine's CPUs, is 1.
 impl Default for WorkerConfig {
     fn default() -> Self {
         WorkerConfig {
             mpm: Mpm::Prefork,
             threads: 1,
-            trusted_proxies: TrustedProxies::Networks(Vec::new()),
+            trusted_proxies: TrustedProxies::parse(&["127.0.0.1".to_owned(), "::1".to_owned()])
+                .expect("two valid addresses"),
             proxy_protocol: false,
             max_connections: 10_000,
             max_queued_requests: 1024,

@@ -117,6 +117,28 @@ def test_the_scope_carries_what_the_spec_asks_for(tines_server: Callable[..., Se
     assert response.status_code == 200
 
 
+def test_the_scheme_is_what_a_trusted_proxy_says_request_by_request(
+        tines_server: Callable[..., Server]) -> None:
+    """The rule WSGI's `wsgi.url_scheme` follows (test_wsgi_pep3333.py): `https` or `http`
+    from a trusted proxy's X-Forwarded-Proto (its last line's first entry, any case), else the
+    connection's own `http`; never from an untrusted peer."""
+    cases: list[tuple[list[tuple[str, str]], str]] = [
+        ([("X-Forwarded-Proto", "https")], "https"), ([("X-Forwarded-Proto", "http")], "http"),
+        ([("X-Forwarded-Proto", "HTTPS , http")], "https"), ([("X-Forwarded-Proto", "ftp")], "http"),
+        ([], "http"), ([("X-Forwarded-Proto", "https")], "https"),
+        ([("X-Forwarded-Proto", "http"), ("X-Forwarded-Proto", "https")], "https"),
+        ([("X-Forwarded-Proto", "https"), ("X-Forwarded-Proto", "http")], "http"), ([], "http"),
+    ]
+    trusted = tines_server(APP, "-w", "1")
+    with httpx.Client(base_url=trusted.url, timeout=20) as client:  # one kept-alive connection
+        for headers, expected in cases:
+            scope = client.get("/scope", headers=headers).json()
+            assert (headers, scope["scheme"]) == (headers, expected)
+    untrusted = tines_server(APP, "-w", "1", "--forwarded-allow-ips", "10.0.0.1")
+    scope = get(untrusted, "/scope", headers={"X-Forwarded-Proto": "https"}).json()
+    assert scope["scheme"] == "http"
+
+
 def test_a_request_body_streamed_in_chunks_reaches_the_app_whole_in_bounded_messages(
         tines_server: Callable[..., Server]) -> None:
     server = tines_server(APP, "-w", "1")

@@ -136,7 +136,7 @@ def test_the_scoreboard_shows_the_request_a_real_worker_is_stuck_in() -> None:
     a worker that runs the Rust MPM over a real socket, as ``tines.worker`` does."""
     import tines._core as _core
     from tines.config import load
-    from tines.worker import worker_settings
+    from tines.worker import WorkerSpec, worker_settings
 
     board = _core.Scoreboard(1, 2)
     settings = worker_settings(load({"mpm": "thread", "threads": 2}, {}))
@@ -152,7 +152,7 @@ def test_the_scoreboard_shows_the_request_a_real_worker_is_stuck_in() -> None:
     if pid == 0:  # the worker
         try:
             os.close(release_write)
-            _core.run_worker(app, settings, [listener.fileno()], board, 0)
+            _core.run_worker(app, WorkerSpec(settings, [listener.fileno()], board, 0))
         finally:
             os._exit(0)
     os.close(release_read)

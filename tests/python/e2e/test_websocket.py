@@ -6,6 +6,7 @@ Every wait is on a message, a frame or a close: assertions are on order and outc
 
 from __future__ import annotations
 
+import ast
 import base64
 import os
 import resource
@@ -130,6 +131,22 @@ def test_the_scope_of_a_websocket(tines_server: Callable[..., Server]) -> None:
         "type": "websocket", "scheme": "ws", "path": "/scope", "query_string": "x=1",
         "subprotocols": ["chat", "superchat"], "http_version": "1.1",
         "extensions": {"websocket.http.response": {}}}.items()))
+
+
+def test_the_scheme_of_a_websocket_is_wss_when_a_trusted_proxy_says_https(
+        tines_server: Callable[..., Server]) -> None:
+    """The proxy rule of `Exchange::url_scheme`, as `ws`/`wss` (http's cases: test_asgi.py)."""
+    def scheme(server: Server, proto: str) -> str:
+        with connect(url(server, "/scope"), additional_headers={"X-Forwarded-Proto": proto}) as ws:
+            shown = ws.recv()
+        assert isinstance(shown, str)
+        return dict(ast.literal_eval(shown))["scheme"]  # type: ignore[no-any-return]
+
+    trusted = tines_server(APP, "-w", "1")
+    assert [scheme(trusted, proto) for proto in ("https", "http", "HTTPS, http", "ftp")] == [
+        "wss", "ws", "wss", "ws"]
+    untrusted = tines_server(APP, "-w", "1", "--forwarded-allow-ips", "10.0.0.1")
+    assert scheme(untrusted, "https") == "ws"
 
 
 def test_the_subprotocol_the_app_picks_is_agreed(tines_server: Callable[..., Server]) -> None:

@@ -234,6 +234,29 @@ def test_forwarded_headers_are_believed_only_from_trusted_peers(tines_server: An
     assert env["REMOTE_ADDR"] == "127.0.0.1" and env["wsgi.url_scheme"] == "http"
 
 
+def test_the_url_scheme_is_what_a_trusted_proxy_says_request_by_request(server: Any) -> None:
+    """`https` or `http` from a trusted proxy's X-Forwarded-Proto (its last line's first entry,
+    any case); anything else, or no header, is the connection's own `http`. One kept-alive
+    connection: a request's scheme never leaks into the next one's environ (ADR 0016)."""
+    cases: list[tuple[list[str], str]] = [
+        (["https"], "https"), (["http"], "http"), (["HTTPS , http"], "https"), (["ftp"], "http"),
+        ([], "http"), (["https"], "https"), ([""], "http"), (["http", "https"], "https"),
+        (["https", "http"], "http"), ([], "http"),
+    ]
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        for values, expected in cases:
+            connection.putrequest("GET", "/environ")
+            for value in values:
+                connection.putheader("X-Forwarded-Proto", value)
+            connection.endheaders()
+            response = connection.getresponse()
+            env = json.loads(response.read())
+            assert (values, env["wsgi.url_scheme"]) == (values, expected)
+    finally:
+        connection.close()
+
+
 def test_wsgi_input_read_variants(server: Any) -> None:
     assert request(server, "POST", "/read", body=b"all of it")[2] == b"all of it"
     assert request(server, "POST", "/read-n?4", body=b"abcdefghij")[2] == b"abcd|efgh|ij"

@@ -1,6 +1,9 @@
 //! The WSGI environ (PEP 3333 and the CGI variables it inherits), built per request from a
 //! per-worker template dict (the constant keys) and the parsed head. Keys are interned
-//! strings; header values are decoded as latin-1, as PEP 3333 requires of native strings.
+//! strings; header values are decoded as latin-1, as PEP 3333 requires of native strings
+//! (the decoding helpers are `crate::cgi`'s, shared with ASGI's scope). Each app thread keeps
+//! its own template with the last request's values (ADR 0016): the request line and addresses
+//! here, the header fields in `headers`.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -12,114 +15,10 @@ use tines_proto::Version;
 use tines_server::{Exchange, Local, Peer};
 
 use super::input::Input;
+use crate::cgi::{host_and_port, ipv4_text, latin1, percent_decode, split_target};
+use headers::KNOWN_HEADERS;
 
-/// Decodes bytes as latin-1 into a Python str: CPython's own decoder, one pass over the
-/// bytes (checking for UTF-8 and ASCII first, then decoding UTF-8, was three).
-pub fn latin1<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyString>> {
-    // SAFETY: the pointer and length describe `bytes`, alive for the call; latin-1 decodes
-    // any byte sequence, so the call fails only when memory runs out.
-    let decoded = unsafe {
-        pyo3::ffi::PyUnicode_DecodeLatin1(
-            bytes.as_ptr().cast(),
-            bytes.len() as pyo3::ffi::Py_ssize_t,
-            std::ptr::null(),
-        )
-    };
-    if decoded.is_null() {
-        // Out of memory: a MemoryError, and the request a 500.
-        return Err(PyErr::fetch(py));
-    }
-    // SAFETY: a new reference to a str, as PyUnicode_DecodeLatin1 documents.
-    Ok(unsafe { Bound::from_owned_ptr(py, decoded).cast_into_unchecked() })
-}
-
-fn hex_value(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
-}
-
-/// Percent-decodes a path (`%2F` becomes `/`, as CGI does; malformed escapes stay as sent).
-pub fn percent_decode(path: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    if !path.contains(&b'%') {
-        return std::borrow::Cow::Borrowed(path);
-    }
-    let mut out = Vec::with_capacity(path.len());
-    let mut i = 0;
-    while i < path.len() {
-        if path[i] == b'%' && i + 2 < path.len() {
-            if let (Some(high), Some(low)) = (hex_value(path[i + 1]), hex_value(path[i + 2])) {
-                out.push(high << 4 | low);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(path[i]);
-        i += 1;
-    }
-    std::borrow::Cow::Owned(out)
-}
-
-/// Splits a request target into (path, query). Absolute-form targets lose their scheme and
-/// authority (RFC 9112 3.2.2); `*` and authority-form keep no path.
-pub fn split_target(target: &[u8]) -> (&[u8], &[u8]) {
-    let (before, query) = match target.iter().position(|&b| b == b'?') {
-        Some(pos) => (&target[..pos], &target[pos + 1..]),
-        None => (target, &b""[..]),
-    };
-    if before.first() == Some(&b'/') || before == b"*" {
-        return (before, query);
-    }
-    // absolute-form: scheme "://" authority path
-    if let Some(pos) = before.windows(3).position(|w| w == b"://") {
-        let rest = &before[pos + 3..];
-        return match rest.iter().position(|&b| b == b'/') {
-            Some(slash) => (&rest[slash..], query),
-            None => (&b"/"[..], query),
-        };
-    }
-    (&b""[..], query)
-}
-
-/// The request headers whose environ keys are interned and whose last value each thread
-/// keeps (a value that repeats is not decoded again): the most common ones.
-const KNOWN_HEADERS: [(&[u8], &str); 12] = [
-    (b"host", "HTTP_HOST"),
-    (b"accept", "HTTP_ACCEPT"),
-    (b"cookie", "HTTP_COOKIE"),
-    (b"origin", "HTTP_ORIGIN"),
-    (b"referer", "HTTP_REFERER"),
-    (b"user-agent", "HTTP_USER_AGENT"),
-    (b"connection", "HTTP_CONNECTION"),
-    (b"cache-control", "HTTP_CACHE_CONTROL"),
-    (b"authorization", "HTTP_AUTHORIZATION"),
-    (b"accept-encoding", "HTTP_ACCEPT_ENCODING"),
-    (b"accept-language", "HTTP_ACCEPT_LANGUAGE"),
-    (b"x-forwarded-for", "HTTP_X_FORWARDED_FOR"),
-];
-
-/// The index of a header name in [`KNOWN_HEADERS`].
-fn known_header(name: &[u8]) -> Option<usize> {
-    KNOWN_HEADERS
-        .iter()
-        .position(|(known, _)| known.len() == name.len() && known.eq_ignore_ascii_case(name))
-}
-
-fn header_key<'py>(py: Python<'py>, name: &[u8], scratch: &mut String) -> Bound<'py, PyString> {
-    scratch.clear();
-    scratch.push_str("HTTP_");
-    for &b in name {
-        scratch.push(if b == b'-' {
-            '_'
-        } else {
-            b.to_ascii_uppercase() as char
-        });
-    }
-    PyString::new(py, scratch)
-}
+mod headers;
 
 /// The keys every request sets, or deletes when it has no value (`REMOTE_ADDR` and
 /// `REMOTE_PORT` on a Unix socket without a forwarded client).
@@ -261,107 +160,6 @@ impl ThreadTemplate {
         })
     }
 
-    /// Whether the request's header fields are those the template's header keys were made
-    /// from: the same header block, byte for byte.
-    fn same_headers(&self, exchange: &Exchange, decoded: bool) -> bool {
-        self.header_source.as_deref().is_some_and(|source| {
-            source.split_first().is_some_and(|(&flag, block)| {
-                flag == u8::from(decoded) && same_bytes(block, exchange.header_block())
-            })
-        })
-    }
-
-    /// Sets the request's header fields in the template (`HTTP_*`, `CONTENT_TYPE`,
-    /// `CONTENT_LENGTH`), and removes the last request's keys it lacks. On an error the
-    /// template is dropped by the caller ([`build`]): it may hold keys no list names.
-    fn set_headers(
-        &mut self,
-        py: Python<'_>,
-        context: &EnvironContext,
-        exchange: &Exchange,
-        decoded: bool,
-    ) -> PyResult<()> {
-        let mut source = self.header_source.take().unwrap_or_default();
-        source.clear();
-        source.push(u8::from(decoded));
-        source.extend_from_slice(exchange.header_block());
-        let dict = self.dict.clone_ref(py);
-        let env = dict.bind(py);
-        let mut keys: Vec<(Vec<u8>, Py<PyString>)> = Vec::with_capacity(self.header_keys.len());
-        let mut scratch = String::new();
-        for (index, (name, value)) in exchange.headers().enumerate() {
-            if name.contains(&b'_') {
-                // Dropped: `X_Forwarded_For` would land on the same key as `X-Forwarded-For`
-                // and could spoof what a proxy set.
-                continue;
-            }
-            if decoded && name.eq_ignore_ascii_case(b"transfer-encoding") {
-                // The server decoded the chunked body before dispatch: the app gets a plain
-                // body of known length (as behind a buffering proxy), `CONTENT_LENGTH` set
-                // in the request's copy.
-                continue;
-            }
-            let (key, value) = if name.eq_ignore_ascii_case(b"content-type") {
-                (intern!(py, "CONTENT_TYPE").clone(), latin1(py, value)?)
-            } else if name.eq_ignore_ascii_case(b"content-length") {
-                (intern!(py, "CONTENT_LENGTH").clone(), latin1(py, value)?)
-            } else {
-                match known_header(name) {
-                    Some(index) => (
-                        context.header_keys[index].bind(py).clone(),
-                        self.header_value(py, index, value)?,
-                    ),
-                    None => (header_key(py, name, &mut scratch), latin1(py, value)?),
-                }
-            };
-            // Names map to keys one to one (ignoring case): a key already set by this
-            // request only when an earlier field had the same name.
-            let repeated = exchange
-                .headers()
-                .take(index)
-                .any(|(earlier, _)| earlier.eq_ignore_ascii_case(name));
-            if repeated {
-                // RFC 9110 5.3: repeated fields combine with ", "; Cookie uses "; " (RFC
-                // 6265 5.4).
-                let existing = env
-                    .get_item(&key)?
-                    .map(|v| v.extract::<String>())
-                    .transpose()?;
-                let separator = if name.eq_ignore_ascii_case(b"cookie") {
-                    "; "
-                } else {
-                    ", "
-                };
-                let merged = match existing {
-                    Some(existing) => format!("{existing}{separator}{}", value.to_str()?),
-                    None => value.to_str()?.to_owned(),
-                };
-                env.set_item(&key, merged)?;
-            } else {
-                env.set_item(&key, &value)?;
-                keys.push((key.to_str()?.as_bytes().to_vec(), key.unbind()));
-            }
-        }
-        for (text, key) in std::mem::take(&mut self.header_keys) {
-            if !keys.iter().any(|(kept, _)| *kept == text) {
-                env.del_item(key)?;
-                self.removed += 1;
-            }
-        }
-        self.header_keys = keys;
-        // CPython copies a dict by cloning its table only while at most a third of the
-        // table's entries are deleted ones; past that, each request's copy would insert key
-        // by key. A template with that many removals is rebuilt, compact.
-        if self.removed * 2 >= env.len() {
-            let compact = PyDict::new(py);
-            compact.update(env.as_mapping())?;
-            self.dict = compact.unbind();
-            self.removed = 0;
-        }
-        self.header_source = Some(source);
-        Ok(())
-    }
-
     /// `REMOTE_PORT`'s value for `port`.
     fn port_text<'py>(&mut self, py: Python<'py>, port: u16) -> Bound<'py, PyString> {
         let slot = &mut self.ports[usize::from(port) & (PORT_CACHE - 1)];
@@ -403,23 +201,6 @@ impl ThreadTemplate {
         }
         self.sources[which as usize] = Some(source);
         Ok(())
-    }
-
-    /// The value of a known header field: the last one's when the bytes are the same.
-    fn header_value<'py>(
-        &mut self,
-        py: Python<'py>,
-        index: usize,
-        bytes: &[u8],
-    ) -> PyResult<Bound<'py, PyString>> {
-        if let Some((last, value)) = &self.headers[index] {
-            if same_bytes(last, bytes) {
-                return Ok(value.bind(py).clone());
-            }
-        }
-        let value = latin1(py, bytes)?;
-        self.headers[index] = Some((bytes.to_vec(), value.clone().unbind()));
-        Ok(value)
     }
 }
 
@@ -470,35 +251,6 @@ impl EnvironContext {
     }
 }
 
-/// Writes an IPv4 address the way `Display` does, without allocating.
-fn ipv4_text(ip: std::net::Ipv4Addr, out: &mut [u8; 15]) -> &str {
-    let mut len = 0;
-    for (index, octet) in ip.octets().into_iter().enumerate() {
-        if index > 0 {
-            out[len] = b'.';
-            len += 1;
-        }
-        let mut buffer = itoa::Buffer::new();
-        let digits = buffer.format(octet).as_bytes();
-        out[len..len + digits.len()].copy_from_slice(digits);
-        len += digits.len();
-    }
-    std::str::from_utf8(&out[..len]).expect("digits and dots are ASCII")
-}
-
-fn host_and_port(host: &[u8]) -> (&[u8], Option<&[u8]>) {
-    if host.first() == Some(&b'[') {
-        if let Some(end) = host.iter().position(|&b| b == b']') {
-            let rest = &host[end + 1..];
-            return (&host[..=end], rest.strip_prefix(b":"));
-        }
-    }
-    match host.iter().rposition(|&b| b == b':') {
-        Some(pos) => (&host[..pos], Some(&host[pos + 1..])),
-        None => (host, None),
-    }
-}
-
 /// Builds the environ for the request held in `exchange`.
 pub fn build<'py>(
     py: Python<'py>,
@@ -546,12 +298,9 @@ fn build_with<'py>(
     remember_request_line(py, template, exchange)?;
     let decoded_length = exchange.decoded_body_length();
     let mut host = None;
-    let mut forwarded_proto = None;
     for (name, value) in exchange.headers() {
         if name.eq_ignore_ascii_case(b"host") {
             host = Some(value);
-        } else if name.eq_ignore_ascii_case(b"x-forwarded-proto") {
-            forwarded_proto = Some(value);
         }
     }
     server_name_and_port(py, template, exchange, host)?;
@@ -575,19 +324,10 @@ fn build_with<'py>(
     if let Some(length) = decoded_length {
         env.set_item(intern!(py, "CONTENT_LENGTH"), length.to_string())?;
     }
-    if exchange.peer_is_trusted_proxy() {
-        if let Some(proto) = forwarded_proto {
-            let proto = proto
-                .split(|&b| b == b',')
-                .next()
-                .unwrap_or(b"")
-                .trim_ascii();
-            if proto.eq_ignore_ascii_case(b"https") {
-                env.set_item(intern!(py, "wsgi.url_scheme"), intern!(py, "https"))?;
-            } else if proto.eq_ignore_ascii_case(b"http") {
-                env.set_item(intern!(py, "wsgi.url_scheme"), intern!(py, "http"))?;
-            }
-        }
+    // The template holds `http`, the connection's own scheme; a trusted proxy's `https` goes
+    // in the copy only, so the next request starts from `http` again.
+    if exchange.url_scheme() == "https" {
+        env.set_item(intern!(py, "wsgi.url_scheme"), intern!(py, "https"))?;
     }
     Ok(env)
 }
@@ -809,21 +549,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn splits_origin_and_absolute_targets() {
-        assert_eq!(split_target(b"/a/b?x=1"), (&b"/a/b"[..], &b"x=1"[..]));
-        assert_eq!(split_target(b"http://h:8/p?q"), (&b"/p"[..], &b"q"[..]));
-        assert_eq!(split_target(b"http://h"), (&b"/"[..], &b""[..]));
-        assert_eq!(split_target(b"*"), (&b"*"[..], &b""[..]));
-    }
-
-    #[test]
-    fn percent_decodes_paths_and_keeps_malformed_escapes() {
-        assert_eq!(&*percent_decode(b"/a%20b%2Fc"), b"/a b/c");
-        assert_eq!(&*percent_decode(b"/100%"), b"/100%");
-        assert_eq!(&*percent_decode(b"/%zz%4"), b"/%zz%4");
-    }
-
-    #[test]
     fn a_source_matches_only_the_same_parts() {
         let mut source = Vec::new();
         for part in [&b"ab"[..], b"c"] {
@@ -836,32 +561,5 @@ mod tests {
         assert!(!same_source(&source, &[b"ab", b"c", b""]));
         assert!(!same_source(&source, &[b"ab", b"d"]));
         assert!(same_source(&[], &[]));
-    }
-
-    #[test]
-    fn splits_host_and_port() {
-        assert_eq!(
-            host_and_port(b"example.com:8080"),
-            (&b"example.com"[..], Some(&b"8080"[..]))
-        );
-        assert_eq!(
-            host_and_port(b"[::1]:80"),
-            (&b"[::1]"[..], Some(&b"80"[..]))
-        );
-        assert_eq!(host_and_port(b"example.com"), (&b"example.com"[..], None));
-    }
-
-    #[test]
-    fn writes_ipv4_addresses_as_display_does() {
-        for ip in [
-            "0.0.0.0",
-            "127.0.0.1",
-            "10.20.255.9",
-            "255.255.255.255",
-            "1.22.103.4",
-        ] {
-            let ip: std::net::Ipv4Addr = ip.parse().unwrap();
-            assert_eq!(ipv4_text(ip, &mut [0; 15]), ip.to_string());
-        }
     }
 }

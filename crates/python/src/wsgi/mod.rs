@@ -103,12 +103,7 @@ unsafe impl Send for SameThread<'_> {}
 
 impl WsgiApp {
     /// Prepares the per-worker environ template and the error logger.
-    pub fn new(
-        py: Python<'_>,
-        app: Py<PyAny>,
-        settings: &Bound<'_, PyDict>,
-        config: &WorkerConfig,
-    ) -> PyResult<WsgiApp> {
+    pub fn new(py: Python<'_>, app: Py<PyAny>, config: &WorkerConfig) -> PyResult<WsgiApp> {
         let sys = py.import("sys")?;
         let template = PyDict::new(py);
         template.set_item("wsgi.version", PyTuple::new(py, [1, 0])?)?;
@@ -118,11 +113,7 @@ impl WsgiApp {
             "wsgi.multithread",
             matches!(config.mpm, Mpm::Thread | Mpm::Event) && config.threads > 1,
         )?;
-        let workers: usize = match settings.get_item("workers")? {
-            Some(value) => value.extract()?,
-            None => 1,
-        };
-        template.set_item("wsgi.multiprocess", workers > 1)?;
+        template.set_item("wsgi.multiprocess", config.workers > 1)?;
         template.set_item("wsgi.run_once", false)?;
         template.set_item("wsgi.input_terminated", true)?;
         template.set_item(

@@ -369,6 +369,37 @@ impl Exchange {
             .or(peer_ip)
     }
 
+    /// The scheme the client used, as the app sees it (`wsgi.url_scheme`, the ASGI scope's
+    /// `scheme`), decided here once for both: behind a trusted proxy, its `X-Forwarded-Proto`
+    /// when that says `https` or `http` (the last header line's first entry, any case); else
+    /// the connection's own scheme, `http` (no TLS yet).
+    pub fn url_scheme(&self) -> &'static str {
+        const OWN: &str = "http";
+        let Some((_, value)) = self
+            .headers()
+            .filter(|(name, _)| name.eq_ignore_ascii_case(b"x-forwarded-proto"))
+            .last()
+        else {
+            return OWN;
+        };
+        // Asked only of a request that has the header: the usual one costs a scan, no more.
+        if !self.peer_is_trusted_proxy() {
+            return OWN;
+        }
+        let proto = value
+            .split(|&b| b == b',')
+            .next()
+            .unwrap_or(b"")
+            .trim_ascii();
+        if proto.eq_ignore_ascii_case(b"https") {
+            "https"
+        } else if proto.eq_ignore_ascii_case(b"http") {
+            "http"
+        } else {
+            OWN
+        }
+    }
+
     /// The value of the first request header named `name` (any case).
     fn header(&self, name: &[u8]) -> Option<&[u8]> {
         self.headers()

@@ -1,0 +1,341 @@
+//! An ASGI `http` request in flight: its scope, `receive` (the buffered body, then
+//! `http.disconnect`), `send` (`http.response.start`, then `http.response.body` messages
+//! written through the exchange), and its end, which gives the connection back to the reactor.
+
+use std::time::Instant;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyString};
+use tines_server::Exchange;
+
+use super::waiter::{ready, Waiter};
+use super::{body_of, header_pairs, status_line, AsgiWorker, ClientDisconnected};
+
+/// Body bytes given to the app in one `http.request` message, at most.
+const BODY_MESSAGE: usize = 1024 * 1024;
+
+/// How far the response has gone.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Response {
+    /// No `http.response.start` yet.
+    None,
+    /// `http.response.start` received, kept until the first body message (its length may
+    /// then be known).
+    Started,
+    /// The head is encoded; more body may follow.
+    Body,
+    /// The last body message was sent (or the response was failed or aborted).
+    Complete,
+}
+
+/// One request in flight: its scope, `receive`, `send`, and its end.
+#[pyclass(module = "tines._core", unsendable)]
+pub struct Request {
+    /// Its connection in the worker, and what its `receive` and `send` wait on.
+    waiter: Waiter,
+    exchange: Option<Box<Exchange>>,
+    scope: Py<PyDict>,
+    body_done: bool,
+    response: Response,
+    status: u16,
+    headers: Option<Py<PyAny>>,
+    gone: bool,
+    /// The last progress: dispatch, or the app's last `receive` or `send` (for
+    /// `request_timeout`, which counts time without progress, as for WSGI).
+    progress: Instant,
+}
+
+impl Request {
+    /// The request held in `exchange`, just dispatched on the connection `token`.
+    pub(super) fn new(
+        token: usize,
+        worker: Py<AsgiWorker>,
+        exchange: Box<Exchange>,
+        scope: Bound<'_, PyDict>,
+    ) -> Request {
+        Request {
+            waiter: Waiter::new(token, worker),
+            exchange: Some(exchange),
+            scope: scope.unbind(),
+            body_done: false,
+            response: Response::None,
+            status: 0,
+            headers: None,
+            gone: false,
+            progress: Instant::now(),
+        }
+    }
+}
+
+fn disconnect_message(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let message = PyDict::new(py);
+    message.set_item(intern!(py, "type"), intern!(py, "http.disconnect"))?;
+    Ok(message)
+}
+
+#[pymethods]
+impl Request {
+    /// The ASGI scope.
+    #[getter]
+    fn scope(&self, py: Python<'_>) -> Py<PyDict> {
+        self.scope.clone_ref(py)
+    }
+
+    /// "METHOD target", for log lines.
+    fn describe(&self) -> String {
+        match &self.exchange {
+            Some(exchange) => format!(
+                "{} {}",
+                String::from_utf8_lossy(exchange.method()),
+                String::from_utf8_lossy(exchange.target())
+            ),
+            None => String::new(),
+        }
+    }
+
+    /// Seconds since the request last made progress (dispatch, a `receive`, a `send`); 0
+    /// while a `send` waits for the client to read (the client's time, not the app's).
+    fn idle_seconds(&self) -> f64 {
+        if self.waiter.sending() {
+            return 0.0;
+        }
+        self.progress.elapsed().as_secs_f64()
+    }
+
+    /// ASGI `receive`: the body in `http.request` messages (at most 1 MiB each), then
+    /// `http.disconnect` once the client is gone or the response is complete.
+    fn receive(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.progress = Instant::now();
+        if !self.body_done && !self.gone {
+            if let Some(exchange) = self.exchange.as_mut() {
+                let mut body = Vec::new();
+                let mut more = true;
+                while body.len() < BODY_MESSAGE {
+                    let chunk = exchange
+                        .fill_body()
+                        .map_err(|err| ClientDisconnected::new_err(err.to_string()))?;
+                    if chunk.is_empty() {
+                        more = false;
+                        break;
+                    }
+                    let take = chunk.len().min(BODY_MESSAGE - body.len());
+                    body.extend_from_slice(&chunk[..take]);
+                    exchange.consume_body(take);
+                }
+                self.body_done = !more;
+                let message = PyDict::new(py);
+                message.set_item(intern!(py, "type"), intern!(py, "http.request"))?;
+                message.set_item(intern!(py, "body"), PyBytes::new(py, &body))?;
+                message.set_item(intern!(py, "more_body"), more)?;
+                return ready(py, message.into_any());
+            }
+        }
+        if self.gone || self.response == Response::Complete || self.exchange.is_none() {
+            return ready(py, disconnect_message(py)?.into_any());
+        }
+        self.waiter.wait_receive(py)
+    }
+
+    /// ASGI `send`: `http.response.start` then `http.response.body` messages.
+    fn send(&mut self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.progress = Instant::now();
+        let message = message
+            .cast::<PyDict>()
+            .map_err(|_| PyValueError::new_err("an ASGI message must be a dict"))?;
+        let kind = message
+            .get_item(intern!(py, "type"))?
+            .ok_or_else(|| PyValueError::new_err("an ASGI message needs a 'type'"))?;
+        let kind = kind.cast::<PyString>()?.to_str()?;
+        if self.gone {
+            return Err(ClientDisconnected::new_err(
+                "the client closed the connection",
+            ));
+        }
+        match kind {
+            "http.response.start" => {
+                if self.response != Response::None {
+                    return Err(PyRuntimeError::new_err(
+                        "http.response.start sent twice (the response has started)",
+                    ));
+                }
+                let status = message
+                    .get_item(intern!(py, "status"))?
+                    .ok_or_else(|| PyValueError::new_err("http.response.start needs 'status'"))?
+                    .extract::<u16>()
+                    .map_err(|_| {
+                        PyValueError::new_err("'status' must be an int from 100 to 999")
+                    })?;
+                if !(100..=999).contains(&status) {
+                    return Err(PyValueError::new_err(format!(
+                        "'status' must be from 100 to 999, got {status}"
+                    )));
+                }
+                self.status = status;
+                self.headers = message.get_item(intern!(py, "headers"))?.map(Bound::unbind);
+                self.response = Response::Started;
+                self.waiter.done(py)
+            }
+            "http.response.body" => {
+                let (body, more) = body_of(message)?;
+                let body: &[u8] = body.as_ref().map_or(b"", |body| body.as_bytes());
+                match self.response {
+                    Response::None => {
+                        return Err(PyRuntimeError::new_err(
+                            "http.response.body before http.response.start",
+                        ))
+                    }
+                    Response::Complete => {
+                        return Err(PyRuntimeError::new_err(
+                            "http.response.body after the response's last body message",
+                        ))
+                    }
+                    Response::Started => {
+                        let length = (!more).then_some(body.len() as u64);
+                        self.begin(py, length)?;
+                    }
+                    Response::Body => {}
+                }
+                let exchange = self.exchange_mut()?;
+                let written = exchange.write_body(body).and_then(|()| {
+                    if more {
+                        exchange.flush()
+                    } else {
+                        exchange.finish()
+                    }
+                });
+                if !more {
+                    self.response = Response::Complete;
+                }
+                if let Err(err) = written {
+                    self.gone = true;
+                    return Err(ClientDisconnected::new_err(err.to_string()));
+                }
+                self.waiter.wait_written(py, self.exchange.as_deref_mut())
+            }
+            other => Err(PyValueError::new_err(format!(
+                "unknown ASGI message type {other:?} for an http scope"
+            ))),
+        }
+    }
+
+    /// The app raised: a 500 (closing) when no byte of the response was sent, else the
+    /// connection closes.
+    fn fail(&mut self) {
+        self.fail_with(500);
+    }
+
+    /// The request overran `request_timeout` (its task is being cancelled): a 503 (closing)
+    /// when no byte of the response was sent, else the connection closes.
+    fn fail_timeout(&mut self) {
+        self.fail_with(503);
+    }
+
+    /// The app returned (or failed): the request ends and its connection goes back to the
+    /// reactor. Returns what was wrong with the response, for the error log ("METHOD target:
+    /// what"), if anything: none started (a 500 is sent), or it stopped before its last body
+    /// message (the connection closes).
+    fn end(&mut self, py: Python<'_>) -> PyResult<Option<String>> {
+        let Some(mut exchange) = self.exchange.take() else {
+            return Ok(None);
+        };
+        let problem = match self.response {
+            Response::Complete => None,
+            Response::None => {
+                exchange.fail(500);
+                Some("the app returned without starting a response (500 sent)")
+            }
+            Response::Started | Response::Body => {
+                if exchange.response_committed() || self.response == Response::Body {
+                    exchange.abort();
+                } else {
+                    exchange.fail(500);
+                }
+                Some("the app returned before its response's last body message (connection closed)")
+            }
+        };
+        let complaint = problem.map(|problem| {
+            format!(
+                "{} {}: {problem}",
+                String::from_utf8_lossy(exchange.method()),
+                String::from_utf8_lossy(exchange.target())
+            )
+        });
+        self.response = Response::Complete;
+        self.waiter
+            .answer_receive(py, || Ok(disconnect_message(py)?.into_any()))?;
+        self.waiter.release_send(py)?;
+        let token = self.waiter.token;
+        let mut worker = self.waiter.worker.borrow_mut(py);
+        worker.requests.remove(&token);
+        if worker.reactor.complete(token, exchange) {
+            worker.schedule_turn(py)?;
+        }
+        Ok(complaint)
+    }
+}
+
+impl Request {
+    fn fail_with(&mut self, status: u16) {
+        if self.response == Response::Complete {
+            return;
+        }
+        if let Some(exchange) = self.exchange.as_mut() {
+            if exchange.response_committed() {
+                exchange.abort();
+            } else {
+                exchange.fail(exchange.fault().unwrap_or(status));
+            }
+        }
+        self.response = Response::Complete;
+    }
+
+    fn exchange_mut(&mut self) -> PyResult<&mut Box<Exchange>> {
+        self.exchange
+            .as_mut()
+            .ok_or_else(|| PyRuntimeError::new_err("the request is over"))
+    }
+
+    /// Encodes the head kept from `http.response.start`; `length` is the body's when the
+    /// first body message is also the last.
+    fn begin(&mut self, py: Python<'_>, length: Option<u64>) -> PyResult<()> {
+        let fields = match &self.headers {
+            Some(headers) => header_pairs(headers.bind(py))?,
+            None => Vec::new(),
+        };
+        let mut line = [0u8; 64];
+        let status = status_line(&mut line, self.status);
+        let exchange = self.exchange_mut()?;
+        exchange
+            .begin_response(
+                status,
+                fields
+                    .iter()
+                    .map(|(name, value)| (name.as_bytes(), value.as_bytes())),
+                length,
+            )
+            .map_err(|err| PyValueError::new_err(format!("bad response head: {err}")))?;
+        self.response = Response::Body;
+        Ok(())
+    }
+
+    /// The client went away: a waiting `receive` gets `http.disconnect`, a waiting `send`
+    /// returns (the next one raises).
+    pub(super) fn on_gone(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.gone = true;
+        self.waiter
+            .answer_receive(py, || Ok(disconnect_message(py)?.into_any()))?;
+        self.waiter.release_send(py)?;
+        Ok(())
+    }
+
+    /// Output the app waited for was written: a waiting `send` may return.
+    pub(super) fn on_written(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.waiter.on_written(py, self.exchange.as_deref_mut())? {
+            // The client's wait is over: the app's time counts again from now.
+            self.progress = Instant::now();
+        }
+        Ok(())
+    }
+}
