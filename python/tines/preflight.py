@@ -50,8 +50,9 @@ def check(cfg: Config) -> Checked:
 
     settings = worker_settings(cfg)
     limits.check(cfg)
-    # Absolute already (config.load takes a relative one from chdir).
-    directory = str(settings["request_buffer_dir"] or tempfile.gettempdir())
+    # Resolved and absolute already (config.load: the temp dir when unset, a relative one
+    # taken from chdir).
+    directory = str(settings["request_buffer_dir"])
     if cfg.user is not None and os.geteuid() == 0 and cfg.user != 0:
         check_request_buffer_dir_as(directory, cfg.group, cfg.user)
     else:

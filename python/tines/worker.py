@@ -124,8 +124,8 @@ def worker_spec(context: WorkerContext, pid: int) -> WorkerSpec:
 
 def worker_settings(cfg: Config) -> dict[str, object]:
     """The settings dict ``tines._core.run_worker`` takes, checked by the conversion it runs:
-    the registry's worker settings, plus ``workers`` (the master's count), with an unset
-    ``drain_timeout`` resolved to ``keepalive_timeout`` (Rust takes every value as given).
+    the registry's worker settings, resolved by ``config.load`` (Rust takes every value as
+    given), plus ``workers`` (the master's count).
 
     Raises ConfigError (one line naming the setting) for a value no worker could run with, such
     as a timeout too long for the clock, so the master stops before forking rather than every
@@ -135,8 +135,6 @@ def worker_settings(cfg: Config) -> dict[str, object]:
 
     settings = cfg.worker_settings()
     settings["workers"] = cfg.workers
-    if settings["drain_timeout"] is None:
-        settings["drain_timeout"] = settings["keepalive_timeout"]  # the registry's "unset"
     try:
         _core.check_worker_settings(settings)
     except ValueError as error:

@@ -151,6 +151,8 @@ def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
             raise ConfigError(f"limit_cpu_hard {ordered['limit_cpu_hard']} ({sources['limit_cpu_hard']}) "
                               f"must be at least limit_cpu {ordered['limit_cpu']} ({sources['limit_cpu']})")
     ordered["request_buffer_dir"] = _request_buffer_dir(ordered, sources)
+    if ordered["drain_timeout"] is None:  # unset: the keep-alive timeout (the registry's rule)
+        ordered["drain_timeout"] = ordered["keepalive_timeout"]
     if ordered["threads"] == 0 and ordered["mpm"] != "event":
         raise ConfigError(f"threads 0 (the app on the loop thread) needs mpm event, "
                           f"got mpm {ordered['mpm']} ({sources['threads']})")
