@@ -1,21 +1,23 @@
 //! The Tines worker runtime: everything a worker process does once the app is loaded, with
 //! no knowledge of Python. The `python` crate implements [`App`] for WSGI.
 //!
-//! Layers, from the bottom: [`poller`] (epoll), [`io`] (non-blocking syscalls), [`transport`]
-//! (what carries a connection's bytes: every connection read and write goes through it), [`control`]
-//! (signals, life pipe), [`scoreboard`], [`dump_signal`] (the stuck worker's dump-signal
-//! handler, over the scoreboard), [`clock`] (UTC dates for the logs),
-//! [`log`] (the error log), [`access_log`] (its formats and buffered sink), [`listener`]
-//! (accept, addresses), [`trusted_proxies`]
-//! (`forwarded_allow_ips`), [`config`], [`spool`] (the buffer budgets and temporary files of
-//! bodies and responses that wait for a slow client), [`parked_body`] (a request body read
-//! before dispatch: memory or temporary file, chunked decoding), [`pending`] (response output the event loop finishes),
-//! [`connection`] (the per-connection state machine), [`shared`] (what a
-//! worker's slots share), [`exchange`] (one request/response: body decoding, response
-//! framing, keep-alive), [`reactor`] (the poller loop shared by the MPMs), the slot's serving
-//! loop, [`mpm`] (prefork, thread, event), [`worker`] (entry point), [`status`] (the status
-//! process's server, over the scoreboard). Each module imports only
-//! from modules before it in this list.
+//! Layers, from the bottom: [`io`] (non-blocking syscalls), [`poller`] (epoll), [`clock`]
+//! (UTC dates for the logs, the coarse clock), [`control`] (signals, life pipe),
+//! [`transport`] (what carries a connection's bytes: every connection read and write goes
+//! through it), [`scoreboard`], [`dump_signal`] (the stuck worker's dump-signal handler, over
+//! the scoreboard), [`log`] (the error log), [`access_log`] (its formats and buffered sink),
+//! [`listener`] (accept, addresses), [`trusted_proxies`] (`forwarded_allow_ips`), [`config`],
+//! [`spool`] (the buffer budgets and temporary files of bodies and responses that wait for a
+//! slow client), [`parked_body`] (a request body read before dispatch: memory or temporary
+//! file, chunked decoding), [`pending`] (response output the event loop finishes),
+//! [`connection`] (the per-connection state machine), [`websocket`] (a WebSocket session
+//! over a connection), [`shared`] (what a worker's slots share), [`exchange`] (one
+//! request/response: body decoding, response framing, keep-alive), `batch` (the responses a
+//! slot writes in one go), [`reactor`] (the poller loop shared by the MPMs), `slot` (the
+//! slot's serving loop), [`mpm`] (prefork, thread, event), [`worker`] (entry point),
+//! [`status`] (the status process's server, over the scoreboard), [`fuzzing`] (the fuzz
+//! targets' entry points). Each module imports only from modules before it in this list
+//! (`tests/layers.rs` checks it).
 
 pub mod access_log;
 mod batch;
