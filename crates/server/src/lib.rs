@@ -2,7 +2,7 @@
 //! no knowledge of Python. The `python` crate implements [`App`] for WSGI.
 //!
 //! Layers, from the bottom: [`io`] (non-blocking syscalls), [`poller`] (epoll), [`clock`]
-//! (UTC dates for the logs, the coarse clock), [`control`] (signals, life pipe),
+//! (UTC dates for the logs, the monotonic clock as last read), [`control`] (signals, life pipe),
 //! [`transport`] (what carries a connection's bytes: every connection read and write goes
 //! through it), [`scoreboard`], [`dump_signal`] (the stuck worker's dump-signal handler, over
 //! the scoreboard), [`log`] (the error log), [`access_log`] (its formats and buffered sink),
