@@ -133,17 +133,10 @@ def read_ready_port(read_fd: int, server: subprocess.Popen[bytes]) -> int:
 
 
 def only_child(pid: int) -> int:
-    """The master's one worker (the status process is off unless configured)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry))
+    """The master's one worker (the status process is off unless configured; the master
+    starts no thread, so its children are its main thread's)."""
+    with open(f"/proc/{pid}/task/{pid}/children") as handle:
+        found = [int(word) for word in handle.read().split()]
     if len(found) != 1:
         raise SystemExit(f"instructions: expected one worker under {pid}, found {found}")
     return found[0]
