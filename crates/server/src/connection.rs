@@ -113,16 +113,19 @@ pub enum Linger {
     UntilAcknowledged,
 }
 
-/// A client connection: its transport, read buffer and the parsed head of the current request.
+/// A client connection: its shell (transport, protocol, readiness), and the parts it lends
+/// each of its exchanges in turn ([`Lent`]).
+///
+/// The loop and the slot reach the lent parts' fields through `Deref` (`conn.buf`,
+/// `conn.head`): they are the connection's own while no exchange holds them, and a connection
+/// whose parts are lent is held only by the one slot serving it, which touches its shell alone.
 pub struct Connection {
+    /// What it lends its exchanges; `None` while one holds them (between [`Connection::lend`]
+    /// and [`Connection::take_back`]). Declared first so it drops before the transport: the
+    /// output must be closed before the fd is (see `Lent`'s `Drop`).
+    parts: Option<Box<Lent>>,
     /// What carries its bytes; every read and write goes through it ([`Connection::link`]).
     transport: Transport,
-    /// Read buffer; bytes `[0, filled)` are valid. The current request's head starts at 0.
-    pub(crate) buf: Vec<u8>,
-    /// How many bytes of `buf` hold data.
-    pub(crate) filled: usize,
-    /// The parsed head of the current request (spans index into `buf`).
-    pub(crate) head: RequestHead,
     /// What its bytes mean, and where the current exchange is (see [`Protocol`]).
     pub protocol: Protocol,
     /// Requests completed on this connection.
@@ -133,6 +136,28 @@ pub struct Connection {
     pub listener: usize,
     /// When the first byte of the current head arrived (header timeout), if any has.
     pub head_started: Option<Instant>,
+    /// The poller saw the peer shut its side ([`Connection::note_peer_closed`]).
+    peer_closed: bool,
+    /// The current request's body while the loop reads it before dispatch (`Phase::Body`);
+    /// the exchange takes it over at dispatch (memory charge, temporary file).
+    pub(crate) parked_body: Option<Box<ParkedBody>>,
+}
+
+/// What an HTTP/1.1 connection lends each exchange, moved into it at `Exchange::new` and back
+/// at [`Connection::take_back`] (ADR 0018): the request (its head and the buffer it indexes),
+/// the connection's side of the body source (bytes received, whether the socket may hold
+/// more) and the output sink (the link writes go through, the output the loop finishes, the
+/// poller registration still owed). Boxed once per connection, so lending it moves a pointer:
+/// nothing per keep-alive request. An HTTP/2 stream will provide the same three of its own.
+pub struct Lent {
+    /// The connection's I/O handle (a copy, valid while the connection's transport lives).
+    pub(crate) link: Link,
+    /// Read buffer; bytes `[0, filled)` are valid. The current request's head starts at 0.
+    pub(crate) buf: Vec<u8>,
+    /// How many bytes of `buf` hold data.
+    pub(crate) filled: usize,
+    /// The parsed head of the current request (spans index into `buf`).
+    pub(crate) head: RequestHead,
     /// When the loop handed the current request to an app thread (the queue wait's start,
     /// for the scoreboard's histogram and the access log; taken by the exchange).
     pub(crate) ready_at: Option<Instant>,
@@ -143,17 +168,82 @@ pub struct Connection {
     /// edge-triggered event will announce: read again before parking. False after a short
     /// read or `EAGAIN`, which saves a `read` that would only say `EAGAIN` after each response.
     pub(crate) maybe_more: bool,
-    /// The poller saw the peer shut its side ([`Connection::note_peer_closed`]).
-    peer_closed: bool,
     /// Response output a slot could not write without waiting, shared with the poller,
     /// which writes it as the client reads (every MPM). Created at the first response.
     pub(crate) output: Option<Arc<Output>>,
-    /// The current request's body while the loop reads it before dispatch (`Phase::Body`);
-    /// the exchange takes it over at dispatch (memory charge, temporary file).
-    pub(crate) parked_body: Option<Box<ParkedBody>>,
     /// Not watched by the poller yet: its fd and the token to watch it under (a connection
     /// read as it was accepted is watched only once it must wait for the poller, ADR 0017).
     pub(crate) unwatched: Option<(RawFd, u64)>,
+}
+
+impl Lent {
+    /// The shared output, created on first use.
+    pub(crate) fn output(&mut self) -> &Arc<Output> {
+        let link = self.link;
+        self.output
+            .get_or_insert_with(|| Arc::new(Output::new(link)))
+    }
+
+    /// True when response output waits to be written (no lock taken).
+    pub(crate) fn has_pending_output(&self) -> bool {
+        self.output
+            .as_ref()
+            .is_some_and(|output| !output.is_empty())
+    }
+
+    /// Has the poller watch the connection from now on, if it does not yet (whoever holds
+    /// it: the loop before it parks it, writes for it or lingers; a slot before it leaves
+    /// output for the poller to finish).
+    pub(crate) fn watch(&mut self) -> io::Result<()> {
+        match self.unwatched.take() {
+            Some((epoll, token)) => crate::poller::Poller::add_connection(
+                epoll,
+                self.link.fd(),
+                crate::poller::Token(token),
+            ),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        // Before the fd closes (the connection drops its parts first; an exchange dropped
+        // with them closes the output too): the loop may hold the output (a handed-out
+        // connection) and must never write to a descriptor number that could be reused.
+        if let Some(output) = &self.output {
+            output.close();
+        }
+    }
+}
+
+impl std::ops::Deref for Connection {
+    type Target = Lent;
+
+    #[inline]
+    fn deref(&self) -> &Lent {
+        self.parts.as_deref().expect(LENT)
+    }
+}
+
+impl std::ops::DerefMut for Connection {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Lent {
+        self.parts.as_deref_mut().expect(LENT)
+    }
+}
+
+/// Why reaching a connection's parts can fail: only the slot serving it holds it then.
+const LENT: &str = "a connection's parts are touched only while no exchange holds them";
+
+/// How an exchange ended, for its connection ([`Connection::take_back`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The connection serves a next request; `leftover`, bytes past this one in the read
+    /// buffer, are the start of it (pipelined).
+    Keep { leftover: std::ops::Range<usize> },
+    /// The connection ends once its output is written, lingering as said.
+    Close(Linger),
 }
 
 impl Connection {
@@ -172,23 +262,27 @@ impl Connection {
     /// bytes, a `memcpy` call each time) saved about 800 instructions of a 18,500-instruction
     /// hello-world request.
     pub fn new(transport: Transport, peer: Peer, listener: usize) -> Box<Self> {
-        Box::new(Connection {
-            transport,
+        let parts = Box::new(Lent {
+            link: transport.link(),
             buf: Vec::new(),
             filled: 0,
             head: RequestHead::new(),
+            ready_at: None,
+            received: 0,
+            maybe_more: false,
+            output: None,
+            unwatched: None,
+        });
+        Box::new(Connection {
+            parts: Some(parts),
+            transport,
             protocol: Protocol::Http1(Phase::Head),
             served: 0,
             peer,
             listener,
             head_started: None,
-            ready_at: None,
-            received: 0,
-            maybe_more: false,
             peer_closed: false,
-            output: None,
             parked_body: None,
-            unwatched: None,
         })
     }
 
@@ -196,11 +290,55 @@ impl Connection {
     /// it: the loop before it parks it, writes for it or lingers; a slot before it leaves
     /// output for the poller to finish).
     pub(crate) fn watch(&mut self) -> io::Result<()> {
-        match self.unwatched.take() {
-            Some((epoll, token)) => {
-                crate::poller::Poller::add_connection(epoll, self.fd(), crate::poller::Token(token))
+        Lent::watch(self)
+    }
+
+    /// The body the loop reads before dispatch and the parts it reads it into, borrowed
+    /// together.
+    pub(crate) fn parked_and_parts(&mut self) -> (Option<&mut ParkedBody>, &mut Lent) {
+        (
+            self.parked_body.as_deref_mut(),
+            self.parts.as_deref_mut().expect(LENT),
+        )
+    }
+
+    /// Lends the connection's parts to the exchange of the request whose head it holds
+    /// (`Exchange::new`); the connection keeps its shell until [`Connection::take_back`].
+    pub(crate) fn lend(&mut self) -> Box<Lent> {
+        self.parts.take().expect(LENT)
+    }
+
+    /// Takes back the parts an exchange held (see [`Connection::take_back`]; alone, when the
+    /// connection leaves HTTP/1.1 for a WebSocket).
+    pub(crate) fn restore(&mut self, parts: Box<Lent>) {
+        self.parts = Some(parts);
+    }
+
+    /// Takes back the parts an exchange held, with how it ended: a kept connection begins
+    /// its next request (see [`Connection::next_request`]); one that ends closes once its
+    /// output is written, lingering as said. `None` when it closes at once (nothing to
+    /// write, nothing to linger for).
+    pub(crate) fn take_back(
+        mut self: Box<Self>,
+        parts: Box<Lent>,
+        outcome: Outcome,
+        max_head_size: usize,
+    ) -> Option<Box<Self>> {
+        self.restore(parts);
+        match outcome {
+            Outcome::Keep { leftover } => {
+                self.next_request(leftover, max_head_size);
+                Some(self)
             }
-            None => Ok(()),
+            Outcome::Close(linger) => {
+                if !self.has_pending_output() && linger == Linger::No {
+                    return None;
+                }
+                // The loop writes the rest (if any), then closes, lingering if the client
+                // may still be sending (reactor::linger).
+                self.close_after_response(linger);
+                Some(self)
+            }
         }
     }
 
@@ -331,7 +469,8 @@ impl Connection {
                 self.buf.resize(grown, 0);
             }
             let space = self.buf.len() - self.filled;
-            match self.link().read(&mut self.buf[self.filled..]) {
+            let parts = &mut **self;
+            match parts.link.read(&mut parts.buf[parts.filled..]) {
                 Ok(Some(0)) => {
                     // The peer half-closed (or closed). A whole head it sent first is still
                     // served, and read for EOF again before parking (no new edge will come);
@@ -397,16 +536,12 @@ impl Connection {
 
     /// True when response output waits to be written (no lock taken).
     pub fn has_pending_output(&self) -> bool {
-        self.output
-            .as_ref()
-            .is_some_and(|output| !output.is_empty())
+        Lent::has_pending_output(self)
     }
 
     /// The shared output, created on first use.
     pub(crate) fn output(&mut self) -> &Arc<Output> {
-        let link = self.link();
-        self.output
-            .get_or_insert_with(|| Arc::new(Output::new(link)))
+        Lent::output(self)
     }
 
     fn parse(&mut self, limits: &Limits) -> Readiness {
@@ -418,7 +553,8 @@ impl Connection {
         if self.filled == 0 {
             return Readiness::Pending;
         }
-        match parse_request_head(&self.buf[..self.filled], limits, &mut self.head) {
+        let parts = &mut **self;
+        match parse_request_head(&parts.buf[..parts.filled], limits, &mut parts.head) {
             Ok(HeadStatus::Complete) => Readiness::HeadComplete,
             Ok(HeadStatus::Partial) => Readiness::Pending,
             Err(err) => Readiness::Rejected(err),
@@ -438,7 +574,8 @@ impl Connection {
                     self.peer = Peer::Tcp(source);
                 }
                 // LOCAL (a health check) and UNKNOWN keep the real peer, as the spec asks.
-                self.buf.copy_within(consumed..self.filled, 0);
+                let filled = self.filled;
+                self.buf.copy_within(consumed..filled, 0);
                 self.filled -= consumed;
                 self.protocol = Protocol::Http1(Phase::Head);
                 Ok(())
@@ -488,16 +625,6 @@ impl Connection {
         self.link()
             .write_all_from(&[bytes], 0, std::time::Duration::from_millis(0))
             .or(Ok(()))
-    }
-}
-
-impl Drop for Connection {
-    fn drop(&mut self) {
-        // Before the fd closes: the loop may hold the output (a handed-out connection) and
-        // must never write to a descriptor number that could be reused.
-        if let Some(output) = &self.output {
-            output.close();
-        }
     }
 }
 
