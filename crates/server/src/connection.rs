@@ -120,20 +120,16 @@ pub enum Linger {
 /// `conn.head`): they are the connection's own while no exchange holds them, and a connection
 /// whose parts are lent is held only by the one slot serving it, which touches its shell alone.
 pub struct Connection {
-    /// What it lends its exchanges; `None` while one holds them (between [`Connection::lend`]
-    /// and [`Connection::take_back`]). Declared first so it drops before the transport: the
-    /// output must be closed before the fd is (see `Lent`'s `Drop`).
-    parts: Option<Box<Lent>>,
+    /// What it lends its exchanges; while one holds them (between [`Connection::lend`] and
+    /// [`Connection::take_back`]), a vacant set the slot keeps for the purpose stands in
+    /// (no `Option` to check at each of the loop's reads, no allocation per request).
+    /// Declared first so it drops before the transport: the output must be closed before
+    /// the fd is (see `Lent`'s `Drop`).
+    parts: Box<Lent>,
     /// What carries its bytes; every read and write goes through it ([`Connection::link`]).
     transport: Transport,
     /// What its bytes mean, and where the current exchange is (see [`Protocol`]).
     pub protocol: Protocol,
-    /// Requests completed on this connection.
-    pub served: u32,
-    /// Who is on the other end.
-    pub peer: Peer,
-    /// Index of the listener that accepted it.
-    pub listener: usize,
     /// When the first byte of the current head arrived (header timeout), if any has.
     pub head_started: Option<Instant>,
     /// The poller saw the peer shut its side ([`Connection::note_peer_closed`]).
@@ -152,6 +148,13 @@ pub struct Connection {
 pub struct Lent {
     /// The connection's I/O handle (a copy, valid while the connection's transport lives).
     pub(crate) link: Link,
+    /// Who is on the other end (the request's client, or the proxy that sent it).
+    pub(crate) peer: Peer,
+    /// Index of the listener that accepted the connection.
+    pub(crate) listener: usize,
+    /// Requests completed on the connection before the current one (the exchange decides
+    /// by it whether `max_keepalive_requests` lets the connection be kept).
+    pub(crate) served: u32,
     /// Read buffer; bytes `[0, filled)` are valid. The current request's head starts at 0.
     pub(crate) buf: Vec<u8>,
     /// How many bytes of `buf` hold data.
@@ -177,6 +180,25 @@ pub struct Lent {
 }
 
 impl Lent {
+    /// A vacant set of parts, to stand in a connection's place while an exchange holds its
+    /// own (a slot's, reused for each exchange it serves: `SlotContext::vacant`).
+    pub(crate) fn vacant(link: Link, peer: Peer, listener: usize) -> Box<Lent> {
+        Box::new(Lent {
+            link,
+            peer,
+            listener,
+            served: 0,
+            buf: Vec::new(),
+            filled: 0,
+            head: RequestHead::new(),
+            ready_at: None,
+            received: 0,
+            maybe_more: false,
+            output: None,
+            unwatched: None,
+        })
+    }
+
     /// The shared output, created on first use.
     pub(crate) fn output(&mut self) -> &Arc<Output> {
         let link = self.link;
@@ -222,19 +244,16 @@ impl std::ops::Deref for Connection {
 
     #[inline]
     fn deref(&self) -> &Lent {
-        self.parts.as_deref().expect(LENT)
+        &self.parts
     }
 }
 
 impl std::ops::DerefMut for Connection {
     #[inline]
     fn deref_mut(&mut self) -> &mut Lent {
-        self.parts.as_deref_mut().expect(LENT)
+        &mut self.parts
     }
 }
-
-/// Why reaching a connection's parts can fail: only the slot serving it holds it then.
-const LENT: &str = "a connection's parts are touched only while no exchange holds them";
 
 /// How an exchange ended, for its connection ([`Connection::take_back`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -262,24 +281,10 @@ impl Connection {
     /// bytes, a `memcpy` call each time) saved about 800 instructions of a 18,500-instruction
     /// hello-world request.
     pub fn new(transport: Transport, peer: Peer, listener: usize) -> Box<Self> {
-        let parts = Box::new(Lent {
-            link: transport.link(),
-            buf: Vec::new(),
-            filled: 0,
-            head: RequestHead::new(),
-            ready_at: None,
-            received: 0,
-            maybe_more: false,
-            output: None,
-            unwatched: None,
-        });
         Box::new(Connection {
-            parts: Some(parts),
+            parts: Lent::vacant(transport.link(), peer, listener),
             transport,
             protocol: Protocol::Http1(Phase::Head),
-            served: 0,
-            peer,
-            listener,
             head_started: None,
             peer_closed: false,
             parked_body: None,
@@ -296,50 +301,51 @@ impl Connection {
     /// The body the loop reads before dispatch and the parts it reads it into, borrowed
     /// together.
     pub(crate) fn parked_and_parts(&mut self) -> (Option<&mut ParkedBody>, &mut Lent) {
-        (
-            self.parked_body.as_deref_mut(),
-            self.parts.as_deref_mut().expect(LENT),
-        )
+        (self.parked_body.as_deref_mut(), &mut self.parts)
     }
 
     /// Lends the connection's parts to the exchange of the request whose head it holds
-    /// (`Exchange::new`); the connection keeps its shell until [`Connection::take_back`].
-    pub(crate) fn lend(&mut self) -> Box<Lent> {
-        self.parts.take().expect(LENT)
+    /// (`Exchange::new`), `vacant` standing in; the connection keeps its shell until
+    /// [`Connection::take_back`].
+    #[inline]
+    pub(crate) fn lend(&mut self, mut vacant: Box<Lent>) -> Box<Lent> {
+        vacant.link = self.link();
+        std::mem::replace(&mut self.parts, vacant)
     }
 
     /// Takes back the parts an exchange held (see [`Connection::take_back`]; alone, when the
-    /// connection leaves HTTP/1.1 for a WebSocket).
-    pub(crate) fn restore(&mut self, parts: Box<Lent>) {
-        self.parts = Some(parts);
+    /// connection leaves HTTP/1.1 for a WebSocket), returning the vacant set that stood in.
+    #[inline]
+    pub(crate) fn restore(&mut self, parts: Box<Lent>) -> Box<Lent> {
+        std::mem::replace(&mut self.parts, parts)
     }
 
     /// Takes back the parts an exchange held, with how it ended: a kept connection begins
     /// its next request (see [`Connection::next_request`]); one that ends closes once its
-    /// output is written, lingering as said. `None` when it closes at once (nothing to
-    /// write, nothing to linger for).
+    /// output is written, lingering as said. Returns the connection, `None` when it closes at
+    /// once (nothing to write, nothing to linger for), and the vacant set that stood in.
+    #[inline]
     pub(crate) fn take_back(
         mut self: Box<Self>,
         parts: Box<Lent>,
         outcome: Outcome,
         max_head_size: usize,
-    ) -> Option<Box<Self>> {
-        self.restore(parts);
-        match outcome {
+    ) -> (Option<Box<Self>>, Box<Lent>) {
+        let vacant = self.restore(parts);
+        let kept = match outcome {
             Outcome::Keep { leftover } => {
                 self.next_request(leftover, max_head_size);
                 Some(self)
             }
+            Outcome::Close(linger) if !self.has_pending_output() && linger == Linger::No => None,
             Outcome::Close(linger) => {
-                if !self.has_pending_output() && linger == Linger::No {
-                    return None;
-                }
                 // The loop writes the rest (if any), then closes, lingering if the client
                 // may still be sending (reactor::linger).
                 self.close_after_response(linger);
                 Some(self)
             }
-        }
+        };
+        (kept, vacant)
     }
 
     /// The socket's fd, for the poller and the scoreboard: reads and writes go through

@@ -45,7 +45,9 @@ pub(crate) fn serve_connection(
         ctx = returned;
         shared.request_finished();
         let max_head_size = shared.config.limits.max_head_size;
-        let Some(mut next) = conn.take_back(parts, outcome, max_head_size) else {
+        let (kept, vacant) = conn.take_back(parts, outcome, max_head_size);
+        ctx.vacant = Some(vacant);
+        let Some(mut next) = kept else {
             return (None, ctx);
         };
         // What follows is the loop's to decide ([`Connection::next`]), unless the bytes of a

@@ -27,7 +27,7 @@ impl Exchange {
             && framing != ResponseFraming::CloseDelimited
             && !config.keepalive_timeout.is_zero()
             && (config.max_keepalive_requests == 0
-                || self.served + 1 < config.max_keepalive_requests)
+                || self.parts.served + 1 < config.max_keepalive_requests)
             && self.may_stay_open_while_draining()
     }
 

@@ -59,6 +59,9 @@ pub struct SlotContext {
     pub(crate) logged_response_headers: Vec<Option<Vec<u8>>>,
     /// The app header lines this slot checked last (`begin_response`).
     pub(crate) checked_headers: tines_proto::response::CheckedHeaders,
+    /// The vacant parts that stand in a connection's place while its exchange holds its own
+    /// (`Connection::lend`): made at the slot's first exchange, then passed back and forth.
+    pub(crate) vacant: Option<Box<Lent>>,
     /// Which app thread of the worker this is (its scoreboard sub-slot).
     pub(crate) thread: usize,
     /// The slot writes responses in batches (ADR 0011): a small response that is complete
@@ -87,6 +90,7 @@ impl SlotContext {
             log_clock: Default::default(),
             logged_response_headers: Vec::new(),
             checked_headers: Default::default(),
+            vacant: None,
             batch_responses: false,
             never_wait: false,
         }
@@ -151,11 +155,6 @@ pub struct Exchange {
     /// What the connection lent: the request head and its bytes, the body source's and the
     /// output sink's connection-side state (given back at `complete`).
     parts: Box<Lent>,
-    /// The client, and the listener that accepted its connection.
-    peer: Peer,
-    listener: usize,
-    /// Requests the connection served before this one (for `max_keepalive_requests`).
-    served: u32,
     ctx: Box<SlotContext>,
     shared: Arc<WorkerShared>,
     body: Body,
@@ -210,13 +209,16 @@ impl Exchange {
     /// keep-alive).
     pub(crate) fn new(
         conn: &mut Connection,
-        ctx: Box<SlotContext>,
+        mut ctx: Box<SlotContext>,
         shared: Arc<WorkerShared>,
         started: Instant,
     ) -> Box<Exchange> {
         let parked_body = conn.parked_body.take();
-        let (peer, listener, served) = (conn.peer, conn.listener, conn.served);
-        let parts = conn.lend();
+        let vacant = ctx
+            .vacant
+            .take()
+            .unwrap_or_else(|| Lent::vacant(conn.link(), conn.peer, conn.listener));
+        let parts = conn.lend(vacant);
         let head_len = parts.head.head_len;
         let mut body_charge = None;
         let mut decoded_length = None;
@@ -261,9 +263,6 @@ impl Exchange {
         let raw = head_len..parts.filled;
         Box::new(Exchange {
             parts,
-            peer,
-            listener,
-            served,
             ctx,
             shared,
             body,
@@ -348,12 +347,12 @@ impl Exchange {
 
     /// The client's address.
     pub fn peer(&self) -> Peer {
-        self.peer
+        self.parts.peer
     }
 
     /// The address of the listener that accepted the connection.
     pub fn local(&self) -> &Local {
-        &self.shared.locals[self.listener]
+        &self.shared.locals[self.parts.listener]
     }
 
     /// Whether the peer is a proxy whose `X-Forwarded-*` headers are believed

@@ -235,9 +235,10 @@ impl AsyncReactor {
     /// when none started) and gives the connection back for the next turn. True when it is
     /// the first given back since the last turn (the event loop then schedules one).
     pub fn complete(&mut self, token: usize, exchange: Box<Exchange>) -> bool {
-        let (parts, outcome, ctx) = exchange.complete();
+        let (parts, outcome, mut ctx) = exchange.complete();
         let max_head_size = self.shared.config.limits.max_head_size;
-        let kept = self.shell(token).take_back(parts, outcome, max_head_size);
+        let (kept, vacant) = self.shell(token).take_back(parts, outcome, max_head_size);
+        ctx.vacant = Some(vacant);
         self.shared.request_finished();
         self.spare.push(ctx);
         let first = self.driver.returned.is_empty();
@@ -293,10 +294,10 @@ impl AsyncReactor {
         headers: &[(&[u8], &[u8])],
         deflate: Option<tines_proto::websocket::deflate::Agreement>,
     ) -> (io::Result<()>, WsSession) {
-        let (result, parts, raw, ctx) = exchange.switch_to_websocket(headers);
-        self.spare.push(ctx);
+        let (result, parts, raw, mut ctx) = exchange.switch_to_websocket(headers);
         let mut conn = self.shell(token);
-        conn.restore(parts);
+        ctx.vacant = Some(conn.restore(parts));
+        self.spare.push(ctx);
         self.driver.websockets += 1;
         let session = WsSession::new(
             conn,
