@@ -578,6 +578,52 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_takes_back_its_lent_parts_and_applies_how_the_exchange_ended() {
+        let (mut conn, _peer) = connection();
+        let vacant = Lent::vacant(conn.link(), Peer::Unix, 0);
+        let stand_in: *const Lent = &*vacant;
+        let mut parts = conn.lend(vacant);
+        assert!(std::ptr::eq(&**conn, stand_in), "the vacant set stands in");
+        parts.buf = vec![0; INITIAL_BUFFER];
+        parts.buf[100..103].copy_from_slice(b"GET");
+        parts.filled = 103;
+        let keep = Outcome::Keep { leftover: 100..103 };
+        let (kept, vacant) = conn.take_back(parts, keep, 32 * 1024);
+        assert!(
+            std::ptr::eq(&*vacant, stand_in),
+            "the vacant set is given back"
+        );
+        let mut conn = kept.expect("a kept connection");
+        assert_eq!(
+            conn.buffer(),
+            b"GET",
+            "the pipelined bytes begin the next request"
+        );
+        assert_eq!(conn.served, 1);
+        assert_eq!(conn.protocol, Protocol::Http1(Phase::Head));
+
+        let parts = conn.lend(vacant);
+        let (kept, vacant) = conn.take_back(parts, Outcome::Close(Linger::UntilEof), 32 * 1024);
+        let mut conn = kept.expect("a connection that lingers is kept until it closes");
+        assert_eq!(conn.next(), Next::Close(Linger::UntilEof));
+
+        conn.protocol = Protocol::Http1(Phase::Head);
+        let mut parts = conn.lend(vacant);
+        parts.output().with(|pending| pending.push(&[b"unsent"], 0));
+        let (kept, vacant) = conn.take_back(parts, Outcome::Close(Linger::No), 32 * 1024);
+        let mut conn = kept.expect("a connection with output left is kept until written");
+        assert_eq!(conn.next(), Next::Write);
+        conn.output().discard();
+
+        let parts = conn.lend(vacant);
+        let (kept, _) = conn.take_back(parts, Outcome::Close(Linger::No), 32 * 1024);
+        assert!(
+            kept.is_none(),
+            "nothing to write or linger for: closed at once"
+        );
+    }
+
+    #[test]
     fn a_buffer_grown_for_a_body_is_not_kept_for_the_next_request_s_first_bytes() {
         let (mut conn, _peer) = connection();
         let max_head_size = 32 * 1024;
