@@ -12,7 +12,8 @@ use crate::shared::WorkerShared;
 use crate::App;
 
 /// Serves the ready request on `conn` and any complete pipelined ones after it. Returns the
-/// connection when it stays open (to be parked), and the slot's context.
+/// connection when it stays open (to be parked), and the slot's context. The connection lends
+/// each exchange its parts and keeps its shell here meanwhile.
 pub(crate) fn serve_connection(
     mut conn: Box<Connection>,
     mut ctx: Box<SlotContext>,
@@ -32,7 +33,7 @@ pub(crate) fn serve_connection(
             fd,
             now,
         );
-        let mut exchange = Exchange::new(conn, ctx, Arc::clone(shared), now);
+        let mut exchange = Exchange::new(&mut conn, ctx, Arc::clone(shared), now);
         let exchange = if exchange.body_too_large() {
             // RFC 9110 15.5.14: refuse before reading (and before any 100 Continue).
             exchange.fail(413);
@@ -40,9 +41,12 @@ pub(crate) fn serve_connection(
         } else {
             app.serve(exchange)
         };
-        let (kept, returned) = exchange.complete();
+        let (parts, outcome, returned) = exchange.complete();
         ctx = returned;
         shared.request_finished();
+        let max_head_size = shared.config.limits.max_head_size;
+        let (kept, vacant) = conn.take_back(parts, outcome, max_head_size);
+        ctx.vacant = Some(vacant);
         let Some(mut next) = kept else {
             return (None, ctx);
         };

@@ -57,6 +57,14 @@ pub enum Link {
 }
 
 impl Link {
+    /// The socket's fd, for the poller's registration of a connection whose parts an exchange
+    /// holds (`connection::Lent::watch`); never for I/O.
+    pub fn fd(self) -> RawFd {
+        match self {
+            Link::Plain(fd) => fd,
+        }
+    }
+
     /// One non-blocking read; `Ok(None)` when it would block, `Ok(Some(0))` at EOF.
     #[inline]
     pub fn read(self, buf: &mut [u8]) -> io::Result<Option<usize>> {

@@ -434,7 +434,9 @@ impl WebSocket {
         let exchange = self.exchange.take().expect("connecting");
         let (result, session) = {
             let mut worker = self.waiter.worker.borrow_mut(py);
-            worker.reactor.upgrade(exchange, &headers, deflate)
+            worker
+                .reactor
+                .upgrade(self.waiter.token, exchange, &headers, deflate)
         };
         self.session = Some(session);
         self.state = WsState::Open;

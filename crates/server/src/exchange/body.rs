@@ -37,7 +37,7 @@ impl Exchange {
             self.expect = Continue::Settled;
             if self.phase == Phase::NotStarted || self.phase == Phase::Buffered {
                 self.begin_client_wait();
-                let written = self.conn.link().write_all_from(
+                let written = self.parts.link.write_all_from(
                     &[b"HTTP/1.1 100 Continue\r\n\r\n"],
                     0,
                     self.shared.config.send_timeout,
@@ -63,33 +63,33 @@ impl Exchange {
     }
 
     fn read_more_raw(&mut self) -> io::Result<()> {
-        let base = self.conn.head.head_len;
+        let base = self.parts.head.head_len;
         // Keep undecoded leftovers (a partial chunk-size line) at the front of the body area.
         let left = self.raw.len();
         if left > 0 && self.raw.start != base {
-            self.conn.buf.copy_within(self.raw.clone(), base);
+            self.parts.buf.copy_within(self.raw.clone(), base);
         }
         let start = base + left;
-        if self.conn.buf.len() < start + BODY_READ_CHUNK {
-            self.conn.buf.resize(start + BODY_READ_CHUNK, 0);
+        if self.parts.buf.len() < start + BODY_READ_CHUNK {
+            self.parts.buf.resize(start + BODY_READ_CHUNK, 0);
         }
         let deadline = self.body_deadline();
-        let link = self.conn.link();
-        let space = self.conn.buf.len() - start;
+        let link = self.parts.link;
+        let space = self.parts.buf.len() - start;
         self.begin_client_wait();
-        let n = link.read_by(&mut self.conn.buf[start..], deadline, "request body read");
+        let n = link.read_by(&mut self.parts.buf[start..], deadline, "request body read");
         self.end_client_wait(0);
         let n = n?;
-        self.conn.maybe_more = n == space;
+        self.parts.maybe_more = n == space;
         self.body_received += n as u64;
-        self.conn.received += n as u64;
+        self.parts.received += n as u64;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "client closed the connection before the request body ended",
             ));
         }
-        self.conn.filled = start + n;
+        self.parts.filled = start + n;
         self.raw = base..start + n;
         Ok(())
     }
@@ -103,7 +103,7 @@ impl Exchange {
                 return Err(err);
             }
         }
-        Ok(&self.conn.buf[self.avail.clone()])
+        Ok(&self.parts.buf[self.avail.clone()])
     }
 
     /// Marks the body unreadable and records whose fault it was.
@@ -129,7 +129,7 @@ impl Exchange {
     /// before the app runs).
     pub(crate) fn body_too_large(&self) -> bool {
         let limit = self.shared.config.max_body_size;
-        matches!(self.conn.head.body, BodyFraming::Length(n) if limit > 0 && n > limit)
+        matches!(self.parts.head.body, BodyFraming::Length(n) if limit > 0 && n > limit)
     }
 
     fn produce_body(&mut self) -> io::Result<()> {
@@ -140,11 +140,11 @@ impl Exchange {
                 Body::Failed => return Err(invalid_data("the request body could not be read")),
                 Body::Spooled { file, offset } => {
                     // After the buffered bytes that follow the body (a pipelined request).
-                    let start = self.conn.filled;
-                    if self.conn.buf.len() < start + BODY_READ_CHUNK {
-                        self.conn.buf.resize(start + BODY_READ_CHUNK, 0);
+                    let start = self.parts.filled;
+                    if self.parts.buf.len() < start + BODY_READ_CHUNK {
+                        self.parts.buf.resize(start + BODY_READ_CHUNK, 0);
                     }
-                    let n = file.read_at(*offset, &mut self.conn.buf[start..])?;
+                    let n = file.read_at(*offset, &mut self.parts.buf[start..])?;
                     *offset += n as u64;
                     if n == 0 || *offset >= file.len() {
                         self.body = Body::Done;
@@ -174,7 +174,7 @@ impl Exchange {
                     }
                     let base = self.raw.start;
                     let (consumed, event) = decoder
-                        .decode(&self.conn.buf[self.raw.clone()])
+                        .decode(&self.parts.buf[self.raw.clone()])
                         .map_err(|err| invalid_data(&format!("bad chunked body: {err:?}")))?;
                     self.raw.start += consumed;
                     match event {
@@ -241,10 +241,10 @@ impl Exchange {
                 let want = (out.len() as u64).min(remaining) as usize;
                 let deadline = self.body_deadline();
                 self.begin_client_wait();
-                let read =
-                    self.conn
-                        .link()
-                        .read_by(&mut out[..want], deadline, "request body read");
+                let read = self
+                    .parts
+                    .link
+                    .read_by(&mut out[..want], deadline, "request body read");
                 self.end_client_wait(0);
                 let n = match read {
                     Ok(0) => Err(io::Error::new(
@@ -254,7 +254,7 @@ impl Exchange {
                     other => other,
                 };
                 let n = n.inspect_err(|err| self.body_failed(err))?;
-                self.conn.maybe_more = n == want;
+                self.parts.maybe_more = n == want;
                 self.body_received += n as u64;
                 let left = remaining - n as u64;
                 self.body = if left == 0 {

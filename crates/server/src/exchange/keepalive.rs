@@ -22,12 +22,12 @@ impl Exchange {
             Body::Chunked(_) | Body::Failed => false,
         };
         !self.must_close
-            && self.conn.head.keep_alive()
+            && self.parts.head.keep_alive()
             && body_reusable
             && framing != ResponseFraming::CloseDelimited
             && !config.keepalive_timeout.is_zero()
             && (config.max_keepalive_requests == 0
-                || self.conn.served + 1 < config.max_keepalive_requests)
+                || self.parts.served + 1 < config.max_keepalive_requests)
             && self.may_stay_open_while_draining()
     }
 

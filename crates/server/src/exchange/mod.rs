@@ -1,6 +1,12 @@
-//! One request/response exchange on a connection owned by a slot: the [`Exchange`] type, its
-//! states and its life cycle (made from a connection whose head is complete, ended by
-//! `Exchange::complete`, which gives the connection back).
+//! One request/response exchange served by a slot: the [`Exchange`] type, its states and its
+//! life cycle (made from a connection whose head is complete, which lends it its parts, ended
+//! by `Exchange::complete`, which gives them back with how the exchange ended).
+//!
+//! An exchange holds what the connection lends it ([`Lent`]: the request head and the bytes
+//! it indexes, the connection's side of the body source, the output sink), never the
+//! connection: its transport, protocol phase and readiness stay with whoever holds the
+//! connection meanwhile (the slot, or the ASGI bridge's table), so an HTTP/2 stream can provide
+//! the same three without a connection of its own (ADR 0018).
 //!
 //! The app (through [`crate::App::serve`]) reads the request body and writes the response
 //! through this type; it never sees the socket. It enforces HTTP/1.1 framing; each idea has
@@ -19,10 +25,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tines_proto::response::ResponseFraming;
-use tines_proto::{BodyFraming, ChunkedDecoder, DateCache, RequestHead, Version};
+use tines_proto::{BodyFraming, ChunkedDecoder, RequestHead, Version};
 
 use crate::access_log::{DeferredLine, LoggedRequest, RequestLine};
-use crate::connection::{Connection, Linger};
+use crate::connection::{Connection, Lent, Linger, Outcome};
 use crate::listener::{Local, Peer};
 use crate::parked_body::Stored;
 use crate::scoreboard::Counted;
@@ -30,73 +36,13 @@ use crate::shared::WorkerShared;
 use crate::spool::{Held, SpoolFile};
 
 mod body;
+mod context;
 mod keepalive;
 mod response;
 mod send;
 
+pub use context::{SlotContext, OUT_BUFFER_LIMIT};
 pub use response::ResponseError;
-
-/// Per-slot scratch that exchanges borrow in turn, so a request allocates nothing for them.
-/// A slot keeps it boxed: it moves into each exchange and back out, a pointer rather than
-/// its ~150 bytes (as with [`Connection::new`]).
-pub struct SlotContext {
-    /// The output buffer (response head plus small bodies).
-    pub(crate) out: Vec<u8>,
-    /// The cached `Date` value.
-    pub(crate) date: DateCache,
-    /// Scratch for access-log lines.
-    pub(crate) log_line: Vec<u8>,
-    /// The cached access-log timestamp.
-    pub(crate) log_clock: crate::clock::LogClock,
-    /// The values of the response headers the access log's format shows, kept by
-    /// `begin_response` (empty unless the format names some).
-    pub(crate) logged_response_headers: Vec<Option<Vec<u8>>>,
-    /// The app header lines this slot checked last (`begin_response`).
-    pub(crate) checked_headers: tines_proto::response::CheckedHeaders,
-    /// Which app thread of the worker this is (its scoreboard sub-slot).
-    pub(crate) thread: usize,
-    /// The slot writes responses in batches (ADR 0011): a small response that is complete
-    /// when it is finished is queued in the connection's pending output, for the slot to
-    /// write with the rest of its batch.
-    pub(crate) batch_responses: bool,
-    /// The slot never waits for a client (an event loop serving many requests, ADR 0014):
-    /// output beyond the response store's room is queued all the same, and the app is made
-    /// to wait on its own loop until it is written.
-    pub(crate) never_wait: bool,
-}
-
-impl SlotContext {
-    /// A fresh context for the worker's first (or only) slot thread.
-    pub fn new() -> Self {
-        Self::for_thread(0)
-    }
-
-    /// A fresh context for app thread `thread` (its scoreboard sub-slot).
-    pub fn for_thread(thread: usize) -> Self {
-        SlotContext {
-            thread,
-            out: Vec::with_capacity(OUT_BUFFER_LIMIT),
-            date: DateCache::new(),
-            log_line: Vec::with_capacity(256),
-            log_clock: Default::default(),
-            logged_response_headers: Vec::new(),
-            checked_headers: Default::default(),
-            batch_responses: false,
-            never_wait: false,
-        }
-    }
-}
-
-impl Default for SlotContext {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// Bodies are gathered in the output buffer up to this size and sent with the head in one
-/// write; a larger piece is written straight from the caller's memory (no copy). 16 KiB is
-/// above the typical HTML page and below the point where the copy costs more than a syscall.
-pub const OUT_BUFFER_LIMIT: usize = 16 * 1024;
 
 /// How much of the request body is left to read.
 #[derive(Debug)]
@@ -142,13 +88,15 @@ enum Phase {
 
 /// One request being served.
 pub struct Exchange {
-    conn: Box<Connection>,
+    /// What the connection lent: the request head and its bytes, the body source's and the
+    /// output sink's connection-side state (given back at `complete`).
+    parts: Box<Lent>,
     ctx: Box<SlotContext>,
     shared: Arc<WorkerShared>,
     body: Body,
-    /// Undecoded body bytes in `conn.buf`.
+    /// Undecoded body bytes in `parts.buf`.
     raw: Range<usize>,
-    /// Decoded body bytes in `conn.buf`, ready for the app.
+    /// Decoded body bytes in `parts.buf`, ready for the app.
     avail: Range<usize>,
     expect: Continue,
     phase: Phase,
@@ -190,21 +138,29 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    /// The exchange for the request whose head `conn` holds. Boxed: it travels by move
-    /// through the app layer (into `wsgi.input` and back), and moving its ~600 bytes by value
-    /// at each step cost about 0.3 µs per request in `memmove` (perf, hello keep-alive).
+    /// The exchange for the request whose head `conn` holds: `conn` lends it its parts (and
+    /// the body the loop read before dispatch, if any) until `complete`. Boxed: it travels
+    /// by move through the app layer (into `wsgi.input` and back), and moving its ~600 bytes
+    /// by value at each step cost about 0.3 µs per request in `memmove` (perf, hello
+    /// keep-alive).
     pub(crate) fn new(
-        mut conn: Box<Connection>,
-        ctx: Box<SlotContext>,
+        conn: &mut Connection,
+        mut ctx: Box<SlotContext>,
         shared: Arc<WorkerShared>,
         started: Instant,
     ) -> Box<Exchange> {
-        let head_len = conn.head.head_len;
+        let parked_body = conn.parked_body.take();
+        let vacant = ctx
+            .vacant
+            .take()
+            .unwrap_or_else(|| Lent::vacant(conn.link(), conn.peer, conn.listener));
+        let parts = conn.lend(vacant);
+        let head_len = parts.head.head_len;
         let mut body_charge = None;
         let mut decoded_length = None;
         // Read before dispatch (the loop sent any `100 Continue`), or streamed from the socket.
-        let mut read_ahead = conn.parked_body.is_some();
-        let body = match conn.parked_body.take().map(|parked| parked.finish()) {
+        let mut read_ahead = parked_body.is_some();
+        let body = match parked_body.map(|parked| parked.finish()) {
             Some(finished) => {
                 decoded_length = finished.chunked.then_some(finished.length);
                 match finished.stored {
@@ -218,11 +174,11 @@ impl Exchange {
                     Stored::File(file) => Body::Spooled { file, offset: 0 },
                 }
             }
-            None => match conn.head.body {
+            None => match parts.head.body {
                 BodyFraming::None | BodyFraming::Length(0) => Body::Done,
                 BodyFraming::Length(n) => {
                     // Whole in the read buffer already (it came with the head).
-                    read_ahead = (conn.filled - head_len) as u64 >= n;
+                    read_ahead = (parts.filled - head_len) as u64 >= n;
                     if read_ahead {
                         Body::Buffered(n)
                     } else {
@@ -234,15 +190,15 @@ impl Exchange {
                 }
             },
         };
-        let expect = if conn.head.expect_continue && !matches!(body, Body::Done) && !read_ahead {
+        let expect = if parts.head.expect_continue && !matches!(body, Body::Done) && !read_ahead {
             Continue::Pending
         } else {
             Continue::Settled
         };
-        let is_head = conn.head.method_is(&conn.buf, b"HEAD");
-        let raw = head_len..conn.filled;
+        let is_head = parts.head.method_is(&parts.buf, b"HEAD");
+        let raw = head_len..parts.filled;
         Box::new(Exchange {
-            conn,
+            parts,
             ctx,
             shared,
             body,
@@ -272,33 +228,33 @@ impl Exchange {
 
     /// The parsed request head (spans index into [`Exchange::buffer`]).
     pub fn head(&self) -> &RequestHead {
-        &self.conn.head
+        &self.parts.head
     }
 
-    /// The connection's read buffer, for resolving the head's spans.
+    /// The bytes the head's spans index (the connection's read buffer, lent).
     pub fn buffer(&self) -> &[u8] {
-        &self.conn.buf[..self.conn.head.head_len]
+        &self.parts.buf[..self.parts.head.head_len]
     }
 
     /// The request method.
     pub fn method(&self) -> &[u8] {
-        self.conn.head.method.of(&self.conn.buf)
+        self.parts.head.method.of(&self.parts.buf)
     }
 
     /// The request target, as sent.
     pub fn target(&self) -> &[u8] {
-        self.conn.head.target.of(&self.conn.buf)
+        self.parts.head.target.of(&self.parts.buf)
     }
 
     /// The protocol version.
     pub fn version(&self) -> Version {
-        self.conn.head.version
+        self.parts.head.version
     }
 
     /// The request headers, in order, as sent.
     pub fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        let buf = &self.conn.buf;
-        self.conn
+        let buf = &self.parts.buf;
+        self.parts
             .head
             .headers
             .iter()
@@ -308,18 +264,18 @@ impl Exchange {
     /// The request line as sent, from the method to the end of the target (without the
     /// version): two requests whose lines are the same bytes have the same method and target.
     pub fn method_and_target(&self) -> &[u8] {
-        let head = &self.conn.head;
-        &self.conn.buf[head.method.start as usize..head.target.end as usize]
+        let head = &self.parts.head;
+        &self.parts.buf[head.method.start as usize..head.target.end as usize]
     }
 
     /// The header section as sent, from the first field's name to the last field's value
     /// (empty without fields): two requests whose blocks are the same bytes have the same
     /// fields.
     pub fn header_block(&self) -> &[u8] {
-        let head = &self.conn.head;
+        let head = &self.parts.head;
         match (head.headers.first(), head.headers.last()) {
             (Some((first, _)), Some((_, last))) => {
-                &self.conn.buf[first.start as usize..last.end as usize]
+                &self.parts.buf[first.start as usize..last.end as usize]
             }
             _ => &[],
         }
@@ -327,12 +283,12 @@ impl Exchange {
 
     /// The client's address.
     pub fn peer(&self) -> Peer {
-        self.conn.peer
+        self.parts.peer
     }
 
     /// The address of the listener that accepted the connection.
     pub fn local(&self) -> &Local {
-        &self.shared.locals[self.conn.listener]
+        &self.shared.locals[self.parts.listener]
     }
 
     /// Whether the peer is a proxy whose `X-Forwarded-*` headers are believed
@@ -353,9 +309,9 @@ impl Exchange {
         if !self.peer_is_trusted_proxy() {
             return peer_ip;
         }
-        let buf = &self.conn.buf;
+        let buf = &self.parts.buf;
         let lines_last_first = self
-            .conn
+            .parts
             .head
             .headers
             .iter()
@@ -417,7 +373,7 @@ impl Exchange {
         let duration = format.shows_duration().then(|| self.started.elapsed());
         // A request the loop handed to an app thread waited from `ready_at`; one served
         // where it was read (inline, or pipelined behind another) did not wait.
-        let ready_at = self.conn.ready_at.take();
+        let ready_at = self.parts.ready_at.take();
         let queue = format.shows_queue_wait().then(|| {
             ready_at.map_or(Duration::ZERO, |ready| {
                 self.started.saturating_duration_since(ready)
@@ -428,7 +384,7 @@ impl Exchange {
         let response_headers = std::mem::take(&mut self.ctx.logged_response_headers);
         let output = self
             .handed_over
-            .then(|| Arc::clone(self.conn.output()))
+            .then(|| Arc::clone(self.parts.output()))
             .filter(|output| !output.is_empty());
         let find = |name: &[u8]| self.header(name);
         let request = LoggedRequest {
@@ -478,11 +434,11 @@ impl Exchange {
         self.counted = true;
         // Nothing could be sent: counted as the server error it is.
         let status = if self.status == 0 { 500 } else { self.status };
-        let wait = self.conn.ready_at.map_or(Duration::ZERO, |ready| {
+        let wait = self.parts.ready_at.map_or(Duration::ZERO, |ready| {
             self.started.saturating_duration_since(ready)
         });
         let counted = Counted::new(self.method(), status, wait.as_micros() as u64);
-        let received = std::mem::take(&mut self.conn.received);
+        let received = std::mem::take(&mut self.parts.received);
         self.shared
             .count_request(self.ctx.thread, counted, received);
     }
@@ -548,7 +504,7 @@ impl Exchange {
         // A body read before dispatch was read to its end, whatever the app read of it.
         if !self.body_received_whole() {
             Linger::UntilEof
-        } else if !self.raw.is_empty() || self.conn.head.keep_alive() {
+        } else if !self.raw.is_empty() || self.parts.head.keep_alive() {
             Linger::UntilAcknowledged
         } else {
             Linger::No
@@ -556,9 +512,9 @@ impl Exchange {
     }
 
     /// Ends the exchange: finishes an unfinished response, drains an unread body when the
-    /// connection can be kept, and returns the connection (if it stays open), the slot's
-    /// context and whether the response was complete.
-    pub(crate) fn complete(mut self: Box<Self>) -> (Option<Box<Connection>>, Box<SlotContext>) {
+    /// connection can be kept, and gives back what the connection lent with how the exchange
+    /// ended (for [`Connection::take_back`]), and the slot's context.
+    pub(crate) fn complete(mut self: Box<Self>) -> (Box<Lent>, Outcome, Box<SlotContext>) {
         match self.phase {
             Phase::NotStarted => self.fail(500),
             Phase::Buffered | Phase::Committed => {
@@ -574,25 +530,16 @@ impl Exchange {
             keep = self.drain_body();
             self.end_client_wait(0);
         }
-        if keep {
+        let outcome = if keep {
             // Undecoded bytes past the body are the start of a pipelined request.
-            let leftover = self.raw.clone();
-            let max_head_size = self.shared.config.limits.max_head_size;
-            self.conn.next_request(leftover, max_head_size);
-        }
-        let linger = if keep {
-            Linger::No
+            Outcome::Keep {
+                leftover: self.raw.clone(),
+            }
         } else {
-            self.closing_linger()
+            Outcome::Close(self.closing_linger())
         };
         self.shared.response_ended(self.ctx.thread);
-        let Exchange { mut conn, ctx, .. } = *self;
-        if !keep && (conn.has_pending_output() || linger != Linger::No) {
-            // The loop writes the rest (if any), then closes, lingering if the client may
-            // still be sending (reactor::linger).
-            conn.close_after_response(linger);
-            return (Some(conn), ctx);
-        }
-        (keep.then_some(conn), ctx)
+        let Exchange { parts, ctx, .. } = *self;
+        (parts, outcome, ctx)
     }
 }

@@ -119,7 +119,7 @@ impl Exchange {
             let mut digits = itoa::Buffer::new();
             encode_header(out, b"Content-Length", digits.format(length).as_bytes());
             ResponseFraming::Length(length)
-        } else if self.conn.head.version == Version::Http11 {
+        } else if self.parts.head.version == Version::Http11 {
             encode_header(out, b"Transfer-Encoding", b"chunked");
             ResponseFraming::Chunked
         } else {
@@ -135,7 +135,7 @@ impl Exchange {
         }
         if !self.keep_alive {
             encode_header(out, b"Connection", b"close");
-        } else if self.conn.head.version == Version::Http10 {
+        } else if self.parts.head.version == Version::Http10 {
             encode_header(out, b"Connection", b"keep-alive");
         }
         out.extend_from_slice(b"\r\n");
@@ -371,7 +371,7 @@ impl Exchange {
         headers: &[(&[u8], &[u8])],
     ) -> (
         io::Result<()>,
-        Box<crate::connection::Connection>,
+        Box<crate::connection::Lent>,
         std::ops::Range<usize>,
         Box<super::SlotContext>,
     ) {
@@ -398,7 +398,7 @@ impl Exchange {
         self.log_access();
         self.shared.response_ended(self.ctx.thread);
         let raw = self.raw.clone();
-        let Exchange { conn, ctx, .. } = *self;
-        (result, conn, raw, ctx)
+        let Exchange { parts, ctx, .. } = *self;
+        (result, parts, raw, ctx)
     }
 }

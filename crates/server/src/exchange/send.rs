@@ -43,7 +43,7 @@ impl Exchange {
     }
 
     fn emit_parts(&mut self, parts: &[&[u8]], last: bool) -> io::Result<()> {
-        let link = self.conn.link();
+        let link = self.parts.link;
         let total: usize = parts.iter().map(|part| part.len()).sum();
         let mut written = 0;
         // A slot that writes in batches leaves the end of a response (at most the output
@@ -53,7 +53,7 @@ impl Exchange {
         let batched = self.ctx.batch_responses && last && !self.body_in_socket();
         // The common case: nothing is pending (no lock taken), and the socket takes it all in
         // one `sendmsg`, straight from the caller's memory.
-        if !batched && self.conn.output().is_empty() {
+        if !batched && self.parts.output().is_empty() {
             while written < total {
                 match link.write_vectored(parts, written) {
                     Ok(Some(n)) => written += n,
@@ -70,13 +70,13 @@ impl Exchange {
         if !batched {
             // Left for the poller to write: it must watch the socket (a batch's leftovers
             // are watched when the batch is written).
-            self.conn.watch()?;
+            self.parts.watch()?;
         }
         let result = self.hand_over(link, parts, written);
         if result.is_err() {
             // The client is gone or stopped reading past the send timeout: nothing queued
             // will be sent (the connection closes); its memory and files are given back.
-            self.conn.output().discard();
+            self.parts.output().discard();
         }
         result
     }
@@ -106,7 +106,7 @@ impl Exchange {
             return false;
         }
         let store = self.store();
-        let output = self.conn.output();
+        let output = self.parts.output();
         if !output.try_queue(&self.shared.buffers, &[&self.ctx.out], store) {
             return false;
         }
@@ -135,7 +135,7 @@ impl Exchange {
     fn hand_over(&mut self, link: Link, parts: &[&[u8]], written: usize) -> io::Result<()> {
         let timeout = self.shared.config.send_timeout;
         let store = self.store();
-        let output = Arc::clone(self.conn.output());
+        let output = Arc::clone(self.parts.output());
         if let HandOver::Full(written) =
             output.hand_over(&self.shared.buffers, parts, written, store)?
         {
@@ -155,10 +155,10 @@ impl Exchange {
 
     /// Response bytes queued for the poller and not yet written.
     pub fn unsent(&mut self) -> u64 {
-        if self.conn.output().is_empty() {
+        if self.parts.output().is_empty() {
             return 0;
         }
-        self.conn.output().with(|pending| pending.unsent())
+        self.parts.output().with(|pending| pending.unsent())
     }
 
     /// Runs `action` once the output queued now is written (with 0) or dropped (with the
@@ -166,7 +166,7 @@ impl Exchange {
     /// writes the last byte (the loop's, usually), under the output's lock: it must only
     /// note the fact.
     pub fn when_written(&mut self, action: crate::pending::WhenWritten) {
-        self.conn
+        self.parts
             .output()
             .with(|pending| pending.when_written(action));
     }
@@ -204,9 +204,9 @@ impl Exchange {
             Err(err) => (0, Err(err)),
         };
         // The rest of the range, if any, is queued for the poller.
-        self.handed_over |= !self.conn.output().is_empty();
+        self.handed_over |= !self.parts.output().is_empty();
         if result.is_err() {
-            self.conn.output().discard();
+            self.parts.output().discard();
         }
         self.end_client_wait(sent);
         self.phase = Phase::Committed;
@@ -231,8 +231,8 @@ impl Exchange {
         offset: u64,
         count: u64,
     ) -> (u64, io::Result<()>) {
-        let link = self.conn.link();
-        let output = Arc::clone(self.conn.output());
+        let link = self.parts.link;
+        let output = Arc::clone(self.parts.output());
         let mut sent = 0u64;
         // Nothing pending (no lock taken): what the socket takes now.
         if output.is_empty() {
@@ -250,7 +250,7 @@ impl Exchange {
         }
         if sent < count {
             // The rest is left for the poller to write: it must watch the socket.
-            if let Err(err) = self.conn.watch() {
+            if let Err(err) = self.parts.watch() {
                 return (sent, Err(err));
             }
         }

@@ -128,6 +128,12 @@ pub struct AsyncReactor {
     spare: Vec<Box<SlotContext>>,
     /// Contexts made so far: a new one takes scoreboard sub-slot `made % threads_per_slot`.
     made: usize,
+    /// The shells of the connections whose exchanges the event loop holds, by token: each
+    /// lent its parts to its exchange (ADR 0018) and takes them back when the exchange ends
+    /// (or a WebSocket session begins). A vector, as tokens are the loop's dense indices: no
+    /// hashing per request.
+    #[allow(clippy::vec_box)]
+    shells: Vec<Option<Box<Connection>>>,
     started: bool,
 }
 
@@ -150,6 +156,7 @@ impl AsyncReactor {
             written: Arc::new(Mutex::new(Vec::new())),
             spare: Vec::new(),
             made: 0,
+            shells: Vec::new(),
             started: false,
         }
     }
@@ -192,7 +199,7 @@ impl AsyncReactor {
         out.extend(self.driver.readable.drain(..).map(AsyncEvent::Readable));
         out.extend(self.driver.gone.drain(..).map(AsyncEvent::Gone));
         let mut ready = std::mem::take(&mut self.driver.ready);
-        for (token, conn) in ready.drain(..) {
+        for (token, mut conn) in ready.drain(..) {
             let ctx = self.spare.pop().unwrap_or_else(|| {
                 let threads = self.shared.scoreboard().threads_per_slot().max(1);
                 let thread = self.made % threads;
@@ -210,7 +217,8 @@ impl AsyncReactor {
                 conn.fd(),
                 now,
             );
-            let mut exchange = Exchange::new(conn, ctx, Arc::clone(&self.shared), now);
+            let mut exchange = Exchange::new(&mut conn, ctx, Arc::clone(&self.shared), now);
+            self.keep_shell(token, conn);
             if exchange.body_too_large() {
                 // RFC 9110 15.5.14: refused before the app sees it.
                 exchange.fail(413);
@@ -227,12 +235,31 @@ impl AsyncReactor {
     /// when none started) and gives the connection back for the next turn. True when it is
     /// the first given back since the last turn (the event loop then schedules one).
     pub fn complete(&mut self, token: usize, exchange: Box<Exchange>) -> bool {
-        let (kept, ctx) = exchange.complete();
+        let (parts, outcome, mut ctx) = exchange.complete();
+        let max_head_size = self.shared.config.limits.max_head_size;
+        let (kept, vacant) = self.shell(token).take_back(parts, outcome, max_head_size);
+        ctx.vacant = Some(vacant);
         self.shared.request_finished();
         self.spare.push(ctx);
         let first = self.driver.returned.is_empty();
         self.driver.returned.push((token, kept));
         first
+    }
+
+    /// Keeps the shell of the connection `token` while its exchange is out.
+    fn keep_shell(&mut self, token: usize, conn: Box<Connection>) {
+        if token >= self.shells.len() {
+            self.shells.resize_with(token + 1, || None);
+        }
+        self.shells[token] = Some(conn);
+    }
+
+    /// The shell of the connection `token`, whose exchange ends.
+    fn shell(&mut self, token: usize) -> Box<Connection> {
+        self.shells
+            .get_mut(token)
+            .and_then(Option::take)
+            .expect("an exchange ends on a connection whose shell the bridge keeps")
     }
 
     /// True when connections given back wait for the next turn.
@@ -257,15 +284,19 @@ impl AsyncReactor {
     }
 
     /// Answers a WebSocket handshake with its 101 (`headers`: the accept key, the agreed
-    /// subprotocol and extension, the app's own) and turns the connection into a session
-    /// (`deflate` when permessage-deflate was agreed). The exchange ends there.
+    /// subprotocol and extension, the app's own) and turns the connection `token` into a
+    /// session (`deflate` when permessage-deflate was agreed). The exchange ends there, giving
+    /// the connection's shell its parts back.
     pub fn upgrade(
         &mut self,
+        token: usize,
         exchange: Box<Exchange>,
         headers: &[(&[u8], &[u8])],
         deflate: Option<tines_proto::websocket::deflate::Agreement>,
     ) -> (io::Result<()>, WsSession) {
-        let (result, conn, raw, ctx) = exchange.switch_to_websocket(headers);
+        let (result, parts, raw, mut ctx) = exchange.switch_to_websocket(headers);
+        let mut conn = self.shell(token);
+        ctx.vacant = Some(conn.restore(parts));
         self.spare.push(ctx);
         self.driver.websockets += 1;
         let session = WsSession::new(

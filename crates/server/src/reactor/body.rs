@@ -173,12 +173,13 @@ impl Reactor {
         let head_len = conn.head.head_len;
         let link = conn.link();
         loop {
-            let Some(body) = conn.parked_body.as_deref_mut() else {
+            let (parked, parts) = conn.parked_and_parts();
+            let Some(body) = parked else {
                 return BodyStep::Dispatch;
             };
             if body.is_complete() {
                 // Bytes after it (a pipelined request) may be waiting in the socket.
-                conn.maybe_more = true;
+                parts.maybe_more = true;
                 conn.body_read();
                 return BodyStep::Dispatch;
             }
@@ -189,8 +190,8 @@ impl Reactor {
                 body.wanted(READ_CHUNK)
             };
             let mut area = Area {
-                buf: &mut conn.buf,
-                filled: &mut conn.filled,
+                buf: &mut parts.buf,
+                filled: &mut parts.filled,
                 head_len,
             };
             let room = match body.room(&mut area, &shared.buffers, want) {
@@ -204,12 +205,12 @@ impl Reactor {
                 match link.read(&mut self.bodies.scratch[..room]) {
                     Ok(Some(0)) | Err(_) => return BodyStep::Close,
                     Ok(Some(n)) => {
-                        conn.received += n as u64;
+                        parts.received += n as u64;
                         body.take(&mut area, &self.bodies.scratch[..n])
                     }
                     Ok(None) => {
                         body.release_reserved();
-                        conn.maybe_more = false;
+                        parts.maybe_more = false;
                         return BodyStep::Park;
                     }
                 }

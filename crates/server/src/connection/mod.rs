@@ -7,8 +7,10 @@
 //!        served with a 101 --> WebSocket --session over--> closed (lingering)
 //! ```
 //! Who holds the connection meanwhile (the poller under a timer, a slot, the loop writing or
-//! lingering) is the reactor's entry (`reactor::entries`); `Connection::next` is the one
-//! place that decides what follows a served request, for the slot and the loop. On every MPM
+//! lingering) is the reactor's entry (`reactor::entries`); a slot's exchange holds only the
+//! parts the connection lends it ([`Lent`], ADR 0018), not the connection. `Connection::next`
+//! is the one place that decides what follows a served request, for the slot and the loop
+//! (after `Connection::take_back` applied the exchange's outcome). On every MPM
 //! the loop reads request bodies before dispatch (`Body`, into the [`ParkedBody`] the
 //! connection carries; `reactor::body`), except on `stream_body_paths`, and finishes response
 //! output the slot left [`Output`] pending (ADR 0009).
@@ -25,9 +27,13 @@ use tines_proto::{
 
 use crate::listener::Peer;
 use crate::parked_body::ParkedBody;
+
+mod lent;
+
 use crate::pending::Output;
 use crate::spool::INITIAL_BUFFER;
 use crate::transport::{Link, Transport};
+pub use lent::Lent;
 use std::sync::Arc;
 
 /// What the bytes of a connection mean, chosen at run time: HTTP/1.1 from its first byte, a
@@ -113,47 +119,57 @@ pub enum Linger {
     UntilAcknowledged,
 }
 
-/// A client connection: its transport, read buffer and the parsed head of the current request.
+/// A client connection: its shell (transport, protocol, readiness), and the parts it lends
+/// each of its exchanges in turn ([`Lent`]).
+///
+/// The loop and the slot reach the parts' fields through `Deref` (`conn.buf`, `conn.head`):
+/// they are the connection's own while no exchange holds them. A connection whose parts are
+/// lent is held only by the one slot serving it (or the ASGI bridge's table), which touches
+/// its shell alone: its parts are then a vacant stand-in, never read.
 pub struct Connection {
+    /// What it lends its exchanges; while one holds them (between [`Connection::lend`] and
+    /// [`Connection::take_back`]), a vacant set the slot keeps for the purpose stands in
+    /// (no `Option` to check at each of the loop's reads, no allocation per request).
+    /// Declared first so it drops before the transport: the output must be closed before
+    /// the fd is (see `Lent`'s `Drop`).
+    parts: Box<Lent>,
     /// What carries its bytes; every read and write goes through it ([`Connection::link`]).
     transport: Transport,
-    /// Read buffer; bytes `[0, filled)` are valid. The current request's head starts at 0.
-    pub(crate) buf: Vec<u8>,
-    /// How many bytes of `buf` hold data.
-    pub(crate) filled: usize,
-    /// The parsed head of the current request (spans index into `buf`).
-    pub(crate) head: RequestHead,
     /// What its bytes mean, and where the current exchange is (see [`Protocol`]).
     pub protocol: Protocol,
-    /// Requests completed on this connection.
-    pub served: u32,
-    /// Who is on the other end.
-    pub peer: Peer,
-    /// Index of the listener that accepted it.
-    pub listener: usize,
     /// When the first byte of the current head arrived (header timeout), if any has.
     pub head_started: Option<Instant>,
-    /// When the loop handed the current request to an app thread (the queue wait's start,
-    /// for the scoreboard's histogram and the access log; taken by the exchange).
-    pub(crate) ready_at: Option<Instant>,
-    /// Bytes read from the socket and not yet added to the worker's `bytes_in` (added when
-    /// the request they belong to is counted).
-    pub(crate) received: u64,
-    /// The last read filled its whole buffer, so the socket may hold more bytes that no new
-    /// edge-triggered event will announce: read again before parking. False after a short
-    /// read or `EAGAIN`, which saves a `read` that would only say `EAGAIN` after each response.
-    pub(crate) maybe_more: bool,
     /// The poller saw the peer shut its side ([`Connection::note_peer_closed`]).
     peer_closed: bool,
-    /// Response output a slot could not write without waiting, shared with the poller,
-    /// which writes it as the client reads (every MPM). Created at the first response.
-    pub(crate) output: Option<Arc<Output>>,
     /// The current request's body while the loop reads it before dispatch (`Phase::Body`);
     /// the exchange takes it over at dispatch (memory charge, temporary file).
     pub(crate) parked_body: Option<Box<ParkedBody>>,
-    /// Not watched by the poller yet: its fd and the token to watch it under (a connection
-    /// read as it was accepted is watched only once it must wait for the poller, ADR 0017).
-    pub(crate) unwatched: Option<(RawFd, u64)>,
+}
+
+impl std::ops::Deref for Connection {
+    type Target = Lent;
+
+    #[inline]
+    fn deref(&self) -> &Lent {
+        &self.parts
+    }
+}
+
+impl std::ops::DerefMut for Connection {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Lent {
+        &mut self.parts
+    }
+}
+
+/// How an exchange ended, for its connection ([`Connection::take_back`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The connection serves a next request; `leftover`, bytes past this one in the read
+    /// buffer, are the start of it (pipelined).
+    Keep { leftover: std::ops::Range<usize> },
+    /// The connection ends once its output is written, lingering as said.
+    Close(Linger),
 }
 
 impl Connection {
@@ -173,22 +189,12 @@ impl Connection {
     /// hello-world request.
     pub fn new(transport: Transport, peer: Peer, listener: usize) -> Box<Self> {
         Box::new(Connection {
+            parts: Lent::vacant(transport.link(), peer, listener),
             transport,
-            buf: Vec::new(),
-            filled: 0,
-            head: RequestHead::new(),
             protocol: Protocol::Http1(Phase::Head),
-            served: 0,
-            peer,
-            listener,
             head_started: None,
-            ready_at: None,
-            received: 0,
-            maybe_more: false,
             peer_closed: false,
-            output: None,
             parked_body: None,
-            unwatched: None,
         })
     }
 
@@ -196,12 +202,57 @@ impl Connection {
     /// it: the loop before it parks it, writes for it or lingers; a slot before it leaves
     /// output for the poller to finish).
     pub(crate) fn watch(&mut self) -> io::Result<()> {
-        match self.unwatched.take() {
-            Some((epoll, token)) => {
-                crate::poller::Poller::add_connection(epoll, self.fd(), crate::poller::Token(token))
+        Lent::watch(self)
+    }
+
+    /// The body the loop reads before dispatch and the parts it reads it into, borrowed
+    /// together.
+    pub(crate) fn parked_and_parts(&mut self) -> (Option<&mut ParkedBody>, &mut Lent) {
+        (self.parked_body.as_deref_mut(), &mut self.parts)
+    }
+
+    /// Lends the connection's parts to the exchange of the request whose head it holds
+    /// (`Exchange::new`), `vacant` standing in; the connection keeps its shell until
+    /// [`Connection::take_back`].
+    #[inline]
+    pub(crate) fn lend(&mut self, mut vacant: Box<Lent>) -> Box<Lent> {
+        vacant.link = self.link();
+        std::mem::replace(&mut self.parts, vacant)
+    }
+
+    /// Takes back the parts an exchange held (see [`Connection::take_back`]; alone, when the
+    /// connection leaves HTTP/1.1 for a WebSocket), returning the vacant set that stood in.
+    #[inline]
+    pub(crate) fn restore(&mut self, parts: Box<Lent>) -> Box<Lent> {
+        std::mem::replace(&mut self.parts, parts)
+    }
+
+    /// Takes back the parts an exchange held, with how it ended: a kept connection begins
+    /// its next request (see [`Connection::next_request`]); one that ends closes once its
+    /// output is written, lingering as said. Returns the connection, `None` when it closes at
+    /// once (nothing to write, nothing to linger for), and the vacant set that stood in.
+    #[inline]
+    pub(crate) fn take_back(
+        mut self: Box<Self>,
+        parts: Box<Lent>,
+        outcome: Outcome,
+        max_head_size: usize,
+    ) -> (Option<Box<Self>>, Box<Lent>) {
+        let vacant = self.restore(parts);
+        let kept = match outcome {
+            Outcome::Keep { leftover } => {
+                self.next_request(leftover, max_head_size);
+                Some(self)
             }
-            None => Ok(()),
-        }
+            Outcome::Close(linger) if !self.has_pending_output() && linger == Linger::No => None,
+            Outcome::Close(linger) => {
+                // The loop writes the rest (if any), then closes, lingering if the client
+                // may still be sending (reactor::linger).
+                self.close_after_response(linger);
+                Some(self)
+            }
+        };
+        (kept, vacant)
     }
 
     /// The socket's fd, for the poller and the scoreboard: reads and writes go through
@@ -331,7 +382,8 @@ impl Connection {
                 self.buf.resize(grown, 0);
             }
             let space = self.buf.len() - self.filled;
-            match self.link().read(&mut self.buf[self.filled..]) {
+            let parts = &mut **self;
+            match parts.link.read(&mut parts.buf[parts.filled..]) {
                 Ok(Some(0)) => {
                     // The peer half-closed (or closed). A whole head it sent first is still
                     // served, and read for EOF again before parking (no new edge will come);
@@ -397,16 +449,12 @@ impl Connection {
 
     /// True when response output waits to be written (no lock taken).
     pub fn has_pending_output(&self) -> bool {
-        self.output
-            .as_ref()
-            .is_some_and(|output| !output.is_empty())
+        Lent::has_pending_output(self)
     }
 
     /// The shared output, created on first use.
     pub(crate) fn output(&mut self) -> &Arc<Output> {
-        let link = self.link();
-        self.output
-            .get_or_insert_with(|| Arc::new(Output::new(link)))
+        Lent::output(self)
     }
 
     fn parse(&mut self, limits: &Limits) -> Readiness {
@@ -418,7 +466,8 @@ impl Connection {
         if self.filled == 0 {
             return Readiness::Pending;
         }
-        match parse_request_head(&self.buf[..self.filled], limits, &mut self.head) {
+        let parts = &mut **self;
+        match parse_request_head(&parts.buf[..parts.filled], limits, &mut parts.head) {
             Ok(HeadStatus::Complete) => Readiness::HeadComplete,
             Ok(HeadStatus::Partial) => Readiness::Pending,
             Err(err) => Readiness::Rejected(err),
@@ -438,7 +487,8 @@ impl Connection {
                     self.peer = Peer::Tcp(source);
                 }
                 // LOCAL (a health check) and UNKNOWN keep the real peer, as the spec asks.
-                self.buf.copy_within(consumed..self.filled, 0);
+                let filled = self.filled;
+                self.buf.copy_within(consumed..filled, 0);
                 self.filled -= consumed;
                 self.protocol = Protocol::Http1(Phase::Head);
                 Ok(())
@@ -491,16 +541,6 @@ impl Connection {
     }
 }
 
-impl Drop for Connection {
-    fn drop(&mut self) {
-        // Before the fd closes: the loop may hold the output (a handed-out connection) and
-        // must never write to a descriptor number that could be reused.
-        if let Some(output) = &self.output {
-            output.close();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -535,6 +575,52 @@ mod tests {
         conn.output().discard();
         conn.protocol = Protocol::WebSocket;
         assert_eq!(conn.next(), Next::Close(Linger::UntilEof));
+    }
+
+    #[test]
+    fn a_connection_takes_back_its_lent_parts_and_applies_how_the_exchange_ended() {
+        let (mut conn, _peer) = connection();
+        let vacant = Lent::vacant(conn.link(), Peer::Unix, 0);
+        let stand_in: *const Lent = &*vacant;
+        let mut parts = conn.lend(vacant);
+        assert!(std::ptr::eq(&**conn, stand_in), "the vacant set stands in");
+        parts.buf = vec![0; INITIAL_BUFFER];
+        parts.buf[100..103].copy_from_slice(b"GET");
+        parts.filled = 103;
+        let keep = Outcome::Keep { leftover: 100..103 };
+        let (kept, vacant) = conn.take_back(parts, keep, 32 * 1024);
+        assert!(
+            std::ptr::eq(&*vacant, stand_in),
+            "the vacant set is given back"
+        );
+        let mut conn = kept.expect("a kept connection");
+        assert_eq!(
+            conn.buffer(),
+            b"GET",
+            "the pipelined bytes begin the next request"
+        );
+        assert_eq!(conn.served, 1);
+        assert_eq!(conn.protocol, Protocol::Http1(Phase::Head));
+
+        let parts = conn.lend(vacant);
+        let (kept, vacant) = conn.take_back(parts, Outcome::Close(Linger::UntilEof), 32 * 1024);
+        let mut conn = kept.expect("a connection that lingers is kept until it closes");
+        assert_eq!(conn.next(), Next::Close(Linger::UntilEof));
+
+        conn.protocol = Protocol::Http1(Phase::Head);
+        let mut parts = conn.lend(vacant);
+        parts.output().with(|pending| pending.push(&[b"unsent"], 0));
+        let (kept, vacant) = conn.take_back(parts, Outcome::Close(Linger::No), 32 * 1024);
+        let mut conn = kept.expect("a connection with output left is kept until written");
+        assert_eq!(conn.next(), Next::Write);
+        conn.output().discard();
+
+        let parts = conn.lend(vacant);
+        let (kept, _) = conn.take_back(parts, Outcome::Close(Linger::No), 32 * 1024);
+        assert!(
+            kept.is_none(),
+            "nothing to write or linger for: closed at once"
+        );
     }
 
     #[test]
