@@ -48,6 +48,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2_000, help="requests before the count")
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--repeat", type=int, default=1, help="measure this many times")
+    parser.add_argument("--keep", type=Path, help="copy the worker's counted dump here (read it with "
+                        "callgrind_annotate: where the instructions went)")
     parser.add_argument("serve_args", nargs="*", help="more `tines serve` flags (after --)")
     arguments = parser.parse_args()
     for tool in ("valgrind", "callgrind_control"):
@@ -90,6 +92,9 @@ def measure(arguments: argparse.Namespace) -> float:
         control(["-z", str(worker)])
         bench(arguments, url, arguments.requests)
         control(["-d", str(worker)])
+        if arguments.keep is not None:
+            for dump in glob.glob(str(out_dir / f"callgrind.out.{worker}.*")):
+                shutil.copy(dump, arguments.keep)
         return worker_total(out_dir, worker) / int(arguments.requests)
     except BaseException:
         log.flush()

@@ -115,6 +115,10 @@ pub struct RequestHead {
     pub expect_continue: bool,
     /// An Upgrade header was present (for WebSocket later).
     pub upgrade: bool,
+    /// Where in `headers` the last `X-Forwarded-Proto` line is, if any: noted while the
+    /// lines are read, so the server's scheme decision (a trusted proxy's word) costs no scan
+    /// of the fields on the usual request, which has none.
+    pub forwarded_proto: Option<u32>,
 }
 
 impl Default for RequestHead {
@@ -136,6 +140,7 @@ impl RequestHead {
             connection: ConnectionOption::Default,
             expect_continue: false,
             upgrade: false,
+            forwarded_proto: None,
         }
     }
 
@@ -360,7 +365,12 @@ pub fn parse_request_head(
         if !is_field_value(header.value) {
             return Err(ParseError::InvalidHeaderValue);
         }
-        fields.note(header.name.as_bytes(), header.value, head.version)?;
+        let name = header.name.as_bytes();
+        fields.note(name, header.value, head.version)?;
+        if name.len() == FORWARDED_PROTO.len() && name.eq_ignore_ascii_case(FORWARDED_PROTO) {
+            // At most max_headers lines, far below u32::MAX.
+            head.forwarded_proto = Some(head.headers.len() as u32);
+        }
         head.headers.push((
             span_in(buf, header.name.as_bytes()),
             span_in(buf, header.value),
@@ -369,6 +379,9 @@ pub fn parse_request_head(
     fields.finish(head)?;
     Ok(HeadStatus::Complete)
 }
+
+/// The field a trusted proxy names the client's scheme in ([`RequestHead::forwarded_proto`]).
+const FORWARDED_PROTO: &[u8] = b"x-forwarded-proto";
 
 /// Skips one leading CRLF (RFC 9112 section 2.2). Returns the offset of the
 /// request line, or None if the buffer holds only (part of) that CRLF.

@@ -701,3 +701,18 @@ fn line_end_masks_match_the_bytes() {
         );
     }
 }
+
+#[test]
+fn notes_where_the_last_x_forwarded_proto_line_is() {
+    assert_eq!(parse(SIMPLE_GET).unwrap().forwarded_proto, None);
+    let buf = b"GET / HTTP/1.1\r\nX-Forwarded-Proto: http\r\nHost: a\r\n\
+                x-forwarded-PROTO: https\r\nX-Forwarded-Protocol: ftp\r\n\r\n";
+    let head = parse(buf).unwrap();
+    let index = head.forwarded_proto.expect("noted") as usize;
+    assert_eq!(index, 2);
+    assert_eq!(head.headers[index].1.of(buf), b"https");
+    // The next head on the same value starts without the last one's note.
+    let mut reused = head;
+    parse_request_head(SIMPLE_GET, &Limits::default(), &mut reused).unwrap();
+    assert_eq!(reused.forwarded_proto, None);
+}
