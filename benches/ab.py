@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import importlib.metadata
 import json
 import os
 import shlex
@@ -49,6 +50,8 @@ CACHE = TMP / "ab"
 CARGO_TARGET = CACHE / "target"
 # The Makefile's build dependency (its $(STAMP) rule).
 MATURIN = "maturin>=1.7,<2"
+# The ASGI worker's event loop, used when installed (python/tines/asgi.py).
+LOOP_PACKAGES = ("uvloop",)
 MODES = ("keep-alive", "close")
 
 
@@ -111,15 +114,16 @@ def build_steps(source: Path, home: Path) -> list[tuple[str, list[str], Path]]:
     """The baseline's build, as the Makefile's: a virtualenv with pip upgraded and maturin,
     then the extension in release mode (``maturin build --release`` and a pip install of the
     wheel, where the Makefile runs ``maturin develop --release``: the same cargo profile and
-    features, but an installed copy, so the worktree can go). The blog's packages are pinned to
-    this venv's versions, so both sides run the same Flask. (description, argv, cwd) each."""
+    features, but an installed copy, so the worktree can go). The apps' packages are pinned to
+    this venv's versions (``app_pins``), so both sides run the same Flask and the same ASGI
+    event loop. (description, argv, cwd) each."""
     venv = home / "venv"
     python = str(venv / "bin" / "python")
     return [
         ("virtualenv", [sys.executable, "-m", "venv", str(venv)], REPO),
         ("pip", [python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], REPO),
-        ("maturin and the blog's packages",
-         [python, "-m", "pip", "install", "--quiet", MATURIN, *blog_pins()], REPO),
+        ("maturin and the apps' packages",
+         [python, "-m", "pip", "install", "--quiet", MATURIN, *app_pins()], REPO),
         ("the extension (release)", [str(venv / "bin" / "maturin"), "build", "--release",
                                      "--interpreter", python, "--out", str(home / "dist")],
          source),
@@ -146,6 +150,19 @@ def remove_worktree(source: Path) -> None:
     shutil.rmtree(source, ignore_errors=True)
 
 
+def app_pins() -> list[str]:
+    """``name==version`` of what the benchmarked apps need beside Tines, as in this venv: the
+    blog's packages, and uvloop, which an ASGI worker runs on when it is installed (without it,
+    the baseline's ASGI cells would measure asyncio's own loop against this tree's uvloop)."""
+    pins = blog_pins()
+    for name in LOOP_PACKAGES:
+        try:
+            pins.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return pins
+
+
 def build_baseline(commit: str, rebuild: bool) -> tuple[Path, dict[str, Any]]:
     """The ``tines`` of ``commit``'s build, building it unless the cache has it; and the build's
     record (commands, when). A lock per commit makes a concurrent run wait for the build."""
@@ -155,9 +172,13 @@ def build_baseline(commit: str, rebuild: bool) -> tuple[Path, dict[str, Any]]:
     stamp = home / "build.json"
     with (home / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        pins = app_pins()
         if stamp.exists() and tines.exists() and not rebuild:
-            log(f"baseline {commit[:12]}: reusing the build in {shown(home)}")
-            return tines, {**json.loads(stamp.read_text()), "reused": True}
+            cached = json.loads(stamp.read_text())
+            if cached.get("pins") == pins:
+                log(f"baseline {commit[:12]}: reusing the build in {shown(home)}")
+                return tines, {**cached, "reused": True}
+            log(f"baseline {commit[:12]}: the cached build has other packages; building again")
         stamp.unlink(missing_ok=True)
         for old in ("venv", "dist"):
             shutil.rmtree(home / old, ignore_errors=True)
@@ -187,7 +208,7 @@ def build_baseline(commit: str, rebuild: bool) -> tuple[Path, dict[str, Any]]:
             remove_worktree(source)
         if not tines.exists():
             raise BuildFailed(f"the baseline build has no {shown(tines)}; see {shown(build_log)}")
-        record = {"commit": commit, "built": time.strftime("%Y-%m-%d %H:%M:%S"),
+        record = {"commit": commit, "built": time.strftime("%Y-%m-%d %H:%M:%S"), "pins": pins,
                   "commands": [displayed(argv, cwd) for _, argv, cwd in steps],
                   "environment": f"VIRTUAL_ENV={shown(home / 'venv')} "
                                  f"CARGO_TARGET_DIR={shown(CARGO_TARGET)}"}
