@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import importlib.metadata
 import json
 import os
 import shlex
@@ -37,7 +36,7 @@ from ab_model import MIN_RUNS, NO_CHANGE_THRESHOLD, SPREAD_LIMIT, Comparison, St
 from apps import fortunes_db
 from loadgen import LOAD_CPU, Load, Tool, find_tines_bench, tines_bench_command
 from model import Plan
-from provision import blog_pins, first_line, machine_info
+from provision import BLOG_PACKAGES, first_line, machine_info, pins_of
 from run import (RESULTS, STANDALONE_BENCH, TMP, interrupted, measure, raise_nofile, shown)
 from servers import (APPS, SERVER_CPU, TINES_THREADS, Server, display_command, tines_binary,
                      tines_mpms, tines_serve_help, tines_server)
@@ -154,13 +153,7 @@ def app_pins() -> list[str]:
     """``name==version`` of what the benchmarked apps need beside Tines, as in this venv: the
     blog's packages, and uvloop, which an ASGI worker runs on when it is installed (without it,
     the baseline's ASGI cells would measure asyncio's own loop against this tree's uvloop)."""
-    pins = blog_pins()
-    for name in LOOP_PACKAGES:
-        try:
-            pins.append(f"{name}=={importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return pins
+    return pins_of(BLOG_PACKAGES + LOOP_PACKAGES)
 
 
 def build_baseline(commit: str, rebuild: bool) -> tuple[Path, dict[str, Any]]:

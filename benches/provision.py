@@ -92,8 +92,13 @@ def apt_install(missing: list[str]) -> None:
 
 def blog_pins() -> list[str]:
     """``name==version`` for the blog's packages as installed in this (the dev) venv."""
+    return pins_of(BLOG_PACKAGES)
+
+
+def pins_of(names: tuple[str, ...]) -> list[str]:
+    """``name==version`` for each of ``names`` installed in this (the dev) venv."""
     pins = []
-    for name in BLOG_PACKAGES:
+    for name in names:
         try:
             pins.append(f"{name}=={importlib.metadata.version(name)}")
         except importlib.metadata.PackageNotFoundError:
