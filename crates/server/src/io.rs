@@ -142,6 +142,23 @@ pub fn read_nonblocking(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> 
     nonblocking(|| unsafe { raw::read(fd, buf.as_mut_ptr(), buf.len()) })
 }
 
+/// True when a read of `fd` would not block: bytes wait, or an EOF or an error does. Looks
+/// at one byte without taking it (`MSG_PEEK`); not on the hot path (the loop asks only at a
+/// deadline, to tell a silent client from a busy worker).
+pub fn input_waiting(fd: RawFd) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: one byte of writable memory for the duration of the call.
+    let peeked = nonblocking(|| unsafe {
+        libc::recv(
+            fd,
+            (&raw mut byte).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    });
+    !matches!(peeked, Ok(None))
+}
+
 /// Runs a non-blocking syscall that returns a byte count, again after `EINTR`: `Ok(None)`
 /// when it would block.
 fn nonblocking(mut call: impl FnMut() -> isize) -> io::Result<Option<usize>> {
