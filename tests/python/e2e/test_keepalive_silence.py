@@ -8,6 +8,11 @@ the connections' keep-alive deadline (their last response plus ``keepalive_timeo
 it lets the worker go on: that wait is the stimulus (a deadline the worker finds past), not a
 synchronisation, and waiting longer only makes it stricter. The three get their 200 in full,
 none sees a reset, and the silent one is still closed (nothing sent, no reset).
+
+The other deadlines the loop keeps judge the client the same way (ADR 0023): a head or a body
+completed in time while a prefork worker was busy is served, one still incomplete is answered
+408; a response the poller writes is not cut off at the send timeout when its client read
+meanwhile.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from conftest import holds_connection, wait_until
+from conftest import holds_connection, read_until_closed, wait_until
 
 KEEPALIVE_S = 2.0
 """``--keepalive-timeout``: long enough that the kept-alive connections are all still open when
@@ -73,9 +78,10 @@ def kept_alive(port: int, count: int) -> list[socket.socket]:
     return clients
 
 
-def let_the_keepalive_deadline_pass(last_response: float) -> None:
-    """Lets the clock pass the connections' keep-alive deadline (the stimulus, see above)."""
-    remaining = last_response + KEEPALIVE_S + PAST_S - time.monotonic()
+def let_the_keepalive_deadline_pass(last_response: float, timeout: float = KEEPALIVE_S) -> None:
+    """Lets the clock pass the connections' deadline, ``timeout`` after ``last_response`` (the
+    stimulus, see above)."""
+    remaining = last_response + timeout + PAST_S - time.monotonic()
     if remaining > 0:
         time.sleep(remaining)
 
@@ -157,3 +163,94 @@ def test_requests_sent_while_the_worker_is_stopped_past_the_deadline_are_served(
     finally:
         for client in clients:
             client.close()
+
+
+def start_holding(port: int, gate_listener: socket.socket, worker: int) -> tuple[socket.socket, socket.socket]:
+    """Sends ``/hold`` and waits until the worker runs it: the client and the app's gate
+    connection (close it to end the request; its line was read, so the close is a FIN)."""
+    holder = socket.create_connection(("127.0.0.1", port), timeout=IO_TIMEOUT_S)
+    holder.sendall(b"GET /hold HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    held, _ = gate_listener.accept()
+    held.settimeout(IO_TIMEOUT_S)
+    assert held.recv(64).startswith(str(worker).encode())
+    return holder, held
+
+
+def test_heads_and_bodies_completed_while_a_prefork_worker_is_busy_are_served(
+        tines_server: Any, gate: tuple[socket.socket, str]) -> None:
+    gate_listener, gate_path = gate
+    timeout = KEEPALIVE_S
+    server = tines_server("gate:app", "-w", "1", "--mpm", "prefork", "--header-timeout", str(timeout),
+                          "--body-timeout", str(timeout), env={"GATE_SOCKET": gate_path})
+    [worker] = server.worker_pids()
+    first_parts = {
+        "head": b"GET / HTTP/1.1\r\n",
+        "body": b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n12345",
+        "slow head": b"GET / HTTP/1.1\r\n",
+    }
+    rest = {"head": b"Host: t\r\n\r\n", "body": b"67890", "slow head": b"X-Slow: 1\r\n"}
+    clients = {name: socket.create_connection(("127.0.0.1", server.port), timeout=IO_TIMEOUT_S)
+               for name in first_parts}
+    holder = held = None
+    try:
+        for name, client in clients.items():
+            client.sendall(first_parts[name])
+        # The worker took them: their deadlines run from no later than now.
+        wait_until(lambda: all(holds_connection(worker, client) for client in clients.values()),
+                   what="the worker holding the partial requests")
+        started = time.monotonic()
+        holder, held = start_holding(server.port, gate_listener, worker)
+        for name, client in clients.items():
+            client.sendall(rest[name])
+        let_the_keepalive_deadline_pass(started, timeout)
+        held.close()
+        assert read_response(holder)[0] == 200
+        assert read_response(clients["head"])[0] == 200, "the head came whole in time"
+        assert read_response(clients["body"])[0] == 200, "the body came whole in time"
+        answer = read_until_closed(clients["slow head"])
+        assert answer.startswith(b"HTTP/1.1 408 "), answer
+    finally:
+        for sock in (holder, held, *clients.values()):
+            if sock is not None:
+                sock.close()
+
+
+def test_a_response_whose_client_read_while_a_prefork_worker_was_busy_is_not_cut_off(
+        tines_server: Any, gate: tuple[socket.socket, str]) -> None:
+    gate_listener, gate_path = gate
+    timeout = KEEPALIVE_S
+    server = tines_server("held_or_big:app", "-w", "1", "--mpm", "prefork", "--send-timeout", str(timeout),
+                          env={"GATE_SOCKET": gate_path})
+    [worker] = server.worker_pids()
+    reader = socket.socket()
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    reader.settimeout(IO_TIMEOUT_S)
+    reader.connect(("127.0.0.1", server.port))
+    holder = held = None
+    try:
+        reader.sendall(b"GET /big HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        # /hold is served after /big, whose rest the worker left to its poller by then (its send
+        # timeout runs from before the hold starts).
+        holder, held = start_holding(server.port, gate_listener, worker)
+        started = time.monotonic()
+        # The client reads what reached it while the worker is busy: not a client that stopped
+        # reading.
+        received = reader.recv(65536)
+        reader.setblocking(False)
+        try:
+            while chunk := reader.recv(65536):
+                received += chunk
+        except BlockingIOError:
+            pass
+        reader.settimeout(IO_TIMEOUT_S)
+        let_the_keepalive_deadline_pass(started, timeout)
+        held.close()
+        assert read_response(holder)[0] == 200
+        received += read_until_closed(reader)
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 "), head
+        assert len(body) == 8 << 20, f"the response was cut off after {len(body)} bytes"
+    finally:
+        for sock in (holder, held, reader):
+            if sock is not None:
+                sock.close()
