@@ -274,3 +274,31 @@ pub fn send_file_nonblocking(
     let sent = nonblocking(|| unsafe { libc::sendfile(fd, file_fd, &mut off, want) })?;
     Ok(sent.map(|n| n as u64))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::input_waiting;
+    use std::io::{Read, Write};
+    use std::net::Shutdown;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn input_waiting_tells_silence_from_bytes_and_eof_without_taking_anything() {
+        let (mut client, mut server) = UnixStream::pair().unwrap();
+        server.set_nonblocking(true).unwrap();
+        assert!(!input_waiting(server.as_raw_fd()), "nothing sent: silent");
+        client.write_all(b"GET").unwrap();
+        assert!(input_waiting(server.as_raw_fd()));
+        assert!(input_waiting(server.as_raw_fd()), "the look took nothing");
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            server.read(&mut buf).unwrap(),
+            3,
+            "every byte is still there"
+        );
+        assert!(!input_waiting(server.as_raw_fd()), "read: silent again");
+        client.shutdown(Shutdown::Write).unwrap();
+        assert!(input_waiting(server.as_raw_fd()), "an EOF waits too");
+    }
+}
