@@ -142,6 +142,23 @@ pub fn read_nonblocking(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> 
     nonblocking(|| unsafe { raw::read(fd, buf.as_mut_ptr(), buf.len()) })
 }
 
+/// True when a read of `fd` would not block: bytes wait, or an EOF or an error does. Looks
+/// at one byte without taking it (`MSG_PEEK`); not on the hot path (the loop asks only at a
+/// deadline, to tell a silent client from a busy worker).
+pub fn input_waiting(fd: RawFd) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: one byte of writable memory for the duration of the call.
+    let peeked = nonblocking(|| unsafe {
+        libc::recv(
+            fd,
+            (&raw mut byte).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    });
+    !matches!(peeked, Ok(None))
+}
+
 /// Runs a non-blocking syscall that returns a byte count, again after `EINTR`: `Ok(None)`
 /// when it would block.
 fn nonblocking(mut call: impl FnMut() -> isize) -> io::Result<Option<usize>> {
@@ -256,4 +273,32 @@ pub fn send_file_nonblocking(
     // SAFETY: `off` is a valid out-pointer; both fds belong to the caller.
     let sent = nonblocking(|| unsafe { libc::sendfile(fd, file_fd, &mut off, want) })?;
     Ok(sent.map(|n| n as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::input_waiting;
+    use std::io::{Read, Write};
+    use std::net::Shutdown;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn input_waiting_tells_silence_from_bytes_and_eof_without_taking_anything() {
+        let (mut client, mut server) = UnixStream::pair().unwrap();
+        server.set_nonblocking(true).unwrap();
+        assert!(!input_waiting(server.as_raw_fd()), "nothing sent: silent");
+        client.write_all(b"GET").unwrap();
+        assert!(input_waiting(server.as_raw_fd()));
+        assert!(input_waiting(server.as_raw_fd()), "the look took nothing");
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            server.read(&mut buf).unwrap(),
+            3,
+            "every byte is still there"
+        );
+        assert!(!input_waiting(server.as_raw_fd()), "read: silent again");
+        client.shutdown(Shutdown::Write).unwrap();
+        assert!(input_waiting(server.as_raw_fd()), "an EOF waits too");
+    }
 }

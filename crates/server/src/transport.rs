@@ -18,8 +18,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::io::{
-    read_nonblocking, read_with_deadline, send_file_nonblocking, unacknowledged_output, wait_fd,
-    write_all_from, write_vectored_nonblocking,
+    input_waiting, read_nonblocking, read_with_deadline, send_file_nonblocking,
+    unacknowledged_output, wait_fd, write_all_from, write_vectored_nonblocking,
 };
 
 /// What carries a connection's bytes, owned by the connection (it closes the socket when
@@ -70,6 +70,15 @@ impl Link {
     pub fn read(self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         match self {
             Link::Plain(fd) => read_nonblocking(fd, buf),
+        }
+    }
+
+    /// True when a read would not block (bytes wait, or an EOF or an error does), without
+    /// taking anything: the loop asks a parked connection at its deadline whether the client
+    /// sent something the worker did not read yet.
+    pub fn input_waiting(self) -> bool {
+        match self {
+            Link::Plain(fd) => input_waiting(fd),
         }
     }
 

@@ -238,7 +238,7 @@ _REGISTRY = (
     Setting("server_header", "HTTP", "Value of the `Server` response header; an empty string omits the header.",
             header_value, "tines", ("--server-header",), "TEXT", worker=True),
     # Timeouts
-    Setting("keepalive_timeout", "Timeouts", "Seconds an idle keep-alive connection is kept open; 0 disables keep-alive.",
+    Setting("keepalive_timeout", "Timeouts", "Seconds a kept-alive connection may stay silent after its last response before it is closed: a request its client sent in time is served, however long the worker was busy or stopped meanwhile (docs/slow-clients.md). 0 disables keep-alive.",
             non_negative_seconds, 5.0, ("--keepalive-timeout",), "SECONDS", worker=True),
     Setting("drain_timeout", "Timeouts", "When a worker stops while the listener stays open (recycling at `max_requests` or the soft CPU limit, fewer workers, the old workers after a reload) and at the final graceful stop, it stops accepting and drains: in-flight requests finish with `Connection: close`, and each idle keep-alive connection is kept this many seconds for its next request, which is answered with `Connection: close`; one that stays silent is then closed (never later than its own `keepalive_timeout`). The worker exits when no connection is left. Unset: `keepalive_timeout`.",
             optional_non_negative_seconds, None, ("--drain-timeout",), "SECONDS", worker=True, default_text="`keepalive_timeout`"),

@@ -16,6 +16,9 @@ use crate::pending::Output;
 
 /// What the loop holds for each token: one state per stage of a connection's life in the
 /// loop's hands, each with the deadline it waits under. A TLS handshake will be one more.
+/// A deadline measures the client: at expiry the sweep first gives the entry what its
+/// uncollected event would have (bytes waiting are read, output written, see
+/// `Reactor::expire_timers`), and only what is still due then ends as said below.
 pub(super) enum Entry {
     Vacant,
     /// Between requests, waiting in the poller for the next one until `deadline`

@@ -276,7 +276,7 @@ impl Reactor {
             self.acceptable = acceptable;
             self.events = events;
             driver.flush();
-            self.expire_timers();
+            self.expire_timers(driver);
             self.retry_disk_waiters(driver);
             self.manage_throttle();
             driver.flush();

@@ -3,12 +3,16 @@
 //! expires them (408 for a started head or body, then a lingering close).
 //!
 //! Timers cost nothing per park: each parked entry keeps its deadline, and one sweep over the
-//! entries runs when the earliest known deadline passes. It must not read from a connection.
+//! entries runs when the earliest known deadline passes. A deadline measures the client's
+//! silence (or slowness), never the worker's: before it ends a connection, the sweep gives it
+//! what its uncollected event would have (ADR 0023). It must not read from a connection
+//! itself: it only looks whether bytes wait, and `dispatch`, `writing` and `linger` do the
+//! rest.
 
 use std::time::{Duration, Instant};
 
 use super::error_response::write_error;
-use super::{Entry, Reactor, SPARE_BUFFERS};
+use super::{Driver, Entry, Reactor, SPARE_BUFFERS};
 use crate::connection::{Connection, Linger};
 
 /// The longest the loop sleeps: the heartbeat period written to the scoreboard.
@@ -93,54 +97,104 @@ impl Reactor {
         }
     }
 
-    /// Closes parked connections whose deadline passed (408 for a started head) and works out
-    /// the next deadline. Runs only when the earliest known deadline has passed.
-    pub(super) fn expire_timers(&mut self) {
+    /// Ends what waited past its deadline (408 for a started head or body, then a lingering
+    /// close; a silent close otherwise) and works out the next deadline. Runs only when the
+    /// earliest known deadline has passed, so nothing here costs anything per request.
+    ///
+    /// A deadline measures the client, not the worker: a worker that was busy (prefork
+    /// serves on this thread) or stopped finds deadlines past whose clients did send, or
+    /// read, meanwhile, with events it has not collected yet. So an expired entry first gets
+    /// what its event would have given it: a parked connection whose bytes wait unread (one
+    /// `MSG_PEEK`) is read (an idle connection's next request is served; a head or a body
+    /// goes on under the deadline its progress gives); a `Writing` one is written to (the
+    /// send timeout is renewed if the client took bytes); a lingering one is drained, so
+    /// that its close is not a reset. Only what is still due then ends.
+    pub(super) fn expire_timers(&mut self, driver: &mut dyn Driver) {
         let now = Instant::now();
         if self.next_deadline.is_none_or(|next| now < next) {
             return;
         }
-        let mut next: Option<Instant> = None;
+        // Rebuilt by the sweep: each entry still waiting notes its deadline, and so does
+        // each one the sweep parks, writes or lingers anew.
+        self.next_deadline = None;
         for token in 0..self.entries.len() {
-            let (deadline, respond) = match &self.entries[token] {
-                // RFC 9110 15.5.9: 408 tells the client the server closes an unused
-                // connection. A slow PROXY header is closed silently: the proxy speaks no
-                // HTTP yet.
-                Entry::Head { conn, deadline } => (
-                    *deadline,
-                    (!conn.is_idle() && !conn.awaits_proxy_header()).then_some(408),
-                ),
-                Entry::Body { deadline, .. } => (*deadline, Some(408)),
-                // An idle connection closes silently; a client that stopped reading (or
-                // lingers): nothing more can be said to it.
-                Entry::Idle { deadline, .. }
-                | Entry::Writing { deadline, .. }
-                | Entry::Lingering { deadline, .. } => (*deadline, None),
+            let (deadline, unread) = match &self.entries[token] {
+                // Bytes a body waiting for disk room has not taken wait by the loop's choice.
+                Entry::Body { conn, deadline }
+                    if conn
+                        .parked_body
+                        .as_ref()
+                        .is_some_and(|body| body.waiting_for_disk) =>
+                {
+                    (*deadline, None)
+                }
+                Entry::Idle { conn, deadline }
+                | Entry::Head { conn, deadline }
+                | Entry::Body { conn, deadline } => (*deadline, Some(conn.link())),
+                Entry::Writing { deadline, .. } | Entry::Lingering { deadline, .. } => {
+                    (*deadline, None)
+                }
                 Entry::Vacant | Entry::Dispatched { .. } => continue,
             };
             if deadline > now {
-                next = Some(next.map_or(deadline, |n| n.min(deadline)));
+                self.note_deadline(deadline);
                 continue;
             }
-            if let (Some(code), Some((conn, _))) = (respond, self.entries[token].parked()) {
+            if unread.is_some_and(|link| link.input_waiting()) {
+                // Not silent: read as the event would have been (a head still incomplete
+                // after this is parked under a past deadline, and the next sweep ends it).
+                if let Some(conn) = self.take_parked(token) {
+                    self.advance(token, conn, driver);
+                }
+                continue;
+            }
+            match self.entries[token] {
+                Entry::Writing { .. } => {
+                    self.on_writable(token, driver);
+                    if matches!(self.entries[token], Entry::Writing { deadline, .. } if deadline <= now)
+                    {
+                        // The client took nothing: a client that stopped reading.
+                        self.close(token);
+                    }
+                    continue;
+                }
+                Entry::Lingering { .. } => {
+                    // What came meanwhile is read first: a close with unread bytes resets.
+                    self.on_linger_readable(token);
+                    self.close(token);
+                    continue;
+                }
+                _ => {}
+            }
+            self.end_parked(token);
+        }
+    }
+
+    /// Ends a parked connection past its deadline that sent nothing since: RFC 9110 15.5.9's
+    /// 408 tells the client of a started head or body that the server closes an unused
+    /// connection (then it lingers: the client may still be sending); an idle connection, a
+    /// new one that sent nothing and a slow PROXY header (the proxy speaks no HTTP yet) close
+    /// silently.
+    fn end_parked(&mut self, token: usize) {
+        let respond = match &self.entries[token] {
+            Entry::Head { conn, .. } => !conn.is_idle() && !conn.awaits_proxy_header(),
+            Entry::Body { .. } => true,
+            _ => false,
+        };
+        if respond {
+            if let Some((conn, _)) = self.entries[token].parked() {
                 write_error(
                     conn,
-                    code,
+                    408,
                     &self.shared,
                     &mut self.ctx.date,
                     &mut self.ctx.out,
                 );
-                if let Some(conn) = self.take_parked(token) {
-                    // The client may still be sending (a slow head or body): linger.
-                    self.linger(token, conn, Linger::UntilEof);
-                    // The sweep sets `next_deadline` when it ends: count the new deadline in.
-                    let linger_until = Instant::now() + self.shared.config.linger_timeout;
-                    next = Some(next.map_or(linger_until, |n| n.min(linger_until)));
-                    continue;
-                }
             }
-            self.close(token);
+            if let Some(conn) = self.take_parked(token) {
+                return self.linger(token, conn, Linger::UntilEof);
+            }
         }
-        self.next_deadline = next;
+        self.close(token);
     }
 }
