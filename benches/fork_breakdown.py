@@ -1,0 +1,275 @@
+"""Where a process-per-request request's time goes, from kernel timestamps (perf tracepoints).
+
+``fork_breakdown.py [FLAGS]`` (or ``benches/isolation.py``, which runs it after its rounds):
+starts Tines prefork with a process per request on hello, pinned to CPU 1 as the bench does,
+records the scheduler's and a few system calls' tracepoints on CPU 1 with ``perf record -C 1``
+while ``tines bench -c 1 --no-keepalive`` loads it from CPU 0, and follows each worker from the
+master's fork to the master's reap:
+
+- fork: the master's clone, enter to exit;
+- child start: the child's first instant to its first ``accept4`` (ready to take a connection);
+- idle: that ``accept4`` to its return with a connection (the spare waiting for a client; near 0
+  when the request had to wait for the worker instead);
+- request: the accepted connection to its ``close``;
+- after: that ``close`` to ``exit_group`` (what the worker does between its response and its
+  exit);
+- exit: ``exit_group`` to the kernel's ``sched_process_exit`` (the address space torn down);
+- reap: the process gone to the master's ``wait4`` returning its pid;
+- master: that ``wait4`` to the master's next fork.
+
+Only the system call tracepoints are recorded (not every system call), so perf costs the
+server little. The parsing is pure (``parse``, ``lifecycles``, ``summary``) and tested in
+tests/python/unit/test_bench_isolation.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from loadgen import LOAD_CPU, Load, Tool, tines_bench_command
+from run import TMP, choose_tools
+from servers import (APPS, SERVER_CPU, App, Server, StartFailed, free_port, start, stop,
+                     tines_command)
+
+EVENTS = ",".join([
+    "sched:sched_process_fork", "sched:sched_process_exit",
+    "syscalls:sys_enter_clone", "syscalls:sys_exit_clone",
+    "syscalls:sys_enter_clone3", "syscalls:sys_exit_clone3",
+    "syscalls:sys_enter_accept4", "syscalls:sys_exit_accept4",
+    "syscalls:sys_enter_close", "syscalls:sys_enter_exit_group",
+    "syscalls:sys_exit_wait4"])
+LINE = re.compile(r"\s(\d+)/(\d+)\s+(\d+\.\d+):\s+([\w:]+):\s*(.*)$")
+PHASES = (("fork", "fork in the master (clone)"),
+          ("start", "child start, to its first accept4"),
+          ("idle", "idle: ready, waiting for a connection"),
+          ("request", "the request: accept4 to close"),
+          ("after", "after the response, to exit_group"),
+          ("exit", "exit: exit_group to sched_process_exit"),
+          ("reap", "reap: exit to the master's wait4"),
+          ("master", "master: wait4 to its next fork"))
+# The phases that take CPU 1's time for each request (idle is the spare's wait).
+BUSY = ("fork", "start", "request", "after", "exit", "master")
+
+
+class BreakdownFailed(Exception):
+    """No breakdown: perf is missing or refused, the server did not start, or nothing was
+    recorded; the message says which."""
+
+
+@dataclass(frozen=True)
+class Event:
+    time: float
+    pid: int
+    tid: int
+    name: str
+    payload: str
+
+
+def parse(text: str) -> list[Event]:
+    """``perf script -F comm,pid,tid,time,event,trace`` lines as events (others skipped)."""
+    out = []
+    for line in text.splitlines():
+        found = LINE.search(line)
+        if found:
+            out.append(Event(float(found.group(3)), int(found.group(1)), int(found.group(2)),
+                             found.group(4), found.group(5)))
+    return out
+
+
+def returned(event: Event) -> int:
+    """A ``sys_exit_*`` event's return value (``0xfffffffffffffff5`` is -11)."""
+    value = int(event.payload.split()[0], 16)
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def first_argument(event: Event) -> int:
+    """A ``sys_enter_*`` event's first argument (``fd: 0x00000004``)."""
+    return int(event.payload.split(",")[0].split(":")[1], 16)
+
+
+@dataclass
+class Life:
+    """One worker's instants, in seconds (None: not seen)."""
+
+    pid: int
+    clone_enter: float | None = None
+    clone_exit: float | None = None
+    first: float | None = None
+    ready: float | None = None
+    accepted: float | None = None
+    conn: int | None = None
+    closed: float | None = None
+    exit_group: float | None = None
+    exited: float | None = None
+    reaped: float | None = None
+    next_fork: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+def lifecycles(events: Iterable[Event], master: int) -> list[Life]:
+    """Each child of ``master`` forked during the recording, followed to its reap."""
+    lives: dict[int, Life] = {}
+    clone_enter: float | None = None
+    waiting_for_fork: list[Life] = []
+    for e in events:
+        if e.pid == master:
+            if e.name in ("syscalls:sys_enter_clone", "syscalls:sys_enter_clone3"):
+                clone_enter = e.time
+                for life in waiting_for_fork:
+                    life.next_fork = e.time
+                waiting_for_fork.clear()
+            elif e.name == "sched:sched_process_fork":
+                forked = re.search(r"child_pid=(\d+)", e.payload)
+                if forked:
+                    lives[int(forked.group(1))] = Life(int(forked.group(1)), clone_enter)
+            elif e.name in ("syscalls:sys_exit_clone", "syscalls:sys_exit_clone3"):
+                if (forked_life := lives.get(returned(e))) is not None:
+                    forked_life.clone_exit = e.time
+            elif e.name == "syscalls:sys_exit_wait4":
+                if (reaped := lives.get(returned(e))) is not None:
+                    reaped.reaped = e.time
+                    waiting_for_fork.append(reaped)
+        if e.name == "sched:sched_process_exit":
+            gone = re.search(r"\bpid=(\d+) prio=", e.payload)
+            if gone and int(gone.group(1)) in lives and "group_dead=false" not in e.payload:
+                lives[int(gone.group(1))].exited = e.time
+            continue
+        child = lives.get(e.pid)
+        if child is None or e.pid == master:
+            continue
+        if child.first is None and e.tid == e.pid:
+            child.first = e.time
+        if e.name == "syscalls:sys_enter_accept4" and child.ready is None:
+            child.ready = e.time
+        elif e.name == "syscalls:sys_exit_accept4" and child.accepted is None and returned(e) >= 0:
+            child.accepted, child.conn = e.time, returned(e)
+        elif (e.name == "syscalls:sys_enter_close" and child.accepted is not None
+              and child.closed is None and first_argument(e) == child.conn):
+            child.closed = e.time
+        elif e.name == "syscalls:sys_enter_exit_group" and child.exit_group is None:
+            child.exit_group = e.time
+    for life in lives.values():
+        pairs = {"fork": (life.clone_enter, life.clone_exit), "start": (life.first, life.ready),
+                 "idle": (life.ready, life.accepted), "request": (life.accepted, life.closed),
+                 "after": (life.closed, life.exit_group),
+                 "exit": (life.exit_group, life.exited), "reap": (life.exited, life.reaped),
+                 "master": (life.reaped, life.next_fork)}
+        life.phases = {name: (b - a) * 1e6 for name, (a, b) in pairs.items()
+                       if a is not None and b is not None and b >= a}
+    return list(lives.values())
+
+
+def summary(lives: list[Life], client_p50_ms: float | None, rate: float | None) -> list[str]:
+    """The breakdown as markdown: each phase's median and p90 over the workers that served a
+    request, their busy sum, and what limits the rate."""
+    served = [life for life in lives if "request" in life.phases]
+    if not served:
+        return ["Not measured: no worker of the recording served a request."]
+    lines = [f"{len(served)} workers that served a request (perf tracepoints on CPU 1, "
+             "medians; the bench's own load, one connection, Connection: close).", "",
+             "| phase | median µs | p90 µs | workers |", "| --- | ---: | ---: | ---: |"]
+    medians: dict[str, float] = {}
+    for name, title in PHASES:
+        values = sorted(life.phases[name] for life in served if name in life.phases)
+        if not values:
+            lines.append(f"| {title} | - | - | 0 |")
+            continue
+        medians[name] = statistics.median(values)
+        p90 = values[min(len(values) - 1, int(len(values) * 0.9))]
+        lines.append(f"| {title} | {medians[name]:,.0f} | {p90:,.0f} | {len(values)} |")
+    busy = sum(medians.get(name, 0.0) for name in BUSY)
+    accepted = sorted(life.accepted for life in served if life.accepted is not None)
+    gaps = [b - a for a, b in zip(accepted, accepted[1:])]
+    cycle = statistics.median(gaps) * 1e6 if gaps else None
+    lines.append("")
+    text = (f"The busy phases (fork, start, request, after, exit, master) add up to "
+            f"{busy:,.0f} µs per request on the server's one CPU: at most "
+            f"{1e6 / busy:,.0f} req/s if nothing overlapped" if busy else "No busy phase seen")
+    if cycle:
+        text += f"; one request every {cycle:,.0f} µs was measured (median gap between accepts)"
+    if rate:
+        text += f", {rate:,.1f} req/s by the client"
+    if client_p50_ms is not None:
+        text += f", client p50 {client_p50_ms:.2f} ms"
+    lines.append(text + ".")
+    if busy:
+        top = sorted(((medians.get(n, 0.0), n) for n in BUSY), reverse=True)[:2]
+        lines.append("Largest shares: " + ", ".join(
+            f"{n} {v / busy:.0%}" for v, n in top) + "." + (
+            " The spare was not ready when the client connected (idle near 0): requests waited "
+            "for a worker's start." if medians.get("idle", 1e9) < 100 else
+            " The spare was ready before the client connected (idle > 0.1 ms): the next "
+            "request did not wait for a fork."))
+    return lines
+
+
+def breakdown(server: Server, app: App, primary: Tool, workdir: Path,
+              seconds: float = 2.0) -> list[str]:
+    """Start ``server`` on ``app`` pinned to CPU 1, record CPU 1 under one connection of
+    Connection: close load for ``seconds``, stop it; the breakdown's markdown lines."""
+    perf = shutil.which("perf")
+    if perf is None:
+        raise BreakdownFailed("perf is not installed (apt-get install linux-perf)")
+    port, data, log = free_port(), workdir / "breakdown.perf.data", workdir / "breakdown.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    try:
+        running = start(server, app, port, log, env, workdir)
+    except StartFailed as error:
+        raise BreakdownFailed(f"the server did not start: {error}") from error
+    load = Load(f"http://127.0.0.1:{port}{app.url_path}", 1, seconds, keepalive=False)
+    try:
+        record = subprocess.run(
+            [perf, "record", "-q", "-C", SERVER_CPU, "-e", EVENTS, "-o", str(data), "--",
+             "taskset", "-c", LOAD_CPU, *tines_bench_command(primary, load)],
+            capture_output=True, text=True, timeout=seconds + 120)
+    finally:
+        stop(running)
+    if record.returncode != 0:
+        raise BreakdownFailed(f"perf record: exit {record.returncode}: "
+                              f"{record.stderr.strip()[-200:]}")
+    script = subprocess.run([perf, "script", "-i", str(data), "-F",
+                             "comm,pid,tid,time,event,trace"], capture_output=True, text=True,
+                            timeout=300)
+    client = record.stdout[record.stdout.find("{"):] if "{" in record.stdout else ""
+    p50, rate = None, None
+    try:
+        document = json.loads(client)
+        p50, rate = document["latency_us"]["p50"] / 1000, float(document["requests_per_sec"])
+    except (ValueError, KeyError):
+        pass
+    return summary(lifecycles(parse(script.stdout), running.process.pid), p50, rate)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--flags", default="--max-requests 1 --preload",
+                        help="tines serve flags (default '--max-requests 1 --preload'); "
+                             "write --flags='...'")
+    parser.add_argument("--seconds", type=float, default=2.0, help="recording (default 2)")
+    args = parser.parse_args(argv)
+    workdir = TMP / "breakdown"
+    workdir.mkdir(parents=True, exist_ok=True)
+    server = Server("tines-prefork-per-request", tines_command(
+        "prefork", None, extra=tuple(shlex.split(args.flags))), uses_ready_fd=True)
+    try:
+        print("\n".join(breakdown(server, APPS["hello"], choose_tools("tines-bench")[0],
+                                  workdir, args.seconds)))
+    except BreakdownFailed as error:
+        sys.stderr.write(f"fork_breakdown: {error}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
