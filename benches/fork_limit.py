@@ -1,9 +1,10 @@
 """The machine's fork limit for a preloaded app: fork + ``_exit`` + ``waitpid``, N times.
 
-``fork_limit.py FILE:ATTR SECONDS``: imports the app as the servers do (so the process has
-the app's memory, and its page tables cost what a preloaded master's do), then forks children
-one after the other for SECONDS, each ``os._exit(0)`` at once, each waited for; prints one JSON
-line: ``forks``, ``elapsed_s``, ``forks_per_sec``, ``us_per_fork`` and the process's
+``fork_limit.py FILE:ATTR SECONDS [MODULE...]``: imports the MODULEs (say the Tines master's
+own, ``tines.arbiter tines.worker``, for a process of the master's size) and the app as the
+servers do, so the process has the app's memory and its page tables cost what a preloaded
+master's do; then forks children one after the other for SECONDS, each ``os._exit(0)`` at once,
+each waited for; prints one JSON line: ``forks``, ``elapsed_s``, ``forks_per_sec``, ``us_per_fork`` and the process's
 ``rss_kib``. No request, no pool: the ceiling of process per request with one process at a
 time. benches/isolation.py runs it in every round, pinned as the server is
 (``taskset -c SERVER_CPU``), and judges Tines against it.
@@ -12,6 +13,7 @@ time. benches/isolation.py runs it in every round, pinned as the server is
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import sys
@@ -44,8 +46,10 @@ def fork_exit_wait(seconds: float) -> tuple[int, float]:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 2:
-        sys.exit("usage: fork_limit.py FILE:ATTR SECONDS")
+    if len(argv) < 2:
+        sys.exit("usage: fork_limit.py FILE:ATTR SECONDS [MODULE...]")
+    for module in argv[2:]:
+        importlib.import_module(module)
     load_app(argv[0])
     gc.collect()
     seconds = float(argv[1])

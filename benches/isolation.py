@@ -65,11 +65,13 @@ def rows(per_request_flags: str, reuse_flags: str) -> dict[str, Server]:
     }
 
 
-def fork_limit(app: App, seconds: float, workdir: Path) -> dict[str, Any]:
-    """One probe of benches/fork_limit.py pinned to the server's CPU; ``failed`` on error."""
+def fork_limit(app: App, seconds: float, workdir: Path,
+               modules: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One probe of benches/fork_limit.py pinned to the server's CPU, with ``modules``
+    imported beside the app; ``failed`` on error."""
     env = {**os.environ, "BLOG_DB": str(workdir / "fork-limit.sqlite3")}
     command = ["taskset", "-c", SERVER_CPU, sys.executable, str(FORK_LIMIT), app.file_target,
-               f"{seconds:g}"]
+               f"{seconds:g}", *modules]
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=seconds * 5 + 60)
     try:
@@ -120,14 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[str, Any]] = {}
     steps = args.rounds * len(scenarios) * len(servers)
     log(f"{args.rounds} rounds, {steps} measurements, about "
-        f"{(steps * (args.warmup + args.duration + 2.5) + args.rounds * len(apps) * args.fork_seconds * 1.2) / 60:.0f} min; "
+        f"{(steps * (args.warmup + args.duration + 2.5) + args.rounds * len(apps) * args.fork_seconds * 2.4) / 60:.0f} min; "
         f"logs in {shown(workdir)}")
     for r in range(1, args.rounds + 1):
         for app in apps:
-            limit = fork_limit(APPS[app], args.fork_seconds, workdir)
-            runs[im.limit_key(app, r)] = limit
-            log(f"round {r} {app} fork limit: "
-                + (limit["failed"] or f"{limit['forks_per_sec']:,.0f}/s, {limit['rss_kib']} KiB"))
+            for kind, modules in ((im.FORK_LIMIT, ()), (im.FORK_LIMIT_MASTER, im.MASTER_MODULES)):
+                limit = fork_limit(APPS[app], args.fork_seconds, workdir, modules)
+                runs[im.limit_key(app, r, kind)] = limit
+                log(f"round {r} {app} {kind}: " + (
+                    limit["failed"] or f"{limit['forks_per_sec']:,.0f}/s, {limit['rss_kib']} KiB"))
             for scenario in (s for s in scenarios if s.app == app):
                 for name, server in servers.items():
                     result = measure(server, scenario, r, plan, primary, None, workdir,
@@ -166,8 +169,10 @@ def commands(servers: dict[str, Server], apps: list[str], primary: Tool, fork_se
     out = [f"{name}, {app}: `"
            + display_command(server, APPS[app]).replace(" 127.0.0.1 0 ", " 127.0.0.1 PORT ") + "`"
            for name, server in servers.items() for app in apps]
-    out += [f"fork limit, {app}: `taskset -c {SERVER_CPU} python {shown(FORK_LIMIT)} "
-            f"{APPS[app].file_target} {fork_seconds:g}`" for app in apps]
+    out += [f"{kind}, {app}: `taskset -c {SERVER_CPU} python {shown(FORK_LIMIT)} "
+            f"{' '.join((APPS[app].file_target, f'{fork_seconds:g}', *modules))}`"
+            for app in apps for kind, modules in ((im.FORK_LIMIT, ()),
+                                                  (im.FORK_LIMIT_MASTER, im.MASTER_MODULES))]
     sample = Load("URL", 1, duration, keepalive=False)
     out.append("load: `" + " ".join(tines_bench_command(Tool(primary.name, ("tines", "bench")),
                                                         sample)) + "` (`-c 50` at 50 connections)")

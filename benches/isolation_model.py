@@ -22,6 +22,12 @@ REUSE = "tines-prefork"
 FORK_PER_CONNECTION = "fork-per-connection"
 ROWS = (PER_REQUEST, REUSE, FORK_PER_CONNECTION)
 FORK_LIMIT = "fork-limit"
+# The same probe in a process of the Tines master's size: its own modules imported beside the
+# app (MASTER_MODULES). Reported beside the judged limit: it shows what the server's own memory
+# costs each fork.
+FORK_LIMIT_MASTER = "fork-limit-master"
+LIMITS = {FORK_LIMIT: "the app alone", FORK_LIMIT_MASTER: "the app and Tines' master modules"}
+MASTER_MODULES = ("tines.arbiter", "tines.worker")
 # Issue 36: process per request reaches at least this share of the fork limit (hello).
 FORK_LIMIT_SHARE = 0.5
 # TreeFrog's prefork MPM on its own /blog/index, one connection at a time (httperf, its docs).
@@ -47,8 +53,8 @@ def run_key(row: str, scenario: Scenario, round_: int) -> str:
     return f"{scenario.name}|{row}|round{round_}"
 
 
-def limit_key(app: str, round_: int) -> str:
-    return f"{app}|{FORK_LIMIT}|round{round_}"
+def limit_key(app: str, round_: int, kind: str = FORK_LIMIT) -> str:
+    return f"{app}|{kind}|round{round_}"
 
 
 def good(run: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
@@ -62,16 +68,19 @@ def p99_ms(run: dict[str, Any]) -> float:
 
 def round_ratios(runs: dict[str, dict[str, Any]], scenario: Scenario,
                  rounds: int) -> dict[str, list[float]]:
-    """Per round where both sides succeeded: per request / fork limit, / reuse, / the
-    fork-per-connection server (req/s), and per request's p99 / fork-per-connection's."""
-    out: dict[str, list[float]] = {"limit": [], "reuse": [], "fpc": [], "p99_fpc": []}
+    """Per round where both sides succeeded: per request / fork limit (``limit``; ``master``:
+    the master-sized one), / reuse, / the fork-per-connection server (req/s), and per
+    request's p99 / fork-per-connection's."""
+    out: dict[str, list[float]] = {"limit": [], "master": [], "reuse": [], "fpc": [],
+                                   "p99_fpc": []}
     for r in range(1, rounds + 1):
         pr = runs.get(run_key(PER_REQUEST, scenario, r))
         if not good(pr):
             continue
-        limit = runs.get(limit_key(scenario.app, r))
-        if limit and not limit.get("failed") and limit["forks_per_sec"] > 0:
-            out["limit"].append(rate(pr) / limit["forks_per_sec"])
+        for kind, key in ((FORK_LIMIT, "limit"), (FORK_LIMIT_MASTER, "master")):
+            limit = runs.get(limit_key(scenario.app, r, kind))
+            if limit and not limit.get("failed") and limit["forks_per_sec"] > 0:
+                out[key].append(rate(pr) / limit["forks_per_sec"])
         reuse = runs.get(run_key(REUSE, scenario, r))
         if good(reuse):
             out["reuse"].append(rate(pr) / rate(reuse))
@@ -130,14 +139,16 @@ def checks(runs: dict[str, dict[str, Any]], rounds: int) -> list[Check]:
     for scenario in scenarios(["hello"]):
         name = (f"{scenario.name}: process per request >= {FORK_LIMIT_SHARE:g} x the fork limit "
                 "(median of per-round ratios)")
-        ratios = round_ratios(runs, scenario, rounds)["limit"]
+        all_ratios = round_ratios(runs, scenario, rounds)
+        ratios = all_ratios["limit"]
         share = median_of(ratios)
         if share is None:
             out.append(Check(name, "not measured", "no round with both a per-request run and "
                                                    "a fork limit"))
             continue
         detail = (f"median {share:.2f} over {len(ratios)} round(s) "
-                  f"({', '.join(f'{x:.2f}' for x in ratios)})")
+                  f"({', '.join(f'{x:.2f}' for x in ratios)}); of the master-sized fork "
+                  f"limit: {ratio_text(all_ratios['master'])}")
         out.append(Check(name, "pass" if share >= FORK_LIMIT_SHARE else "fail", detail))
     return out
 
@@ -160,9 +171,10 @@ def spread_text(s: Spread | None) -> str:
     return f"{s.median:,.1f} ({s.low:,.1f}-{s.high:,.1f})"
 
 
-def limit_rows(runs: dict[str, dict[str, Any]], app: str, rounds: int) -> list[dict[str, Any]]:
+def limit_rows(runs: dict[str, dict[str, Any]], app: str, rounds: int,
+               kind: str) -> list[dict[str, Any]]:
     return [run for r in range(1, rounds + 1)
-            if (run := runs.get(limit_key(app, r))) and not run.get("failed")]
+            if (run := runs.get(limit_key(app, r, kind))) and not run.get("failed")]
 
 
 def scenario_lines(runs: dict[str, dict[str, Any]], scenario: Scenario, rounds: int) -> list[str]:
@@ -176,14 +188,17 @@ def scenario_lines(runs: dict[str, dict[str, Any]], scenario: Scenario, rounds: 
         lines.append(f"| {name} | {got.rounds_ok}/{rounds} | {spread_text(got.rps)} | "
                      f"{num(got.p50_ms, 2)} | {num(got.p99_ms, 2)} | {num(got.mean_ms, 2)} | "
                      f"{got.errors} | {num(got.cpu_us)} |")
-    limits = limit_rows(runs, scenario.app, rounds)
-    rss = statistics.median(x["rss_kib"] for x in limits) / 1024 if limits else 0.0
-    lines.append(f"| {FORK_LIMIT} (fork + _exit + waitpid, {rss:.0f} MiB RSS) | "
-                 f"{len(limits)}/{rounds} | "
-                 f"{spread_text(Spread.of(x['forks_per_sec'] for x in limits))} | | | | | |")
+    for kind, what in LIMITS.items():
+        limits = limit_rows(runs, scenario.app, rounds, kind)
+        rss = statistics.median(x["rss_kib"] for x in limits) / 1024 if limits else 0.0
+        lines.append(f"| {kind}: fork + _exit + waitpid, {what}, {rss:.0f} MiB RSS | "
+                     f"{len(limits)}/{rounds} | "
+                     f"{spread_text(Spread.of(x['forks_per_sec'] for x in limits))} "
+                     f"| | | | | |")
     ratios = round_ratios(runs, scenario, rounds)
     lines += ["", "Per request against (median of per-round ratios, rounds): "
-              f"the fork limit {ratio_text(ratios['limit'])}, reuse {ratio_text(ratios['reuse'])}, "
+              f"the fork limit {ratio_text(ratios['limit'])} (master-sized "
+              f"{ratio_text(ratios['master'])}), reuse {ratio_text(ratios['reuse'])}, "
               f"the fork-per-connection server {ratio_text(ratios['fpc'])}; p99 / the "
               f"fork-per-connection server's {ratio_text(ratios['p99_fpc'])}."]
     pr = row(PER_REQUEST, [run for r in range(1, rounds + 1)
@@ -202,12 +217,15 @@ def scenario_lines(runs: dict[str, dict[str, Any]], scenario: Scenario, rounds: 
 
 def per_round_lines(runs: dict[str, dict[str, Any]], scenario: Scenario,
                     rounds: int) -> list[str]:
-    lines = [f"| {scenario.name} round | fork limit/s | per request | reuse | fork-per-conn. "
-             "| per request p99 ms | fork-per-conn. p99 ms |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [f"| {scenario.name} round | fork limit/s | master-sized | per request | reuse "
+             "| fork-per-conn. | per request p99 ms | fork-per-conn. p99 ms |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in range(1, rounds + 1):
-        limit = runs.get(limit_key(scenario.app, r))
-        cells = [num(limit["forks_per_sec"]) if limit and not limit.get("failed") else "-"]
+        cells = []
+        for kind in LIMITS:
+            limit = runs.get(limit_key(scenario.app, r, kind))
+            cells.append(num(limit["forks_per_sec"]) if limit and not limit.get("failed")
+                         else "-")
         for name in ROWS:
             run = runs.get(run_key(name, scenario, r))
             cells.append(num(rate(run), 1) if good(run) else

@@ -96,12 +96,16 @@ def run(rps: float, p99_us: float = 5000, failed: str | None = None) -> dict[str
             "errors": {"total": 0}, "cpu_us_per_request": 100.0}
 
 
-def rounds_of(per_request: list[float], limits: list[float], scenario: Scenario
-              ) -> dict[str, dict[str, Any]]:
+def rounds_of(per_request: list[float], limits: list[float], scenario: Scenario,
+              master: bool = True) -> dict[str, dict[str, Any]]:
+    """Rounds of every row; the master-sized fork limit (when ``master``) at half the app's."""
     runs: dict[str, dict[str, Any]] = {}
     for r, (pr, limit) in enumerate(zip(per_request, limits), 1):
         runs[im.limit_key(scenario.app, r)] = {"failed": None, "forks_per_sec": limit,
                                                "rss_kib": 12288}
+        if master:
+            runs[im.limit_key(scenario.app, r, im.FORK_LIMIT_MASTER)] = {
+                "failed": None, "forks_per_sec": limit / 2, "rss_kib": 27648}
         runs[im.run_key(im.PER_REQUEST, scenario, r)] = run(pr, p99_us=4000)
         runs[im.run_key(im.REUSE, scenario, r)] = run(pr * 10)
         runs[im.run_key(im.FORK_PER_CONNECTION, scenario, r)] = run(pr * 2, p99_us=2000)
@@ -115,11 +119,13 @@ def test_ratios_are_per_round_and_judged_by_their_median() -> None:
             **rounds_of([100, 100, 100], [1000, 500, 1000], c50)}
     ratios = im.round_ratios(runs, c1, 3)
     assert ratios["limit"] == [0.6, 0.6, 0.5]
+    assert ratios["master"] == [1.2, 1.2, 1.0]
     assert ratios["reuse"] == [0.1] * 3 and ratios["fpc"] == [0.5] * 3
     assert ratios["p99_fpc"] == [2.0] * 3
     by_name = {check.name.split(":")[0]: check for check in im.checks(runs, 3)}
     assert by_name["hello/close/c1"].status == "pass"
     assert "median 0.60" in by_name["hello/close/c1"].detail
+    assert "master-sized fork limit: 1.20 (3)" in by_name["hello/close/c1"].detail
     assert by_name["hello/close/c50"].status == "fail"
 
 
@@ -133,13 +139,14 @@ def test_failed_rounds_are_left_out_and_nothing_is_not_measured() -> None:
 
 
 def test_markdown_has_the_blog_beside_treefrog_and_the_seed_table() -> None:
-    runs = rounds_of([80], [400], Scenario("blog", "close", 1))
+    runs = rounds_of([80], [400], Scenario("blog", "close", 1), master=False)
     meta = {"started": "2026-11-27-1200", "plan": "test", "commands": ["a"], "machine": {},
             "versions": {}}
     text = im.markdown(meta, runs, ["blog"], 1, ["breakdown line"])
     assert "TreeFrog" in text and "2.0x" in text
     assert im.SEED_TABLE[2] in text and "breakdown line" in text
-    assert "| 1 | 400 | 80.0 | 800.0 | 160.0 | 4.00 | 2.00 |" in text
+    assert "| 1 | 400 | - | 80.0 | 800.0 | 160.0 | 4.00 | 2.00 |" in text
+    assert "| fork-limit: fork + _exit + waitpid, the app alone, 12 MiB RSS | 1/1 |" in text
 
 
 # --------------------------------------------------------------------------- the breakdown
