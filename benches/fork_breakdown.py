@@ -1,7 +1,8 @@
 """Where a process-per-request request's time goes, from kernel timestamps (perf tracepoints).
 
-``fork_breakdown.py [FLAGS]`` (or ``benches/isolation.py``, which runs it after its rounds):
-starts Tines prefork with a process per request on hello, pinned to CPU 1 as the bench does,
+``fork_breakdown.py [--app hello|blog] [FLAGS]`` (or ``benches/isolation.py``, which runs it
+for each of its apps after its rounds): starts Tines prefork with a process per request on the
+app (hello by default), pinned to CPU 1 as the bench does,
 records the scheduler's and a few system calls' tracepoints on CPU 1 with ``perf record -C 1``
 while ``tines bench -c 1 --no-keepalive`` loads it from CPU 0, and follows each worker from the
 master's fork to the master's reap:
@@ -221,8 +222,10 @@ def breakdown(server: Server, app: App, primary: Tool, workdir: Path,
     perf = shutil.which("perf")
     if perf is None:
         raise BreakdownFailed("perf is not installed (apt-get install linux-perf)")
-    port, data, log = free_port(), workdir / "breakdown.perf.data", workdir / "breakdown.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    port, data = free_port(), workdir / f"breakdown-{app.name}.perf.data"
+    log = workdir / f"breakdown-{app.name}.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1",
+           "BLOG_DB": str(workdir / f"breakdown-{app.name}.sqlite3")}
     try:
         running = start(server, app, port, log, env, workdir)
     except StartFailed as error:
@@ -257,13 +260,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="tines serve flags (default '--max-requests 1 --preload'); "
                              "write --flags='...'")
     parser.add_argument("--seconds", type=float, default=2.0, help="recording (default 2)")
+    parser.add_argument("--app", choices=("hello", "blog"), default="hello",
+                        help="the app (default hello)")
     args = parser.parse_args(argv)
     workdir = TMP / "breakdown"
     workdir.mkdir(parents=True, exist_ok=True)
     server = Server("tines-prefork-per-request", tines_command(
         "prefork", None, extra=tuple(shlex.split(args.flags))), uses_ready_fd=True)
     try:
-        print("\n".join(breakdown(server, APPS["hello"], choose_tools("tines-bench")[0],
+        print("\n".join(breakdown(server, APPS[args.app], choose_tools("tines-bench")[0],
                                   workdir, args.seconds)))
     except BreakdownFailed as error:
         sys.stderr.write(f"fork_breakdown: {error}\n")

@@ -140,12 +140,12 @@ def main(argv: list[str] | None = None) -> int:
                         f"{result['ok_per_sec']:,.1f} req/s, p99 "
                         f"{result['latency_us']['p99'] / 1000:,.2f} ms, "
                         f"{result['errors']['total']} errors")))
-    lines: list[str] = []
-    if not args.no_breakdown and "hello" in apps:
+    lines: dict[str, list[str]] = {}
+    for app in [] if args.no_breakdown else apps:
         try:
-            lines = breakdown(servers[im.PER_REQUEST], APPS["hello"], primary, workdir)
+            lines[app] = breakdown(servers[im.PER_REQUEST], APPS[app], primary, workdir)
         except BreakdownFailed as error:
-            lines = [f"Not measured: {error}."]
+            lines[app] = [f"Not measured: {error}."]
     tines_versions = versions(tines_binary())
     meta = {"started": stamp, "machine": machine_info(),
             "versions": {k: tines_versions[k] for k in ("python", "tines")},

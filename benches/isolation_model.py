@@ -238,7 +238,7 @@ def per_round_lines(runs: dict[str, dict[str, Any]], scenario: Scenario,
 
 
 def markdown(meta: dict[str, Any], runs: dict[str, dict[str, Any]], apps: list[str],
-             rounds: int, breakdown: list[str]) -> str:
+             rounds: int, breakdown: dict[str, list[str]]) -> str:
     lines = [f"# Process per request against the fork limit ({meta['started']})", "",
              "Issue 36's bench (`make bench-isolation`, part of `make bench`; method in "
              "docs/benchmarks.md, \"Process per request\"). Every row one worker process pinned "
@@ -253,9 +253,9 @@ def markdown(meta: dict[str, Any], runs: dict[str, dict[str, Any]], apps: list[s
     lines += ["## Each round", ""]
     for scenario in scenarios(apps):
         lines += per_round_lines(runs, scenario, rounds)
-    if breakdown:
-        lines += ["## Where a request's time goes (process per request, hello, one connection)",
-                  "", *breakdown, ""]
+    for app, app_lines in breakdown.items():
+        lines += [f"## Where a request's time goes (process per request, {app}, one "
+                  "connection)", "", *app_lines, ""]
     lines += ["## The seed's measurements (issue 36, hello, one connection at a time)", "",
               *SEED_TABLE, "", "## Commands", ""]
     lines += [f"- {command}" for command in meta["commands"]]

@@ -142,9 +142,10 @@ def test_markdown_has_the_blog_beside_treefrog_and_the_seed_table() -> None:
     runs = rounds_of([80], [400], Scenario("blog", "close", 1), master=False)
     meta = {"started": "2026-11-27-1200", "plan": "test", "commands": ["a"], "machine": {},
             "versions": {}}
-    text = im.markdown(meta, runs, ["blog"], 1, ["breakdown line"])
+    text = im.markdown(meta, runs, ["blog"], 1, {"blog": ["breakdown line"]})
     assert "TreeFrog" in text and "2.0x" in text
     assert im.SEED_TABLE[2] in text and "breakdown line" in text
+    assert "## Where a request's time goes (process per request, blog, one connection)" in text
     assert "| 1 | 400 | - | 80.0 | 800.0 | 160.0 | 4.00 | 2.00 |" in text
     assert "| fork-limit: fork + _exit + waitpid, the app alone, 12 MiB RSS | 1/1 |" in text
 
