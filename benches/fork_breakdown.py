@@ -19,7 +19,10 @@ master's fork to the master's reap:
 - master: that ``wait4`` to the master's next fork.
 
 Only the system call tracepoints are recorded (not every system call), so perf costs the
-server little. The parsing is pure (``parse``, ``lifecycles``, ``summary``) and tested in
+server little. Then, under the same load, a CPU profile (``cpu-clock`` samples at 4 kHz on CPU 1)
+splits the master's and its workers' time between the kernel (fork's page-table copy,
+copy-on-write faults, exit's unmapping), Python, Tines' extension and libc, and names their top
+functions. The parsing is pure (``parse``, ``lifecycles``, ``summary``) and tested in
 tests/python/unit/test_bench_isolation.py.
 """
 
@@ -34,6 +37,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -51,6 +55,10 @@ EVENTS = ",".join([
     "syscalls:sys_enter_close", "syscalls:sys_enter_exit_group",
     "syscalls:sys_exit_wait4"])
 LINE = re.compile(r"\s(\d+)/(\d+)\s+(\d+\.\d+):\s+([\w:]+):\s*(.*)$")
+# The profile: CPU samples, and the forks that tell the master's children from other processes.
+PROFILE_EVENTS = "cpu-clock/freq=4000/,sched:sched_process_fork"
+SAMPLE = re.compile(r"^\s*(\d+)\s+cpu-clock\S*:\s+[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$")
+FORKED = re.compile(r"^\s*(\d+)\s+sched:sched_process_fork:.*\bchild_pid=(\d+)")
 PHASES = (("fork", "fork in the master (clone)"),
           ("start", "child start, to its first accept4"),
           ("idle", "idle: ready, waiting for a connection"),
@@ -215,43 +223,112 @@ def summary(lives: list[Life], client_p50_ms: float | None, rate: float | None) 
     return lines
 
 
+def place(dso: str) -> str:
+    """Where a sampled instruction is: the kernel, Python, Tines' extension, libc, or other."""
+    name = dso.rsplit("/", 1)[-1]
+    if name == "[kernel.kallsyms]":
+        return "kernel"
+    if name.startswith("libpython"):
+        return "Python (libpython)"
+    if name.startswith("_core."):
+        return "Tines' extension (_core)"
+    return "libc" if name.startswith("libc.") else "other"
+
+
+def profile(text: str, master: int, top: int = 8) -> list[str]:
+    """CPU samples of the master and of its children (``perf script -F
+    pid,event,ip,sym,dso,trace`` of PROFILE_EVENTS) as markdown: the split between them,
+    where their time is (kernel, Python, ...), and their top functions."""
+    children: set[int] = set()
+    functions: dict[str, Counter[str]] = {"master": Counter(), "workers": Counter()}
+    places: dict[str, Counter[str]] = {"master": Counter(), "workers": Counter()}
+    for line in text.splitlines():
+        if forked := FORKED.match(line):
+            if int(forked.group(1)) == master:
+                children.add(int(forked.group(2)))
+            continue
+        sample = SAMPLE.match(line)
+        if sample is None:
+            continue
+        pid = int(sample.group(1))
+        role = "master" if pid == master else "workers" if pid in children else None
+        if role is not None:
+            functions[role][sample.group(2)] += 1
+            places[role][place(sample.group(3))] += 1
+    total = {role: sum(count.values()) for role, count in functions.items()}
+    both = total["master"] + total["workers"]
+    if not both:
+        return ["No CPU sample of the server was recorded."]
+
+    def share(count: int, role: str) -> str:
+        return f"{count / total[role]:.0%}" if total[role] else "-"
+
+    lines = [f"CPU samples on CPU 1 (perf, cpu-clock at 4 kHz, same load): the master "
+             f"{total['master'] / both:.0%} of the server's, the workers {total['workers'] / both:.0%}.",
+             "", "| where | master | workers |", "| --- | ---: | ---: |"]
+    for where in ("kernel", "Python (libpython)", "Tines' extension (_core)", "libc", "other"):
+        lines.append(f"| {where} | {share(places['master'][where], 'master')} | "
+                     f"{share(places['workers'][where], 'workers')} |")
+    lines += ["", "| master's top functions | share | workers' top functions | share |",
+              "| --- | ---: | --- | ---: |"]
+    tops = {role: count.most_common(top) for role, count in functions.items()}
+    for i in range(max(len(tops["master"]), len(tops["workers"]))):
+        cells = []
+        for role in ("master", "workers"):
+            name, count = tops[role][i] if i < len(tops[role]) else ("", 0)
+            cells += [f"`{name}`" if name else "", share(count, role) if name else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def record(perf: str, events: str, data: Path, primary: Tool, load: Load) -> tuple[str, str]:
+    """``perf record`` of ``events`` on CPU 1 while ``tines bench`` runs ``load`` on CPU 0;
+    ``perf script``'s text and the load generator's JSON document (or ``{}``)."""
+    recorded = subprocess.run(
+        [perf, "record", "-q", "-C", SERVER_CPU, "-e", events, "-o", str(data), "--",
+         "taskset", "-c", LOAD_CPU, *tines_bench_command(primary, load)],
+        capture_output=True, text=True, timeout=load.duration_s + 120)
+    if recorded.returncode != 0:
+        raise BreakdownFailed(f"perf record: exit {recorded.returncode}: "
+                              f"{recorded.stderr.strip()[-200:]}")
+    fields = ("comm,pid,tid,time,event,trace" if events == EVENTS
+              else "pid,event,ip,sym,dso,trace")
+    script = subprocess.run([perf, "script", "-i", str(data), "-F", fields],
+                            capture_output=True, text=True, timeout=300)
+    return script.stdout, recorded.stdout[recorded.stdout.find("{"):]
+
+
 def breakdown(server: Server, app: App, primary: Tool, workdir: Path,
               seconds: float = 2.0) -> list[str]:
-    """Start ``server`` on ``app`` pinned to CPU 1, record CPU 1 under one connection of
-    Connection: close load for ``seconds``, stop it; the breakdown's markdown lines."""
+    """Start ``server`` on ``app`` pinned to CPU 1; record CPU 1's tracepoints, then its CPU
+    samples, each under ``seconds`` of one connection of Connection: close load; stop it. The
+    breakdown's and the profile's markdown lines."""
     perf = shutil.which("perf")
     if perf is None:
         raise BreakdownFailed("perf is not installed (apt-get install linux-perf)")
-    port, data = free_port(), workdir / f"breakdown-{app.name}.perf.data"
-    log = workdir / f"breakdown-{app.name}.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1",
-           "BLOG_DB": str(workdir / f"breakdown-{app.name}.sqlite3")}
+    stem = workdir / f"breakdown-{app.name}"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "BLOG_DB": f"{stem}.sqlite3"}
+    port = free_port()
     try:
-        running = start(server, app, port, log, env, workdir)
+        running = start(server, app, port, Path(f"{stem}.log"), env, workdir)
     except StartFailed as error:
         raise BreakdownFailed(f"the server did not start: {error}") from error
     load = Load(f"http://127.0.0.1:{port}{app.url_path}", 1, seconds, keepalive=False)
     try:
-        record = subprocess.run(
-            [perf, "record", "-q", "-C", SERVER_CPU, "-e", EVENTS, "-o", str(data), "--",
-             "taskset", "-c", LOAD_CPU, *tines_bench_command(primary, load)],
-            capture_output=True, text=True, timeout=seconds + 120)
+        traced, client = record(perf, EVENTS, Path(f"{stem}.perf.data"), primary, load)
+        sampled, _ = record(perf, PROFILE_EVENTS, Path(f"{stem}-profile.perf.data"), primary,
+                            load)
     finally:
         stop(running)
-    if record.returncode != 0:
-        raise BreakdownFailed(f"perf record: exit {record.returncode}: "
-                              f"{record.stderr.strip()[-200:]}")
-    script = subprocess.run([perf, "script", "-i", str(data), "-F",
-                             "comm,pid,tid,time,event,trace"], capture_output=True, text=True,
-                            timeout=300)
-    client = record.stdout[record.stdout.find("{"):] if "{" in record.stdout else ""
     p50, rate = None, None
     try:
         document = json.loads(client)
         p50, rate = document["latency_us"]["p50"] / 1000, float(document["requests_per_sec"])
     except (ValueError, KeyError):
         pass
-    return summary(lifecycles(parse(script.stdout), running.process.pid), p50, rate)
+    master = running.process.pid
+    return [*summary(lifecycles(parse(traced), master), p50, rate), "",
+            *profile(sampled, master)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -187,3 +187,24 @@ def test_breakdown_without_a_served_request_says_so() -> None:
                                                "0xfffffffffffffff5"))
     assert fork_breakdown.summary(fork_breakdown.lifecycles(events, 100), None, None) == [
         "Not measured: no worker of the recording served a request."]
+
+
+SAMPLES = """\
+  100 sched:sched_process_fork: comm=tines pid=100 child_comm=tines child_pid=200 ffffffff813a5371 __traceiter_sched_process_fork ([kernel.kallsyms])
+  100     cpu-clock/freq=4000/:  ffffffff816e71d3 copy_page_range ([kernel.kallsyms])
+  100     cpu-clock/freq=4000/:  7fda203ba684 _PyEval_EvalFrameDefault (/usr/lib/libpython3.11.so.1.0)
+  200     cpu-clock/freq=4000/:  ffffffff816e71d3 exc_page_fault ([kernel.kallsyms])
+  200     cpu-clock/freq=4000/:  ffffffff816e71d3 exc_page_fault ([kernel.kallsyms])
+  200     cpu-clock/freq=4000/:  7fda203ba684 std::rt::init (/x/python/tines/_core.abi3.so)
+  300     cpu-clock/freq=4000/:  7fda203ba684 rustc_main (/usr/bin/rustc)
+"""
+
+
+def test_profile_splits_the_master_from_its_children_and_leaves_others_out() -> None:
+    lines = fork_breakdown.profile(SAMPLES, master=100)
+    assert "the master 40% of the server's, the workers 60%" in lines[0]
+    assert "| kernel | 50% | 67% |" in lines
+    assert "| Tines' extension (_core) | 0% | 33% |" in lines
+    assert "| `copy_page_range` | 50% | `exc_page_fault` | 67% |" in lines
+    assert not any("rustc_main" in line for line in lines)
+    assert fork_breakdown.profile("", master=100) == ["No CPU sample of the server was recorded."]
