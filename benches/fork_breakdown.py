@@ -14,12 +14,18 @@ master's fork to the master's reap:
 - request: the accepted connection to its ``close``;
 - after: that ``close`` to ``exit_group`` (what the worker does between its response and its
   exit);
-- exit: ``exit_group`` to the kernel's ``sched_process_exit`` (the address space torn down);
-- reap: the process gone to the master's ``wait4`` returning its pid;
-- master: that ``wait4`` to the master's next fork.
+- exit: ``exit_group`` to the kernel's ``sched_process_exit`` (on the 6.18 kernel here that
+  tracepoint fires before the address space is torn down: a 600 MiB child's ``exit`` phase took
+  20 µs and its teardown 20 ms, in the next phase);
+- teardown and reap: ``sched_process_exit`` to the master's ``wait4`` returning the pid (the
+  address space unmapped, SIGCHLD, the master waking up and reaping).
+
+These are wall times on the server's one CPU: a phase also holds whatever else ran there
+meanwhile (the master, the next worker's start). The CPU each side spends per request comes
+from the profile below.
 
 Only the system call tracepoints are recorded (not every system call), so perf costs the
-server little. Then, under the same load, a CPU profile (``cpu-clock`` samples at 4 kHz on CPU 1)
+server little. Then, under the same load, a CPU profile (``cpu-clock`` samples at 1 kHz on CPU 1)
 splits the master's and its workers' time between the kernel (fork's page-table copy,
 copy-on-write faults, exit's unmapping), Python, Tines' extension and libc, and names their top
 functions. The parsing is pure (``parse``, ``lifecycles``, ``summary``) and tested in
@@ -55,8 +61,10 @@ EVENTS = ",".join([
     "syscalls:sys_enter_close", "syscalls:sys_enter_exit_group",
     "syscalls:sys_exit_wait4"])
 LINE = re.compile(r"\s(\d+)/(\d+)\s+(\d+\.\d+):\s+([\w:]+):\s*(.*)$")
-# The profile: CPU samples, and the forks that tell the master's children from other processes.
-PROFILE_EVENTS = "cpu-clock/freq=4000/,sched:sched_process_fork"
+# The profile: CPU samples, and the forks that tell the master's children from other processes;
+# each sample stands for about 1/SAMPLE_HZ s of CPU.
+SAMPLE_HZ = 1000
+PROFILE_EVENTS = f"cpu-clock/freq={SAMPLE_HZ}/,sched:sched_process_fork"
 SAMPLE = re.compile(r"^\s*(\d+)\s+cpu-clock\S*:\s+[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$")
 FORKED = re.compile(r"^\s*(\d+)\s+sched:sched_process_fork:.*\bchild_pid=(\d+)")
 PHASES = (("fork", "fork in the master (clone)"),
@@ -65,10 +73,9 @@ PHASES = (("fork", "fork in the master (clone)"),
           ("request", "the request: accept4 to close"),
           ("after", "after the response, to exit_group"),
           ("exit", "exit: exit_group to sched_process_exit"),
-          ("reap", "reap: exit to the master's wait4"),
-          ("master", "master: wait4 to its next fork"))
-# The phases that take CPU 1's time for each request (idle is the spare's wait).
-BUSY = ("fork", "start", "request", "after", "exit", "master")
+          ("reap", "teardown and reap: to the master's wait4"))
+# A worker's life on the request's path: every phase but the spare's idle wait.
+LIFE = ("fork", "start", "request", "after", "exit", "reap")
 
 
 class BreakdownFailed(Exception):
@@ -122,7 +129,6 @@ class Life:
     exit_group: float | None = None
     exited: float | None = None
     reaped: float | None = None
-    next_fork: float | None = None
     phases: dict[str, float] = field(default_factory=dict)
 
 
@@ -130,14 +136,10 @@ def lifecycles(events: Iterable[Event], master: int) -> list[Life]:
     """Each child of ``master`` forked during the recording, followed to its reap."""
     lives: dict[int, Life] = {}
     clone_enter: float | None = None
-    waiting_for_fork: list[Life] = []
     for e in events:
         if e.pid == master:
             if e.name in ("syscalls:sys_enter_clone", "syscalls:sys_enter_clone3"):
                 clone_enter = e.time
-                for life in waiting_for_fork:
-                    life.next_fork = e.time
-                waiting_for_fork.clear()
             elif e.name == "sched:sched_process_fork":
                 forked = re.search(r"child_pid=(\d+)", e.payload)
                 if forked:
@@ -148,7 +150,6 @@ def lifecycles(events: Iterable[Event], master: int) -> list[Life]:
             elif e.name == "syscalls:sys_exit_wait4":
                 if (reaped := lives.get(returned(e))) is not None:
                     reaped.reaped = e.time
-                    waiting_for_fork.append(reaped)
         if e.name == "sched:sched_process_exit":
             gone = re.search(r"\bpid=(\d+) prio=", e.payload)
             if gone and int(gone.group(1)) in lives and "group_dead=false" not in e.payload:
@@ -172,8 +173,7 @@ def lifecycles(events: Iterable[Event], master: int) -> list[Life]:
         pairs = {"fork": (life.clone_enter, life.clone_exit), "start": (life.first, life.ready),
                  "idle": (life.ready, life.accepted), "request": (life.accepted, life.closed),
                  "after": (life.closed, life.exit_group),
-                 "exit": (life.exit_group, life.exited), "reap": (life.exited, life.reaped),
-                 "master": (life.reaped, life.next_fork)}
+                 "exit": (life.exit_group, life.exited), "reap": (life.exited, life.reaped)}
         life.phases = {name: (b - a) * 1e6 for name, (a, b) in pairs.items()
                        if a is not None and b is not None and b >= a}
     return list(lives.values())
@@ -181,7 +181,8 @@ def lifecycles(events: Iterable[Event], master: int) -> list[Life]:
 
 def summary(lives: list[Life], client_p50_ms: float | None, rate: float | None) -> list[str]:
     """The breakdown as markdown: each phase's median and p90 over the workers that served a
-    request, their busy sum, and what limits the rate."""
+    request, the life they add up to, its largest shares, and whether requests waited for a
+    worker."""
     served = [life for life in lives if "request" in life.phases]
     if not served:
         return ["Not measured: no worker of the recording served a request."]
@@ -197,25 +198,23 @@ def summary(lives: list[Life], client_p50_ms: float | None, rate: float | None) 
         medians[name] = statistics.median(values)
         p90 = values[min(len(values) - 1, int(len(values) * 0.9))]
         lines.append(f"| {title} | {medians[name]:,.0f} | {p90:,.0f} | {len(values)} |")
-    busy = sum(medians.get(name, 0.0) for name in BUSY)
+    life = sum(medians.get(name, 0.0) for name in LIFE)
     accepted = sorted(life.accepted for life in served if life.accepted is not None)
     gaps = [b - a for a, b in zip(accepted, accepted[1:])]
     cycle = statistics.median(gaps) * 1e6 if gaps else None
     lines.append("")
-    text = (f"The busy phases (fork, start, request, after, exit, master) add up to "
-            f"{busy:,.0f} µs per request on the server's one CPU: at most "
-            f"{1e6 / busy:,.0f} req/s if nothing overlapped" if busy else "No busy phase seen")
+    text = f"A worker's life from fork to reap, its idle wait left out: {life:,.0f} µs"
     if cycle:
-        text += f"; one request every {cycle:,.0f} µs was measured (median gap between accepts)"
+        text += f"; one request every {cycle:,.0f} µs (median gap between accepts)"
     if rate:
         text += f", {rate:,.1f} req/s by the client"
     if client_p50_ms is not None:
         text += f", client p50 {client_p50_ms:.2f} ms"
     lines.append(text + ".")
-    if busy:
-        top = sorted(((medians.get(n, 0.0), n) for n in BUSY), reverse=True)[:2]
-        lines.append("Largest shares: " + ", ".join(
-            f"{n} {v / busy:.0%}" for v, n in top) + "." + (
+    if life:
+        top = sorted(((medians.get(n, 0.0), n) for n in LIFE), reverse=True)[:2]
+        lines.append("Largest shares of that life: " + ", ".join(
+            f"{n} {v / life:.0%}" for v, n in top) + "." + (
             " The spare was not ready when the client connected (idle near 0): requests waited "
             "for a worker's start." if medians.get("idle", 1e9) < 100 else
             " The spare was ready before the client connected (idle > 0.1 ms): the next "
@@ -235,10 +234,11 @@ def place(dso: str) -> str:
     return "libc" if name.startswith("libc.") else "other"
 
 
-def profile(text: str, master: int, top: int = 8) -> list[str]:
+def profile(text: str, master: int, rate: float | None = None, top: int = 8) -> list[str]:
     """CPU samples of the master and of its children (``perf script -F
     pid,event,ip,sym,dso,trace`` of PROFILE_EVENTS) as markdown: the split between them,
-    where their time is (kernel, Python, ...), and their top functions."""
+    their CPU per request, where their time is (kernel, Python, ...), and their top functions;
+    ``rate``: the client's req/s meanwhile (sampling slows the server a little)."""
     children: set[int] = set()
     functions: dict[str, Counter[str]] = {"master": Counter(), "workers": Counter()}
     places: dict[str, Counter[str]] = {"master": Counter(), "workers": Counter()}
@@ -263,9 +263,18 @@ def profile(text: str, master: int, top: int = 8) -> list[str]:
     def share(count: int, role: str) -> str:
         return f"{count / total[role]:.0%}" if total[role] else "-"
 
-    lines = [f"CPU samples on CPU 1 (perf, cpu-clock at 4 kHz, same load): the master "
-             f"{total['master'] / both:.0%} of the server's, the workers {total['workers'] / both:.0%}.",
-             "", "| where | master | workers |", "| --- | ---: | ---: |"]
+    lines = [f"CPU samples on CPU 1 (perf, cpu-clock at {SAMPLE_HZ / 1000:g} kHz, the same "
+             f"load): the master {total['master'] / both:.0%} of the server's, the workers "
+             f"{total['workers'] / both:.0%}."]
+    if children:
+        master_us, workers_us = (total[role] * 1e6 / SAMPLE_HZ / len(children)
+                                 for role in ("master", "workers"))
+        lines[0] += (f" Per request ({len(children)} workers forked in the recording): about "
+                     f"{master_us:,.0f} µs of the master's CPU and {workers_us:,.0f} µs of its "
+                     f"workers', so at most {1e6 / (master_us + workers_us):,.0f} req/s on the "
+                     "one CPU" + (f" ({rate:,.1f} req/s by the client meanwhile)." if rate
+                                  else "."))
+    lines += ["", "| where | master | workers |", "| --- | ---: | ---: |"]
     for where in ("kernel", "Python (libpython)", "Tines' extension (_core)", "libc", "other"):
         lines.append(f"| {where} | {share(places['master'][where], 'master')} | "
                      f"{share(places['workers'][where], 'workers')} |")
@@ -316,19 +325,22 @@ def breakdown(server: Server, app: App, primary: Tool, workdir: Path,
     load = Load(f"http://127.0.0.1:{port}{app.url_path}", 1, seconds, keepalive=False)
     try:
         traced, client = record(perf, EVENTS, Path(f"{stem}.perf.data"), primary, load)
-        sampled, _ = record(perf, PROFILE_EVENTS, Path(f"{stem}-profile.perf.data"), primary,
-                            load)
+        sampled, sampled_client = record(perf, PROFILE_EVENTS,
+                                         Path(f"{stem}-profile.perf.data"), primary, load)
     finally:
         stop(running)
-    p50, rate = None, None
-    try:
-        document = json.loads(client)
-        p50, rate = document["latency_us"]["p50"] / 1000, float(document["requests_per_sec"])
-    except (ValueError, KeyError):
-        pass
     master = running.process.pid
-    return [*summary(lifecycles(parse(traced), master), p50, rate), "",
-            *profile(sampled, master)]
+    return [*summary(lifecycles(parse(traced), master), *client_figures(client)), "",
+            *profile(sampled, master, client_figures(sampled_client)[1])]
+
+
+def client_figures(document: str) -> tuple[float | None, float | None]:
+    """p50 (ms) and req/s from ``tines bench --json``'s output, or None where it has none."""
+    try:
+        parsed = json.loads(document)
+        return parsed["latency_us"]["p50"] / 1000, float(parsed["requests_per_sec"])
+    except (ValueError, KeyError, TypeError):
+        return None, None
 
 
 def main(argv: list[str] | None = None) -> int:
