@@ -14,7 +14,7 @@ PYTHON_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.
 ZIG_STAMP := $(VENV)/.zig-stamp
 WHEEL_STAMP := dist/.wheel-stamp
 
-.PHONY: all build wheel serve chat test test-rust test-python typecheck bench bench-full bench-ab bench-tool bench-deploy bench-tune fuzz fmt lint clean docs
+.PHONY: all build wheel serve chat test test-rust test-python typecheck bench bench-full bench-isolation bench-ab bench-tool bench-deploy bench-tune fuzz fmt lint clean docs
 
 all: build
 
@@ -79,12 +79,23 @@ docs: build
 
 # The side-by-side suite (docs/benchmarks.md): 5 interleaved runs per cell, about 33 minutes of
 # both cores; it installs wrk, nginx, libev-dev and the peers (bjoern among them) itself. Then
-# tines tune's right-answer runs (bench-tune, about 6 minutes).
-# BENCH_QUICK=1 for a 5-minute development run.
+# tines tune's right-answer runs (bench-tune, about 6 minutes) and process per request against
+# the fork limit (bench-isolation, about 6 minutes): about 45 minutes in all.
+# BENCH_QUICK=1 for a 5-minute development run of the suite.
 bench: build
 	cargo build --release --quiet -p tines-loadgen --bin tines-bench
 	$(PY) benches/run.py
 	$(PY) benches/tune_check.py
+	$(PY) benches/isolation.py $(ISOLATION_ARGS)
+
+# Issue 36: process per request (prefork --max-requests 1 --preload) beside prefork reuse, the
+# fork limit and a minimal fork-per-connection server, hello and the blog, Connection: close, 1
+# and 50 connections, 5 rounds, then the per-request breakdown (perf): about 6 minutes; the
+# report goes to benches/results/isolation-*.md. ISOLATION_ARGS for more flags, e.g.
+# ISOLATION_ARGS="--per-request-flags='--max-requests 1 --preload --spare-workers 2'"
+# (benches/isolation.py --help).
+bench-isolation: build
+	$(PY) benches/isolation.py $(ISOLATION_ARGS)
 
 # tines tune on the apps of benches/apps/tune/, whose right answers are known (about 6 minutes);
 # exit status 1 when a recommendation is wrong. TUNE_ARGS for more flags (--record, --budget).

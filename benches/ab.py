@@ -22,7 +22,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -37,7 +36,7 @@ from apps import fortunes_db
 from loadgen import LOAD_CPU, Load, Tool, find_tines_bench, tines_bench_command
 from model import Plan
 from provision import BLOG_PACKAGES, first_line, machine_info, pins_of
-from run import (RESULTS, STANDALONE_BENCH, TMP, interrupted, measure, raise_nofile, shown)
+from run import RESULTS, STANDALONE_BENCH, TMP, measure, raise_nofile, script, shown
 from servers import (APPS, SERVER_CPU, TINES_THREADS, Server, display_command, tines_binary,
                      tines_mpms, tines_serve_help, tines_server)
 from uploads import UPLOAD_APPS, UPLOAD_SIZE
@@ -410,10 +409,4 @@ def command_lines(arguments: list[str], servers: dict[tuple[str, str], Server],
 
 
 if __name__ == "__main__":
-    # SIGTERM unwinds like Ctrl-C, so the server being measured is stopped.
-    signal.signal(signal.SIGTERM, interrupted)
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.stderr.write("bench-ab: interrupted; nothing written\n")
-        sys.exit(130)
+    script(main, "bench-ab: interrupted; nothing written")

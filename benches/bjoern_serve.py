@@ -8,19 +8,16 @@ process. bjoern has no command line of its own.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
+
+from fork_per_connection import load_app
 
 
 def main(argv: list[str]) -> None:
     if len(argv) != 3:
         sys.exit("usage: bjoern_serve.py FILE:ATTR HOST PORT")
     target, host, port = argv
-    path, _, attr = target.rpartition(":")
-    directory, module = os.path.split(os.path.abspath(path))
-    os.chdir(directory)
-    sys.path.insert(0, directory)
-    app = getattr(importlib.import_module(module.removesuffix(".py")), attr)
+    app = load_app(target)
     # The peers' venv has it (benches/provision.py), the dev venv does not: imported by name.
     bjoern = importlib.import_module("bjoern")
     bjoern.run(app, host, int(port))

@@ -461,13 +461,19 @@ def interrupted(_signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-if __name__ == "__main__":
-    # SIGTERM (a stopped session, `kill`) unwinds like Ctrl-C, so the server being measured is
-    # stopped and the state file keeps every finished measurement.
+def script(entry: Callable[[], int], interrupted_line: str) -> None:
+    """Run a bench script's ``entry`` and exit with its status. SIGTERM (a stopped session,
+    `kill`) unwinds like Ctrl-C, so the server being measured is stopped; then
+    ``interrupted_line`` goes to stderr and the exit status is 130."""
     signal.signal(signal.SIGTERM, interrupted)
     try:
-        sys.exit(main())
+        sys.exit(entry())
     except KeyboardInterrupt:
-        sys.stderr.write("bench: interrupted; finished measurements are kept in the state file: "
-                         "run the same command (with the same --state, or --full) to resume\n")
+        sys.stderr.write(interrupted_line + "\n")
         sys.exit(130)
+
+
+if __name__ == "__main__":
+    # The state file keeps every finished measurement.
+    script(main, "bench: interrupted; finished measurements are kept in the state file: run the "
+                 "same command (with the same --state, or --full) to resume")
