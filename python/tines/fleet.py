@@ -223,21 +223,29 @@ class Fleet:
 
     # ----- death -------------------------------------------------------------------------------
 
-    def collect(self, pid: int, status: int, cpu_seconds: float, cfg: Config) -> Worker | None:
+    def collect(self, pid: int, status: int, cpu_seconds: float,
+                cfg: Config) -> tuple[Worker, exits.InFlight | None] | None:
         """A reaped ``pid``: when it was a worker, forget it, free its slot (its counters go to
-        the totals the status listener shows), log how it ended; the record, or None."""
+        the totals the status listener shows), log how it ended and, when a ready worker
+        crashed, what it was serving (read from its slot before the slot is freed, so the
+        operator can find a request of death); the record and that, or None."""
         worker = self.workers.pop(pid, None)
         if worker is None:
             return None
         if self.watchdog is not None:
             self.watchdog.forget(pid)
+        in_flight = None
+        if worker.ready and (not worker.stopping or worker.own_decision) and exits.crashed(status):
+            in_flight = exits.InFlight.of(self.scoreboard.read(worker.slot))
         reason = watchdog.record_exit(self.scoreboard, worker.slot, status, worker.stopping)
         self.scoreboard.retire(worker.slot, pid, status)
         exits.log_exit(cfg, worker, status, cpu_seconds, reason)
+        if in_flight is not None:
+            log.error("worker %d (slot %d) crashed %s", worker.pid, worker.slot, in_flight.describe())
         if worker.memory is not None and worker.memory.ksm_merging:
             log.info("worker %d (slot %d) last memory sample: %s", worker.pid, worker.slot,
                      worker.memory.describe())
-        return worker
+        return worker, in_flight
 
     def kill_all(self, reaped: Callable[[Worker], object]) -> None:
         """SIGKILL and reap every remaining worker (no zombie, no orphan), calling ``reaped``
