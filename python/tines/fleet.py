@@ -112,11 +112,14 @@ class Fleet:
         # The child is born with USR2 (retire) blocked, so a retire sent while it boots waits
         # for the worker's own handler (tines.worker) instead of killing it.
         previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+        # Claimed before the fork: a claim after it could wipe the child's first records (the
+        # request a quick child died serving) if the master is slow to run again.
+        self.scoreboard.claim(context.slot, 0, context.generation)
         pid = os.fork()
         if pid == 0:
             worker_process.run(context)  # never returns
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-        self.scoreboard.claim(context.slot, pid, context.generation)
+        self.scoreboard.set_pid(context.slot, pid)
         self.workers[pid] = Worker(pid, context.slot, context.generation)
         log.debug("spawned worker %d (slot %d)", pid, context.slot)
 
