@@ -4,8 +4,8 @@ Owns: the records (``Worker``, by pid), the scoreboard slots they hold (a free s
 the exit reason, the memory sample, freeing a slot at the reap), the pipes they talk to the
 master through (the notify pipe: ready / draining / boot_error messages; the life pipe whose
 EOF tells them the master is gone), the fork itself (with USR2 blocked), signalling, retiring
-with the drain, killing, collecting an exit, their memory samples and the watchdog's look at
-their requests.
+with the drain, killing, collecting an exit (and naming the request a crashed worker was
+serving), their memory samples and the watchdog's look at their requests.
 
 It is the mechanism; ``tines.arbiter`` decides which worker, when, and how many (with the pool,
 the reload, the upgrade and the crash-loop guard), and calls the server hooks around it.

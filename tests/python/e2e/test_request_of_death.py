@@ -13,14 +13,20 @@ counts as lost, not a slow one.
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import os
 import re
 import signal
+import socket
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import open_loop
-from conftest import children, http_get
+from conftest import children, http_get, read_until_closed, wait_until
 
 WORKERS = 2
 ATTACK = ("/exit", 200.0, 0.5)
@@ -56,3 +62,33 @@ def test_a_request_of_death_at_200_per_second_leaves_the_others_served(tines_ser
     server.signal(signal.SIGTERM)
     assert server.wait(60) == 0
     assert children(server.pid) == []
+
+
+def test_every_request_in_flight_is_named_when_a_worker_with_app_threads_crashes(
+        tines_server: Any, tmp_path: Path) -> None:
+    server = tines_server("crashy:app", "-w", "1", "--mpm", "thread", "--threads", "2")
+    gate = tmp_path / "gate"
+
+    def slow() -> None:
+        with contextlib.suppress(http.client.HTTPException, OSError):
+            http_get(server.port, f"/slow?{gate}")
+
+    holder = threading.Thread(target=slow)
+    holder.start()
+    wait_until(lambda: (tmp_path / "gate.started").exists(), what="the slow request in the app")
+    with pytest.raises((http.client.HTTPException, OSError)):
+        http_get(server.port, "/exit?a\\b")  # a backslash: logged escaped
+    holder.join(30)
+    line = server.wait_for_log(r"crashed with 2 requests in flight: .*")[0].group(0)
+    assert f"GET /slow?{gate}" in line and "GET /exit?a\\x5cb" in line, line
+
+
+def test_a_worker_killed_between_requests_is_said_to_have_had_none_in_flight(tines_server: Any) -> None:
+    server = tines_server("crashy:app", "-w", "1")
+    with socket.create_connection(("127.0.0.1", server.port)) as client:
+        client.sendall(b"GET /pid HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        # The worker records the request's end before it closes the connection.
+        assert read_until_closed(client).startswith(b"HTTP/1.1 200")
+    victim = server.worker_pids()[0]
+    os.kill(victim, signal.SIGKILL)
+    server.wait_for_log(rf"worker {victim} \(slot 0\) crashed between requests \(none in flight\)")
