@@ -109,7 +109,7 @@ def run(port: int, streams: list[Stream], duration: float, host: str = "127.0.0.
         selector.unregister(request.sock)
         request.sock.close()
 
-    def complete(received: bytes) -> bool:
+    def complete(received: bytes, closed: bool) -> bool:
         head, separator, body = received.partition(b"\r\n\r\n")
         if not separator:
             return False
@@ -117,7 +117,7 @@ def run(port: int, streams: list[Stream], duration: float, host: str = "127.0.0.
             name, _, value = line.partition(b":")
             if name.strip().lower() == b"content-length":
                 return len(body) >= int(value)
-        return True
+        return closed  # no length: the close ends the body
 
     def on_event(request: Request, mask: int) -> None:
         if mask & selectors.EVENT_WRITE:
@@ -126,7 +126,12 @@ def run(port: int, streams: list[Stream], duration: float, host: str = "127.0.0.
                 close(request)
                 end(request, failure=errno.errorcode.get(error, str(error)))
                 return
-            request.sock.send(request.payload)  # a few dozen bytes: an empty socket takes them
+            try:
+                request.sock.send(request.payload)  # a few dozen bytes: an empty socket takes them
+            except OSError as error:
+                close(request)
+                end(request, failure=type(error).__name__)
+                return
             selector.modify(request.sock, selectors.EVENT_READ, request)
             return
         try:
@@ -136,10 +141,12 @@ def run(port: int, streams: list[Stream], duration: float, host: str = "127.0.0.
             end(request, failure=type(error).__name__)
             return
         request.received += chunk
-        if chunk and not complete(bytes(request.received)):
+        closed = not chunk
+        whole = complete(bytes(request.received), closed)
+        if not whole and not closed:
             return
         close(request)
-        if complete(bytes(request.received)):
+        if whole:
             end(request)
         else:
             end(request, failure="closed before a whole response")
