@@ -49,6 +49,7 @@ def crash_floor(workers: int) -> int:
     at most one fork for each deadly request the floor takes, and never the whole service."""
     return max(1, (workers + 1) // 2)
 
+
 log = logs.get("arbiter")
 
 
