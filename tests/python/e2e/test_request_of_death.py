@@ -83,6 +83,23 @@ def test_every_request_in_flight_is_named_when_a_worker_with_app_threads_crashes
     assert f"GET /slow?{gate}" in line and "GET /exit?a\\x5cb" in line, line
 
 
+def test_an_asgi_worker_that_crashes_says_how_many_requests_it_held(tines_server: Any, tmp_path: Path) -> None:
+    server = tines_server("crashy:asgi", "-w", "1")
+    gate = tmp_path / "gate"
+
+    def slow() -> None:
+        with contextlib.suppress(http.client.HTTPException, OSError):
+            http_get(server.port, f"/slow?{gate}")
+
+    holder = threading.Thread(target=slow)
+    holder.start()
+    wait_until(lambda: (tmp_path / "gate.started").exists(), what="the slow request in the app")
+    with pytest.raises((http.client.HTTPException, OSError)):
+        http_get(server.port, "/exit")
+    holder.join(30)
+    server.wait_for_log(r"crashed with 2 request\(s\) in flight \(an ASGI worker: which ones is not recorded\)")
+
+
 def test_a_worker_killed_between_requests_is_said_to_have_had_none_in_flight(tines_server: Any) -> None:
     server = tines_server("crashy:app", "-w", "1")
     with socket.create_connection(("127.0.0.1", server.port)) as client:
