@@ -198,7 +198,8 @@ class Arbiter(Master):
         if self.reload_step():
             return
         live = self.live_workers()
-        while len(live) < self.num_workers and time.monotonic() >= self.crashes.next_spawn:
+        while len(live) < self.num_workers and self.crashes.take_start(
+                time.monotonic(), len(live), exits.crash_floor(self.num_workers)):
             if not self.spawn_worker():
                 break
             live = self.live_workers()
@@ -371,14 +372,16 @@ class Arbiter(Master):
                 # A worker can say ready (or draining), serve and die between two turns of the
                 # loop: its messages are in the pipe before its death, so read them first.
                 self.read_notifications()
-            worker = self.fleet.collect(pid, status, usage.ru_utime + usage.ru_stime, self.cfg)
-            if worker is None:
+            collected = self.fleet.collect(pid, status, usage.ru_utime + usage.ru_stime, self.cfg)
+            if collected is None:
                 continue
+            worker, in_flight = collected
             self.generation.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
             if not worker.ready and not worker.stopping:
                 self.on_death_before_ready(worker, status)
             elif (not worker.stopping or worker.own_decision) and exits.crashed(status):
-                self.crashes.crashed_after_ready(time.monotonic())
+                self.crashes.crashed_after_ready(time.monotonic(), in_flight is not None and in_flight.serving,
+                                                 exits.crash_floor(self.num_workers))
 
     def on_death_before_ready(self, worker: Worker, status: int) -> None:
         """The crash-loop guard counts a death before ready (``exits.CrashGuard``), unless it

@@ -4,8 +4,8 @@ Owns: the records (``Worker``, by pid), the scoreboard slots they hold (a free s
 the exit reason, the memory sample, freeing a slot at the reap), the pipes they talk to the
 master through (the notify pipe: ready / draining / boot_error messages; the life pipe whose
 EOF tells them the master is gone), the fork itself (with USR2 blocked), signalling, retiring
-with the drain, killing, collecting an exit, their memory samples and the watchdog's look at
-their requests.
+with the drain, killing, collecting an exit (and naming the request a crashed worker was
+serving), their memory samples and the watchdog's look at their requests.
 
 It is the mechanism; ``tines.arbiter`` decides which worker, when, and how many (with the pool,
 the reload, the upgrade and the crash-loop guard), and calls the server hooks around it.
@@ -112,11 +112,14 @@ class Fleet:
         # The child is born with USR2 (retire) blocked, so a retire sent while it boots waits
         # for the worker's own handler (tines.worker) instead of killing it.
         previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+        # Claimed before the fork: a claim after it could wipe the child's first records (the
+        # request a quick child died serving) if the master is slow to run again.
+        self.scoreboard.claim(context.slot, 0, context.generation)
         pid = os.fork()
         if pid == 0:
             worker_process.run(context)  # never returns
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-        self.scoreboard.claim(context.slot, pid, context.generation)
+        self.scoreboard.set_pid(context.slot, pid)
         self.workers[pid] = Worker(pid, context.slot, context.generation)
         log.debug("spawned worker %d (slot %d)", pid, context.slot)
 
@@ -223,21 +226,29 @@ class Fleet:
 
     # ----- death -------------------------------------------------------------------------------
 
-    def collect(self, pid: int, status: int, cpu_seconds: float, cfg: Config) -> Worker | None:
+    def collect(self, pid: int, status: int, cpu_seconds: float,
+                cfg: Config) -> tuple[Worker, exits.InFlight | None] | None:
         """A reaped ``pid``: when it was a worker, forget it, free its slot (its counters go to
-        the totals the status listener shows), log how it ended; the record, or None."""
+        the totals the status listener shows), log how it ended and, when a ready worker
+        crashed, what it was serving (read from its slot before the slot is freed, so the
+        operator can find a request of death); the record and that, or None."""
         worker = self.workers.pop(pid, None)
         if worker is None:
             return None
         if self.watchdog is not None:
             self.watchdog.forget(pid)
+        in_flight = None
+        if worker.ready and (not worker.stopping or worker.own_decision) and exits.crashed(status):
+            in_flight = exits.InFlight.of(self.scoreboard.read(worker.slot))
         reason = watchdog.record_exit(self.scoreboard, worker.slot, status, worker.stopping)
         self.scoreboard.retire(worker.slot, pid, status)
         exits.log_exit(cfg, worker, status, cpu_seconds, reason)
+        if in_flight is not None:
+            log.error("worker %d (slot %d) crashed %s", worker.pid, worker.slot, in_flight.describe())
         if worker.memory is not None and worker.memory.ksm_merging:
             log.info("worker %d (slot %d) last memory sample: %s", worker.pid, worker.slot,
                      worker.memory.describe())
-        return worker
+        return worker, in_flight
 
     def kill_all(self, reaped: Callable[[Worker], object]) -> None:
         """SIGKILL and reap every remaining worker (no zombie, no orphan), calling ``reaped``

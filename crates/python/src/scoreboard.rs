@@ -78,6 +78,12 @@ impl PyScoreboard {
         check(self.inner.claim(slot, pid, generation), slot)
     }
 
+    /// Publishes the pid of the worker forked into `slot`, claimed just before the fork with
+    /// pid 0 (so the claim cannot wipe what the child records first).
+    fn set_pid(&self, slot: usize, pid: u32) -> PyResult<()> {
+        check(self.inner.set_pid(slot, pid), slot)
+    }
+
     /// Frees `slot` after its worker `pid` was reaped with wait status `wait_status`: its
     /// counters move to the retired totals (which the status listener adds to the live
     /// slots', so totals only grow), its exit (by the reason recorded in the slot) is

@@ -141,6 +141,14 @@ impl Reactor {
         // connection under `Connection: close` load). The poller reports the head (the socket
         // is registered edge-triggered, and epoll reports data already there), in the next
         // turn, before the listener (`run` handles listener events last).
+        if !self.deferred.is_empty() {
+            // The responses held for the batch (ADR 0011) go out before a new connection is
+            // taken: its request runs inline next, and if it kills the worker (a request of
+            // death: `os._exit`, a segfault) every response still held dies with it, the
+            // answers of other clients already computed. A response to a kept-alive
+            // connection's next request is still batched (no accept between them).
+            self.flush_deferred(driver);
+        }
         let deferred = self.listeners[index].deferred();
         let Some(token) = self.accept_one(index, !deferred) else {
             return;

@@ -284,6 +284,18 @@ impl Scoreboard {
         true
     }
 
+    /// Publishes the pid of the worker forked into `index`, which the master claimed just
+    /// before the fork (with pid 0): claimed after the fork instead, the claim could land
+    /// after the child's first records (a busy master, a quick child) and wipe them, the
+    /// request it died serving among them.
+    pub fn set_pid(&self, index: usize, pid: u32) -> bool {
+        let Some(slot) = self.slot(index) else {
+            return false;
+        };
+        slot.pid.store(pid, Ordering::Release);
+        true
+    }
+
     /// Frees a slot after its worker was reaped. The exit reason and the counters stay, for
     /// the log and the status output ("last exit reason"), until the slot is claimed again.
     pub fn clear(&self, index: usize) -> bool {
@@ -707,6 +719,23 @@ mod tests {
         );
         assert_eq!(exits[0].requests, 2);
         assert!(!board.retire(2, 1, 0));
+    }
+
+    #[test]
+    fn a_slot_claimed_before_the_fork_keeps_what_the_child_records_before_its_pid_is_set() {
+        let board = Scoreboard::new(2, 1).unwrap();
+        assert!(board.claim(1, 0, 3));
+        board
+            .thread_slot(1, 0)
+            .unwrap()
+            .begin_request(b"GET", b"/exit", 5);
+        assert!(board.set_pid(1, 4242));
+        let reading = board.read(1).unwrap();
+        assert_eq!(reading.pid, 4242);
+        let threads = board.read_threads(1);
+        assert_eq!(threads[0].state, ThreadState::App);
+        assert_eq!(threads[0].target, b"/exit");
+        assert!(!board.set_pid(9, 1));
     }
 
     #[test]
