@@ -51,7 +51,7 @@ from tines.hooks import HookError, Hooks, ServerView, WorkerView, wrap_app
 READY = b"R"
 BOOT_ERROR = b"E"
 DRAINING = b"D"
-DRAINING_REASONS = ("max_requests", "cpu_limit")
+DRAINING_REASONS = ("max_requests", "cpu_limit", "request_timeout")
 """The reasons a worker drains by its own decision (``run_worker``'s stop reasons)."""
 READY_FORMAT = "<ii"
 ERROR_FORMAT = "<iiH"

@@ -13,6 +13,7 @@ use super::body::BodyStep;
 use super::error_response::{reject, write_error, write_error_with};
 use super::{Entry, Reactor};
 use crate::connection::{Connection, Linger, Next, Readiness};
+use crate::control::StopReason;
 
 /// What a driver did with a ready connection.
 pub(crate) enum Dispatch {
@@ -224,10 +225,75 @@ impl Reactor {
         None
     }
 
+    /// Makes the loop pay what timed-out requests are owed when the dump signal comes
+    /// (`true`: a driver whose app threads are not the loop's), or gives that back to the
+    /// signal handler (`false`: before the loop's control fds close).
+    pub(crate) fn pay_timeouts_in_loop(&self, on: bool) {
+        crate::dump_signal::set_loop_wake(on.then(|| self.control.wake_fd()));
+    }
+
+    /// Handed-out connections whose request timed out and whose thread has not given them
+    /// back: the drain ended without them (their threads cannot be joined).
+    pub(crate) fn abandoned(&self) -> usize {
+        self.abandoned.len()
+    }
+
+    /// The dump signal came: for each app thread whose request the master judged timed out,
+    /// pays its client what is owed (a 503, or a shutdown once its response began) through
+    /// the connection's output, which the loop holds a reference to while the thread holds
+    /// the connection (`exchange::timeout`), then drains the worker: the other requests
+    /// finish, the master starts the replacement at once (`draining` message), and the drain
+    /// does not wait for the stuck connections.
+    pub(super) fn pay_timed_out(&mut self) {
+        for thread in 0..self.shared.scoreboard().threads_per_slot() {
+            let Some(thread_slot) = self.shared.thread_slot(thread) else {
+                continue;
+            };
+            let Some((request, owed)) = thread_slot.owed() else {
+                continue;
+            };
+            let fd = thread_slot.read().fd;
+            let found = self
+                .entries
+                .iter()
+                .enumerate()
+                .find_map(|(token, entry)| match entry {
+                    Entry::Dispatched {
+                        output: Some(output),
+                        ..
+                    } if output.fd() == fd && !self.abandoned.contains(&token) => {
+                        Some((token, Arc::clone(output)))
+                    }
+                    _ => None,
+                });
+            let Some((token, output)) = found else {
+                continue;
+            };
+            if crate::exchange::pay_owed(&output, thread_slot, request, owed, &self.shared) {
+                crate::log::info(&format!(
+                    "request_timeout: app thread {thread}'s request answered ({}); draining \
+                     while the other requests finish",
+                    match owed {
+                        crate::scoreboard::Owed::Response => "503",
+                        crate::scoreboard::Owed::Shutdown => "its response cut short",
+                    }
+                ));
+                self.abandoned.push(token);
+            }
+        }
+        self.shared
+            .propose_exit_reason(crate::scoreboard::ExitReason::RequestTimeout);
+        self.begin_stop(StopReason::RequestTimeout);
+    }
+
     pub(super) fn on_returned(&mut self, driver: &mut dyn Driver) {
         let mut returned = std::mem::take(&mut self.returned);
         driver.collect(&mut returned);
         for (token, mut conn) in returned.drain(..) {
+            if !self.abandoned.is_empty() {
+                // A stuck thread returned after all: the drain waits for nothing more of it.
+                self.abandoned.retain(|&stuck| stuck != token);
+            }
             let (edge_seen, peer_closed) = match self.entries.get(token) {
                 Some(Entry::Dispatched {
                     readable,

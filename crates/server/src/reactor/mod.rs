@@ -99,6 +99,10 @@ pub struct Reactor {
     batch: BatchClock,
     /// When the inline slot started serving the request being served.
     dispatch_started: Option<Instant>,
+    /// Tokens of handed-out connections whose request timed out and was answered by the loop
+    /// (`dispatch::pay_timed_out`): their stuck threads may never give them back, so the
+    /// drain does not wait for them.
+    abandoned: Vec<usize>,
 }
 
 /// The worker owns the listener fds it was given: whatever way the loop ends, its copies are
@@ -152,6 +156,7 @@ impl Reactor {
             deferred: Vec::new(),
             batch: BatchClock::new(shared.config.response_batch_delay),
             dispatch_started: None,
+            abandoned: Vec::new(),
             shared,
         })
     }
@@ -200,7 +205,10 @@ impl Reactor {
     ) -> io::Result<Option<StopReason>> {
         {
             if let Some(reason) = self.stop {
-                if reason == StopReason::Quick || (self.open == 0 && driver.in_flight() == 0) {
+                let stuck = self.abandoned.len();
+                if reason == StopReason::Quick
+                    || (self.open == stuck && driver.in_flight() == stuck)
+                {
                     return Ok(Some(reason));
                 }
             }
@@ -302,6 +310,9 @@ impl Reactor {
             if let Some(log) = &self.shared.access_log {
                 log.reopen();
             }
+        }
+        if requests.dump {
+            self.pay_timed_out();
         }
         if requests.quick {
             self.begin_stop(StopReason::Quick);

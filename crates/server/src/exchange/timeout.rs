@@ -1,0 +1,106 @@
+//! A request the master judged timed out (`request_timeout`, docs/signals.md "A stuck
+//! request"): paying what its client is owed, once, by whoever comes first: the worker's loop
+//! thread, woken by the dump signal while the stuck app thread still holds the connection, or
+//! the stuck thread itself if it returns before the loop got to it.
+//!
+//! What is owed was settled when the master marked the request (one CAS on the app thread's
+//! sub-slot, [`ThreadSlot::mark_timed_out`], against the app thread's claim of its response,
+//! [`ThreadSlot::claim_response`]): a 503 with `Connection: close` when no byte of the
+//! response was written, else only the shutdown of the connection. Paying takes the debt with
+//! a second CAS ([`ThreadSlot::take_owed`]) under the connection's output lock, while the
+//! connection is not closed: the connection closes its output under that lock before its fd
+//! closes, so the bytes never reach a reused fd. The 503 goes through the connection's
+//! [`crate::transport::Link`] (the TLS transport will encrypt it there), then both directions
+//! are shut down: the client sees the 503 and EOF, the stuck thread's later reads and writes
+//! fail, and the fd stays the connection's until its holder closes it.
+//!
+//! The 503 is counted as a response the server wrote and access-logged here, once; the stuck
+//! request's own exchange counts and logs nothing ([`super::Exchange::complete`]).
+
+use std::time::Duration;
+
+use crate::access_log::{LoggedRequest, RequestLine};
+use crate::dump_signal::TIMEOUT_RESPONSE;
+use crate::pending::Output;
+use crate::scoreboard::{monotonic_ns, Counted, Owed, ThreadSlot};
+use crate::shared::WorkerShared;
+
+/// Pays what is owed for request number `request` of `thread` on the connection whose output
+/// is `output`: `true` when this caller paid it (nothing was paid before, and the connection
+/// is still open).
+pub(crate) fn pay_owed(
+    output: &Output,
+    thread: &ThreadSlot,
+    request: u64,
+    owed: Owed,
+    shared: &WorkerShared,
+) -> bool {
+    let paid = output.with_open_link(|link| {
+        if !thread.take_owed(request, owed) {
+            return None;
+        }
+        let mut written = 0;
+        if owed == Owed::Response {
+            // A connection whose response never began has an empty socket buffer: it takes
+            // these 100-odd bytes at once (a would-block leaves them unsent: the client then
+            // sees EOF, as it would have after a kill).
+            while written < TIMEOUT_RESPONSE.len() {
+                match link.write_vectored(&[TIMEOUT_RESPONSE], written) {
+                    Ok(Some(n)) if n > 0 => written += n,
+                    _ => break,
+                }
+            }
+        }
+        link.shutdown();
+        Some((written, crate::listener::peer_address(link.fd())))
+    });
+    let Some(Some((written, peer))) = paid else {
+        return false;
+    };
+    if owed == Owed::Response {
+        account(thread, written as u64, peer.map(|addr| addr.ip()), shared);
+    }
+    true
+}
+
+/// Counts and access-logs the 503 written for the request `thread` serves, from what its
+/// sub-slot keeps (method and target, cut to their scoreboard lengths; no protocol version,
+/// no headers: the request's head is with the stuck thread).
+fn account(
+    thread: &ThreadSlot,
+    sent: u64,
+    client: Option<std::net::IpAddr>,
+    shared: &WorkerShared,
+) {
+    let reading = thread.read();
+    let elapsed = Duration::from_nanos(monotonic_ns().saturating_sub(reading.dispatch_ns));
+    let counted = Counted::new(&reading.method, 503, 0);
+    shared.count_server_response(counted, elapsed.as_micros() as u64, 0, sent);
+    let Some(log) = &shared.access_log else {
+        return;
+    };
+    let mut request_line = reading.method;
+    request_line.push(b' ');
+    request_line.extend_from_slice(&reading.target);
+    let head_len = TIMEOUT_RESPONSE
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(TIMEOUT_RESPONSE.len(), |end| end + 4);
+    let request = LoggedRequest {
+        client,
+        line: RequestLine::Raw(&request_line),
+        status: 503,
+        body_sent: sent.saturating_sub(head_len as u64),
+        request_header: &no_headers,
+        response_headers: &[],
+        duration: log.format().shows_duration().then_some(elapsed),
+        queue: None,
+    };
+    let mut line = Vec::with_capacity(256);
+    log.log(&mut line, &request, &mut Default::default());
+}
+
+/// The stuck request's headers, for the log: held by its thread, so none.
+fn no_headers<'a>(_name: &[u8]) -> Option<&'a [u8]> {
+    None
+}

@@ -1,0 +1,136 @@
+"""A stuck request on the thread and event MPMs (app threads apart from the loop) drains its
+worker instead of killing it (docs/signals.md, "A stuck request"): the loop answers the stuck
+client 503, the other requests in flight on the same worker finish and their responses go out
+in full, a kept-alive idle client is closed gracefully, the stuck thread's stack is in the
+error log, a new worker takes over, and the stuck request's late result is dropped (one
+access-log line for it: the 503). Synchronised by a gate (a Unix socket the app's requests
+connect to and wait on until the test closes them) and by the server's own answers, never by
+sleeps."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import GATE_TIMEOUT, alive, http_get, wait_until
+
+APP = "stuck_drain_app:app"
+HOLDS = 3
+
+
+def open_gate_listener(tmp_path: Path) -> tuple[socket.socket, str]:
+    path = str(tmp_path / "gate.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    listener.settimeout(GATE_TIMEOUT)
+    return listener, path
+
+
+def arrival(listener: socket.socket) -> tuple[socket.socket, str, int]:
+    """The next request to reach the gate: its connection, route and worker pid."""
+    conn, _ = listener.accept()
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = conn.recv(64)
+        assert chunk, "the gated request went away"
+        line += chunk
+    route, pid = line.decode().split()
+    return conn, route, int(pid)
+
+
+def read_to_eof(client: socket.socket) -> bytes:
+    """Everything until the server closes; a reset raises (ConnectionResetError)."""
+    data = b""
+    while chunk := client.recv(65536):
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("stuck_returns", [True, False], ids=["stuck-returns-late", "stuck-for-good"])
+@pytest.mark.parametrize("mpm", ["thread", "event"])
+def test_a_stuck_request_drains_its_worker_and_its_neighbours_finish(
+        tines_server: Any, tmp_path: Path, mpm: str, stuck_returns: bool) -> None:
+    listener, gate_path = open_gate_listener(tmp_path)
+    access_log = tmp_path / "access.log"
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "5", "--request-timeout", "1",
+                          "--access-log", str(access_log), "--access-log-format", "json",
+                          env={"GATE_SOCKET": gate_path})
+    try:
+        # A kept-alive client, idle on the worker through what follows.
+        idle = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        idle.request("GET", "/")
+        first = idle.getresponse()
+        worker_pid = int(first.read())
+        assert first.status == 200
+        stuck_client = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        stuck_client.sendall(b"GET /stuck HTTP/1.1\r\nHost: test\r\n\r\n")
+        stuck_gate, route, pid = arrival(listener)
+        assert (route, pid) == ("stuck", worker_pid)
+        holds = []
+        hold_gates = []
+        for _ in range(HOLDS):
+            hold = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+            hold.request("GET", "/hold")
+            holds.append(hold)
+            gate, route, pid = arrival(listener)
+            assert (route, pid) == ("hold", worker_pid)
+            hold_gates.append(gate)
+
+        # The loop answers the stuck client while the three others are still in the app.
+        answer = read_to_eof(stuck_client)
+        stuck_client.close()
+        head = answer.split(b"\r\n\r\n", 1)[0]
+        assert head.startswith(b"HTTP/1.1 503 "), answer
+        assert b"Connection: close" in head
+        assert answer.endswith(b"request timeout\n")
+
+        if stuck_returns:
+            stuck_gate.close()  # it returns late; its 200 must go nowhere
+        for gate in hold_gates:
+            gate.close()
+        for hold in holds:
+            response = hold.getresponse()
+            body = response.read()
+            assert response.status == 200
+            lines = body.splitlines()
+            assert lines[-1] == b"done" and set(lines[:-1]) <= {b"tick"}, body
+            # Its head went out before the drain began: the connection is closed after it.
+            assert read_to_eof(hold.sock) == b""
+            hold.close()
+        # The idle kept-alive client is closed, not reset.
+        assert read_to_eof(idle.sock) == b""
+        idle.close()
+
+        log = server.wait_for_log(rf"worker {worker_pid} \(slot \d+\) exited with code 0 "
+                                  r"\(request_timeout\)")[0].string
+        judged = log.index(f"worker {worker_pid} (slot ")
+        assert "request GET /stuck made no progress" in log[judged:]
+        assert "draining it" in log[judged:]
+        stack = log.index("in stuck_at_the_gate_for_the_test", judged)
+        assert judged < stack
+        assert "answered (503); draining" in log[stack:]
+        if not stuck_returns:
+            assert "exiting without waiting for 1 stuck app thread(s)" in log
+        assert "SIGKILL" not in log and "crashed" not in log
+
+        # Replaced: a new worker serves.
+        wait_until(lambda: server.worker_pids() and worker_pid not in server.worker_pids(),
+                   what="the replacement")
+        assert not alive(worker_pid)
+        status, body = http_get(server.port, "/", close=True)
+        assert status == 200 and int(body) != worker_pid
+
+        records = [json.loads(line) for line in access_log.read_text().splitlines()]
+        stuck_lines = [record for record in records if record["path"] == "/stuck"]
+        assert len(stuck_lines) == 1, stuck_lines
+        assert stuck_lines[0]["status"] == 503
+        hold_lines = [record for record in records if record["path"] == "/hold"]
+        assert [record["status"] for record in hold_lines] == [200] * HOLDS
+    finally:
+        listener.close()
