@@ -205,6 +205,9 @@ class Watchdog:
                 self.kill(worker, pending)
             return
         if reading["pid"] != worker.pid:
+            # Not its slot any more: only the deadline can be judged.
+            if now >= pending.deadline:
+                self.kill(worker, pending)
             return
         why = drain_verdict(pending, reading, now)
         if why is None:

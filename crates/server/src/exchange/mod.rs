@@ -478,6 +478,13 @@ impl Exchange {
         ))
     }
 
+    /// True once the exchange found its request judged timed out by the master (its first
+    /// response write failed for it): the app's late result is dropped, and the error that
+    /// write raised is no app error.
+    pub fn timed_out(&self) -> bool {
+        self.timed_out
+    }
+
     /// A stuck request that returned after the master judged it timed out: pays what its
     /// client is owed if the loop has not yet (`timeout`).
     fn pay_if_owed(&mut self) {

@@ -51,8 +51,10 @@ pub(crate) fn pay_owed(
                 }
             }
         }
+        // Asked before the shutdown, which disconnects the socket.
+        let peer = crate::listener::peer_address(link.fd());
         link.shutdown();
-        Some((written, crate::listener::peer_address(link.fd())))
+        Some((written, peer))
     });
     let Some(Some((written, peer))) = paid else {
         return false;
