@@ -19,7 +19,8 @@ chained Rust handler sets the slot's ``dumped`` flag and:
 - on a worker whose app threads are not its loop thread (``thread``; ``event`` with
   ``threads`` > 0; WSGI), wakes the loop, which answers the stuck client and drains the
   worker: the other requests in flight finish, then the worker exits by itself without
-  waiting for the stuck thread. The master kills it only when ``drain_verdict`` says so: the
+  waiting for the stuck thread. A thread that overruns after the dump is marked and signalled
+  the same way (its client answered too). The master kills it only when ``drain_verdict`` says so: the
   drain is done but the worker did not exit, ``graceful_timeout`` passed since the dump, or
   the stuck thread holds the GIL (the other busy app threads made no progress within
   ``GIL_WAIT`` of the dump);
@@ -188,6 +189,10 @@ class Watchdog:
         for worker in workers:
             pending = self.pending.get(worker.pid)
             if pending is not None:
+                if not pending.killed and pending.drains and self.request_timeout > 0:
+                    # A request may overrun after the dump too (one that the stuck thread's GIL
+                    # stopped): it gets its 503 the same way.
+                    self.check_requests(worker, now)
                 if not pending.killed:
                     self.judge_dumped(worker, pending, now)
                 continue
@@ -236,8 +241,9 @@ class Watchdog:
         self.dump(worker, "boot_timeout", now)
 
     def check_requests(self, worker: WorkerRecord, now: float) -> None:
-        """Every app thread of ``worker`` that overran ``request_timeout``: log, mark; then
-        dump and kill the worker (its replacement starts at once)."""
+        """Every app thread of ``worker`` that overran ``request_timeout`` (and was not judged
+        yet): log, mark; then dump the worker, to drain or be killed (its replacement starts at
+        once); a draining worker dumped already is signalled again for the new ones."""
         reading = self.scoreboard.read(worker.slot)
         if reading["pid"] != worker.pid:
             return
@@ -253,11 +259,13 @@ class Watchdog:
                 worker.stopping = True
                 self.dump(worker, "request_timeout", now)
             return
+        pending = self.pending.get(worker.pid)
+        judged = pending.stuck if pending is not None else frozenset()
         now_ns = int(now * 1e9)
         limit_ns = int(self.request_timeout * 1e9)
         overdue = [thread for thread in reading["threads"]
                    if thread["state"] == "busy" and not thread["waiting_on_client"]
-                   and now_ns - thread["progress_ns"] >= limit_ns]
+                   and now_ns - thread["progress_ns"] >= limit_ns and thread["thread"] not in judged]
         if not overdue:
             return
         fate = "draining it" if self.drains else "killing it"
@@ -271,8 +279,16 @@ class Watchdog:
             self.scoreboard.mark_timed_out(worker.slot, thread["thread"], thread["request"])
         # Stopping: the loop starts the replacement now, and the exit is no crash.
         worker.stopping = True
-        self.dump(worker, "request_timeout", now,
-                  frozenset(thread["thread"] for thread in overdue) if self.drains else None)
+        stuck = frozenset(thread["thread"] for thread in overdue)
+        if pending is None:
+            self.dump(worker, "request_timeout", now, stuck if self.drains else None)
+            return
+        # A draining worker, dumped already: its loop pays the new ones on this signal too.
+        pending.stuck = judged | stuck
+        try:
+            os.kill(worker.pid, DUMP_SIGNAL)
+        except ProcessLookupError:
+            pass
 
     def dump(self, worker: WorkerRecord, reason: str, now: float,
              stuck: frozenset[int] | None = None) -> None:

@@ -3,7 +3,9 @@ worker instead of killing it (docs/signals.md, "A stuck request"): the loop answ
 client 503, the other requests in flight on the same worker finish and their responses go out
 in full, a kept-alive idle client is closed gracefully, the stuck thread's stack is in the
 error log, a new worker takes over, and the stuck request's late result is dropped (one
-access-log line for it: the 503). Synchronised by a gate (a Unix socket the app's requests
+access-log line for it: the 503). A request stuck in C code holding the GIL, and the neighbour
+it stopped, are both answered by the loop, which needs no GIL, and the worker ends by itself.
+Synchronised by a gate (a Unix socket the app's requests
 connect to and wait on until the test closes them) and by the server's own answers, never by
 sleeps."""
 
@@ -139,5 +141,49 @@ def test_a_stuck_request_drains_its_worker_and_its_neighbours_finish(
         assert stuck_lines[0]["status"] == 503
         hold_lines = [record for record in records if record["path"] == "/hold"]
         assert [record["status"] for record in hold_lines] == [200] * HOLDS
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("mpm", ["thread", "event"])
+def test_a_request_stuck_holding_the_gil_and_the_neighbour_it_stopped_are_answered_and_the_worker_ends(
+        tines_server: Any, tmp_path: Path, mpm: str) -> None:
+    # The neighbour, in the app first, cannot progress once the GIL is held: it overruns
+    # request_timeout too and is judged after the first dump if not with it. The loop, which
+    # needs no GIL, answers both; drained, the worker ends by itself, its threads stuck.
+    listener, gate_path = open_gate_listener(tmp_path)
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "3", "--request-timeout", "1",
+                          "--graceful-timeout", "300", env={"GATE_SOCKET": gate_path})
+    try:
+        hold = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        hold.sendall(b"GET /hold HTTP/1.1\r\nHost: test\r\n\r\n")
+        hold_gate, route, worker_pid = arrival(listener)
+        assert route == "hold"
+        stuck_client = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        stuck_client.sendall(b"GET /c-call HTTP/1.1\r\nHost: test\r\n\r\n")
+        _, route, pid = arrival(listener)
+        assert (route, pid) == ("stuck", worker_pid)
+        answer = read_to_eof(stuck_client)
+        stuck_client.close()
+        assert answer.startswith(b"HTTP/1.1 503 ") and answer.endswith(b"request timeout\n"), answer
+        # The neighbour: a 503 if nothing of its response was out, else its response cut short
+        # by a close; never a reset.
+        neighbour = read_to_eof(hold)
+        hold.close()
+        assert (neighbour.startswith(b"HTTP/1.1 503 ") and neighbour.endswith(b"request timeout\n")
+                or neighbour.startswith(b"HTTP/1.1 200 ")), neighbour
+        log = server.wait_for_log(rf"worker {worker_pid} \(slot \d+\) exited with code 0 "
+                                  r"\(request_timeout\)")[0].string
+        judged = log.index("request GET /c-call made no progress")
+        assert "request GET /hold made no progress" in log
+        stack = log.index("in stuck_in_c_holding_the_gil_for_the_test")
+        exited = log.index("exiting without waiting for 2 stuck app thread(s)")
+        assert judged < exited and stack < exited
+        assert "SIGKILL" not in log
+        wait_until(lambda: server.worker_pids() and worker_pid not in server.worker_pids(),
+                   what="the replacement")
+        status, body = http_get(server.port, "/", close=True)
+        assert status == 200 and int(body) != worker_pid
+        hold_gate.close()
     finally:
         listener.close()

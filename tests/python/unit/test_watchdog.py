@@ -131,9 +131,13 @@ def overdue_slot() -> dict[str, Any]:
 
 def test_a_thread_worker_is_dumped_then_left_to_drain_and_killed_when_the_gil_rule_says(
         signals: list[tuple[int, int]], clock: list[float]) -> None:
-    board = Board(overdue_slot())
-    dog = Watchdog(load({"mpm": "thread", "threads": 3, "request_timeout": 1, "graceful_timeout": 30}, {}),
-                   board)
+    # request_timeout well above GIL_WAIT, as in production: the neighbour, stopped since
+    # just before the dump, is not overdue when the GIL rule judges.
+    stuck = thread(0, True, progress=DUMPED - 10.0)
+    other = thread(1, True, progress=DUMPED - 0.5)
+    board = Board(reading([stuck, other, thread(2, False)], connections=2))
+    dog = Watchdog(load({"mpm": "thread", "threads": 3, "request_timeout": 10, "graceful_timeout": 30},
+                        {}), board)
     worker = Worker(pid=7, slot=0)
     dog.check([worker])
     assert board.marked == [(0, 0, 1)] and board.reasons == ["request_timeout"]
@@ -159,3 +163,25 @@ def test_a_prefork_worker_is_killed_once_dumped(signals: list[tuple[int, int]], 
     clock[0] = DUMPED + 0.01
     dog.check([worker])
     assert signals == [(7, watchdog.DUMP_SIGNAL), (7, signal.SIGKILL)]
+
+
+def test_a_request_that_overruns_after_the_dump_is_marked_and_signalled_too(
+        signals: list[tuple[int, int]], clock: list[float]) -> None:
+    # The neighbour stopped with the stuck thread (the GIL held): it overruns 0.5 s after the
+    # dump, gets its own mark and signal, and is no longer evidence for the GIL rule.
+    board = Board(overdue_slot())
+    board.slot["connections"] = 3  # a kept-alive client too: not drained yet
+    dog = Watchdog(load({"mpm": "event", "threads": 3, "request_timeout": 1, "graceful_timeout": 30}, {}),
+                   board)
+    worker = Worker(pid=7, slot=0)
+    dog.check([worker])
+    clock[0] = DUMPED + 0.5
+    dog.check([worker])
+    assert board.marked == [(0, 0, 1), (0, 1, 1)]
+    assert signals == [(7, watchdog.DUMP_SIGNAL)] * 2
+    assert dog.pending[7].stuck == {0, 1}
+    dog.check([worker])
+    assert len(board.marked) == 2, "judged once"
+    clock[0] = DUMPED + GIL_WAIT + 1.0
+    dog.check([worker])
+    assert len(signals) == 2, "no GIL kill: no other busy thread is left to tell"
