@@ -188,4 +188,45 @@ mod tests {
         );
         drop(other_server);
     }
+
+    #[test]
+    fn with_the_loop_registered_the_handler_only_flags_and_wakes_it_in_a_forked_worker() {
+        let board = Arc::new(Scoreboard::new(1, 1).unwrap());
+        board.claim(0, 1, 1);
+        let (mut client, server) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (wake_read, wake_write) = std::os::unix::net::UnixStream::pair().unwrap();
+        // SAFETY: as above; the child only stores atomics, raises and _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let stuck = board.thread_slot(0, 0).unwrap();
+            stuck.begin_request(b"GET", b"/stuck", server.as_raw_fd());
+            stuck.mark_timed_out(1);
+            let installed = install(Arc::clone(&board), 0, libc::SIGURG).is_ok();
+            set_loop_wake(Some(wake_write.as_raw_fd()));
+            // SAFETY: raise sends the signal to this thread; the handler runs before it returns.
+            unsafe { libc::raise(libc::SIGURG) };
+            // The loop's side: the request is taken once, and the 503 is still owed to it.
+            let taken = take_request() && !take_request();
+            let owed = stuck.owed() == Some((1, crate::scoreboard::Owed::Response));
+            let code = if installed && taken && owed { 0 } else { 1 };
+            // SAFETY: _exit never returns.
+            unsafe { libc::_exit(code) };
+        }
+        drop(server);
+        drop(wake_write);
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        assert!(board.read(0).unwrap().dumped);
+        let mut woken = Vec::new();
+        (&wake_read).read_to_end(&mut woken).unwrap();
+        assert_eq!(woken, b"d", "one byte for the loop");
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).unwrap();
+        assert!(
+            answer.is_empty(),
+            "the handler wrote nothing on the connection"
+        );
+    }
 }

@@ -106,3 +106,90 @@ fn account(
 fn no_headers<'a>(_name: &[u8]) -> Option<&'a [u8]> {
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::WorkerConfig;
+    use crate::listener::Local;
+    use crate::scoreboard::Scoreboard;
+    use crate::transport::Link;
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+    use std::sync::Arc;
+
+    fn worker() -> WorkerShared {
+        let scoreboard = Arc::new(Scoreboard::new(1, 2).unwrap());
+        WorkerShared::new(
+            WorkerConfig::default(),
+            vec![Local::Unix(String::new())],
+            None,
+            scoreboard,
+            0,
+            u64::MAX,
+            None,
+        )
+    }
+
+    #[test]
+    fn the_503_is_paid_once_then_the_connection_is_shut_both_ways() {
+        let shared = worker();
+        let (mut client, server) = UnixStream::pair().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let output = Output::new(Link::Plain(server.as_raw_fd()));
+        let thread = shared.thread_slot(0).unwrap();
+        thread.begin_request(b"GET", b"/stuck", server.as_raw_fd());
+        thread.mark_timed_out(1);
+        assert!(!thread.claim_response(), "the app thread lost the claim");
+        assert!(pay_owed(&output, thread, 1, Owed::Response, &shared));
+        assert!(
+            !pay_owed(&output, thread, 1, Owed::Response, &shared),
+            "paid once, by whoever came first"
+        );
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).unwrap();
+        assert_eq!(answer, TIMEOUT_RESPONSE);
+        // The stuck thread's own reads see EOF from now on.
+        let mut byte = [0u8; 1];
+        assert_eq!(
+            Link::Plain(server.as_raw_fd()).read(&mut byte).unwrap(),
+            Some(0)
+        );
+        let totals = shared.scoreboard().totals();
+        assert_eq!(totals.bytes_out, TIMEOUT_RESPONSE.len() as u64);
+    }
+
+    #[test]
+    fn a_closed_connection_is_never_written_and_its_debt_stays() {
+        let shared = worker();
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let output = Output::new(Link::Plain(server.as_raw_fd()));
+        let thread = shared.thread_slot(1).unwrap();
+        thread.begin_request(b"GET", b"/stuck", server.as_raw_fd());
+        thread.mark_timed_out(1);
+        output.close();
+        assert!(!pay_owed(&output, thread, 1, Owed::Response, &shared));
+        assert_eq!(thread.owed(), Some((1, Owed::Response)));
+        drop(server);
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).unwrap();
+        assert!(answer.is_empty());
+    }
+
+    #[test]
+    fn a_response_under_way_is_only_cut_short() {
+        let shared = worker();
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let output = Output::new(Link::Plain(server.as_raw_fd()));
+        let thread = shared.thread_slot(0).unwrap();
+        thread.begin_request(b"GET", b"/stream", server.as_raw_fd());
+        assert!(thread.claim_response());
+        thread.mark_timed_out(1);
+        assert!(pay_owed(&output, thread, 1, Owed::Shutdown, &shared));
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).unwrap();
+        assert!(answer.is_empty(), "nothing written, only EOF");
+        assert_eq!(shared.scoreboard().totals().bytes_out, 0);
+    }
+}
