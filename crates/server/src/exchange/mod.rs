@@ -454,49 +454,6 @@ impl Exchange {
             .count_request(self.ctx.thread, counted, received);
     }
 
-    /// Claims the response before its first byte goes to the socket or the poller (one load
-    /// and one CAS on this thread's own sub-slot line, once per request): an error when the
-    /// master judged the request timed out first. The exchange is then `timed_out`: nothing of
-    /// its response is written, and the connection closes.
-    pub(crate) fn claim_response(&mut self) -> std::io::Result<()> {
-        if self.response_claimed {
-            return Ok(());
-        }
-        let claimed = self
-            .shared
-            .thread_slot(self.ctx.thread)
-            .is_none_or(|thread| thread.claim_response());
-        if claimed {
-            self.response_claimed = true;
-            return Ok(());
-        }
-        self.timed_out = true;
-        self.keep_alive = false;
-        Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "request_timeout: the request was answered 503",
-        ))
-    }
-
-    /// True once the exchange found its request judged timed out by the master (its first
-    /// response write failed for it): the app's late result is dropped, and the error that
-    /// write raised is no app error.
-    pub fn timed_out(&self) -> bool {
-        self.timed_out
-    }
-
-    /// A stuck request that returned after the master judged it timed out: pays what its
-    /// client is owed if the loop has not yet (`timeout`).
-    fn pay_if_owed(&mut self) {
-        let Some(thread) = self.shared.thread_slot(self.ctx.thread) else {
-            return;
-        };
-        if let Some((request, owed)) = thread.owed_by_owner() {
-            let output = Arc::clone(self.parts.output());
-            timeout::pay_owed(&output, thread, request, owed, &self.shared);
-        }
-    }
-
     /// Marks, in the scoreboard, that the app returned its iterable: the "app done" time of
     /// the request's timing, and a progress point for `request_timeout` (one vDSO clock read,
     /// two stores).

@@ -17,13 +17,61 @@
 //! The 503 is counted as a response the server wrote and access-logged here, once; the stuck
 //! request's own exchange counts and logs nothing ([`super::Exchange::complete`]).
 
+use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::Exchange;
 use crate::access_log::{LoggedRequest, RequestLine};
 use crate::dump_signal::TIMEOUT_RESPONSE;
 use crate::pending::Output;
 use crate::scoreboard::{monotonic_ns, Counted, Owed, ThreadSlot};
 use crate::shared::WorkerShared;
+
+impl Exchange {
+    /// Claims the response before its first byte goes to the socket or the poller (one load
+    /// and one CAS on this thread's own sub-slot line, once per request): an error when the
+    /// master judged the request timed out first. The exchange is then `timed_out`: nothing of
+    /// its response is written, and the connection closes.
+    pub(crate) fn claim_response(&mut self) -> io::Result<()> {
+        if self.response_claimed {
+            return Ok(());
+        }
+        let claimed = self
+            .shared
+            .thread_slot(self.ctx.thread)
+            .is_none_or(|thread| thread.claim_response());
+        if claimed {
+            self.response_claimed = true;
+            return Ok(());
+        }
+        self.timed_out = true;
+        self.keep_alive = false;
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "request_timeout: the request was answered 503",
+        ))
+    }
+
+    /// True once the exchange found its request judged timed out by the master (its first
+    /// response write failed for it): the app's late result is dropped, and the error that
+    /// write raised is no app error.
+    pub fn timed_out(&self) -> bool {
+        self.timed_out
+    }
+
+    /// A stuck request that returned after the master judged it timed out: pays what its
+    /// client is owed if the loop has not yet ([`pay_owed`]).
+    pub(super) fn pay_if_owed(&mut self) {
+        let Some(thread) = self.shared.thread_slot(self.ctx.thread) else {
+            return;
+        };
+        if let Some((request, owed)) = thread.owed_by_owner() {
+            let output = Arc::clone(self.parts.output());
+            pay_owed(&output, thread, request, owed, &self.shared);
+        }
+    }
+}
 
 /// Pays what is owed for request number `request` of `thread` on the connection whose output
 /// is `output`: `true` when this caller paid it (nothing was paid before, and the connection
