@@ -457,7 +457,8 @@ pub fn run(
 /// one stuck in C code holding the GIL would make the return into Python (and its
 /// interpreter teardown) hang until the master's kill at `graceful_timeout`. The access log
 /// (the loop's) is flushed and the error log's lines are written as they come; what is lost
-/// is Python's own teardown (`atexit` callbacks, buffers of the app's own log handlers), as
+/// is Python's own teardown (the `worker_exit` hook, `atexit` callbacks, buffers of the app's
+/// own log handlers), as
 /// with the kill it replaces. Exit status 0: the master recorded the exit reason
 /// (`request_timeout`) when it sent the dump.
 fn exit_past_stuck_threads(stuck: usize, worker: &WorkerShared) -> ! {
