@@ -458,9 +458,8 @@ pub fn run(
 /// interpreter teardown) hang until the master's kill at `graceful_timeout`. The access log
 /// (the loop's) is flushed and the error log's lines are written as they come; what is lost
 /// is Python's own teardown (the `worker_exit` hook, `atexit` callbacks, buffers of the app's
-/// own log handlers), as
-/// with the kill it replaces. Exit status 0: the master recorded the exit reason
-/// (`request_timeout`) when it sent the dump.
+/// own log handlers), as with the kill it replaces. Exit status 0: the master recorded the
+/// exit reason (`request_timeout`) when it sent the dump.
 fn exit_past_stuck_threads(stuck: usize, worker: &WorkerShared) -> ! {
     crate::log::info(&format!(
         "drained after request_timeout: exiting without waiting for {stuck} stuck app \
