@@ -187,3 +187,33 @@ def test_a_request_stuck_holding_the_gil_and_the_neighbour_it_stopped_are_answer
         hold_gate.close()
     finally:
         listener.close()
+
+
+@pytest.mark.parametrize("mpm", ["thread", "event"])
+def test_requests_queued_behind_the_only_app_thread_are_refused_for_a_retry_not_held(
+        tines_server: Any, tmp_path: Path, mpm: str) -> None:
+    # One app thread, stuck: a request queued for it could only wait for the worker's end.
+    # The loop answers it 503 with Retry-After, and the worker ends by itself at once.
+    listener, gate_path = open_gate_listener(tmp_path)
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "1", "--request-timeout", "1",
+                          "--graceful-timeout", "300", env={"GATE_SOCKET": gate_path})
+    try:
+        stuck_client = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        stuck_client.sendall(b"GET /stuck HTTP/1.1\r\nHost: test\r\n\r\n")
+        stuck_gate, route, worker_pid = arrival(listener)
+        assert route == "stuck"
+        queued = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        queued.sendall(b"GET /queued HTTP/1.1\r\nHost: test\r\n\r\n")
+        answer = read_to_eof(stuck_client)
+        assert answer.startswith(b"HTTP/1.1 503 ") and answer.endswith(b"request timeout\n"), answer
+        refused = read_to_eof(queued)
+        head = refused.split(b"\r\n\r\n", 1)[0]
+        assert head.startswith(b"HTTP/1.1 503 ") and b"\r\nRetry-After: 1" in head, refused
+        server.wait_for_log(rf"worker {worker_pid} \(slot \d+\) exited with code 0 \(request_timeout\)")
+        assert "exiting without waiting for 1 stuck app thread(s)" in server.log_text()
+        assert "SIGKILL" not in server.log_text()
+        stuck_client.close()
+        queued.close()
+        stuck_gate.close()
+    finally:
+        listener.close()

@@ -177,6 +177,19 @@ impl Driver for Pool {
         Some(self.shared.waker.fd())
     }
 
+    fn take_stranded(&mut self, stuck: usize, into: &mut Vec<(usize, Box<Connection>)>) {
+        // Every app thread is stuck: what waits in the queue would wait for the worker's end.
+        if stuck < self.threads.len() {
+            return;
+        }
+        let mut queue = lock(&self.shared.queue);
+        let count = queue.jobs.len();
+        into.extend(queue.jobs.drain(..));
+        drop(queue);
+        self.shared.queued.fetch_sub(count, Ordering::Relaxed);
+        self.in_flight -= count;
+    }
+
     fn watches_lazily(&self) -> bool {
         true
     }

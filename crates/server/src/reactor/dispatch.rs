@@ -81,6 +81,10 @@ pub(crate) trait Driver {
     fn serves_inline(&self) -> bool {
         false
     }
+    /// Takes back the requests queued for app threads when `stuck` app threads are stuck past
+    /// `request_timeout` and no other is left to take them (the drain must not wait for them;
+    /// the loop refuses them). A driver without a queue has none.
+    fn take_stranded(&mut self, _stuck: usize, _into: &mut Vec<(usize, Box<Connection>)>) {}
     /// Runs `wait`, the loop's sleep in its poller: a driver that serves inline lets the app
     /// release what it holds while the loop works ([`crate::App::wait`]).
     fn wait(&mut self, wait: &mut dyn FnMut()) {
@@ -284,6 +288,29 @@ impl Reactor {
         self.shared
             .propose_exit_reason(crate::scoreboard::ExitReason::RequestTimeout);
         self.begin_stop(StopReason::RequestTimeout);
+    }
+
+    /// While stuck connections are abandoned: refuses the requests no app thread is left to
+    /// take (`Driver::take_stranded`) with `503` and `Retry-After` (RFC 9110 15.6.4), as when
+    /// `max_queued_requests` is reached, so the client retries on another worker at once
+    /// instead of waiting for this one's end.
+    pub(super) fn refuse_stranded(&mut self, driver: &mut dyn Driver) {
+        let mut stranded = Vec::new();
+        driver.take_stranded(self.abandoned.len(), &mut stranded);
+        for (token, mut conn) in stranded {
+            if let Some(Entry::Dispatched { readable: true, .. }) = self.entries.get(token) {
+                driver.handed_edge(false);
+            }
+            write_error_with(
+                &mut conn,
+                503,
+                &[(b"Retry-After", b"1")],
+                &self.shared,
+                &mut self.ctx.date,
+                &mut self.ctx.out,
+            );
+            self.linger(token, conn, Linger::UntilEof);
+        }
     }
 
     pub(super) fn on_returned(&mut self, driver: &mut dyn Driver) {

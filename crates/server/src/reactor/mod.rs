@@ -288,6 +288,9 @@ impl Reactor {
             self.retry_disk_waiters(driver);
             self.manage_throttle();
             driver.flush();
+            if !self.abandoned.is_empty() {
+                self.refuse_stranded(driver);
+            }
             self.manage_saturation(driver);
             let slot = self.shared.slot();
             slot.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
