@@ -81,9 +81,6 @@ pub struct Requests {
     pub cpu_limit: bool,
     /// USR2 arrived: the master retires this worker (stop accepting at once, drain).
     pub retire: bool,
-    /// The dump signal arrived with the loop registered to pay timed-out requests
-    /// ([`crate::dump_signal::set_loop_wake`]).
-    pub dump: bool,
 }
 
 /// The installed signal handlers plus the life pipe.
@@ -175,8 +172,8 @@ impl Control {
         self.pipe_read.as_raw_fd()
     }
 
-    /// The self-pipe's write end: the dump signal's handler writes to it to wake the loop
-    /// ([`crate::dump_signal::set_loop_wake`]).
+    /// The self-pipe's write end: the dump signal's handler (a layer above) writes to it to
+    /// wake the loop, which then asks that handler's flag itself.
     pub(crate) fn wake_fd(&self) -> RawFd {
         self.pipe_write.as_raw_fd()
     }
@@ -209,7 +206,6 @@ impl Control {
             reopen_logs: self.reopen.swap(false, Ordering::Relaxed),
             cpu_limit: self.cpu_limit.swap(false, Ordering::Relaxed),
             retire: self.retire.swap(false, Ordering::Relaxed),
-            dump: crate::dump_signal::take_request(),
         }
     }
 

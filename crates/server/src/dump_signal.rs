@@ -71,8 +71,8 @@ pub(crate) fn set_loop_wake(fd: Option<RawFd>) {
     LOOP_WAKE.store(fd.unwrap_or(-1), Ordering::Release);
 }
 
-/// The loop: whether a dump arrived since it last asked (then it pays what the timed-out
-/// requests are owed).
+/// The loop, when its control self-pipe was readable: whether a dump arrived since it last
+/// asked (then it pays what the timed-out requests are owed).
 pub(crate) fn take_request() -> bool {
     REQUESTED.load(Ordering::Relaxed) && REQUESTED.swap(false, Ordering::AcqRel)
 }

@@ -314,7 +314,8 @@ impl Reactor {
                 log.reopen();
             }
         }
-        if requests.dump {
+        // The dump signal's handler woke the loop through the same self-pipe.
+        if crate::dump_signal::take_request() {
             self.pay_timed_out();
         }
         if requests.quick {
