@@ -1,6 +1,8 @@
 //! Dispatch: the MPM's part of the loop (`Driver`: who serves a connection whose head is
 //! complete), reading and parsing until a head is complete (then the body, `body`), handing
-//! the connection out, and taking it back when the slot is done with it.
+//! the connection out, and taking it back when the slot is done with it; and, after the dump
+//! signal, answering the handed-out connections whose request timed out and leaving them to
+//! their stuck threads (docs/signals.md, "A stuck request").
 //!
 //! It decides where a connection goes next (served, parked, written, lingering, closed); it
 //! must not serve a request itself.

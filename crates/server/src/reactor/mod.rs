@@ -7,7 +7,7 @@
 //! stop sequence; each other idea has its own file: `accept` (listening, the fair-share
 //! throttle, `max_connections`), `entries` (the table of connections by token), `timers`
 //! (parking under a deadline, expiry), `dispatch` (the MPM's `Driver`, handing ready
-//! connections out and taking them back), `body` (reading request bodies before dispatch),
+//! connections out and taking them back, answering timed-out ones), `body` (reading request bodies before dispatch),
 //! `writing` (response output the poller finishes, every MPM),
 //! `linger` (lingering close) and `error_response` (the responses the loop writes itself).
 //!
