@@ -1,20 +1,35 @@
 """The master's watchdog over stuck workers: ``request_timeout`` and ``boot_timeout``.
 
-Owns: the policy (which app thread overran, which worker is not ready in time), the log line
-that says so, recording the exit reason in the scoreboard, the dump signal and the kill that
-follows it, the deadline the master's loop must wake for, and the scoreboard's size.
+Owns: the policy (which app thread overran, which worker is not ready in time, when a dumped
+worker is killed), the log lines that say so, recording the exit reason in the scoreboard, the
+dump signal and the kill that follows it, the deadline the master's loop must wake for, and
+the scoreboard's size.
 
-How a stuck worker ends (docs/signals.md): the master reads each app thread's sub-slot
-(dispatch and last-progress times on CLOCK_MONOTONIC, the same clock as ``time.monotonic``).
-An app thread that has held a request in the app, not waiting on the client, for
-``request_timeout`` seconds since its last progress (dispatch, the app returning its iterable,
-a body block handed to the socket) is overdue: the master logs it, records the exit reason,
-marks the sub-slot timed out and sends the worker ``DUMP_SIGNAL``. In the worker, faulthandler
-writes the Python stack of every thread to the error log, then the chained Rust handler
-answers 503 on each marked connection that has no response byte yet and sets the slot's
-``dumped`` flag. The master never waits: it notes a kill deadline and on a later turn (the flag
-seen, or ``DUMP_WAIT`` passed) sends SIGKILL; the worker is reaped and replaced as usual. A
-worker not ready ``boot_timeout`` seconds after its fork is dumped and killed the same way.
+How a stuck request ends (docs/signals.md, "A stuck request"): the master reads each app
+thread's sub-slot (dispatch and last-progress times on CLOCK_MONOTONIC, the same clock as
+``time.monotonic``). An app thread that has held a request in the app, not waiting on the
+client, for ``request_timeout`` seconds since its last progress (dispatch, the app returning
+its iterable, a body block handed to the socket) is overdue: the master logs it, records the
+exit reason, marks the sub-slot timed out (one CAS against the app thread's claim of its
+response: the request owes its client a 503 if its response had not begun, else a shutdown),
+marks the worker stopping (its replacement starts at once) and sends it ``DUMP_SIGNAL``. In
+the worker, faulthandler writes the Python stack of every thread to the error log, then the
+chained Rust handler sets the slot's ``dumped`` flag and:
+
+- on a worker whose app threads are not its loop thread (``thread``; ``event`` with
+  ``threads`` > 0; WSGI), wakes the loop, which answers the stuck client and drains the
+  worker: the other requests in flight finish, then the worker exits by itself without
+  waiting for the stuck thread. A thread that overruns after the dump is marked and signalled
+  the same way (its client answered too). The master kills it only when ``drain_verdict`` says so: the
+  drain is done but the worker did not exit, ``graceful_timeout`` passed since the dump, or
+  the stuck thread holds the GIL (the other busy app threads made no progress within
+  ``GIL_WAIT`` of the dump);
+- on any other worker (prefork and ``event`` with ``threads = 0``, where the stuck request is
+  the loop thread itself; an ASGI worker whose event loop is blocked), answers the client
+  itself, and the master kills the worker once it sees the flag (or ``DUMP_WAIT`` passed).
+
+A worker not ready ``boot_timeout`` seconds after its fork is dumped and killed the second
+way. The dead worker is reaped and replaced as usual.
 
 Must not: block, sleep, fork or start a thread; it runs inside the master's loop.
 """
@@ -46,6 +61,20 @@ never sets the flag)."""
 DUMP_POLL = 0.05
 """While a dump is awaited, the master's loop wakes this often to look at the flag."""
 
+GIL_WAIT = 3.0
+"""Seconds after the dump of a draining worker within which at least one of its other busy app
+threads must make progress (a dispatch, the app returning, a body block written): if none
+does, the stuck thread is taken to hold the GIL (C code), which no drain can outlast, and the
+worker is killed at once. A few seconds: a thread that only waits for the GIL is switched in
+every 5 ms once it is released."""
+
+DRAIN_POLL = 0.25
+"""While a dumped worker drains, the master's loop wakes this often to judge it."""
+
+EXIT_WAIT = 2.0
+"""Seconds a drained worker (no request in flight but its stuck ones, no other connection)
+has to exit by itself before it is killed."""
+
 log = logs.get("watchdog")
 
 
@@ -71,6 +100,14 @@ LOOP_GRACE = 1.0
 is taken for stuck: the loop marks itself at least every second (tines.asgi.TICK)."""
 
 
+def drains_after_timeout(cfg: Config) -> bool:
+    """Whether a WSGI worker of ``cfg`` has a loop thread apart from its app threads, which
+    answers a stuck request and drains the worker (``thread``; ``event`` with ``threads`` >
+    0), rather than being killed once dumped (prefork; ``event`` with ``threads = 0``)."""
+    threads: int = cfg.threads
+    return cfg.mpm == "thread" or (cfg.mpm == "event" and threads > 0)
+
+
 def scoreboard_threads(cfg: Config) -> int:
     """Sub-slots per scoreboard slot: one per app thread (prefork and ``event`` with
     ``threads = 0`` run the app on one thread)."""
@@ -82,12 +119,53 @@ def scoreboard_threads(cfg: Config) -> int:
 
 @dataclass
 class PendingKill:
-    """A worker that was sent ``DUMP_SIGNAL`` and is to be killed."""
+    """A worker that was sent ``DUMP_SIGNAL`` and is to be killed (or, when it ``drains``,
+    may still exit by itself)."""
 
     reason: str
     deadline: float
+    """The kill is due then: ``DUMP_WAIT``, or ``graceful_timeout`` for a draining worker,
+    after the dump."""
     killed: bool = False
     """SIGKILL was sent; the worker waits to be reaped (``forget``)."""
+    drains: bool = False
+    """The worker answers its stuck requests from its loop and drains (``drain_verdict``
+    decides the kill)."""
+    dumped_ns: int = 0
+    """When the dump was sent, CLOCK_MONOTONIC nanoseconds."""
+    stuck: frozenset[int] = frozenset()
+    """The app threads judged stuck (their sub-slot indexes)."""
+    drained_since: float | None = None
+    """When the drain was first seen done (``EXIT_WAIT`` counts from there)."""
+
+
+def drain_verdict(pending: PendingKill, reading: dict[str, Any], now: float) -> str | None:
+    """Why a dumped worker that drains must be killed now, or None while it may still finish
+    and exit by itself. ``reading`` is its scoreboard slot; ``now`` is ``time.monotonic()``.
+
+    - ``graceful_timeout``: that long since the dump, the drain is over whatever is left.
+    - ``gil``: ``GIL_WAIT`` seconds after the dump, some app thread other than the stuck ones
+      is busy and none of the busy ones progressed since the dump (a stuck thread holding the
+      GIL stops them all; the loop still answered the stuck client, as it needs no GIL).
+    - ``drained``: no other app thread busy and no connection open but the stuck ones' for
+      ``EXIT_WAIT`` seconds, and the worker still lives (it exits by itself once drained).
+    """
+    if now >= pending.deadline:
+        return "graceful_timeout"
+    others = [thread for thread in reading["threads"]
+              if thread["state"] == "busy" and thread["thread"] not in pending.stuck]
+    waited = now - pending.dumped_ns / 1e9
+    if (waited >= GIL_WAIT and others
+            and all(thread["progress_ns"] < pending.dumped_ns for thread in others)):
+        return "gil"
+    stuck_busy = sum(1 for thread in reading["threads"]
+                     if thread["state"] == "busy" and thread["thread"] in pending.stuck)
+    if others or reading["connections"] > stuck_busy:
+        pending.drained_since = None
+        return None
+    if pending.drained_since is None:
+        pending.drained_since = now
+    return "drained" if now - pending.drained_since >= EXIT_WAIT else None
 
 
 class Watchdog:
@@ -96,6 +174,10 @@ class Watchdog:
     def __init__(self, cfg: Config, scoreboard: Any) -> None:
         self.request_timeout: float = cfg.request_timeout
         self.boot_timeout: float = cfg.boot_timeout
+        self.graceful_timeout: float = cfg.graceful_timeout
+        self.drains: bool = drains_after_timeout(cfg)
+        """A WSGI worker of this configuration answers a stuck request from its loop and
+        drains (an ASGI worker never reaches that path: its loop is the one judged)."""
         self.scoreboard = scoreboard
         self.pending: dict[int, PendingKill] = {}
 
@@ -107,14 +189,46 @@ class Watchdog:
         for worker in workers:
             pending = self.pending.get(worker.pid)
             if pending is not None:
-                if not pending.killed and (now >= pending.deadline
-                                           or self.scoreboard.read(worker.slot)["dumped"]):
-                    self.kill(worker, pending)
+                if not pending.killed and pending.drains and self.request_timeout > 0:
+                    # A request may overrun after the dump too (one that the stuck thread's GIL
+                    # stopped): it gets its 503 the same way.
+                    self.check_requests(worker, now)
+                if not pending.killed:
+                    self.judge_dumped(worker, pending, now)
                 continue
             if not worker.ready:
                 self.check_boot(worker, now)
             elif self.request_timeout > 0:
                 self.check_requests(worker, now)
+
+    def judge_dumped(self, worker: WorkerRecord, pending: PendingKill, now: float) -> None:
+        """Kill a dumped worker when its time came: a draining one by ``drain_verdict``, any
+        other once its dump is done (the flag) or overdue."""
+        reading = self.scoreboard.read(worker.slot)
+        if not pending.drains:
+            if now >= pending.deadline or reading["dumped"]:
+                self.kill(worker, pending)
+            return
+        if reading["pid"] != worker.pid:
+            # Not its slot any more: only the deadline can be judged.
+            if now >= pending.deadline:
+                self.kill(worker, pending)
+            return
+        why = drain_verdict(pending, reading, now)
+        if why is None:
+            return
+        if why == "gil":
+            log.error("worker %d (slot %d): no other app thread made progress within %g s of the "
+                      "dump (the stuck request holds the GIL): killing it", worker.pid, worker.slot,
+                      GIL_WAIT)
+        elif why == "graceful_timeout":
+            log.warning("worker %d (slot %d) still draining %g s (graceful_timeout) after its "
+                        "request_timeout dump: killing it", worker.pid, worker.slot,
+                        self.graceful_timeout)
+        else:
+            log.warning("worker %d (slot %d) drained after its request_timeout dump but did not "
+                        "exit: killing it", worker.pid, worker.slot)
+        self.kill(worker, pending)
 
     def check_boot(self, worker: WorkerRecord, now: float) -> None:
         """A worker not ready ``boot_timeout`` after its fork: dump and kill it. It stays a
@@ -127,8 +241,9 @@ class Watchdog:
         self.dump(worker, "boot_timeout", now)
 
     def check_requests(self, worker: WorkerRecord, now: float) -> None:
-        """Every app thread of ``worker`` that overran ``request_timeout``: log, mark; then
-        dump and kill the worker (its replacement starts at once)."""
+        """Every app thread of ``worker`` that overran ``request_timeout`` (and was not judged
+        yet): log, mark; then dump the worker, to drain or be killed (its replacement starts at
+        once); a draining worker dumped already is signalled again for the new ones."""
         reading = self.scoreboard.read(worker.slot)
         if reading["pid"] != worker.pid:
             return
@@ -140,32 +255,52 @@ class Watchdog:
                 log.error("worker %d (slot %d): its event loop made no progress for %.1f s "
                           "(request_timeout %g s): dumping the worker's stacks to the error log "
                           "and killing it", worker.pid, worker.slot, stalled, self.request_timeout)
+                # The loop is the stuck thread: no drain.
                 worker.stopping = True
                 self.dump(worker, "request_timeout", now)
             return
+        pending = self.pending.get(worker.pid)
+        judged = pending.stuck if pending is not None else frozenset()
         now_ns = int(now * 1e9)
         limit_ns = int(self.request_timeout * 1e9)
         overdue = [thread for thread in reading["threads"]
                    if thread["state"] == "busy" and not thread["waiting_on_client"]
-                   and now_ns - thread["progress_ns"] >= limit_ns]
+                   and now_ns - thread["progress_ns"] >= limit_ns and thread["thread"] not in judged]
         if not overdue:
             return
+        fate = "draining it" if self.drains else "killing it"
         for thread in overdue:
             log.error("worker %d (slot %d) thread %d: request %s %s made no progress for %.1f s "
                       "(request_timeout %g s, %.1f s since dispatch): dumping the worker's stacks "
-                      "to the error log and killing it",
+                      "to the error log and %s",
                       worker.pid, worker.slot, thread["thread"], thread["method"], thread["target"],
                       (now_ns - thread["progress_ns"]) / 1e9, self.request_timeout,
-                      (now_ns - thread["dispatch_ns"]) / 1e9)
+                      (now_ns - thread["dispatch_ns"]) / 1e9, fate)
             self.scoreboard.mark_timed_out(worker.slot, thread["thread"], thread["request"])
-        # Stopping: the loop starts the replacement now, and the kill is no crash.
+        # Stopping: the loop starts the replacement now, and the exit is no crash.
         worker.stopping = True
-        self.dump(worker, "request_timeout", now)
+        stuck = frozenset(thread["thread"] for thread in overdue)
+        if pending is None:
+            self.dump(worker, "request_timeout", now, stuck if self.drains else None)
+            return
+        # A draining worker, dumped already: its loop pays the new ones on this signal too.
+        pending.stuck = judged | stuck
+        try:
+            os.kill(worker.pid, DUMP_SIGNAL)
+        except ProcessLookupError:
+            pass
 
-    def dump(self, worker: WorkerRecord, reason: str, now: float) -> None:
-        """Record the exit reason, send the dump signal, note the kill deadline."""
+    def dump(self, worker: WorkerRecord, reason: str, now: float,
+             stuck: frozenset[int] | None = None) -> None:
+        """Record the exit reason, send the dump signal, note the kill deadline: ``stuck``
+        names the app threads of a worker that drains (see ``drain_verdict``); None for one
+        that is killed once dumped."""
         self.scoreboard.set_exit_reason(worker.slot, reason)
-        self.pending[worker.pid] = PendingKill(reason, now + DUMP_WAIT)
+        if stuck is None:
+            self.pending[worker.pid] = PendingKill(reason, now + DUMP_WAIT)
+        else:
+            self.pending[worker.pid] = PendingKill(reason, now + self.graceful_timeout, drains=True,
+                                                   dumped_ns=int(now * 1e9), stuck=stuck)
         try:
             os.kill(worker.pid, DUMP_SIGNAL)
         except ProcessLookupError:
@@ -200,7 +335,7 @@ class Watchdog:
             pending = self.pending.get(worker.pid)
             if pending is not None:
                 if not pending.killed:
-                    due(min(pending.deadline, now + DUMP_POLL))
+                    due(min(pending.deadline, now + (DRAIN_POLL if pending.drains else DUMP_POLL)))
             elif not worker.ready:
                 if self.boot_timeout > 0 and not worker.stopping:
                     due(worker.born + self.boot_timeout)

@@ -51,7 +51,7 @@ from tines.hooks import HookError, Hooks, ServerView, WorkerView, wrap_app
 READY = b"R"
 BOOT_ERROR = b"E"
 DRAINING = b"D"
-DRAINING_REASONS = ("max_requests", "cpu_limit")
+DRAINING_REASONS = ("max_requests", "cpu_limit", "request_timeout")
 """The reasons a worker drains by its own decision (``run_worker``'s stop reasons)."""
 READY_FORMAT = "<ii"
 ERROR_FORMAT = "<iiH"
@@ -219,8 +219,10 @@ def _register_dump_signal(context: WorkerContext) -> None:
 
     Rust's handler goes first and faulthandler is registered in front of it with
     ``chain=True``: on the signal CPython writes the Python stack of every thread to the
-    error log (fd 2), then re-raises to Rust's handler, which answers 503 on the timed-out
-    connections and sets the slot's ``dumped`` flag. faulthandler writes to fd 2 by number;
+    error log (fd 2), then re-raises to Rust's handler, which sets the slot's ``dumped`` flag
+    and has the timed-out connections answered 503: by the loop thread when the app runs on
+    app threads (thread, event), else by itself (docs/signals.md, "A stuck request").
+    faulthandler writes to fd 2 by number;
     a reopened error log is put on fd 2 (``logs.reopen``), so the registration stays valid.
     """
     import tines._core as _core

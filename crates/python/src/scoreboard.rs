@@ -147,7 +147,8 @@ impl PyScoreboard {
     /// thread with thread, state ("idle" / "busy"), waiting_on_client, method, target (str,
     /// truncated; latin-1), fd, request (its number on the thread), requests (finished),
     /// dispatch_ns and progress_ns (CLOCK_MONOTONIC, as `time.monotonic_ns()`),
-    /// response_bytes, last_app_us, last_response_us, timed_out (the marked request number).
+    /// response_bytes, last_app_us, last_response_us, timed_out (the marked request number),
+    /// timed_out_answered (its 503 or shutdown was done).
     fn read<'py>(&self, py: Python<'py>, slot: usize) -> PyResult<Bound<'py, PyDict>> {
         let reading = self
             .inner
@@ -197,6 +198,7 @@ impl PyScoreboard {
             item.set_item("last_app_us", thread.last_app_us)?;
             item.set_item("last_response_us", thread.last_response_us)?;
             item.set_item("timed_out", thread.timed_out)?;
+            item.set_item("timed_out_answered", thread.timed_out_answered)?;
             threads.append(item)?;
         }
         // The oldest request's start in Unix time, from its monotonic dispatch time.

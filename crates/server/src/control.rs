@@ -30,6 +30,10 @@ pub enum StopReason {
     /// SIGXCPU: the soft RLIMIT_CPU (`limit_cpu`) was reached; drained, to be replaced by the
     /// master before the hard limit's SIGKILL.
     CpuLimit,
+    /// The master's dump signal: a request overran `request_timeout` on an app thread; its
+    /// client was answered by the loop, and the worker drains while the others finish (its
+    /// stuck thread cannot be joined: docs/signals.md, "A stuck request").
+    RequestTimeout,
 }
 
 impl StopReason {
@@ -42,6 +46,7 @@ impl StopReason {
             StopReason::MasterGone => "master_gone",
             StopReason::MaxRequests => "max_requests",
             StopReason::CpuLimit => "cpu_limit",
+            StopReason::RequestTimeout => "request_timeout",
         }
     }
 
@@ -56,7 +61,10 @@ impl StopReason {
     /// True when the worker decided to stop by itself (the master must hear of it at once, to
     /// start the replacement while this one drains).
     pub fn is_own_decision(self) -> bool {
-        matches!(self, StopReason::MaxRequests | StopReason::CpuLimit)
+        matches!(
+            self,
+            StopReason::MaxRequests | StopReason::CpuLimit | StopReason::RequestTimeout
+        )
     }
 }
 
@@ -78,7 +86,7 @@ pub struct Requests {
 /// The installed signal handlers plus the life pipe.
 pub struct Control {
     pipe_read: OwnedFd,
-    _pipe_write: OwnedFd,
+    pipe_write: OwnedFd,
     graceful: Arc<AtomicBool>,
     quick: Arc<AtomicBool>,
     reopen: Arc<AtomicBool>,
@@ -138,7 +146,7 @@ impl Control {
         }
         Ok(Control {
             pipe_read,
-            _pipe_write: pipe_write,
+            pipe_write,
             graceful,
             quick,
             reopen,
@@ -162,6 +170,12 @@ impl Control {
     /// The self-pipe's read end, to register level-triggered.
     pub fn signal_fd(&self) -> RawFd {
         self.pipe_read.as_raw_fd()
+    }
+
+    /// The self-pipe's write end: the dump signal's handler (a layer above) writes to it to
+    /// wake the loop, which then asks that handler's flag itself.
+    pub(crate) fn wake_fd(&self) -> RawFd {
+        self.pipe_write.as_raw_fd()
     }
 
     /// The life pipe's read end, if the master gave one.

@@ -1,31 +1,42 @@
 //! The worker's handler for the master's dump signal (`request_timeout`, `boot_timeout`):
-//! the Rust half of a stuck worker's last moments.
+//! the Rust half of a stuck worker's dump (docs/signals.md, "A stuck request").
 //!
 //! The worker installs it early (before the app loads); Python's `faulthandler.register(sig,
 //! all_threads=True, chain=True)` is registered after it, so on the signal CPython's handler
 //! writes the Python stack of every thread to the error log, puts this handler back and
 //! re-raises the signal (its handler runs with `SA_NODEFER`, so the re-raised signal is
 //! delivered at once, inside it), which runs this one; then faulthandler registers itself
-//! again. This handler then answers `503` with `Connection: close` on the connection of each
-//! sub-slot the master marked timed out, where no byte of the response was sent yet, shuts
-//! that connection down, and sets the slot's `dumped` flag, which tells the master the dump is
-//! complete and the worker can be killed.
+//! again. This handler then sets the slot's `dumped` flag (the stacks are written) and
+//! either hands the timed-out requests to the worker's loop or answers them itself:
 //!
-//! Async-signal-safe only: atomics, `send(2)` and `shutdown(2)`; no allocation, no lock.
-//! signal-hook's handler (which calls this action) saves and restores `errno`.
+//! - A worker whose loop thread is free while app threads run the app (the thread and event
+//!   MPMs with app threads) has its loop register a wake-up fd ([`set_loop_wake`]): the
+//!   handler only sets a flag and writes a byte to that fd. The loop, which owns the
+//!   connections (and will own their TLS and HTTP/2 state), then pays what each timed-out
+//!   request's client is owed (`exchange::timeout`: the 503, or a shutdown) and drains the
+//!   worker; the other requests in flight finish.
+//! - A worker whose stuck request runs on the loop thread itself (prefork, and `event` with
+//!   `threads = 0`) has no thread left to write the 503, so the handler writes it, raw, with
+//!   `send(2)` on the fd, and shuts the connection down; the master kills the worker next.
+//!   This is the one way left there, and it writes plain HTTP/1.1 on the socket: the TLS
+//!   transport must revisit it (a record layer cannot be driven from a signal handler; such
+//!   a worker could only close the connection).
+//!
+//! Async-signal-safe only: atomics, `write(2)`, `send(2)` and `shutdown(2)`; no allocation,
+//! no lock. signal-hook's handler (which calls this action) saves and restores `errno`.
 //!
 //! Races, and why they are harmless: the master marks a request by its number on the thread
-//! (`ThreadSlot::mark_timed_out`); between that and this handler the request may end and the
-//! fd be reused for another connection. The handler answers only if the sub-slot still serves
-//! that same request number, in the app, with nothing sent, read under the sub-slot's sequence
-//! counter before and after ([`crate::scoreboard::ThreadSlot::timed_out_fd`]). What remains is
-//! the window of a few instructions between that check and `send`: a thread that finishes
-//! its stuck request exactly then has its fd answered twice or a new connection answered
-//! 503; both are connections of a worker the master kills a moment later, which would lose
-//! them anyway.
+//! (`ThreadSlot::mark_timed_out`, a CAS against the app thread's claim of its response); the
+//! raw write takes the debt with a CAS first (`ThreadSlot::take_timed_out_fd`), so the
+//! request's own thread writes nothing after it. What remains is the window of a few
+//! instructions between the handler's check that the thread still serves that request and
+//! `send`: a thread that ends its stuck request exactly then (its response unwritten) and
+//! closes the connection could see its fd reused by another connection, answered 503; a
+//! connection of a worker the master kills a moment later, which would lose it anyway.
 
 use std::io;
-use std::sync::atomic::Ordering;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::scoreboard::Scoreboard;
@@ -46,6 +57,25 @@ struct Target {
 
 /// Set once per process, before the handler is registered: the handler only reads it.
 static TARGET: OnceLock<Target> = OnceLock::new();
+
+/// The fd the handler writes a byte to so that the loop pays the timed-out requests (-1: none
+/// registered, the handler answers them itself).
+static LOOP_WAKE: AtomicI32 = AtomicI32::new(-1);
+
+/// A dump arrived since the loop last looked ([`take_request`]).
+static REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// Hands timed-out requests to the loop (`Some`: the fd the handler writes a byte to, which
+/// the loop's poller watches), or takes them back (`None`: before that fd closes).
+pub(crate) fn set_loop_wake(fd: Option<RawFd>) {
+    LOOP_WAKE.store(fd.unwrap_or(-1), Ordering::Release);
+}
+
+/// The loop, when its control self-pipe was readable: whether a dump arrived since it last
+/// asked (then it pays what the timed-out requests are owed).
+pub(crate) fn take_request() -> bool {
+    REQUESTED.load(Ordering::Relaxed) && REQUESTED.swap(false, Ordering::AcqRel)
+}
 
 /// Installs the dump handler for `signal` on slot `slot` of `scoreboard`. Once per process;
 /// a second call is an error.
@@ -68,12 +98,19 @@ pub fn install(scoreboard: Arc<Scoreboard>, slot: usize, signal: i32) -> io::Res
 fn on_dump_signal() {
     let Some(target) = TARGET.get() else { return };
     let board = &target.scoreboard;
-    for thread in 0..board.threads_per_slot() {
-        let Some(thread_slot) = board.thread_slot(target.slot, thread) else {
-            continue;
-        };
-        if let Some(fd) = thread_slot.timed_out_fd() {
-            answer_timed_out(fd);
+    let wake = LOOP_WAKE.load(Ordering::Acquire);
+    if wake >= 0 {
+        REQUESTED.store(true, Ordering::Release);
+        // SAFETY: write is async-signal-safe; a full pipe (EAGAIN) already wakes the loop.
+        unsafe { libc::write(wake, b"d".as_ptr().cast(), 1) };
+    } else {
+        for thread in 0..board.threads_per_slot() {
+            let Some(thread_slot) = board.thread_slot(target.slot, thread) else {
+                continue;
+            };
+            if let Some(fd) = thread_slot.take_timed_out_fd() {
+                answer_timed_out(fd);
+            }
         }
     }
     if let Some(slot) = board.slot(target.slot) {
@@ -150,5 +187,46 @@ mod tests {
             io::ErrorKind::WouldBlock
         );
         drop(other_server);
+    }
+
+    #[test]
+    fn with_the_loop_registered_the_handler_only_flags_and_wakes_it_in_a_forked_worker() {
+        let board = Arc::new(Scoreboard::new(1, 1).unwrap());
+        board.claim(0, 1, 1);
+        let (mut client, server) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (wake_read, wake_write) = std::os::unix::net::UnixStream::pair().unwrap();
+        // SAFETY: as above; the child only stores atomics, raises and _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let stuck = board.thread_slot(0, 0).unwrap();
+            stuck.begin_request(b"GET", b"/stuck", server.as_raw_fd());
+            stuck.mark_timed_out(1);
+            let installed = install(Arc::clone(&board), 0, libc::SIGURG).is_ok();
+            set_loop_wake(Some(wake_write.as_raw_fd()));
+            // SAFETY: raise sends the signal to this thread; the handler runs before it returns.
+            unsafe { libc::raise(libc::SIGURG) };
+            // The loop's side: the request is taken once, and the 503 is still owed to it.
+            let taken = take_request() && !take_request();
+            let owed = stuck.owed() == Some((1, crate::scoreboard::Owed::Response));
+            let code = if installed && taken && owed { 0 } else { 1 };
+            // SAFETY: _exit never returns.
+            unsafe { libc::_exit(code) };
+        }
+        drop(server);
+        drop(wake_write);
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        assert!(board.read(0).unwrap().dumped);
+        let mut woken = Vec::new();
+        (&wake_read).read_to_end(&mut woken).unwrap();
+        assert_eq!(woken, b"d", "one byte for the loop");
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).unwrap();
+        assert!(
+            answer.is_empty(),
+            "the handler wrote nothing on the connection"
+        );
     }
 }

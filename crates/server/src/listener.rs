@@ -55,6 +55,28 @@ pub struct Listener {
 /// accept throttle leaves small numbers alone: shares of a few connections are noise).
 pub const FAIR_SHARE_FLOOR: usize = 8;
 
+/// The peer address of the connected socket `fd` (`None` for a Unix-socket peer, or when
+/// the socket is gone): for a line about a connection whose `Peer` the caller does not hold
+/// (the loop answering a timed-out request an app thread holds). One syscall; not for the
+/// per-request path.
+pub(crate) fn peer_address(fd: RawFd) -> Option<SocketAddr> {
+    // SAFETY: a zeroed sockaddr_storage is valid; getpeername fills at most `len` bytes.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: valid out-pointers of the given length.
+    let rc = unsafe {
+        libc::getpeername(
+            fd,
+            (&mut storage as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    sockaddr_to_std(&storage)
+}
+
 fn sockaddr_to_std(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match storage.ss_family as i32 {
         libc::AF_INET => {

@@ -215,10 +215,16 @@ impl WorkerShared {
     /// closed (so a client that sees the close finds its bytes counted): its timing in the
     /// sub-slot and its duration in the thread's counters (no clock read: the last write's end
     /// is the last progress point) and one add on the slot's line (bytes out).
-    pub(crate) fn response_ended(&self, thread: usize) {
+    ///
+    /// `counted`: false for a request the master judged timed out before its response began:
+    /// its 503 was counted, with its duration, by whoever wrote it (`exchange::timeout`).
+    pub(crate) fn response_ended(&self, thread: usize, counted: bool) {
         if let Some(thread_slot) = self.thread_slot(thread) {
             let (sent, duration_us) = thread_slot.end_request();
             self.add(&self.slot().bytes_out, sent);
+            if !counted {
+                return;
+            }
             if let Some(metrics) = self.scoreboard.thread_metrics(self.slot, thread) {
                 metrics.observe_duration_owned(duration_us);
             }

@@ -144,4 +144,16 @@ impl Link {
             },
         }
     }
+
+    /// Ends both directions (a request timed out: its client gets the 503 or EOF, and the
+    /// stuck thread's own reads and writes fail from now on), without closing the fd, which
+    /// the connection still owns.
+    pub fn shutdown(self) {
+        match self {
+            // SAFETY: shutdown on the transport's own open fd.
+            Link::Plain(fd) => unsafe {
+                libc::shutdown(fd, libc::SHUT_RDWR);
+            },
+        }
+    }
 }

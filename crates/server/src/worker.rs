@@ -46,8 +46,9 @@ pub struct WorkerSpec {
     /// failure returns an error from [`run_worker`] without calling it.
     pub on_ready: Option<ReadyHook>,
     /// Called when the worker starts draining by its own decision (`max_requests`, the soft
-    /// CPU limit; see [`StopReason::is_own_decision`]), with the reason, so the master can
-    /// start its replacement at once.
+    /// CPU limit, a request answered after `request_timeout`; see
+    /// [`StopReason::is_own_decision`]), with the reason, so the master can start its
+    /// replacement at once.
     pub on_draining: Option<DrainingHook>,
 }
 

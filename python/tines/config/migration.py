@@ -115,8 +115,9 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("gunicorn", "`graceful_timeout`", "{graceful_timeout}"),
     Equivalent("gunicorn", "`timeout`: a worker silent this many seconds is killed",
                "{request_timeout}: an app thread held this long without progress gets its worker's "
-               "stacks logged and the worker killed (a stuck request, not a silent worker: a "
-               "streaming response that keeps producing is not cut); waits on the client have "
+               "stacks logged and the worker replaced (a stuck request, not a silent worker: a "
+               "streaming response that keeps producing is not cut; on thread and event the "
+               "worker drains, its other requests finishing); waits on the client have "
                "{header_timeout}, {body_timeout}, {send_timeout}; a slow boot {boot_timeout}",
                ("-t", "--timeout")),
     Equivalent("gunicorn", "`limit_request_line`", "{max_request_line}", ("--limit-request-line",)),

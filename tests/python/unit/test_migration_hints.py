@@ -18,8 +18,9 @@ TINES_FLAGS = {flag for setting in SETTINGS.values() for flag in setting.flags} 
 def test_the_three_reported_flags_get_what_tines_has_instead() -> None:
     assert migration_hint("--timeout") == (
         "(gunicorn): use --request-timeout: an app thread held this long without progress gets its "
-        "worker's stacks logged and the worker killed (a stuck request, not a silent worker: a "
-        "streaming response that keeps producing is not cut); waits on the client have "
+        "worker's stacks logged and the worker replaced (a stuck request, not a silent worker: a "
+        "streaming response that keeps producing is not cut; on thread and event the worker "
+        "drains, its other requests finishing); waits on the client have "
         "--header-timeout, --body-timeout, --send-timeout; a slow boot --boot-timeout")
     assert "--reload" in TINES_FLAGS and migration_hint("--reload") is None  # the reload setting
     assert migration_hint("--reload-dir") == (

@@ -173,6 +173,21 @@ impl WsgiApp {
                 )
             })
             .unwrap_or_default();
+        if input
+            .with(py, |exchange| exchange.timed_out())
+            .unwrap_or(false)
+        {
+            // A stuck request that returned after its 503 (docs/signals.md): its stack was
+            // logged at the dump; its result goes nowhere.
+            let _ = self.logger.bind(py).call_method1(
+                "info",
+                (
+                    "Request %s returned after request_timeout answered it: its result is dropped",
+                    request,
+                ),
+            );
+            return;
+        }
         let kwargs = PyDict::new(py);
         let exc_info = (err.get_type(py), err.value(py), err.traceback(py));
         let logged = kwargs.set_item("exc_info", exc_info).and_then(|()| {

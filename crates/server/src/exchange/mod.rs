@@ -12,8 +12,9 @@
 //! through this type; it never sees the socket. It enforces HTTP/1.1 framing; each idea has
 //! its own file: `body` (request body decoding, `100 Continue`, reading and its deadlines),
 //! `response` (the head, the response framing, the app's Content-Length honoured exactly),
-//! `send` (how the bytes reach the socket: at once, or handed to the poller) and
-//! `keepalive` (whether the connection is kept, draining an unread body). One write per
+//! `send` (how the bytes reach the socket: at once, or handed to the poller),
+//! `keepalive` (whether the connection is kept, draining an unread body) and `timeout` (a
+//! request the master judged timed out: its 503, paid once). One write per
 //! response where possible: the head and small bodies are gathered in the slot's output buffer
 //! and sent with one `sendmsg`.
 //!
@@ -40,9 +41,11 @@ mod context;
 mod keepalive;
 mod response;
 mod send;
+mod timeout;
 
 pub use context::{SlotContext, OUT_BUFFER_LIMIT};
 pub use response::ResponseError;
+pub(crate) use timeout::pay_owed;
 
 /// How much of the request body is left to read.
 #[derive(Debug)]
@@ -117,6 +120,11 @@ pub struct Exchange {
     fault: Option<u16>,
     /// The request was counted in the scoreboard ([`Exchange::count_request`]).
     counted: bool,
+    /// This thread claimed the response ([`Exchange::claim_response`]): its bytes may go out.
+    response_claimed: bool,
+    /// The master judged the request timed out before its response was claimed: nothing of
+    /// it is written, counted or logged (the 503 is, by whoever pays it, `timeout`).
+    timed_out: bool,
     /// Bytes of the response were handed to the poller to write after the exchange (not a
     /// small response queued for the slot's batch): its access-log line waits for them.
     handed_over: bool,
@@ -217,6 +225,8 @@ impl Exchange {
             body_received: 0,
             fault: None,
             counted: false,
+            response_claimed: false,
+            timed_out: false,
             handed_over: false,
             started,
             complete_body: false,
@@ -366,6 +376,10 @@ impl Exchange {
         let Some(log) = &self.shared.access_log else {
             return;
         };
+        if self.timed_out {
+            // Its line is the 503's (`timeout`).
+            return;
+        }
         let format = log.format();
         let duration = format.shows_duration().then(|| self.started.elapsed());
         // A request the loop handed to an app thread waited from `ready_at`; one served
@@ -425,7 +439,7 @@ impl Exchange {
     /// loop to write), so a client that has the response finds it counted; else when the
     /// exchange ends (a response abandoned).
     pub(crate) fn count_request(&mut self) {
-        if self.counted {
+        if self.counted || self.timed_out {
             return;
         }
         self.counted = true;
@@ -521,6 +535,9 @@ impl Exchange {
         }
         self.count_request();
         self.log_access();
+        if self.timed_out {
+            self.pay_if_owed();
+        }
         let mut keep = self.keep_alive;
         if keep && !matches!(self.body, Body::Done) {
             self.begin_client_wait();
@@ -532,10 +549,13 @@ impl Exchange {
             Outcome::Keep {
                 leftover: self.raw.clone(),
             }
+        } else if self.timed_out {
+            // Shut down already: nothing to linger for.
+            Outcome::Close(Linger::No)
         } else {
             Outcome::Close(self.closing_linger())
         };
-        self.shared.response_ended(self.ctx.thread);
+        self.shared.response_ended(self.ctx.thread, !self.timed_out);
         let Exchange { parts, ctx, .. } = *self;
         (parts, outcome, ctx)
     }

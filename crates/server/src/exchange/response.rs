@@ -396,7 +396,7 @@ impl Exchange {
         self.phase = Phase::Finished;
         self.count_request();
         self.log_access();
-        self.shared.response_ended(self.ctx.thread);
+        self.shared.response_ended(self.ctx.thread, !self.timed_out);
         let raw = self.raw.clone();
         let Exchange { parts, ctx, .. } = *self;
         (result, parts, raw, ctx)

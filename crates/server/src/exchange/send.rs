@@ -28,6 +28,7 @@ impl Exchange {
     /// handed to the socket" (or to the poller). `last`: nothing of the response follows
     /// these bytes (`finish`).
     pub(super) fn emit(&mut self, parts: &[&[u8]], last: bool) -> io::Result<()> {
+        self.claim_response()?;
         if last {
             self.count_request();
         }
@@ -102,6 +103,7 @@ impl Exchange {
             || self.framing == ResponseFraming::Chunked
             || !matches!(self.phase, Phase::Buffered | Phase::Committed)
             || self.body_in_socket()
+            || self.claim_response().is_err()
         {
             return false;
         }

@@ -177,6 +177,19 @@ impl Driver for Pool {
         Some(self.shared.waker.fd())
     }
 
+    fn take_stranded(&mut self, stuck: usize, into: &mut Vec<(usize, Box<Connection>)>) {
+        // Every app thread is stuck: what waits in the queue would wait for the worker's end.
+        if stuck < self.threads.len() {
+            return;
+        }
+        let mut queue = lock(&self.shared.queue);
+        let count = queue.jobs.len();
+        into.extend(queue.jobs.drain(..));
+        drop(queue);
+        self.shared.queued.fetch_sub(count, Ordering::Relaxed);
+        self.in_flight -= count;
+    }
+
     fn watches_lazily(&self) -> bool {
         true
     }
@@ -437,9 +450,37 @@ pub fn run(
         listening: true,
     };
     loop_yields_to_app_threads();
+    reactor.pay_timeouts_in_loop(true);
     let result = reactor.run(&mut pool);
+    reactor.pay_timeouts_in_loop(false);
     lock(&pool.shared.queue).shutdown = true;
     pool.shared.ready.notify_all();
+    let stuck = reactor.abandoned();
+    if stuck > 0 {
+        exit_past_stuck_threads(stuck, &worker);
+    }
     app_threads::join(&mut pool.threads, &result);
     result
+}
+
+/// Ends the process once a drain after `request_timeout` is done while `stuck` app threads
+/// still run their timed-out requests: nothing else of the worker is left to wait for.
+///
+/// Why here, in Rust, and not by returning to Python: a stuck thread cannot be joined, and
+/// one stuck in C code holding the GIL would make the return into Python (and its
+/// interpreter teardown) hang until the master's kill at `graceful_timeout`. The access log
+/// (the loop's) is flushed and the error log's lines are written as they come; what is lost
+/// is Python's own teardown (the `worker_exit` hook, `atexit` callbacks, buffers of the app's
+/// own log handlers), as with the kill it replaces. Exit status 0: the master recorded the
+/// exit reason (`request_timeout`) when it sent the dump.
+fn exit_past_stuck_threads(stuck: usize, worker: &WorkerShared) -> ! {
+    crate::log::info(&format!(
+        "drained after request_timeout: exiting without waiting for {stuck} stuck app \
+         thread(s)"
+    ));
+    if let Some(log) = &worker.access_log {
+        log.flush();
+    }
+    // SAFETY: _exit ends the process at once; nothing of this process runs after it.
+    unsafe { libc::_exit(0) }
 }

@@ -325,6 +325,20 @@ impl Output {
         Ok(())
     }
 
+    /// Runs `f` with the connection's link under the lock, unless the connection was closed
+    /// (its fd may be another file's by now): what lets a thread that does not hold the
+    /// connection (the loop answering a timed-out request) write to it safely. `None` when
+    /// closed. Waits for the lock: its holders never keep it across a wait on the client.
+    pub fn with_open_link<R>(&self, f: impl FnOnce(Link) -> R) -> Option<R> {
+        let state = self.state();
+        (!state.closed).then(|| f(self.link))
+    }
+
+    /// The connection's fd, to find the output of a connection known by it; never for I/O.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.link.fd()
+    }
+
     /// Drops what is queued (the response was abandoned), giving its memory and disk back.
     pub fn discard(&self) {
         self.with(Pending::discard);

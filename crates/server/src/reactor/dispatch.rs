@@ -1,6 +1,8 @@
 //! Dispatch: the MPM's part of the loop (`Driver`: who serves a connection whose head is
 //! complete), reading and parsing until a head is complete (then the body, `body`), handing
-//! the connection out, and taking it back when the slot is done with it.
+//! the connection out, and taking it back when the slot is done with it; and, after the dump
+//! signal, answering the handed-out connections whose request timed out and leaving them to
+//! their stuck threads (docs/signals.md, "A stuck request").
 //!
 //! It decides where a connection goes next (served, parked, written, lingering, closed); it
 //! must not serve a request itself.
@@ -13,6 +15,7 @@ use super::body::BodyStep;
 use super::error_response::{reject, write_error, write_error_with};
 use super::{Entry, Reactor};
 use crate::connection::{Connection, Linger, Next, Readiness};
+use crate::control::StopReason;
 
 /// What a driver did with a ready connection.
 pub(crate) enum Dispatch {
@@ -80,6 +83,10 @@ pub(crate) trait Driver {
     fn serves_inline(&self) -> bool {
         false
     }
+    /// Takes back the requests queued for app threads when `stuck` app threads are stuck past
+    /// `request_timeout` and no other is left to take them (the drain must not wait for them;
+    /// the loop refuses them). A driver without a queue has none.
+    fn take_stranded(&mut self, _stuck: usize, _into: &mut Vec<(usize, Box<Connection>)>) {}
     /// Runs `wait`, the loop's sleep in its poller: a driver that serves inline lets the app
     /// release what it holds while the loop works ([`crate::App::wait`]).
     fn wait(&mut self, wait: &mut dyn FnMut()) {
@@ -224,10 +231,98 @@ impl Reactor {
         None
     }
 
+    /// Makes the loop pay what timed-out requests are owed when the dump signal comes
+    /// (`true`: a driver whose app threads are not the loop's), or gives that back to the
+    /// signal handler (`false`: before the loop's control fds close).
+    pub(crate) fn pay_timeouts_in_loop(&self, on: bool) {
+        crate::dump_signal::set_loop_wake(on.then(|| self.control.wake_fd()));
+    }
+
+    /// Handed-out connections whose request timed out and whose thread has not given them
+    /// back: the drain ended without them (their threads cannot be joined).
+    pub(crate) fn abandoned(&self) -> usize {
+        self.abandoned.len()
+    }
+
+    /// The dump signal came: for each app thread whose request the master judged timed out,
+    /// pays its client what is owed (a 503, or a shutdown once its response began) through
+    /// the connection's output, which the loop holds a reference to while the thread holds
+    /// the connection (`exchange::timeout`), then drains the worker: the other requests
+    /// finish, the master starts the replacement at once (`draining` message), and the drain
+    /// does not wait for the stuck connections.
+    pub(super) fn pay_timed_out(&mut self) {
+        for thread in 0..self.shared.scoreboard().threads_per_slot() {
+            let Some(thread_slot) = self.shared.thread_slot(thread) else {
+                continue;
+            };
+            let Some((request, owed)) = thread_slot.owed() else {
+                continue;
+            };
+            let fd = thread_slot.read().fd;
+            let found = self
+                .entries
+                .iter()
+                .enumerate()
+                .find_map(|(token, entry)| match entry {
+                    Entry::Dispatched {
+                        output: Some(output),
+                        ..
+                    } if output.fd() == fd && !self.abandoned.contains(&token) => {
+                        Some((token, Arc::clone(output)))
+                    }
+                    _ => None,
+                });
+            let Some((token, output)) = found else {
+                continue;
+            };
+            if crate::exchange::pay_owed(&output, thread_slot, request, owed, &self.shared) {
+                crate::log::info(&format!(
+                    "request_timeout: app thread {thread}'s request answered ({}); draining \
+                     while the other requests finish",
+                    match owed {
+                        crate::scoreboard::Owed::Response => "503",
+                        crate::scoreboard::Owed::Shutdown => "its response cut short",
+                    }
+                ));
+                self.abandoned.push(token);
+            }
+        }
+        self.shared
+            .propose_exit_reason(crate::scoreboard::ExitReason::RequestTimeout);
+        self.begin_stop(StopReason::RequestTimeout);
+    }
+
+    /// While stuck connections are abandoned: refuses the requests no app thread is left to
+    /// take (`Driver::take_stranded`) with `503` and `Retry-After` (RFC 9110 15.6.4), as when
+    /// `max_queued_requests` is reached, so the client retries on another worker at once
+    /// instead of waiting for this one's end.
+    pub(super) fn refuse_stranded(&mut self, driver: &mut dyn Driver) {
+        let mut stranded = Vec::new();
+        driver.take_stranded(self.abandoned.len(), &mut stranded);
+        for (token, mut conn) in stranded {
+            if let Some(Entry::Dispatched { readable: true, .. }) = self.entries.get(token) {
+                driver.handed_edge(false);
+            }
+            write_error_with(
+                &mut conn,
+                503,
+                &[(b"Retry-After", b"1")],
+                &self.shared,
+                &mut self.ctx.date,
+                &mut self.ctx.out,
+            );
+            self.linger(token, conn, Linger::UntilEof);
+        }
+    }
+
     pub(super) fn on_returned(&mut self, driver: &mut dyn Driver) {
         let mut returned = std::mem::take(&mut self.returned);
         driver.collect(&mut returned);
         for (token, mut conn) in returned.drain(..) {
+            if !self.abandoned.is_empty() {
+                // A stuck thread returned after all: the drain waits for nothing more of it.
+                self.abandoned.retain(|&stuck| stuck != token);
+            }
             let (edge_seen, peer_closed) = match self.entries.get(token) {
                 Some(Entry::Dispatched {
                     readable,

@@ -7,7 +7,7 @@
 //! stop sequence; each other idea has its own file: `accept` (listening, the fair-share
 //! throttle, `max_connections`), `entries` (the table of connections by token), `timers`
 //! (parking under a deadline, expiry), `dispatch` (the MPM's `Driver`, handing ready
-//! connections out and taking them back), `body` (reading request bodies before dispatch),
+//! connections out and taking them back, answering timed-out ones), `body` (reading request bodies before dispatch),
 //! `writing` (response output the poller finishes, every MPM),
 //! `linger` (lingering close) and `error_response` (the responses the loop writes itself).
 //!
@@ -99,6 +99,10 @@ pub struct Reactor {
     batch: BatchClock,
     /// When the inline slot started serving the request being served.
     dispatch_started: Option<Instant>,
+    /// Tokens of handed-out connections whose request timed out and was answered by the loop
+    /// (`dispatch::pay_timed_out`): their stuck threads may never give them back, so the
+    /// drain does not wait for them.
+    abandoned: Vec<usize>,
 }
 
 /// The worker owns the listener fds it was given: whatever way the loop ends, its copies are
@@ -152,6 +156,7 @@ impl Reactor {
             deferred: Vec::new(),
             batch: BatchClock::new(shared.config.response_batch_delay),
             dispatch_started: None,
+            abandoned: Vec::new(),
             shared,
         })
     }
@@ -200,7 +205,10 @@ impl Reactor {
     ) -> io::Result<Option<StopReason>> {
         {
             if let Some(reason) = self.stop {
-                if reason == StopReason::Quick || (self.open == 0 && driver.in_flight() == 0) {
+                let stuck = self.abandoned.len();
+                if reason == StopReason::Quick
+                    || (self.open == stuck && driver.in_flight() == stuck)
+                {
                     return Ok(Some(reason));
                 }
             }
@@ -280,6 +288,9 @@ impl Reactor {
             self.retry_disk_waiters(driver);
             self.manage_throttle();
             driver.flush();
+            if !self.abandoned.is_empty() {
+                self.refuse_stranded(driver);
+            }
             self.manage_saturation(driver);
             let slot = self.shared.slot();
             slot.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
@@ -302,6 +313,10 @@ impl Reactor {
             if let Some(log) = &self.shared.access_log {
                 log.reopen();
             }
+        }
+        // The dump signal's handler woke the loop through the same self-pipe.
+        if crate::dump_signal::take_request() {
+            self.pay_timed_out();
         }
         if requests.quick {
             self.begin_stop(StopReason::Quick);

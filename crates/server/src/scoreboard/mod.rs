@@ -41,7 +41,7 @@ pub use metrics::{Counted, MetricsReading, RequestMetrics};
 pub use records::{ExitReading, Header, Retired, Slot, SlotReading, Totals, RECENT_EXITS};
 pub(crate) use states::slot_enum;
 pub use states::{ExitReason, WorkerState};
-pub use thread::{monotonic_ns, ThreadReading, ThreadSlot, ThreadState};
+pub use thread::{monotonic_ns, Owed, ThreadReading, ThreadSlot, ThreadState};
 
 /// The shared mapping. Cloning is not offered: the owner (master) keeps one; forked children
 /// inherit the mapping and keep using the same object.

@@ -2,7 +2,7 @@
 //! when (dispatch and last progress on CLOCK_MONOTONIC), how much of the response went out,
 //! and the timing of the last finished request.
 //!
-//! Only the owning app thread writes it, except `timed_out`, which the master sets. The
+//! Only the owning app thread writes it, except the `verdict` word (below). The
 //! request identity (request number, fd, dispatch time, method, target) is written under a
 //! sequence counter (a seqlock: odd while the owner writes); readers retry until they see the
 //! same even value before and after, so a reader never sees the method of one request with
@@ -17,6 +17,17 @@
 //! three stores each; [`ThreadSlot::waiting_on_client`] one store; [`ThreadSlot::end_request`]
 //! a handful of loads and stores and no clock read (the last write's progress time is the
 //! moment the last byte was handed to the socket).
+//!
+//! The `verdict` word settles who answers a request the master judged timed out, with one
+//! atomic claim (docs/signals.md, "A stuck request"): it holds a request number and a tag.
+//! The app thread claims its request's response ([`ThreadSlot::claim_response`]: one load and,
+//! once per request, one CAS on this thread's own line) before the first response byte goes
+//! to the socket or to the poller; the master marks an overdue request
+//! ([`ThreadSlot::mark_timed_out`], a CAS): marked before the claim, the app thread's claim
+//! fails and its response is never written (a 503 is owed instead); marked after it, only a
+//! shutdown of the connection is owed. Whoever pays what is owed (the worker's loop, or the
+//! stuck thread itself when it returns first) takes it with a CAS ([`ThreadSlot::take_owed`]),
+//! so it is paid once.
 
 use std::sync::atomic::{fence, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -27,6 +38,27 @@ pub const METHOD_BYTES: usize = 16;
 /// Bytes of the request target kept (longer ones are cut): enough to tell which view of an
 /// app a stuck request is in, small enough that the sub-slot fits three cache lines.
 pub const TARGET_BYTES: usize = 96;
+
+/// Low bits of the verdict word that hold its tag.
+const VERDICT_BITS: u32 = 3;
+const TAG_MASK: u64 = (1 << VERDICT_BITS) - 1;
+/// The app thread claimed the response of the request (it writes it).
+const RESPONDING: u64 = 1;
+/// The master judged the request timed out before its response was claimed: a 503 is owed.
+const TIMED_OUT: u64 = 2;
+/// The master judged the request timed out after its response began: a shutdown is owed.
+const STALLED: u64 = 3;
+/// What was owed for a timed-out request was paid.
+const ANSWERED: u64 = 4;
+
+/// What is owed to the client of a request the master judged timed out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owed {
+    /// No response byte went out: a 503 with `Connection: close`, then the connection is shut.
+    Response,
+    /// The response had begun: the connection is shut down.
+    Shutdown,
+}
 
 const METHOD_WORDS: usize = METHOD_BYTES / 8;
 const TARGET_WORDS: usize = TARGET_BYTES / 8;
@@ -75,8 +107,9 @@ pub struct ThreadSlot {
     last_app_us: AtomicU64,
     /// Last finished request: dispatch to the last byte handed to the socket, microseconds.
     last_response_us: AtomicU64,
-    /// Set by the master: the number of the request it judged timed out (0: none).
-    timed_out: AtomicU64,
+    /// Who answers the current request: a request number shifted left by [`VERDICT_BITS`],
+    /// and a tag in the low bits (`RESPONDING`, `TIMED_OUT`, `STALLED`, `ANSWERED`; 0: none).
+    verdict: AtomicU64,
     method: [AtomicU64; METHOD_WORDS],
     target: [AtomicU64; TARGET_WORDS],
 }
@@ -104,6 +137,8 @@ pub struct ThreadReading {
     pub last_response_us: u64,
     /// The request number the master judged timed out (0: none).
     pub timed_out: u64,
+    /// What was owed for it was paid (the 503 written, or the connection shut down).
+    pub timed_out_answered: bool,
     /// The request method (truncated to [`METHOD_BYTES`]).
     pub method: Vec<u8>,
     /// The request target (truncated to [`TARGET_BYTES`]).
@@ -237,10 +272,111 @@ impl ThreadSlot {
         (self.response_bytes.load(Ordering::Relaxed), response_us)
     }
 
-    /// Master: marks request number `request` as timed out (the dump signal handler answers
-    /// it 503 if it is still that request and nothing was sent).
+    /// App thread: claims the response of its current request, before the first response
+    /// byte goes to the socket or the poller. `false` when the master judged the request timed
+    /// out first: nothing of its response may be written (a 503 is owed instead, see
+    /// [`ThreadSlot::take_owed`]). Called again once claimed, it is one load.
+    pub fn claim_response(&self) -> bool {
+        let request = self.request.load(Ordering::Relaxed);
+        let mine = request << VERDICT_BITS | RESPONDING;
+        let mut current = self.verdict.load(Ordering::Acquire);
+        loop {
+            if current == mine {
+                return true;
+            }
+            if current >> VERDICT_BITS == request {
+                // Timed out, stalled or answered: the master came first.
+                return false;
+            }
+            match self.verdict.compare_exchange_weak(
+                current,
+                mine,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    /// Master: judges request number `request` timed out. Before its response was claimed, a
+    /// 503 is owed (the app thread's claim then fails); after, a shutdown. A request that
+    /// ended meanwhile is marked all the same and owes nothing (the payer checks that the
+    /// thread still serves it).
     pub fn mark_timed_out(&self, request: u64) {
-        self.timed_out.store(request, Ordering::Release);
+        let mut current = self.verdict.load(Ordering::Acquire);
+        loop {
+            let tag = if current == request << VERDICT_BITS | RESPONDING {
+                STALLED
+            } else if current >> VERDICT_BITS == request && current & TAG_MASK != 0 {
+                // Marked already.
+                return;
+            } else {
+                TIMED_OUT
+            };
+            match self.verdict.compare_exchange(
+                current,
+                request << VERDICT_BITS | tag,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    /// Async-signal-safe (atomics only): the request marked timed out whose debt is unpaid,
+    /// with what is owed, while this thread still serves it (not between requests, not writing
+    /// a new identity). The caller pays it only after [`ThreadSlot::take_owed`] succeeds.
+    pub fn owed(&self) -> Option<(u64, Owed)> {
+        let sequence = self.sequence.load(Ordering::Acquire);
+        let verdict = self.verdict.load(Ordering::Acquire);
+        let request = verdict >> VERDICT_BITS;
+        let owed = match verdict & TAG_MASK {
+            TIMED_OUT => Owed::Response,
+            STALLED => Owed::Shutdown,
+            _ => return None,
+        };
+        let serving = self.request.load(Ordering::Relaxed) == request
+            && ThreadState::from_u32(self.state.load(Ordering::Relaxed)) != ThreadState::Idle;
+        fence(Ordering::Acquire);
+        let unchanged = sequence & 1 == 0 && self.sequence.load(Ordering::Relaxed) == sequence;
+        (unchanged && serving).then_some((request, owed))
+    }
+
+    /// Takes what is owed for `request` (async-signal-safe: one CAS): `true` for the one
+    /// caller that pays it; `false` when it was paid already or never owed.
+    pub fn take_owed(&self, request: u64, owed: Owed) -> bool {
+        let tag = match owed {
+            Owed::Response => TIMED_OUT,
+            Owed::Shutdown => STALLED,
+        };
+        self.verdict
+            .compare_exchange(
+                request << VERDICT_BITS | tag,
+                request << VERDICT_BITS | ANSWERED,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Owner: what is owed for its own current request, when the master judged it timed out
+    /// (the stuck thread returning). Unlike [`ThreadSlot::owed`], needs no sequence check: the
+    /// owner is not writing.
+    pub fn owed_by_owner(&self) -> Option<(u64, Owed)> {
+        let request = self.request.load(Ordering::Relaxed);
+        let verdict = self.verdict.load(Ordering::Acquire);
+        if verdict >> VERDICT_BITS != request {
+            return None;
+        }
+        match verdict & TAG_MASK {
+            TIMED_OUT => Some((request, Owed::Response)),
+            STALLED => Some((request, Owed::Shutdown)),
+            _ => None,
+        }
     }
 
     /// Any reader: a consistent snapshot, retrying while the owner writes the identity. If the
@@ -257,6 +393,7 @@ impl ThreadSlot {
             last_app_us: 0,
             last_response_us: 0,
             timed_out: 0,
+            timed_out_answered: false,
             method: Vec::with_capacity(METHOD_BYTES),
             target: Vec::with_capacity(TARGET_BYTES),
         };
@@ -291,7 +428,10 @@ impl ThreadSlot {
         reading.response_bytes = self.response_bytes.load(Ordering::Relaxed);
         reading.last_app_us = self.last_app_us.load(Ordering::Relaxed);
         reading.last_response_us = self.last_response_us.load(Ordering::Relaxed);
-        reading.timed_out = self.timed_out.load(Ordering::Relaxed);
+        let verdict = self.verdict.load(Ordering::Relaxed);
+        let judged = matches!(verdict & TAG_MASK, TIMED_OUT | STALLED | ANSWERED);
+        reading.timed_out = if judged { verdict >> VERDICT_BITS } else { 0 };
+        reading.timed_out_answered = verdict & TAG_MASK == ANSWERED;
         let lengths = self.lengths.load(Ordering::Relaxed) as usize;
         load_bytes(
             &self.method,
@@ -305,22 +445,20 @@ impl ThreadSlot {
         );
     }
 
-    /// Async-signal-safe (atomics only): the fd to answer 503 on when this thread still serves
-    /// the request the master marked timed out, in the app, with nothing sent yet. `None` when
-    /// the owner is between requests or writing a new identity (the marked request is over).
-    pub fn timed_out_fd(&self) -> Option<i32> {
-        let sequence = self.sequence.load(Ordering::Acquire);
-        let marked = self.timed_out.load(Ordering::Acquire);
-        if sequence & 1 == 1 || marked == 0 || self.request.load(Ordering::Relaxed) != marked {
-            return None;
-        }
+    /// Async-signal-safe (atomics only): for a worker whose stuck request runs on its loop
+    /// thread (prefork), the fd to answer 503 on, when this thread still serves the request
+    /// the master marked timed out before its response was claimed, in the app, with nothing
+    /// sent; the debt is taken ([`ThreadSlot::take_owed`]) before the fd is returned, so the
+    /// request's own thread writes nothing after. `None` otherwise.
+    pub fn take_timed_out_fd(&self) -> Option<i32> {
+        let (request, owed) = self.owed()?;
         let state = ThreadState::from_u32(self.state.load(Ordering::Relaxed));
         let fd = self.fd.load(Ordering::Relaxed);
         let unsent = self.response_bytes.load(Ordering::Relaxed) == 0;
-        // Loaded again after: a request that ended meanwhile has a new sequence or none.
-        fence(Ordering::Acquire);
-        let unchanged = self.sequence.load(Ordering::Relaxed) == sequence;
-        (unchanged && state == ThreadState::App && unsent && fd >= 0).then_some(fd)
+        if owed != Owed::Response || state != ThreadState::App || !unsent || fd < 0 {
+            return None;
+        }
+        self.take_owed(request, owed).then_some(fd)
     }
 
     /// Master, on claiming the slot for a new worker: forget the previous worker's requests.
@@ -329,7 +467,7 @@ impl ThreadSlot {
             .store(ThreadState::Idle as u32, Ordering::Relaxed);
         self.fd.store(-1, Ordering::Relaxed);
         self.request.store(0, Ordering::Relaxed);
-        self.timed_out.store(0, Ordering::Relaxed);
+        self.verdict.store(0, Ordering::Relaxed);
         self.response_bytes.store(0, Ordering::Relaxed);
         self.lengths.store(0, Ordering::Relaxed);
         // Even: a worker killed mid-write left it odd.
@@ -389,19 +527,125 @@ mod tests {
     }
 
     #[test]
-    fn timed_out_fd_names_only_the_marked_request_with_nothing_sent() {
+    fn the_raw_answer_takes_only_the_marked_request_with_nothing_sent() {
         let slot = zeroed();
         slot.begin_request(b"GET", b"/stuck", 9);
-        assert_eq!(slot.timed_out_fd(), None);
+        assert_eq!(slot.take_timed_out_fd(), None);
         slot.mark_timed_out(1);
-        assert_eq!(slot.timed_out_fd(), Some(9));
         slot.waiting_on_client();
-        assert_eq!(slot.timed_out_fd(), None, "waiting on the client");
-        slot.progressed(10);
-        assert_eq!(slot.timed_out_fd(), None, "bytes were sent");
+        assert_eq!(slot.take_timed_out_fd(), None, "waiting on the client");
+        slot.progressed(0);
+        assert_eq!(slot.take_timed_out_fd(), Some(9));
+        assert_eq!(slot.take_timed_out_fd(), None, "paid once");
+        assert!(
+            !slot.claim_response(),
+            "the stuck thread writes nothing after"
+        );
+        assert!(slot.read().timed_out_answered);
         slot.end_request();
         slot.begin_request(b"GET", b"/next", 9);
-        assert_eq!(slot.timed_out_fd(), None, "a later request on a reused fd");
+        assert_eq!(
+            slot.take_timed_out_fd(),
+            None,
+            "a later request on a reused fd"
+        );
+        assert!(slot.claim_response());
+    }
+
+    #[test]
+    fn a_mark_before_the_claim_owes_a_503_and_the_claim_fails() {
+        let slot = zeroed();
+        slot.begin_request(b"GET", b"/stuck", 4);
+        slot.mark_timed_out(1);
+        assert_eq!(slot.owed(), Some((1, Owed::Response)));
+        assert_eq!(slot.read().timed_out, 1);
+        assert!(!slot.claim_response());
+        assert!(!slot.claim_response(), "and again");
+        assert_eq!(slot.owed_by_owner(), Some((1, Owed::Response)));
+        assert!(!slot.take_owed(1, Owed::Shutdown), "not what is owed");
+        assert!(slot.take_owed(1, Owed::Response));
+        assert!(!slot.take_owed(1, Owed::Response), "paid once");
+        assert_eq!((slot.owed(), slot.owed_by_owner()), (None, None));
+        assert!(slot.read().timed_out_answered);
+    }
+
+    #[test]
+    fn a_mark_after_the_claim_owes_a_shutdown_and_the_response_goes_on() {
+        let slot = zeroed();
+        slot.begin_request(b"GET", b"/stream", 4);
+        assert!(slot.claim_response());
+        slot.mark_timed_out(1);
+        assert_eq!(slot.owed(), Some((1, Owed::Shutdown)));
+        assert_eq!(slot.read().timed_out, 1);
+        assert!(!slot.claim_response(), "a claim made is not made again");
+        assert!(slot.take_owed(1, Owed::Shutdown));
+        assert_eq!(slot.owed(), None);
+    }
+
+    #[test]
+    fn a_mark_of_a_request_that_ended_owes_nothing_and_the_next_claims_as_usual() {
+        let slot = zeroed();
+        slot.begin_request(b"GET", b"/quick", 4);
+        assert!(slot.claim_response());
+        slot.end_request();
+        slot.mark_timed_out(1);
+        assert_eq!(slot.owed(), None, "between requests");
+        slot.begin_request(b"GET", b"/next", 5);
+        assert_eq!(slot.owed(), None, "another request");
+        assert!(slot.claim_response());
+        assert_eq!(
+            slot.read().timed_out,
+            0,
+            "the claim replaced the stale mark"
+        );
+        slot.mark_timed_out(1);
+        assert!(
+            slot.claim_response(),
+            "a stale mark does not undo a claim made"
+        );
+        slot.mark_timed_out(2);
+        slot.mark_timed_out(2);
+        assert_eq!(slot.owed(), Some((2, Owed::Shutdown)), "marked once");
+    }
+
+    #[test]
+    fn the_claim_and_the_mark_race_to_one_winner() {
+        // Each round: a fresh request, claimed by one thread while another marks it; exactly
+        // one side wins (the claim, then a shutdown is owed; or the mark, then a 503 is owed
+        // and the claim fails).
+        let slot: &'static ThreadSlot = Box::leak(zeroed());
+        let rounds = 20_000u64;
+        let asked: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(0)));
+        let marked: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(0)));
+        let marker = std::thread::spawn(move || {
+            for round in 1..=rounds {
+                while asked.load(Ordering::Acquire) < round {
+                    std::hint::spin_loop();
+                }
+                slot.mark_timed_out(round);
+                marked.store(round, Ordering::Release);
+            }
+        });
+        let (mut claimed, mut lost) = (0, 0);
+        for round in 1..=rounds {
+            slot.begin_request(b"GET", b"/race", 3);
+            asked.store(round, Ordering::Release);
+            let won = slot.claim_response();
+            while marked.load(Ordering::Acquire) < round {
+                std::hint::spin_loop();
+            }
+            let expected = if won { Owed::Shutdown } else { Owed::Response };
+            assert_eq!(slot.owed(), Some((round, expected)));
+            assert!(slot.take_owed(round, expected));
+            if won {
+                claimed += 1;
+            } else {
+                lost += 1;
+            }
+            slot.end_request();
+        }
+        marker.join().unwrap();
+        assert_eq!(claimed + lost, rounds);
     }
 
     #[test]
