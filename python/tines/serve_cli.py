@@ -105,14 +105,12 @@ def check_config(cfg: Config, check_app: bool) -> str:
         return mode
     if cfg.app is None:
         raise ConfigError(f"--check-app needs APP ({APP_FORMS})")
-    from tines.app_loader import load_app
+    from tines.app_loader import check_mpm, interface_of, load_app
 
     try:
         app = load_app(cfg.app, cfg.factory, cfg.interface)
-        from tines import asgi
-
-        if asgi.interface_of(app, cfg.interface, repr(str(cfg.app))) != "wsgi":
-            asgi.check_mpm(cfg)
+        if interface_of(app, cfg.interface, repr(str(cfg.app))) != "wsgi":
+            check_mpm(cfg)
     except AppLoadError as error:
         if error.traceback:
             sys.stderr.write(error.traceback)

@@ -43,7 +43,7 @@ from typing import Any, NoReturn
 from setproctitle import setproctitle
 
 from tines import limits, logs, memory, watchdog
-from tines.app_loader import load_app
+from tines.app_loader import check_mpm, interface_of, load_app
 from tines.config import Config
 from tines.errors import AppLoadError, ConfigError
 from tines.hooks import HookError, Hooks, ServerView, WorkerView, wrap_app
@@ -310,17 +310,17 @@ def _serve(context: WorkerContext) -> int:
         gc.freeze()
     if cfg.limit_open_files is None:
         _raise_open_files_limit()
-    from tines import asgi
-
     try:
-        interface = asgi.interface_of(app, cfg.interface, repr(str(cfg.app)))
+        interface = interface_of(app, cfg.interface, repr(str(cfg.app)))
         if interface != "wsgi":
-            asgi.check_mpm(cfg)
+            check_mpm(cfg)
     except AppLoadError as error:
         _write(context.notify_write, encode_boot_error(pid, context.slot, str(error)))
         return EXIT_BOOT_ERROR
     context.hooks.call_logged("post_worker_init", worker)
     if interface != "wsgi":
+        from tines import asgi
+
         return _serve_asgi(context, asgi.as_asgi3(app, interface), server, worker)
     app = wrap_app(app, context.hooks, worker)
     import tines._core as _core

@@ -11,7 +11,6 @@ way round) or anything heavy.
 
 from __future__ import annotations
 
-import grp
 import ipaddress
 import math
 import os
@@ -204,7 +203,10 @@ def user_id(raw: object) -> int | None:
 
 
 def group_id(raw: object) -> int | None:
-    """A group name (resolved to its gid now) or a numeric gid; None (or ``""``) means unset."""
+    """A group name (resolved to its gid now) or a numeric gid; None (or ``""``) means unset.
+    ``grp`` is an extension module (its own mappings in every fork): loaded only for a name."""
+    import grp
+
     return _account_id(raw, "group", lambda name: grp.getgrnam(name).gr_gid)
 
 
