@@ -16,7 +16,6 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -27,6 +26,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from tines.config.registry import SETTINGS, Setting, format_value
+from tines.config.validators import temp_dir
 from tines.errors import ConfigError
 
 DEFAULT_CONFIG_FILE = "tines.toml"
@@ -162,7 +162,7 @@ def _request_buffer_dir(values: Mapping[str, object], sources: Mapping[str, str]
     """``request_buffer_dir`` made absolute the way the workers see it: a relative path is
     taken from ``chdir`` (they run there), else from the current directory; it must be an
     existing directory."""
-    raw = values["request_buffer_dir"] or tempfile.gettempdir()
+    raw = values["request_buffer_dir"] or temp_dir()
     chdir = values["chdir"]
     base = os.path.abspath(chdir) if isinstance(chdir, str) else os.getcwd()
     resolved = os.path.normpath(os.path.join(base, str(raw)))

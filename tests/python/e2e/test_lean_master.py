@@ -17,7 +17,7 @@ from conftest import http_get
 get = functools.partial(http_get, close=True)
 
 NOT_FOR_WSGI = ("asyncio", "ssl", "importlib.metadata", "email", "zipfile", "concurrent.futures",
-                "tines.asgi")
+                "tines.asgi", "tempfile", "subprocess")
 
 
 def censuses(directory: Path, hook: str) -> list[list[str]]:

@@ -17,10 +17,13 @@ from pathlib import Path
 import tines
 
 FORBIDDEN = ("asyncio", "ssl", "_ssl", "importlib.metadata", "email", "zipfile", "concurrent.futures",
-             "tines.asgi", "difflib")
+             "tines.asgi", "difflib", "tempfile", "shutil", "random", "subprocess", "ctypes.util")
 """Modules the master of a WSGI app has no use for: asyncio (and ssl, concurrent.futures
 through it) is for ASGI apps (``tines.asgi``); importlib.metadata (and email, zipfile through
-it) for ``--version``; difflib for a misspelt setting's message."""
+it) for ``--version``; difflib for a misspelt setting's message; tempfile (shutil, random, and
+with them zlib, bz2, lzma) for one rare fallback (``tines.config.validators.temp_dir`` finds
+the directory without it); ctypes.util (subprocess) finds libc by running ldconfig, some
+milliseconds per worker start, where ``ctypes.CDLL(None)`` has it already."""
 
 WSGI_APP = """
 def app(environ, start_response):
