@@ -2,12 +2,15 @@
 
 Owns: parsing the spec (``module:attr``, ``package.module:attr``, ``path/to/file.py:attr``,
 ``module`` alone), importing it, resolving a dotted attribute, calling a factory, and the
-one-line ``AppLoadError`` messages for each way that can fail (an app that is not what the
-``interface`` setting asks for among them), and the directory
-the app is imported from (``source_directory``, what ``--reload`` watches).
+one-line ``AppLoadError`` messages for each way that can fail; telling an ASGI app from a WSGI
+one under the ``interface`` setting (``interface_of``: an app that is not what it asks for is
+one of those errors) and refusing an MPM setting an ASGI app cannot run on (``check_mpm``); and
+the directory the app is imported from (``source_directory``, what ``--reload`` watches).
 
-Must not: import ``tines._core``, configure logging, or print: the caller (the arbiter with
-``--preload``, else each worker) decides where the message and the traceback go.
+Must not: import ``tines._core`` or ``tines.asgi`` (asyncio and ssl: the master of a WSGI app
+would hold them, and copy their mappings into every fork, for nothing), configure logging, or
+print: the caller (the arbiter with ``--preload``, else each worker) decides where the message
+and the traceback go.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 from tines.errors import AppLoadError
 
@@ -38,11 +42,9 @@ def load_app(spec: str, factory: bool, interface: str = "auto") -> WSGIApp:
     ``sys.path``. With ``factory``, the named object is called with no arguments and its result
     is the app. An exception raised by the user's code (while importing, or in the factory)
     becomes an AppLoadError whose ``traceback`` holds the formatted traceback. The app must be
-    what ``interface`` asks for (``tines.asgi.interface_of``); a WSGI app must take
+    what ``interface`` asks for (``interface_of``); a WSGI app must take
     ``(environ, start_response)``.
     """
-    from tines.asgi import interface_of
-
     target, attributes = _parse(spec)
     module = _import_file(target) if _is_file(target) else _import_module(target)
     obj, attribute = _resolve(module, target, attributes)
@@ -64,6 +66,49 @@ def load_app(spec: str, factory: bool, interface: str = "auto") -> WSGIApp:
     if interface_of(obj, interface, repr(name)) == "wsgi":
         _check_wsgi_signature(obj, name)
     return obj
+
+
+def is_coroutine_app(app: object) -> bool:
+    """An ``async def`` function, or an object whose class's ``__call__`` is one (Starlette,
+    FastAPI, Django's ASGIHandler)."""
+    return inspect.iscoroutinefunction(app) or inspect.iscoroutinefunction(
+        getattr(type(app), "__call__", None))
+
+
+def interface_of(app: object, interface: str, name: str) -> str:
+    """``"wsgi"``, ``"asgi3"`` or ``"asgi2"`` for ``app`` under the ``interface`` setting;
+    AppLoadError (one line, naming the app as ``name`` says) when the app cannot be what was
+    asked for.
+
+    ``auto`` takes a coroutine app for ASGI 3 and anything else for WSGI: an ASGI 2 app (a
+    class whose instances are the coroutine) looks like a WSGI callable, so it needs
+    ``asgi2``."""
+    if interface == "auto":
+        return "asgi3" if is_coroutine_app(app) else "wsgi"
+    if interface == "wsgi":
+        if is_coroutine_app(app):
+            raise AppLoadError(f"{name} is an ASGI app (async def), but interface is wsgi")
+        return "wsgi"
+    if interface == "asgi":
+        if not is_coroutine_app(app):
+            raise AppLoadError(f"{name} is not an ASGI 3 app (not async def); for an ASGI 2 "
+                               "app use interface asgi2")
+        return "asgi3"
+    if not callable(app):
+        raise AppLoadError(f"{name} is not callable")
+    return "asgi2"
+
+
+def check_mpm(cfg: Any) -> None:
+    """An ASGI app runs on the event MPM's reactor: a ``mpm`` set to another is refused (one
+    line) rather than ignored; so is ``stream_body_paths`` (a body read from the socket while
+    the app runs would block the loop)."""
+    if cfg.mpm != "event" and cfg.source("mpm") != "default":
+        raise AppLoadError(f"an ASGI app runs on the event MPM, but mpm is {cfg.mpm} "
+                           f"({cfg.source('mpm')}): leave mpm unset or set it to event")
+    if cfg.stream_body_paths:
+        raise AppLoadError(f"stream_body_paths ({cfg.source('stream_body_paths')}) is for WSGI "
+                           "apps: an ASGI app gets every body buffered (docs/asgi.md)")
 
 
 def import_target(target: str) -> ModuleType:

@@ -1,16 +1,20 @@
 """ASGI 3 in a worker (ADR 0014): the event loop, lifespan, one task per request, timeouts.
 
-Owns: telling an ASGI app from a WSGI one (``interface_of``), adapting an ASGI 2 app, picking
-the loop (``loop``: uvloop when installed and asked for), the ``lifespan`` protocol (startup
-before the worker is ready, shutdown after it drained), running each request's app call as a
-task on the loop, cancelling a task that overruns ``request_timeout`` (its stack logged), and
-marking the loop alive in the scoreboard for the master's watchdog.
+Owns: adapting an ASGI 2 app, picking the loop (``loop``: uvloop when installed and asked for),
+the ``lifespan`` protocol (startup before the worker is ready, shutdown after it drained),
+running each request's app call as a task on the loop, cancelling a task that overruns
+``request_timeout`` (its stack logged), and marking the loop alive in the scoreboard for the
+master's watchdog.
 
 The bytes are not here: ``tines._core.AsgiWorker`` holds the worker's Rust reactor, which owns
 every socket; the loop watches the reactor's epoll fd (one fd for all of them) and runs a turn
 of the reactor when it is readable, at its next deadline, and after requests end; a turn hands
 over every request it found complete. ``Request.receive`` and ``Request.send`` (Rust) parse
 and write.
+
+Telling an ASGI app from a WSGI one (``interface_of``) and the MPM check are
+``tines.app_loader``'s, which needs no asyncio: this module (and with it asyncio and ssl) is
+imported only for an ASGI app, in the master when it preloads one.
 
 Must not: touch sockets, or block the loop (everything here runs on it).
 """
@@ -19,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import inspect
 import logging
 import traceback
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -32,8 +35,6 @@ log = logging.getLogger("tines.error")
 ASGIApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Any]],
                     Callable[[MutableMapping[str, Any]], Awaitable[None]]], Awaitable[None]]
 
-INTERFACES = ("auto", "wsgi", "asgi", "asgi2")
-
 TICK = 1.0
 """Most seconds between two marks of the loop in the scoreboard (and looks for overrun
 requests); a quarter of ``request_timeout`` when that is shorter."""
@@ -41,49 +42,6 @@ requests); a quarter of ``request_timeout`` when that is shorter."""
 
 class LifespanError(Exception):
     """The app's lifespan startup failed (its message says why): the worker does not start."""
-
-
-def is_coroutine_app(app: object) -> bool:
-    """An ``async def`` function, or an object whose class's ``__call__`` is one (Starlette,
-    FastAPI, Django's ASGIHandler)."""
-    return inspect.iscoroutinefunction(app) or inspect.iscoroutinefunction(
-        getattr(type(app), "__call__", None))
-
-
-def interface_of(app: object, interface: str, name: str) -> str:
-    """``"wsgi"``, ``"asgi3"`` or ``"asgi2"`` for ``app`` under the ``interface`` setting;
-    AppLoadError (one line, naming the app as ``name`` says) when the app cannot be what was
-    asked for.
-
-    ``auto`` takes a coroutine app for ASGI 3 and anything else for WSGI: an ASGI 2 app (a
-    class whose instances are the coroutine) looks like a WSGI callable, so it needs
-    ``asgi2``."""
-    if interface == "auto":
-        return "asgi3" if is_coroutine_app(app) else "wsgi"
-    if interface == "wsgi":
-        if is_coroutine_app(app):
-            raise AppLoadError(f"{name} is an ASGI app (async def), but interface is wsgi")
-        return "wsgi"
-    if interface == "asgi":
-        if not is_coroutine_app(app):
-            raise AppLoadError(f"{name} is not an ASGI 3 app (not async def); for an ASGI 2 "
-                               "app use interface asgi2")
-        return "asgi3"
-    if not callable(app):
-        raise AppLoadError(f"{name} is not callable")
-    return "asgi2"
-
-
-def check_mpm(cfg: Any) -> None:
-    """An ASGI app runs on the event MPM's reactor: a ``mpm`` set to another is refused (one
-    line) rather than ignored; so is ``stream_body_paths`` (a body read from the socket while
-    the app runs would block the loop)."""
-    if cfg.mpm != "event" and cfg.source("mpm") != "default":
-        raise AppLoadError(f"an ASGI app runs on the event MPM, but mpm is {cfg.mpm} "
-                           f"({cfg.source('mpm')}): leave mpm unset or set it to event")
-    if cfg.stream_body_paths:
-        raise AppLoadError(f"stream_body_paths ({cfg.source('stream_body_paths')}) is for WSGI "
-                           "apps: an ASGI app gets every body buffered (docs/asgi.md)")
 
 
 def as_asgi3(app: Any, kind: str) -> ASGIApp:

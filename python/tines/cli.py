@@ -15,15 +15,30 @@ untouched; so is ``tune``, whose argv goes to ``tines.tune.main``.
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from collections.abc import Mapping, Sequence
+from typing import NoReturn
 
-from tines import __version__
 from tines.config import SETTINGS, Config, environment_warnings, ignored_settings, load, migration_hint
 from tines.errors import AppLoadError, ConfigError
 from tines.serve_cli import (APP_FORMS, EXIT_USAGE, SERVE_DESCRIPTION, ArgumentParser, add_serve_arguments,
                              add_settings, check_config)
+
+
+class VersionAction(argparse.Action):
+    """``--version``: argparse's own action, but reading ``tines.__version__`` only when the
+    flag is given (it loads ``importlib.metadata``, which ``serve`` has no use for)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str = "show program's version number and exit") -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> NoReturn:
+        import tines
+
+        print(f"tines {tines.__version__}")
+        parser.exit()
 
 
 def build_parser() -> ArgumentParser:
@@ -31,7 +46,7 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="tines", allow_abbrev=False,
         description="Tines: an application server for Python web apps (WSGI and ASGI 3) with a Rust core.")
-    parser.add_argument("--version", action="version", version=f"tines {__version__}")
+    parser.add_argument("--version", action=VersionAction)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     serve = commands.add_parser("serve", help="run the server for a WSGI or ASGI app", allow_abbrev=False,
@@ -122,6 +137,8 @@ def _unknown_message(unknown: list[str]) -> str:
     for setting in SETTINGS.values():
         flags += [flag for flag in setting.flags if flag.startswith("--")]
         flags += [f"--no-{flag[2:]}" for flag in setting.flags if setting.is_flag and flag.startswith("--")]
+    import difflib  # only on this error path: the master that `serve` becomes has no use for it
+
     matches = difflib.get_close_matches(options[0], flags, n=1)
     hint = f" (did you mean {matches[0]!r}?)" if matches else ""
     return f"unknown option {options[0]!r}{hint}"

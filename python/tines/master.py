@@ -26,10 +26,10 @@ import os
 import sys
 from collections.abc import Callable
 
-from tines import asgi, logs, memory, preflight, profiler, reloader, sdnotify, upgrade, watchdog
+from tines import logs, memory, preflight, profiler, reloader, sdnotify, upgrade, watchdog
 from tines import pool as spare_pool
 from tines import status as status_process
-from tines.app_loader import load_app
+from tines.app_loader import check_mpm, interface_of, load_app
 from tines.config import Config
 from tines.duties import Duties
 from tines.errors import ConfigError
@@ -112,8 +112,11 @@ class Master:
         self.upgrade.adopt(self.status.listeners())
         if cfg.preload:
             self.app = load_app(cfg.app, cfg.factory, cfg.interface)
-            if asgi.interface_of(self.app, cfg.interface, repr(str(cfg.app))) != "wsgi":
-                asgi.check_mpm(cfg)
+            if interface_of(self.app, cfg.interface, repr(str(cfg.app))) != "wsgi":
+                check_mpm(cfg)
+                # The loop (and asyncio, ssl), loaded once for every worker to inherit. For a
+                # WSGI app no process loads it: every fork would copy its mappings for nothing.
+                import tines.asgi  # noqa: F401
             # Objects the app made at import time stay shared copy-on-write: keep the cyclic
             # collector from touching (and so copying) them in the workers.
             gc.freeze()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import errno
 import os
 import pwd
-import tempfile
 from dataclasses import dataclass
 
 from tines import hooks as server_hooks
@@ -120,6 +119,8 @@ def check_request_buffer_dir(directory: str) -> None:
         if error.errno not in (errno.EOPNOTSUPP, errno.EISDIR):
             raise ConfigError(f"request_buffer_dir: cannot create a temporary file in {directory}: "
                               f"{error.strerror}") from None
+        import tempfile  # rarely needed: the master of the usual case does not hold it
+
         try:
             fd, name = tempfile.mkstemp(prefix=".tines-spool-", dir=directory)
             os.unlink(name)

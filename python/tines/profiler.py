@@ -21,7 +21,6 @@ import json
 import marshal
 import os
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -31,6 +30,7 @@ from pathlib import Path
 from types import CodeType, FrameType
 
 from tines.config import Config
+from tines.config.validators import temp_dir
 from tines.errors import ConfigError
 
 FORMAT = "tines-profile/1"
@@ -43,7 +43,7 @@ Function = tuple[str, int, str]
 
 def default_dir(master_pid: int) -> str:
     """Where the workers write when ``profile_dir`` is unset: one directory per master."""
-    return os.path.join(tempfile.gettempdir(), f"tines-profile-{master_pid}")
+    return os.path.join(temp_dir(), f"tines-profile-{master_pid}")
 
 
 def profile_path(cfg: Config, master_pid: int) -> str | None:

@@ -15,8 +15,9 @@ Must not: declare settings (they come from ``tines.config.SETTINGS``), import ``
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from tines.config import SECTIONS, SETTINGS, Config, format_value
 from tines.errors import AppLoadError, ConfigError
@@ -32,12 +33,46 @@ SERVE_DESCRIPTION = (f"Run the server for the WSGI or ASGI app APP ({APP_FORMS})
 """``tines serve --help``'s description."""
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, as wide as the terminal as ``shutil.get_terminal_size`` finds it
+    (``$COLUMNS``, else standard output's terminal, else 80), less 2 as argparse does; without
+    importing ``shutil``, which argparse does for that (every parser and sub-parser makes a
+    formatter while its arguments are added): it loads zlib, bz2 and lzma, which the master that
+    ``serve`` becomes would hold, and every fork copy."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         width if width is not None else _terminal_columns() - 2)
+
+
+def _terminal_columns() -> int:
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns > 0:
+        return columns
+    stdout = sys.__stdout__
+    if stdout is None:
+        return 80
+    try:
+        return os.get_terminal_size(stdout.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """An argparse parser whose errors are one line, ``tines: error: <message>``, exit 2.
 
     argparse prints the whole usage block before an error; with dozens of flags that buries the
-    message. ``--help`` still shows the usage.
+    message. ``--help`` still shows the usage. Its help is formatted by ``HelpFormatter`` unless
+    another formatter is given.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"tines: error: {message}\n")
@@ -105,14 +140,12 @@ def check_config(cfg: Config, check_app: bool) -> str:
         return mode
     if cfg.app is None:
         raise ConfigError(f"--check-app needs APP ({APP_FORMS})")
-    from tines.app_loader import load_app
+    from tines.app_loader import check_mpm, interface_of, load_app
 
     try:
         app = load_app(cfg.app, cfg.factory, cfg.interface)
-        from tines import asgi
-
-        if asgi.interface_of(app, cfg.interface, repr(str(cfg.app))) != "wsgi":
-            asgi.check_mpm(cfg)
+        if interface_of(app, cfg.interface, repr(str(cfg.app))) != "wsgi":
+            check_mpm(cfg)
     except AppLoadError as error:
         if error.traceback:
             sys.stderr.write(error.traceback)

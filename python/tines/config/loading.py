@@ -13,11 +13,9 @@ heavy, touch sockets or fork.
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -28,6 +26,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from tines.config.registry import SETTINGS, Setting, format_value
+from tines.config.validators import temp_dir
 from tines.errors import ConfigError
 
 DEFAULT_CONFIG_FILE = "tines.toml"
@@ -163,7 +162,7 @@ def _request_buffer_dir(values: Mapping[str, object], sources: Mapping[str, str]
     """``request_buffer_dir`` made absolute the way the workers see it: a relative path is
     taken from ``chdir`` (they run there), else from the current directory; it must be an
     existing directory."""
-    raw = values["request_buffer_dir"] or tempfile.gettempdir()
+    raw = values["request_buffer_dir"] or temp_dir()
     chdir = values["chdir"]
     base = os.path.abspath(chdir) if isinstance(chdir, str) else os.getcwd()
     resolved = os.path.normpath(os.path.join(base, str(raw)))
@@ -259,8 +258,8 @@ def environment_warnings(environ: Mapping[str, str] | None = None) -> list[str]:
     for name in sorted(environ):
         if not name.startswith("TINES_") or name in known:
             continue
-        matches = difflib.get_close_matches(name.upper(), sorted(known), n=1)
-        hint = f" (did you mean {matches[0]}?)" if matches else ""
+        match = _closest(name.upper(), sorted(known))
+        hint = f" (did you mean {match}?)" if match else ""
         warnings.append(f"unknown environment variable {name} ignored{hint}")
     return warnings
 
@@ -270,5 +269,14 @@ def _suggestion(name: str) -> str:
     normalized = name.strip().lower().replace("-", "_").removeprefix("tines_")
     if normalized in SETTINGS:
         return f" (did you mean {normalized!r}?)"
-    matches = difflib.get_close_matches(normalized, list(SETTINGS), n=1)
-    return f" (did you mean {matches[0]!r}?)" if matches else ""
+    match = _closest(normalized, list(SETTINGS))
+    return f" (did you mean {match!r}?)" if match else ""
+
+
+def _closest(word: str, candidates: list[str]) -> str | None:
+    """The candidate closest to ``word``, if any is close. ``difflib`` is imported here, on
+    the way to a message, so that the master does not hold it (nor copy it into every fork)."""
+    import difflib
+
+    matches = difflib.get_close_matches(word, candidates, n=1)
+    return matches[0] if matches else None

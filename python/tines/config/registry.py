@@ -15,7 +15,6 @@ module state (``SETTINGS`` is a read-only mapping of frozen records).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -25,7 +24,7 @@ from tines.config.validators import (bind_address, boolean, directory, group_id,
                                      network, non_negative_int, non_negative_seconds, optional_non_negative_int,
                                      optional_non_negative_seconds, optional_positive_int, optional_text,
                                      positive_int, positive_seconds, request_line_size, sample_rate, size,
-                                     text, umask, user_id, window_bits)
+                                     temp_dir, text, umask, user_id, window_bits)
 
 ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
     ("h", "client address"),
@@ -280,7 +279,7 @@ _REGISTRY = (
     Setting("request_buffer_total", "Limits", "Memory one worker holds at most for request bodies being read before dispatch, together; beyond it a body spills to a temporary file (`request_buffer_dir`) even when it is smaller than `request_buffer_memory`.",
             size, 33554432, ("--request-buffer-total",), "SIZE", worker=True, default_text="33554432 (32 MiB)"),
     Setting("request_buffer_dir", "Limits", "Directory for the temporary files of request bodies and response output too large for memory. Each file is unlinked at once (`O_TMPFILE`; where the file system lacks it, a named file unlinked at once), so a crash or a `SIGKILL` leaves nothing behind. The master checks before the first fork that a temporary file can be made there. On a tmpfs, these files are memory too. A relative path is taken from `chdir` (where the workers run), and must name an existing directory there.",
-            optional_text, tempfile.gettempdir, ("--request-buffer-dir",), "DIR", worker=True, default_text="the system temp dir (`TMPDIR`, else `/tmp`)"),
+            optional_text, temp_dir, ("--request-buffer-dir",), "DIR", worker=True, default_text="the system temp dir (`TMPDIR`, else `/tmp`)"),
     Setting("buffer_disk_total", "Limits", "Bytes of temporary files one worker holds at most, request bodies and response output together; beyond it a new request body waits unread (its body timeout running; a Content-Length body reserves its whole length at once, and one larger than this whole budget gets 413) and a response waits on its slot (up to `send_timeout` per wait). A full disk (`ENOSPC`) fails the one request that met it with 507 and a log line.",
             size, 1073741824, ("--buffer-disk-total",), "SIZE", worker=True, default_text="1073741824 (1 GiB)"),
     Setting("stream_body_paths", "Limits", "Path prefixes (matched against the request target's path, before any `?`) whose request bodies are not read before dispatch but stream through `wsgi.input` while the app runs, as the app reads them (and `Expect: 100-continue` is then answered on the app's first read): for an endpoint that must start on the first bytes of a long upload. Such routes are not slow-client safe: a slow uploader holds an app slot for as long as `body_timeout` and `body_min_rate` allow. Comma-separated.",

@@ -5,19 +5,55 @@ The ValueError's message is the rest of the sentence after the setting's name ("
 positive integer"): the loader (``tines.config.loading``) adds the name, the offending value and
 where it came from. The registry (``tines.config.registry``) gives each setting one of these.
 
+Also here, for the registry and the loader alike: ``temp_dir``, the default directory of
+temporary files, found as ``tempfile`` finds it.
+
 Must not: import the rest of ``tines.config`` (the registry is built from these, not the other
-way round) or anything heavy.
+way round) or anything heavy (the master holds what is imported here, and every fork copies it).
 """
 
 from __future__ import annotations
 
-import grp
+import errno
 import ipaddress
 import math
 import os
 import pwd
 import re
+import sys
 from collections.abc import Callable
+
+
+TEMP_DIR_ENV = ("TMPDIR", "TEMP", "TMP")
+TEMP_DIR_FALLBACKS = ("/tmp", "/var/tmp", "/usr/tmp")
+
+
+def temp_dir() -> str:
+    """The directory for temporary files, as ``tempfile.gettempdir`` finds it: the first of
+    ``$TMPDIR``, ``$TEMP``, ``$TMP``, ``/tmp``, ``/var/tmp``, ``/usr/tmp`` and the current
+    directory where a file can be made (made, written and removed here too). Without importing
+    ``tempfile``: it loads ``shutil`` and ``random``, and with them zlib, bz2, lzma and five
+    other extension modules, which the master would hold and every fork copy. Where
+    ``tempfile`` is loaded already, its answer (``tempfile.tempdir`` may have been set)."""
+    loaded = sys.modules.get("tempfile")
+    if loaded is not None:
+        return str(loaded.gettempdir())
+    candidates = [os.environ[name] for name in TEMP_DIR_ENV if os.environ.get(name)]
+    candidates += [*TEMP_DIR_FALLBACKS, os.getcwd()]
+    for candidate in candidates:
+        directory = os.path.abspath(candidate)
+        probe = os.path.join(directory, f".tines-probe-{os.getpid()}-{os.urandom(6).hex()}")
+        try:
+            fd = os.open(probe, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            continue
+        try:
+            os.write(fd, b"blat")
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+        return directory
+    raise FileNotFoundError(errno.ENOENT, f"No usable temporary directory found in {candidates}")
 
 
 def _integer(raw: object, minimum: int, expected: str) -> int:
@@ -204,7 +240,10 @@ def user_id(raw: object) -> int | None:
 
 
 def group_id(raw: object) -> int | None:
-    """A group name (resolved to its gid now) or a numeric gid; None (or ``""``) means unset."""
+    """A group name (resolved to its gid now) or a numeric gid; None (or ``""``) means unset.
+    ``grp`` is an extension module (its own mappings in every fork): loaded only for a name."""
+    import grp
+
     return _account_id(raw, "group", lambda name: grp.getgrnam(name).gr_gid)
 
 

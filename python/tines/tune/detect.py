@@ -37,12 +37,11 @@ def main(argv: Sequence[str]) -> int:
         if cfg.chdir:
             os.chdir(cfg.chdir)
         check_config(cfg, check_app=True)
-        from tines import asgi
-        from tines.app_loader import load_app
+        from tines.app_loader import interface_of, load_app
 
         assert cfg.app is not None
         app = load_app(cfg.app, cfg.factory, cfg.interface)
-        interface = asgi.interface_of(app, cfg.interface, repr(str(cfg.app)))
+        interface = interface_of(app, cfg.interface, repr(str(cfg.app)))
     except (ConfigError, AppLoadError) as error:
         print(f"tines: error: {error}", file=sys.stderr)
         return EXIT_USAGE

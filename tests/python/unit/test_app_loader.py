@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tines.app_loader import load_app
-from tines.asgi import interface_of
+from tines.app_loader import interface_of, load_app
 from tines.errors import AppLoadError
 
 WSGI_APP = """
