@@ -124,5 +124,8 @@ def log_exit(cfg: Config, worker: Worker, status: int, cpu_seconds: float = 0.0,
     else:
         code = os.WEXITSTATUS(status)
         expected = worker.stopping or code == 0
-        (log.info if expected else log.error)(
+        # A recycle's exit (max_requests 1: one per request) is at debug; the master sums the
+        # recycles up at info (tines.fleet.RecycleLog).
+        recycled = worker.own_decision and code == 0
+        (log.debug if recycled else log.info if expected else log.error)(
             "worker %d (slot %d) exited with code %d%s", worker.pid, worker.slot, code, cause)

@@ -13,6 +13,8 @@ code: the process ends with ``os._exit``.
 Notify-pipe messages (one ``write`` each, at most PIPE_BUF = 4096 bytes, so atomic):
 
 - ready:      ``b"R" + struct.pack("<ii", pid, slot)``
+- standby:    ``b"S" + struct.pack("<ii", pid, slot)``: a standby (``tines.standby``) has
+  booted and waits for its promotion; promoted, it writes ``ready`` as any worker.
 - boot error: ``b"E" + struct.pack("<iiH", pid, slot, n) + <n bytes of UTF-8 message>``
 - draining:   ``b"D" + struct.pack("<iiH", pid, slot, n) + <n bytes of ASCII reason>``, written
   by Rust the moment a worker starts draining by its own decision (reason ``max_requests`` or
@@ -21,12 +23,15 @@ Notify-pipe messages (one ``write`` each, at most PIPE_BUF = 4096 bytes, so atom
 Retire (SIGUSR2 from the master): the child blocks USR2 right after fork and Rust unblocks it
 once its handler is installed, so a retire sent while the worker boots waits until the worker
 can drain (it then stops at once, having accepted nothing) instead of killing it.
+
+Promotion (``PROMOTE_SIGNAL`` from the master, to a standby): blocked from the fork on like
+USR2, so one sent while the standby boots waits for it; the standby takes it, or a stop (TERM,
+INT, QUIT) or a retire (USR2), with ``sigwait`` once it has booted.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import faulthandler
 import gc
 import os
@@ -49,6 +54,7 @@ from tines.errors import AppLoadError, ConfigError
 from tines.hooks import HookError, Hooks, ServerView, WorkerView, wrap_app
 
 READY = b"R"
+STANDBY = b"S"
 BOOT_ERROR = b"E"
 DRAINING = b"D"
 DRAINING_REASONS = ("max_requests", "cpu_limit")
@@ -67,6 +73,13 @@ RESET_SIGNALS = (
 """The master's handlers, reset in the child (Rust installs the worker's own)."""
 
 PR_SET_PDEATHSIG = 1
+
+PROMOTE_SIGNAL = signal.SIGRTMIN
+"""Promotes a standby (ADR 0021). A real-time signal no part of Tines or a terminal sends for
+anything else; it stays blocked in a promoted worker, so a second one would wait unseen."""
+
+STANDBY_ENDS = frozenset({PROMOTE_SIGNAL, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR2})
+"""What a standby waits for: its promotion, or a stop or a retire (then it exits, code 0)."""
 
 log = logs.get("worker")
 
@@ -92,6 +105,8 @@ class WorkerContext:
     """The server hooks (post_fork, post_worker_init, worker_exit, pre/post_request run here)."""
     profile_dir: str | None = None
     """Where the sampling profiler writes (``profile``; None: off)."""
+    standby: bool = False
+    """Boot, then wait for the master's promotion before serving (``tines.standby``)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +162,11 @@ def encode_ready(pid: int, slot: int) -> bytes:
     return READY + struct.pack(READY_FORMAT, pid, slot)
 
 
+def encode_standby(pid: int, slot: int) -> bytes:
+    """The standby message."""
+    return STANDBY + struct.pack(READY_FORMAT, pid, slot)
+
+
 def encode_boot_error(pid: int, slot: int, message: str) -> bytes:
     """The boot-error message (the text is cut to fit one atomic pipe write)."""
     header = 1 + struct.calcsize(ERROR_FORMAT)
@@ -165,12 +185,12 @@ def decode(buffer: bytearray) -> list[tuple[str, int, int, str]]:
     messages = []
     while buffer:
         kind = bytes(buffer[:1])
-        if kind == READY:
+        if kind in (READY, STANDBY):
             size = 1 + struct.calcsize(READY_FORMAT)
             if len(buffer) < size:
                 break
             pid, slot = struct.unpack_from(READY_FORMAT, buffer, 1)
-            messages.append(("ready", pid, slot, ""))
+            messages.append(("ready" if kind == READY else "standby", pid, slot, ""))
         elif kind in (BOOT_ERROR, DRAINING):
             head = 1 + struct.calcsize(ERROR_FORMAT)
             if len(buffer) < head:
@@ -188,12 +208,16 @@ def decode(buffer: bytearray) -> list[tuple[str, int, int, str]]:
     return messages
 
 
+LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+"""The C library (for ``prctl``), opened once in the master: the symbols of the process itself,
+libc's among them. ``ctypes.util.find_library`` would run ``ldconfig -p`` in a subprocess in
+every worker (6-12 ms of its start; a worker stopped during it left that child behind)."""
+
+
 def _set_parent_death_signal() -> None:
     """Ask the kernel to SIGKILL this worker if the master dies (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if LIBC is not None:
+        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _raise_open_files_limit() -> None:
@@ -227,6 +251,18 @@ def _register_dump_signal(context: WorkerContext) -> None:
 
     _core.install_dump_handler(context.scoreboard, context.slot, watchdog.DUMP_SIGNAL)
     faulthandler.register(watchdog.DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=True)
+
+
+def _stand_by(context: WorkerContext, pid: int) -> bool:
+    """Tell the master this standby has booted and wait: True once promoted, False for a stop
+    or a retire. The stop signals are blocked for ``sigwait`` only while it waits (a stop that
+    comes after the promotion meets their default action until Rust installs its handlers, as
+    for a worker that was never a standby)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STANDBY_ENDS)
+    _write(context.notify_write, encode_standby(pid, context.slot))
+    promoted = signal.sigwait(STANDBY_ENDS) == PROMOTE_SIGNAL
+    signal.pthread_sigmask(signal.SIG_SETMASK, previous | {PROMOTE_SIGNAL})
+    return promoted
 
 
 def _write(fd: int, data: bytes) -> None:
@@ -320,6 +356,9 @@ def _serve(context: WorkerContext) -> int:
         _write(context.notify_write, encode_boot_error(pid, context.slot, str(error)))
         return EXIT_BOOT_ERROR
     context.hooks.call_logged("post_worker_init", worker)
+    if context.standby and not _stand_by(context, pid):
+        context.hooks.call_logged("worker_exit", server, worker)
+        return 0
     if interface != "wsgi":
         return _serve_asgi(context, asgi.as_asgi3(app, interface), server, worker)
     app = wrap_app(app, context.hooks, worker)

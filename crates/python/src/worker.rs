@@ -50,7 +50,8 @@ pub struct PythonSpec<'py> {
     ready: Option<(i32, Vec<u8>)>,
     /// `(fd, {reason: message})`: when the worker starts draining by its own decision
     /// ("max_requests", "cpu_limit"), the message for that reason is written to `fd` in one
-    /// `write`, at once, so the master starts the replacement while this worker drains.
+    /// `write`, at once, so the master starts the replacement while this worker drains; for
+    /// "max_requests" when the last request is dispatched, before its response.
     draining: Option<(i32, HashMap<String, Vec<u8>>)>,
 }
 

@@ -45,9 +45,9 @@ pub struct WorkerSpec {
     /// Called once when the whole set-up is done and the loop is about to serve; a set-up
     /// failure returns an error from [`run_worker`] without calling it.
     pub on_ready: Option<ReadyHook>,
-    /// Called when the worker starts draining by its own decision (`max_requests`, the soft
-    /// CPU limit; see [`StopReason::is_own_decision`]), with the reason, so the master can
-    /// start its replacement at once.
+    /// Called once when the worker starts draining by its own decision (`max_requests`, the
+    /// soft CPU limit; see [`StopReason::is_own_decision`]), with the reason, so the master can
+    /// start its replacement at once: for `max_requests`, as its last request is dispatched.
     pub on_draining: Option<DrainingHook>,
 }
 
