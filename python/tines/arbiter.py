@@ -261,8 +261,9 @@ class Arbiter(Master):
             master_pid=self.pid, app=self.app, settings=generation.worker_settings, hooks=generation.hooks,
             profile_dir=profiler.profile_path(generation.cfg, self.pid), standby=standby,
         )
-        generation.hooks.call_logged("pre_fork", self.server_view(),
-                                     WorkerView(pid=None, slot=slot, generation=generation.number, mpm=generation.cfg.mpm))
+        if generation.hooks.defines("pre_fork"):  # its views are O(workers): built only for it
+            generation.hooks.call_logged("pre_fork", self.server_view(), WorkerView(
+                pid=None, slot=slot, generation=generation.number, mpm=generation.cfg.mpm))
         fleet.fork(context)
         return True
 
@@ -410,7 +411,8 @@ class Arbiter(Master):
             worker = self.fleet.collect(pid, status, usage.ru_utime + usage.ru_stime, self.cfg)
             if worker is None:
                 continue
-            self.generation.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
+            if self.generation.hooks.defines("child_exit"):  # its views are O(workers)
+                self.generation.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
             if not worker.ready and not worker.stopping:
                 self.on_death_before_ready(worker, status)
             elif (not worker.stopping or worker.own_decision) and exits.crashed(status):
