@@ -26,7 +26,10 @@ can drain (it then stops at once, having accepted nothing) instead of killing it
 
 Promotion (``PROMOTE_SIGNAL`` from the master, to a standby): blocked from the fork on like
 USR2, so one sent while the standby boots waits for it; the standby takes it, or a stop (TERM,
-INT, QUIT) or a retire (USR2), with ``sigwait`` once it has booted.
+INT, QUIT) or a retire (USR2), with ``sigwait`` once it has booted. A WSGI standby waits inside
+``run_worker``, its Rust set-up done (``WorkerSpec.standby``), with the stop signals blocked
+from before that set-up so that none is taken by Rust's handlers while it waits; an ASGI
+standby waits before its ``AsgiWorker`` (its lifespan startup runs once it is promoted).
 """
 
 from __future__ import annotations
@@ -78,7 +81,9 @@ PROMOTE_SIGNAL = signal.SIGRTMIN
 """Promotes a standby (ADR 0021). A real-time signal no part of Tines or a terminal sends for
 anything else; it stays blocked in a promoted worker, so a second one would wait unseen."""
 
-STANDBY_ENDS = frozenset({PROMOTE_SIGNAL, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR2})
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGQUIT})
+
+STANDBY_ENDS = STOP_SIGNALS | {PROMOTE_SIGNAL, signal.SIGUSR2}
 """What a standby waits for: its promotion, or a stop or a retire (then it exits, code 0)."""
 
 log = logs.get("worker")
@@ -126,15 +131,19 @@ class WorkerSpec:
     """``(fd, message)``: written once the worker's set-up is done (the notify pipe)."""
     draining: tuple[int, dict[str, bytes]] | None = None
     """``(fd, {reason: message})``: written the moment the worker drains by its own decision."""
+    standby: Callable[[], bool] | None = None
+    """A standby's wait, run by Rust once its set-up is done (``_stand_by``): True once
+    promoted; None for a worker that serves at once."""
 
 
-def worker_spec(context: WorkerContext, pid: int) -> WorkerSpec:
-    """The spec of the worker ``context`` describes, running as ``pid``."""
+def worker_spec(context: WorkerContext, pid: int, standby: Callable[[], bool] | None = None) -> WorkerSpec:
+    """The spec of the worker ``context`` describes, running as ``pid`` (a standby waits in
+    ``standby``)."""
     draining = {reason: encode_draining(pid, context.slot, reason) for reason in DRAINING_REASONS}
     return WorkerSpec(settings=context.settings, listeners=context.listeners,
                       scoreboard=context.scoreboard, slot=context.slot, life_fd=context.life_read,
                       ready=(context.notify_write, encode_ready(pid, context.slot)),
-                      draining=(context.notify_write, draining))
+                      draining=(context.notify_write, draining), standby=standby)
 
 
 def worker_settings(cfg: Config) -> dict[str, object]:
@@ -255,9 +264,8 @@ def _register_dump_signal(context: WorkerContext) -> None:
 
 def _stand_by(context: WorkerContext, pid: int) -> bool:
     """Tell the master this standby has booted and wait: True once promoted, False for a stop
-    or a retire. The stop signals are blocked for ``sigwait`` only while it waits (a stop that
-    comes after the promotion meets their default action until Rust installs its handlers, as
-    for a worker that was never a standby)."""
+    or a retire. What it waits for is blocked for ``sigwait`` while it waits (USR2 again: Rust's
+    set-up unblocks it); the mask it found is put back, with the promotion still blocked."""
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, STANDBY_ENDS)
     _write(context.notify_write, encode_standby(pid, context.slot))
     promoted = signal.sigwait(STANDBY_ENDS) == PROMOTE_SIGNAL
@@ -356,10 +364,10 @@ def _serve(context: WorkerContext) -> int:
         _write(context.notify_write, encode_boot_error(pid, context.slot, str(error)))
         return EXIT_BOOT_ERROR
     context.hooks.call_logged("post_worker_init", worker)
-    if context.standby and not _stand_by(context, pid):
-        context.hooks.call_logged("worker_exit", server, worker)
-        return 0
     if interface != "wsgi":
+        if context.standby and not _stand_by(context, pid):
+            context.hooks.call_logged("worker_exit", server, worker)
+            return 0
         return _serve_asgi(context, asgi.as_asgi3(app, interface), server, worker)
     app = wrap_app(app, context.hooks, worker)
     import tines._core as _core
@@ -372,8 +380,17 @@ def _serve(context: WorkerContext) -> int:
         # the profiler cuts the stacks there.
         sampler = profiler.Sampler(context.profile_dir, cfg.profile_interval, _serve.__code__)
         sampler.start()
+    standby = None
+    if context.standby:
+        # Rust's handlers must not take a stop while the standby waits for it in sigwait.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+        def standby() -> bool:
+            promoted = _stand_by(context, pid)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # to Rust's handlers
+            return promoted
     # Rust writes the ready message once the access log is open and the app threads started.
-    reason = _core.run_worker(app, worker_spec(context, pid))
+    reason = _core.run_worker(app, worker_spec(context, pid, standby))
     log.debug("worker %d (slot %d) stopped: %s", pid, context.slot, reason)
     if sampler is not None:
         sampler.stop()
