@@ -79,3 +79,25 @@ def test_max_requests_1_under_8_clients_serves_every_request_from_its_own_proces
     log = server.log_text()
     assert "no free scoreboard slot" not in log
     assert "crashed after ready" not in log and "died before ready" not in log
+
+
+def test_a_standby_accepts_nothing_until_promoted_and_a_stop_ends_it_cleanly(tines_server: Any) -> None:
+    # max_requests 0: the worker never drains, so the standby is never promoted.
+    server = tines_server("hello_pid:app", "-w", "1", "--standby-workers", "1", "--log-level", "debug")
+    standby = int(server.wait_for_log(r"standby (\d+) \(slot \d\) booted")[0].group(1))
+    worker = next(pid for pid in server.worker_pids() if pid != standby)
+    served_by = {int(http_get(server.port, close=True)[1]) for _ in range(20)}
+    assert served_by == {worker}
+    server.signal(signal.SIGTERM)
+    assert server.wait() == 0
+    server.wait_for_log(rf"worker {standby} \(slot \d\) exited with code 0")
+    assert process_group(server.pid) == []
+
+
+def test_max_requests_1_promotes_the_standby_for_the_next_request(tines_server: Any) -> None:
+    server = tines_server("hello_pid:app", "-w", "1", "--max-requests", "1", "--preload", "--log-level", "debug")
+    standby = int(server.wait_for_log(r"standby (\d+) \(slot \d\) booted")[0].group(1))
+    first = int(http_get(server.port, close=True)[1])
+    assert first != standby
+    server.wait_for_log(rf"promoted standby {standby} ")
+    assert int(http_get(server.port, close=True)[1]) == standby
