@@ -124,9 +124,10 @@ class Fleet:
                         "threads do not survive fork, and locks they hold stay locked in workers",
                         threading.active_count())
         # The child is born with USR2 (retire) blocked, so a retire sent while it boots waits
-        # for the worker's own handler (tines.worker) instead of killing it; and with the
-        # promotion blocked, so a standby promoted while it boots takes it once booted.
-        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2, worker_process.PROMOTE_SIGNAL})
+        # for the worker's own handler (tines.worker) instead of killing it; with the promotion
+        # blocked, so a standby promoted while it boots takes it once booted; and with the stop
+        # signals blocked, so a stop sent before it resets the master's handlers is not lost.
+        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, worker_process.BLOCKED_AT_FORK)
         pid = os.fork()
         if pid == 0:
             worker_process.run(context)  # never returns

@@ -27,15 +27,19 @@ can drain (it then stops at once, having accepted nothing) instead of killing it
 Promotion (``PROMOTE_SIGNAL`` from the master, to a standby): blocked from the fork on like
 USR2, so one sent while the standby boots waits for it; the standby takes it, or a stop (TERM,
 INT, QUIT) or a retire (USR2), with ``sigwait`` once it has booted. A WSGI standby waits inside
-``run_worker``, its Rust set-up done (``WorkerSpec.standby``), with the stop signals blocked
-from before that set-up so that none is taken by Rust's handlers while it waits; an ASGI
-standby waits before its ``AsgiWorker`` (its lifespan startup runs once it is promoted).
+``run_worker``, its Rust set-up done (``WorkerSpec.standby``); an ASGI standby waits before its
+``AsgiWorker`` (its lifespan startup runs once it is promoted).
+
+Stops (TERM, INT, QUIT): blocked from the fork on too, so one sent before the master's Python
+handlers are reset in the child is not lost to them; a worker unblocks them once they are reset,
+a standby keeps them blocked until its ``sigwait`` has taken its promotion.
 """
 
 from __future__ import annotations
 
 import ctypes
 import faulthandler
+import functools
 import gc
 import os
 import random
@@ -85,6 +89,9 @@ STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGQUIT})
 
 STANDBY_ENDS = STOP_SIGNALS | {PROMOTE_SIGNAL, signal.SIGUSR2}
 """What a standby waits for: its promotion, or a stop or a retire (then it exits, code 0)."""
+
+BLOCKED_AT_FORK = STANDBY_ENDS
+"""What the master blocks around ``fork``, so the child is born with it blocked (above)."""
 
 log = logs.get("worker")
 
@@ -264,12 +271,13 @@ def _register_dump_signal(context: WorkerContext) -> None:
 
 def _stand_by(context: WorkerContext, pid: int) -> bool:
     """Tell the master this standby has booted and wait: True once promoted, False for a stop
-    or a retire. What it waits for is blocked for ``sigwait`` while it waits (USR2 again: Rust's
-    set-up unblocks it); the mask it found is put back, with the promotion still blocked."""
+    or a retire. The stop signals are blocked from the fork on (so none is lost before this
+    wait, nor taken by Rust's handlers during its set-up), USR2 again here (the set-up unblocks
+    it); once promoted the stop signals go to their handlers, the promotion stays blocked."""
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, STANDBY_ENDS)
     _write(context.notify_write, encode_standby(pid, context.slot))
     promoted = signal.sigwait(STANDBY_ENDS) == PROMOTE_SIGNAL
-    signal.pthread_sigmask(signal.SIG_SETMASK, previous | {PROMOTE_SIGNAL})
+    signal.pthread_sigmask(signal.SIG_SETMASK, (previous - STOP_SIGNALS) | {PROMOTE_SIGNAL})
     return promoted
 
 
@@ -306,6 +314,11 @@ def _serve(context: WorkerContext) -> int:
     for signum in RESET_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
+    if not context.standby:
+        # Blocked from the fork on (tines.fleet): a stop sent before the reset above would have
+        # gone to the master's handler and been lost; pending, it now has its default action.
+        # A standby keeps them blocked for its sigwait (``_stand_by``).
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     # A segfault or a fatal error (in the app, a C extension or Rust) leaves the Python stack
     # of every thread in the error log (fd 2) before the worker dies by the signal.
     faulthandler.enable(file=sys.stderr, all_threads=True)
@@ -380,16 +393,8 @@ def _serve(context: WorkerContext) -> int:
         # the profiler cuts the stacks there.
         sampler = profiler.Sampler(context.profile_dir, cfg.profile_interval, _serve.__code__)
         sampler.start()
-    standby = None
-    if context.standby:
-        # Rust's handlers must not take a stop while the standby waits for it in sigwait.
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-
-        def standby() -> bool:
-            promoted = _stand_by(context, pid)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # to Rust's handlers
-            return promoted
     # Rust writes the ready message once the access log is open and the app threads started.
+    standby = functools.partial(_stand_by, context, pid) if context.standby else None
     reason = _core.run_worker(app, worker_spec(context, pid, standby))
     log.debug("worker %d (slot %d) stopped: %s", pid, context.slot, reason)
     if sampler is not None:
