@@ -42,7 +42,6 @@ import faulthandler
 import functools
 import gc
 import os
-import random
 import resource
 import signal
 import struct
@@ -331,7 +330,6 @@ def _serve(context: WorkerContext) -> int:
     _set_parent_death_signal()
     if os.getppid() != context.master_pid:
         return 0  # the master died before we set the death signal
-    random.seed()
     pid = os.getpid()
     try:
         # Before post_fork and the app, so what they allocate and open counts too.
