@@ -14,7 +14,8 @@ Notify-pipe messages (one ``write`` each, at most PIPE_BUF = 4096 bytes, so atom
 
 - ready:      ``b"R" + struct.pack("<ii", pid, slot)``
 - standby:    ``b"S" + struct.pack("<ii", pid, slot)``: a standby (``tines.standby``) has
-  booted and waits for its promotion; promoted, it writes ``ready`` as any worker.
+  booted and waits for its promotion; promoted, a WSGI standby serves without another message
+  (an ASGI one writes ``ready`` once its lifespan startup is done).
 - boot error: ``b"E" + struct.pack("<iiH", pid, slot, n) + <n bytes of UTF-8 message>``
 - draining:   ``b"D" + struct.pack("<iiH", pid, slot, n) + <n bytes of ASCII reason>``, written
   by Rust the moment a worker starts draining by its own decision (reason ``max_requests`` or
@@ -143,13 +144,14 @@ class WorkerSpec:
 
 
 def worker_spec(context: WorkerContext, pid: int, standby: Callable[[], bool] | None = None) -> WorkerSpec:
-    """The spec of the worker ``context`` describes, running as ``pid`` (a standby waits in
-    ``standby``)."""
+    """The spec of the worker ``context`` describes, running as ``pid``. A WSGI standby waits
+    in ``standby`` and writes no ``ready``: its ``standby`` message made it ready for the master,
+    and one wake-up less per promotion matters with ``max_requests`` 1."""
     draining = {reason: encode_draining(pid, context.slot, reason) for reason in DRAINING_REASONS}
+    ready = None if standby is not None else (context.notify_write, encode_ready(pid, context.slot))
     return WorkerSpec(settings=context.settings, listeners=context.listeners,
                       scoreboard=context.scoreboard, slot=context.slot, life_fd=context.life_read,
-                      ready=(context.notify_write, encode_ready(pid, context.slot)),
-                      draining=(context.notify_write, draining), standby=standby)
+                      ready=ready, draining=(context.notify_write, draining), standby=standby)
 
 
 def worker_settings(cfg: Config) -> dict[str, object]:
