@@ -192,8 +192,11 @@ class Fleet:
         worker.stopping = True
         worker.own_decision = True
         worker.reason = reason
-        self.recycles.count(reason, now)
-        log.debug("worker %d (slot %d) draining (%s): starting its replacement", pid, worker.slot, reason)
+        level = log.info
+        if reason == "max_requests":  # with max_requests 1, one per request: summed up at info
+            self.recycles.count(reason, now)
+            level = log.debug
+        level("worker %d (slot %d) draining (%s): starting its replacement", pid, worker.slot, reason)
 
     def log_recycles(self, now: float) -> None:
         """The recycles' info line, once per ``RECYCLE_SUMMARY_PERIOD`` while workers recycle."""
@@ -303,8 +306,9 @@ their own lines are at debug)."""
 
 
 class RecycleLog:
-    """Workers that drained by their own decision (``max_requests``, ``cpu_limit``), counted
-    for one info line per period: "recycled 412 workers in the last 10 s (max_requests)"."""
+    """Workers that drained by their own decision, counted by reason for one info line per
+    period: "recycled 412 workers in the last 10 s (max_requests)". The master counts the
+    ``max_requests`` ones (a ``cpu_limit`` one is rare and logged at info on its own)."""
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
