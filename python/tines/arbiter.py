@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from setproctitle import setproctitle
 
 from tines import exits, logs, profiler, upgrade, watchdog
+from tines import standby as standby_policy
 from tines import pool as spare_pool
 from tines import reload as reloading
 from tines import status as status_process
@@ -152,18 +153,23 @@ class Arbiter(Master):
         return timeout if due is None else min(timeout, due)
 
     def read_notifications(self) -> None:
-        """Handle every complete ready / draining / boot_error message from the workers."""
+        """Handle every complete ready / standby / draining / boot_error message from the
+        workers. A draining worker's standby is promoted at once (the rest of the loop's turn,
+        a fork among it, would delay the promotion)."""
+        now = time.monotonic()
         for kind, pid, slot, text in self.fleet.messages():
-            if kind == "ready":
-                self.on_ready(pid)
+            if kind in ("ready", "standby"):
+                self.on_ready(pid, standby=kind == "standby")
             elif kind == "draining":
-                self.fleet.draining(pid, text)
+                self.fleet.draining(pid, text, now)
+                self.promote_standbys()
             else:
                 self.on_boot_error(pid, slot, text)
+        self.fleet.log_recycles(now)
 
-    def on_ready(self, pid: int) -> None:
-        """A worker loaded the app and is accepting."""
-        if self.fleet.ready(pid, time.monotonic(), self.generation.memory_merge) is None:
+    def on_ready(self, pid: int, standby: bool = False) -> None:
+        """A worker loaded the app and is accepting, or a standby booted (``standby``)."""
+        if self.fleet.ready(pid, time.monotonic(), self.generation.memory_merge, standby) is None:
             return
         self.crashes.ready()
         self.ever_ready = True
@@ -197,7 +203,7 @@ class Arbiter(Master):
             return  # WINCH during an upgrade, or handing over to the new master
         if self.reload_step():
             return
-        live = self.live_workers()
+        live = self.promote_standbys()
         while len(live) < self.num_workers and self.crashes.take_start(
                 time.monotonic(), len(live), exits.crash_floor(self.num_workers)):
             if not self.spawn_worker():
@@ -206,13 +212,43 @@ class Arbiter(Master):
         extra = len(live) - self.num_workers
         for worker in sorted(live, key=lambda w: w.born, reverse=True)[:max(extra, 0)]:
             self.retire_worker(worker, "idle_retire", "fewer workers")
+        self.keep_standbys()
 
-    def spawn_worker(self) -> bool:
-        """Fork one worker of the generation into a free slot; False when no slot is free."""
+    def standby_plan(self) -> standby_policy.Plan:
+        """The standby policy's plan for the workers missing now (``tines.standby``)."""
+        number = self.generation.number
+        return standby_policy.plan(self.num_workers - len(self.live_workers()),
+                            [standby_policy.Standby(pid=w.pid, ready=w.ready, born=w.born, current=w.generation == number)
+                             for w in self.fleet.standbys()],
+                            standby_policy.count(self.cfg))
+
+    def promote_standbys(self) -> list[Worker]:
+        """Promote a standby for each serving worker missing (a draining one, a dead one), at
+        once: it has booted, so no backoff holds it. The live workers afterwards."""
+        for pid in self.standby_plan().promote:
+            self.fleet.promote(self.workers[pid])
+        return self.live_workers()
+
+    def keep_standbys(self) -> None:
+        """Retire the standbys of an older generation and those beyond the count; start what
+        is missing (after any backoff), once every missing worker is started."""
+        plan = self.standby_plan()
+        for pid in plan.retire:
+            self.retire_worker(self.workers[pid], "idle_retire", "standby no longer wanted")
+        if len(self.live_workers()) < self.num_workers:
+            return
+        for _ in range(plan.start):
+            if time.monotonic() < self.crashes.next_spawn or not self.spawn_worker(standby=True):
+                break
+
+    def spawn_worker(self, standby: bool = False) -> bool:
+        """Fork one worker of the generation (or a standby) into a free slot; False when no
+        slot is free."""
         slot = self.fleet.free_slot()
         if slot is None:
-            log.warning("no free scoreboard slot: running %d workers, not %d",
-                        len(self.live_workers()), self.num_workers)
+            log.warning("no free scoreboard slot: running %d workers and %d standbys, not %d and %d",
+                        len(self.live_workers()), len(self.fleet.standbys()), self.num_workers,
+                        standby_policy.count(self.cfg))
             return False
         generation, fleet = self.generation, self.fleet
         context = worker_process.WorkerContext(
@@ -224,10 +260,11 @@ class Arbiter(Master):
                             *filter(None, [self.notifier.fileno()]), *self.upgrade.inherited_fds(),
                             *self.status.close_in_child()],
             master_pid=self.pid, app=self.app, settings=generation.worker_settings, hooks=generation.hooks,
-            profile_dir=profiler.profile_path(generation.cfg, self.pid),
+            profile_dir=profiler.profile_path(generation.cfg, self.pid), standby=standby,
         )
-        generation.hooks.call_logged("pre_fork", self.server_view(),
-                                     WorkerView(pid=None, slot=slot, generation=generation.number, mpm=generation.cfg.mpm))
+        if generation.hooks.defines("pre_fork"):  # its views are O(workers): built only for it
+            generation.hooks.call_logged("pre_fork", self.server_view(), WorkerView(
+                pid=None, slot=slot, generation=generation.number, mpm=generation.cfg.mpm))
         fleet.fork(context)
         return True
 
@@ -271,7 +308,7 @@ class Arbiter(Master):
     def reload_step(self) -> bool:
         """The reload's turn (``Reloader.step``), carried out; True while a reload is in
         progress (then the usual worker management waits)."""
-        self.carry_out_reload(self.reloader.step(self.workers.values(), self.num_workers,
+        self.carry_out_reload(self.reloader.step(self.fleet.processes(), self.num_workers,
                                                  self.announced, self.upgrade.wants_workers))
         return self.reloader.active
 
@@ -281,7 +318,7 @@ class Arbiter(Master):
         log.info("reload: reading the config again (generation %d serves meanwhile)", self.generation.number)
         self.notifier.reload_started()
         self.carry_out_reload(self.reloader.begin(self.generation, self.num_workers,
-                                                  self.workers.values(), self.pid))
+                                                  self.fleet.processes(), self.pid))
 
     def carry_out_reload(self, decision: reloading.Decision) -> None:
         """Do what the reload decided, in the order of its fields."""
@@ -376,7 +413,8 @@ class Arbiter(Master):
             if collected is None:
                 continue
             worker, in_flight = collected
-            self.generation.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
+            if self.generation.hooks.defines("child_exit"):  # its views are O(workers)
+                self.generation.hooks.call_logged("child_exit", self.server_view(), self.worker_view(worker))
             if not worker.ready and not worker.stopping:
                 self.on_death_before_ready(worker, status)
             elif (not worker.stopping or worker.own_decision) and exits.crashed(status):

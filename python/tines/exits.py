@@ -222,5 +222,8 @@ def log_exit(cfg: Config, worker: Worker, status: int, cpu_seconds: float = 0.0,
     else:
         code = os.WEXITSTATUS(status)
         expected = worker.stopping or code == 0
-        (log.info if expected else log.error)(
+        # A max_requests recycle's exit (max_requests 1: one per request) is at debug; the
+        # master sums them up at info (tines.fleet.RecycleLog). A cpu_limit one names its limit.
+        recycled = worker.own_decision and code == 0 and worker.reason == "max_requests"
+        (log.debug if recycled else log.info if expected else log.error)(
             "worker %d (slot %d) exited with code %d%s", worker.pid, worker.slot, code, cause)

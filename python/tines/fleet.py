@@ -44,6 +44,7 @@ class Fleet:
         self.life_read = self.life_write = -1
         self.notify_buffer = bytearray()
         self.warned_threads = False
+        self.recycles = RecycleLog()
 
     def open_pipes(self) -> None:
         """The notify pipe (workers write whole messages to it: its write end blocks) and the
@@ -66,8 +67,19 @@ class Fleet:
     # ----- who is there ------------------------------------------------------------------------
 
     def live(self, generation: int) -> list[Worker]:
-        """Workers of ``generation`` that are not being stopped."""
-        return [w for w in self.workers.values() if not w.stopping and w.generation == generation]
+        """Workers of ``generation`` that are not being stopped (standbys are not workers
+        until their promotion)."""
+        return [w for w in self.workers.values()
+                if not w.stopping and not w.standby and w.generation == generation]
+
+    def processes(self) -> list[Worker]:
+        """Every worker process but the standbys (a reload replaces these; the standbys of the
+        generation it replaces are retired once it is done)."""
+        return [w for w in self.workers.values() if not w.standby]
+
+    def standbys(self) -> list[Worker]:
+        """Standbys not promoted and not being stopped, of every generation."""
+        return [w for w in self.workers.values() if w.standby and not w.stopping]
 
     def serving(self) -> list[Worker]:
         """Ready workers that are not being stopped."""
@@ -96,6 +108,8 @@ class Fleet:
     def wait(self, now: float) -> float | None:
         """Seconds until a memory read or a watchdog deadline is due; None when none is."""
         waits = [self.memory_sampler.wait(now)] if self.serving() else []
+        summary = self.recycles.wait(now)
+        waits += [summary] if summary is not None else []
         due = self.watchdog.next_wake(self.workers.values()) if self.watchdog is not None else None
         waits += [due] if due is not None else []
         return min(waits) if waits else None
@@ -110,8 +124,10 @@ class Fleet:
                         "threads do not survive fork, and locks they hold stay locked in workers",
                         threading.active_count())
         # The child is born with USR2 (retire) blocked, so a retire sent while it boots waits
-        # for the worker's own handler (tines.worker) instead of killing it.
-        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+        # for the worker's own handler (tines.worker) instead of killing it; with the promotion
+        # blocked, so a standby promoted while it boots takes it once booted; and with the stop
+        # signals blocked, so a stop sent before it resets the master's handlers is not lost.
+        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, worker_process.BLOCKED_AT_FORK)
         # Claimed before the fork: a claim after it could wipe the child's first records (the
         # request a quick child died serving) if the master is slow to run again.
         self.scoreboard.claim(context.slot, 0, context.generation)
@@ -120,8 +136,15 @@ class Fleet:
             worker_process.run(context)  # never returns
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         self.scoreboard.set_pid(context.slot, pid)
-        self.workers[pid] = Worker(pid, context.slot, context.generation)
-        log.debug("spawned worker %d (slot %d)", pid, context.slot)
+        self.workers[pid] = Worker(pid, context.slot, context.generation, standby=context.standby)
+        log.debug("spawned %s %d (slot %d)", "standby" if context.standby else "worker", pid, context.slot)
+
+    def promote(self, worker: Worker) -> None:
+        """Make a standby a worker: it enters the Rust worker and accepts (it writes ``ready``
+        once its set-up is done); it counts as live from now on."""
+        worker.standby = False
+        send(worker, worker_process.PROMOTE_SIGNAL)
+        log.debug("promoted standby %d (slot %d)", worker.pid, worker.slot)
 
     def messages(self) -> list[tuple[str, int, int, str]]:
         """Every complete message the workers wrote so far: (kind, pid, slot, text)."""
@@ -135,20 +158,34 @@ class Fleet:
             pass
         return worker_process.decode(self.notify_buffer)
 
-    def ready(self, pid: int, now: float, merge: bool) -> Worker | None:
-        """A worker said ready: mark it, read its memory, log how long it took to boot."""
+    def ready(self, pid: int, now: float, merge: bool, standby: bool = False) -> Worker | None:
+        """A worker said ready, or a standby that it booted: mark it, log how long it took.
+
+        With ``max_requests`` 1 this runs once per request, so a recycle's replacement (and a
+        standby, and its promotion) is logged at debug, with no memory read: the recycles are
+        summed up at info (``RecycleLog``) and its memory is sampled on the sampler's schedule.
+        Any other ready line (the start, a reload, a crash's replacement) is at info, with the
+        worker's memory read at once.
+        """
         worker = self.workers.get(pid)
         if worker is None:
             return None
+        promoted = worker.ready  # a standby's second message: promoted, it serves
         worker.ready = True
+        elapsed = (now - worker.born) * 1000
+        if standby or promoted or self.recycles.open:
+            what = "booted" if standby else "serving" if promoted else "ready"
+            log.debug("%s %d (slot %d) %s in %.1f ms", "standby" if standby else "worker", pid, worker.slot,
+                      what, elapsed)
+            return worker
         usage = self.memory_sampler.read(pid, merge)
         if usage is not None:
             self.record_memory(worker, usage)
         figures = f" ({usage.describe()})" if usage is not None else ""
-        log.info("worker %d (slot %d) ready in %.1f ms%s", pid, worker.slot, (now - worker.born) * 1000, figures)
+        log.info("worker %d (slot %d) ready in %.1f ms%s", pid, worker.slot, elapsed, figures)
         return worker
 
-    def draining(self, pid: int, reason: str) -> None:
+    def draining(self, pid: int, reason: str, now: float) -> None:
         """A worker started draining by itself (max_requests, cpu_limit): it is no longer
         live, so the master's ``manage_workers`` spawns its replacement in this same turn while
         it finishes its connections (it still counts toward the processes until it exits)."""
@@ -158,7 +195,17 @@ class Fleet:
         worker.stopping = True
         worker.own_decision = True
         worker.reason = reason
-        log.info("worker %d (slot %d) draining (%s): starting its replacement", pid, worker.slot, reason)
+        level = log.info
+        if reason == "max_requests":  # with max_requests 1, one per request: summed up at info
+            self.recycles.count(reason, now)
+            level = log.debug
+        level("worker %d (slot %d) draining (%s): starting its replacement", pid, worker.slot, reason)
+
+    def log_recycles(self, now: float) -> None:
+        """The recycles' info line, once per ``RECYCLE_SUMMARY_PERIOD`` while workers recycle."""
+        line = self.recycles.summary(now)
+        if line is not None:
+            log.info("%s", line)
 
     # ----- life --------------------------------------------------------------------------------
 
@@ -262,6 +309,49 @@ class Fleet:
                 pass
             self.workers.pop(worker.pid, None)
             reaped(worker)
+
+
+RECYCLE_SUMMARY_PERIOD = 10.0
+"""Seconds summed up by one info line about recycles (with ``max_requests`` 1, one per request:
+their own lines are at debug)."""
+
+
+class RecycleLog:
+    """Workers that drained by their own decision, counted by reason for one info line per
+    period: "recycled 412 workers in the last 10 s (max_requests)". The master counts the
+    ``max_requests`` ones (a ``cpu_limit`` one is rare and logged at info on its own)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.since: float | None = None
+        """When the open period began (its first recycle); None when none is open."""
+
+    @property
+    def open(self) -> bool:
+        """A recycle was counted and not summed up yet: a replacement's lines are at debug."""
+        return self.since is not None
+
+    def count(self, reason: str, now: float) -> None:
+        """One worker started draining by its own decision for ``reason``."""
+        if self.since is None:
+            self.since = now
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+
+    def wait(self, now: float) -> float | None:
+        """Seconds until the summary is due; None while no period is open."""
+        return None if self.since is None else max(0.0, self.since + RECYCLE_SUMMARY_PERIOD - now)
+
+    def summary(self, now: float) -> str | None:
+        """The line once the period is over (and the period closed), else None."""
+        if self.since is None or now - self.since < RECYCLE_SUMMARY_PERIOD:
+            return None
+        total = sum(self.counts.values())
+        reasons = ", ".join(f"{reason} {n}" if len(self.counts) > 1 else reason
+                            for reason, n in sorted(self.counts.items()))
+        line = f"recycled {total} worker{'s' if total != 1 else ''} in the last {now - self.since:.0f} s ({reasons})"
+        self.counts.clear()
+        self.since = None
+        return line
 
 
 def send(worker: Worker, signum: int) -> None:

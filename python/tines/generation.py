@@ -63,3 +63,6 @@ class Worker:
     worker gave in its ``draining`` message); None for the final stop and while serving."""
     own_decision: bool = False
     """It started draining by itself (max_requests, cpu_limit): the master did not signal it."""
+    standby: bool = False
+    """A standby not promoted yet (``tines.standby``): it does not accept, and is no worker of
+    the count until its promotion."""

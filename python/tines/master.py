@@ -26,7 +26,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from tines import logs, memory, preflight, profiler, reloader, sdnotify, upgrade, watchdog
+from tines import logs, memory, preflight, profiler, reloader, sdnotify, standby, upgrade, watchdog
 from tines import pool as spare_pool
 from tines import status as status_process
 from tines.app_loader import check_mpm, interface_of, load_app
@@ -129,8 +129,8 @@ class Master:
 
         pool = self.generation.pool
         most = self.num_workers if pool is None else pool.settings.max_workers
-        scoreboard = self.fleet.scoreboard = _core.Scoreboard(watchdog.scoreboard_slots(most),
-                                                              watchdog.scoreboard_threads(cfg))
+        slots = watchdog.scoreboard_slots(most, standby.count(cfg), cfg.max_requests)
+        scoreboard = self.fleet.scoreboard = _core.Scoreboard(slots, watchdog.scoreboard_threads(cfg))
         scoreboard.publish_master(self.pid)
         scoreboard.set_generation(self.generation.number)
         self.fleet.watchdog = watchdog.Watchdog(cfg, scoreboard)

@@ -35,6 +35,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tines import standby
 from tines.config import Config
 from tines.errors import ConfigError
 
@@ -91,6 +92,7 @@ def settings(cfg: Config, cpu_count: int | None = None) -> PoolSettings | None:
     needs ``max_workers`` without it, ``workers`` given beside ``max_workers``, or bounds that
     contradict each other.
     """
+    standby.count(cfg)  # standby_workers is for a fixed count: raises beside max_workers
     if cfg.max_workers is None:
         given = [name for name in POOL_SETTINGS if cfg.source(name) != "default"]
         if given:

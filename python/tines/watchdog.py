@@ -88,11 +88,21 @@ class WorkerRecord(Protocol):
     stopping: bool
 
 
-def scoreboard_slots(workers: int) -> int:
+EXIT_ROOM = 64
+"""Slots kept, with ``max_requests`` 1, for the processes that have served their request and
+are still exiting (each holds its slot until it is reaped): under load with a process per
+request, each connection in flight may be one. A slot is about 1 KiB per app thread."""
+
+
+def scoreboard_slots(workers: int, standbys: int = 0, max_requests: int = 0) -> int:
     """Scoreboard slots for at most ``workers`` live workers (the fixed count, or the dynamic
-    pool's ``max_workers``), plus room for a reload's new generation and the replacements that
-    start while stopped workers still hold their slots."""
-    return max(workers * 2, workers + 8)
+    pool's ``max_workers``) and ``standbys`` (``tines.standby``), plus room for a reload's new
+    generation and the replacements that start while stopped workers still hold their slots,
+    and with ``max_requests`` 1 (every request ends its process) ``EXIT_ROOM`` more for the
+    processes exiting at once."""
+    processes = workers + standbys
+    exiting = max(EXIT_ROOM, processes * 2) if max_requests == 1 else 0
+    return max(processes * 2, processes + 8) + exiting
 
 
 LOOP_GRACE = 1.0

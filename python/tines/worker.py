@@ -13,6 +13,9 @@ code: the process ends with ``os._exit``.
 Notify-pipe messages (one ``write`` each, at most PIPE_BUF = 4096 bytes, so atomic):
 
 - ready:      ``b"R" + struct.pack("<ii", pid, slot)``
+- standby:    ``b"S" + struct.pack("<ii", pid, slot)``: a standby (``tines.standby``) has
+  booted and waits for its promotion; promoted, a WSGI standby serves without another message
+  (an ASGI one writes ``ready`` once its lifespan startup is done).
 - boot error: ``b"E" + struct.pack("<iiH", pid, slot, n) + <n bytes of UTF-8 message>``
 - draining:   ``b"D" + struct.pack("<iiH", pid, slot, n) + <n bytes of ASCII reason>``, written
   by Rust the moment a worker starts draining by its own decision (reason ``max_requests`` or
@@ -21,12 +24,23 @@ Notify-pipe messages (one ``write`` each, at most PIPE_BUF = 4096 bytes, so atom
 Retire (SIGUSR2 from the master): the child blocks USR2 right after fork and Rust unblocks it
 once its handler is installed, so a retire sent while the worker boots waits until the worker
 can drain (it then stops at once, having accepted nothing) instead of killing it.
+
+Promotion (``PROMOTE_SIGNAL`` from the master, to a standby): blocked from the fork on like
+USR2, so one sent while the standby boots waits for it; the standby takes it, or a stop (TERM,
+INT, QUIT) or a retire (USR2), with ``sigwait`` once it has booted. A WSGI standby waits inside
+``run_worker``, its Rust set-up done (``WorkerSpec.standby``); an ASGI standby waits before its
+``AsgiWorker`` (its lifespan startup runs once it is promoted).
+
+Stops (TERM, INT, QUIT): blocked from the fork on too, so one sent before the master's Python
+handlers are reset in the child is not lost to them; a worker unblocks them once they are reset,
+a standby keeps them blocked until its ``sigwait`` has taken its promotion.
 """
 
 from __future__ import annotations
 
 import ctypes
 import faulthandler
+import functools
 import gc
 import os
 import resource
@@ -47,6 +61,7 @@ from tines.errors import AppLoadError, ConfigError
 from tines.hooks import HookError, Hooks, ServerView, WorkerView, wrap_app
 
 READY = b"R"
+STANDBY = b"S"
 BOOT_ERROR = b"E"
 DRAINING = b"D"
 DRAINING_REASONS = ("max_requests", "cpu_limit", "request_timeout")
@@ -65,6 +80,18 @@ RESET_SIGNALS = (
 """The master's handlers, reset in the child (Rust installs the worker's own)."""
 
 PR_SET_PDEATHSIG = 1
+
+PROMOTE_SIGNAL = signal.SIGRTMIN
+"""Promotes a standby (ADR 0021). A real-time signal no part of Tines or a terminal sends for
+anything else; it stays blocked in a promoted worker, so a second one would wait unseen."""
+
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGQUIT})
+
+STANDBY_ENDS = STOP_SIGNALS | {PROMOTE_SIGNAL, signal.SIGUSR2}
+"""What a standby waits for: its promotion, or a stop or a retire (then it exits, code 0)."""
+
+BLOCKED_AT_FORK = STANDBY_ENDS
+"""What the master blocks around ``fork``, so the child is born with it blocked (above)."""
 
 log = logs.get("worker")
 
@@ -90,6 +117,8 @@ class WorkerContext:
     """The server hooks (post_fork, post_worker_init, worker_exit, pre/post_request run here)."""
     profile_dir: str | None = None
     """Where the sampling profiler writes (``profile``; None: off)."""
+    standby: bool = False
+    """Boot, then wait for the master's promotion before serving (``tines.standby``)."""
 
 
 @dataclass(frozen=True)
@@ -109,15 +138,20 @@ class WorkerSpec:
     """``(fd, message)``: written once the worker's set-up is done (the notify pipe)."""
     draining: tuple[int, dict[str, bytes]] | None = None
     """``(fd, {reason: message})``: written the moment the worker drains by its own decision."""
+    standby: Callable[[], bool] | None = None
+    """A standby's wait, run by Rust once its set-up is done (``_stand_by``): True once
+    promoted; None for a worker that serves at once."""
 
 
-def worker_spec(context: WorkerContext, pid: int) -> WorkerSpec:
-    """The spec of the worker ``context`` describes, running as ``pid``."""
+def worker_spec(context: WorkerContext, pid: int, standby: Callable[[], bool] | None = None) -> WorkerSpec:
+    """The spec of the worker ``context`` describes, running as ``pid``. A WSGI standby waits
+    in ``standby`` and writes no ``ready``: its ``standby`` message made it ready for the master,
+    and one wake-up less per promotion matters with ``max_requests`` 1."""
     draining = {reason: encode_draining(pid, context.slot, reason) for reason in DRAINING_REASONS}
+    ready = None if standby is not None else (context.notify_write, encode_ready(pid, context.slot))
     return WorkerSpec(settings=context.settings, listeners=context.listeners,
                       scoreboard=context.scoreboard, slot=context.slot, life_fd=context.life_read,
-                      ready=(context.notify_write, encode_ready(pid, context.slot)),
-                      draining=(context.notify_write, draining))
+                      ready=ready, draining=(context.notify_write, draining), standby=standby)
 
 
 def worker_settings(cfg: Config) -> dict[str, object]:
@@ -145,6 +179,11 @@ def encode_ready(pid: int, slot: int) -> bytes:
     return READY + struct.pack(READY_FORMAT, pid, slot)
 
 
+def encode_standby(pid: int, slot: int) -> bytes:
+    """The standby message."""
+    return STANDBY + struct.pack(READY_FORMAT, pid, slot)
+
+
 def encode_boot_error(pid: int, slot: int, message: str) -> bytes:
     """The boot-error message (the text is cut to fit one atomic pipe write)."""
     header = 1 + struct.calcsize(ERROR_FORMAT)
@@ -163,12 +202,12 @@ def decode(buffer: bytearray) -> list[tuple[str, int, int, str]]:
     messages = []
     while buffer:
         kind = bytes(buffer[:1])
-        if kind == READY:
+        if kind in (READY, STANDBY):
             size = 1 + struct.calcsize(READY_FORMAT)
             if len(buffer) < size:
                 break
             pid, slot = struct.unpack_from(READY_FORMAT, buffer, 1)
-            messages.append(("ready", pid, slot, ""))
+            messages.append(("ready" if kind == READY else "standby", pid, slot, ""))
         elif kind in (BOOT_ERROR, DRAINING):
             head = 1 + struct.calcsize(ERROR_FORMAT)
             if len(buffer) < head:
@@ -186,12 +225,16 @@ def decode(buffer: bytearray) -> list[tuple[str, int, int, str]]:
     return messages
 
 
+LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+"""The C library (for ``prctl``), opened once in the master: the symbols of the process itself,
+libc's among them. ``ctypes.util.find_library`` would run ``ldconfig -p`` in a subprocess in
+every worker (6-12 ms of its start; a worker stopped during it left that child behind)."""
+
+
 def _set_parent_death_signal() -> None:
     """Ask the kernel to SIGKILL this worker if the master dies (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)  # find_library("c") would run ldconfig: ~5 ms
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if LIBC is not None:
+        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _raise_open_files_limit() -> None:
@@ -229,6 +272,18 @@ def _register_dump_signal(context: WorkerContext) -> None:
     faulthandler.register(watchdog.DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=True)
 
 
+def _stand_by(context: WorkerContext, pid: int) -> bool:
+    """Tell the master this standby has booted and wait: True once promoted, False for a stop
+    or a retire. The stop signals are blocked from the fork on (so none is lost before this
+    wait, nor taken by Rust's handlers during its set-up), USR2 again here (the set-up unblocks
+    it); once promoted the stop signals go to their handlers, the promotion stays blocked."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STANDBY_ENDS)
+    _write(context.notify_write, encode_standby(pid, context.slot))
+    promoted = signal.sigwait(STANDBY_ENDS) == PROMOTE_SIGNAL
+    signal.pthread_sigmask(signal.SIG_SETMASK, (previous - STOP_SIGNALS) | {PROMOTE_SIGNAL})
+    return promoted
+
+
 def _write(fd: int, data: bytes) -> None:
     try:
         os.write(fd, data)
@@ -262,6 +317,11 @@ def _serve(context: WorkerContext) -> int:
     for signum in RESET_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
+    if not context.standby:
+        # Blocked from the fork on (tines.fleet): a stop sent before the reset above would have
+        # gone to the master's handler and been lost; pending, it now has its default action.
+        # A standby keeps them blocked for its sigwait (``_stand_by``).
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     # A segfault or a fatal error (in the app, a C extension or Rust) leaves the Python stack
     # of every thread in the error log (fd 2) before the worker dies by the signal.
     faulthandler.enable(file=sys.stderr, all_threads=True)
@@ -320,6 +380,9 @@ def _serve(context: WorkerContext) -> int:
     if interface != "wsgi":
         from tines import asgi
 
+        if context.standby and not _stand_by(context, pid):
+            context.hooks.call_logged("worker_exit", server, worker)
+            return 0
         return _serve_asgi(context, asgi.as_asgi3(app, interface), server, worker)
     app = wrap_app(app, context.hooks, worker)
     import tines._core as _core
@@ -333,7 +396,8 @@ def _serve(context: WorkerContext) -> int:
         sampler = profiler.Sampler(context.profile_dir, cfg.profile_interval, _serve.__code__)
         sampler.start()
     # Rust writes the ready message once the access log is open and the app threads started.
-    reason = _core.run_worker(app, worker_spec(context, pid))
+    standby = functools.partial(_stand_by, context, pid) if context.standby else None
+    reason = _core.run_worker(app, worker_spec(context, pid, standby))
     log.debug("worker %d (slot %d) stopped: %s", pid, context.slot, reason)
     if sampler is not None:
         sampler.stop()

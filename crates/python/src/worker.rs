@@ -50,8 +50,12 @@ pub struct PythonSpec<'py> {
     ready: Option<(i32, Vec<u8>)>,
     /// `(fd, {reason: message})`: when the worker starts draining by its own decision
     /// ("max_requests", "cpu_limit"), the message for that reason is written to `fd` in one
-    /// `write`, at once, so the master starts the replacement while this worker drains.
+    /// `write`, at once, so the master starts the replacement while this worker drains; for
+    /// "max_requests" when the last request is dispatched, before its response.
     draining: Option<(i32, HashMap<String, Vec<u8>>)>,
+    /// A standby's wait (`tines.worker`): called, with the GIL, once the set-up is done; true
+    /// once promoted. An exception is printed and taken for a stop.
+    standby: Option<Py<PyAny>>,
 }
 
 impl PythonSpec<'_> {
@@ -66,6 +70,7 @@ impl PythonSpec<'_> {
             life_fd,
             ready,
             draining,
+            standby,
         } = self;
         Ok(WorkerSpec {
             config: worker_config(&settings)?,
@@ -81,6 +86,18 @@ impl PythonSpec<'_> {
                     if let Some(message) = messages.get(reason.name()) {
                         write_message(fd, message);
                     }
+                })
+            }),
+            standby: standby.map(|wait| -> tines_server::worker::StandbyHook {
+                Box::new(move || {
+                    Python::attach(|py| {
+                        wait.call0(py)
+                            .and_then(|promoted| promoted.bind(py).is_truthy())
+                            .unwrap_or_else(|err| {
+                                err.print(py);
+                                false
+                            })
+                    })
                 })
             }),
         })

@@ -42,6 +42,9 @@ pub struct WorkerShared {
     pub(crate) on_ready: Mutex<Option<ReadyHook>>,
     /// Called when the worker starts draining by its own decision.
     on_draining: Option<DrainingHook>,
+    /// The draining hook ran (it runs once: at the dispatch of the budget's last request, or
+    /// at the stop).
+    draining_announced: AtomicBool,
 }
 
 /// What a worker runs once it can serve (e.g. telling its master it is ready).
@@ -74,14 +77,18 @@ impl WorkerShared {
             budget: AtomicU64::new(budget),
             on_ready: Mutex::new(None),
             on_draining,
+            draining_announced: AtomicBool::new(false),
         }
     }
 
-    /// Runs the draining hook, if any (the reactor calls it once, when it starts a stop it
-    /// decided itself).
+    /// Runs the draining hook, if any, the first time only: when the budget's last request
+    /// is dispatched ([`WorkerShared::request_started`]), or when the reactor starts a stop it
+    /// decided itself.
     pub(crate) fn announce_draining(&self, reason: StopReason) {
         if let Some(hook) = &self.on_draining {
-            hook(reason);
+            if !self.draining_announced.swap(true, Ordering::Relaxed) {
+                hook(reason);
+            }
         }
     }
 
@@ -208,6 +215,12 @@ impl WorkerShared {
         if self.add_active(&slot.active, 1) == 0 && !self.is_stopping() {
             slot.state
                 .store(WorkerState::Busy as u32, Ordering::Relaxed);
+        }
+        if self.budget.load(Ordering::Relaxed) == 1 {
+            // The last request of `max_requests`: the master starts the replacement (promotes
+            // a standby) while this one runs, not after its response (with `max_requests` 1
+            // the next client would wait for it). One load per request; `u64::MAX` when off.
+            self.announce_draining(StopReason::MaxRequests);
         }
     }
 

@@ -45,16 +45,35 @@ pub struct WorkerSpec {
     /// Called once when the whole set-up is done and the loop is about to serve; a set-up
     /// failure returns an error from [`run_worker`] without calling it.
     pub on_ready: Option<ReadyHook>,
-    /// Called when the worker starts draining by its own decision (`max_requests`, the soft
-    /// CPU limit, a request answered after `request_timeout`; see
+    /// Called once when the worker starts draining by its own decision (`max_requests`, the
+    /// soft CPU limit, a request answered after `request_timeout`; see
     /// [`StopReason::is_own_decision`]), with the reason, so the master can start its
-    /// replacement at once.
+    /// replacement at once: for `max_requests`, as its last request is dispatched.
     pub on_draining: Option<DrainingHook>,
+    /// A standby's wait (see [`StandbyHook`]); None for a worker that serves at once.
+    pub standby: Option<StandbyHook>,
 }
 
+/// What a standby runs once its set-up is done, before its loop: it waits there for its
+/// promotion and returns true (the worker then serves), or false when it is told to stop first
+/// (it then leaves having accepted nothing). Doing the set-up first keeps it off the path of the
+/// request that waits for the promotion.
+pub type StandbyHook = Box<dyn FnOnce() -> bool + Send>;
+
 /// Runs the worker until it is told to stop; returns why it stopped.
-pub fn run_worker(app: Arc<dyn App>, spec: WorkerSpec) -> io::Result<StopReason> {
+pub fn run_worker(app: Arc<dyn App>, mut spec: WorkerSpec) -> io::Result<StopReason> {
+    let standby = spec.standby.take();
     let (reactor, shared) = prepare(spec)?;
+    if let Some(wait) = standby {
+        // Not serving yet: the status output shows it booting until the loop's first turn.
+        shared
+            .slot()
+            .state
+            .store(WorkerState::Booting as u32, Ordering::Relaxed);
+        if !wait() {
+            return Ok(StopReason::Retire);
+        }
+    }
     let reason = match shared.config.mpm {
         Mpm::Prefork => crate::mpm::prefork::run(reactor, app, shared.clone()),
         Mpm::Thread | Mpm::Event => crate::mpm::pool::run(reactor, app, shared.clone()),

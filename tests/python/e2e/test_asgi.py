@@ -399,7 +399,8 @@ def test_a_graceful_stop_lets_a_request_in_flight_finish_then_runs_the_lifespan_
 def test_max_requests_recycles_the_worker_through_its_lifespan_and_every_request_is_answered(
         tines_server: Callable[..., Server], tmp_path: Path) -> None:
     notes = tmp_path / "lifespan.log"
-    server = tines_server(APP, "-w", "1", "--max-requests", "5", env={"LIFESPAN_LOG": str(notes)})
+    server = tines_server(APP, "-w", "1", "--max-requests", "5", "--log-level", "debug",  # the recycles' lines
+                          env={"LIFESPAN_LOG": str(notes)})
     statuses = [get(server, "/").status_code for _ in range(20)]
     assert statuses == [200] * 20
     server.wait_for_log(r"max_requests reached: recycling this worker", count=3)

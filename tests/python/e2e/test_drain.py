@@ -86,11 +86,12 @@ def line_index(log: str, pattern: str) -> int:
 @pytest.mark.parametrize("mpm", MPMS)
 def test_max_requests_recycling_under_keep_alive_load_loses_no_request(tines_server: Any, mpm: str) -> None:
     server = tines_server("hello_pid:app", "-w", "2", "--mpm", mpm, "--threads", "2",
-                          "--max-requests", "100", "--max-requests-jitter", "20")
+                          "--max-requests", "100", "--max-requests-jitter", "20", "--log-level", "debug")
     report = bench("-c", "8", "-t", "2", "-n", "3000", server.url + "/")
     assert report["errors"]["total"] == 0, report["errors"]
     assert report["ok"] == 3000 and report["status_counts"] == {"200": 3000}
-    # Each 2 workers serve at most 240 requests before recycling: 3000 took at least 10 recycles.
+    # Each 2 workers serve at most 240 requests before recycling: 3000 took at least 10 recycles
+    # (their lines are at debug: with max_requests 1 there is one per request).
     server.wait_for_log(r"draining \(max_requests\): starting its replacement", count=10)
     assert "crashed after ready" not in server.log_text()
 
@@ -175,8 +176,9 @@ def test_a_retiring_worker_leaves_the_listen_queue_to_the_others(tines_server: A
 
 
 def test_the_replacement_is_ready_before_the_recycled_worker_exits(tines_server: Any) -> None:
+    # At debug: a recycle's lines (its replacement's ready line among them) are.
     server = tines_server("hello_pid:app", "-w", "1", "--max-requests", "2", "--keepalive-timeout", "120",
-                          "--drain-timeout", "60")
+                          "--drain-timeout", "60", "--log-level", "debug")
     first, pid = keep_alive_connection(server.port)
     second, same = keep_alive_connection_or_close(server.port)
     assert same == pid

@@ -296,7 +296,9 @@ impl Reactor {
             slot.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
             self.shared.publish_loop_state(self.open, self.reading);
             if self.shared.recycle_requested() && self.stop.is_none() {
-                crate::log::info("max_requests reached: recycling this worker");
+                // At debug: with `max_requests` 1 there is one per request (the master sums
+                // the recycles up at info).
+                crate::log::debug("max_requests reached: recycling this worker");
                 self.shared.propose_exit_reason(ExitReason::MaxRequests);
                 self.begin_stop(StopReason::MaxRequests);
             }

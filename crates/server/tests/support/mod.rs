@@ -63,6 +63,7 @@ impl TestServer {
             life_fd: Some(read.into_raw_fd()),
             on_ready,
             on_draining: None,
+            standby: None,
         };
         let app: Arc<dyn App> = Arc::new(app);
         let handle = std::thread::spawn(move || run_worker(app, spec));
