@@ -94,6 +94,8 @@ def test_a_stuck_request_drains_its_worker_and_its_neighbours_finish(
 
         if stuck_returns:
             stuck_gate.close()  # it returns late; its 200 must go nowhere
+            # Back before the others are let go (else the drain could end without it).
+            server.wait_for_log(r"Request GET /stuck returned after request_timeout answered it")
         for gate in hold_gates:
             gate.close()
         for hold in holds:
