@@ -22,8 +22,8 @@ chained Rust handler sets the slot's ``dumped`` flag and:
   waiting for the stuck thread. A thread that overruns after the dump is marked and signalled
   the same way (its client answered too). The master kills it only when ``drain_verdict`` says so: the
   drain is done but the worker did not exit, ``graceful_timeout`` passed since the dump, or
-  the stuck thread holds the GIL (the other busy app threads made no progress within
-  ``GIL_WAIT`` of the dump);
+  the stuck thread holds the GIL (the interpreter probe the loop starts on the dump did not
+  take it, or the other busy app threads made no progress, within ``GIL_WAIT`` of the dump);
 - on any other worker (prefork and ``event`` with ``threads = 0``, where the stuck request is
   the loop thread itself; an ASGI worker whose event loop is blocked), answers the client
   itself, and the master kills the worker once it sees the flag (or ``DUMP_WAIT`` passed).
@@ -62,11 +62,13 @@ DUMP_POLL = 0.05
 """While a dump is awaited, the master's loop wakes this often to look at the flag."""
 
 GIL_WAIT = 3.0
-"""Seconds after the dump of a draining worker within which at least one of its other busy app
-threads must make progress (a dispatch, the app returning, a body block written): if none
-does, the stuck thread is taken to hold the GIL (C code), which no drain can outlast, and the
-worker is killed at once. A few seconds: a thread that only waits for the GIL is switched in
-every 5 ms once it is released."""
+"""Seconds after the dump of a draining worker within which its interpreter probe (a thread the
+worker's loop starts on the dump, which takes the GIL and lets it go) must report, and at least
+one of its other busy app threads must make progress (a dispatch, the app returning, a body
+block written): if either fails, the stuck thread is taken to hold the GIL (C code), which no
+drain can outlast (an idle app thread needs the GIL to start a queued request, a busy one to go
+on), and the worker is killed at once. A few seconds: a thread that only waits for the GIL is
+switched in every 5 ms once it is released."""
 
 DRAIN_POLL = 0.25
 """While a dumped worker drains, the master's loop wakes this often to judge it."""
@@ -154,9 +156,12 @@ def drain_verdict(pending: PendingKill, reading: dict[str, Any], now: float) -> 
     and exit by itself. ``reading`` is its scoreboard slot; ``now`` is ``time.monotonic()``.
 
     - ``graceful_timeout``: that long since the dump, the drain is over whatever is left.
-    - ``gil``: ``GIL_WAIT`` seconds after the dump, some app thread other than the stuck ones
-      is busy and none of the busy ones progressed since the dump (a stuck thread holding the
-      GIL stops them all; the loop still answered the stuck client, as it needs no GIL).
+    - ``gil``: ``GIL_WAIT`` seconds after the dump, the interpreter probe has not reported
+      (``interpreter_seen_ns`` is older than the dump: it could not take the GIL), whether or
+      not other app threads are busy; or some app thread other than the stuck ones is busy and
+      none of the busy ones progressed since the dump. A stuck thread holding the GIL stops
+      them all, and the idle ones could not start a queued request; the loop still answered
+      the stuck client, as it needs no GIL.
     - ``drained``: no other app thread busy and no connection open but the stuck ones' for
       ``EXIT_WAIT`` seconds, and the worker still lives (it exits by itself once drained).
     """
@@ -165,8 +170,9 @@ def drain_verdict(pending: PendingKill, reading: dict[str, Any], now: float) -> 
     others = [thread for thread in reading["threads"]
               if thread["state"] == "busy" and thread["thread"] not in pending.stuck]
     waited = now - pending.dumped_ns / 1e9
-    if (waited >= GIL_WAIT and others
-            and all(thread["progress_ns"] < pending.dumped_ns for thread in others)):
+    if waited >= GIL_WAIT and (
+            reading["interpreter_seen_ns"] < pending.dumped_ns
+            or (others and all(thread["progress_ns"] < pending.dumped_ns for thread in others))):
         return "gil"
     stuck_busy = sum(1 for thread in reading["threads"]
                      if thread["state"] == "busy" and thread["thread"] in pending.stuck)
@@ -228,9 +234,9 @@ class Watchdog:
         if why is None:
             return
         if why == "gil":
-            log.error("worker %d (slot %d): no other app thread made progress within %g s of the "
-                      "dump (the stuck request holds the GIL): killing it", worker.pid, worker.slot,
-                      GIL_WAIT)
+            log.error("worker %d (slot %d): the GIL was not free within %g s of the dump (its "
+                      "interpreter probe did not report, or no other app thread made progress): "
+                      "the stuck request holds it; killing it", worker.pid, worker.slot, GIL_WAIT)
         elif why == "graceful_timeout":
             log.warning("worker %d (slot %d) still draining %g s (graceful_timeout) after its "
                         "request_timeout dump: killing it", worker.pid, worker.slot,

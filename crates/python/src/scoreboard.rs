@@ -143,7 +143,9 @@ impl PyScoreboard {
     /// connections, bytes_out, bytes_in, heartbeat (Unix seconds), request_start (Unix seconds of the
     /// oldest request in progress; 0 when none), exit_reason (a name), dumped, rss, pss, uss,
     /// swap (bytes), memory_sampled (Unix seconds; 0: never), loop_heartbeat (an async worker's
-    /// event loop's last mark, Unix seconds; 0: not an async worker), and threads: one dict per app
+    /// event loop's last mark, Unix seconds; 0: not an async worker), interpreter_seen_ns (when
+    /// the interpreter probe took the GIL after a dump, CLOCK_MONOTONIC; 0: not since the
+    /// claim), and threads: one dict per app
     /// thread with thread, state ("idle" / "busy"), waiting_on_client, method, target (str,
     /// truncated; latin-1), fd, request (its number on the thread), requests (finished),
     /// dispatch_ns and progress_ns (CLOCK_MONOTONIC, as `time.monotonic_ns()`),
@@ -173,6 +175,7 @@ impl PyScoreboard {
         dict.set_item("swap", reading.swap)?;
         dict.set_item("memory_sampled", reading.memory_sampled_ms as f64 / 1000.0)?;
         dict.set_item("loop_heartbeat", reading.loop_heartbeat_ms as f64 / 1000.0)?;
+        dict.set_item("interpreter_seen_ns", reading.interpreter_seen_ns)?;
         let threads = PyList::empty(py);
         let mut oldest_dispatch: Option<u64> = None;
         for (index, thread) in self.inner.read_threads(slot).into_iter().enumerate() {

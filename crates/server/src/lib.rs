@@ -75,4 +75,11 @@ pub trait App: Send + Sync + 'static {
     fn wait(&self, wait: &mut dyn FnMut()) {
         wait()
     }
+
+    /// Takes whatever lock every app thread needs to start a request and lets it go at once:
+    /// called once on a thread of its own after a stuck request's dump (the loop's interpreter
+    /// probe, ADR 0020), which records when it returned; one that never returns tells the
+    /// master the lock is held (the Python implementation: the GIL, held by C code). Nothing,
+    /// for an app that needs no such lock.
+    fn touch_interpreter(&self) {}
 }

@@ -4,7 +4,9 @@ client 503, the other requests in flight on the same worker finish and their res
 in full, a kept-alive idle client is closed gracefully, the stuck thread's stack is in the
 error log, a new worker takes over, and the stuck request's late result is dropped (one
 access-log line for it: the 503). A request stuck in C code holding the GIL, and the neighbour
-it stopped, are both answered by the loop, which needs no GIL, and the worker ends by itself.
+it stopped, are both answered by the loop, which needs no GIL, and the worker ends by itself;
+beside idle app threads, with a request waiting for one of them, the worker is killed as soon as
+the interpreter probe shows the GIL held, long before graceful_timeout.
 Synchronised by a gate (a Unix socket the app's requests
 connect to and wait on until the test closes them) and by the server's own answers, never by
 sleeps."""
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -187,6 +190,52 @@ def test_a_request_stuck_holding_the_gil_and_the_neighbour_it_stopped_are_answer
         status, body = http_get(server.port, "/", close=True)
         assert status == 200 and int(body) != worker_pid
         hold_gate.close()
+    finally:
+        listener.close()
+
+
+@pytest.mark.timeout(40)  # far below graceful_timeout: the kill must not wait for it
+@pytest.mark.parametrize("mpm", ["thread", "event"])
+def test_a_request_stuck_holding_the_gil_beside_idle_app_threads_gets_its_worker_killed_early(
+        tines_server: Any, tmp_path: Path, mpm: str) -> None:
+    # The other app threads are idle: none is busy to tell the master that the GIL is held,
+    # and a kept-alive client's request sent after the dump waits for it in one of them, so the
+    # drain cannot end. The interpreter probe the loop starts on the dump cannot take the GIL
+    # either: the master kills the worker GIL_WAIT after the dump, not at graceful_timeout.
+    listener, gate_path = open_gate_listener(tmp_path)
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "3", "--request-timeout", "1",
+                          "--graceful-timeout", "60", "--keepalive-timeout", "60",
+                          "--drain-timeout", "60", env={"GATE_SOCKET": gate_path})
+    try:
+        kept = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        kept.request("GET", "/")
+        first = kept.getresponse()
+        worker_pid = int(first.read())
+        assert first.status == 200
+        stuck_client = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        stuck_client.sendall(b"GET /c-call HTTP/1.1\r\nHost: test\r\n\r\n")
+        _, route, pid = arrival(listener)
+        assert (route, pid) == ("stuck", worker_pid)
+        # The 503 is the loop's answer to the dump: what is sent now comes after it.
+        answer = read_to_eof(stuck_client)
+        stuck_client.close()
+        assert answer.startswith(b"HTTP/1.1 503 ") and answer.endswith(b"request timeout\n"), answer
+        kept.sock.sendall(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+        log = server.wait_for_log(rf"worker {worker_pid} \(slot \d+\) was killed by signal SIGKILL")
+        log_text = log[0].string
+        assert re.search(rf"worker {worker_pid} \(slot \d+\): the GIL was not free within", log_text)
+        assert "still draining" not in log_text, "killed at graceful_timeout"
+        try:
+            late = read_to_eof(kept.sock)
+        except ConnectionResetError:
+            late = b""
+        assert not late.startswith(b"HTTP/1.1 200 "), late
+        kept.close()
+        wait_until(lambda: server.worker_pids() and worker_pid not in server.worker_pids(),
+                   what="the replacement")
+        assert not alive(worker_pid)
+        status, body = http_get(server.port, "/", close=True)
+        assert status == 200 and int(body) != worker_pid
     finally:
         listener.close()
 

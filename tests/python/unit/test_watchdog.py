@@ -25,9 +25,11 @@ def thread(index: int, busy: bool, progress: float = 0.0) -> dict[str, Any]:
             "waiting_on_client": False, "dispatch_ns": 0, "method": "GET", "target": "/", "request": 1}
 
 
-def reading(threads: list[dict[str, Any]], connections: int, pid: int = 7) -> dict[str, Any]:
+def reading(threads: list[dict[str, Any]], connections: int, pid: int = 7,
+            interpreter_seen: float = DUMPED + 0.01) -> dict[str, Any]:
+    """A slot; by default its interpreter probe took the GIL just after the dump."""
     return {"pid": pid, "threads": threads, "connections": connections, "dumped": True,
-            "loop_heartbeat": 0.0}
+            "loop_heartbeat": 0.0, "interpreter_seen_ns": int(interpreter_seen * 1e9)}
 
 
 def pending(stuck: frozenset[int] = frozenset({0})) -> PendingKill:
@@ -58,6 +60,33 @@ def test_no_progress_of_any_other_busy_thread_within_gil_wait_means_the_gil_is_h
     one_moved = reading([thread(0, True), thread(1, True, progress=DUMPED - 0.5),
                          thread(2, True, progress=DUMPED + 0.1)], connections=3)
     assert drain_verdict(kill, one_moved, DUMPED + GIL_WAIT) is None, "one progressed since the dump"
+
+
+def test_an_interpreter_probe_that_took_the_gil_after_the_dump_clears_it_whatever_waits() -> None:
+    # The other app threads idle, a kept-alive client's request queued for one of them: the
+    # drain waits on, as the GIL is free.
+    waiting = reading([thread(0, True), thread(1, False), thread(2, False)], connections=2,
+                      interpreter_seen=DUMPED + 0.5)
+    kill = pending()
+    assert drain_verdict(kill, waiting, DUMPED + GIL_WAIT) is None
+    assert drain_verdict(kill, waiting, DUMPED + GIL_WAIT + EXIT_WAIT + 1.0) is None
+
+
+@pytest.mark.parametrize("seen", [0.0, DUMPED - 5.0], ids=["never", "before-the-dump"])
+def test_an_interpreter_probe_silent_gil_wait_after_the_dump_means_the_gil_is_held(seen: float) -> None:
+    kill = pending()
+    idle_others = reading([thread(0, True), thread(1, False), thread(2, False)], connections=2,
+                          interpreter_seen=seen)
+    assert drain_verdict(kill, idle_others, DUMPED + GIL_WAIT - 0.1) is None, "not before GIL_WAIT"
+    assert drain_verdict(kill, idle_others, DUMPED + GIL_WAIT) == "gil"
+    # Whether or not other threads are busy, and even if one of them progressed.
+    busy_other = reading([thread(0, True), thread(1, True, progress=DUMPED + 0.1)], connections=2,
+                         interpreter_seen=seen)
+    assert drain_verdict(pending(), busy_other, DUMPED + GIL_WAIT) == "gil"
+    # Even with nothing else left: a drained worker exits by itself at once (in Rust, without
+    # the GIL), so one still there GIL_WAIT after the dump is not given EXIT_WAIT more.
+    alone = reading([thread(0, True)], connections=1, interpreter_seen=seen)
+    assert drain_verdict(pending(), alone, DUMPED + GIL_WAIT) == "gil"
 
 
 def test_the_stuck_thread_alone_tells_nothing_about_the_gil() -> None:

@@ -264,4 +264,9 @@ impl App for WsgiApp {
             })
         })
     }
+
+    /// Takes the GIL and releases it: blocks for as long as another thread holds it.
+    fn touch_interpreter(&self) {
+        Python::attach(|_py| ())
+    }
 }

@@ -450,9 +450,9 @@ pub fn run(
         listening: true,
     };
     loop_yields_to_app_threads();
-    reactor.pay_timeouts_in_loop(true);
+    reactor.pay_timeouts_in_loop(Some(&app));
     let result = reactor.run(&mut pool);
-    reactor.pay_timeouts_in_loop(false);
+    reactor.pay_timeouts_in_loop(None);
     lock(&pool.shared.queue).shutdown = true;
     pool.shared.ready.notify_all();
     let stuck = reactor.abandoned();

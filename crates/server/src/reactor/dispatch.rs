@@ -1,8 +1,9 @@
 //! Dispatch: the MPM's part of the loop (`Driver`: who serves a connection whose head is
 //! complete), reading and parsing until a head is complete (then the body, `body`), handing
 //! the connection out, and taking it back when the slot is done with it; and, after the dump
-//! signal, answering the handed-out connections whose request timed out and leaving them to
-//! their stuck threads (docs/signals.md, "A stuck request").
+//! signal, answering the handed-out connections whose request timed out, leaving them to
+//! their stuck threads, and probing once whether the interpreter lock is free
+//! (docs/signals.md, "A stuck request").
 //!
 //! It decides where a connection goes next (served, parked, written, lingering, closed); it
 //! must not serve a request itself.
@@ -231,11 +232,13 @@ impl Reactor {
         None
     }
 
-    /// Makes the loop pay what timed-out requests are owed when the dump signal comes
-    /// (`true`: a driver whose app threads are not the loop's), or gives that back to the
-    /// signal handler (`false`: before the loop's control fds close).
-    pub(crate) fn pay_timeouts_in_loop(&self, on: bool) {
-        crate::dump_signal::set_loop_wake(on.then(|| self.control.wake_fd()));
+    /// Makes the loop pay what timed-out requests are owed when the dump signal comes, and
+    /// probe `app`'s interpreter lock then (`Some`: a driver whose app threads are not the
+    /// loop's), or gives that back to the signal handler (`None`: before the loop's control
+    /// fds close).
+    pub(crate) fn pay_timeouts_in_loop(&mut self, app: Option<&Arc<dyn crate::App>>) {
+        crate::dump_signal::set_loop_wake(app.is_some().then(|| self.control.wake_fd()));
+        self.interpreter_probe = app.map(Arc::clone);
     }
 
     /// Handed-out connections whose request timed out and whose thread has not given them
@@ -286,6 +289,9 @@ impl Reactor {
                 ));
                 self.abandoned.push(token);
             }
+        }
+        if let Some(app) = self.interpreter_probe.take() {
+            probe_interpreter(app, Arc::clone(&self.shared));
         }
         self.shared
             .propose_exit_reason(crate::scoreboard::ExitReason::RequestTimeout);
@@ -348,5 +354,89 @@ impl Reactor {
         driver.flush();
         // An app slot came free: watch the listener again before sleeping.
         self.manage_saturation(driver);
+    }
+}
+
+/// The interpreter probe, started when the loop first pays a timed-out request: a thread of
+/// its own takes `app`'s interpreter lock and lets it go ([`crate::App::touch_interpreter`]),
+/// then records when in the worker's slot (`interpreter_seen_ns`). A stuck request that holds
+/// the GIL (C code) keeps it blocked, and every app thread with it, idle ones too (they need
+/// the GIL to start a request): the master sees no record and kills the worker rather than
+/// wait for a drain that cannot end (`watchdog.drain_verdict`, ADR 0020). A thread that
+/// never returns is harmless: the process ends soon after, by its own exit or the kill. One
+/// that cannot start is logged; the master then kills the worker on the same ground.
+fn probe_interpreter(app: Arc<dyn crate::App>, shared: Arc<crate::shared::WorkerShared>) {
+    let started = std::thread::Builder::new()
+        .name("tines-gil-probe".into())
+        .spawn(move || {
+            app.touch_interpreter();
+            shared.slot().interpreter_seen_ns.store(
+                crate::scoreboard::monotonic_ns(),
+                std::sync::atomic::Ordering::Release,
+            );
+        });
+    if let Err(err) = started {
+        crate::log::error(&format!(
+            "request_timeout: cannot start the interpreter probe ({err}): the master will take \
+             the GIL for held"
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::WorkerConfig;
+    use crate::listener::Local;
+    use crate::scoreboard::{monotonic_ns, Scoreboard};
+    use crate::shared::WorkerShared;
+    use std::sync::atomic::Ordering;
+    use std::sync::{Barrier, Mutex};
+    use std::time::Duration;
+
+    /// An app whose interpreter lock is a mutex the test holds.
+    struct Locked {
+        lock: Mutex<()>,
+        probing: Barrier,
+    }
+
+    impl crate::App for Locked {
+        fn serve(&self, exchange: Box<crate::Exchange>) -> Box<crate::Exchange> {
+            exchange
+        }
+
+        fn touch_interpreter(&self) {
+            self.probing.wait();
+            drop(self.lock.lock());
+        }
+    }
+
+    #[test]
+    fn the_probe_records_only_once_the_interpreter_lock_is_free() {
+        let shared = Arc::new(WorkerShared::new(
+            WorkerConfig::default(),
+            vec![Local::Unix(String::new())],
+            None,
+            Arc::new(Scoreboard::new(1, 1).unwrap()),
+            0,
+            u64::MAX,
+            None,
+        ));
+        let app = Arc::new(Locked {
+            lock: Mutex::new(()),
+            probing: Barrier::new(2),
+        });
+        let held = app.lock.lock().unwrap();
+        probe_interpreter(app.clone(), Arc::clone(&shared));
+        app.probing.wait();
+        let seen = &shared.slot().interpreter_seen_ns;
+        assert_eq!(seen.load(Ordering::Acquire), 0, "recorded while held");
+        let released = monotonic_ns();
+        drop(held);
+        let give_up = Instant::now() + Duration::from_secs(30);
+        while seen.load(Ordering::Acquire) == 0 && Instant::now() < give_up {
+            std::thread::yield_now();
+        }
+        assert!(seen.load(Ordering::Acquire) >= released);
     }
 }

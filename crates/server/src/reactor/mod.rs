@@ -103,6 +103,10 @@ pub struct Reactor {
     /// (`dispatch::pay_timed_out`): their stuck threads may never give them back, so the
     /// drain does not wait for them.
     abandoned: Vec<usize>,
+    /// The app whose interpreter lock the first dump probes (`dispatch::probe_interpreter`),
+    /// while the loop pays timed-out requests; taken by that probe, so it runs once per
+    /// worker.
+    interpreter_probe: Option<Arc<dyn crate::App>>,
 }
 
 /// The worker owns the listener fds it was given: whatever way the loop ends, its copies are
@@ -157,6 +161,7 @@ impl Reactor {
             batch: BatchClock::new(shared.config.response_batch_delay),
             dispatch_started: None,
             abandoned: Vec::new(),
+            interpreter_probe: None,
             shared,
         })
     }

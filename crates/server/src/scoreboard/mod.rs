@@ -258,6 +258,7 @@ impl Scoreboard {
             &slot.swap,
             &slot.memory_sampled_ms,
             &slot.loop_heartbeat_ms,
+            &slot.interpreter_seen_ns,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
@@ -501,6 +502,7 @@ impl Scoreboard {
             swap: slot.swap.load(Ordering::Relaxed),
             memory_sampled_ms: slot.memory_sampled_ms.load(Ordering::Acquire),
             loop_heartbeat_ms: slot.loop_heartbeat_ms.load(Ordering::Relaxed),
+            interpreter_seen_ns: slot.interpreter_seen_ns.load(Ordering::Relaxed),
         })
     }
 
@@ -562,6 +564,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<Slot>(), 128);
         assert_eq!(std::mem::align_of::<Slot>(), 64);
         assert_eq!(std::mem::offset_of!(Slot, exit_reason), 64);
+        // The last field of the second line: it is full.
+        assert_eq!(std::mem::offset_of!(Slot, interpreter_seen_ns), 120);
     }
 
     #[test]

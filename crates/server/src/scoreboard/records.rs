@@ -97,7 +97,9 @@ pub struct Totals {
 
 /// One worker's slot. `#[repr(C)]`, 64-byte aligned, two cache lines: the first holds what
 /// the worker writes per request, the second what the master writes (exit reason, memory)
-/// and the dump flag, so the master's writes never take the line the worker's requests use.
+/// and what a dump leaves (the flag, the interpreter probe's time), so the master's writes
+/// never take the line the worker's requests use. The second line is full: a new field needs
+/// a third line (and the size test in `mod.rs` changed with it).
 #[repr(C, align(64))]
 pub struct Slot {
     /// Worker pid (0 when free).
@@ -139,6 +141,11 @@ pub struct Slot {
     /// since the Unix epoch (0: not an async worker): the master's watchdog goes by it rather
     /// than by the app threads' sub-slots, whose requests run concurrently on one loop.
     pub loop_heartbeat_ms: AtomicU64,
+    /// When the worker's interpreter probe last took the interpreter lock (the GIL) after a
+    /// dump, CLOCK_MONOTONIC nanoseconds (0: not since the slot was claimed): written once,
+    /// by the probe's own thread; the master kills a draining worker whose probe has not
+    /// reported a few seconds after the dump (ADR 0020).
+    pub interpreter_seen_ns: AtomicU64,
 }
 
 /// A snapshot of one slot, for readers.
@@ -180,6 +187,8 @@ pub struct SlotReading {
     pub memory_sampled_ms: u64,
     /// See [`Slot::loop_heartbeat_ms`].
     pub loop_heartbeat_ms: u64,
+    /// See [`Slot::interpreter_seen_ns`].
+    pub interpreter_seen_ns: u64,
 }
 
 impl Slot {
