@@ -38,6 +38,7 @@ a standby keeps them blocked until its ``sigwait`` has taken its promotion.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import faulthandler
 import functools
@@ -301,10 +302,26 @@ def run(context: WorkerContext) -> NoReturn:
         status = 1
     finally:
         try:
+            _run_exit_callbacks()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
             os._exit(status)
+
+
+def _run_exit_callbacks() -> None:
+    """Run the ``atexit`` callbacks, as a normal interpreter exit would, and nothing else of
+    its teardown (``os._exit`` follows: no module clean-up, no garbage collection of the heap
+    shared with the master, which would only copy its pages to free them).
+
+    Those registered in the worker (by the app, a library it uses, a hook) and those it
+    inherited from the master (a preloaded app's), as gunicorn's and uWSGI's workers do;
+    ``logging``'s own is among them, so the log handlers are flushed and closed. Each one that
+    raises is reported on stderr and the others still run (``atexit``'s own rule). A worker
+    that ends with a stuck app thread ends in Rust instead and runs none of them (ADR 0020).
+    """
+    if atexit._ncallbacks():
+        atexit._run_exitfuncs()
 
 
 def _serve(context: WorkerContext) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import http_get
+from conftest import http_get, wait_until
 
 CLIENTS = 8
 REQUESTS = 1000
@@ -101,3 +101,29 @@ def test_max_requests_1_promotes_the_standby_for_the_next_request(tines_server: 
     assert first != standby
     server.wait_for_log(rf"promoted standby {standby} ")
     assert int(http_get(server.port, close=True)[1]) == standby
+
+
+def test_a_recycled_worker_runs_the_atexit_callbacks_registered_in_it_and_inherited(
+        tines_server: Any, tmp_path: Any) -> None:
+    marks = tmp_path / "marks"
+    server = tines_server("exit_callbacks:app", "-w", "1", "--max-requests", "1", "--preload",
+                          env={"EXIT_MARKS": str(marks)})
+    pids = [int(http_get(server.port, close=True)[1]) for _ in range(2)]
+    assert pids[0] != pids[1]
+
+    def recorded() -> list[str] | None:
+        lines = marks.read_text().splitlines() if marks.exists() else []
+        wanted = {f"{kind} {pid}" for pid in pids for kind in ("imported", "served")}
+        return lines if wanted <= set(lines) else None
+
+    lines = wait_until(recorded, what="both workers' atexit callbacks")
+    # Each ran once in each worker: the worker's own first (atexit runs the last registered
+    # first), then the one inherited from the master's import.
+    for pid in pids:
+        assert [line for line in lines if line.endswith(f" {pid}")] == [f"served {pid}", f"imported {pid}"]
+    server.signal(signal.SIGTERM)
+    assert server.wait() == 0
+    # The master's own exit does not run its workers' callbacks, nor does a standby that never
+    # served run a "served" one.
+    assert all(line.split()[0] == "imported" for line in marks.read_text().splitlines()
+               if int(line.split()[1]) not in pids)
