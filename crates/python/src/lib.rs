@@ -22,6 +22,13 @@ mod wsgi;
 /// The extension module.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // The CPU feature detection of std (what httparse and memchr ask before using SIMD) runs
+    // once per process, on first use, and keeps its answer in a static: each `cpuid` traps to
+    // the hypervisor on a VM, about 100 µs in all on this one (perf: 4% of a process-per-request
+    // worker's CPU). Asked here, in the master (it imports this module before its first fork),
+    // every worker inherits the answer instead.
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    let _ = std::is_x86_feature_detected!("sse4.2");
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<scoreboard::PyScoreboard>()?;
     m.add(
