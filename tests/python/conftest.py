@@ -104,20 +104,27 @@ def debian_tool(name: str, package: str | None = None) -> str:
     return found
 
 
-def children(pid: int) -> list[int]:
-    """Direct children of ``pid`` (from /proc)."""
-    found = []
+def processes() -> Iterator[tuple[int, list[str]]]:
+    """Every process: its pid and the fields of its /proc/PID/stat after the command name
+    (state, ppid, pgrp, ...); one that is gone meanwhile is left out."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
+                yield int(entry), handle.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry))
-    return sorted(found)
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (from /proc), zombies left out."""
+    return sorted(child for child, fields in processes() if int(fields[1]) == pid and fields[0] != "Z")
+
+
+def process_group(pgid: int) -> list[int]:
+    """Every process of the process group ``pgid`` (zombies included), from /proc."""
+    return [member for member, fields in processes() if int(fields[2]) == pgid]
 
 
 def server_side_row(client: socket.socket) -> list[str] | None:

@@ -3,33 +3,16 @@ with ``--preload`` and the standby workers it brings by default, under concurren
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from typing import Any
 
 import pytest
 
-from conftest import http_get, wait_until
+from conftest import http_get, process_group, wait_until
 
 CLIENTS = 8
 REQUESTS = 1000
-
-
-def process_group(pgid: int) -> list[int]:
-    """Every process of the process group ``pgid`` (zombies included), from /proc."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:
-            found.append(int(entry))
-    return found
 
 
 def describe(pid: int) -> str:

@@ -64,18 +64,25 @@ def test_a_request_of_death_at_200_per_second_leaves_the_others_served(tines_ser
     assert children(server.pid) == []
 
 
+def hold_a_slow_request(port: int, gate: Path) -> threading.Thread:
+    """A client whose ``/slow`` request waits in the app on ``gate`` (crashy.py), once it is
+    there; the thread ends when the worker dies under it."""
+
+    def slow() -> None:
+        with contextlib.suppress(http.client.HTTPException, OSError):
+            http_get(port, f"/slow?{gate}")
+
+    holder = threading.Thread(target=slow)
+    holder.start()
+    wait_until(lambda: gate.with_name(gate.name + ".started").exists(), what="the slow request in the app")
+    return holder
+
+
 def test_every_request_in_flight_is_named_when_a_worker_with_app_threads_crashes(
         tines_server: Any, tmp_path: Path) -> None:
     server = tines_server("crashy:app", "-w", "1", "--mpm", "thread", "--threads", "2")
     gate = tmp_path / "gate"
-
-    def slow() -> None:
-        with contextlib.suppress(http.client.HTTPException, OSError):
-            http_get(server.port, f"/slow?{gate}")
-
-    holder = threading.Thread(target=slow)
-    holder.start()
-    wait_until(lambda: (tmp_path / "gate.started").exists(), what="the slow request in the app")
+    holder = hold_a_slow_request(server.port, gate)
     with pytest.raises((http.client.HTTPException, OSError)):
         http_get(server.port, "/exit?a\\b")  # a backslash: logged escaped
     holder.join(30)
@@ -86,14 +93,7 @@ def test_every_request_in_flight_is_named_when_a_worker_with_app_threads_crashes
 def test_an_asgi_worker_that_crashes_says_how_many_requests_it_held(tines_server: Any, tmp_path: Path) -> None:
     server = tines_server("crashy:asgi", "-w", "1")
     gate = tmp_path / "gate"
-
-    def slow() -> None:
-        with contextlib.suppress(http.client.HTTPException, OSError):
-            http_get(server.port, f"/slow?{gate}")
-
-    holder = threading.Thread(target=slow)
-    holder.start()
-    wait_until(lambda: (tmp_path / "gate.started").exists(), what="the slow request in the app")
+    holder = hold_a_slow_request(server.port, gate)
     with pytest.raises((http.client.HTTPException, OSError)):
         http_get(server.port, "/exit")
     holder.join(30)
