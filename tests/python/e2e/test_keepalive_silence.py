@@ -9,7 +9,7 @@ it lets the worker go on: that wait is the stimulus (a deadline the worker finds
 synchronisation, and waiting longer only makes it stricter. The three get their 200 in full,
 none sees a reset, and the silent one is still closed (nothing sent, no reset).
 
-The other deadlines the loop keeps judge the client the same way (ADR 0023): a head or a body
+The other deadlines the loop keeps judge the client the same way (ADR 0022): a head or a body
 completed in time while a prefork worker was busy is served, one still incomplete is answered
 408; a response the poller writes is not cut off at the send timeout when its client read
 meanwhile.

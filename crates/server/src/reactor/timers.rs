@@ -5,7 +5,7 @@
 //! Timers cost nothing per park: each parked entry keeps its deadline, and one sweep over the
 //! entries runs when the earliest known deadline passes. A deadline measures the client's
 //! silence (or slowness), never the worker's: before it ends a connection, the sweep gives it
-//! what its uncollected event would have (ADR 0023). It must not read from a connection
+//! what its uncollected event would have (ADR 0022). It must not read from a connection
 //! itself: it only looks whether bytes wait, and `dispatch`, `writing` and `linger` do the
 //! rest.
 
