@@ -82,7 +82,7 @@ class Arbiter(Master):
         try:
             self.start(on_source_change=self.handle_hup)
             # A reload may ask for as many workers as the scoreboard sized at start holds.
-            self.reloader.capacity = reloading.Capacity(self.fleet.scoreboard.slots,
+            self.reloader.capacity = reloading.Capacity(self.fleet.scoreboard.slots - self.exit_room,
                                                         watchdog.scoreboard_threads(self.cfg))
             status = self.loop()
         finally:

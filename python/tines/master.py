@@ -61,6 +61,9 @@ class Master:
         """The queued signals and the wake-up fd the loop sleeps on (``tines.wakeup``)."""
         self.app: Callable[..., object] | None = None
         self.announced = False
+        self.exit_room = 0
+        """Scoreboard slots sized at start for processes on their way out
+        (``watchdog.exit_room``): not room for more workers."""
         self.started = False
         """True once on_starting succeeded: on_exit runs at shutdown only then."""
         self.duties = Duties(log, passes=(Stop,))
@@ -130,6 +133,7 @@ class Master:
         pool = self.generation.pool
         most = self.num_workers if pool is None else pool.settings.max_workers
         slots = watchdog.scoreboard_slots(most, standby.count(cfg), cfg.max_requests)
+        self.exit_room = watchdog.exit_room(most + standby.count(cfg), cfg.max_requests)
         scoreboard = self.fleet.scoreboard = _core.Scoreboard(slots, watchdog.scoreboard_threads(cfg))
         scoreboard.publish_master(self.pid)
         scoreboard.set_generation(self.generation.number)

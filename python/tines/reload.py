@@ -64,7 +64,8 @@ class Capacity:
     """What the scoreboard, sized at start (``Master.start``), can hold."""
 
     slots: int
-    """Its slots (``watchdog.scoreboard_slots``: at least twice the start's worker count)."""
+    """Its slots for workers (``watchdog.scoreboard_slots``: at least twice the start's worker
+    count; the exit room of ``max_requests`` 1 left out)."""
     threads: int
     """App-thread sub-slots per slot (``watchdog.scoreboard_threads``)."""
 

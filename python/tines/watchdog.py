@@ -103,8 +103,14 @@ def scoreboard_slots(workers: int, standbys: int = 0, max_requests: int = 0) -> 
     and with ``max_requests`` 1 (every request ends its process) ``EXIT_ROOM`` more for the
     processes exiting at once."""
     processes = workers + standbys
-    exiting = max(EXIT_ROOM, processes * 2) if max_requests == 1 else 0
-    return max(processes * 2, processes + 8) + exiting
+    return max(processes * 2, processes + 8) + exit_room(processes, max_requests)
+
+
+def exit_room(processes: int, max_requests: int) -> int:
+    """The slots ``scoreboard_slots`` adds for processes exiting at once: with ``max_requests``
+    1, ``EXIT_ROOM`` or twice the ``processes``, whichever is more; none otherwise. Room for
+    processes on their way out, not for more workers: a reload's capacity leaves it out."""
+    return max(EXIT_ROOM, processes * 2) if max_requests == 1 else 0
 
 
 LOOP_GRACE = 1.0

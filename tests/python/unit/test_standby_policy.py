@@ -96,4 +96,8 @@ def test_the_scoreboard_has_room_for_standbys_and_with_a_process_per_request_for
     assert watchdog.scoreboard_slots(4, 1) == 13
     assert watchdog.scoreboard_slots(4, 1, max_requests=1000) == 13
     assert watchdog.scoreboard_slots(1, 1, max_requests=1) == 10 + watchdog.EXIT_ROOM
+    # The exit room is its own figure, so a reload's capacity can leave it out.
+    assert watchdog.exit_room(2, max_requests=1) == watchdog.EXIT_ROOM
+    assert watchdog.exit_room(40, max_requests=1) == 80
+    assert watchdog.exit_room(40, max_requests=2) == 0
     assert watchdog.scoreboard_slots(40, 2, max_requests=1) == 84 + 84
