@@ -78,7 +78,7 @@ def fetch(address: str, path: str = "/status.json") -> bytes:
 
 RESET, BOLD, DIM, RED, YELLOW, GREEN, CYAN = (
     "\x1b[0m", "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[33m", "\x1b[32m", "\x1b[36m")
-STATE_COLOURS = {"busy": YELLOW, "stopping": RED, "booting": CYAN, "idle": GREEN}
+STATE_COLOURS = {"busy": YELLOW, "stopping": RED, "booting": CYAN, "standby": CYAN, "idle": GREEN}
 
 
 def human_bytes(count: int) -> str:

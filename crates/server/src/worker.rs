@@ -65,11 +65,12 @@ pub fn run_worker(app: Arc<dyn App>, mut spec: WorkerSpec) -> io::Result<StopRea
     let standby = spec.standby.take();
     let (reactor, shared) = prepare(spec)?;
     if let Some(wait) = standby {
-        // Not serving yet: the status output shows it booting until the loop's first turn.
+        // Booted, not serving yet: the status output shows it a standby (not ready, for
+        // /readyz) until the loop's first turn.
         shared
             .slot()
             .state
-            .store(WorkerState::Booting as u32, Ordering::Relaxed);
+            .store(WorkerState::Standby as u32, Ordering::Relaxed);
         if !wait() {
             return Ok(StopReason::Retire);
         }

@@ -218,3 +218,20 @@ def test_a_binary_upgrade_hands_the_status_listener_to_the_new_master(
         wait_until(lambda: not status_path.exists(), what="the new master to remove the socket file")
     else:
         wait_until(lambda: not os.path.exists(f"/proc/{new}"), what="the new master's exit")
+
+
+def test_a_standby_worker_shows_as_standby_and_is_not_counted_ready(tines_server: Any) -> None:
+    server = tines_server("hello_pid:app", "-w", "1", "--standby-workers", "1", "--status-bind", "127.0.0.1:0",
+                          "--log-level", "debug")
+    port = status_port(server)
+    standby = int(server.wait_for_log(r"standby (\d+) \(slot \d\) booted")[0].group(1))
+
+    def states() -> dict[int, str] | None:
+        seen = {worker["pid"]: worker["state"] for worker in status(port)["workers"]}
+        return seen if seen.get(standby) == "standby" and len(seen) == 2 else None
+
+    seen = wait_until(states, what="the standby's slot")
+    assert isinstance(seen, dict)
+    (worker,) = set(seen) - {standby}
+    assert seen[worker] in ("idle", "keepalive", "reading")
+    assert fetch(port, "/readyz")[::2] == (200, b"ready\n")

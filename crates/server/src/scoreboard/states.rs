@@ -68,6 +68,8 @@ slot_enum! {
         Reading = 5 => "reading",
         /// No request; only idle keep-alive connections (or output the loop finishes).
         KeepAlive = 6 => "keepalive",
+        /// A standby (`standby_workers`): booted, accepting nothing until it is promoted.
+        Standby = 7 => "standby",
     }
 }
 

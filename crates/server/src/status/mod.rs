@@ -227,12 +227,49 @@ fn readiness(board: &Scoreboard) -> Result<(), &'static str> {
             slot.pid != 0
                 && !matches!(
                     slot.state,
-                    WorkerState::Free | WorkerState::Booting | WorkerState::Stopping
+                    WorkerState::Free
+                        | WorkerState::Booting
+                        | WorkerState::Standby
+                        | WorkerState::Stopping
                 )
         });
     if accepting {
         Ok(())
     } else {
         Err("no worker is accepting")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set_state(board: &Scoreboard, slot: usize, state: WorkerState) {
+        board
+            .slot(slot)
+            .unwrap()
+            .state
+            .store(state as u32, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn a_standby_or_a_booting_worker_does_not_make_the_server_ready() {
+        let board = Scoreboard::new(2, 1).unwrap();
+        board.claim(0, 41, 1);
+        for state in [
+            WorkerState::Booting,
+            WorkerState::Standby,
+            WorkerState::Stopping,
+        ] {
+            set_state(&board, 0, state);
+            assert_eq!(
+                readiness(&board),
+                Err("no worker is accepting"),
+                "{state:?}"
+            );
+        }
+        board.claim(1, 42, 1);
+        set_state(&board, 1, WorkerState::Idle);
+        assert_eq!(readiness(&board), Ok(()));
     }
 }

@@ -247,6 +247,7 @@ pub fn state_char(state: WorkerState) -> char {
         WorkerState::Stopping => 'G',
         WorkerState::Reading => 'R',
         WorkerState::KeepAlive => 'K',
+        WorkerState::Standby => 'P',
     }
 }
 
