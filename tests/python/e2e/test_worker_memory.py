@@ -33,7 +33,14 @@ def test_a_leaking_worker_above_max_worker_memory_is_recycled_with_no_failed_req
     recycled = None
     for _ in range(40):  # 4 MiB each: 64 MiB is crossed within ~16 requests
         status, body = get(server.port, "/grow?mib=4")
-        assert (status, int(body)) == (200, leaking)
+        assert status == 200
+        if int(body) != leaking:
+            # The sample that crossed the limit was logged a moment before its recycling line
+            # (one turn of the master): the worker was retired after the check below, and its
+            # replacement served this request. Only then may another worker answer.
+            recycled = recycling.search(server.log_text())
+            assert recycled is not None, server.log_text()
+            break
         # Wait for a memory read taken after this response (it sees the growth), or for the
         # recycling line (the read that saw it may have come before this count).
         seen = len(sample.findall(server.log_text()))
