@@ -21,10 +21,10 @@ from types import MappingProxyType
 from typing import Any
 
 from tines.config.validators import (bind_address, boolean, directory, group_id, head_size, header_value,
-                                     network, non_negative_int, non_negative_seconds, optional_non_negative_int,
-                                     optional_non_negative_seconds, optional_positive_int, optional_text,
-                                     positive_int, positive_seconds, request_line_size, sample_rate, size,
-                                     temp_dir, text, umask, user_id, window_bits)
+                                     network, non_negative_int, non_negative_seconds, non_negative_whole_seconds,
+                                     optional_non_negative_int, optional_non_negative_seconds, optional_positive_int,
+                                     optional_positive_whole_seconds, optional_text, positive_int, positive_seconds,
+                                     request_line_size, sample_rate, size, temp_dir, text, umask, user_id, window_bits)
 
 ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
     ("h", "client address"),
@@ -162,7 +162,7 @@ _REGISTRY = (
     Setting("backlog", "Server", "Length of each listening socket's queue of connections not yet accepted.",
             positive_int, 2048, ("--backlog",), "N"),
     Setting("defer_accept", "Server", "Seconds the kernel holds a new TCP connection until its first bytes arrive (`TCP_DEFER_ACCEPT`; Apache's `AcceptFilter http data`, nginx's `listen ... deferred`): a worker is woken for a connection whose request is already there and reads it as it accepts it, with one wake-up and one poller event fewer per connection (docs/mpm.md). The client's handshake completes at once either way; a client that connects and sends nothing is accepted after about this long, and `header_timeout` runs from then. 0 turns it off. TCP binds only (not `unix:`), set on the listening sockets at start.",
-            non_negative_int, 1, ("--defer-accept",), "SECONDS"),
+            non_negative_whole_seconds, 1, ("--defer-accept",), "SECONDS"),
     Setting("preload", "Server", "Load the app in the master before forking, so workers share its memory and import errors stop the start.",
             boolean, False, ("--preload",)),
     Setting("memory_merge", "Server", "Workers opt in to kernel same-page merging (KSM) after fork with `prctl(PR_SET_MEMORY_MERGE)` (Linux 6.4+), so identical pages they dirtied (the app's copies of the same objects) can be merged back. Takes effect only while ksmd runs (`/sys/kernel/mm/ksm/run` = 1, a system-wide switch, off on many hosts; logged at start when it is not); the saving is reported per worker. On a kernel without it, a warning at start, and workers run without it. Costs ksmd's CPU time.",
@@ -334,9 +334,9 @@ _REGISTRY = (
     Setting("limit_data", "Resource limits", "RLIMIT_DATA of each worker, in bytes (soft and hard): its heap and private writable mappings (Linux 4.7+ counts anonymous `mmap`s, so most of malloc).",
             optional_positive_int, None, ("--limit-data",), "BYTES", default_text="unlimited"),
     Setting("limit_cpu", "Resource limits", "RLIMIT_CPU soft limit of each worker, in CPU seconds (all its threads): at it the kernel sends SIGXCPU and the worker recycles gracefully (finishes in-flight requests, exits, is replaced), like `max_requests`. A worker running one request that keeps the CPU busy recycles when that request ends.",
-            optional_positive_int, None, ("--limit-cpu",), "SECONDS", default_text="unlimited"),
+            optional_positive_whole_seconds, None, ("--limit-cpu",), "SECONDS", default_text="unlimited"),
     Setting("limit_cpu_hard", "Resource limits", "RLIMIT_CPU hard limit of each worker, in CPU seconds: at it the kernel kills the worker (SIGKILL), whatever it was doing. At least `limit_cpu` (equal: killed without the graceful recycling). Needs `limit_cpu`.",
-            optional_positive_int, None, ("--limit-cpu-hard",), "SECONDS", default_text="`limit_cpu` + 10"),
+            optional_positive_whole_seconds, None, ("--limit-cpu-hard",), "SECONDS", default_text="`limit_cpu` + 10"),
     Setting("limit_open_files", "Resource limits", "RLIMIT_NOFILE of each worker (soft and hard): the most file descriptors it may hold, sockets included. Unset, a worker raises its soft limit to the hard one at start; set, that raise does not undo it.",
             optional_positive_int, None, ("--limit-open-files",), "N", default_text="the hard limit"),
     Setting("limit_core", "Resource limits", "RLIMIT_CORE of each worker, in bytes (soft and hard): the largest core dump it writes when it crashes; 0 writes none.",
