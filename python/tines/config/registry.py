@@ -23,8 +23,9 @@ from typing import Any
 from tines.config.validators import (bind_address, boolean, directory, group_id, head_size, header_value,
                                      network, non_negative_int, non_negative_seconds, non_negative_whole_seconds,
                                      optional_non_negative_int, optional_non_negative_seconds, optional_positive_int,
-                                     optional_positive_whole_seconds, optional_text, positive_int, positive_seconds,
-                                     request_line_size, sample_rate, size, temp_dir, text, umask, user_id, window_bits)
+                                     optional_positive_size, optional_positive_whole_seconds, optional_size,
+                                     optional_text, positive_int, positive_seconds, request_line_size, sample_rate,
+                                     size, temp_dir, text, umask, user_id, window_bits)
 
 ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
     ("h", "client address"),
@@ -329,18 +330,18 @@ _REGISTRY = (
     Setting("pid_file", "Process", "Write the master's pid to this file (atomically) at start and remove it at exit; refused (exit 2) while a live process holds it. A relative path is taken from the directory `tines` starts in, not `chdir`. During a binary upgrade (`USR2`) the old master's file is `PATH.oldbin` and the new master writes PATH (docs/signals.md); put it in a directory the `user` owns (`/run/tines/`), since the master renames and removes it after dropping privileges.",
             optional_text, None, ("--pid-file",), "PATH", default_text="none"),
     # Resource limits (setrlimit in each worker after fork, before post_fork and the app; docs/limits.md)
-    Setting("limit_address_space", "Resource limits", "RLIMIT_AS of each worker, in bytes (soft and hard): its virtual address space. It counts every mapping, not what is resident: each thread's stack and glibc's malloc arena per thread (64 MiB of address space each), so the `thread` and `event` MPMs need far more than their RSS (docs/limits.md). Python raises `MemoryError` past it; Rust aborts the worker.",
-            optional_positive_int, None, ("--limit-address-space",), "BYTES", default_text="unlimited"),
-    Setting("limit_data", "Resource limits", "RLIMIT_DATA of each worker, in bytes (soft and hard): its heap and private writable mappings (Linux 4.7+ counts anonymous `mmap`s, so most of malloc).",
-            optional_positive_int, None, ("--limit-data",), "BYTES", default_text="unlimited"),
+    Setting("limit_address_space", "Resource limits", "RLIMIT_AS of each worker, in bytes or with a unit (`4GiB`; soft and hard): its virtual address space. It counts every mapping, not what is resident: each thread's stack and glibc's malloc arena per thread (64 MiB of address space each), so the `thread` and `event` MPMs need far more than their RSS (docs/limits.md). Python raises `MemoryError` past it; Rust aborts the worker.",
+            optional_positive_size, None, ("--limit-address-space",), "SIZE", default_text="unlimited"),
+    Setting("limit_data", "Resource limits", "RLIMIT_DATA of each worker, in bytes or with a unit (`2GiB`; soft and hard): its heap and private writable mappings (Linux 4.7+ counts anonymous `mmap`s, so most of malloc).",
+            optional_positive_size, None, ("--limit-data",), "SIZE", default_text="unlimited"),
     Setting("limit_cpu", "Resource limits", "RLIMIT_CPU soft limit of each worker, in CPU seconds (all its threads): at it the kernel sends SIGXCPU and the worker recycles gracefully (finishes in-flight requests, exits, is replaced), like `max_requests`. A worker running one request that keeps the CPU busy recycles when that request ends.",
             optional_positive_whole_seconds, None, ("--limit-cpu",), "SECONDS", default_text="unlimited"),
     Setting("limit_cpu_hard", "Resource limits", "RLIMIT_CPU hard limit of each worker, in CPU seconds: at it the kernel kills the worker (SIGKILL), whatever it was doing. At least `limit_cpu` (equal: killed without the graceful recycling). Needs `limit_cpu`.",
             optional_positive_whole_seconds, None, ("--limit-cpu-hard",), "SECONDS", default_text="`limit_cpu` + 10"),
     Setting("limit_open_files", "Resource limits", "RLIMIT_NOFILE of each worker (soft and hard): the most file descriptors it may hold, sockets included. Unset, a worker raises its soft limit to the hard one at start; set, that raise does not undo it.",
             optional_positive_int, None, ("--limit-open-files",), "N", default_text="the hard limit"),
-    Setting("limit_core", "Resource limits", "RLIMIT_CORE of each worker, in bytes (soft and hard): the largest core dump it writes when it crashes; 0 writes none.",
-            optional_non_negative_int, None, ("--limit-core",), "BYTES", default_text="inherited"),
+    Setting("limit_core", "Resource limits", "RLIMIT_CORE of each worker, in bytes or with a unit (`512MiB`; soft and hard): the largest core dump it writes when it crashes; 0 writes none.",
+            optional_size, None, ("--limit-core",), "SIZE", default_text="inherited"),
 )
 
 SETTINGS: Mapping[str, Setting] = MappingProxyType({setting.name: setting for setting in _REGISTRY})

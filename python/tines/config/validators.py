@@ -158,6 +158,23 @@ def size(raw: object) -> int:
     return int(value * SIZE_UNITS[unit])
 
 
+def optional_positive_size(raw: object) -> int | None:
+    """A size in bytes >= 1 as ``size`` reads it (``1GiB``), or None (``""`` also means None)."""
+    if raw is None or raw == "":
+        return None
+    value = size(raw)
+    if value < 1:
+        raise ValueError("must be a size above 0 bytes, or with a unit: B, K/KiB, M/MiB, G/GiB, T/TiB (such as 1GiB)")
+    return value
+
+
+def optional_size(raw: object) -> int | None:
+    """A size in bytes >= 0 as ``size`` reads it, or None (``""`` also means None)."""
+    if raw is None or raw == "":
+        return None
+    return size(raw)
+
+
 def sample_rate(raw: object) -> float:
     """Reads per second, above 0 and at most 10 (``memory_sample_rate``)."""
     expected = "must be a number of reads per second above 0 and at most 10"
