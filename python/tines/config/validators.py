@@ -140,6 +140,11 @@ SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 
 ``512M``); decimal ``MB``/``GB`` are refused rather than guessed."""
 
 
+MAX_SIZE = (1 << 63) - 1
+"""The largest size any setting takes: the workers hold sizes in 64-bit integers (``u64``,
+``rlim_t``), and a larger one would pass here and then fail in every worker."""
+
+
 def size(raw: object) -> int:
     """A size in bytes >= 0: an integer, or a number with a unit (``512MiB``, ``1.5G``, ``64k``)."""
     expected = "must be a size in bytes, or with a unit: B, K/KiB, M/MiB, G/GiB, T/TiB (such as 512MiB)"
@@ -155,7 +160,10 @@ def size(raw: object) -> int:
         value, unit = float(match.group(1)), match.group(2).lower()
     if value < 0:
         raise ValueError(expected)
-    return int(value * SIZE_UNITS[unit])
+    result = int(value * SIZE_UNITS[unit])
+    if result > MAX_SIZE:
+        raise ValueError("must be a size of at most 8EiB - 1 (9223372036854775807 bytes)")
+    return result
 
 
 def optional_positive_size(raw: object) -> int | None:

@@ -174,5 +174,13 @@ def test_a_size_that_is_not_one_is_refused(raw: object) -> None:
         config.size(raw)
 
 
+def test_a_size_past_64_bits_is_refused_before_any_worker_fails_on_it() -> None:
+    assert config.size("8388607TiB") == 8388607 << 40
+    with pytest.raises(ValueError, match="must be a size of at most 8EiB - 1"):
+        config.size("8388608TiB")
+    with pytest.raises(ValueError, match="must be a size of at most"):
+        config.size(1 << 63)
+
+
 def test_the_master_check_of_memory_merge_is_off_when_not_asked() -> None:
     assert memory.check_merge(_cfg()) is False
