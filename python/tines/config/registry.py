@@ -21,10 +21,11 @@ from types import MappingProxyType
 from typing import Any
 
 from tines.config.validators import (bind_address, boolean, directory, group_id, head_size, header_value,
-                                     network, non_negative_int, non_negative_seconds, optional_non_negative_int,
-                                     optional_non_negative_seconds, optional_positive_int, optional_text,
-                                     positive_int, positive_seconds, request_line_size, sample_rate, size,
-                                     temp_dir, text, umask, user_id, window_bits)
+                                     network, non_negative_int, non_negative_seconds, non_negative_whole_seconds,
+                                     optional_non_negative_int, optional_non_negative_seconds, optional_positive_int,
+                                     optional_positive_size, optional_positive_whole_seconds, optional_size,
+                                     optional_text, positive_int, positive_seconds, request_line_size, sample_rate,
+                                     size, temp_dir, text, umask, user_id, window_bits)
 
 ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
     ("h", "client address"),
@@ -162,7 +163,7 @@ _REGISTRY = (
     Setting("backlog", "Server", "Length of each listening socket's queue of connections not yet accepted.",
             positive_int, 2048, ("--backlog",), "N"),
     Setting("defer_accept", "Server", "Seconds the kernel holds a new TCP connection until its first bytes arrive (`TCP_DEFER_ACCEPT`; Apache's `AcceptFilter http data`, nginx's `listen ... deferred`): a worker is woken for a connection whose request is already there and reads it as it accepts it, with one wake-up and one poller event fewer per connection (docs/mpm.md). The client's handshake completes at once either way; a client that connects and sends nothing is accepted after about this long, and `header_timeout` runs from then. 0 turns it off. TCP binds only (not `unix:`), set on the listening sockets at start.",
-            non_negative_int, 1, ("--defer-accept",), "SECONDS"),
+            non_negative_whole_seconds, 1, ("--defer-accept",), "SECONDS"),
     Setting("preload", "Server", "Load the app in the master before forking, so workers share its memory and import errors stop the start.",
             boolean, False, ("--preload",)),
     Setting("memory_merge", "Server", "Workers opt in to kernel same-page merging (KSM) after fork with `prctl(PR_SET_MEMORY_MERGE)` (Linux 6.4+), so identical pages they dirtied (the app's copies of the same objects) can be merged back. Takes effect only while ksmd runs (`/sys/kernel/mm/ksm/run` = 1, a system-wide switch, off on many hosts; logged at start when it is not); the saving is reported per worker. On a kernel without it, a warning at start, and workers run without it. Costs ksmd's CPU time.",
@@ -220,11 +221,11 @@ _REGISTRY = (
             non_negative_int, 0, ("--max-requests",), "N", worker=True),
     Setting("max_requests_jitter", "Workers", "Add a random 0..N to each worker's `max_requests`, so workers do not all recycle at once.",
             non_negative_int, 0, ("--max-requests-jitter",), "N", worker=True),
-    Setting("max_worker_memory", "Workers", "Recycle a worker gracefully (it finishes its requests, exits and is replaced at once) when its memory, as `max_worker_memory_kind` counts it, is above this size: bytes, or with a unit (`512MiB`, `2G`; K, M, G, T are powers of 1024). The master reads each worker's `/proc/PID/smaps_rollup` in turn (`memory_sample_rate`), so a worker can grow past the limit until its next read (docs/tuning.md). 0 is off.",
+    Setting("max_worker_memory", "Workers", "Recycle a worker gracefully (it finishes its requests, exits and is replaced at once) when its memory, as `max_worker_memory_kind` counts it, is above this size: bytes, or with a unit (`512MiB`, `2G`; K, M, G, T are powers of 1024). The master reads each worker's `/proc/PID/smaps_rollup` in turn (`memory_sample_rate`), so a worker can grow past the limit until its next read: a sample is at most workers / rate seconds old (docs/tuning.md). Under `user` or `group` the master can read only the workers' RSS (from `/proc/PID/status`; their smaps_rollup is root's after the switch), so a limit there needs `max_worker_memory_kind` `rss` and one on `uss` or `pss` stops the start. 0 is off.",
             size, 0, ("--max-worker-memory",), "SIZE", default_text="`0` (off)"),
-    Setting("max_worker_memory_kind", "Workers", "Which figure `max_worker_memory` limits: `uss` (memory only this worker maps, what its exit frees), `pss` (its proportional share of pages shared with the master and the other workers) or `rss` (resident, shared pages counted in full, as uWSGI's `reload-on-rss`).",
+    Setting("max_worker_memory_kind", "Workers", "Which figure `max_worker_memory` limits: `uss` (memory only this worker maps, what its exit frees), `pss` (its proportional share of pages shared with the master and the other workers) or `rss` (resident, shared pages counted in full, as uWSGI's `reload-on-rss`; the only one the master can read under `user`).",
             text, "uss", ("--max-worker-memory-kind",), choices=("uss", "pss", "rss")),
-    Setting("memory_sample_rate", "Workers", "Reads of a worker's `/proc/PID/smaps_rollup` per second, in total: the master reads one worker at a time, in turn, so each is read every workers / rate seconds. Each read walks the worker's page tables under its memory-map lock (O(RSS): about a millisecond per GiB resident, and more while the worker is busy: the master's reads cost about 0.5% of a CPU at 4 a second next to a busy worker), so it is capped at 10. The figures go to the log at ready (not a recycle's replacement's), the status page and `max_worker_memory`; without a limit they are only shown, hence the lower default.",
+    Setting("memory_sample_rate", "Workers", "Reads of a worker's `/proc/PID/smaps_rollup` per second, in total: the master reads one worker at a time, in turn, so each is read every workers / rate seconds. Each read walks the worker's page tables under its memory-map lock (O(RSS): about a millisecond per GiB resident, and more while the worker is busy: the master's reads cost about 0.5% of a CPU at 4 a second next to a busy worker), so it is capped at 10. The figures go to the log at ready (not a recycle's replacement's), the status page and `max_worker_memory`; without a limit they are only shown, hence the lower default. Under `user` the master reads RSS and swap from `/proc/PID/status` instead (no page-table walk), at the same rate.",
             sample_rate, None, ("--memory-sample-rate",), "PER_SECOND",
             default_text="`4` with `max_worker_memory` set, else `0.5`"),
     Setting("boot_failure_limit", "Workers", "Crash-loop guard: the master gives up after this many consecutive workers die before they are ready.",
@@ -329,18 +330,18 @@ _REGISTRY = (
     Setting("pid_file", "Process", "Write the master's pid to this file (atomically) at start and remove it at exit; refused (exit 2) while a live process holds it. A relative path is taken from the directory `tines` starts in, not `chdir`. During a binary upgrade (`USR2`) the old master's file is `PATH.oldbin` and the new master writes PATH (docs/signals.md); put it in a directory the `user` owns (`/run/tines/`), since the master renames and removes it after dropping privileges.",
             optional_text, None, ("--pid-file",), "PATH", default_text="none"),
     # Resource limits (setrlimit in each worker after fork, before post_fork and the app; docs/limits.md)
-    Setting("limit_address_space", "Resource limits", "RLIMIT_AS of each worker, in bytes (soft and hard): its virtual address space. It counts every mapping, not what is resident: each thread's stack and glibc's malloc arena per thread (64 MiB of address space each), so the `thread` and `event` MPMs need far more than their RSS (docs/limits.md). Python raises `MemoryError` past it; Rust aborts the worker.",
-            optional_positive_int, None, ("--limit-address-space",), "BYTES", default_text="unlimited"),
-    Setting("limit_data", "Resource limits", "RLIMIT_DATA of each worker, in bytes (soft and hard): its heap and private writable mappings (Linux 4.7+ counts anonymous `mmap`s, so most of malloc).",
-            optional_positive_int, None, ("--limit-data",), "BYTES", default_text="unlimited"),
+    Setting("limit_address_space", "Resource limits", "RLIMIT_AS of each worker, in bytes or with a unit (`4GiB`; soft and hard): its virtual address space. It counts every mapping, not what is resident: each thread's stack and glibc's malloc arena per thread (64 MiB of address space each), so the `thread` and `event` MPMs need far more than their RSS (docs/limits.md). Python raises `MemoryError` past it; Rust aborts the worker.",
+            optional_positive_size, None, ("--limit-address-space",), "SIZE", default_text="unlimited"),
+    Setting("limit_data", "Resource limits", "RLIMIT_DATA of each worker, in bytes or with a unit (`2GiB`; soft and hard): its heap and private writable mappings (Linux 4.7+ counts anonymous `mmap`s, so most of malloc).",
+            optional_positive_size, None, ("--limit-data",), "SIZE", default_text="unlimited"),
     Setting("limit_cpu", "Resource limits", "RLIMIT_CPU soft limit of each worker, in CPU seconds (all its threads): at it the kernel sends SIGXCPU and the worker recycles gracefully (finishes in-flight requests, exits, is replaced), like `max_requests`. A worker running one request that keeps the CPU busy recycles when that request ends.",
-            optional_positive_int, None, ("--limit-cpu",), "SECONDS", default_text="unlimited"),
+            optional_positive_whole_seconds, None, ("--limit-cpu",), "SECONDS", default_text="unlimited"),
     Setting("limit_cpu_hard", "Resource limits", "RLIMIT_CPU hard limit of each worker, in CPU seconds: at it the kernel kills the worker (SIGKILL), whatever it was doing. At least `limit_cpu` (equal: killed without the graceful recycling). Needs `limit_cpu`.",
-            optional_positive_int, None, ("--limit-cpu-hard",), "SECONDS", default_text="`limit_cpu` + 10"),
+            optional_positive_whole_seconds, None, ("--limit-cpu-hard",), "SECONDS", default_text="`limit_cpu` + 10"),
     Setting("limit_open_files", "Resource limits", "RLIMIT_NOFILE of each worker (soft and hard): the most file descriptors it may hold, sockets included. Unset, a worker raises its soft limit to the hard one at start; set, that raise does not undo it.",
             optional_positive_int, None, ("--limit-open-files",), "N", default_text="the hard limit"),
-    Setting("limit_core", "Resource limits", "RLIMIT_CORE of each worker, in bytes (soft and hard): the largest core dump it writes when it crashes; 0 writes none.",
-            optional_non_negative_int, None, ("--limit-core",), "BYTES", default_text="inherited"),
+    Setting("limit_core", "Resource limits", "RLIMIT_CORE of each worker, in bytes or with a unit (`512MiB`; soft and hard): the largest core dump it writes when it crashes; 0 writes none.",
+            optional_size, None, ("--limit-core",), "SIZE", default_text="inherited"),
 )
 
 SETTINGS: Mapping[str, Setting] = MappingProxyType({setting.name: setting for setting in _REGISTRY})

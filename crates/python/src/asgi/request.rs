@@ -234,8 +234,8 @@ impl Request {
 
     /// The app returned (or failed): the request ends and its connection goes back to the
     /// reactor. Returns what was wrong with the response, for the error log ("METHOD target:
-    /// what"), if anything: none started (a 500 is sent), or it stopped before its last body
-    /// message (the connection closes).
+    /// what"), if anything: none started (a 500 is sent; nothing said when the client was gone
+    /// first), or it stopped before its last body message (the connection closes).
     fn end(&mut self, py: Python<'_>) -> PyResult<Option<String>> {
         let Some(mut exchange) = self.exchange.take() else {
             return Ok(None);
@@ -244,7 +244,9 @@ impl Request {
             Response::Complete => None,
             Response::None => {
                 exchange.fail(500);
-                Some("the app returned without starting a response (500 sent)")
+                // A client gone before the response started hears nothing whatever the app
+                // did: its `send` raised ClientDisconnected, or it saw `http.disconnect`.
+                (!self.gone).then_some("the app returned without starting a response (500 sent)")
             }
             Response::Started | Response::Body => {
                 if exchange.response_committed() || self.response == Response::Body {

@@ -66,6 +66,8 @@ pub struct Reactor {
     listeners: Vec<Listener>,
     listening: bool,
     throttled_until: Option<Instant>,
+    /// Failed accepts, for logging at most one line a second.
+    accept_errors: accept::AcceptErrors,
     control: Control,
     entries: Vec<Entry>,
     free: Vec<usize>,
@@ -143,6 +145,7 @@ impl Reactor {
             listeners,
             listening: true,
             throttled_until: None,
+            accept_errors: accept::AcceptErrors::default(),
             control,
             entries: Vec::new(),
             free: Vec::new(),
