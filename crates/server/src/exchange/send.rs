@@ -2,9 +2,11 @@
 //! socket takes without waiting and hands the rest to the poller through the connection's
 //! pending output ([`crate::pending`]). A complete body (a WSGI list) goes to the worker's
 //! response store: memory up to `response_buffer_total`, then a spill file up to
-//! `buffer_disk_total`. A body the app is still producing may leave up to
-//! `max_response_buffer` there. A file body is queued as a range of a duplicate of its fd.
-//! Only when that does not fit does the slot wait for the client (`send_timeout` per wait).
+//! `buffer_disk_total`. A WSGI body the app is still producing may leave up to
+//! `max_response_buffer` in memory and the rest of `max_stream_buffer` in a spill file
+//! (ADR 0024); an ASGI one, `max_response_buffer` in memory. A file body is queued as a
+//! range of a duplicate of its fd. Only when that does not fit does the slot wait for the
+//! client (`send_timeout` per wait).
 //!
 //! It writes what it is given, framed already; it must not decide the framing or the status.
 
@@ -84,11 +86,21 @@ impl Exchange {
 
     /// Where bytes the socket does not take may wait.
     fn store(&self) -> Store {
+        let config = &self.shared.config;
         if self.complete_body {
             Store::Complete
+        } else if self.ctx.never_wait {
+            // An ASGI body: at most `max_response_buffer` waits in memory, then the app's
+            // `send` waits on its own loop (ADR 0014).
+            Store::Streamed(config.max_response_buffer)
         } else {
-            // A body still being produced: at most `max_response_buffer` waits in memory.
-            Store::Streamed(self.shared.config.max_response_buffer)
+            // A WSGI stream: pulled from the app into memory and a spill file up to
+            // `max_stream_buffer` while its client reads slower, so that a slow reader of a
+            // finite stream holds no slot (ADR 0024).
+            Store::Spooled {
+                memory: config.max_response_buffer,
+                cap: config.max_stream_buffer,
+            }
         }
     }
 

@@ -382,3 +382,67 @@ fn an_output_says_it_is_empty_without_its_lock_and_close_gives_everything_back()
     assert_eq!(buffers.disk.used(), 0);
     std::fs::remove_dir(&dir).unwrap();
 }
+
+#[test]
+fn a_spooled_stream_keeps_its_memory_share_then_spills_and_refuses_what_passes_its_cap() {
+    let dir = scratch_dir("spooled");
+    let buffers = buffers(64 << 20, 64 << 20, &dir);
+    let (a, b) = UnixStream::pair().unwrap();
+    a.set_nonblocking(true).unwrap();
+    let output = Output::new(raw(&a));
+    let store = Store::Spooled {
+        memory: 100_000,
+        cap: 3_000_000,
+    };
+    // Fill the socket first, so that every block after it is queued whole.
+    let filler = pattern(0, 500_000);
+    let handed = output.hand_over(&buffers, &[&filler], 0, store);
+    assert_eq!(handed.unwrap(), HandOver::Queued);
+    assert!(
+        output.with(|pending| pending.buffered()) <= 100_000,
+        "memory share kept"
+    );
+    assert!(buffers.disk.used() > 0, "the rest of the block spilled");
+    // A small block still fits under the cap: queued behind the spill, in order, and in the
+    // same file (not in memory, which has room).
+    let spilled = buffers.disk.used();
+    let small = pattern(500_000, 1000);
+    let handed = output.hand_over(&buffers, &[&small], 0, store);
+    assert_eq!(handed.unwrap(), HandOver::Queued);
+    assert_eq!(buffers.disk.used(), spilled + 4000);
+    let unsent = output.with(|pending| pending.unsent());
+    // A block that would pass the cap is refused whole, nothing charged for it: the caller
+    // (the slot) writes it after what is queued, waiting for the client.
+    let (memory, disk) = (buffers.response_memory.used(), buffers.disk.used());
+    let over = pattern(501_000, (3_000_000 - unsent as u32) / 4 + 1);
+    let handed = output.hand_over(&buffers, &[&over], 0, store);
+    assert_eq!(handed.unwrap(), HandOver::Full(0));
+    assert_eq!(output.with(|pending| pending.unsent()), unsent);
+    assert_eq!(
+        (buffers.response_memory.used(), buffers.disk.used()),
+        (memory, disk)
+    );
+    let reader = reader(b);
+    output.write_all(Duration::from_secs(10)).unwrap();
+    raw(&a)
+        .write_all_from(&[&over], 0, Duration::from_secs(10))
+        .unwrap();
+    drop(a);
+    let words = 501_000 + over.len() as u32 / 4;
+    assert!(reader.join().unwrap() == pattern(0, words), "out of order");
+    assert_eq!(
+        (buffers.response_memory.used(), buffers.disk.used()),
+        (0, 0)
+    );
+    // An empty queue takes a small block without a write only within the cap.
+    let (a, _b) = UnixStream::pair().unwrap();
+    let output = Output::new(raw(&a));
+    let tight = Store::Spooled {
+        memory: 100_000,
+        cap: 10,
+    };
+    assert!(!output.try_queue(&buffers, &[&[1u8; 11]], tight));
+    assert!(output.try_queue(&buffers, &[&[1u8; 10]], tight));
+    output.close();
+    std::fs::remove_dir(&dir).unwrap();
+}
