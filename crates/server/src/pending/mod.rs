@@ -27,6 +27,7 @@ mod queue;
 mod spare;
 mod spill;
 
+pub(crate) use output::writable_by;
 pub use output::{HandOver, Output, Store};
 pub use queue::{Pending, Progress, WhenWritten};
 pub use spill::SpillFile;

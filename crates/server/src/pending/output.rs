@@ -20,16 +20,28 @@ pub enum Store {
     /// most this many bytes in memory for the response.
     Streamed(usize),
     /// A body still being produced by a slot that would otherwise wait for the client (a
-    /// WSGI stream, ADR 0024): at most `memory` bytes in memory for the response, then a
-    /// spill file, at most `cap` unsent bytes in all.
+    /// WSGI stream, ADR 0024): at most `memory` bytes in memory for the response, then
+    /// (once its client was found slow, or while a spill range is its last segment) a spill
+    /// file, at most `cap` unsent bytes in all.
     Spooled {
         /// The response's share of memory (`max_response_buffer`).
         memory: usize,
         /// Unsent bytes the response may leave in all (`max_stream_buffer`).
         cap: u64,
+        /// Bytes beyond the memory may start a spill file: the client did not keep pace.
+        spill: bool,
     },
     /// A complete body: memory while the worker's budget allows, then a spill file.
     Complete,
+}
+
+/// Waits until `link` is writable (true) or `deadline` passes (false).
+pub(crate) fn writable_by(link: Link, deadline: Instant) -> io::Result<bool> {
+    match link.wait(true, deadline, "send") {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == io::ErrorKind::TimedOut => Ok(false),
+        Err(err) => Err(err),
+    }
 }
 
 impl Store {
@@ -50,9 +62,14 @@ impl Store {
         }
     }
 
-    /// Whether bytes beyond the memory may go to a spill file.
-    fn spills(self) -> bool {
-        !matches!(self, Store::Streamed(_))
+    /// Whether bytes beyond the memory may go to a spill file, when the queue's last segment
+    /// is a spill range or not (`ends_in_spill`).
+    fn spills(self, ends_in_spill: bool) -> bool {
+        match self {
+            Store::Streamed(_) => false,
+            Store::Spooled { spill, .. } => spill || ends_in_spill,
+            Store::Complete => true,
+        }
     }
 
     /// Whether this is a stream that may spill (its blocks come over time, so once one
@@ -218,7 +235,8 @@ impl Output {
             // Past a stream's cap nothing more is queued: the slot waits (ADR 0024).
             let room = bytes == 0 || store.has_room(|| pending.unsent(), bytes);
             // A stream that spills keeps spilling into the same file until it is sent.
-            let to_memory = room && !(store.streams_to_disk() && pending.ends_in_spill());
+            let ends_in_spill = pending.ends_in_spill();
+            let to_memory = room && !(store.streams_to_disk() && ends_in_spill);
             let queued_now = bytes == 0
                 || (to_memory
                     && bytes <= LOCKED_COPY
@@ -227,7 +245,7 @@ impl Output {
                 None
             } else if to_memory && bytes > LOCKED_COPY && pending.reserve(buffers, bytes, limit) {
                 Some(Staging::Copy)
-            } else if room && store.spills() {
+            } else if room && store.spills(ends_in_spill) {
                 Some(Staging::Spill(pending.spill_target()))
             } else {
                 self.note_queued(&state);
@@ -364,6 +382,18 @@ impl Output {
             self.link.wait(true, Instant::now() + timeout, "send")?;
         }
         Ok(())
+    }
+
+    /// Writes what is pending, waiting for the client until `deadline` at most (the
+    /// connection's owner only): true when all of it was written, false when the deadline
+    /// passed first.
+    pub fn write_all_until(&self, deadline: Instant) -> io::Result<bool> {
+        while self.write_some()? == Progress::Blocked {
+            if !writable_by(self.link, deadline)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Runs `f` with the connection's link under the lock, unless the connection was closed
