@@ -5,9 +5,8 @@
 //! `buffer_disk_total`. A WSGI body the app is still producing may leave up to
 //! `max_response_buffer` in memory and, once its client proved slow (`STREAM_GRACE`), the
 //! rest of `max_stream_buffer` in a spill file (ADR 0024); an ASGI one, `max_response_buffer`
-//! in memory. A file body is queued as a
-//! range of a duplicate of its fd. Only when that does not fit does the slot wait for the
-//! client (`send_timeout` per wait).
+//! in memory. A file body is queued as a range of a duplicate of its fd. Only when that does
+//! not fit does the slot wait for the client (`send_timeout` per wait).
 //!
 //! It writes what it is given, framed already; it must not decide the framing or the status.
 
