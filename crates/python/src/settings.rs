@@ -74,6 +74,7 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         ws_ping_interval: seconds(settings, "ws_ping_interval")?,
         ws_ping_timeout: seconds(settings, "ws_ping_timeout")?,
         max_response_buffer: get(settings, "max_response_buffer")?,
+        max_stream_buffer: get(settings, "max_stream_buffer")?,
         response_batch_delay: seconds(settings, "response_batch_delay")?,
         request_buffer_memory: get(settings, "request_buffer_memory")?,
         request_buffer_total: get(settings, "request_buffer_total")?,
@@ -143,7 +144,8 @@ pub fn worker_config_fields(
     Ok(fields_of!(config;
         mpm, threads, trusted_proxies, proxy_protocol, max_connections, max_queued_requests,
         max_concurrency, ws_max_message_size, ws_per_message_deflate, ws_server_max_window_bits,
-        ws_ping_interval, ws_ping_timeout, max_response_buffer, response_batch_delay,
+        ws_ping_interval, ws_ping_timeout, max_response_buffer, max_stream_buffer,
+        response_batch_delay,
         request_buffer_memory, request_buffer_total, request_buffer_dir, buffer_disk_total,
         stream_body_paths, response_buffer_total, keepalive_timeout, drain_timeout,
         max_keepalive_requests, header_timeout, header_timeout_max, header_min_rate,
