@@ -2,7 +2,7 @@
 //! `http.disconnect`), `send` (`http.response.start`, then `http.response.body` messages
 //! written through the exchange), and its end, which gives the connection back to the reactor.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
@@ -321,13 +321,36 @@ impl Request {
     }
 
     /// The client went away: a waiting `receive` gets `http.disconnect`, a waiting `send`
-    /// returns (the next one raises).
+    /// raises `ClientDisconnected`, as every later one does (ADR 0023).
     pub(super) fn on_gone(&mut self, py: Python<'_>) -> PyResult<()> {
         self.gone = true;
         self.waiter
             .answer_receive(py, || Ok(disconnect_message(py)?.into_any()))?;
-        self.waiter.release_send(py)?;
-        Ok(())
+        self.waiter
+            .fail_send(py, "the client closed the connection")
+    }
+
+    /// A `send` that waited `timeout` with the client taking nothing: the response is cut
+    /// (what is queued dropped, the connection closes when the app returns) and the client
+    /// is treated as gone.
+    pub(super) fn expire_send(
+        &mut self,
+        py: Python<'_>,
+        now: Instant,
+        timeout: Duration,
+    ) -> PyResult<()> {
+        if !self
+            .waiter
+            .send_overdue(self.exchange.as_deref_mut(), now, timeout)
+        {
+            return Ok(());
+        }
+        if let Some(exchange) = self.exchange.as_mut() {
+            exchange.abandon();
+        }
+        // Nothing more is owed: the app's end finds the response over (no complaint).
+        self.response = Response::Complete;
+        self.on_gone(py)
     }
 
     /// Output the app waited for was written: a waiting `send` may return.
