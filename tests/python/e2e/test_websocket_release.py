@@ -13,6 +13,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -192,6 +193,8 @@ def test_term_with_websocket_clients_that_do_not_read_ends_within_the_linger_tim
         # A generous wait for the server's own deadline (linger_timeout + 1 s).
         assert server.wait(60) == 0
         log = server.log_text()
+        # The worker ended on its own (no kill at graceful_timeout), and the master after it.
+        assert re.search(r"worker \d+ \(slot 0\) exited with code 0", log), log
         assert "did not stop in time" not in log, log
         raised = lines(record, "raised")
         assert len(raised) == CLIENTS, raised
