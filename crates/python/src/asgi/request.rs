@@ -321,9 +321,18 @@ impl Request {
     }
 
     /// The client went away: a waiting `receive` gets `http.disconnect`, a waiting `send`
-    /// raises `ClientDisconnected`, as every later one does (ADR 0023).
+    /// raises `ClientDisconnected`, as every later one does (ADR 0023). A response cut short
+    /// by it drops what it queued now (its memory and disk back, the connection closes when
+    /// the app returns): a client that only shut its side and reads nothing would otherwise
+    /// hold it for `send_timeout`, for a response that cannot be whole anyway.
     pub(super) fn on_gone(&mut self, py: Python<'_>) -> PyResult<()> {
         self.gone = true;
+        if matches!(self.response, Response::Started | Response::Body) {
+            if let Some(exchange) = self.exchange.as_mut() {
+                exchange.abandon();
+            }
+            self.response = Response::Complete;
+        }
         self.waiter
             .answer_receive(py, || Ok(disconnect_message(py)?.into_any()))?;
         self.waiter
@@ -345,10 +354,10 @@ impl Request {
         {
             return Ok(());
         }
+        // Cut short even when complete: what is queued cannot reach a client that reads nothing.
         if let Some(exchange) = self.exchange.as_mut() {
             exchange.abandon();
         }
-        // Nothing more is owed: the app's end finds the response over (no complaint).
         self.response = Response::Complete;
         self.on_gone(py)
     }

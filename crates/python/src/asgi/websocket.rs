@@ -176,6 +176,11 @@ impl WebSocket {
                     }
                 };
                 if let Err(err) = sent {
+                    // The write failed: the client is gone (let go now, 1006).
+                    if self.closed.is_none() {
+                        self.closed = Some((1006, err.to_string()));
+                    }
+                    self.hand_back(py, true)?;
                     return Err(ClientDisconnected::new_err(err.to_string()));
                 }
                 self.wait_written(py)
