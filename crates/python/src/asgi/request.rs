@@ -2,7 +2,7 @@
 //! `http.disconnect`), `send` (`http.response.start`, then `http.response.body` messages
 //! written through the exchange), and its end, which gives the connection back to the reactor.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
@@ -323,13 +323,45 @@ impl Request {
     }
 
     /// The client went away: a waiting `receive` gets `http.disconnect`, a waiting `send`
-    /// returns (the next one raises).
+    /// raises `ClientDisconnected`, as every later one does (ADR 0023). A response cut short
+    /// by it drops what it queued now (its memory and disk back, the connection closes when
+    /// the app returns): a client that only shut its side and reads nothing would otherwise
+    /// hold it for `send_timeout`, for a response that cannot be whole anyway.
     pub(super) fn on_gone(&mut self, py: Python<'_>) -> PyResult<()> {
         self.gone = true;
+        if matches!(self.response, Response::Started | Response::Body) {
+            if let Some(exchange) = self.exchange.as_mut() {
+                exchange.abandon();
+            }
+            self.response = Response::Complete;
+        }
         self.waiter
             .answer_receive(py, || Ok(disconnect_message(py)?.into_any()))?;
-        self.waiter.release_send(py)?;
-        Ok(())
+        self.waiter
+            .fail_send(py, "the client closed the connection")
+    }
+
+    /// A `send` that waited `timeout` with the client taking nothing: the response is cut
+    /// (what is queued dropped, the connection closes when the app returns) and the client
+    /// is treated as gone.
+    pub(super) fn expire_send(
+        &mut self,
+        py: Python<'_>,
+        now: Instant,
+        timeout: Duration,
+    ) -> PyResult<()> {
+        if !self
+            .waiter
+            .send_overdue(self.exchange.as_deref_mut(), now, timeout)
+        {
+            return Ok(());
+        }
+        // Cut short even when complete: what is queued cannot reach a client that reads nothing.
+        if let Some(exchange) = self.exchange.as_mut() {
+            exchange.abandon();
+        }
+        self.response = Response::Complete;
+        self.on_gone(py)
     }
 
     /// Output the app waited for was written: a waiting `send` may return.

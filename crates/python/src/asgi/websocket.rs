@@ -1,6 +1,8 @@
 //! An ASGI `websocket` connection in flight: the handshake (`websocket.accept`, or a denial
 //! answered as HTTP), then messages both ways over the reactor's `WsSession`, with reading
 //! paused while the app or the client is behind, the keep-alive pings, and the close.
+//!
+//! Every way a WebSocket closes goes through `closing` (ADR 0023).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -13,6 +15,8 @@ use tines_proto::websocket::deflate::negotiate;
 use tines_proto::websocket::{accept_key, MessageKind};
 use tines_server::websocket::{ReadOutcome, WsIncoming, WsSession};
 use tines_server::Exchange;
+
+mod closing;
 
 use super::waiter::{ready, Waiter};
 use super::{body_of, header_pairs, status_line, AsgiWorker, ClientDisconnected};
@@ -54,6 +58,10 @@ pub struct WebSocket {
     paused: bool,
     /// The denial response's status and headers (`websocket.http.response.start`).
     denial: Option<(u16, Option<Py<PyAny>>)>,
+    /// The reactor saw the client close its side or the socket fail: what it sent before is
+    /// read to the end even while reading is paused (a client behind on reading would
+    /// otherwise never be seen gone).
+    gone: bool,
 }
 
 impl WebSocket {
@@ -82,6 +90,7 @@ impl WebSocket {
             inbox_bytes: 0,
             paused: false,
             denial: None,
+            gone: false,
         }
     }
 }
@@ -167,6 +176,11 @@ impl WebSocket {
                     }
                 };
                 if let Err(err) = sent {
+                    // The write failed: the client is gone (let go now, 1006).
+                    if self.closed.is_none() {
+                        self.closed = Some((1006, err.to_string()));
+                    }
+                    self.hand_back(py, true)?;
                     return Err(ClientDisconnected::new_err(err.to_string()));
                 }
                 self.wait_written(py)
@@ -196,15 +210,15 @@ impl WebSocket {
                 };
                 let session = self.session.as_mut().expect("open");
                 let _ = session.send_close(code, &reason);
-                self.state = WsState::Closed;
                 // Closed by the app: what the client sent and the app did not take is dropped;
-                // `receive` now returns `websocket.disconnect` (the connection ends when the
-                // app returns, after the client's close or the linger).
+                // `receive` now returns `websocket.disconnect`, and the reactor writes the
+                // close frame and lingers until the client closes (or `linger_timeout`).
                 self.inbox.clear();
                 self.inbox_bytes = 0;
                 if self.closed.is_none() {
                     self.closed = Some((code, reason));
                 }
+                self.hand_back(py, false)?;
                 self.waiter.done(py)
             }
             ("websocket.close", WsState::Closed) => self.waiter.done(py),
@@ -285,7 +299,11 @@ impl WebSocket {
         self.waiter.release_send(py)?;
         let token = self.waiter.token;
         let mut worker = self.waiter.worker.borrow_mut(py);
-        worker.requests.remove(&token);
+        // Given back when it closed (`hand_back`): the token may be another connection's now.
+        let handed_back = self.session.is_none() && self.exchange.is_none();
+        if !handed_back {
+            worker.requests.remove(&token);
+        }
         let first = match (self.session.take(), self.exchange.take()) {
             (Some(mut session), _) => {
                 if !session.close_sent() {
@@ -441,9 +459,8 @@ impl WebSocket {
         self.session = Some(session);
         self.state = WsState::Open;
         if let Err(err) = result {
-            self.state = WsState::Closed;
             self.closed = Some((1006, err.to_string()));
-            return Ok(());
+            return self.hand_back(py, true);
         }
         // A worker that began stopping while the app decided: closed at once (1001), as the
         // others were.
@@ -456,10 +473,10 @@ impl WebSocket {
 
     /// Reads and decodes what the client sent; wakes a waiting `receive`.
     pub(super) fn on_readable(&mut self, py: Python<'_>) -> PyResult<()> {
-        if self.session.is_none() || self.paused {
+        if self.session.is_none() || (self.paused && !self.gone) {
             return Ok(());
         }
-        if self.state == WsState::Open && self.must_pause(py) {
+        if self.state == WsState::Open && !self.gone && self.must_pause(py) {
             self.paused = true;
             return Ok(());
         }
@@ -503,7 +520,11 @@ impl WebSocket {
             worker.schedule_turn(py)?;
         }
         if self.state == WsState::Closed {
-            self.waiter.release_send(py)?;
+            // The close handshake is done, the client broke a rule (the close frame with its
+            // code goes out), or it went away without a close frame (1006: nothing more can
+            // reach it).
+            let vanished = self.closed.as_ref().is_some_and(|(code, _)| *code == 1006);
+            return self.hand_back(py, vanished);
         }
         self.wake_receiver(py)
     }
@@ -528,11 +549,12 @@ impl WebSocket {
         if let Some(session) = self.session.as_mut() {
             let _ = session.send_close(1001, "server shutting down");
         }
-        self.state = WsState::Closed;
         if self.closed.is_none() {
             self.closed = Some((1001, "server shutting down".into()));
         }
-        self.wake_receiver(py)
+        // The reactor writes the close frame (and what was queued before it) and lingers, all
+        // within the stop's start plus `linger_timeout`.
+        self.hand_back(py, false)
     }
 
     /// The keep-alive: a ping after `interval` of silence; closed (1011) when one goes
@@ -553,9 +575,8 @@ impl WebSocket {
         match session.ping_outstanding {
             Some(sent) if now.duration_since(sent) >= timeout => {
                 let _ = session.send_close(1011, "keepalive ping timeout");
-                self.state = WsState::Closed;
                 self.closed = Some((1011, "keepalive ping timeout".into()));
-                self.wake_receiver(py)?;
+                self.hand_back(py, false)?;
             }
             None if now.duration_since(session.last_seen) >= interval => {
                 let _ = session.send_ping();

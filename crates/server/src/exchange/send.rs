@@ -198,6 +198,27 @@ impl Exchange {
         self.parts.output().with(|pending| pending.unsent())
     }
 
+    /// Bytes of this connection's output written to the socket so far: a `send` that waits
+    /// for the client made progress when this grew.
+    pub fn written_out(&mut self) -> u64 {
+        self.parts.output().written()
+    }
+
+    /// Writes what the socket takes now of the output queued for the poller (a deadline's
+    /// last look: the client may have read while the loop was not looking, ADR 0022). An
+    /// error is left for the poller's event to report.
+    pub fn write_pending(&mut self) {
+        let _ = self.parts.output().write_some();
+    }
+
+    /// The client read nothing for `send_timeout` while the app waited (ASGI): the response is
+    /// cut, what is queued for it dropped (its memory and disk given back), and the connection
+    /// closes when the exchange ends.
+    pub fn abandon(&mut self) {
+        self.abort();
+        self.parts.output().discard();
+    }
+
     /// Runs `action` once the output queued now is written (with 0) or dropped (with the
     /// bytes never written); at once when nothing is queued. It runs on whichever thread
     /// writes the last byte (the loop's, usually), under the output's lock: it must only

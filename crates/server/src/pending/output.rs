@@ -410,6 +410,11 @@ impl Output {
         self.link.fd()
     }
 
+    /// Bytes written to the socket from this output so far (a waiting sender's progress).
+    pub fn written(&self) -> u64 {
+        self.with(|pending| pending.written())
+    }
+
     /// Drops what is queued (the response was abandoned), giving its memory and disk back.
     pub fn discard(&self) {
         self.with(Pending::discard);
