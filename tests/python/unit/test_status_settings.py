@@ -46,7 +46,8 @@ def test_status_allow_takes_addresses_networks_and_star_from_every_source(tmp_pa
     assert load({"status_allow": ""}, {}).status_allow == ()  # no TCP peer sees the status
 
 
-@pytest.mark.parametrize("bad", ["10.0.0.0/33", "10.0.0.300", "::1/129", "localhost", "10.0.0.0/x"])
+@pytest.mark.parametrize("bad", ["10.0.0.0/33", "10.0.0.300", "::1/129", "localhost", "10.0.0.0/x",
+                                 "10.0.0.0/255.0.0.0", "fe80::1%eth0"])
 def test_a_bad_status_allow_entry_is_named(bad: str) -> None:
     assert error_of({"status_allow": f"127.0.0.1,{bad}"}, {}) == (
         f"status_allow must be IP addresses or networks (CIDR), or *, got {bad!r}")
