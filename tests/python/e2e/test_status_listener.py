@@ -10,11 +10,13 @@ import json
 import random
 import select
 import socket
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
 
-from conftest import children, holds_connection, wait_until
+from conftest import APPS, ROOT, children, holds_connection, wait_until
 
 STATUS_SLOTS = 64
 """The status process's connection slots (``SLOTS`` in crates/server/src/status/mod.rs)."""
@@ -205,6 +207,18 @@ def test_only_allowed_peers_see_the_status_while_anyone_may_probe(tines_server: 
     for path in ("/status.json", "/metrics", "/", "/?refresh=1"):
         code, body = fetch(port, path)
         assert (code, body) == (403, b"forbidden: this peer is not in status_allow\n"), path
+
+
+def test_tines_status_says_why_it_is_refused(tines_server: Any) -> None:
+    server = tines_server("examples/hello.py:app", "-w", "1", "--status-bind", "127.0.0.1:0",
+                          "--status-allow", "10.0.0.0/8")
+    port = status_port(server)
+    result = subprocess.run([sys.executable, "-m", "tines", "status", "--once", "--status-bind", f"127.0.0.1:{port}"],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL,
+                            env={"PYTHONPATH": str(APPS), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 1
+    assert result.stderr == (f"tines: error: the status listener at 127.0.0.1:{port} answered 403: "
+                             "forbidden: this peer is not in status_allow\n")
 
 
 def test_the_allow_list_admits_its_networks(tines_server: Any) -> None:
