@@ -333,6 +333,27 @@ mod tests {
     }
 
     #[test]
+    fn the_deadline_closes_a_client_that_does_not_take_its_response() {
+        let (spec, mut history, mut slots) = (spec(), History::default(), slots());
+        let (ours, mut theirs) = pair();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let client = slots.admit(ours, true, deadline);
+        client.out = vec![b'x'; 8 << 20]; // more than any socket buffer takes
+        assert_eq!(client.turn(&spec, &mut history), Turn::Waiting);
+        slots.expire(deadline - Duration::from_secs(1), &spec, &mut history);
+        assert_eq!(slots.clients.len(), 1, "held until its deadline");
+        slots.expire(deadline, &spec, &mut history);
+        assert!(slots.clients.is_empty());
+        let mut taken = Vec::new();
+        theirs.read_to_end(&mut taken).unwrap();
+        assert!(
+            !taken.is_empty() && taken.len() < 8 << 20,
+            "{}",
+            taken.len()
+        );
+    }
+
+    #[test]
     fn only_the_probes_answer_a_peer_outside_the_allow_list() {
         let (spec, mut history, mut slots) = (spec(), History::default(), slots());
         for (path, allowed, status) in [
