@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from conftest import APPS, ROOT, children, holds_connection, wait_until
 
 STATUS_SLOTS = 64
@@ -228,6 +230,22 @@ def test_the_allow_list_admits_its_networks(tines_server: Any) -> None:
     code, body = fetch(port, "/status.json")
     assert code == 200 and json.loads(body)["schema"] == "tines-status/1"
     assert fetch(port, "/metrics")[0] == 200
+
+
+@pytest.mark.parametrize(("allow", "shown"), [("127.0.0.0/8,::1", 200), ("127.0.0.0/8", 403), ("::/0", 200)])
+def test_an_ipv6_peer_is_matched_against_the_allow_list(tines_server: Any, allow: str, shown: int) -> None:
+    server = tines_server("examples/hello.py:app", "-w", "1", "--status-bind", "[::1]:0", "--status-allow", allow)
+    port = status_port(server, host=r"\[::1\]")
+
+    def get(path: str) -> int:
+        connection = http.client.HTTPConnection("::1", port, timeout=20)
+        try:
+            connection.request("GET", path)
+            return connection.getresponse().status
+        finally:
+            connection.close()
+
+    assert (get("/healthz"), get("/status.json")) == (200, shown)
 
 
 def test_request_paths_are_redacted_when_asked(tines_server: Any, gate: tuple[socket.socket, str]) -> None:
