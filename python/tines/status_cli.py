@@ -70,7 +70,11 @@ def fetch(address: str, path: str = "/status.json") -> bytes:
     finally:
         connection.close()
     if response.status != 200:
-        raise StatusUnreachable(f"the status listener at {address} answered {response.status}")
+        # The status process's own answers are one plain line: it says why (403: this peer is
+        # not in status_allow).
+        why = body.decode("utf-8", "replace").strip().splitlines()[:1]
+        raise StatusUnreachable(f"the status listener at {address} answered {response.status}"
+                                + "".join(f": {line[:200]}" for line in why))
     return body
 
 

@@ -384,3 +384,13 @@ def network(raw: object) -> str:
         except ValueError:
             pass
     raise ValueError("must be IP addresses or networks (CIDR), or *")
+
+
+def cidr(raw: object) -> str:
+    """``*`` or an IP address or network in the form the Rust server parses (an address, or an
+    address and a prefix length: no netmask, no IPv6 zone), returned as given."""
+    item = network(raw)
+    address, _, prefix = item.strip().partition("/")
+    if "%" in address or (prefix and not prefix.isdigit()):
+        raise ValueError("must be IP addresses or networks (CIDR), or *")
+    return item
