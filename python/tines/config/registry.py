@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from tines.config.validators import (bind_address, boolean, cidr, directory, group_id, head_size, header_value,
+from tines.config.validators import (bind_address, boolean, directory, group_id, head_size, header_value,
                                      network, non_negative_int, non_negative_seconds, non_negative_whole_seconds,
                                      optional_non_negative_int, optional_non_negative_seconds, optional_positive_int,
                                      optional_positive_size, optional_positive_whole_seconds, optional_size,
@@ -163,7 +163,7 @@ _REGISTRY = (
     Setting("status_redact_paths", "Server", "The status output shows no request target at all, only the method (the target reads `-`): for paths that name customers or carry tokens. Wins over `status_show_query`.",
             boolean, False, ("--status-redact-paths",)),
     Setting("status_allow", "Server", "Peers the status listener shows `/`, `/status.json` and `/metrics` (every in-flight request's method and target, the workers' pids and memory): IP addresses or networks (CIDR), comma-separated, or `*` for any; others get 403. `/healthz` and `/readyz` answer any peer (a kubelet probes from the node's address). A peer on a Unix-socket `status_bind` is always allowed. Empty: no TCP peer.",
-            cidr, ("127.0.0.0/8", "::1"), ("--status-allow",), "IPS", multiple=True),
+            network, ("127.0.0.0/8", "::1"), ("--status-allow",), "IPS", multiple=True),
     Setting("status_timeout", "Server", "Seconds a status connection may take from its accept to its response's last byte (reading the request and writing the response); a client still sending or reading then is closed. The status listener holds 64 connections at once, the oldest closed for a new one when all are taken.",
             positive_seconds, 2.0, ("--status-timeout",), "SECONDS"),
     Setting("backlog", "Server", "Length of each listening socket's queue of connections not yet accepted.",

@@ -373,24 +373,18 @@ def bind_address(raw: object) -> str:
 
 
 def network(raw: object) -> str:
-    """``*`` or an IP address or network (CIDR), returned as given."""
+    """``*`` or an IP address or network in the form the Rust server parses (an address, or an
+    address and a prefix length: no netmask, no IPv6 zone, which ``ipaddress`` would take and
+    every worker then refuse), returned as given."""
     if isinstance(raw, str):
         item = raw.strip()
         if item == "*":
             return item
+        address, _, prefix = item.partition("/")
         try:
             ipaddress.ip_network(item, strict=False)
-            return item
+            if "%" not in address and (not prefix or prefix.isdigit()):
+                return item
         except ValueError:
             pass
     raise ValueError("must be IP addresses or networks (CIDR), or *")
-
-
-def cidr(raw: object) -> str:
-    """``*`` or an IP address or network in the form the Rust server parses (an address, or an
-    address and a prefix length: no netmask, no IPv6 zone), returned as given."""
-    item = network(raw)
-    address, _, prefix = item.strip().partition("/")
-    if "%" in address or (prefix and not prefix.isdigit()):
-        raise ValueError("must be IP addresses or networks (CIDR), or *")
-    return item

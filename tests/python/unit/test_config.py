@@ -181,6 +181,11 @@ def test_forwarded_allow_ips_accepts_networks_and_star() -> None:
     assert load({}, {"TINES_FORWARDED_ALLOW_IPS": "*"}).forwarded_allow_ips == ("*",)
     assert error_of({"forwarded_allow_ips": "10.0.0.300"}, {}) == (
         "forwarded_allow_ips must be IP addresses or networks (CIDR), or *, got '10.0.0.300'")
+    # Forms Python's ipaddress takes but the workers' parser does not: refused in the master,
+    # not in every worker after the start.
+    for bad in ("10.0.0.0/255.0.0.0", "fe80::1%eth0"):
+        assert error_of({"forwarded_allow_ips": bad}, {}) == (
+            f"forwarded_allow_ips must be IP addresses or networks (CIDR), or *, got {bad!r}")
 
 
 def test_choices_are_case_insensitive_and_listed_when_wrong() -> None:
