@@ -122,6 +122,11 @@ class MemoryUsage:
         return text
 
 
+UNKNOWN = 2**64 - 1
+"""What the scoreboard holds for a figure not read (PSS and USS when only RSS can be: under
+``user``); the status page shows it as n/a (Rust ``scoreboard::MEMORY_UNKNOWN``)."""
+
+
 def format_size(size: int) -> str:
     """``512 MiB``, ``530.2 MiB``, ``3.6 MiB``, ``900 B``: one decimal, none when whole."""
     value = float(size)

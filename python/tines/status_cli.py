@@ -85,8 +85,11 @@ RESET, BOLD, DIM, RED, YELLOW, GREEN, CYAN = (
 STATE_COLOURS = {"busy": YELLOW, "stopping": RED, "booting": CYAN, "standby": CYAN, "idle": GREEN}
 
 
-def human_bytes(count: int) -> str:
-    """Bytes in at most 6 characters: ``512B``, ``8.0M``, ``1.2G``."""
+def human_bytes(count: int | None) -> str:
+    """Bytes in at most 6 characters: ``512B``, ``8.0M``, ``1.2G``; ``n/a`` for a figure the
+    master could not read (``null``: PSS and USS under ``user``)."""
+    if count is None:
+        return "n/a"
     value = float(count)
     for unit in ("B", "K", "M", "G", "T"):
         if value < 1024 or unit == "T":

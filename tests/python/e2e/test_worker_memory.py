@@ -14,6 +14,8 @@ import pytest
 
 from conftest import http_get, wait_until
 from test_cli_errors import assert_one_line_error, tines
+from test_status import fetch, status_port
+from test_status import status as status_json
 from tines import memory
 
 APP = "memory_app:app"
@@ -41,13 +43,20 @@ def test_under_user_a_leaking_worker_is_recycled_at_max_worker_memory_on_its_rss
     nobody = pwd.getpwnam("nobody")
     server = tines_server(APP, "--workers", "1", "--user", "nobody", "--group", str(nobody.pw_gid),  # type: ignore[operator]
                           "--max-worker-memory", "128MiB", "--max-worker-memory-kind", "rss",
-                          "--memory-sample-rate", "10", "--log-level", "debug")
+                          "--memory-sample-rate", "10", "--log-level", "debug",
+                          "--status-bind", "127.0.0.1:0")
     worker = server.worker_pids()[0]
     status = Path(f"/proc/{worker}/status").read_text()
     uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
     assert uid_line.split()[1:] == [str(nobody.pw_uid)] * 4
     assert_recycled_at(server, "RSS", 128, rf"RSS {SIZE}(?:, swap {SIZE})? \(PSS and USS unreadable\)")
     assert "memory figures are RSS only from now on" in server.log_text()
+    # The status output says PSS and USS are not known, rather than 0.
+    port = status_port(server)
+    wait_until(lambda: status_json(port)["workers"][0]["memory"]["rss"] > 0, what="a sample in the scoreboard")
+    figures = status_json(port)["workers"][0]["memory"]
+    assert (figures["pss"], figures["uss"]) == (None, None) and figures["rss"] > 0
+    assert "n/a" in fetch(port, "/")[2].decode()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
