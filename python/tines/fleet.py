@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tines import exits, logs, memory, watchdog
+from tines import exits, forkserver, logs, memory, watchdog
 from tines import pool as spare_pool
 from tines import worker as worker_process
 from tines.config import Config
@@ -45,6 +45,8 @@ class Fleet:
         self.notify_buffer = bytearray()
         self.warned_threads = False
         self.recycles = RecycleLog()
+        self.fork_server = forkserver.ForkServer()
+        """Forks the workers when there is one for their generation (``tines.forkserver``)."""
 
     def open_pipes(self) -> None:
         """The notify pipe (workers write whole messages to it: its write end blocks) and the
@@ -131,9 +133,11 @@ class Fleet:
         # Claimed before the fork: a claim after it could wipe the child's first records (the
         # request a quick child died serving) if the master is slow to run again.
         self.scoreboard.claim(context.slot, 0, context.generation)
-        pid = os.fork()
-        if pid == 0:
-            worker_process.run(context)  # never returns
+        pid = self.fork_server.fork(context)
+        if pid is None:
+            pid = os.fork()
+            if pid == 0:
+                worker_process.run(context)  # never returns
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         self.scoreboard.set_pid(context.slot, pid)
         self.workers[pid] = Worker(pid, context.slot, context.generation, standby=context.standby)
