@@ -65,10 +65,14 @@ def gunicorn_per_request_command(app: App, port: int, _ready_fd: int | None,
 
 def uwsgi_per_request_command(app: App, port: int, _ready_fd: int | None,
                               _workdir: Path) -> list[str]:
-    """uWSGI, one process, recycled after each request (``--max-requests 1``), the app loaded
-    in its master before the fork (uWSGI's default without ``--lazy-apps``)."""
+    """uWSGI, one process, recycled after each request (``--max-requests 1``; with
+    ``--min-worker-lifetime 0``, since by default a worker younger than 10 s is not recycled),
+    the app loaded in its master before the fork (uWSGI's default without ``--lazy-apps``).
+    uWSGI's master then throttles the respawns ("worker respawning too fast !!! i have to sleep
+    a bit (2 seconds)"): that is its process per request, as it ships."""
     return [str(PEERS_VENV / "bin" / "uwsgi"), "--http11-socket", f"127.0.0.1:{port}",
-            "--master", "--processes", "1", "--max-requests", "1", "--chdir", str(app.file.parent),
+            "--master", "--processes", "1", "--max-requests", "1", "--min-worker-lifetime", "0",
+            "--chdir", str(app.file.parent),
             "--module", app.module_target, "--need-app", "--disable-logging", "--die-on-term"]
 
 

@@ -3,8 +3,8 @@
 Owns: the records (``Worker``, by pid), the scoreboard slots they hold (a free slot for a fork,
 the exit reason, the memory sample, freeing a slot at the reap), the pipes they talk to the
 master through (the notify pipe: ready / draining / boot_error messages; the life pipe whose
-EOF tells them the master is gone), the fork itself (with USR2 blocked), signalling, retiring
-with the drain, killing, collecting an exit (and naming the request a crashed worker was
+EOF tells them the master is gone), the fork itself (with USR2 blocked; through the fork
+server, ``tines.forkserver``, while there is one), signalling, retiring with the drain, killing, collecting an exit (and naming the request a crashed worker was
 serving), their memory samples and the watchdog's look at their requests.
 
 It is the mechanism; ``tines.arbiter`` decides which worker, when, and how many (with the pool,
@@ -46,7 +46,7 @@ class Fleet:
         self.warned_threads = False
         self.recycles = RecycleLog()
         self.fork_server = forkserver.ForkServer()
-        """Forks the workers when there is one for their generation (``tines.forkserver``)."""
+        """Forks the workers while there is one (``tines.forkserver``); else the master does."""
 
     def open_pipes(self) -> None:
         """The notify pipe (workers write whole messages to it: its write end blocks) and the
@@ -119,7 +119,9 @@ class Fleet:
     # ----- birth -------------------------------------------------------------------------------
 
     def fork(self, context: worker_process.WorkerContext) -> None:
-        """Fork one worker into ``context.slot`` (free: ``free_slot``) and record it."""
+        """Fork one worker into ``context.slot`` (free: ``free_slot``) and record it: the fork
+        server forks it while there is one (a child of the master all the same), else the
+        master does."""
         if threading.active_count() != 1 and not self.warned_threads:
             self.warned_threads = True
             log.warning("the master has %d threads before fork (a preloaded app started them?): "

@@ -1,9 +1,12 @@
-"""What a worker process does between ``os.fork()`` and the Rust MPM loop.
+"""What a worker process does between its fork (the master's ``os.fork()``, or the fork server's
+clone: ``tines.forkserver``) and the Rust MPM loop.
 
 Owns: the worker settings handed to Rust (``worker_settings``, which the master checks before
 its first fork with the same conversion the worker runs) and the one value that carries them
 into Rust with the worker's fds and messages (``WorkerSpec``), the child side of the fork (its
-process title, signal reset, closing the master's fds, the parent-death signal, the resource limits), the worker's server hooks
+process title, signal reset, closing the master's fds, the parent-death signal, the resource limits;
+the part that depends on neither its slot nor its process, ``share_set_up``, is done once by the
+fork server when there is one), the worker's server hooks
 (post_fork, post_worker_init, worker_exit; the request hooks wrap the app), loading the app,
 telling the master ``boot_error`` through the notify pipe (also for a failing post_fork), and handing over to ``tines._core.run_worker``
 (or ``tines._core.AsgiWorker``, for an ASGI app), which
