@@ -7,7 +7,8 @@ records the scheduler's and a few system calls' tracepoints on CPU 1 with ``perf
 while ``tines bench -c 1 --no-keepalive`` loads it from CPU 0, and follows each worker from the
 master's fork to the master's reap:
 
-- fork: the master's clone, enter to exit;
+- fork: the master's clone, enter to exit (the fork server's, ADR 0026, when it forks the
+  workers: its clone makes them the master's children);
 - child start: the child's first instant to its first ``accept4`` (ready to take a connection);
 - idle: that ``accept4`` to its return with a connection (the spare waiting for a client; near 0
   when the request had to wait for the worker instead);
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Iterable
 
 from loadgen import LOAD_CPU, Load, Tool, tines_bench_command
+from procfs import children
 from run import TMP, choose_tools
 from servers import (APPS, SERVER_CPU, App, Server, StartFailed, free_port, start, stop,
                      tines_command)
@@ -132,12 +134,14 @@ class Life:
     phases: dict[str, float] = field(default_factory=dict)
 
 
-def lifecycles(events: Iterable[Event], master: int) -> list[Life]:
-    """Each child of ``master`` forked during the recording, followed to its reap."""
+def lifecycles(events: Iterable[Event], master: int, fork_server: int | None = None) -> list[Life]:
+    """Each child of ``master`` forked during the recording (by the master, or by its
+    ``fork_server``), followed to its reap."""
     lives: dict[int, Life] = {}
     clone_enter: float | None = None
+    forkers = {master, fork_server}
     for e in events:
-        if e.pid == master:
+        if e.pid in forkers:
             if e.name in ("syscalls:sys_enter_clone", "syscalls:sys_enter_clone3"):
                 clone_enter = e.time
             elif e.name == "sched:sched_process_fork":
@@ -156,7 +160,7 @@ def lifecycles(events: Iterable[Event], master: int) -> list[Life]:
                 lives[int(gone.group(1))].exited = e.time
             continue
         child = lives.get(e.pid)
-        if child is None or e.pid == master:
+        if child is None or e.pid in forkers:
             continue
         if child.first is None and e.tid == e.pid:
             child.first = e.time
@@ -234,24 +238,28 @@ def place(dso: str) -> str:
     return "libc" if name.startswith("libc.") else "other"
 
 
-def profile(text: str, master: int, rate: float | None = None, top: int = 8) -> list[str]:
-    """CPU samples of the master and of its children (``perf script -F
-    pid,event,ip,sym,dso,trace`` of PROFILE_EVENTS) as markdown: the split between them,
-    their CPU per request, where their time is (kernel, Python, ...), and their top functions;
-    ``rate``: the client's req/s meanwhile (sampling slows the server a little)."""
+def profile(text: str, master: int, rate: float | None = None, top: int = 8,
+            fork_server: int | None = None) -> list[str]:
+    """CPU samples of the master, its ``fork_server`` (counted as the master's: the master's
+    side of each fork) and their children (``perf script -F pid,event,ip,sym,dso,trace`` of
+    PROFILE_EVENTS) as markdown: the split between them, their CPU per request, where their
+    time is (kernel, Python, ...), and their top functions; ``rate``: the client's req/s
+    meanwhile (sampling slows the server a little)."""
     children: set[int] = set()
     functions: dict[str, Counter[str]] = {"master": Counter(), "workers": Counter()}
     places: dict[str, Counter[str]] = {"master": Counter(), "workers": Counter()}
+    server_samples = 0
     for line in text.splitlines():
         if forked := FORKED.match(line):
-            if int(forked.group(1)) == master:
+            if int(forked.group(1)) in (master, fork_server) and int(forked.group(2)) != fork_server:
                 children.add(int(forked.group(2)))
             continue
         sample = SAMPLE.match(line)
         if sample is None:
             continue
         pid = int(sample.group(1))
-        role = "master" if pid == master else "workers" if pid in children else None
+        server_samples += pid == fork_server
+        role = "master" if pid in (master, fork_server) else "workers" if pid in children else None
         if role is not None:
             functions[role][sample.group(2)] += 1
             places[role][place(sample.group(3))] += 1
@@ -264,8 +272,9 @@ def profile(text: str, master: int, rate: float | None = None, top: int = 8) -> 
         return f"{count / total[role]:.0%}" if total[role] else "-"
 
     lines = [f"CPU samples on CPU 1 (perf, cpu-clock at {SAMPLE_HZ / 1000:g} kHz, the same "
-             f"load): the master {total['master'] / both:.0%} of the server's, the workers "
-             f"{total['workers'] / both:.0%}."]
+             f"load): the master {total['master'] / both:.0%} of the server's"
+             + (f" (its fork server {server_samples / both:.0%})" if fork_server is not None else "")
+             + f", the workers {total['workers'] / both:.0%}."]
     if children:
         master_us, workers_us = (total[role] * 1e6 / SAMPLE_HZ / len(children)
                                  for role in ("master", "workers"))
@@ -323,15 +332,24 @@ def breakdown(server: Server, app: App, primary: Tool, workdir: Path,
     except StartFailed as error:
         raise BreakdownFailed(f"the server did not start: {error}") from error
     load = Load(f"http://127.0.0.1:{port}{app.url_path}", 1, seconds, keepalive=False)
+    master = running.process.pid
+    fork_server = next((pid for pid in children(master) if title(pid).startswith("tines: fork server")), None)
     try:
         traced, client = record(perf, EVENTS, Path(f"{stem}.perf.data"), primary, load)
         sampled, sampled_client = record(perf, PROFILE_EVENTS,
                                          Path(f"{stem}-profile.perf.data"), primary, load)
     finally:
         stop(running)
-    master = running.process.pid
-    return [*summary(lifecycles(parse(traced), master), *client_figures(client)), "",
-            *profile(sampled, master, client_figures(sampled_client)[1])]
+    return [*summary(lifecycles(parse(traced), master, fork_server), *client_figures(client)), "",
+            *profile(sampled, master, client_figures(sampled_client)[1], fork_server=fork_server)]
+
+
+def title(pid: int) -> str:
+    """A process's title (its command line), or "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def client_figures(document: str) -> tuple[float | None, float | None]:

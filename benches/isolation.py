@@ -3,7 +3,10 @@ beside the same prefork reusing its worker, the machine's fork limit and the min
 fork-per-connection server, measured in the same rounds with the same pinning.
 
 ``make bench-isolation`` (also the last step of ``make bench``) or
-``.venv/bin/python benches/isolation.py``. In each round, for hello and the blog: the fork
+``.venv/bin/python benches/isolation.py``. The peers' rows (gunicorn's sync worker and uWSGI,
+each with a process per request: ``--max-requests 1``, the app loaded in the master) run from
+``benches/.venv-peers`` (created or completed first, as ``make bench`` does; ``--no-peers``
+skips them). In each round, for hello and the blog: the fork
 limit (benches/fork_limit.py, pinned to the server's CPU), then each row on each scenario
 (Connection: close, 1 and 50 connections) back to back, each a fresh start, warm-up and
 measured run through the suite's ``run.measure`` (server on CPU 1, ``tines bench`` on CPU 0).
@@ -30,7 +33,7 @@ import isolation_model as im
 from fork_breakdown import BreakdownFailed, breakdown
 from loadgen import Load, Tool, tines_bench_command
 from model import Plan
-from provision import machine_info, versions
+from provision import PEERS_VENV, ensure_peers, machine_info, versions
 from run import RESULTS, TMP, choose_tools, measure, raise_nofile, script, shown
 from servers import (APPS, REPO, SERVER_CPU, App, Server, display_command, tines_binary,
                      tines_command)
@@ -51,10 +54,34 @@ def fork_per_connection_command(app: App, port: int, ready_fd: int | None,
     return command + ([str(ready_fd)] if ready_fd is not None else [])
 
 
-def rows(per_request_flags: str, reuse_flags: str) -> dict[str, Server]:
-    """The three rows: prefork with ``per_request_flags``, prefork with ``reuse_flags``, and
-    the fork-per-connection server. Tines' flags follow its ``-w 1 --mpm prefork``, so a later
-    ``-w`` replaces it."""
+def gunicorn_per_request_command(app: App, port: int, _ready_fd: int | None,
+                                 _workdir: Path) -> list[str]:
+    """gunicorn's sync worker, one process, a new one after each request, the app imported
+    in its master (``--preload``): Tines' per-request row in gunicorn's terms."""
+    return [str(PEERS_VENV / "bin" / "gunicorn"), "-k", "sync", "-w", "1", "--max-requests", "1",
+            "--preload", "-b", f"127.0.0.1:{port}", "--chdir", str(app.file.parent),
+            app.module_target]
+
+
+def uwsgi_per_request_command(app: App, port: int, _ready_fd: int | None,
+                              _workdir: Path) -> list[str]:
+    """uWSGI, one process, recycled after each request (``--max-requests 1``; with
+    ``--min-worker-lifetime 0``, since by default a worker younger than 10 s is not recycled),
+    the app loaded in its master before the fork (uWSGI's default without ``--lazy-apps``).
+    uWSGI's master then throttles the respawns ("worker respawning too fast !!! i have to sleep
+    a bit (2 seconds)"): that is its process per request, as it ships."""
+    return [str(PEERS_VENV / "bin" / "uwsgi"), "--http11-socket", f"127.0.0.1:{port}",
+            "--master", "--processes", "1", "--max-requests", "1", "--min-worker-lifetime", "0",
+            "--chdir", str(app.file.parent),
+            "--module", app.module_target, "--need-app", "--disable-logging", "--die-on-term"]
+
+
+def rows(per_request_flags: str, reuse_flags: str, peers: bool = True) -> dict[str, Server]:
+    """The rows: prefork with ``per_request_flags``, prefork with ``reuse_flags``, the
+    fork-per-connection server and (``peers``) gunicorn's and uWSGI's process per request.
+    Tines' flags follow its ``-w 1 --mpm prefork``, so a later ``-w`` replaces it."""
+    peer_rows = {im.GUNICORN_PER_REQUEST: Server(im.GUNICORN_PER_REQUEST, gunicorn_per_request_command),
+                 im.UWSGI_PER_REQUEST: Server(im.UWSGI_PER_REQUEST, uwsgi_per_request_command)}
     return {
         im.PER_REQUEST: Server(im.PER_REQUEST, tines_command(
             "prefork", None, extra=tuple(shlex.split(per_request_flags))), uses_ready_fd=True),
@@ -62,6 +89,7 @@ def rows(per_request_flags: str, reuse_flags: str) -> dict[str, Server]:
             "prefork", None, extra=tuple(shlex.split(reuse_flags))), uses_ready_fd=True),
         im.FORK_PER_CONNECTION: Server(im.FORK_PER_CONNECTION, fork_per_connection_command,
                                        uses_ready_fd=True),
+        **(peer_rows if peers else {}),
     }
 
 
@@ -95,6 +123,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              f"'{PER_REQUEST_FLAGS}'); write --per-request-flags='...'")
     parser.add_argument("--reuse-flags", default="",
                         help="tines serve flags of the reuse row (default none)")
+    parser.add_argument("--no-peers", action="store_true",
+                        help="skip gunicorn's and uWSGI's rows (no benches/.venv-peers)")
     parser.add_argument("--no-breakdown", action="store_true",
                         help="skip the per-request breakdown (perf)")
     parser.add_argument("--out", help="report name under benches/results/ "
@@ -116,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan("isolation", runs=args.rounds, warmup_s=args.warmup, duration_s=args.duration,
                 cross_s=0)
     primary, _cross, _note = choose_tools("tines-bench")
-    servers = rows(args.per_request_flags, args.reuse_flags)
+    if not args.no_peers:
+        ensure_peers()
+    servers = rows(args.per_request_flags, args.reuse_flags, peers=not args.no_peers)
     scenarios = im.scenarios(apps)
     raise_nofile()
     runs: dict[str, dict[str, Any]] = {}

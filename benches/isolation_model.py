@@ -2,8 +2,9 @@
 
 A round measures, for each app, the machine's fork limit (benches/fork_limit.py) and then, one
 after the other, each row on each scenario: Tines prefork with a process per request, the same
-prefork reusing its worker, and the minimal fork-per-connection server
-(benches/fork_per_connection.py). Rows are judged by the median of per-round ratios, so a
+prefork reusing its worker, the minimal fork-per-connection server
+(benches/fork_per_connection.py), and gunicorn's and uWSGI's process per request
+(``--max-requests 1``). Rows are judged by the median of per-round ratios, so a
 machine whose speed drifts between rounds (a shared 2-core VM moves 2x with its load) touches
 both sides of each ratio alike. Nothing here starts a process: ``tests/python/unit/
 test_bench_isolation.py`` covers it.
@@ -20,7 +21,10 @@ from model import Scenario, Spread, rate
 PER_REQUEST = "tines-prefork-per-request"
 REUSE = "tines-prefork"
 FORK_PER_CONNECTION = "fork-per-connection"
-ROWS = (PER_REQUEST, REUSE, FORK_PER_CONNECTION)
+GUNICORN_PER_REQUEST = "gunicorn-sync-per-request"
+UWSGI_PER_REQUEST = "uwsgi-per-request"
+ROWS = (PER_REQUEST, REUSE, FORK_PER_CONNECTION, GUNICORN_PER_REQUEST, UWSGI_PER_REQUEST)
+"""Every row (the peers' two are left out with ``--no-peers``: their cells then say so)."""
 FORK_LIMIT = "fork-limit"
 # The same probe in a process of the Tines master's size: its own modules imported beside the
 # app (MASTER_MODULES). Reported beside the judged limit: it shows what the server's own memory
@@ -70,9 +74,9 @@ def round_ratios(runs: dict[str, dict[str, Any]], scenario: Scenario,
                  rounds: int) -> dict[str, list[float]]:
     """Per round where both sides succeeded: per request / fork limit (``limit``; ``master``:
     the master-sized one), / reuse, / the fork-per-connection server (req/s), and per
-    request's p99 / fork-per-connection's."""
+    request's p99 / fork-per-connection's; / gunicorn's and / uWSGI's process per request."""
     out: dict[str, list[float]] = {"limit": [], "master": [], "reuse": [], "fpc": [],
-                                   "p99_fpc": []}
+                                   "p99_fpc": [], "gunicorn": [], "uwsgi": []}
     for r in range(1, rounds + 1):
         pr = runs.get(run_key(PER_REQUEST, scenario, r))
         if not good(pr):
@@ -89,6 +93,10 @@ def round_ratios(runs: dict[str, dict[str, Any]], scenario: Scenario,
             out["fpc"].append(rate(pr) / rate(fpc))
             if p99_ms(fpc) > 0:
                 out["p99_fpc"].append(p99_ms(pr) / p99_ms(fpc))
+        for name, key in ((GUNICORN_PER_REQUEST, "gunicorn"), (UWSGI_PER_REQUEST, "uwsgi")):
+            peer = runs.get(run_key(name, scenario, r))
+            if good(peer):
+                out[key].append(rate(pr) / rate(peer))
     return out
 
 
@@ -200,7 +208,8 @@ def scenario_lines(runs: dict[str, dict[str, Any]], scenario: Scenario, rounds: 
               f"the fork limit {ratio_text(ratios['limit'])} (master-sized "
               f"{ratio_text(ratios['master'])}), reuse {ratio_text(ratios['reuse'])}, "
               f"the fork-per-connection server {ratio_text(ratios['fpc'])}; p99 / the "
-              f"fork-per-connection server's {ratio_text(ratios['p99_fpc'])}."]
+              f"fork-per-connection server's {ratio_text(ratios['p99_fpc'])}; gunicorn's process "
+              f"per request {ratio_text(ratios['gunicorn'])}, uWSGI's {ratio_text(ratios['uwsgi'])}."]
     pr = row(PER_REQUEST, [run for r in range(1, rounds + 1)
                            if (run := runs.get(run_key(PER_REQUEST, scenario, r)))])
     if scenario.connections > 1 and pr.rps:
@@ -218,8 +227,9 @@ def scenario_lines(runs: dict[str, dict[str, Any]], scenario: Scenario, rounds: 
 def per_round_lines(runs: dict[str, dict[str, Any]], scenario: Scenario,
                     rounds: int) -> list[str]:
     lines = [f"| {scenario.name} round | fork limit/s | master-sized | per request | reuse "
-             "| fork-per-conn. | per request p99 ms | fork-per-conn. p99 ms |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| fork-per-conn. | gunicorn per request | uWSGI per request | per request p99 ms "
+             "| fork-per-conn. p99 ms |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in range(1, rounds + 1):
         cells = []
         for kind in LIMITS:

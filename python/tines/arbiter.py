@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 from setproctitle import setproctitle
 
-from tines import exits, logs, profiler, upgrade, watchdog
+from tines import exits, forkserver, logs, profiler, upgrade, watchdog
 from tines import standby as standby_policy
 from tines import pool as spare_pool
 from tines import reload as reloading
@@ -86,6 +86,7 @@ class Arbiter(Master):
                                                         watchdog.scoreboard_threads(self.cfg))
             status = self.loop()
         finally:
+            self.fleet.fork_server.stop()
             self.shutdown()
         return status
 
@@ -258,13 +259,15 @@ class Arbiter(Master):
             close_in_child=[fleet.life_write, fleet.notify_read, *self.wakeup.fds(),
                             *([self.watcher.fileno()] if self.watcher is not None else []),
                             *filter(None, [self.notifier.fileno()]), *self.upgrade.inherited_fds(),
-                            *self.status.close_in_child()],
+                            *self.status.close_in_child(), *fleet.fork_server.fds()],
             master_pid=self.pid, app=self.app, settings=generation.worker_settings, hooks=generation.hooks,
             profile_dir=profiler.profile_path(generation.cfg, self.pid), standby=standby,
         )
         if generation.hooks.defines("pre_fork"):  # its views are O(workers): built only for it
             generation.hooks.call_logged("pre_fork", self.server_view(), WorkerView(
                 pid=None, slot=slot, generation=generation.number, mpm=generation.cfg.mpm))
+        if forkserver.wanted(generation.cfg) and fleet.fork_server.due(time.monotonic()):
+            fleet.fork_server.start(context)
         fleet.fork(context)
         return True
 
@@ -403,6 +406,8 @@ class Arbiter(Master):
                 self.carry_out_upgrade(upgraded)
                 continue  # the new master of an upgrade, not a worker
             if self.status.reaped(pid, status, time.monotonic()):
+                continue
+            if self.fleet.fork_server.reaped(pid, status, time.monotonic()):
                 continue
             known = self.workers.get(pid)
             if known is not None and not known.stopping:
@@ -550,6 +555,7 @@ class Arbiter(Master):
         """Stop every worker (TERM and wait up to graceful_timeout, or QUIT and a short wait),
         then SIGKILL whatever is left; leave the loop with status 0."""
         self.upgrade.final_stop()
+        self.fleet.fork_server.stop()  # it forks nothing more; the workers are the master's
         signum = signal.SIGTERM if graceful else signal.SIGQUIT
         timeout = self.cfg.graceful_timeout if graceful else min(QUICK_STOP_WAIT, self.cfg.graceful_timeout)
         self.wait_for_workers(signum, timeout)

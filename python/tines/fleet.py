@@ -3,8 +3,8 @@
 Owns: the records (``Worker``, by pid), the scoreboard slots they hold (a free slot for a fork,
 the exit reason, the memory sample, freeing a slot at the reap), the pipes they talk to the
 master through (the notify pipe: ready / draining / boot_error messages; the life pipe whose
-EOF tells them the master is gone), the fork itself (with USR2 blocked), signalling, retiring
-with the drain, killing, collecting an exit (and naming the request a crashed worker was
+EOF tells them the master is gone), the fork itself (with USR2 blocked; through the fork
+server, ``tines.forkserver``, while there is one), signalling, retiring with the drain, killing, collecting an exit (and naming the request a crashed worker was
 serving), their memory samples and the watchdog's look at their requests.
 
 It is the mechanism; ``tines.arbiter`` decides which worker, when, and how many (with the pool,
@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tines import exits, logs, memory, watchdog
+from tines import exits, forkserver, logs, memory, watchdog
 from tines import pool as spare_pool
 from tines import worker as worker_process
 from tines.config import Config
@@ -45,6 +45,8 @@ class Fleet:
         self.notify_buffer = bytearray()
         self.warned_threads = False
         self.recycles = RecycleLog()
+        self.fork_server = forkserver.ForkServer()
+        """Forks the workers while there is one (``tines.forkserver``); else the master does."""
 
     def open_pipes(self) -> None:
         """The notify pipe (workers write whole messages to it: its write end blocks) and the
@@ -117,7 +119,9 @@ class Fleet:
     # ----- birth -------------------------------------------------------------------------------
 
     def fork(self, context: worker_process.WorkerContext) -> None:
-        """Fork one worker into ``context.slot`` (free: ``free_slot``) and record it."""
+        """Fork one worker into ``context.slot`` (free: ``free_slot``) and record it: the fork
+        server forks it while there is one (a child of the master all the same), else the
+        master does."""
         if threading.active_count() != 1 and not self.warned_threads:
             self.warned_threads = True
             log.warning("the master has %d threads before fork (a preloaded app started them?): "
@@ -131,9 +135,11 @@ class Fleet:
         # Claimed before the fork: a claim after it could wipe the child's first records (the
         # request a quick child died serving) if the master is slow to run again.
         self.scoreboard.claim(context.slot, 0, context.generation)
-        pid = os.fork()
-        if pid == 0:
-            worker_process.run(context)  # never returns
+        pid = self.fork_server.fork(context)
+        if pid is None:
+            pid = os.fork()
+            if pid == 0:
+                worker_process.run(context)  # never returns
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         self.scoreboard.set_pid(context.slot, pid)
         self.workers[pid] = Worker(pid, context.slot, context.generation, standby=context.standby)

@@ -1,9 +1,12 @@
-"""What a worker process does between ``os.fork()`` and the Rust MPM loop.
+"""What a worker process does between its fork (the master's ``os.fork()``, or the fork server's
+clone: ``tines.forkserver``) and the Rust MPM loop.
 
 Owns: the worker settings handed to Rust (``worker_settings``, which the master checks before
 its first fork with the same conversion the worker runs) and the one value that carries them
 into Rust with the worker's fds and messages (``WorkerSpec``), the child side of the fork (its
-process title, signal reset, closing the master's fds, the parent-death signal, the resource limits), the worker's server hooks
+process title, signal reset, closing the master's fds, the parent-death signal, the resource limits;
+the part that depends on neither its slot nor its process, ``share_set_up``, is done once by the
+fork server when there is one), the worker's server hooks
 (post_fork, post_worker_init, worker_exit; the request hooks wrap the app), loading the app,
 telling the master ``boot_error`` through the notify pipe (also for a failing post_fork), and handing over to ``tines._core.run_worker``
 (or ``tines._core.AsgiWorker``, for an ASGI app), which
@@ -120,6 +123,13 @@ class WorkerContext:
     """Where the sampling profiler writes (``profile``; None: off)."""
     standby: bool = False
     """Boot, then wait for the master's promotion before serving (``tines.standby``)."""
+    set_up_shared: bool = False
+    """``share_set_up`` is done (by the fork server, once for all its workers)."""
+    interface: str | None = None
+    """The preloaded app's interface ("wsgi", "asgi3"...) as ``share_set_up`` checked it
+    against the MPM; None: checked once the app is loaded (and its error reported)."""
+    forked_by_server: bool = False
+    """Forked by the fork server (``tines.forkserver``), which set the parent-death signal."""
 
 
 @dataclass(frozen=True)
@@ -232,7 +242,7 @@ libc's among them. ``ctypes.util.find_library`` would run ``ldconfig -p`` in a s
 every worker (6-12 ms of its start; a worker stopped during it left that child behind)."""
 
 
-def _set_parent_death_signal() -> None:
+def set_parent_death_signal() -> None:
     """Ask the kernel to SIGKILL this worker if the master dies (Linux)."""
     if LIBC is not None:
         LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -324,6 +334,48 @@ def _run_exit_callbacks() -> None:
         atexit._run_exitfuncs()
 
 
+def close_fds(fds: list[int]) -> None:
+    """Close the master's fds (those not already gone)."""
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def check_interface(app: Callable[..., object], cfg: Config) -> str:
+    """The app's interface, checked against the MPM; AppLoadError (one line) if it cannot run."""
+    interface = interface_of(app, cfg.interface, repr(str(cfg.app)))
+    if interface != "wsgi":
+        check_mpm(cfg)
+    return interface
+
+
+def share_set_up(context: WorkerContext) -> None:
+    """What every worker does first after fork that depends neither on its slot nor on its
+    own process, done once by the fork server for all the workers it forks
+    (``tines.forkserver``): the master's signal handlers reset, the fault handler (a segfault
+    or a fatal error leaves the Python stack of every thread in the error log, fd 2), the
+    master's fds closed, the open-files limit raised and the preloaded app's interface checked
+    (an app that fails the check is left to each worker, which reports it as a boot error).
+    The resource limits (``limits``) stay the worker's own: ``limit_cpu`` counts a process's
+    own CPU, and the fork server's forks would use it up."""
+    for signum in RESET_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    close_fds(context.close_in_child)
+    context.close_in_child = []
+    if context.cfg.limit_open_files is None:
+        _raise_open_files_limit()
+    if context.app is not None:
+        try:
+            context.interface = check_interface(context.app, context.cfg)
+        except AppLoadError:
+            pass
+    context.set_up_shared = True
+
+
 def _serve(context: WorkerContext) -> int:
     # A retire (USR2) that comes before Rust's handler stays pending: the master forked us with
     # it blocked, and Rust unblocks it once its handler is installed. Blocked here too, for
@@ -331,26 +383,18 @@ def _serve(context: WorkerContext) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
     # First, so ps tells this process from the master (whose title it inherited) at once.
     setproctitle(f"tines: worker {context.slot} [{context.cfg.mpm}] gen {context.generation}")
-    for signum in RESET_SIGNALS:
-        signal.signal(signum, signal.SIG_DFL)
-    signal.set_wakeup_fd(-1)
+    if not context.set_up_shared:
+        share_set_up(context)  # a fork server did it once for all its workers
     if not context.standby:
-        # Blocked from the fork on (tines.fleet): a stop sent before the reset above would have
+        # Blocked from the fork on (tines.fleet): a stop sent before the signal reset would have
         # gone to the master's handler and been lost; pending, it now has its default action.
         # A standby keeps them blocked for its sigwait (``_stand_by``).
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    # A segfault or a fatal error (in the app, a C extension or Rust) leaves the Python stack
-    # of every thread in the error log (fd 2) before the worker dies by the signal.
-    faulthandler.enable(file=sys.stderr, all_threads=True)
     _register_dump_signal(context)
-    for fd in context.close_in_child:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    _set_parent_death_signal()
-    if os.getppid() != context.master_pid:
-        return 0  # the master died before we set the death signal
+    if not context.forked_by_server:  # the fork server set it in Rust, right after the fork
+        set_parent_death_signal()
+        if os.getppid() != context.master_pid:
+            return 0  # the master died before we set the death signal
     pid = os.getpid()
     try:
         # Before post_fork and the app, so what they allocate and open counts too.
@@ -384,15 +428,13 @@ def _serve(context: WorkerContext) -> int:
             return EXIT_BOOT_ERROR
         # What the app allocated at import time is long-lived: keep the collector off it.
         gc.freeze()
-    if cfg.limit_open_files is None:
-        _raise_open_files_limit()
-    try:
-        interface = interface_of(app, cfg.interface, repr(str(cfg.app)))
-        if interface != "wsgi":
-            check_mpm(cfg)
-    except AppLoadError as error:
-        _write(context.notify_write, encode_boot_error(pid, context.slot, str(error)))
-        return EXIT_BOOT_ERROR
+    interface = context.interface
+    if interface is None:
+        try:
+            interface = check_interface(app, cfg)
+        except AppLoadError as error:
+            _write(context.notify_write, encode_boot_error(pid, context.slot, str(error)))
+            return EXIT_BOOT_ERROR
     context.hooks.call_logged("post_worker_init", worker)
     if interface != "wsgi":
         from tines import asgi

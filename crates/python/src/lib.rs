@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 mod asgi;
 mod bench;
 mod cgi;
+mod fork_server;
 mod gil;
 mod scoreboard;
 mod settings;
@@ -45,6 +46,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wsgi::input::Input>()?;
     m.add_class::<wsgi::start_response::StartResponse>()?;
     m.add_function(wrap_pyfunction!(worker::run_worker, m)?)?;
+    m.add_function(wrap_pyfunction!(fork_server::serve_forks, m)?)?;
     m.add_class::<asgi::AsgiWorker>()?;
     m.add_class::<asgi::Request>()?;
     m.add_class::<asgi::WebSocket>()?;

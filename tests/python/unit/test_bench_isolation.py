@@ -146,7 +146,7 @@ def test_markdown_has_the_blog_beside_treefrog_and_the_seed_table() -> None:
     assert "TreeFrog" in text and "2.0x" in text
     assert im.SEED_TABLE[2] in text and "breakdown line" in text
     assert "## Where a request's time goes (process per request, blog, one connection)" in text
-    assert "| 1 | 400 | - | 80.0 | 800.0 | 160.0 | 4.00 | 2.00 |" in text
+    assert "| 1 | 400 | - | 80.0 | 800.0 | 160.0 | - | - | 4.00 | 2.00 |" in text
     assert "| fork-limit: fork + _exit + waitpid, the app alone, 12 MiB RSS | 1/1 |" in text
 
 
@@ -181,6 +181,18 @@ def test_breakdown_follows_a_worker_from_fork_to_reap() -> None:
     assert any("start 67%" in line and "was ready before" in line for line in lines)
 
 
+def test_breakdown_follows_a_worker_forked_by_the_fork_server() -> None:
+    # The fork server (pid 150) clones the worker; the master (100) reaps it.
+    forked_by_server = "\n".join(line.replace(" 100/100 ", " 150/150 ").replace("pid=100 ", "pid=150 ")
+                                  if "clone" in line or "sched_process_fork" in line else line
+                                  for line in PERF.splitlines())
+    assert fork_breakdown.lifecycles(fork_breakdown.parse(forked_by_server), master=100) == []
+    lives = fork_breakdown.lifecycles(fork_breakdown.parse(forked_by_server), master=100, fork_server=150)
+    assert [life.pid for life in lives] == [200]
+    assert {name: round(us) for name, us in lives[0].phases.items()}["fork"] == 400
+    assert round(lives[0].phases["reap"]) == 280
+
+
 def test_breakdown_without_a_served_request_says_so() -> None:
     events = fork_breakdown.parse(PERF.replace("sys_exit_accept4: 0x9", "sys_exit_accept4: "
                                                "0xfffffffffffffff5"))
@@ -211,3 +223,29 @@ def test_profile_splits_the_master_from_its_children_and_leaves_others_out() -> 
     assert "| `copy_page_range` | 50% | `exc_page_fault` | 67% |" in lines
     assert not any("rustc_main" in line for line in lines)
     assert fork_breakdown.profile("", master=100) == ["No CPU sample of the server was recorded."]
+
+
+def test_profile_counts_the_fork_server_on_the_masters_side() -> None:
+    text = SAMPLES.replace("  100 sched:sched_process_fork: comm=tines pid=100",
+                           "  150 sched:sched_process_fork: comm=tines pid=150") + (
+        "  100 sched:sched_process_fork: comm=tines pid=100 child_comm=tines child_pid=150 "
+        "ffffffff813a5371 __traceiter_sched_process_fork ([kernel.kallsyms])\n"
+        "  150     cpu-clock/freq=1000/:  ffffffff816e71d3 copy_page_range ([kernel.kallsyms])\n")
+    lines = fork_breakdown.profile(text, master=100, fork_server=150)
+    assert "the master 50% of the server's (its fork server 17%), the workers 50%" in lines[0]
+    # The fork server is no worker: one worker forked, 3 ms of the master's side per request.
+    assert "about 3,000 µs of the master's CPU and 3,000 µs of its workers'" in lines[0]
+
+
+def test_peers_rows_are_judged_by_per_round_ratios_too() -> None:
+    c1 = Scenario("hello", "close", 1)
+    runs = rounds_of([600, 300], [1000, 500], c1)
+    runs[im.run_key(im.GUNICORN_PER_REQUEST, c1, 1)] = run(200)
+    runs[im.run_key(im.GUNICORN_PER_REQUEST, c1, 2)] = run(100)
+    runs[im.run_key(im.UWSGI_PER_REQUEST, c1, 2)] = run(150, failed="did not start")
+    ratios = im.round_ratios(runs, c1, 2)
+    assert ratios["gunicorn"] == [3.0, 3.0] and ratios["uwsgi"] == []
+    text = im.markdown({"started": "x", "plan": "p", "commands": [], "machine": {}, "versions": {}},
+                       runs, ["hello"], 2, {})
+    assert "gunicorn's process per request 3.00 (2), uWSGI's -." in text
+    assert "| gunicorn-sync-per-request | 2/2 |" in text and "| uwsgi-per-request | 0/2 |" in text
