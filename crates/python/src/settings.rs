@@ -68,7 +68,11 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         max_connections: get::<usize>(settings, "max_connections")?.max(1),
         max_queued_requests: get(settings, "max_queued_requests")?,
         max_concurrency: get(settings, "max_concurrency")?,
+        ws_max_connections: get(settings, "ws_max_connections")?,
         ws_max_message_size: get(settings, "ws_max_message_size")?,
+        ws_receive_buffer_total: get(settings, "ws_receive_buffer_total")?,
+        ws_receive_buffer_timeout: seconds(settings, "ws_receive_buffer_timeout")?,
+        ws_idle_timeout: seconds(settings, "ws_idle_timeout")?,
         ws_per_message_deflate: get(settings, "ws_per_message_deflate")?,
         ws_server_max_window_bits: get(settings, "ws_server_max_window_bits")?,
         ws_ping_interval: seconds(settings, "ws_ping_interval")?,
@@ -142,8 +146,9 @@ pub fn worker_config_fields(
     };
     Ok(fields_of!(config;
         mpm, threads, trusted_proxies, proxy_protocol, max_connections, max_queued_requests,
-        max_concurrency, ws_max_message_size, ws_per_message_deflate, ws_server_max_window_bits,
-        ws_ping_interval, ws_ping_timeout, max_response_buffer, response_batch_delay,
+        max_concurrency, ws_max_connections, ws_max_message_size, ws_receive_buffer_total,
+        ws_receive_buffer_timeout, ws_idle_timeout, ws_per_message_deflate,
+        ws_server_max_window_bits, ws_ping_interval, ws_ping_timeout, max_response_buffer, response_batch_delay,
         request_buffer_memory, request_buffer_total, request_buffer_dir, buffer_disk_total,
         stream_body_paths, response_buffer_total, keepalive_timeout, drain_timeout,
         max_keepalive_requests, header_timeout, header_timeout_max, header_min_rate,
