@@ -1,6 +1,7 @@
 //! An ASGI `websocket` connection in flight: the handshake (`websocket.accept`, or a denial
 //! answered as HTTP), then messages both ways over the reactor's `WsSession`, with reading
-//! paused while the app or the client is behind, the keep-alive pings, and the close.
+//! paused while the app or the client is behind or the worker's receive budget is spent
+//! (`limits`), the keep-alive pings, and the close.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -15,7 +16,10 @@ use tines_server::websocket::{ReadOutcome, WsIncoming, WsSession};
 use tines_server::Exchange;
 
 use super::waiter::{ready, Waiter};
+use super::ws_limits::Charge;
 use super::{body_of, header_pairs, status_line, AsgiWorker, ClientDisconnected};
+
+mod limits;
 
 /// Where a WebSocket stands, as the app drives it.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -54,6 +58,10 @@ pub struct WebSocket {
     paused: bool,
     /// The denial response's status and headers (`websocket.http.response.start`).
     denial: Option<(u16, Option<Py<PyAny>>)>,
+    /// What it holds of the worker's receive budget (`ws_limits`).
+    charge: Charge,
+    /// When a data message last went either way (`ws_idle_timeout`).
+    last_message: Instant,
 }
 
 impl WebSocket {
@@ -82,6 +90,8 @@ impl WebSocket {
             inbox_bytes: 0,
             paused: false,
             denial: None,
+            charge: Charge::default(),
+            last_message: tines_server::clock::recent(),
         }
     }
 }
@@ -169,6 +179,7 @@ impl WebSocket {
                 if let Err(err) = sent {
                     return Err(ClientDisconnected::new_err(err.to_string()));
                 }
+                self.last_message = tines_server::clock::recent();
                 self.wait_written(py)
             }
             ("websocket.send", WsState::Closed) => {
@@ -202,6 +213,7 @@ impl WebSocket {
                 // app returns, after the client's close or the linger).
                 self.inbox.clear();
                 self.inbox_bytes = 0;
+                self.recharge(py)?;
                 if self.closed.is_none() {
                     self.closed = Some((code, reason));
                 }
@@ -286,6 +298,7 @@ impl WebSocket {
         let token = self.waiter.token;
         let mut worker = self.waiter.worker.borrow_mut(py);
         worker.requests.remove(&token);
+        worker.websocket_ended(py, &mut self.charge)?;
         let first = match (self.session.take(), self.exchange.take()) {
             (Some(mut session), _) => {
                 if !session.close_sent() {
@@ -315,6 +328,7 @@ impl WebSocket {
         }
         if let Some((message, size)) = self.inbox.pop_front() {
             self.inbox_bytes -= size;
+            self.recharge(py)?;
             return Ok(Some(message));
         }
         if let Some((code, reason)) = &self.closed {
@@ -349,7 +363,8 @@ impl WebSocket {
     }
 
     /// True when reading must wait: the app has a message's worth waiting in its inbox, or
-    /// the client reads nothing and more than `max_response_buffer` (pongs, echoes) waits.
+    /// the client reads nothing and more than `max_response_buffer` (pongs, echoes) waits,
+    /// or the worker's receive budget has no room.
     fn must_pause(&mut self, py: Python<'_>) -> bool {
         let worker = self.waiter.worker.borrow(py);
         let limit = worker.max_response_buffer;
@@ -360,6 +375,7 @@ impl WebSocket {
                 .session
                 .as_mut()
                 .is_some_and(|session| session.unsent() > limit)
+            || !self.budget_allows(py)
     }
 
     /// Answers the handshake with a refusal: `status`, the app's `headers`, `body`.
@@ -456,21 +472,32 @@ impl WebSocket {
 
     /// Reads and decodes what the client sent; wakes a waiting `receive`.
     pub(super) fn on_readable(&mut self, py: Python<'_>) -> PyResult<()> {
-        if self.session.is_none() || self.paused {
+        if self.session.is_none() {
             return Ok(());
         }
-        if self.state == WsState::Open && self.must_pause(py) {
+        if self.paused {
+            // Woken by room in the receive budget (or a new edge): reads if it may now.
+            return self.resume_reading(py);
+        }
+        let pause = if self.state == WsState::Open {
+            self.must_pause(py)
+        } else {
+            !self.budget_allows(py)
+        };
+        if pause {
             self.paused = true;
             return Ok(());
         }
+        let allowance = self.waiter.worker.borrow(py).ws_budget.room();
         let Some(session) = self.session.as_mut() else {
             return Ok(());
         };
         let mut incoming = Vec::new();
-        let outcome = session.read(&mut incoming);
+        let outcome = session.read(&mut incoming, allowance);
         for item in incoming {
             match item {
                 WsIncoming::Message { kind, data } => {
+                    self.last_message = tines_server::clock::recent();
                     let size = data.len();
                     let message = PyDict::new(py);
                     message.set_item(intern!(py, "type"), intern!(py, "websocket.receive"))?;
@@ -497,6 +524,7 @@ impl WebSocket {
                 }
             }
         }
+        self.recharge(py)?;
         if outcome == ReadOutcome::More {
             let mut worker = self.waiter.worker.borrow_mut(py);
             worker.reread.push(self.waiter.token);
