@@ -16,11 +16,15 @@ import os
 import select
 import socket
 import struct
+import subprocess
+import sys
 import time
 import zlib
 from collections.abc import Callable
 
-from conftest import Server, http_get, wait_until
+import pytest
+
+from conftest import APPS, ROOT, Server, http_get, wait_until
 
 APP = "asgi_ws_limits:app"
 DEFLATE = b"Sec-WebSocket-Extensions: permessage-deflate\r\n"
@@ -149,6 +153,24 @@ def test_websockets_past_the_ceiling_get_503_while_http_and_a_new_websocket_afte
     finally:
         for sock in held:
             sock.close()
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--max-connections", "100", "--ws-max-connections", "100"),
+     "ws_max_connections 100 (cli) must be below max_connections 100 (cli)"),
+    (("--ws-max-connections", "10000"), "ws_max_connections 10000 (cli) must be below max_connections 10000 "
+                                         "(default)"),
+    (("--ws-receive-buffer-total", "1MiB"),
+     "ws_receive_buffer_total 1048576 (cli) must be at least ws_max_message_size 16777216 (default)"),
+])
+def test_a_ceiling_at_max_connections_or_a_budget_below_a_message_stops_the_start_with_one_line(
+        args: tuple[str, ...], said: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "tines", "serve", APP, "-b", "127.0.0.1:0", *args],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL,
+                            env={"PYTHONPATH": str(APPS), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"tines: error: {said}"), line
 
 
 # --- item 4: the idle timeout ---------------------------------------------------------------------
