@@ -452,3 +452,6 @@ impl WsSession {
         self.conn
     }
 }
+
+#[cfg(test)]
+mod budget_tests;
