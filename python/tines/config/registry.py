@@ -224,7 +224,7 @@ _REGISTRY = (
             positive_seconds, 20.0, ("--ws-ping-timeout",), "SECONDS", worker=True),
     Setting("ws_receive_buffer_timeout", "Timeouts", "ASGI WebSocket: seconds a WebSocket may wait for room in `ws_receive_buffer_total` (its reading paused) before it is closed with 1013 (Try Again Later); what it sent and the app had not received is dropped.",
             positive_seconds, 30.0, ("--ws-receive-buffer-timeout",), "SECONDS", worker=True),
-    Setting("ws_idle_timeout", "Timeouts", "ASGI WebSocket: seconds a WebSocket may go without a data message in either direction (pings and pongs do not count, so a client that only answers pings is idle) before the server closes it (1001, `idle timeout`); 0 never closes an idle one.",
+    Setting("ws_idle_timeout", "Timeouts", "ASGI WebSocket: seconds a WebSocket may go without a data message in either direction (a message received counts once it has arrived whole; pings and pongs do not count, so a client that only answers pings is idle) before the server closes it (1001, `idle timeout`); 0 never closes an idle one.",
             non_negative_seconds, 0.0, ("--ws-idle-timeout",), "SECONDS", worker=True),
     Setting("max_requests", "Workers", "Recycle a worker gracefully after it has served this many requests; 0 never recycles.",
             non_negative_int, 0, ("--max-requests",), "N", worker=True),
