@@ -138,6 +138,7 @@ class StartResponse:
     def write(self, data: bytes) -> None: ...
 
 def run_status(listener_fd: int, life_fd: int, scoreboard: Scoreboard, mpm: str,
-               show_query: bool) -> None:
+               show_query: bool, redact_paths: bool, allow: list[str], timeout: float) -> None:
     """The status process's server (``/healthz``, ``/readyz``, ``/status.json``), until the
-    master's life pipe closes (docs/status.md)."""
+    master's life pipe closes (docs/status.md). ``allow`` is ``status_allow``, ``timeout``
+    ``status_timeout``."""

@@ -219,6 +219,12 @@ class Server:
                 self.timer.cancel()
             self.timer = self.loop.call_at(deadline, self.on_timer)
 
+    async def websockets_returned(self) -> None:
+        """Waits until every WebSocket's app returned (the master's `graceful_timeout`
+        bounds it)."""
+        while self.websocket_tasks:
+            await asyncio.wait(list(self.websocket_tasks))
+
     def on_timer(self) -> None:
         self.timer = None
         self.turn()
@@ -288,6 +294,9 @@ async def _main(app: ASGIApp, worker: Any, cfg: Any) -> str:
     try:
         reason = await server.stopped
         if reason != "quick":
+            # A WebSocket's connection went back to the reactor when it closed (ADR 0023): its
+            # app may still be on its way out (a handler's cleanup after the disconnect).
+            await server.websockets_returned()
             await lifespan.shutdown()
     finally:
         server.finished = True

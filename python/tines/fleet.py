@@ -233,7 +233,10 @@ class Fleet:
         """Keep a worker's latest memory sample (and publish it in its scoreboard slot): the
         one place a sample is written."""
         worker.memory = usage
-        self.scoreboard.set_memory(worker.slot, usage.rss, usage.pss, usage.uss, usage.swap)
+        if usage.rss_only:  # PSS and USS unread (under ``user``): the status page says n/a
+            self.scoreboard.set_memory(worker.slot, usage.rss, memory.UNKNOWN, memory.UNKNOWN, usage.swap)
+        else:
+            self.scoreboard.set_memory(worker.slot, usage.rss, usage.pss, usage.uss, usage.swap)
 
     def check_requests(self) -> None:
         """The watchdog's turn: requests over ``request_timeout``, boots over ``boot_timeout``,

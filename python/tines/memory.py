@@ -1,8 +1,10 @@
 """Memory of the workers: sampling, the ``max_worker_memory`` limit, kernel same-page merging.
 
 Owns: reading one process's memory from ``/proc/PID/smaps_rollup`` (``read_usage``: RSS, PSS,
-USS, shared, swap) and its KSM counters from ``/proc/PID/ksm_stat``; the master's sampling
-schedule (``Sampler``); the limit decision (``over_limit``) and the lines the master logs about
+USS, shared, swap) and its KSM counters from ``/proc/PID/ksm_stat``, or only its RSS and swap
+from ``/proc/PID/status`` (``read_rss``) where smaps_rollup is not the master's to read; the
+master's sampling schedule (``Sampler``); the limit decision (``over_limit``), the check that
+the limit's kind can be read at all (``check_limit``) and the lines the master logs about
 memory; the ``memory_merge`` opt-in (``check_merge`` in the master before the first fork,
 ``opt_in_merge`` in each worker after fork); sizes as people read them (``format_size``).
 docs/tuning.md says how to use the figures.
@@ -16,7 +18,18 @@ number of workers: each worker is read every (workers / rate) seconds. The defau
 (``sample_rate``) is 4 reads per second with ``max_worker_memory`` set (1 s for 4 workers) and
 0.5 without, when the figures are only shown: next to a busy worker a read costs the master
 about a millisecond (its page tables are cold), about 0.5% of a CPU at 4 a second. A worker is
-also read once when it reports ready (for the ready line).
+also read once when it reports ready (for the ready line). A sample is at most
+workers / rate seconds old (plus one turn of the master's loop) when the limit is decided on it.
+
+Under ``user`` (or ``group``), the master samples all the same, from outside: a worker stuck in
+a leaking request could not sample itself. But a process that changed its uid or gid is not
+dumpable (unless ``fs.suid_dumpable`` is 1), the workers inherit that from the master at fork,
+and smaps_rollup needs ptrace read rights over a dumpable process: the master (now the user)
+cannot open it. ``/proc/PID/status`` needs none: the master then reads RSS and swap from it
+(counters the kernel keeps: no page-table walk, no lock), so a limit on RSS works, while one on
+USS or PSS cannot be checked and is refused at start (``check_limit``; ADR 0028). The workers
+are not made dumpable again for it: that would open their memory (and the environment the
+master got as root) to every process of that user, and let them dump core.
 
 Must not: import ``tines._core``, fork, or start threads; the master calls it from its loop.
 """
@@ -32,6 +45,7 @@ from typing import Protocol, TypeVar
 
 from tines import logs
 from tines.config import Config
+from tines.errors import ConfigError
 
 
 class HasSlot(Protocol):
@@ -80,14 +94,23 @@ class MemoryUsage:
     ksm_profit: int | None = None
     ksm_merging: int | None = None
     """Bytes of this process's pages merged by KSM (ksm_merging_pages x page size)."""
+    rss_only: bool = False
+    """Read from /proc/PID/status (``read_rss``): ``rss`` and ``swap`` are known, ``pss``,
+    ``uss`` and ``shared`` are not (0)."""
 
-    def figure(self, kind: str) -> int:
-        """The figure ``max_worker_memory_kind`` names: ``rss``, ``pss`` or ``uss``."""
+    def figure(self, kind: str) -> int | None:
+        """The figure ``max_worker_memory_kind`` names: ``rss``, ``pss`` or ``uss``; None for
+        ``pss`` and ``uss`` of an RSS-only sample."""
+        if self.rss_only and kind != "rss":
+            return None
         return {"rss": self.rss, "pss": self.pss, "uss": self.uss}[kind]
 
     def describe(self) -> str:
         """``RSS 20.1 MiB, PSS 9.0 MiB, USS 3.6 MiB, shared 16.5 MiB`` (+ swap and what KSM
-        merged, when not zero)."""
+        merged, when not zero); ``RSS 20.1 MiB (PSS and USS unreadable)`` for an RSS-only one."""
+        if self.rss_only:
+            swap = f", swap {format_size(self.swap)}" if self.swap else ""
+            return f"RSS {format_size(self.rss)}{swap} (PSS and USS unreadable)"
         text = (f"RSS {format_size(self.rss)}, PSS {format_size(self.pss)}, "
                 f"USS {format_size(self.uss)}, shared {format_size(self.shared)}")
         if self.swap:
@@ -97,6 +120,11 @@ class MemoryUsage:
             if self.ksm_profit is not None:
                 text += f" (profit {format_size(self.ksm_profit)})"
         return text
+
+
+UNKNOWN = 2**64 - 1
+"""What the scoreboard holds for a figure not read (PSS and USS when only RSS can be: under
+``user``); the status page shows it as n/a (Rust ``scoreboard::MEMORY_UNKNOWN``)."""
 
 
 def format_size(size: int) -> str:
@@ -128,6 +156,20 @@ def parse_smaps_rollup(text: str) -> MemoryUsage | None:
                        swap=fields.get("Swap", 0))
 
 
+def parse_status(text: str) -> MemoryUsage | None:
+    """RSS and swap (``VmRSS``, ``VmSwap``, in kB) of a /proc/PID/status text, as an RSS-only
+    sample; None without ``VmRSS`` (a zombie, or a kernel thread, has none)."""
+    fields: dict[str, int] = {}
+    for line in text.splitlines():
+        name, colon, rest = line.partition(":")
+        parts = rest.split()
+        if colon and name in ("VmRSS", "VmSwap") and len(parts) == 2 and parts[1] == "kB" and parts[0].isdigit():
+            fields[name] = int(parts[0]) * KIB
+    if "VmRSS" not in fields:
+        return None
+    return MemoryUsage(rss=fields["VmRSS"], pss=0, uss=0, shared=0, swap=fields.get("VmSwap", 0), rss_only=True)
+
+
 def parse_ksm_stat(text: str) -> tuple[int, int] | None:
     """(bytes merged, profit in bytes) from a ksm_stat text, or None without those fields."""
     fields = dict(line.split(None, 1) for line in text.splitlines() if " " in line)
@@ -140,7 +182,8 @@ def parse_ksm_stat(text: str) -> tuple[int, int] | None:
 class MemoryUnreadable(Exception):
     """The master cannot read a worker's smaps_rollup: the kernel has none (Linux < 4.14), or
     the workers' /proc files are not the master's to read (after ``user``, a process that
-    changed its uid is not dumpable, and its /proc/PID files stay root's)."""
+    changed its uid is not dumpable, and its /proc/PID files stay root's). ``read_rss`` still
+    can."""
 
 
 def read_usage(pid: int, ksm: bool = False) -> MemoryUsage | None:
@@ -175,6 +218,53 @@ def read_usage(pid: int, ksm: bool = False) -> MemoryUsage | None:
                        ksm_profit=profit, ksm_merging=merging)
 
 
+def read_rss(pid: int) -> MemoryUsage | None:
+    """``pid``'s RSS and swap now, from /proc/PID/status, which anyone may read (no ptrace
+    rights: it works on a process that is not dumpable); None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as file:
+            return parse_status(file.read())
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+PR_GET_DUMPABLE = 3
+SUID_DUMPABLE = "/proc/sys/fs/suid_dumpable"
+"""What a process's dumpable flag becomes when it changes its uid or gid: 0 (the default) or 2
+leave its /proc/PID files root's, 1 leaves them its own."""
+
+
+def smaps_readable(cfg: Config) -> bool:
+    """Whether the master will be able to read its workers' smaps_rollup: root that stays root
+    can; a switch to ``user`` or ``group`` still to come leaves the master and the workers it
+    forks dumpable only when ``fs.suid_dumpable`` is 1; else the master can when it is
+    dumpable itself now (the workers inherit the flag; a master started by an upgrade was
+    exec'd, which made it dumpable again)."""
+    switches = ((cfg.user is not None and cfg.user != os.geteuid())
+                or (cfg.group is not None and cfg.group != os.getegid()))
+    if switches:
+        try:
+            with open(SUID_DUMPABLE) as file:
+                return file.read().strip() == "1"
+        except OSError:
+            return False
+    return os.geteuid() == 0 or _prctl(PR_GET_DUMPABLE)[0] == 1
+
+
+def check_limit(cfg: Config) -> None:
+    """Raise ConfigError (one line) when ``max_worker_memory`` limits a figure the master will
+    not be able to read: USS or PSS after the switch to ``user`` (``smaps_readable``), where
+    only RSS can be read. Runs in the master before any fork (and for check-config)."""
+    kind: str = cfg.max_worker_memory_kind
+    if not cfg.max_worker_memory or kind == "rss" or smaps_readable(cfg):
+        return
+    raise ConfigError(
+        f"max_worker_memory_kind {kind} ({cfg.source('max_worker_memory_kind')}) cannot be checked "
+        f"under user/group: the master cannot read the workers' /proc/PID/smaps_rollup after the switch "
+        f"(a process that changed its uid or gid is not dumpable and its /proc files stay root's), only "
+        f"their RSS: set max_worker_memory_kind rss")
+
+
 # --- the master's schedule and decision --------------------------------------------------------
 
 
@@ -195,22 +285,22 @@ def sample_rate(cfg: Config) -> float:
 class Sampler:
     """When to read whose memory: one read every 1/``rate`` seconds, the workers in turn by
     slot (so each worker is read every len(workers)/rate seconds), none while there is no
-    worker to read. Also warns once when the kernel cannot be sampled, then stops."""
+    worker to read. Also warns once when smaps_rollup cannot be read, then reads RSS only."""
 
     def __init__(self, rate: float) -> None:
         self.interval = 1.0 / rate
         self.next_read = 0.0
         self.last_slot = -1
-        self.available = True
+        self.rss_only = False
 
     def wait(self, now: float) -> float:
         """Seconds until the next read is due (0 when due now); the loop sleeps at most this."""
-        return max(0.0, self.next_read - now) if self.available else float("inf")
+        return max(0.0, self.next_read - now)
 
     def pick(self, workers: Sequence[Sampled], now: float) -> Sampled | None:
         """The worker to read now, or None (not due yet, or none to read). Picking one
         schedules the next read."""
-        if not self.available or now < self.next_read or not workers:
+        if now < self.next_read or not workers:
             return None
         self.next_read = now + self.interval
         ordered = sorted(workers, key=lambda worker: worker.slot)
@@ -219,17 +309,17 @@ class Sampler:
         return chosen
 
     def read(self, pid: int, ksm: bool = False) -> MemoryUsage | None:
-        """``read_usage``, turning sampling off with one warning when smaps_rollup cannot be
-        read (then None, as for every later call)."""
-        if not self.available:
-            return None
-        try:
-            return read_usage(pid, ksm)
-        except MemoryUnreadable as error:
-            self.available = False
-            log.warning("memory sampling is off: %s; max_worker_memory cannot be enforced "
-                        "and no memory figures are reported", error)
-            return None
+        """``read_usage``; once smaps_rollup cannot be read, one warning and ``read_rss`` for
+        this and every later read."""
+        if not self.rss_only:
+            try:
+                return read_usage(pid, ksm)
+            except MemoryUnreadable as error:
+                self.rss_only = True
+                log.warning("memory figures are RSS only from now on: %s; the master reads RSS from "
+                            "/proc/PID/status instead (a max_worker_memory on USS or PSS is not checked)",
+                            error)
+        return read_rss(pid)
 
 
 def over_limit(cfg: Config, usage: MemoryUsage) -> str | None:
@@ -237,9 +327,10 @@ def over_limit(cfg: Config, usage: MemoryUsage) -> str | None:
     sampled figure is above ``max_worker_memory``; None when under it or when it is off."""
     limit: int = cfg.max_worker_memory
     kind: str = cfg.max_worker_memory_kind
-    if not limit or usage.figure(kind) <= limit:
+    figure = usage.figure(kind)
+    if not limit or figure is None or figure <= limit:
         return None
-    return f"{kind.upper()} {format_size(usage.figure(kind))} > max_worker_memory {format_size(limit)}"
+    return f"{kind.upper()} {format_size(figure)} > max_worker_memory {format_size(limit)}"
 
 
 # --- kernel same-page merging ------------------------------------------------------------------

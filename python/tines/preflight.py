@@ -1,6 +1,7 @@
 """What the master checks before its first fork, in one place for ``tines serve`` and
 ``tines check-config``: the worker settings (with the workers' own conversion), the resource
-limits against this process's hard limits, the dynamic pool's bounds, that a temporary file can
+limits against this process's hard limits, that ``max_worker_memory``'s figure will be readable
+(``memory.check_limit``), the dynamic pool's bounds, that a temporary file can
 be made in ``request_buffer_dir`` (as the workers make them, for request bodies too large for
 memory, and as the user they run as: checked in a short-lived child that switches to ``user``
 when the master is root), and the hooks module (imported from ``chdir``).
@@ -21,7 +22,7 @@ import pwd
 from dataclasses import dataclass
 
 from tines import hooks as server_hooks
-from tines import limits, pool
+from tines import limits, memory, pool
 from tines.config import Config
 from tines.errors import ConfigError
 from tines.hooks import Hooks
@@ -49,6 +50,7 @@ def check(cfg: Config) -> Checked:
 
     settings = worker_settings(cfg)
     limits.check(cfg)
+    memory.check_limit(cfg)
     # Resolved and absolute already (config.load: the temp dir when unset, a relative one
     # taken from chdir).
     directory = str(settings["request_buffer_dir"])

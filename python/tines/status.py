@@ -2,7 +2,9 @@
 ``/healthz``, ``/readyz`` and ``/status.json`` from the scoreboard (Rust,
 ``tines._core.run_status``; docs/status.md), and starts it again when it dies.
 
-Owns: refusing a status address that is also a public one, binding it, the status process's
+Owns: refusing a status address that is also a public one, binding it, warning what a bind on
+every interface exposes (``exposure_warning``; ``status_allow`` is enforced by the Rust
+server), the status process's
 life (fork, restart with a backoff, stop after the workers), and what it inherits. It decides
 when the process is due (``due``: bound, none running, the backoff over) and the master starts
 it then with what it must close and keep (``Inheritance``); those rules are unit-tested without
@@ -16,6 +18,7 @@ The process runs no app: it answers while every worker is busy or stuck. It is s
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
 import sys
@@ -86,6 +89,9 @@ class StatusProcess:
         scheme = "unix" if self.listener.address.startswith("unix:") else "http"
         where = self.listener.address if scheme == "unix" else f"http://{self.listener.address}"
         log.info("Status at: %s", where)
+        warning = exposure_warning(self.listener.address, self.cfg.status_allow, self.cfg.status_redact_paths)
+        if warning is not None:
+            log.warning("%s", warning)
 
     def due(self, now: float) -> bool:
         """The process should be started now: a listener is bound, no process runs, and the
@@ -138,6 +144,24 @@ class StatusProcess:
         return [self.listener.fileno()] if self.listener is not None else []
 
 
+def exposure_warning(address: str, allow: tuple[str, ...], redact_paths: bool) -> str | None:
+    """What a status listener on every interface (``0.0.0.0``, ``::``) exposes, for a warning;
+    None for any other address. A Kubernetes probe needs such a bind, so it is not refused:
+    the allow list is what keeps the rest of it to the operator's peers."""
+    host = address.rpartition(":")[0].strip("[]") if not address.startswith(("unix:", "fd://")) else ""
+    try:
+        unspecified = ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return None
+    if not unspecified:
+        return None
+    who = "any peer" if "*" in allow else f"only status_allow ({', '.join(allow) or 'no TCP peer'})"
+    paths = "" if redact_paths else "; set status_redact_paths to show methods only"
+    return (f"status_bind {address} listens on every interface: /healthz and /readyz answer any peer; "
+            f"/, /status.json and /metrics (every in-flight request's method and path, the workers' pids "
+            f"and memory) answer {who}{paths}")
+
+
 def _run(cfg: Config, listener: Listener, passed: Inheritance) -> NoReturn:
     status = 1
     try:
@@ -158,7 +182,8 @@ def _run(cfg: Config, listener: Listener, passed: Inheritance) -> NoReturn:
 
         assert isinstance(passed.scoreboard, _core.Scoreboard)
         _core.run_status(listener.fileno(), passed.life_read, passed.scoreboard, cfg.mpm,
-                         cfg.status_show_query)
+                         cfg.status_show_query, cfg.status_redact_paths, list(cfg.status_allow),
+                         cfg.status_timeout)
         status = 0
     except BaseException:  # noqa: BLE001 - the last resort before os._exit
         log.error("status process failed:\n%s", traceback.format_exc())

@@ -70,7 +70,11 @@ def fetch(address: str, path: str = "/status.json") -> bytes:
     finally:
         connection.close()
     if response.status != 200:
-        raise StatusUnreachable(f"the status listener at {address} answered {response.status}")
+        # The status process's own answers are one plain line: it says why (403: this peer is
+        # not in status_allow).
+        why = body.decode("utf-8", "replace").strip().splitlines()[:1]
+        raise StatusUnreachable(f"the status listener at {address} answered {response.status}"
+                                + "".join(f": {line[:200]}" for line in why))
     return body
 
 
@@ -81,8 +85,11 @@ RESET, BOLD, DIM, RED, YELLOW, GREEN, CYAN = (
 STATE_COLOURS = {"busy": YELLOW, "stopping": RED, "booting": CYAN, "standby": CYAN, "idle": GREEN}
 
 
-def human_bytes(count: int) -> str:
-    """Bytes in at most 6 characters: ``512B``, ``8.0M``, ``1.2G``."""
+def human_bytes(count: int | None) -> str:
+    """Bytes in at most 6 characters: ``512B``, ``8.0M``, ``1.2G``; ``n/a`` for a figure the
+    master could not read (``null``: PSS and USS under ``user``)."""
+    if count is None:
+        return "n/a"
     value = float(count)
     for unit in ("B", "K", "M", "G", "T"):
         if value < 1024 or unit == "T":

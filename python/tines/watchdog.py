@@ -22,8 +22,8 @@ chained Rust handler sets the slot's ``dumped`` flag and:
   waiting for the stuck thread. A thread that overruns after the dump is marked and signalled
   the same way (its client answered too). The master kills it only when ``drain_verdict`` says so: the
   drain is done but the worker did not exit, ``graceful_timeout`` passed since the dump, or
-  the stuck thread holds the GIL (the interpreter probe the loop starts on the dump did not
-  take it, or the other busy app threads made no progress, within ``GIL_WAIT`` of the dump);
+  the stuck thread holds the GIL (the interpreter probe the loop starts on the dump, taking
+  the GIL every half second, has not reported for ``GIL_WAIT``);
 - on any other worker (prefork and ``event`` with ``threads = 0``, where the stuck request is
   the loop thread itself; an ASGI worker whose event loop is blocked), answers the client
   itself, and the master kills the worker once it sees the flag (or ``DUMP_WAIT`` passed).
@@ -163,11 +163,12 @@ def drain_verdict(pending: PendingKill, reading: dict[str, Any], now: float) -> 
 
     - ``graceful_timeout``: that long since the dump, the drain is over whatever is left.
     - ``gil``: ``GIL_WAIT`` seconds after the dump, the interpreter probe has not reported
-      (``interpreter_seen_ns`` is older than the dump: it could not take the GIL), whether or
-      not other app threads are busy; or some app thread other than the stuck ones is busy and
-      none of the busy ones progressed since the dump. A stuck thread holding the GIL stops
-      them all, and the idle ones could not start a queued request; the loop still answered
-      the stuck client, as it needs no GIL.
+      for ``GIL_WAIT`` seconds (``interpreter_seen_ns``: it takes the GIL every half second
+      from the dump on, so a stale record means it could not), whether or not other app
+      threads are busy. A stuck thread holding the GIL stops them all, and the idle ones could
+      not start a queued request; the loop still answered the stuck client, as it needs no
+      GIL. Other app threads' progress is not judged: a neighbour computing for seconds with
+      no output looks the same as one the GIL stopped, and only the probe tells them apart.
     - ``drained``: no other app thread busy and no connection open but the stuck ones' for
       ``EXIT_WAIT`` seconds, and the worker still lives (it exits by itself once drained).
     """
@@ -175,10 +176,9 @@ def drain_verdict(pending: PendingKill, reading: dict[str, Any], now: float) -> 
         return "graceful_timeout"
     others = [thread for thread in reading["threads"]
               if thread["state"] == "busy" and thread["thread"] not in pending.stuck]
-    waited = now - pending.dumped_ns / 1e9
-    if waited >= GIL_WAIT and (
-            reading["interpreter_seen_ns"] < pending.dumped_ns
-            or (others and all(thread["progress_ns"] < pending.dumped_ns for thread in others))):
+    # Counted from the dump while the probe has not reported since (it starts there).
+    silent = now - max(reading["interpreter_seen_ns"], pending.dumped_ns) / 1e9
+    if silent >= GIL_WAIT:
         return "gil"
     stuck_busy = sum(1 for thread in reading["threads"]
                      if thread["state"] == "busy" and thread["thread"] in pending.stuck)
@@ -240,9 +240,9 @@ class Watchdog:
         if why is None:
             return
         if why == "gil":
-            log.error("worker %d (slot %d): the GIL was not free within %g s of the dump (its "
-                      "interpreter probe did not report, or no other app thread made progress): "
-                      "the stuck request holds it; killing it", worker.pid, worker.slot, GIL_WAIT)
+            log.error("worker %d (slot %d): the GIL was not free for %g s after the dump (its "
+                      "interpreter probe could not take it): the stuck request holds it; killing "
+                      "it", worker.pid, worker.slot, GIL_WAIT)
         elif why == "graceful_timeout":
             log.warning("worker %d (slot %d) still draining %g s (graceful_timeout) after its "
                         "request_timeout dump: killing it", worker.pid, worker.slot,

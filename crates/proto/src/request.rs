@@ -224,6 +224,9 @@ pub enum ParseError {
     DuplicateHost,
     /// A Host value that is not `host[:port]` (400).
     InvalidHost,
+    /// Host names another origin than the absolute-form target's authority (RFC 9110
+    /// section 7.2 makes a client send them identical) (400).
+    HostNotTargetAuthority,
     /// More than one Content-Type field line (400).
     DuplicateContentType,
     /// More than one Content-Length field line, even with equal values (400).
@@ -273,6 +276,7 @@ impl ParseError {
             ParseError::MissingHost => "HTTP/1.1 request without Host",
             ParseError::DuplicateHost => "more than one Host",
             ParseError::InvalidHost => "invalid Host",
+            ParseError::HostNotTargetAuthority => "Host differs from the target's authority",
             ParseError::DuplicateContentType => "more than one Content-Type",
             ParseError::DuplicateContentLength => "more than one Content-Length",
             ParseError::InvalidContentLength => "invalid Content-Length",
@@ -360,7 +364,7 @@ pub fn parse_request_head(
     head.head_len = head_len;
     check_target(method, target).map_err(|_: TargetFault| ParseError::InvalidTarget)?;
 
-    let mut fields = FieldSummary::default();
+    let mut fields = FieldSummary::new(target);
     for header in request.headers.iter() {
         if !is_field_value(header.value) {
             return Err(ParseError::InvalidHeaderValue);

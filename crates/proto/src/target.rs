@@ -68,6 +68,65 @@ fn is_absolute_http_uri(target: &[u8]) -> bool {
     is_valid_authority(&rest[..authority_end], false)
 }
 
+/// The authority of an absolute-form target (`http://a.example:8080/p`), which must name the
+/// same origin as Host (RFC 9110 section 7.2: a client sends Host identical to it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TargetAuthority<'t> {
+    host: &'t [u8],
+    port: &'t [u8],
+    https: bool,
+}
+
+impl<'t> TargetAuthority<'t> {
+    /// The authority of `target` when it is in absolute form (already checked by
+    /// [`check_target`]); `None` for the other forms, at the cost of one byte compare for
+    /// origin-form.
+    pub(crate) fn of(target: &'t [u8]) -> Option<Self> {
+        if matches!(target.first(), Some(b'/' | b'*') | None) {
+            return None;
+        }
+        let colon = memchr::memchr(b':', target)?;
+        let https = target[..colon].eq_ignore_ascii_case(b"https");
+        let rest = target[colon + 1..].strip_prefix(b"//")?;
+        let end = rest
+            .iter()
+            .position(|&b| matches!(b, b'/' | b'?' | b'#'))
+            .unwrap_or(rest.len());
+        let (host, port) = split_port(&rest[..end]);
+        Some(Self { host, port, https })
+    }
+
+    /// Whether a Host value names this authority: the same host (ASCII case-insensitive,
+    /// RFC 3986 section 6.2.2.1) and the same port, an absent or empty one being the scheme's
+    /// default (80 or 443; section 6.2.3) and leading zeros not counting.
+    pub(crate) fn matches(&self, host_field: &[u8]) -> bool {
+        let (host, port) = split_port(host_field);
+        let default: &[u8] = if self.https { b"443" } else { b"80" };
+        host.eq_ignore_ascii_case(self.host)
+            && effective_port(port, default) == effective_port(self.port, default)
+    }
+}
+
+/// A port as compared: the scheme's `default` when empty, else without leading zeros.
+fn effective_port<'a>(port: &'a [u8], default: &'a [u8]) -> &'a [u8] {
+    if port.is_empty() {
+        return default;
+    }
+    &port[port.iter().position(|&b| b != b'0').unwrap_or(port.len())..]
+}
+
+/// `host` and `port` of a valid authority (`[v6]:port`, `name:port`, `name`); the port is
+/// empty when absent or empty.
+fn split_port(authority: &[u8]) -> (&[u8], &[u8]) {
+    let host_end = if authority.first() == Some(&b'[') {
+        memchr::memchr(b']', authority).map_or(authority.len(), |end| end + 1)
+    } else {
+        memchr::memchr(b':', authority).unwrap_or(authority.len())
+    };
+    let (host, rest) = authority.split_at(host_end);
+    (host, rest.strip_prefix(b":").unwrap_or(rest))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -229,9 +229,12 @@ pub fn install_dump_handler(
         .map_err(|err| PyOSError::new_err(format!("cannot install the dump handler: {err}")))
 }
 
-/// `run_status(listener_fd, life_fd, scoreboard, mpm, show_query)`: the status process's
-/// server (`tines_server::status`), without the GIL, until the master is gone.
+/// `run_status(listener_fd, life_fd, scoreboard, mpm, show_query, redact_paths, allow,
+/// timeout)`: the status process's server (`tines_server::status`), without the GIL, until
+/// the master is gone. `allow` is `status_allow` (the master validated it: a bad entry here
+/// is a ValueError all the same), `timeout` `status_timeout` in seconds.
 #[pyfunction]
+#[allow(clippy::too_many_arguments)] // one per setting the status process is told
 pub fn run_status(
     py: Python<'_>,
     listener_fd: i32,
@@ -239,13 +242,23 @@ pub fn run_status(
     scoreboard: &PyScoreboard,
     mpm: String,
     show_query: bool,
+    redact_paths: bool,
+    allow: Vec<String>,
+    timeout: f64,
 ) -> PyResult<()> {
+    let allow = tines_server::trusted_proxies::TrustedProxies::parse(&allow)
+        .map_err(|_| PyValueError::new_err(format!("status_allow: bad entry in {allow:?}")))?;
+    let timeout = std::time::Duration::try_from_secs_f64(timeout)
+        .map_err(|_| PyValueError::new_err(format!("status_timeout: bad value {timeout}")))?;
     let spec = tines_server::status::StatusSpec {
         listener: listener_fd,
         life_fd,
         scoreboard: Arc::clone(&scoreboard.inner),
         mpm,
         show_query,
+        redact_paths,
+        allow,
+        timeout,
     };
     py.detach(move || tines_server::status::run_status(&spec))
         .map_err(|err| PyOSError::new_err(format!("status server: {err}")))

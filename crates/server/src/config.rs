@@ -84,6 +84,10 @@ pub struct WorkerConfig {
     /// poller to write (a slow reader then holds no slot); beyond it the slot waits for the
     /// client. Complete bodies are bounded by `response_buffer_total` instead.
     pub max_response_buffer: usize,
+    /// Response bytes of a streamed WSGI body (a generator, `write()`) that may wait for a
+    /// slow reader in all: in memory up to `max_response_buffer`, then in a temporary file
+    /// within `buffer_disk_total` (ADR 0024); beyond it the slot waits for the client.
+    pub max_stream_buffer: u64,
     /// The longest a small, complete response waits for the rest of its slot's batch before it
     /// is written (ADR 0011); zero writes each response at once.
     pub response_batch_delay: Duration,
@@ -224,6 +228,7 @@ impl Default for WorkerConfig {
             ws_ping_interval: Duration::from_secs(20),
             ws_ping_timeout: Duration::from_secs(20),
             max_response_buffer: 1024 * 1024,
+            max_stream_buffer: 16 * 1024 * 1024,
             response_batch_delay: Duration::from_millis(1),
             request_buffer_memory: 256 * 1024,
             request_buffer_total: 32 * 1024 * 1024,

@@ -438,6 +438,19 @@ impl WsSession {
         output.with(|pending| pending.unsent())
     }
 
+    /// Bytes written to the socket so far: a `send` that waits for the client made progress
+    /// when this grew.
+    pub fn written(&mut self) -> u64 {
+        self.conn.output().written()
+    }
+
+    /// Writes what the socket takes now of what is queued (a deadline's last look: the
+    /// client may have read while the loop was not looking, ADR 0022). An error is left for
+    /// the poller's event to report.
+    pub fn write_pending(&mut self) {
+        let _ = self.conn.output().write_some();
+    }
+
     /// Runs `action` once what is queued now is written (see [`crate::pending::Pending::when_written`]).
     pub fn when_written(&mut self, action: crate::pending::WhenWritten) {
         self.conn

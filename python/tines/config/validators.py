@@ -87,6 +87,25 @@ def optional_positive_int(raw: object) -> int | None:
     return _integer(raw, 1, "must be a positive integer")
 
 
+def _whole_seconds(raw: object, minimum: int) -> int:
+    value = _integer(raw, minimum, "must be a positive integer" if minimum else "must be an integer >= 0")
+    if value > MAX_SECONDS:
+        raise ValueError(TOO_LONG)
+    return value
+
+
+def non_negative_whole_seconds(raw: object) -> int:
+    """Whole seconds >= 0 and at most ``MAX_SECONDS`` (``defer_accept``: a C int for the kernel)."""
+    return _whole_seconds(raw, 0)
+
+
+def optional_positive_whole_seconds(raw: object) -> int | None:
+    """Whole seconds >= 1 and at most ``MAX_SECONDS`` (RLIMIT_CPU), or None (``""`` too)."""
+    if raw is None or raw == "":
+        return None
+    return _whole_seconds(raw, 1)
+
+
 def optional_non_negative_int(raw: object) -> int | None:
     """An integer >= 0, or None (``""`` also means None)."""
     if raw is None or raw == "":
@@ -121,6 +140,11 @@ SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 
 ``512M``); decimal ``MB``/``GB`` are refused rather than guessed."""
 
 
+MAX_SIZE = (1 << 63) - 1
+"""The largest size any setting takes: the workers hold sizes in 64-bit integers (``u64``,
+``rlim_t``), and a larger one would pass here and then fail in every worker."""
+
+
 def size(raw: object) -> int:
     """A size in bytes >= 0: an integer, or a number with a unit (``512MiB``, ``1.5G``, ``64k``)."""
     expected = "must be a size in bytes, or with a unit: B, K/KiB, M/MiB, G/GiB, T/TiB (such as 512MiB)"
@@ -136,7 +160,27 @@ def size(raw: object) -> int:
         value, unit = float(match.group(1)), match.group(2).lower()
     if value < 0:
         raise ValueError(expected)
-    return int(value * SIZE_UNITS[unit])
+    result = int(value * SIZE_UNITS[unit])
+    if result > MAX_SIZE:
+        raise ValueError("must be a size of at most 8EiB - 1 (9223372036854775807 bytes)")
+    return result
+
+
+def optional_positive_size(raw: object) -> int | None:
+    """A size in bytes >= 1 as ``size`` reads it (``1GiB``), or None (``""`` also means None)."""
+    if raw is None or raw == "":
+        return None
+    value = size(raw)
+    if value < 1:
+        raise ValueError("must be a size above 0 bytes, or with a unit: B, K/KiB, M/MiB, G/GiB, T/TiB (such as 1GiB)")
+    return value
+
+
+def optional_size(raw: object) -> int | None:
+    """A size in bytes >= 0 as ``size`` reads it, or None (``""`` also means None)."""
+    if raw is None or raw == "":
+        return None
+    return size(raw)
 
 
 def sample_rate(raw: object) -> float:
@@ -151,6 +195,20 @@ def sample_rate(raw: object) -> float:
     return value
 
 
+MAX_SECONDS = 1_000_000_000
+"""The most seconds any setting takes (about 31.7 years; the workers' ``MAX_TIMEOUT_SECONDS``):
+longer means never, and the master and the workers turn seconds into deadlines
+(``time.monotonic() + s``, ``Instant::now() + d``), milliseconds and ``Duration``s, which
+overflow or raise (``OverflowError``) long before ``1e308``. Every
+seconds-valued setting is read by ``_seconds`` or ``_whole_seconds``, so the bound is checked
+here once."""
+
+
+TOO_LONG = f"must be a number of seconds from 0 to {MAX_SECONDS}"
+"""The words for a value past ``MAX_SECONDS``: the workers' own check (``check_worker_settings``)
+says the same."""
+
+
 def _seconds(raw: object, allow_zero: bool) -> float:
     expected = "must be a number of seconds >= 0" if allow_zero else "must be a number of seconds > 0"
     if isinstance(raw, bool):
@@ -161,6 +219,8 @@ def _seconds(raw: object, allow_zero: bool) -> float:
         raise ValueError(expected) from None
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         raise ValueError(expected)
+    if value > MAX_SECONDS:
+        raise ValueError(TOO_LONG)
     return value
 
 
@@ -313,14 +373,18 @@ def bind_address(raw: object) -> str:
 
 
 def network(raw: object) -> str:
-    """``*`` or an IP address or network (CIDR), returned as given."""
+    """``*`` or an IP address or network in the form the Rust server parses (an address, or an
+    address and a prefix length: no netmask, no IPv6 zone, which ``ipaddress`` would take and
+    every worker then refuse), returned as given."""
     if isinstance(raw, str):
         item = raw.strip()
         if item == "*":
             return item
+        address, _, prefix = item.partition("/")
         try:
             ipaddress.ip_network(item, strict=False)
-            return item
+            if "%" not in address and (not prefix or prefix.isdigit()):
+                return item
         except ValueError:
             pass
     raise ValueError("must be IP addresses or networks (CIDR), or *")

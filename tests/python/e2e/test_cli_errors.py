@@ -124,6 +124,23 @@ def test_a_timeout_too_long_for_the_clock_stops_the_start(flag: str, value: str)
     assert_one_line_error(serve_refused(flag, value), setting, "seconds from 0 to 1000000000")
 
 
+@pytest.mark.parametrize("flag, value", [
+    ("--request-timeout", "1e308"),
+    ("--boot-timeout", "1e10"),
+    ("--graceful-timeout", "1e308"),
+    ("--shutdown-delay", "1e300"),
+    ("--memory-sample-rate", "1e300"),
+    ("--defer-accept", "99999999999999999999"),
+    ("--limit-cpu", "99999999999999999999"),
+])
+def test_every_seconds_setting_is_bounded_before_the_start(flag: str, value: str) -> None:
+    # The master's own settings too (issue 41, item 7): before, --request-timeout 1e308 started
+    # and the watchdog duty raised OverflowError every turn.
+    setting = flag[2:].replace("-", "_")
+    words = "reads per second" if setting == "memory_sample_rate" else "seconds from 0 to 1000000000"
+    assert_one_line_error(serve_refused(flag, value), f"{setting} must be", words)
+
+
 def test_an_access_log_in_a_missing_directory_stops_the_start(tmp_path: Path) -> None:
     path = tmp_path / "missing" / "access.log"
     assert_one_line_error(serve_refused("--access-log", str(path)),

@@ -154,12 +154,23 @@ LLHTTP_CASES = CORPUS.parents[1].parent / "shared" / "corpus" / "llhttp" / "case
 HOST_LINE = re.compile(rb"(?im)^host:")
 
 
+ABSOLUTE_AUTHORITY = re.compile(rb"(?i)https?://([^/?#]+)")
+
+
 def with_host(data: bytes) -> bytes:
     """llhttp does not require Host; RFC 9112 3.2 does (400 without it), so, as the Rust runner
-    does for gunicorn's corpus, HTTP/1.1 heads of a case with no Host line get one."""
+    does for gunicorn's corpus, HTTP/1.1 heads of a case with no Host line get one: the
+    authority of an absolute-form target (RFC 9110 7.2: a client sends Host identical to it,
+    and a differing one is 400), else llhttp.test."""
     if HOST_LINE.search(data):
         return data
-    return re.sub(rb"( HTTP/1\.1\r\n)", rb"\1Host: llhttp.test\r\n", data)
+
+    def add(line: re.Match[bytes]) -> bytes:
+        authority = ABSOLUTE_AUTHORITY.match(line.group(1))
+        host = authority.group(1) if authority else b"llhttp.test"
+        return line.group(0) + b"Host: " + host + b"\r\n"
+
+    return re.sub(rb"(\S*) HTTP/1\.1\r\n", add, data)
 
 
 def llhttp_disagreements(port: int) -> dict[str, str]:

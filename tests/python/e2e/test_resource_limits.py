@@ -71,6 +71,17 @@ def test_the_limits_are_in_force_in_the_worker_and_the_open_files_one_is_not_und
     assert limits["CPU"] == [600, 610]  # hard = limit_cpu + 10 without limit_cpu_hard
 
 
+def test_the_byte_limits_take_units_as_max_worker_memory_does(tines_server: object) -> None:
+    server = tines_server(APP, "--workers", "1", "--limit-address-space", "64GiB",  # type: ignore[operator]
+                          "--limit-data", "32G", "--limit-core", "1.5MiB")
+    status, body = get(server.port, "/limits")
+    assert status == 200
+    limits = json.loads(body)
+    assert limits["AS"] == [64 * GIB, 64 * GIB]
+    assert limits["DATA"] == [32 * GIB, 32 * GIB]
+    assert limits["CORE"] == [3 << 19, 3 << 19]
+
+
 def test_without_an_open_files_limit_the_worker_raises_its_soft_limit_to_the_hard_one(tines_server: object) -> None:
     server = tines_server(APP, "--workers", "1")  # type: ignore[operator]
     status, body = get(server.port, "/limits")

@@ -1,8 +1,10 @@
 """Responses are handed to the poller on every MPM (ADR 0009): a client that does not read its
 response holds no app slot. A complete (list) body goes to the worker's response store
 (memory up to ``response_buffer_total``, then an unlinked file within ``buffer_disk_total``);
-a streamed one may leave ``max_response_buffer``; beyond that the slot waits for the client,
-up to ``send_timeout``. One worker with one app slot everywhere, so a held slot shows."""
+a streamed one may leave ``max_response_buffer`` in memory and the rest of
+``max_stream_buffer`` in a file (ADR 0024, test_stream_slow_readers.py); beyond that the slot
+waits for the client, up to ``send_timeout``. One worker with one app slot everywhere, so a
+held slot shows."""
 
 from __future__ import annotations
 
@@ -161,13 +163,15 @@ def waiting_on_one_socket(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("mpm", MPMS)
-def test_a_streamed_body_beyond_max_response_buffer_waits_for_its_reader_and_arrives_whole(
+def test_a_streamed_body_beyond_max_stream_buffer_waits_for_its_reader_and_arrives_whole(
         tines_server: Any, spool_dir: Path, mpm: str) -> None:
-    """Backpressure: the generator's slot (the only one) waits in poll on the slow reader's
-    socket, which is seen in /proc; while it waits, a second request gets nothing; once the
-    reader takes the body, whole and in order, the second request is answered."""
+    """Backpressure past the stream's cap: the generator's slot (the only one) waits in poll
+    on the slow reader's socket, which is seen in /proc; while it waits, a second request gets
+    nothing; once the reader takes the body, whole and in order, the second request is
+    answered."""
     server = tines_server(APP, "-w", "1", "--mpm", mpm, "--threads", "1",
-                          "--max-response-buffer", "65536", "--send-timeout", "60",
+                          "--max-response-buffer", "65536", "--max-stream-buffer", "65536",
+                          "--send-timeout", "60",
                           "--request-buffer-dir", str(spool_dir))
     pid = worker_pid(server)
     assert get(server.port, "/hello").body == b"hello"

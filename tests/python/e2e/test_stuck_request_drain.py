@@ -211,7 +211,7 @@ def test_a_request_stuck_holding_the_gil_beside_idle_app_threads_gets_its_worker
     kept.sock.sendall(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
     log = server.wait_for_log(rf"worker {worker_pid} \(slot \d+\) was killed by signal SIGKILL")
     log_text = log[0].string
-    assert re.search(rf"worker {worker_pid} \(slot \d+\): the GIL was not free within", log_text)
+    assert re.search(rf"worker {worker_pid} \(slot \d+\): the GIL was not free for", log_text)
     assert "still draining" not in log_text, "killed at graceful_timeout"
     try:
         late = read_to_eof(kept.sock)

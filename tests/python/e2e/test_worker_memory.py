@@ -4,10 +4,18 @@
 from __future__ import annotations
 
 import functools
+import os
+import pwd
 import re
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from conftest import http_get, wait_until
 from test_cli_errors import assert_one_line_error, tines
+from test_status import fetch, status_port
+from test_status import status as status_json
 from tines import memory
 
 APP = "memory_app:app"
@@ -25,13 +33,53 @@ def test_the_ready_line_carries_the_workers_rss_pss_uss_and_shared_memory(tines_
 def test_a_leaking_worker_above_max_worker_memory_is_recycled_with_no_failed_request(tines_server: object) -> None:
     server = tines_server(APP, "--workers", "1", "--max-worker-memory", "64MiB",  # type: ignore[operator]
                           "--memory-sample-rate", "10", "--log-level", "debug")
+    assert_recycled_at(server, "USS", 64, rf"RSS {SIZE}, PSS {SIZE}, USS {SIZE}")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
+def test_under_user_a_leaking_worker_is_recycled_at_max_worker_memory_on_its_rss(tines_server: object) -> None:
+    # After the switch to nobody the workers' smaps_rollup is root's: the master reads their RSS
+    # from /proc/PID/status (issue 41, item 6; before, sampling went off with a warning).
+    nobody = pwd.getpwnam("nobody")
+    server = tines_server(APP, "--workers", "1", "--user", "nobody", "--group", str(nobody.pw_gid),  # type: ignore[operator]
+                          "--max-worker-memory", "128MiB", "--max-worker-memory-kind", "rss",
+                          "--memory-sample-rate", "10", "--log-level", "debug",
+                          "--status-bind", "127.0.0.1:0")
+    worker = server.worker_pids()[0]
+    status = Path(f"/proc/{worker}/status").read_text()
+    uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
+    assert uid_line.split()[1:] == [str(nobody.pw_uid)] * 4
+    assert_recycled_at(server, "RSS", 128, rf"RSS {SIZE}(?:, swap {SIZE})? \(PSS and USS unreadable\)")
+    assert "memory figures are RSS only from now on" in server.log_text()
+    # The status output says PSS and USS are not known, rather than 0.
+    port = status_port(server)
+    wait_until(lambda: status_json(port)["workers"][0]["memory"]["rss"] > 0, what="a sample in the scoreboard")
+    figures = status_json(port)["workers"][0]["memory"]
+    assert (figures["pss"], figures["uss"]) == (None, None) and figures["rss"] > 0
+    assert "n/a" in fetch(port, "/")[2].decode()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
+def test_under_user_a_limit_on_uss_which_the_master_cannot_read_stops_the_start() -> None:
+    if Path("/proc/sys/fs/suid_dumpable").read_text().strip() == "1":
+        pytest.skip("fs.suid_dumpable is 1: the workers stay readable after the switch")
+    assert_one_line_error(tines("check-config", "--user", "nobody", "--max-worker-memory", "512MiB",
+                                "examples/hello.py:app"),
+                          "max_worker_memory_kind uss (default) cannot be checked under user/group",
+                          "set max_worker_memory_kind rss")
+
+
+def assert_recycled_at(server: Any, kind: str, limit_mib: int, figures: str) -> None:
+    """Grow the one worker by 4 MiB a request until the master recycles it above ``limit_mib``
+    of ``kind``, with no failed request, and its replacement serves."""
     status, body = get(server.port, "/")
     assert status == 200
     leaking = int(body)
-    sample = re.compile(rf"worker {leaking} \(slot 0\) memory: RSS {SIZE}, PSS {SIZE}, USS {SIZE}")
-    recycling = re.compile(rf"worker {leaking} \(slot 0\) USS ([0-9.]+) MiB > max_worker_memory 64 MiB: recycling")
+    sample = re.compile(rf"worker {leaking} \(slot 0\) memory: {figures}")
+    recycling = re.compile(rf"worker {leaking} \(slot 0\) {kind} ([0-9.]+) MiB > max_worker_memory {limit_mib} MiB: "
+                           "recycling")
     recycled = None
-    for _ in range(40):  # 4 MiB each: 64 MiB is crossed within ~16 requests
+    for _ in range(limit_mib // 4 + 24):  # 4 MiB each: the limit is crossed within limit/4 requests
         status, body = get(server.port, "/grow?mib=4")
         assert status == 200
         if int(body) != leaking:
@@ -50,12 +98,12 @@ def test_a_leaking_worker_above_max_worker_memory_is_recycled_with_no_failed_req
         if recycled is not None:
             break
     assert recycled is not None, server.log_text()
-    assert float(recycled.group(1)) > 64
+    assert float(recycled.group(1)) > limit_mib
     server.wait_for_log(rf"worker {leaking} \(slot 0\) exited with code 0")
     status, body = get(server.port, "/")
     assert status == 200 and int(body) != leaking
     log = server.log_text()
-    assert log.index("max_worker_memory 64 MiB: recycling") < log.index(f"worker {leaking} (slot 0) exited")
+    assert log.index(f"max_worker_memory {limit_mib} MiB: recycling") < log.index(f"worker {leaking} (slot 0) exited")
 
 
 def test_with_memory_merge_each_worker_is_opted_in_to_kernel_same_page_merging(tines_server: object) -> None:

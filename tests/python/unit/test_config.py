@@ -181,6 +181,11 @@ def test_forwarded_allow_ips_accepts_networks_and_star() -> None:
     assert load({}, {"TINES_FORWARDED_ALLOW_IPS": "*"}).forwarded_allow_ips == ("*",)
     assert error_of({"forwarded_allow_ips": "10.0.0.300"}, {}) == (
         "forwarded_allow_ips must be IP addresses or networks (CIDR), or *, got '10.0.0.300'")
+    # Forms Python's ipaddress takes but the workers' parser does not: refused in the master,
+    # not in every worker after the start.
+    for bad in ("10.0.0.0/255.0.0.0", "fe80::1%eth0"):
+        assert error_of({"forwarded_allow_ips": bad}, {}) == (
+            f"forwarded_allow_ips must be IP addresses or networks (CIDR), or *, got {bad!r}")
 
 
 def test_choices_are_case_insensitive_and_listed_when_wrong() -> None:
@@ -433,6 +438,14 @@ def test_an_unknown_env_var_is_a_warning_on_stderr_not_an_error(in_empty_directo
     assert result.returncode == 0, result.stderr
     assert result.stderr == ("tines: warning: unknown environment variable TINES_KEEPALIVE ignored"
                              " (did you mean TINES_KEEPALIVE_TIMEOUT?)\n")
+
+
+def test_the_body_sizes_take_units_as_the_other_byte_settings_do() -> None:
+    cfg = load({"max_body_size": "1.5MiB", "max_body_drain": "64KiB"}, {})
+    assert (cfg.max_body_size, cfg.max_body_drain) == (3 << 19, 64 << 10)
+    assert load({}, {"TINES_MAX_BODY_SIZE": "2G"}).max_body_size == 2 << 30
+    assert load({"max_body_size": 0}, {}).max_body_size == 0
+    assert error_of({"max_body_drain": "64 parsecs"}, {}).startswith("max_body_drain must be a size in bytes")
 
 
 # --- WebSocket limits that depend on other settings -----------------------------------------------

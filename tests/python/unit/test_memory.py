@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from tines import config, memory
+from tines.errors import ConfigError
 
 MIB = 1 << 20
 
@@ -103,6 +104,56 @@ def test_the_limit_is_decided_on_the_figure_its_kind_names() -> None:
     assert memory.over_limit(_cfg(), usage) is None  # 0: off
 
 
+STATUS = """\
+Name:\tpython3
+VmPeak:\t  120000 kB
+VmRSS:\t   19212 kB
+RssAnon:\t    4100 kB
+VmSwap:\t      64 kB
+"""
+
+
+def test_a_status_text_gives_rss_and_swap_only() -> None:
+    usage = memory.parse_status(STATUS)
+    assert usage == memory.MemoryUsage(rss=19212 * 1024, pss=0, uss=0, shared=0, swap=64 * 1024, rss_only=True)
+    assert usage.figure("rss") == 19212 * 1024 and usage.figure("uss") is None and usage.figure("pss") is None
+    assert usage.describe() == "RSS 18.8 MiB, swap 64 KiB (PSS and USS unreadable)"
+    assert memory.parse_status("Name:\tkthreadd\n") is None
+
+
+def test_an_rss_only_sample_decides_a_limit_on_rss_and_none_on_uss_or_pss() -> None:
+    usage = memory.MemoryUsage(rss=600 * MIB, pss=0, uss=0, shared=0, swap=0, rss_only=True)
+    assert memory.over_limit(_cfg(max_worker_memory="512MiB", max_worker_memory_kind="rss"), usage) == \
+        "RSS 600 MiB > max_worker_memory 512 MiB"
+    assert memory.over_limit(_cfg(max_worker_memory="512MiB"), usage) is None
+
+
+def test_the_sampler_reads_rss_from_status_once_smaps_rollup_is_unreadable(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreadable(pid: int, ksm: bool = False) -> memory.MemoryUsage | None:
+        raise memory.MemoryUnreadable("not the master's")
+
+    monkeypatch.setattr(memory, "read_usage", unreadable)
+    sampler = memory.Sampler(4.0)
+    usage = sampler.read(os.getpid())
+    assert usage is not None and usage.rss_only and usage.rss > 0
+    assert sampler.rss_only and sampler.wait(0.0) == 0.0  # sampling goes on
+    assert memory.read_rss(2 ** 22 + 1) is None  # no such process
+
+
+def test_a_limit_on_uss_is_refused_where_the_master_will_not_read_smaps_rollup(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "smaps_readable", lambda cfg: False)
+    with pytest.raises(ConfigError, match=r"max_worker_memory_kind uss \(default\) cannot be checked under "
+                                          r"user/group: .* set max_worker_memory_kind rss"):
+        memory.check_limit(_cfg(max_worker_memory="512MiB"))
+    memory.check_limit(_cfg(max_worker_memory="512MiB", max_worker_memory_kind="rss"))
+    memory.check_limit(_cfg())  # no limit: nothing to check
+
+
+def test_smaps_rollup_stays_readable_without_a_switch_of_user() -> None:
+    assert memory.smaps_readable(_cfg()) is True
+    assert memory.smaps_readable(_cfg(user=str(os.geteuid()))) is True
+
+
 def test_the_master_reads_memory_less_often_when_no_limit_needs_it() -> None:
     assert memory.sample_rate(_cfg()) == 0.5
     assert memory.sample_rate(_cfg(max_worker_memory="512MiB")) == 4.0
@@ -121,6 +172,14 @@ def test_sizes_take_units_in_powers_of_1024(raw: object, size: int) -> None:
 def test_a_size_that_is_not_one_is_refused(raw: object) -> None:
     with pytest.raises(ValueError, match="must be a size"):
         config.size(raw)
+
+
+def test_a_size_past_64_bits_is_refused_before_any_worker_fails_on_it() -> None:
+    assert config.size("8388607TiB") == 8388607 << 40
+    with pytest.raises(ValueError, match="must be a size of at most 8EiB - 1"):
+        config.size("8388608TiB")
+    with pytest.raises(ValueError, match="must be a size of at most"):
+        config.size(1 << 63)
 
 
 def test_the_master_check_of_memory_merge_is_off_when_not_asked() -> None:

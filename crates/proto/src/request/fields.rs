@@ -2,15 +2,18 @@
 //! sections 6 and 9, RFC 9110 sections 7.2, 7.6.1 and 10.1.1), read over all
 //! field lines of one head.
 //!
-//! Owns: Host, Content-Length, Transfer-Encoding, Content-Type (count only),
+//! Owns: Host (and that it names an absolute-form target's authority), Content-Length, Transfer-Encoding, Content-Type (count only),
 //! Connection, Expect and Upgrade. Must not: look at any other field.
 
 use super::{BodyFraming, ConnectionOption, ParseError, RequestHead, Version};
 use crate::syntax::{is_token, is_valid_authority, list_elements, parse_decimal, trim_ows};
+use crate::target::TargetAuthority;
 
 /// What the framing and connection fields said, gathered over all lines.
 #[derive(Default)]
-pub(super) struct FieldSummary {
+pub(super) struct FieldSummary<'t> {
+    /// The authority of an absolute-form target, which Host must name.
+    target_authority: Option<TargetAuthority<'t>>,
     hosts: u32,
     content_types: u32,
     content_length: Option<u64>,
@@ -24,7 +27,15 @@ pub(super) struct FieldSummary {
     upgrade: bool,
 }
 
-impl FieldSummary {
+impl<'t> FieldSummary<'t> {
+    /// A summary for a request whose target is `target` (as sent).
+    pub(super) fn new(target: &'t [u8]) -> Self {
+        Self {
+            target_authority: TargetAuthority::of(target),
+            ..Self::default()
+        }
+    }
+
     /// Takes one field line into account; refuses what is wrong on its own.
     pub(super) fn note(
         &mut self,
@@ -41,6 +52,14 @@ impl FieldSummary {
             // RFC 9110 section 7.2 lets Host be empty when the target has no authority.
             if !value.is_empty() && !is_valid_authority(value, false) {
                 return Err(ParseError::InvalidHost);
+            }
+            // An absolute-form target's authority and Host name one origin, or the request is
+            // refused: the app sees Host, and a proxy in front may have routed by the target.
+            if self
+                .target_authority
+                .is_some_and(|authority| !authority.matches(value))
+            {
+                return Err(ParseError::HostNotTargetAuthority);
             }
         } else if is(b"content-length") {
             if self.content_length.is_some() {

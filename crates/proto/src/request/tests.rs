@@ -462,6 +462,38 @@ fn accepts_connect_options_and_absolute_targets() {
 }
 
 #[test]
+fn an_absolute_target_and_host_must_name_the_same_origin() {
+    for same in [
+        &b"GET http://a.com/x HTTP/1.1\r\nHost: a.com\r\n\r\n"[..],
+        b"GET http://A.Com/x HTTP/1.1\r\nHost: a.cOM\r\n\r\n",
+        b"GET http://a.com/x HTTP/1.1\r\nHost: a.com:80\r\n\r\n",
+        b"GET http://a.com:/x HTTP/1.1\r\nHost: a.com\r\n\r\n",
+        b"GET https://a.com HTTP/1.1\r\nHost: a.com:443\r\n\r\n",
+        b"GET http://a.com:0080/ HTTP/1.1\r\nHost: a.com:80\r\n\r\n",
+        b"GET http://[::1]:8080/ HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n",
+        b"GET http://a.com/ HTTP/1.0\r\n\r\n",
+    ] {
+        assert!(parse(same).is_ok(), "{}", String::from_utf8_lossy(same));
+    }
+    for other in [
+        &b"GET http://a.com/x HTTP/1.1\r\nHost: b.com\r\n\r\n"[..],
+        b"GET http://a.com/x HTTP/1.1\r\nHost: a.com:8080\r\n\r\n",
+        b"GET https://a.com/x HTTP/1.1\r\nHost: a.com:80\r\n\r\n",
+        b"GET http://a.com/x HTTP/1.1\r\nHost: \r\n\r\n",
+        b"GET http://[::1]/ HTTP/1.1\r\nHost: [::2]\r\n\r\n",
+        b"GET http://a.com/ HTTP/1.0\r\nHost: a.com.\r\n\r\n",
+    ] {
+        assert_eq!(
+            error_of(other),
+            ParseError::HostNotTargetAuthority,
+            "{}",
+            String::from_utf8_lossy(other)
+        );
+    }
+    assert_eq!(ParseError::HostNotTargetAuthority.status(), 400);
+}
+
+#[test]
 fn answers_505_to_other_well_formed_versions() {
     for version in ["HTTP/2.0", "HTTP/0.9", "HTTP/1.2", "HTTP/3.0"] {
         let buf = format!("GET / {version}\r\nHost: a\r\n\r\n");
@@ -592,6 +624,7 @@ fn gives_every_error_a_reason_and_a_status() {
         ParseError::MissingHost,
         ParseError::DuplicateHost,
         ParseError::InvalidHost,
+        ParseError::HostNotTargetAuthority,
         ParseError::DuplicateContentType,
         ParseError::DuplicateContentLength,
         ParseError::InvalidContentLength,

@@ -154,34 +154,44 @@ impl AsgiWorker {
     }
 
     /// Marks the event loop alive in the scoreboard (the master's watchdog kills an async
-    /// worker whose loop stops marking for `request_timeout`).
+    /// worker whose loop stops marking for `request_timeout`); runs the WebSockets'
+    /// keep-alive, and ends the `send`s that waited `send_timeout` for a client that took
+    /// nothing (per wait, renewed by every byte taken, as the reactor's own writing is).
     fn tick(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
-        let (sockets, interval, timeout, idle_timeout) = {
+        let (in_flight, interval, timeout, send_timeout, idle_timeout) = {
             let this = slf.borrow();
             this.reactor.loop_alive();
             let config = this.reactor.config();
-            let sockets: Vec<Py<WebSocket>> = this
+            let in_flight: Vec<InFlight> = this
                 .requests
                 .values()
-                .filter_map(|in_flight| match in_flight {
-                    InFlight::Ws(socket) => Some(socket.clone_ref(py)),
-                    InFlight::Http(_) => None,
+                .map(|in_flight| match in_flight {
+                    InFlight::Ws(socket) => InFlight::Ws(socket.clone_ref(py)),
+                    InFlight::Http(request) => InFlight::Http(request.clone_ref(py)),
                 })
                 .collect();
-            let idle_timeout = config.ws_idle_timeout;
             (
-                sockets,
+                in_flight,
                 config.ws_ping_interval,
                 config.ws_ping_timeout,
-                idle_timeout,
+                config.send_timeout,
+                config.ws_idle_timeout,
             )
         };
         let now = std::time::Instant::now();
-        for socket in sockets {
-            let mut socket = socket.borrow_mut(py);
-            socket.keepalive(py, interval, timeout)?;
-            socket.enforce_limits(py, now, idle_timeout)?;
+        for in_flight in in_flight {
+            match in_flight {
+                InFlight::Ws(socket) => {
+                    let mut socket = socket.borrow_mut(py);
+                    socket.expire_send(py, now, send_timeout)?;
+                    socket.keepalive(py, interval, timeout)?;
+                    socket.enforce_limits(py, now, idle_timeout)?;
+                }
+                InFlight::Http(request) => {
+                    request.borrow_mut(py).expire_send(py, now, send_timeout)?
+                }
+            }
         }
         Ok(())
     }
@@ -331,9 +341,8 @@ impl AsgiWorker {
                 (InFlight::Http(_), _) => Ok(()),
                 (InFlight::Ws(socket), Note::Written) => socket.borrow_mut(py).on_written(py),
                 (InFlight::Ws(socket), Note::GoingAway) => socket.borrow_mut(py).going_away(py),
-                (InFlight::Ws(socket), Note::Gone | Note::Readable) => {
-                    socket.borrow_mut(py).on_readable(py)
-                }
+                (InFlight::Ws(socket), Note::Gone) => socket.borrow_mut(py).on_gone(py),
+                (InFlight::Ws(socket), Note::Readable) => socket.borrow_mut(py).on_readable(py),
             };
             if let Err(err) = result {
                 err.print(py);

@@ -2,7 +2,7 @@
 //! `http.disconnect`), `send` (`http.response.start`, then `http.response.body` messages
 //! written through the exchange), and its end, which gives the connection back to the reactor.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
@@ -234,8 +234,8 @@ impl Request {
 
     /// The app returned (or failed): the request ends and its connection goes back to the
     /// reactor. Returns what was wrong with the response, for the error log ("METHOD target:
-    /// what"), if anything: none started (a 500 is sent), or it stopped before its last body
-    /// message (the connection closes).
+    /// what"), if anything: none started (a 500 is sent; nothing said when the client was gone
+    /// first), or it stopped before its last body message (the connection closes).
     fn end(&mut self, py: Python<'_>) -> PyResult<Option<String>> {
         let Some(mut exchange) = self.exchange.take() else {
             return Ok(None);
@@ -244,7 +244,9 @@ impl Request {
             Response::Complete => None,
             Response::None => {
                 exchange.fail(500);
-                Some("the app returned without starting a response (500 sent)")
+                // A client gone before the response started hears nothing whatever the app
+                // did: its `send` raised ClientDisconnected, or it saw `http.disconnect`.
+                (!self.gone).then_some("the app returned without starting a response (500 sent)")
             }
             Response::Started | Response::Body => {
                 if exchange.response_committed() || self.response == Response::Body {
@@ -321,13 +323,45 @@ impl Request {
     }
 
     /// The client went away: a waiting `receive` gets `http.disconnect`, a waiting `send`
-    /// returns (the next one raises).
+    /// raises `ClientDisconnected`, as every later one does (ADR 0023). A response cut short
+    /// by it drops what it queued now (its memory and disk back, the connection closes when
+    /// the app returns): a client that only shut its side and reads nothing would otherwise
+    /// hold it for `send_timeout`, for a response that cannot be whole anyway.
     pub(super) fn on_gone(&mut self, py: Python<'_>) -> PyResult<()> {
         self.gone = true;
+        if matches!(self.response, Response::Started | Response::Body) {
+            if let Some(exchange) = self.exchange.as_mut() {
+                exchange.abandon();
+            }
+            self.response = Response::Complete;
+        }
         self.waiter
             .answer_receive(py, || Ok(disconnect_message(py)?.into_any()))?;
-        self.waiter.release_send(py)?;
-        Ok(())
+        self.waiter
+            .fail_send(py, "the client closed the connection")
+    }
+
+    /// A `send` that waited `timeout` with the client taking nothing: the response is cut
+    /// (what is queued dropped, the connection closes when the app returns) and the client
+    /// is treated as gone.
+    pub(super) fn expire_send(
+        &mut self,
+        py: Python<'_>,
+        now: Instant,
+        timeout: Duration,
+    ) -> PyResult<()> {
+        if !self
+            .waiter
+            .send_overdue(self.exchange.as_deref_mut(), now, timeout)
+        {
+            return Ok(());
+        }
+        // Cut short even when complete: what is queued cannot reach a client that reads nothing.
+        if let Some(exchange) = self.exchange.as_mut() {
+            exchange.abandon();
+        }
+        self.response = Response::Complete;
+        self.on_gone(py)
     }
 
     /// Output the app waited for was written: a waiting `send` may return.

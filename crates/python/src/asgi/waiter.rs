@@ -2,6 +2,14 @@
 //! An answer known at once is a [`Ready`] (no event-loop round trip); a `receive` that waits
 //! for the client, or a `send` whose output waits for a slow reader beyond
 //! `max_response_buffer`, gets a future of the loop that a later turn settles ([`Waiter`]).
+//!
+//! The rules of a waiting `send` (ADR 0014 as amended by ADR 0023): it returns once the client
+//! has read enough; it raises `ClientDisconnected` once its bytes can no longer reach the
+//! client (the client went away, the connection was closed under it, or the client read
+//! nothing for `send_timeout`: [`Waiter::send_overdue`], per wait, renewed by every byte the
+//! client takes, as the reactor's own writing is).
+
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyStopIteration;
 use pyo3::intern;
@@ -10,7 +18,7 @@ use tines_server::mpm::bridge::AsyncReactor;
 use tines_server::websocket::WsSession;
 use tines_server::Exchange;
 
-use super::AsgiWorker;
+use super::{AsgiWorker, ClientDisconnected};
 
 /// An awaitable that is done already: awaiting it returns its value without suspending.
 #[pyclass(module = "tines._core", unsendable)]
@@ -64,11 +72,25 @@ pub(super) fn settle(py: Python<'_>, future: &Py<PyAny>, value: Bound<'_, PyAny>
     Ok(())
 }
 
+/// Fails `future` with `ClientDisconnected(reason)` unless it is done already.
+fn fail(py: Python<'_>, future: &Py<PyAny>, reason: &str) -> PyResult<()> {
+    let future = future.bind(py);
+    if !future.call_method0(intern!(py, "done"))?.is_truthy()? {
+        let error = ClientDisconnected::new_err(reason.to_owned()).into_value(py);
+        future.call_method1(intern!(py, "set_exception"), (error,))?;
+    }
+    Ok(())
+}
+
 /// Output a `send` may wait on: what the reactor writes for a connection while the app goes
 /// on (an HTTP response, a WebSocket's frames).
 pub(super) trait Output {
     /// Bytes handed over and not yet written to the socket.
     fn unsent(&mut self) -> u64;
+    /// Bytes written to the socket so far (what the client took: a waiting `send`'s progress).
+    fn written(&mut self) -> u64;
+    /// Writes what the socket takes now (before a deadline ends the wait).
+    fn write_pending(&mut self);
     /// Asks the reactor for a `Written` note once this output is written; false when nothing
     /// is left to wait for.
     fn watch_written(&mut self, reactor: &AsyncReactor, token: usize) -> bool;
@@ -79,6 +101,14 @@ impl Output for Exchange {
         Exchange::unsent(self)
     }
 
+    fn written(&mut self) -> u64 {
+        Exchange::written_out(self)
+    }
+
+    fn write_pending(&mut self) {
+        Exchange::write_pending(self)
+    }
+
     fn watch_written(&mut self, reactor: &AsyncReactor, token: usize) -> bool {
         reactor.watch_written(token, self)
     }
@@ -87,6 +117,14 @@ impl Output for Exchange {
 impl Output for WsSession {
     fn unsent(&mut self) -> u64 {
         WsSession::unsent(self)
+    }
+
+    fn written(&mut self) -> u64 {
+        WsSession::written(self)
+    }
+
+    fn write_pending(&mut self) {
+        WsSession::write_pending(self)
     }
 
     fn watch_written(&mut self, reactor: &AsyncReactor, token: usize) -> bool {
@@ -105,6 +143,9 @@ pub(super) struct Waiter {
     receive: Option<Py<PyAny>>,
     /// The future of a `send` waiting for its output to be written (slow client).
     send: Option<Py<PyAny>>,
+    /// While a `send` waits: when the client last took bytes (or the wait began), and the
+    /// output's written count then.
+    progress: (Instant, u64),
 }
 
 impl Waiter {
@@ -115,6 +156,7 @@ impl Waiter {
             worker,
             receive: None,
             send: None,
+            progress: (Instant::now(), 0),
         }
     }
 
@@ -162,13 +204,49 @@ impl Waiter {
         self.send.is_some()
     }
 
-    /// Lets a waiting `send` return (the client went away, the app's end, a closed
-    /// WebSocket); true when one waited.
+    /// Lets a waiting `send` return (its output was written, the app's end); true when one
+    /// waited.
     pub(super) fn release_send(&mut self, py: Python<'_>) -> PyResult<bool> {
         match self.send.take() {
             Some(future) => settle(py, &future, py.None().into_bound(py)).map(|()| true),
             None => Ok(false),
         }
+    }
+
+    /// Makes a waiting `send` raise `ClientDisconnected` (`reason`): its bytes will never reach
+    /// the client (gone, closed under it, past `send_timeout`).
+    pub(super) fn fail_send(&mut self, py: Python<'_>, reason: &str) -> PyResult<()> {
+        match self.send.take() {
+            Some(future) => fail(py, &future, reason),
+            None => Ok(()),
+        }
+    }
+
+    /// True when a `send` has waited `timeout` without the client taking a byte of `output`
+    /// (checked at each tick of the loop, so up to a tick late). Every byte taken renews the
+    /// wait, as the reactor's `send_timeout` is renewed for what it writes itself; at expiry
+    /// the output is written to once first, as the reactor's sweep does (ADR 0022).
+    pub(super) fn send_overdue<O: Output>(
+        &mut self,
+        output: Option<&mut O>,
+        now: Instant,
+        timeout: Duration,
+    ) -> bool {
+        let (Some(_), Some(output)) = (&self.send, output) else {
+            return false;
+        };
+        let mut written = output.written();
+        if written == self.progress.1 && now.duration_since(self.progress.0) >= timeout {
+            output.write_pending();
+            written = output.written();
+            if written == self.progress.1 {
+                return true;
+            }
+        }
+        if written != self.progress.1 {
+            self.progress = (now, written);
+        }
+        false
     }
 
     /// After a `send` handed `output` over: done at once unless more than
@@ -190,6 +268,7 @@ impl Waiter {
         }
         let future = worker.new_future(py)?;
         self.send = Some(future.clone_ref(py));
+        self.progress = (Instant::now(), output.written());
         Ok(future)
     }
 

@@ -2,9 +2,11 @@
 //! answered as HTTP), then messages both ways over the reactor's `WsSession`, with reading
 //! paused while the app or the client is behind or the worker's receive budget is spent
 //! (`limits`), the keep-alive pings, and the close.
+//!
+//! Every way a WebSocket closes goes through `closing` (ADR 0023).
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
@@ -14,6 +16,8 @@ use tines_proto::websocket::deflate::negotiate;
 use tines_proto::websocket::{accept_key, MessageKind};
 use tines_server::websocket::{ReadOutcome, WsIncoming, WsSession};
 use tines_server::Exchange;
+
+mod closing;
 
 use super::waiter::{ready, Waiter};
 use super::ws_limits::Charge;
@@ -58,6 +62,10 @@ pub struct WebSocket {
     paused: bool,
     /// The denial response's status and headers (`websocket.http.response.start`).
     denial: Option<(u16, Option<Py<PyAny>>)>,
+    /// The reactor saw the client close its side or the socket fail: what it sent before is
+    /// read to the end even while reading is paused (a client behind on reading would
+    /// otherwise never be seen gone).
+    gone: bool,
     /// What it holds of the worker's receive budget (`ws_limits`).
     charge: Charge,
     /// When a data message last went either way (`ws_idle_timeout`).
@@ -90,6 +98,7 @@ impl WebSocket {
             inbox_bytes: 0,
             paused: false,
             denial: None,
+            gone: false,
             charge: Charge::default(),
             last_message: tines_server::clock::recent(),
         }
@@ -177,6 +186,11 @@ impl WebSocket {
                     }
                 };
                 if let Err(err) = sent {
+                    // The write failed: the client is gone (let go now, 1006).
+                    if self.closed.is_none() {
+                        self.closed = Some((1006, err.to_string()));
+                    }
+                    self.hand_back(py, true)?;
                     return Err(ClientDisconnected::new_err(err.to_string()));
                 }
                 self.last_message = tines_server::clock::recent();
@@ -207,16 +221,16 @@ impl WebSocket {
                 };
                 let session = self.session.as_mut().expect("open");
                 let _ = session.send_close(code, &reason);
-                self.state = WsState::Closed;
                 // Closed by the app: what the client sent and the app did not take is dropped;
-                // `receive` now returns `websocket.disconnect` (the connection ends when the
-                // app returns, after the client's close or the linger).
+                // `receive` now returns `websocket.disconnect`, and the reactor writes the
+                // close frame and lingers until the client closes (or `linger_timeout`).
                 self.inbox.clear();
                 self.inbox_bytes = 0;
                 self.recharge(py)?;
                 if self.closed.is_none() {
                     self.closed = Some((code, reason));
                 }
+                self.hand_back(py, false)?;
                 self.waiter.done(py)
             }
             ("websocket.close", WsState::Closed) => self.waiter.done(py),
@@ -297,7 +311,11 @@ impl WebSocket {
         self.waiter.release_send(py)?;
         let token = self.waiter.token;
         let mut worker = self.waiter.worker.borrow_mut(py);
-        worker.requests.remove(&token);
+        // Given back when it closed (`hand_back`): the token may be another connection's now.
+        let handed_back = self.session.is_none() && self.exchange.is_none();
+        if !handed_back {
+            worker.requests.remove(&token);
+        }
         worker.websocket_ended(py, &mut self.charge)?;
         let first = match (self.session.take(), self.exchange.take()) {
             (Some(mut session), _) => {
@@ -457,9 +475,8 @@ impl WebSocket {
         self.session = Some(session);
         self.state = WsState::Open;
         if let Err(err) = result {
-            self.state = WsState::Closed;
             self.closed = Some((1006, err.to_string()));
-            return Ok(());
+            return self.hand_back(py, true);
         }
         // A worker that began stopping while the app decided: closed at once (1001), as the
         // others were.
@@ -475,11 +492,21 @@ impl WebSocket {
         if self.session.is_none() {
             return Ok(());
         }
-        if self.paused {
+        if self.gone && self.waiter.worker.borrow(py).ws_budget.room() == 0 {
+            // Gone, with no room in the receive budget to read what it sent last: let go now
+            // rather than wait for room (ADR 0027).
+            if self.closed.is_none() {
+                self.closed = Some((1006, "the client went away".into()));
+            }
+            return self.hand_back(py, true);
+        }
+        if self.paused && !self.gone {
             // Woken by room in the receive budget (or a new edge): reads if it may now.
             return self.resume_reading(py);
         }
-        let pause = if self.state == WsState::Open {
+        let pause = if self.gone {
+            false
+        } else if self.state == WsState::Open {
             self.must_pause(py)
         } else {
             !self.budget_allows(py)
@@ -531,7 +558,11 @@ impl WebSocket {
             worker.schedule_turn(py)?;
         }
         if self.state == WsState::Closed {
-            self.waiter.release_send(py)?;
+            // The close handshake is done, the client broke a rule (the close frame with its
+            // code goes out), or it went away without a close frame (1006: nothing more can
+            // reach it).
+            let vanished = self.closed.as_ref().is_some_and(|(code, _)| *code == 1006);
+            return self.hand_back(py, vanished);
         }
         self.wake_receiver(py)
     }
@@ -556,40 +587,11 @@ impl WebSocket {
         if let Some(session) = self.session.as_mut() {
             let _ = session.send_close(1001, "server shutting down");
         }
-        self.state = WsState::Closed;
         if self.closed.is_none() {
             self.closed = Some((1001, "server shutting down".into()));
         }
-        self.wake_receiver(py)
-    }
-
-    /// The keep-alive: a ping after `interval` of silence; closed (1011) when one goes
-    /// unanswered for `timeout`.
-    pub(super) fn keepalive(
-        &mut self,
-        py: Python<'_>,
-        interval: Duration,
-        timeout: Duration,
-    ) -> PyResult<()> {
-        if self.state != WsState::Open || interval.is_zero() {
-            return Ok(());
-        }
-        let Some(session) = self.session.as_mut() else {
-            return Ok(());
-        };
-        let now = Instant::now();
-        match session.ping_outstanding {
-            Some(sent) if now.duration_since(sent) >= timeout => {
-                let _ = session.send_close(1011, "keepalive ping timeout");
-                self.state = WsState::Closed;
-                self.closed = Some((1011, "keepalive ping timeout".into()));
-                self.wake_receiver(py)?;
-            }
-            None if now.duration_since(session.last_seen) >= interval => {
-                let _ = session.send_ping();
-            }
-            _ => {}
-        }
-        Ok(())
+        // The reactor writes the close frame (and what was queued before it) and lingers, all
+        // within the stop's start plus `linger_timeout`.
+        self.hand_back(py, false)
     }
 }

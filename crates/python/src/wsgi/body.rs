@@ -2,7 +2,9 @@
 //! write), a `wsgi.file_wrapper` over a regular file (sendfile), or any iterable (chunked for
 //! HTTP/1.1 unless the app gave a Content-Length), each block sent as soon as the iterable
 //! yields it (PEP 3333). Writes happen with the GIL released unless the bytes fit the output
-//! buffer.
+//! buffer. What the client does not take at once is handed to the poller: a whole list body;
+//! of a stream, up to `max_stream_buffer` (ADR 0024), so that a finite stream to a slow reader
+//! is pulled from the app whole and its iterator closed while the poller writes the rest.
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;

@@ -2,20 +2,23 @@
 //! socket takes without waiting and hands the rest to the poller through the connection's
 //! pending output ([`crate::pending`]). A complete body (a WSGI list) goes to the worker's
 //! response store: memory up to `response_buffer_total`, then a spill file up to
-//! `buffer_disk_total`. A body the app is still producing may leave up to
-//! `max_response_buffer` there. A file body is queued as a range of a duplicate of its fd.
-//! Only when that does not fit does the slot wait for the client (`send_timeout` per wait).
+//! `buffer_disk_total`. A WSGI body the app is still producing may leave up to
+//! `max_response_buffer` in memory and, once its client proved slow (`STREAM_GRACE`), the
+//! rest of `max_stream_buffer` in a spill file (ADR 0024); an ASGI one, `max_response_buffer`
+//! in memory. A file body is queued as a range of a duplicate of its fd. Only when that does
+//! not fit does the slot wait for the client (`send_timeout` per wait).
 //!
 //! It writes what it is given, framed already; it must not decide the framing or the status.
 
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tines_proto::response::{encode_chunk_size, ResponseFraming, CHUNK_END};
 
 use super::{Exchange, Phase};
-use crate::pending::{HandOver, Store};
+use crate::pending::{writable_by, HandOver, Output, Store};
 use crate::transport::Link;
 
 impl Exchange {
@@ -84,11 +87,22 @@ impl Exchange {
 
     /// Where bytes the socket does not take may wait.
     fn store(&self) -> Store {
+        let config = &self.shared.config;
         if self.complete_body {
             Store::Complete
+        } else if self.ctx.never_wait {
+            // An ASGI body: at most `max_response_buffer` waits in memory, then the app's
+            // `send` waits on its own loop (ADR 0014).
+            Store::Streamed(config.max_response_buffer)
         } else {
-            // A body still being produced: at most `max_response_buffer` waits in memory.
-            Store::Streamed(self.shared.config.max_response_buffer)
+            // A WSGI stream: pulled from the app into memory and a spill file up to
+            // `max_stream_buffer` while its client reads slower, so that a slow reader of a
+            // finite stream holds no slot (ADR 0024).
+            Store::Spooled {
+                memory: config.max_response_buffer,
+                cap: config.max_stream_buffer,
+                spill: false,
+            }
         }
     }
 
@@ -136,11 +150,32 @@ impl Exchange {
     /// when it has room; else waits for the client.
     fn hand_over(&mut self, link: Link, parts: &[&[u8]], written: usize) -> io::Result<()> {
         let timeout = self.shared.config.send_timeout;
-        let store = self.store();
+        let mut store = self.store();
         let output = Arc::clone(self.parts.output());
-        if let HandOver::Full(written) =
-            output.hand_over(&self.shared.buffers, parts, written, store)?
+        let mut handed = output.hand_over(&self.shared.buffers, parts, written, store)?;
+        if let (
+            HandOver::Full(written),
+            Store::Spooled {
+                memory,
+                cap,
+                spill: false,
+            },
+        ) = (&handed, store)
         {
+            // A stream whose share of memory is full (ADR 0024): a client that keeps pace is
+            // written to straight from the app's bytes, as before; one that does not is slow,
+            // and the rest of the stream may go on into a spill file.
+            let Some(written) = keep_pace(&output, link, parts, *written)? else {
+                return Ok(());
+            };
+            store = Store::Spooled {
+                memory,
+                cap,
+                spill: true,
+            };
+            handed = output.hand_over(&self.shared.buffers, parts, written, store)?;
+        }
+        if let HandOver::Full(written) = handed {
             if self.ctx.never_wait {
                 // Over the budget, uncharged: the app's `send` waits for it on its own loop
                 // (ADR 0014), so at most one message per connection is queued this way.
@@ -161,6 +196,27 @@ impl Exchange {
             return 0;
         }
         self.parts.output().with(|pending| pending.unsent())
+    }
+
+    /// Bytes of this connection's output written to the socket so far: a `send` that waits
+    /// for the client made progress when this grew.
+    pub fn written_out(&mut self) -> u64 {
+        self.parts.output().written()
+    }
+
+    /// Writes what the socket takes now of the output queued for the poller (a deadline's
+    /// last look: the client may have read while the loop was not looking, ADR 0022). An
+    /// error is left for the poller's event to report.
+    pub fn write_pending(&mut self) {
+        let _ = self.parts.output().write_some();
+    }
+
+    /// The client read nothing for `send_timeout` while the app waited (ASGI): the response is
+    /// cut, what is queued for it dropped (its memory and disk given back), and the connection
+    /// closes when the exchange ends.
+    pub fn abandon(&mut self) {
+        self.abort();
+        self.parts.output().discard();
     }
 
     /// Runs `action` once the output queued now is written (with 0) or dropped (with the
@@ -274,6 +330,44 @@ impl Exchange {
         match queued {
             Ok(count) => (count, Ok(())),
             Err(err) => (sent, Err(err)),
+        }
+    }
+}
+
+/// How long a stream's slot waits for its client, once the stream's share of memory is full,
+/// before it calls the client slow and spills (ADR 0024): the client must take what is queued
+/// (up to `max_response_buffer`) and the new block within it, about 20 MiB/s at the defaults.
+/// A reader that keeps pace is written to straight from the app's bytes, with no copy into a
+/// file; a trickle of reads does not keep the slot, since the grace is not renewed by
+/// progress.
+const STREAM_GRACE: Duration = Duration::from_millis(50);
+
+/// Waits up to [`STREAM_GRACE`] for the client to take what `output` holds and then `parts`
+/// from byte `written` on, straight from the caller's memory. `None` when all was written;
+/// else where the client stopped keeping pace (the rest is the store's).
+fn keep_pace(
+    output: &Output,
+    link: Link,
+    parts: &[&[u8]],
+    mut written: usize,
+) -> io::Result<Option<usize>> {
+    let deadline = Instant::now() + STREAM_GRACE;
+    if !output.write_all_until(deadline)? {
+        return Ok(Some(written));
+    }
+    let total: usize = parts.iter().map(|part| part.len()).sum();
+    loop {
+        while written < total {
+            match link.write_vectored(parts, written)? {
+                Some(n) => written += n,
+                None => break,
+            }
+        }
+        if written == total {
+            return Ok(None);
+        }
+        if !writable_by(link, deadline)? {
+            return Ok(Some(written));
         }
     }
 }

@@ -309,14 +309,24 @@ impl AsyncReactor {
         (result, session)
     }
 
-    /// Ends a WebSocket: the reactor writes what is queued and closes the connection.
+    /// Ends a WebSocket: the reactor writes what is queued and closes the connection. True
+    /// when it is the first given back since the last turn (as [`AsyncReactor::complete`]).
     pub fn complete_websocket(&mut self, token: usize, session: WsSession) -> bool {
+        self.return_websocket(token, Some(session.into_connection()))
+    }
+
+    /// Ends a WebSocket whose client is gone (or read nothing for `send_timeout`): its fd is
+    /// closed now and what is queued for it dropped, as nothing more can reach the client.
+    pub fn drop_websocket(&mut self, token: usize, session: WsSession) -> bool {
+        drop(session);
+        self.return_websocket(token, None)
+    }
+
+    fn return_websocket(&mut self, token: usize, conn: Option<Box<Connection>>) -> bool {
         self.shared.request_finished();
         self.driver.websockets -= 1;
         let first = self.driver.returned.is_empty();
-        self.driver
-            .returned
-            .push((token, Some(session.into_connection())));
+        self.driver.returned.push((token, conn));
         first
     }
 

@@ -6,8 +6,9 @@
 //! worker's response memory budget, `response_buffer_total`, and given back as they are
 //! written), file ranges (`wsgi.file_wrapper` bodies: sendfile from a duplicated fd, so that
 //! no Python object outlives the slot's work) and ranges of spill files (a complete body
-//! beyond the memory budget: an unlinked temporary file charged to `buffer_disk_total`, sent
-//! with sendfile, which may grow while it is being sent).
+//! beyond the memory budget, or a WSGI stream beyond its share of it (ADR 0024): an unlinked
+//! temporary file charged to `buffer_disk_total`, sent with sendfile, which may grow while it
+//! is being sent).
 //!
 //! The slot is the only producer and the loop only consumes, so the slot copies large blocks
 //! into memory pieces and appends to spill files *outside* the queue's lock and then
@@ -26,6 +27,7 @@ mod queue;
 mod spare;
 mod spill;
 
+pub(crate) use output::writable_by;
 pub use output::{HandOver, Output, Store};
 pub use queue::{Pending, Progress, WhenWritten};
 pub use spill::SpillFile;

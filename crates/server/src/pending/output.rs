@@ -16,10 +16,67 @@ use crate::transport::Link;
 /// Where [`Output::hand_over`] may keep bytes the socket did not take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Store {
-    /// A body still being produced: at most this many bytes in memory for the response.
+    /// A body still being produced by a producer that waits on its own (an ASGI `send`): at
+    /// most this many bytes in memory for the response.
     Streamed(usize),
+    /// A body still being produced by a slot that would otherwise wait for the client (a
+    /// WSGI stream, ADR 0024): at most `memory` bytes in memory for the response, then
+    /// (once its client was found slow, or while a spill range is its last segment) a spill
+    /// file, at most `cap` unsent bytes in all.
+    Spooled {
+        /// The response's share of memory (`max_response_buffer`).
+        memory: usize,
+        /// Unsent bytes the response may leave in all (`max_stream_buffer`).
+        cap: u64,
+        /// Bytes beyond the memory may start a spill file: the client did not keep pace.
+        spill: bool,
+    },
     /// A complete body: memory while the worker's budget allows, then a spill file.
     Complete,
+}
+
+/// Waits until `link` is writable (true) or `deadline` passes (false).
+pub(crate) fn writable_by(link: Link, deadline: Instant) -> io::Result<bool> {
+    match link.wait(true, deadline, "send") {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == io::ErrorKind::TimedOut => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+impl Store {
+    /// The memory the response may hold.
+    fn memory(self) -> usize {
+        match self {
+            Store::Streamed(limit) | Store::Spooled { memory: limit, .. } => limit,
+            Store::Complete => usize::MAX,
+        }
+    }
+
+    /// Whether `bytes` more may wait behind the `unsent` bytes queued (computed only for a
+    /// capped store: it walks the queue).
+    fn has_room(self, unsent: impl FnOnce() -> u64, bytes: usize) -> bool {
+        match self {
+            Store::Spooled { cap, .. } => unsent().saturating_add(bytes as u64) <= cap,
+            Store::Streamed(_) | Store::Complete => true,
+        }
+    }
+
+    /// Whether bytes beyond the memory may go to a spill file, when the queue's last segment
+    /// is a spill range or not (`ends_in_spill`).
+    fn spills(self, ends_in_spill: bool) -> bool {
+        match self {
+            Store::Streamed(_) => false,
+            Store::Spooled { spill, .. } => spill || ends_in_spill,
+            Store::Complete => true,
+        }
+    }
+
+    /// Whether this is a stream that may spill (its blocks come over time, so once one
+    /// spilled, the next go on into the same file while it is queued).
+    fn streams_to_disk(self) -> bool {
+        matches!(self, Store::Spooled { .. })
+    }
 }
 
 /// What [`Output::hand_over`] did with the bytes.
@@ -174,17 +231,21 @@ impl Output {
                 }
             }
             let bytes = total - written;
-            let limit = match store {
-                Store::Streamed(limit) => limit,
-                Store::Complete => usize::MAX,
-            };
+            let limit = store.memory();
+            // Past a stream's cap nothing more is queued: the slot waits (ADR 0024).
+            let room = bytes == 0 || store.has_room(|| pending.unsent(), bytes);
+            // A stream that spills keeps spilling into the same file until it is sent.
+            let ends_in_spill = pending.ends_in_spill();
+            let to_memory = room && !(store.streams_to_disk() && ends_in_spill);
             let queued_now = bytes == 0
-                || (bytes <= LOCKED_COPY && pending.try_push(buffers, parts, written, limit));
+                || (to_memory
+                    && bytes <= LOCKED_COPY
+                    && pending.try_push(buffers, parts, written, limit));
             let staging = if queued_now {
                 None
-            } else if bytes > LOCKED_COPY && pending.reserve(buffers, bytes, limit) {
+            } else if to_memory && bytes > LOCKED_COPY && pending.reserve(buffers, bytes, limit) {
                 Some(Staging::Copy)
-            } else if store == Store::Complete {
+            } else if room && store.spills(ends_in_spill) {
                 Some(Staging::Spill(pending.spill_target()))
             } else {
                 self.note_queued(&state);
@@ -248,13 +309,11 @@ impl Output {
     /// nothing done, otherwise; the caller then goes through [`Output::hand_over`]. For a
     /// slot that queues a small response for its batch while it holds the GIL (ADR 0011).
     pub fn try_queue(&self, buffers: &Arc<Buffers>, parts: &[&[u8]], store: Store) -> bool {
-        if remaining(parts, 0) > LOCKED_COPY {
+        let bytes = remaining(parts, 0);
+        if bytes > LOCKED_COPY || !store.has_room(|| 0, bytes) {
             return false;
         }
-        let limit = match store {
-            Store::Streamed(limit) => limit,
-            Store::Complete => usize::MAX,
-        };
+        let limit = store.memory();
         let mut state = self.state();
         if state.staging
             || !state.pending.is_empty()
@@ -325,6 +384,18 @@ impl Output {
         Ok(())
     }
 
+    /// Writes what is pending, waiting for the client until `deadline` at most (the
+    /// connection's owner only): true when all of it was written, false when the deadline
+    /// passed first.
+    pub fn write_all_until(&self, deadline: Instant) -> io::Result<bool> {
+        while self.write_some()? == Progress::Blocked {
+            if !writable_by(self.link, deadline)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Runs `f` with the connection's link under the lock, unless the connection was closed
     /// (its fd may be another file's by now): what lets a thread that does not hold the
     /// connection (the loop answering a timed-out request) write to it safely. `None` when
@@ -337,6 +408,11 @@ impl Output {
     /// The connection's fd, to find the output of a connection known by it; never for I/O.
     pub fn fd(&self) -> std::os::fd::RawFd {
         self.link.fd()
+    }
+
+    /// Bytes written to the socket from this output so far (a waiting sender's progress).
+    pub fn written(&self) -> u64 {
+        self.with(|pending| pending.written())
     }
 
     /// Drops what is queued (the response was abandoned), giving its memory and disk back.

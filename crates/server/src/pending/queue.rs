@@ -248,6 +248,13 @@ impl Pending {
         }
     }
 
+    /// Whether the last segment is a spill range. A stream's later blocks go on into it rather
+    /// than into memory freed meanwhile: its bytes would otherwise alternate between memory
+    /// and a new spill file each time memory filled again (one descriptor per file).
+    pub(super) fn ends_in_spill(&self) -> bool {
+        matches!(self.segments.back(), Some(Segment::Spill { .. }))
+    }
+
     /// Queues bytes `start..end` of `file`, appended outside the lock: the last range grows
     /// when it ends at `start` in the same file, else a new range follows everything queued.
     pub(super) fn publish_spill(&mut self, file: Arc<SpillFile>, start: u64, end: u64) {

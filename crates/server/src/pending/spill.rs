@@ -1,5 +1,6 @@
-//! Response spill files: a complete body beyond the memory budget goes to an unlinked
-//! temporary file that the slot appends to and the loop sends from, by offset.
+//! Response spill files: a complete body beyond the memory budget, or a WSGI stream beyond its
+//! share of it (ADR 0024), goes to an unlinked temporary file that the slot appends to and the
+//! loop sends from, by offset.
 
 use std::io;
 use std::os::fd::RawFd;

@@ -3,7 +3,7 @@
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::output::*;
 use super::queue::*;
@@ -380,5 +380,98 @@ fn an_output_says_it_is_empty_without_its_lock_and_close_gives_everything_back()
     assert!(output.is_empty());
     assert_eq!(buffers.response_memory.used(), 0);
     assert_eq!(buffers.disk.used(), 0);
+    std::fs::remove_dir(&dir).unwrap();
+}
+
+#[test]
+fn a_spooled_stream_spills_only_once_called_slow_keeps_spilling_and_refuses_what_passes_its_cap() {
+    let dir = scratch_dir("spooled");
+    let buffers = buffers(64 << 20, 64 << 20, &dir);
+    let (a, b) = UnixStream::pair().unwrap();
+    a.set_nonblocking(true).unwrap();
+    let output = Output::new(raw(&a));
+    let (memory, cap) = (100_000, 3_000_000);
+    let keeping_pace = Store::Spooled {
+        memory,
+        cap,
+        spill: false,
+    };
+    let slow = Store::Spooled {
+        memory,
+        cap,
+        spill: true,
+    };
+    // Until the client is called slow, what passes the memory share is the caller's: no
+    // file, no charge (the slot waits a moment for the client, `exchange::send`).
+    let filler = pattern(0, 500_000);
+    let mut at = 0;
+    while let Some(n) = raw(&a).write_vectored(&[&filler], at).unwrap() {
+        at += n; // what the socket takes, as the slot writes first
+    }
+    assert!(at > 0 && at < filler.len(), "the socket took part of it");
+    let handed = output.hand_over(&buffers, &[&filler], at, keeping_pace);
+    assert_eq!(
+        handed.unwrap(),
+        HandOver::Full(at),
+        "2 MB pass a 100 kB share"
+    );
+    assert_eq!(buffers.disk.used(), 0);
+    // Nothing is queued, and the full socket does not become writable by a deadline: the
+    // slot's wait ends, and the client is called slow.
+    assert!(output.is_empty());
+    assert!(!writable_by(raw(&a), Instant::now() + Duration::from_millis(1)).unwrap());
+    // Called slow: the rest spills.
+    let handed = output.hand_over(&buffers, &[&filler], at, slow);
+    assert_eq!(handed.unwrap(), HandOver::Queued);
+    assert_eq!(buffers.disk.used(), (filler.len() - at) as u64);
+    assert!(
+        !output.write_all_until(Instant::now()).unwrap(),
+        "the client reads nothing"
+    );
+    // While a spill range is last, later blocks go on into the same file (not into memory,
+    // which has room), whatever the caller says: in order, one file.
+    let spilled = buffers.disk.used();
+    let small = pattern(500_000, 1000);
+    let handed = output.hand_over(&buffers, &[&small], 0, keeping_pace);
+    assert_eq!(handed.unwrap(), HandOver::Queued);
+    assert_eq!(buffers.disk.used(), spilled + 4000);
+    assert_eq!(buffers.response_memory.used(), 0);
+    let unsent = output.with(|pending| pending.unsent());
+    // A block that would pass the cap is refused whole, nothing charged for it: the caller
+    // (the slot) writes it after what is queued, waiting for the client.
+    let (in_memory, on_disk) = (buffers.response_memory.used(), buffers.disk.used());
+    let over = pattern(501_000, (cap as u32 - unsent as u32) / 4 + 1);
+    let handed = output.hand_over(&buffers, &[&over], 0, slow);
+    assert_eq!(handed.unwrap(), HandOver::Full(0));
+    assert_eq!(output.with(|pending| pending.unsent()), unsent);
+    assert_eq!(
+        (buffers.response_memory.used(), buffers.disk.used()),
+        (in_memory, on_disk)
+    );
+    let reader = reader(b);
+    assert!(output
+        .write_all_until(Instant::now() + Duration::from_secs(20))
+        .unwrap());
+    raw(&a)
+        .write_all_from(&[&over], 0, Duration::from_secs(10))
+        .unwrap();
+    drop(a);
+    let words = 501_000 + over.len() as u32 / 4;
+    assert!(reader.join().unwrap() == pattern(0, words), "out of order");
+    assert_eq!(
+        (buffers.response_memory.used(), buffers.disk.used()),
+        (0, 0)
+    );
+    // An empty queue takes a small block without a write only within the cap.
+    let (a, _b) = UnixStream::pair().unwrap();
+    let output = Output::new(raw(&a));
+    let tight = Store::Spooled {
+        memory,
+        cap: 10,
+        spill: false,
+    };
+    assert!(!output.try_queue(&buffers, &[&[1u8; 11]], tight));
+    assert!(output.try_queue(&buffers, &[&[1u8; 10]], tight));
+    output.close();
     std::fs::remove_dir(&dir).unwrap();
 }

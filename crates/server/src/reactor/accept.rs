@@ -1,6 +1,6 @@
 //! Accepting connections: watching the listeners or not (level-triggered, so a paused
 //! listener must be deregistered), the fair-share throttle between workers, `max_connections`,
-//! and the back-off after a failed accept.
+//! and the back-off after a failed accept (and how often one is logged: [`AcceptErrors`]).
 //!
 //! It registers what it accepts in the entry table and hands it to `dispatch`; it must not
 //! read from or write to a connection.
@@ -17,6 +17,50 @@ use crate::transport::Transport;
 /// A throttled worker looks again after this long: short enough not to leave connections in
 /// the backlog when every worker is over its share, long enough not to spin.
 const THROTTLE_PAUSE: Duration = Duration::from_millis(5);
+
+/// The least time between two `accept failed` lines of one worker: a lasting failure (EMFILE
+/// while connections wait in the queue) is retried every [`ACCEPT_RETRY`], and one line each
+/// time was ten a second per worker, burying every other line of the log.
+const ACCEPT_ERROR_LOG_PERIOD: Duration = Duration::from_secs(1);
+
+/// How long accept pauses after a failure before trying the queue again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// Which failed accepts are logged: the first at once, then at most one per
+/// [`ACCEPT_ERROR_LOG_PERIOD`], each saying how many were held back since the line before
+/// (a count the next line carries; a failure that stops for good leaves its last count
+/// unsaid, as its connections are then accepted).
+#[derive(Debug, Default)]
+pub(super) struct AcceptErrors {
+    last_line: Option<Instant>,
+    held_back: u64,
+}
+
+impl AcceptErrors {
+    /// Counts one failed accept at `now`: `Some(held back since the last line)` when this one
+    /// is to be logged, `None` when it is held back.
+    pub(super) fn note(&mut self, now: Instant) -> Option<u64> {
+        match self.last_line {
+            Some(last) if now.duration_since(last) < ACCEPT_ERROR_LOG_PERIOD => {
+                self.held_back += 1;
+                None
+            }
+            _ => {
+                self.last_line = Some(now);
+                Some(std::mem::take(&mut self.held_back))
+            }
+        }
+    }
+
+    /// The log line of a failure logged with `held_back` not logged before it.
+    fn line(err: &std::io::Error, held_back: u64) -> String {
+        if held_back == 0 {
+            format!("accept failed: {err}")
+        } else {
+            format!("accept failed: {err} ({held_back} more since the last such line, not logged)")
+        }
+    }
+}
 
 impl Reactor {
     /// Stops watching the listeners (level-triggered: a queued connection would wake us
@@ -264,14 +308,40 @@ impl Reactor {
                 Err(err) => {
                     // EMFILE/ENFILE/ENOMEM: the connection stays queued; back off briefly by
                     // pausing accept (the throttle timer re-enables it) instead of spinning.
-                    crate::log::error(&format!("accept failed: {err}"));
+                    if let Some(held_back) = self.accept_errors.note(Instant::now()) {
+                        crate::log::error(&AcceptErrors::line(&err, held_back));
+                    }
                     if self.listening && self.stop.is_none() {
                         self.pause_listening();
-                        self.throttled_until = Some(Instant::now() + Duration::from_millis(100));
+                        self.throttled_until = Some(Instant::now() + ACCEPT_RETRY);
                     }
                     return None;
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lasting_accept_failure_is_logged_once_a_second_with_what_was_held_back() {
+        let mut errors = AcceptErrors::default();
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        assert_eq!(errors.note(at(0)), Some(0));
+        for ms in (100..1000).step_by(100) {
+            assert_eq!(errors.note(at(ms)), None, "{ms} ms");
+        }
+        assert_eq!(errors.note(at(1000)), Some(9));
+        assert_eq!(errors.note(at(1100)), None);
+        assert_eq!(errors.note(at(5000)), Some(1));
+        let err = std::io::Error::from_raw_os_error(24);
+        assert!(AcceptErrors::line(&err, 0).ends_with("(os error 24)"));
+        assert!(
+            AcceptErrors::line(&err, 9).ends_with("(9 more since the last such line, not logged)")
+        );
     }
 }

@@ -359,21 +359,26 @@ impl Reactor {
 
 /// The interpreter probe, started when the loop first pays a timed-out request: a thread of
 /// its own takes `app`'s interpreter lock and lets it go ([`crate::App::touch_interpreter`]),
-/// then records when in the worker's slot (`interpreter_seen_ns`). A stuck request that holds
-/// the GIL (C code) keeps it blocked, and every app thread with it, idle ones too (they need
-/// the GIL to start a request): the master sees no record and kills the worker rather than
-/// wait for a drain that cannot end (`watchdog.drain_verdict`, ADR 0020). A thread that
-/// never returns is harmless: the process ends soon after, by its own exit or the kill. One
+/// records when in the worker's slot (`interpreter_seen_ns`), and does it again every
+/// [`PROBE_EVERY`] for the rest of the worker's short life. A stuck request that holds the GIL
+/// (C code), at once or after the first reports, keeps it blocked, and every app thread with
+/// it, idle ones too (they need the GIL to start a request): the master sees the record go
+/// stale and kills the worker rather than wait for a drain that cannot end
+/// (`watchdog.drain_verdict`, ADR 0020). Probing again is what tells a neighbour that is merely
+/// slow (it makes no visible progress, yet the GIL is free) from one the stuck thread stopped.
+/// A thread blocked for good is harmless: the process ends soon after, by its own exit or the
+/// kill (a worker never finalizes its interpreter, so no probe meets a finalizing one). One
 /// that cannot start is logged; the master then kills the worker on the same ground.
 fn probe_interpreter(app: Arc<dyn crate::App>, shared: Arc<crate::shared::WorkerShared>) {
     let started = std::thread::Builder::new()
         .name("tines-gil-probe".into())
-        .spawn(move || {
+        .spawn(move || loop {
             app.touch_interpreter();
             shared.slot().interpreter_seen_ns.store(
                 crate::scoreboard::monotonic_ns(),
                 std::sync::atomic::Ordering::Release,
             );
+            std::thread::sleep(PROBE_EVERY);
         });
     if let Err(err) = started {
         crate::log::error(&format!(
@@ -382,6 +387,10 @@ fn probe_interpreter(app: Arc<dyn crate::App>, shared: Arc<crate::shared::Worker
         ));
     }
 }
+
+/// How often the interpreter probe takes the GIL again: well inside the master's `GIL_WAIT`
+/// (3 s), so a free GIL is always seen fresh, and rare enough to cost nothing.
+const PROBE_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
 #[cfg(test)]
 mod tests {
@@ -412,7 +421,7 @@ mod tests {
     }
 
     #[test]
-    fn the_probe_records_only_once_the_interpreter_lock_is_free() {
+    fn the_probe_records_only_while_the_interpreter_lock_is_free_and_again_after() {
         let shared = Arc::new(WorkerShared::new(
             WorkerConfig::default(),
             vec![Local::Unix(String::new())],
@@ -437,6 +446,22 @@ mod tests {
         while seen.load(Ordering::Acquire) == 0 && Instant::now() < give_up {
             std::thread::yield_now();
         }
-        assert!(seen.load(Ordering::Acquire) >= released);
+        let first = seen.load(Ordering::Acquire);
+        assert!(first >= released);
+        // Held again (a stuck thread that took the GIL back): the record stays where it was
+        // until the lock is free, then moves on.
+        let held = app.lock.lock().unwrap();
+        app.probing.wait();
+        let at_hold = seen.load(Ordering::Acquire);
+        let released = monotonic_ns();
+        drop(held);
+        while seen.load(Ordering::Acquire) == at_hold && Instant::now() < give_up {
+            std::thread::yield_now();
+        }
+        assert_eq!(at_hold, first, "recorded while held again");
+        assert!(
+            seen.load(Ordering::Acquire) >= released,
+            "the probe reports again"
+        );
     }
 }

@@ -34,7 +34,8 @@ impl Reactor {
         conn.link().shutdown_write();
         conn.buf = Vec::new();
         conn.parked_body = None;
-        let deadline = Instant::now() + self.shared.config.linger_timeout;
+        let deadline =
+            self.stop_deadline(&conn, Instant::now() + self.shared.config.linger_timeout);
         self.note_deadline(deadline);
         self.entries[token] = Entry::Lingering {
             conn,

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::batch::BatchClock;
-use crate::connection::Connection;
+use crate::connection::{Connection, Protocol};
 use crate::control::{Control, StopReason};
 use crate::exchange::SlotContext;
 use crate::listener::Listener;
@@ -66,6 +66,8 @@ pub struct Reactor {
     listeners: Vec<Listener>,
     listening: bool,
     throttled_until: Option<Instant>,
+    /// Failed accepts, for logging at most one line a second.
+    accept_errors: accept::AcceptErrors,
     control: Control,
     entries: Vec<Entry>,
     free: Vec<usize>,
@@ -82,6 +84,9 @@ pub struct Reactor {
     /// While stopping: the latest an idle keep-alive connection is kept for its next request
     /// (the stop's start plus `drain_timeout`).
     drain_until: Option<Instant>,
+    /// While stopping: the latest a WebSocket closed by the stop (1001) is written to and
+    /// lingered on (the stop's start plus `linger_timeout`; `Reactor::stop_deadline`).
+    websockets_until: Option<Instant>,
     ctx: SlotContext,
     returned: Vec<(usize, Option<Box<Connection>>)>,
     /// Recycled read buffers (see [`SPARE_BUFFERS`]).
@@ -143,6 +148,7 @@ impl Reactor {
             listeners,
             listening: true,
             throttled_until: None,
+            accept_errors: accept::AcceptErrors::default(),
             control,
             entries: Vec::new(),
             free: Vec::new(),
@@ -151,6 +157,7 @@ impl Reactor {
             next_deadline: None,
             stop: None,
             drain_until: None,
+            websockets_until: None,
             ctx: SlotContext::new(),
             returned: Vec::new(),
             spare_buffers: Vec::new(),
@@ -384,16 +391,29 @@ impl Reactor {
             self.shared.announce_draining(reason);
         }
         self.pause_listening();
-        let drain_until = Instant::now() + self.shared.config.drain_timeout;
+        let now = Instant::now();
+        let drain_until = now + self.shared.config.drain_timeout;
         self.drain_until = Some(drain_until);
+        let websockets_until = now + self.shared.config.linger_timeout;
+        self.websockets_until = Some(websockets_until);
         for token in 0..self.entries.len() {
-            if let Entry::Idle { conn, deadline } = &mut self.entries[token] {
-                if conn.is_idle_keepalive() && *deadline > drain_until {
+            match &mut self.entries[token] {
+                Entry::Idle { conn, deadline }
+                    if conn.is_idle_keepalive() && *deadline > drain_until =>
+                {
                     *deadline = drain_until;
                 }
+                // A WebSocket given back before the stop: its writing ends with the others'.
+                Entry::Writing { conn, deadline, .. }
+                    if conn.protocol == Protocol::WebSocket && *deadline > websockets_until =>
+                {
+                    *deadline = websockets_until;
+                }
+                _ => {}
             }
         }
         self.note_deadline(drain_until);
+        self.note_deadline(websockets_until);
     }
 
     fn on_connection_event(&mut self, event: &Event, driver: &mut dyn Driver) {

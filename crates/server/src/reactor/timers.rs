@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::error_response::write_error;
 use super::{Driver, Entry, Reactor, SPARE_BUFFERS};
-use crate::connection::{Connection, Linger};
+use crate::connection::{Connection, Linger, Protocol};
 
 /// The longest the loop sleeps: the heartbeat period written to the scoreboard.
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -88,6 +88,17 @@ impl Reactor {
         };
         if self.entries[token].is_reading() {
             self.reading += 1;
+        }
+    }
+
+    /// `deadline` for writing to or lingering on `conn`, kept within a graceful stop's bound
+    /// for a WebSocket: the stop closes every WebSocket (1001) and gives it back at once, and
+    /// clients that do not read must not hold the stop for `send_timeout` (or one linger
+    /// after another): all of it ends by the stop's start plus `linger_timeout`.
+    pub(super) fn stop_deadline(&self, conn: &Connection, deadline: Instant) -> Instant {
+        match self.websockets_until {
+            Some(until) if conn.protocol == Protocol::WebSocket => deadline.min(until),
+            _ => deadline,
         }
     }
 

@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use super::{Driver, Entry, Reactor};
-use crate::connection::Connection;
+use crate::connection::{Connection, Protocol};
 use crate::pending::Progress;
 
 impl Reactor {
@@ -32,9 +32,13 @@ impl Reactor {
                 // The send timeout is per wait, as for a slot: renewed when the client took
                 // bytes, not by events that wrote nothing.
                 if moved {
-                    *deadline = Instant::now() + self.shared.config.send_timeout;
-                    let deadline = *deadline;
-                    self.note_deadline(deadline);
+                    let renewed = Instant::now() + self.shared.config.send_timeout;
+                    let renewed = match self.websockets_until {
+                        Some(until) if conn.protocol == Protocol::WebSocket => renewed.min(until),
+                        _ => renewed,
+                    };
+                    *deadline = renewed;
+                    self.note_deadline(renewed);
                 }
                 if let Err(err) = watched {
                     self.unwatchable(token, &err);
@@ -84,7 +88,7 @@ impl Reactor {
         }
         // The response's last write (its slot read the clock then), or the loop's wake-up.
         let now = crate::clock::recent();
-        let deadline = now + self.shared.config.send_timeout;
+        let deadline = self.stop_deadline(&conn, now + self.shared.config.send_timeout);
         self.note_deadline(deadline);
         self.entries[token] = Entry::Writing {
             conn,

@@ -38,7 +38,9 @@ mod states;
 pub mod thread;
 
 pub use metrics::{Counted, MetricsReading, RequestMetrics};
-pub use records::{ExitReading, Header, Retired, Slot, SlotReading, Totals, RECENT_EXITS};
+pub use records::{
+    ExitReading, Header, Retired, Slot, SlotReading, Totals, MEMORY_UNKNOWN, RECENT_EXITS,
+};
 pub(crate) use states::slot_enum;
 pub use states::{ExitReason, WorkerState};
 pub use thread::{monotonic_ns, Owed, ThreadReading, ThreadSlot, ThreadState};

@@ -95,6 +95,9 @@ pub struct Totals {
     pub connections: u64,
 }
 
+/// A memory figure the master could not read (PSS and USS under `user`: docs/status.md).
+pub const MEMORY_UNKNOWN: u64 = u64::MAX;
+
 /// One worker's slot. `#[repr(C)]`, 64-byte aligned, two cache lines: the first holds what
 /// the worker writes per request, the second what the master writes (exit reason, memory)
 /// and what a dump leaves (the flag, the interpreter probe's time), so the master's writes
@@ -129,9 +132,10 @@ pub struct Slot {
     pub dumped: AtomicU32,
     /// Last memory sample (bytes), written by the master.
     pub rss: AtomicU64,
-    /// See [`Slot::rss`].
+    /// See [`Slot::rss`]; [`MEMORY_UNKNOWN`] when the master could read only RSS (the worker
+    /// runs as another `user`: its smaps_rollup is not the master's to read).
     pub pss: AtomicU64,
-    /// See [`Slot::rss`].
+    /// See [`Slot::pss`].
     pub uss: AtomicU64,
     /// See [`Slot::rss`].
     pub swap: AtomicU64,

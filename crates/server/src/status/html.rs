@@ -37,6 +37,15 @@ fn escape(out: &mut String, bytes: &[u8]) {
     }
 }
 
+/// A memory figure for the table: `n/a` where the master could read only RSS.
+fn memory_figure(bytes: u64) -> String {
+    if bytes == crate::scoreboard::MEMORY_UNKNOWN {
+        "n/a".to_string()
+    } else {
+        human_bytes(bytes)
+    }
+}
+
 /// Bytes in the unit that keeps 1 to 4 digits.
 fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -197,8 +206,8 @@ pub fn render(snap: &Snapshot, refresh: u64) -> String {
             slot.state.name(),
             slot.requests,
             slot.connections,
-            human_bytes(slot.pss),
-            human_bytes(slot.uss),
+            memory_figure(slot.pss),
+            memory_figure(slot.uss),
             busy.len(),
             worker.threads.len(),
         );

@@ -111,8 +111,8 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
             slot.bytes_out,
             snap.now_ms.saturating_sub(slot.heartbeat_ms),
             slot.rss,
-            slot.pss,
-            slot.uss,
+            Figure(slot.pss),
+            Figure(slot.uss),
             slot.swap,
         );
         match &worker.last_exit {
@@ -150,4 +150,17 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
     }
     out.extend_from_slice(b"]}\n");
     out
+}
+
+/// A memory figure in JSON: `null` where the master could read only RSS.
+struct Figure(u64);
+
+impl std::fmt::Display for Figure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0 == crate::scoreboard::MEMORY_UNKNOWN {
+            f.write_str("null")
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
 }

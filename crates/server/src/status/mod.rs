@@ -3,45 +3,40 @@
 //! it and supervises it like a worker; it runs no app, so it answers while every worker is
 //! busy or stuck.
 //!
-//! One connection at a time, each closed after its response (`Connection: close`), with short
-//! timeouts on its reads and writes: the listener is an operator's port (a probe, a
-//! dashboard, `curl`), where one client rarely waits for another, and a client that holds
-//! a connection without sending holds the server at most [`CLIENT_TIMEOUT`]. It exits when
-//! the master's life pipe closes (the master is gone) or on `SIGTERM` (the default action:
-//! it holds nothing to clean up).
+//! Many connections at once from one poll loop, each closed after its response
+//! (`Connection: close`), within one deadline from its accept (`serve`: [`SLOTS`] slots, the
+//! oldest dropped when they are full). `/healthz` and `/readyz` answer any peer (a kubelet's
+//! probe comes from the node's address); the rest answers only peers in `status_allow`
+//! (403 otherwise), as it shows what the server is doing. It exits when the master's life
+//! pipe closes (the master is gone) or on `SIGTERM` (the default action: it holds nothing to
+//! clean up).
 //!
-//! It owns the routes; `snapshot` reads the scoreboard once per request (and keeps the
-//! request totals' history for the rates), `json`, `prometheus` and `html` render it
-//! (`docs/status.md`, schema `tines-status/1`). It must not write to the scoreboard.
+//! It owns the routes and who may see them; `serve` owns the connections; `snapshot` reads
+//! the scoreboard once per request (and keeps the request totals' history for the rates),
+//! `json`, `prometheus` and `html` render it (`docs/status.md`, schema `tines-status/1`). It
+//! must not write to the scoreboard.
 
-use std::io::{self, Read, Write};
-use std::net::TcpStream;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tines_proto::{parse_request_head, HeadStatus, Limits, RequestHead};
-
-use crate::scoreboard::{monotonic_ns, WorkerState};
+use crate::scoreboard::WorkerState;
+use crate::trusted_proxies::TrustedProxies;
 use crate::Scoreboard;
 
 mod html;
 mod json;
 mod prometheus;
+mod serve;
 mod snapshot;
 
-use snapshot::{History, Snapshot, SAMPLE_EVERY_MS};
-
-/// How long one client may take to send its request, or to take the response.
-pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The largest request head read (a status request has no need of more).
-const MAX_HEAD: usize = 8192;
+pub use serve::{run_status, SLOTS};
+use snapshot::{History, Shown, Snapshot};
 
 /// What the status server is told by the master.
 pub struct StatusSpec {
-    /// The listening socket (non-blocking or not: it is polled).
+    /// The listening socket (made non-blocking: the loop accepts until `EAGAIN`).
     pub listener: RawFd,
     /// The read end of the master's life pipe: EOF when the master is gone.
     pub life_fd: RawFd,
@@ -51,100 +46,27 @@ pub struct StatusSpec {
     pub mpm: String,
     /// Show request targets' query strings (`status_show_query`); redacted otherwise.
     pub show_query: bool,
+    /// Show no request target at all, only the method (`status_redact_paths`).
+    pub redact_paths: bool,
+    /// The peers shown `/`, `/status.json` and `/metrics` (`status_allow`; the parser and
+    /// matcher `forwarded_allow_ips` uses). A Unix-socket peer always is.
+    pub allow: TrustedProxies,
+    /// How long a connection may take from its accept to its response's last byte
+    /// (`status_timeout`).
+    pub timeout: Duration,
 }
 
-/// Serves until the master is gone. Errors other than a client's are returned.
-pub fn run_status(spec: &StatusSpec) -> io::Result<()> {
-    let mut history = History::default();
-    loop {
-        // The request total is sampled every few seconds for the rates, whether or not anyone
-        // asks (summing the scoreboard only when a sample is due).
-        let now_ms = monotonic_ns() / 1_000_000;
-        if history.due(now_ms) {
-            history.sample(now_ms, spec.scoreboard.totals().metrics.total());
-        }
-        let mut fds = [
-            libc::pollfd {
-                fd: spec.listener,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: spec.life_fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two valid pollfd structs; the kernel writes only their revents.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, SAMPLE_EVERY_MS as i32) };
-        if ready < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
-        }
-        if fds[1].revents != 0 {
-            return Ok(()); // the life pipe: EOF (or an error) means the master is gone
-        }
-        if fds[0].revents & libc::POLLIN != 0 {
-            // SAFETY: accept4 on the listener the master gave us; the result is checked.
-            let fd = unsafe {
-                libc::accept4(
-                    spec.listener,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    libc::SOCK_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                continue; // EAGAIN (another accept took it), ECONNABORTED, EMFILE: go on
-            }
-            // SAFETY: a new descriptor that nothing else owns.
-            let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-            serve_one(TcpStream::from(owned), spec, &mut history);
+impl StatusSpec {
+    /// How much of a request target the output shows (redaction wins over `show_query`).
+    fn shown(&self) -> Shown {
+        if self.redact_paths {
+            Shown::Nothing
+        } else if self.show_query {
+            Shown::Whole
+        } else {
+            Shown::WithoutQuery
         }
     }
-}
-
-/// Reads one request head, answers it and closes (any failure just drops the client).
-fn serve_one(mut stream: TcpStream, spec: &StatusSpec, history: &mut History) {
-    // A Unix-socket peer works through the same calls (a `TcpStream` over its fd only reads,
-    // writes and sets the socket timeouts).
-    let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
-    let mut buf = vec![0u8; MAX_HEAD];
-    let mut filled = 0;
-    let mut head = RequestHead::default();
-    let limits = Limits {
-        max_head_size: MAX_HEAD,
-        ..Limits::default()
-    };
-    let response = loop {
-        match stream.read(&mut buf[filled..]) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => filled += n,
-        }
-        match parse_request_head(&buf[..filled], &limits, &mut head) {
-            Ok(HeadStatus::Complete) => {
-                let accept = head
-                    .headers
-                    .iter()
-                    .find(|(name, _)| name.of(&buf).eq_ignore_ascii_case(b"accept"))
-                    .map_or(&b""[..], |(_, value)| value.of(&buf));
-                let request = Request {
-                    method: head.method.of(&buf),
-                    target: head.target.of(&buf),
-                    accept,
-                };
-                break answer(&request, spec, history);
-            }
-            Ok(HeadStatus::Partial) if filled < buf.len() => continue,
-            Ok(HeadStatus::Partial) => break plain(431, "request head too large\n"),
-            Err(err) => break plain(err.status(), &format!("{}\n", err.reason())),
-        }
-    };
-    let _ = stream.write_all(&response);
 }
 
 /// What a status request asks.
@@ -152,6 +74,8 @@ struct Request<'a> {
     method: &'a [u8],
     target: &'a [u8],
     accept: &'a [u8],
+    /// The peer is in `status_allow`.
+    allowed: bool,
 }
 
 /// The paths served, for the 404's body.
@@ -166,15 +90,15 @@ fn answer(request: &Request<'_>, spec: &StatusSpec, history: &mut History) -> Ve
     let mut parts = request.target.splitn(2, |&b| b == b'?');
     let path = parts.next().unwrap_or(b"");
     let query = parts.next().unwrap_or(b"");
-    let snapshot = |history: &mut History| {
-        Snapshot::take(&spec.scoreboard, &spec.mpm, spec.show_query, history)
-    };
+    let snapshot =
+        |history: &mut History| Snapshot::take(&spec.scoreboard, &spec.mpm, spec.shown(), history);
     let mut response = match path {
         b"/healthz" => plain(200, "ok\n"),
         b"/readyz" => match readiness(&spec.scoreboard) {
             Ok(()) => plain(200, "ready\n"),
             Err(why) => plain(503, &format!("not ready: {why}\n")),
         },
+        _ if !request.allowed => plain(403, "forbidden: this peer is not in status_allow\n"),
         b"/status.json" => respond(200, "application/json", &json::render(&snapshot(history))),
         b"/metrics" => {
             let openmetrics = prometheus::wants_openmetrics(request.accept);

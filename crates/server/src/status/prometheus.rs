@@ -207,6 +207,9 @@ pub fn render(snap: &Snapshot, openmetrics: bool) -> String {
             ("uss", slot.uss),
             ("swap", slot.swap),
         ] {
+            if value == crate::scoreboard::MEMORY_UNKNOWN {
+                continue; // not read (only RSS under `user`): no sample rather than a false one
+            }
             e.sample(
                 "tines_worker_memory_bytes",
                 &format!(

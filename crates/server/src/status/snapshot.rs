@@ -103,13 +103,25 @@ pub struct Snapshot {
     pub states: Vec<WorkerState>,
     /// Recent worker exits, newest first.
     pub exits: Vec<ExitReading>,
-    /// Show query strings.
-    pub show_query: bool,
+    /// How much of a request target is shown.
+    pub shown: Shown,
+}
+
+/// How much of a request target the status output shows (`status_show_query`,
+/// `status_redact_paths`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shown {
+    /// The target as received.
+    Whole,
+    /// The path, its query replaced by `?...` (the default: a query may carry tokens).
+    WithoutQuery,
+    /// `-`: only the method is shown (a path may name a customer or carry a token too).
+    Nothing,
 }
 
 impl Snapshot {
     /// Reads the scoreboard now (and samples the history).
-    pub fn take(board: &Scoreboard, mpm: &str, show_query: bool, history: &mut History) -> Self {
+    pub fn take(board: &Scoreboard, mpm: &str, shown: Shown, history: &mut History) -> Self {
         let header = board.header();
         let now = now_ms();
         let now_mono_ns = monotonic_ns();
@@ -157,7 +169,7 @@ impl Snapshot {
             workers,
             states,
             exits,
-            show_query,
+            shown,
         }
     }
 
@@ -173,10 +185,11 @@ impl Snapshot {
         self.now_mono_ns.saturating_sub(thread.dispatch_ns) as f64 / 1e6
     }
 
-    /// A request target as shown: its query replaced by `?...` unless `show_query`.
+    /// A request target as shown ([`Shown`]).
     pub fn shown_target(&self, target: &[u8]) -> Vec<u8> {
-        match target.iter().position(|&b| b == b'?') {
-            Some(at) if !self.show_query => {
+        match (self.shown, target.iter().position(|&b| b == b'?')) {
+            (Shown::Nothing, _) => b"-".to_vec(),
+            (Shown::WithoutQuery, Some(at)) => {
                 let mut shown = target[..at].to_vec();
                 shown.extend_from_slice(b"?...");
                 shown

@@ -1,7 +1,8 @@
 //! The WebSocket's side of its worker's limits (`ws_limits`, ADR 0027): charging the receive
-//! budget with what it holds, waiting for room before it reads, and the closes a limit
-//! decides (each tick): 1001 after `ws_idle_timeout` without a data message, 1013 after
-//! waiting `ws_receive_buffer_timeout` for room.
+//! budget with what it holds, waiting for room before it reads, and the closes the tick
+//! decides: 1011 after a keep-alive ping goes unanswered for `ws_ping_timeout`, 1001 after
+//! `ws_idle_timeout` without a data message, 1013 after waiting `ws_receive_buffer_timeout`
+//! for room.
 //!
 //! Kept apart from `websocket` (the app's protocol) so that the limits read as one piece; it
 //! settles the app's futures through the same `Waiter`.
@@ -47,6 +48,10 @@ impl WebSocket {
         now: Instant,
         idle_timeout: Duration,
     ) -> PyResult<()> {
+        if self.session.is_none() {
+            // Closed and given back already.
+            return Ok(());
+        }
         if self.state == WsState::Open
             && !idle_timeout.is_zero()
             && now.saturating_duration_since(self.last_message) >= idle_timeout
@@ -69,9 +74,10 @@ impl WebSocket {
         Ok(())
     }
 
-    /// Closes from the server's side for a limit: the app's waiting `receive` gets
-    /// `websocket.disconnect` with `code`, its waiting `send` returns. `abandon`: nothing more
-    /// is read, and the message being gathered and the inbox are dropped (their room freed).
+    /// Closes from the server's side for a limit: the close frame goes out and the connection
+    /// goes back to the reactor (`hand_back`, ADR 0023); the app's waiting `receive` gets
+    /// `websocket.disconnect` with `code`. `abandon`: nothing more is read, and the message
+    /// being gathered and the inbox are dropped (their room freed).
     fn close_for_limit(
         &mut self,
         py: Python<'_>,
@@ -89,14 +95,39 @@ impl WebSocket {
         if abandon {
             self.inbox.clear();
             self.inbox_bytes = 0;
-            self.paused = false;
         }
-        self.state = WsState::Closed;
         if self.closed.is_none() {
             self.closed = Some((code, reason.into()));
         }
-        self.recharge(py)?;
-        self.waiter.release_send(py)?;
-        self.wake_receiver(py)
+        self.hand_back(py, false)
+    }
+
+    /// The keep-alive: a ping after `interval` of silence; closed (1011) when one goes
+    /// unanswered for `timeout`.
+    pub(in crate::asgi) fn keepalive(
+        &mut self,
+        py: Python<'_>,
+        interval: Duration,
+        timeout: Duration,
+    ) -> PyResult<()> {
+        if self.state != WsState::Open || interval.is_zero() {
+            return Ok(());
+        }
+        let Some(session) = self.session.as_mut() else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        match session.ping_outstanding {
+            Some(sent) if now.duration_since(sent) >= timeout => {
+                let _ = session.send_close(1011, "keepalive ping timeout");
+                self.closed = Some((1011, "keepalive ping timeout".into()));
+                self.hand_back(py, false)?;
+            }
+            None if now.duration_since(session.last_seen) >= interval => {
+                let _ = session.send_ping();
+            }
+            _ => {}
+        }
+        Ok(())
     }
 }
