@@ -56,9 +56,22 @@ pub struct WorkerConfig {
     /// ASGI (ADR 0014): requests one worker's event loop serves at once, beyond which a new
     /// request gets 503 with `Retry-After` at once; 0 means no limit.
     pub max_concurrency: usize,
+    /// ASGI: WebSockets one worker holds at once (handshakes the app has not answered
+    /// included); beyond it a new handshake gets 503 with `Retry-After`. Below
+    /// `max_connections` (the registry checks), so a worker full of WebSockets still answers.
+    pub ws_max_connections: usize,
     /// WebSocket: the largest message (after inflation) a client may send; beyond it the
     /// connection closes with 1009.
     pub ws_max_message_size: u64,
+    /// WebSocket: memory one worker holds at most for messages being gathered and messages
+    /// the app has not received; beyond it reading waits.
+    pub ws_receive_buffer_total: u64,
+    /// WebSocket: how long a connection may wait for room in `ws_receive_buffer_total`
+    /// before it is closed with 1013.
+    pub ws_receive_buffer_timeout: Duration,
+    /// WebSocket: a connection without a data message either way this long is closed (1001;
+    /// zero: never).
+    pub ws_idle_timeout: Duration,
     /// WebSocket: permessage-deflate is accepted when a client offers it.
     pub ws_per_message_deflate: bool,
     /// WebSocket: the largest deflate window the server compresses with (8 to 15).
@@ -205,7 +218,11 @@ impl Default for WorkerConfig {
             max_connections: 10_000,
             max_queued_requests: 1024,
             max_concurrency: 1024,
+            ws_max_connections: 9_000,
             ws_max_message_size: 16 * 1024 * 1024,
+            ws_receive_buffer_total: 64 * 1024 * 1024,
+            ws_receive_buffer_timeout: Duration::from_secs(30),
+            ws_idle_timeout: Duration::ZERO,
             ws_per_message_deflate: true,
             ws_server_max_window_bits: 15,
             ws_ping_interval: Duration::from_secs(20),

@@ -87,6 +87,9 @@ pub struct WsSession {
     over: bool,
     /// When the client last sent anything (for the keep-alive ping).
     pub last_seen: Instant,
+    /// Message bytes this read may still decode (the worker's receive budget: see
+    /// [`WsSession::read`]).
+    allowance: usize,
     /// A ping was sent and its pong not yet seen.
     pub ping_outstanding: Option<Instant>,
     scratch: Vec<u8>,
@@ -126,6 +129,7 @@ impl WsSession {
             close_sent: false,
             over: false,
             last_seen: Instant::now(),
+            allowance: usize::MAX,
             ping_outstanding: None,
             scratch: Vec::new(),
         }
@@ -141,11 +145,16 @@ impl WsSession {
         self.close_sent
     }
 
-    /// Reads what the socket has (up to a budget) and decodes it into `out`.
-    pub fn read(&mut self, out: &mut Vec<WsIncoming>) -> ReadOutcome {
+    /// Reads what the socket has (up to a budget) and decodes it into `out`, stopping at the
+    /// first piece of a message that takes the bytes decoded past `allowance` (the room left
+    /// in the worker's receive budget): the rest waits, undecoded or unread, for the next
+    /// read ([`ReadOutcome::More`]). A compressed piece inflates whole, so a read may
+    /// overshoot `allowance` by one message (`ws_max_message_size`).
+    pub fn read(&mut self, out: &mut Vec<WsIncoming>, allowance: usize) -> ReadOutcome {
         if self.over {
             return ReadOutcome::Over;
         }
+        self.allowance = allowance;
         // Frames that came with the handshake, or were left by the last read.
         if !self.pending.is_empty() {
             let mut bytes = std::mem::take(&mut self.pending);
@@ -153,13 +162,12 @@ impl WsSession {
             if self.over {
                 return ReadOutcome::Over;
             }
-            bytes.drain(..used);
-            self.pending = bytes;
+            self.keep_pending(bytes, used);
         }
         let mut taken = 0;
         let mut chunk = vec![0u8; READ_CHUNK];
         loop {
-            if taken >= READ_BUDGET {
+            if taken >= READ_BUDGET || self.allowance == 0 {
                 return ReadOutcome::More;
             }
             match self.conn.link().read(&mut chunk) {
@@ -180,8 +188,7 @@ impl WsSession {
                         self.pending.extend_from_slice(&chunk[..n]);
                         let mut bytes = std::mem::take(&mut self.pending);
                         let used = self.decode(&mut bytes, out);
-                        bytes.drain(..used);
-                        self.pending = bytes;
+                        self.keep_pending(bytes, used);
                         used
                     };
                     let _ = used;
@@ -196,6 +203,13 @@ impl WsSession {
                 }
             }
         }
+    }
+
+    /// Keeps what `bytes` holds past `used` for the next decode; an empty buffer is freed (the
+    /// receive budget charges what it holds, and an idle connection holds nothing).
+    fn keep_pending(&mut self, mut bytes: Vec<u8>, used: usize) {
+        bytes.drain(..used);
+        self.pending = if bytes.is_empty() { Vec::new() } else { bytes };
     }
 
     /// Decodes from the start of `bytes`; returns the bytes used.
@@ -222,6 +236,9 @@ impl WsSession {
                     if let Err(err) = self.on_data(kind, payload, last, compressed, out) {
                         self.fail(out, err);
                         return bytes.len();
+                    }
+                    if self.allowance == 0 {
+                        break;
                     }
                 }
                 Some(Event::Ping(payload)) => {
@@ -262,12 +279,12 @@ impl WsSession {
             self.kind = kind;
             self.compressed = compressed;
         }
+        let before = self.message.len();
         if self.compressed {
             let inflater = self.inflater.as_mut().ok_or(WsError {
                 code: close_code::PROTOCOL_ERROR,
                 reason: "a compressed message without permessage-deflate",
             })?;
-            let before = self.message.len();
             // The limit is the message's, not the piece's: what earlier pieces inflated to
             // counts (a bomb split over many frames or reads stops at the limit too).
             let room = self.max_message_size.saturating_sub(before as u64);
@@ -281,6 +298,9 @@ impl WsSession {
         } else {
             self.message.extend_from_slice(payload);
         }
+        self.allowance = self
+            .allowance
+            .saturating_sub(self.message.len().saturating_sub(before));
         if last {
             if self.compressed && self.kind == MessageKind::Text && !self.utf8.finish() {
                 return Err(WsError {
@@ -314,6 +334,22 @@ impl WsSession {
                 reason: reason.to_string(),
             });
         }
+    }
+
+    /// Bytes the session holds of what the client sent: the message being gathered (inflated)
+    /// and the bytes read but not decoded (what the worker's receive budget charges).
+    pub fn buffered(&self) -> usize {
+        self.message.capacity() + self.pending.capacity()
+    }
+
+    /// Closes with `code` and reads no more (the worker's receive budget has no room for this
+    /// connection): the message being gathered and the bytes not yet decoded are dropped.
+    pub fn abandon(&mut self, code: u16, reason: &str) {
+        let _ = self.send_close(code, reason);
+        self.over = true;
+        self.message = Vec::new();
+        self.pending = Vec::new();
+        self.utf8 = Utf8Stream::default();
     }
 
     /// Sends a message (compressed when permessage-deflate was agreed and it is worth it:
@@ -429,3 +465,6 @@ impl WsSession {
         self.conn
     }
 }
+
+#[cfg(test)]
+mod budget_tests;

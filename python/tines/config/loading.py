@@ -155,7 +155,36 @@ def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
     if ordered["threads"] == 0 and ordered["mpm"] != "event":
         raise ConfigError(f"threads 0 (the app on the loop thread) needs mpm event, "
                           f"got mpm {ordered['mpm']} ({sources['threads']})")
+    _websocket_limits(ordered, sources)
     return Config(ordered, {name: sources[name] for name in SETTINGS}, config_path)
+
+
+WS_CEILING_PERCENT = 90
+"""Unset, ``ws_max_connections`` is this percentage of ``max_connections``, rounded down (the
+registry's rule): the rest is room for HTTP requests and refused handshakes in a worker full of
+WebSockets."""
+
+
+def _websocket_limits(values: dict[str, object], sources: Mapping[str, str]) -> None:
+    """Resolves an unset ``ws_max_connections`` and checks the WebSocket settings that depend on
+    others: a ceiling at or above ``max_connections`` would leave a worker full of WebSockets
+    unable to answer anyone, and a receive budget smaller than a message could never hold one."""
+    max_connections = values["max_connections"]
+    assert isinstance(max_connections, int)
+    if values["ws_max_connections"] is None:
+        values["ws_max_connections"] = max_connections * WS_CEILING_PERCENT // 100
+    ceiling = values["ws_max_connections"]
+    assert isinstance(ceiling, int)
+    if ceiling >= max_connections:
+        raise ConfigError(f"ws_max_connections {ceiling} ({sources['ws_max_connections']}) must be below "
+                          f"max_connections {max_connections} ({sources['max_connections']}): the rest is "
+                          "the room a worker full of WebSockets keeps for HTTP requests")
+    budget, message = values["ws_receive_buffer_total"], values["ws_max_message_size"]
+    assert isinstance(budget, int) and isinstance(message, int)
+    if budget < message:
+        raise ConfigError(f"ws_receive_buffer_total {budget} ({sources['ws_receive_buffer_total']}) must be at "
+                          f"least ws_max_message_size {message} ({sources['ws_max_message_size']}): "
+                          "a message must fit in the budget")
 
 
 def _request_buffer_dir(values: Mapping[str, object], sources: Mapping[str, str]) -> str:

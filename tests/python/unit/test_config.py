@@ -446,3 +446,40 @@ def test_the_body_sizes_take_units_as_the_other_byte_settings_do() -> None:
     assert load({}, {"TINES_MAX_BODY_SIZE": "2G"}).max_body_size == 2 << 30
     assert load({"max_body_size": 0}, {}).max_body_size == 0
     assert error_of({"max_body_drain": "64 parsecs"}, {}).startswith("max_body_drain must be a size in bytes")
+
+
+# --- WebSocket limits that depend on other settings -----------------------------------------------
+
+
+def test_the_websocket_ceiling_defaults_to_90_percent_of_max_connections_rounded_down() -> None:
+    assert load({}, {}).ws_max_connections == 9000
+    assert load({"max_connections": "100"}, {}).ws_max_connections == 90
+    assert load({"max_connections": "15"}, {}).ws_max_connections == 13
+    # One connection: no room for a WebSocket beside it.
+    assert load({"max_connections": "1"}, {}).ws_max_connections == 0
+    assert load({"max_connections": "100", "ws_max_connections": "99"}, {}).ws_max_connections == 99
+
+
+def test_a_websocket_ceiling_at_or_above_max_connections_is_refused_naming_both() -> None:
+    for ceiling in ("100", "101"):
+        message = error_of({"max_connections": "100", "ws_max_connections": ceiling}, {})
+        assert message.startswith(f"ws_max_connections {ceiling} (cli) must be below max_connections 100 (cli)")
+    # The default max_connections counts too, wherever the ceiling comes from.
+    message = error_of({}, {"TINES_WS_MAX_CONNECTIONS": "10000"})
+    assert message.startswith("ws_max_connections 10000 (env TINES_WS_MAX_CONNECTIONS) must be below "
+                              "max_connections 10000 (default)")
+
+
+def test_a_receive_budget_smaller_than_a_message_is_refused() -> None:
+    message = error_of({"ws_receive_buffer_total": "8MiB"}, {})
+    assert message.startswith("ws_receive_buffer_total 8388608 (cli) must be at least ws_max_message_size "
+                              "16777216 (default)")
+    assert load({"ws_receive_buffer_total": "1MiB", "ws_max_message_size": "1MiB"}, {}).ws_receive_buffer_total \
+        == 1024 * 1024
+
+
+def test_the_websocket_idle_timeout_is_off_by_default_and_takes_seconds() -> None:
+    assert load({}, {}).ws_idle_timeout == 0
+    assert load({"ws_idle_timeout": "2.5"}, {}).ws_idle_timeout == 2.5
+    assert "ws_idle_timeout" in error_of({"ws_idle_timeout": "-1"}, {})
+    assert "ws_receive_buffer_timeout" in error_of({"ws_receive_buffer_timeout": "0"}, {})

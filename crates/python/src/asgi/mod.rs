@@ -20,6 +20,7 @@ mod request;
 mod scope;
 mod waiter;
 mod websocket;
+mod ws_limits;
 
 use std::collections::HashMap;
 
@@ -37,6 +38,7 @@ pub use websocket::WebSocket;
 use crate::worker::PythonSpec;
 use scope::ScopeCache;
 use waiter::ready;
+use ws_limits::WsBudget;
 
 pyo3::create_exception!(
     _core,
@@ -65,8 +67,13 @@ enum Note {
 pub struct AsgiWorker {
     reactor: AsyncReactor,
     requests: HashMap<usize, InFlight>,
-    /// WebSockets whose last read stopped at its budget: read again next turn.
+    /// WebSockets whose last read stopped at its budget, or that waited for room in the
+    /// receive budget: read again next turn.
     reread: Vec<usize>,
+    /// WebSockets held, from the handshake until the app returns (`ws_max_connections`).
+    websockets: usize,
+    /// What the WebSockets' clients sent and the apps have not received (`ws_limits`).
+    ws_budget: WsBudget,
     /// The WebSockets were told the worker is stopping (closed with 1001).
     stopping_told: bool,
     events: Vec<AsyncEvent>,
@@ -90,12 +97,18 @@ impl AsgiWorker {
     fn new(spec: PythonSpec<'_>) -> PyResult<Self> {
         let spec = spec.into_spec()?;
         let max_response_buffer = spec.config.max_response_buffer as u64;
+        let ws_budget = WsBudget::new(
+            spec.config.ws_receive_buffer_total,
+            spec.config.ws_receive_buffer_timeout,
+        );
         let (reactor, shared) = tines_server::worker::prepare(spec)
             .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))?;
         Ok(AsgiWorker {
             reactor: AsyncReactor::new(reactor, shared),
             requests: HashMap::new(),
             reread: Vec::new(),
+            websockets: 0,
+            ws_budget,
             stopping_told: false,
             events: Vec::new(),
             create_future: None,
@@ -146,7 +159,7 @@ impl AsgiWorker {
     /// nothing (per wait, renewed by every byte taken, as the reactor's own writing is).
     fn tick(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
-        let (in_flight, interval, timeout, send_timeout) = {
+        let (in_flight, interval, timeout, send_timeout, idle_timeout) = {
             let this = slf.borrow();
             this.reactor.loop_alive();
             let config = this.reactor.config();
@@ -163,6 +176,7 @@ impl AsgiWorker {
                 config.ws_ping_interval,
                 config.ws_ping_timeout,
                 config.send_timeout,
+                config.ws_idle_timeout,
             )
         };
         let now = std::time::Instant::now();
@@ -172,6 +186,7 @@ impl AsgiWorker {
                     let mut socket = socket.borrow_mut(py);
                     socket.expire_send(py, now, send_timeout)?;
                     socket.keepalive(py, interval, timeout)?;
+                    socket.enforce_limits(py, now, idle_timeout)?;
                 }
                 InFlight::Http(request) => {
                     request.borrow_mut(py).expire_send(py, now, send_timeout)?
@@ -235,6 +250,11 @@ impl AsgiWorker {
                             this.requests
                                 .insert(token, InFlight::Http(request.clone_ref(py)));
                             new.push(request);
+                        }
+                        Ok(Some(_)) if !this.admit_websocket() => {
+                            let mut exchange = exchange;
+                            ws_limits::refuse_over_ceiling(&mut exchange);
+                            this.reactor.complete(token, exchange);
                         }
                         Ok(Some((key, protocols, offers))) => {
                             let scope = this.scope(py, &exchange, Some(&protocols))?;

@@ -1,11 +1,12 @@
 //! An ASGI `websocket` connection in flight: the handshake (`websocket.accept`, or a denial
 //! answered as HTTP), then messages both ways over the reactor's `WsSession`, with reading
-//! paused while the app or the client is behind, the keep-alive pings, and the close.
+//! paused while the app or the client is behind or the worker's receive budget is spent
+//! (`limits`), the keep-alive pings, and the close.
 //!
 //! Every way a WebSocket closes goes through `closing` (ADR 0023).
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
@@ -19,7 +20,10 @@ use tines_server::Exchange;
 mod closing;
 
 use super::waiter::{ready, Waiter};
+use super::ws_limits::Charge;
 use super::{body_of, header_pairs, status_line, AsgiWorker, ClientDisconnected};
+
+mod limits;
 
 /// Where a WebSocket stands, as the app drives it.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -62,6 +66,10 @@ pub struct WebSocket {
     /// read to the end even while reading is paused (a client behind on reading would
     /// otherwise never be seen gone).
     gone: bool,
+    /// What it holds of the worker's receive budget (`ws_limits`).
+    charge: Charge,
+    /// When a data message last went either way (`ws_idle_timeout`).
+    last_message: Instant,
 }
 
 impl WebSocket {
@@ -91,6 +99,8 @@ impl WebSocket {
             paused: false,
             denial: None,
             gone: false,
+            charge: Charge::default(),
+            last_message: tines_server::clock::recent(),
         }
     }
 }
@@ -183,6 +193,7 @@ impl WebSocket {
                     self.hand_back(py, true)?;
                     return Err(ClientDisconnected::new_err(err.to_string()));
                 }
+                self.last_message = tines_server::clock::recent();
                 self.wait_written(py)
             }
             ("websocket.send", WsState::Closed) => {
@@ -215,6 +226,7 @@ impl WebSocket {
                 // close frame and lingers until the client closes (or `linger_timeout`).
                 self.inbox.clear();
                 self.inbox_bytes = 0;
+                self.recharge(py)?;
                 if self.closed.is_none() {
                     self.closed = Some((code, reason));
                 }
@@ -304,6 +316,7 @@ impl WebSocket {
         if !handed_back {
             worker.requests.remove(&token);
         }
+        worker.websocket_ended(py, &mut self.charge)?;
         let first = match (self.session.take(), self.exchange.take()) {
             (Some(mut session), _) => {
                 if !session.close_sent() {
@@ -333,6 +346,7 @@ impl WebSocket {
         }
         if let Some((message, size)) = self.inbox.pop_front() {
             self.inbox_bytes -= size;
+            self.recharge(py)?;
             return Ok(Some(message));
         }
         if let Some((code, reason)) = &self.closed {
@@ -367,7 +381,8 @@ impl WebSocket {
     }
 
     /// True when reading must wait: the app has a message's worth waiting in its inbox, or
-    /// the client reads nothing and more than `max_response_buffer` (pongs, echoes) waits.
+    /// the client reads nothing and more than `max_response_buffer` (pongs, echoes) waits,
+    /// or the worker's receive budget has no room.
     fn must_pause(&mut self, py: Python<'_>) -> bool {
         let worker = self.waiter.worker.borrow(py);
         let limit = worker.max_response_buffer;
@@ -378,6 +393,7 @@ impl WebSocket {
                 .session
                 .as_mut()
                 .is_some_and(|session| session.unsent() > limit)
+            || !self.budget_allows(py)
     }
 
     /// Answers the handshake with a refusal: `status`, the app's `headers`, `body`.
@@ -473,21 +489,42 @@ impl WebSocket {
 
     /// Reads and decodes what the client sent; wakes a waiting `receive`.
     pub(super) fn on_readable(&mut self, py: Python<'_>) -> PyResult<()> {
-        if self.session.is_none() || (self.paused && !self.gone) {
+        if self.session.is_none() {
             return Ok(());
         }
-        if self.state == WsState::Open && !self.gone && self.must_pause(py) {
+        if self.gone && self.waiter.worker.borrow(py).ws_budget.room() == 0 {
+            // Gone, with no room in the receive budget to read what it sent last: let go now
+            // rather than wait for room (ADR 0027).
+            if self.closed.is_none() {
+                self.closed = Some((1006, "the client went away".into()));
+            }
+            return self.hand_back(py, true);
+        }
+        if self.paused && !self.gone {
+            // Woken by room in the receive budget (or a new edge): reads if it may now.
+            return self.resume_reading(py);
+        }
+        let pause = if self.gone {
+            false
+        } else if self.state == WsState::Open {
+            self.must_pause(py)
+        } else {
+            !self.budget_allows(py)
+        };
+        if pause {
             self.paused = true;
             return Ok(());
         }
+        let allowance = self.waiter.worker.borrow(py).ws_budget.room();
         let Some(session) = self.session.as_mut() else {
             return Ok(());
         };
         let mut incoming = Vec::new();
-        let outcome = session.read(&mut incoming);
+        let outcome = session.read(&mut incoming, allowance);
         for item in incoming {
             match item {
                 WsIncoming::Message { kind, data } => {
+                    self.last_message = tines_server::clock::recent();
                     let size = data.len();
                     let message = PyDict::new(py);
                     message.set_item(intern!(py, "type"), intern!(py, "websocket.receive"))?;
@@ -514,6 +551,7 @@ impl WebSocket {
                 }
             }
         }
+        self.recharge(py)?;
         if outcome == ReadOutcome::More {
             let mut worker = self.waiter.worker.borrow_mut(py);
             worker.reread.push(self.waiter.token);
@@ -555,34 +593,5 @@ impl WebSocket {
         // The reactor writes the close frame (and what was queued before it) and lingers, all
         // within the stop's start plus `linger_timeout`.
         self.hand_back(py, false)
-    }
-
-    /// The keep-alive: a ping after `interval` of silence; closed (1011) when one goes
-    /// unanswered for `timeout`.
-    pub(super) fn keepalive(
-        &mut self,
-        py: Python<'_>,
-        interval: Duration,
-        timeout: Duration,
-    ) -> PyResult<()> {
-        if self.state != WsState::Open || interval.is_zero() {
-            return Ok(());
-        }
-        let Some(session) = self.session.as_mut() else {
-            return Ok(());
-        };
-        let now = Instant::now();
-        match session.ping_outstanding {
-            Some(sent) if now.duration_since(sent) >= timeout => {
-                let _ = session.send_close(1011, "keepalive ping timeout");
-                self.closed = Some((1011, "keepalive ping timeout".into()));
-                self.hand_back(py, false)?;
-            }
-            None if now.duration_since(session.last_seen) >= interval => {
-                let _ = session.send_ping();
-            }
-            _ => {}
-        }
-        Ok(())
     }
 }

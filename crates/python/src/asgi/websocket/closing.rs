@@ -64,6 +64,8 @@ impl WebSocket {
                 worker.schedule_turn(py)?;
             }
         }
+        // What it held of the receive budget but the inbox goes with the session.
+        self.recharge(py)?;
         let reason = match &self.closed {
             Some((code, reason)) => format!("the WebSocket is closed ({code} {reason})"),
             None => "the WebSocket is closed".to_owned(),
