@@ -129,10 +129,12 @@ def test_vanished_websocket_clients_are_released_and_their_waiting_sends_raise(
     assert open_connections(port) >= CLIENTS
     for index, sock in enumerate(socks):
         vanish(sock, index % 3)
-    # Released at once, not at send_timeout (60 s): the bound is the 5 s.
-    wait_until(lambda: len(lines(record, "raised")) == CLIENTS, 5, "every send raised")
-    wait_until(lambda: not set(held) & set(fd_targets(worker)), 5, "every fd closed")
-    wait_until(lambda: open_connections(port) == 0, 5, "no connection open")
+    # Released at once, not at send_timeout (60 s). The bound is 5 s, and it takes
+    # milliseconds here; the test allows 30 s so that a loaded machine cannot fail it, still
+    # well short of the send_timeout that released nothing before.
+    wait_until(lambda: len(lines(record, "raised")) == CLIENTS, 30, "every send raised")
+    wait_until(lambda: not set(held) & set(fd_targets(worker)), 30, "every fd closed")
+    wait_until(lambda: open_connections(port) == 0, 30, "no connection open")
     raised = lines(record, "raised")
     # The send that waited raised, and the next receive told how the client went: 1006.
     assert all(fields == ["waiting", "websocket.disconnect", "1006"] for fields in raised.values()), raised
@@ -181,9 +183,9 @@ def test_vanished_http_stream_clients_are_released(
     socks, held = flood_all(server, record, stream_request)
     for index, sock in enumerate(socks):
         vanish(sock, index % 3)
-    wait_until(lambda: len(lines(record, "raised")) == CLIENTS, 5, "every send raised")
-    wait_until(lambda: not set(held) & set(fd_targets(worker)), 5, "every fd closed")
-    wait_until(lambda: open_connections(port) == 0, 5, "no connection open")
+    wait_until(lambda: len(lines(record, "raised")) == CLIENTS, 30, "every send raised")
+    wait_until(lambda: not set(held) & set(fd_targets(worker)), 30, "every fd closed")
+    wait_until(lambda: open_connections(port) == 0, 30, "no connection open")
     assert all(fields == ["waiting", "http.disconnect"] for fields in lines(record, "raised").values())
     # A client that went away is no error of the app's.
     assert "Error handling" not in server.log_text()
@@ -210,3 +212,16 @@ def test_term_with_websocket_clients_that_do_not_read_ends_within_the_linger_tim
     finally:
         for sock in socks:
             sock.close()
+
+
+def test_two_tasks_sending_to_a_vanished_client_both_raise(
+        tines_server: Callable[..., Server], tmp_path: Path) -> None:
+    # A handler and a broadcaster send on one WebSocket whose client stopped reading: both
+    # wait, and both raise when it goes (the second send used to take the first one's place,
+    # which then waited for ever).
+    server, record = start(tines_server, tmp_path, "--send-timeout", "60")
+    sock = reader_that_stops(server, websocket_request(0).replace(b"/flood?", b"/flood-pair?"))
+    wait_until(lambda: set(lines(record, "waiting")) == {"0a", "0b"}, 30, "both sends waiting")
+    vanish(sock, 1)
+    wait_until(lambda: set(lines(record, "raised")) == {"0a", "0b"}, 30, "both sends raised")
+    assert all(fields == ["waiting"] for fields in lines(record, "raised").values()), records(record)

@@ -181,15 +181,26 @@ impl AsgiWorker {
         };
         let now = std::time::Instant::now();
         for in_flight in in_flight {
-            match in_flight {
+            // One connection's failure is logged and ends that connection only, never the tick
+            // (the others' deadlines, and the ticks after it: the loop schedules the next one
+            // only once this returns).
+            let result = match &in_flight {
                 InFlight::Ws(socket) => {
                     let mut socket = socket.borrow_mut(py);
-                    socket.expire_send(py, now, send_timeout)?;
-                    socket.keepalive(py, interval, timeout)?;
-                    socket.enforce_limits(py, now, idle_timeout)?;
+                    socket
+                        .expire_send(py, now, send_timeout)
+                        .and_then(|()| socket.keepalive(py, interval, timeout))
+                        .and_then(|()| socket.enforce_limits(py, now, idle_timeout))
                 }
                 InFlight::Http(request) => {
-                    request.borrow_mut(py).expire_send(py, now, send_timeout)?
+                    request.borrow_mut(py).expire_send(py, now, send_timeout)
+                }
+            };
+            if let Err(err) = result {
+                err.print(py);
+                match &in_flight {
+                    InFlight::Http(request) => request.borrow_mut(py).on_gone(py)?,
+                    InFlight::Ws(socket) => socket.borrow_mut(py).fail_and_let_go(py)?,
                 }
             }
         }
@@ -348,7 +359,7 @@ impl AsgiWorker {
                 err.print(py);
                 match &in_flight {
                     InFlight::Http(request) => request.borrow_mut(py).on_gone(py)?,
-                    InFlight::Ws(socket) => socket.borrow_mut(py).fail(py)?,
+                    InFlight::Ws(socket) => socket.borrow_mut(py).fail_and_let_go(py)?,
                 }
             }
         }

@@ -257,6 +257,12 @@ impl Waiter {
         py: Python<'_>,
         output: Option<&mut O>,
     ) -> PyResult<Py<PyAny>> {
+        if let Some(waiting) = &self.send {
+            // Another task's `send` already waits on this connection (a broadcaster beside the
+            // handler): this one waits for the same release or failure, and the wait's
+            // progress mark is not renewed by a send the client took nothing of.
+            return Ok(waiting.clone_ref(py));
+        }
         let worker = self.worker.borrow(py);
         let Some(output) = output else {
             return worker.done(py);

@@ -380,20 +380,34 @@ impl WebSocket {
         Ok(())
     }
 
+    /// True when the app has a message's worth waiting in its inbox.
+    fn inbox_full(&self, py: Python<'_>) -> bool {
+        let limit = self
+            .waiter
+            .worker
+            .borrow(py)
+            .reactor
+            .config()
+            .ws_max_message_size
+            .max(1 << 20);
+        self.inbox_bytes >= limit as usize
+    }
+
     /// True when reading must wait: the app has a message's worth waiting in its inbox, or
     /// the client reads nothing and more than `max_response_buffer` (pongs, echoes) waits,
     /// or the worker's receive budget has no room.
     fn must_pause(&mut self, py: Python<'_>) -> bool {
-        let worker = self.waiter.worker.borrow(py);
-        let limit = worker.max_response_buffer;
-        let inbox_limit = worker.reactor.config().ws_max_message_size.max(1 << 20) as usize;
-        drop(worker);
-        self.inbox_bytes >= inbox_limit
+        let limit = self.waiter.worker.borrow(py).max_response_buffer;
+        if self.inbox_full(py)
             || self
                 .session
                 .as_mut()
                 .is_some_and(|session| session.unsent() > limit)
-            || !self.budget_allows(py)
+        {
+            self.charge.stop_waiting();
+            return true;
+        }
+        !self.budget_allows(py)
     }
 
     /// Answers the handshake with a refusal: `status`, the app's `headers`, `body`.
@@ -492,9 +506,11 @@ impl WebSocket {
         if self.session.is_none() {
             return Ok(());
         }
-        if self.gone && self.waiter.worker.borrow(py).ws_budget.room() == 0 {
-            // Gone, with no room in the receive budget to read what it sent last: let go now
-            // rather than wait for room (ADR 0027).
+        if self.gone && (self.waiter.worker.borrow(py).ws_budget.room() == 0 || self.inbox_full(py))
+        {
+            // Gone, with no room in the receive budget (or its inbox full) to read what it sent
+            // last: let go now rather than wait for room, or take more than one connection's
+            // share of the budget (ADR 0027).
             if self.closed.is_none() {
                 self.closed = Some((1006, "the client went away".into()));
             }
@@ -505,6 +521,7 @@ impl WebSocket {
             return self.resume_reading(py);
         }
         let pause = if self.gone {
+            self.charge.stop_waiting();
             false
         } else if self.state == WsState::Open {
             self.must_pause(py)

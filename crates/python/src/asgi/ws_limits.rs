@@ -41,6 +41,20 @@ pub(super) struct Charge {
     listed: u64,
 }
 
+impl Charge {
+    /// True while its WebSocket waits for room (its wait bounded by the budget's timeout).
+    pub(super) fn waits(&self) -> bool {
+        self.waiting_since.is_some()
+    }
+
+    /// Its WebSocket no longer waits for room: it reads (a client gone: what it sent last), or
+    /// it is paused for a reason of its own (the app's inbox, a client that reads nothing),
+    /// which the budget's timeout is not to judge.
+    pub(super) fn stop_waiting(&mut self) {
+        self.waiting_since = None;
+    }
+}
+
 impl WsBudget {
     /// A budget of `limit` bytes; a WebSocket waits at most `timeout` for room.
     pub(super) fn new(limit: u64, timeout: Duration) -> WsBudget {

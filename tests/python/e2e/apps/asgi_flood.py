@@ -2,6 +2,7 @@
 (test_websocket_release.py).
 
 ``/flood?N`` (WebSocket) accepts, then sends 64 KiB messages until a ``send`` raises;
+``/flood-pair?N`` does it from two tasks at once (``Na`` and ``Nb``);
 ``/stream?N`` (HTTP) streams 64 KiB body messages the same way. Each appends lines to the
 file named by ``FLOOD_RECORD`` (one ``write`` each, so lines never interleave):
 
@@ -40,6 +41,15 @@ async def flood(name: str, send, message: dict) -> None:
             raise OSError("waiting" if waits else "next") from None
 
 
+async def flood_recorded(name: str, send) -> None:
+    """One of two tasks flooding the same WebSocket (a handler and a broadcaster): records its
+    own raise, without a receive (the other task may be in one)."""
+    try:
+        await flood(name, send, {"type": "websocket.send", "bytes": CHUNK})
+    except OSError as error:
+        record(f"raised {name} {error}")
+
+
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
         return
@@ -56,6 +66,9 @@ async def app(scope, receive, send):
         return
     assert (await receive())["type"] == "websocket.connect"
     await send({"type": "websocket.accept"})
+    if scope["path"] == "/flood-pair":
+        await asyncio.gather(flood_recorded(name + "a", send), flood_recorded(name + "b", send))
+        return
     try:
         await flood(name, send, {"type": "websocket.send", "bytes": CHUNK})
     except OSError as error:

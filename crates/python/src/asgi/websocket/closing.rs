@@ -38,6 +38,17 @@ impl WebSocket {
         self.hand_back(py, true)
     }
 
+    /// The server failed on this WebSocket (a note's handling raised): closed with 1011 and let
+    /// go as every other close is, so no waiting `send` or `receive` is left behind and no fd
+    /// is kept for a client that then says nothing.
+    pub(in crate::asgi) fn fail_and_let_go(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.fail(py)?;
+        if self.closed.is_none() {
+            self.closed = Some((1011, "internal error".into()));
+        }
+        self.hand_back(py, false)
+    }
+
     /// The WebSocket is closed: its connection goes back to the reactor now, whatever the app
     /// does next. `vanished`: nothing more can reach the client (gone, or past
     /// `send_timeout`), so the fd closes at once and what is queued is dropped; else the

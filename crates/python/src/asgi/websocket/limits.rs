@@ -118,6 +118,9 @@ impl WebSocket {
         };
         let now = Instant::now();
         match session.ping_outstanding {
+            // Waiting for room in the receive budget, its reading paused, the pong may sit
+            // unread: that wait has its own bound (`ws_receive_buffer_timeout`, then 1013).
+            Some(_) if self.charge.waits() => {}
             Some(sent) if now.duration_since(sent) >= timeout => {
                 let _ = session.send_close(1011, "keepalive ping timeout");
                 self.closed = Some((1011, "keepalive ping timeout".into()));
