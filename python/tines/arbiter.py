@@ -259,15 +259,18 @@ class Arbiter(Master):
             close_in_child=[fleet.life_write, fleet.notify_read, *self.wakeup.fds(),
                             *([self.watcher.fileno()] if self.watcher is not None else []),
                             *filter(None, [self.notifier.fileno()]), *self.upgrade.inherited_fds(),
-                            *self.status.close_in_child(), *fleet.fork_server.fds()],
+                            *self.status.close_in_child(), *fleet.fork_server.fds(),
+                            *self.ready_fd_held()],
             master_pid=self.pid, app=self.app, settings=generation.worker_settings, hooks=generation.hooks,
             profile_dir=profiler.profile_path(generation.cfg, self.pid), standby=standby,
         )
+        # The fork server starts before pre_fork: what the hook does in the master for this
+        # worker must not reach every worker the fork server forks (docs/hooks.md).
+        if forkserver.wanted(generation.cfg) and fleet.fork_server.due(time.monotonic()):
+            fleet.fork_server.start(context)
         if generation.hooks.defines("pre_fork"):  # its views are O(workers): built only for it
             generation.hooks.call_logged("pre_fork", self.server_view(), WorkerView(
                 pid=None, slot=slot, generation=generation.number, mpm=generation.cfg.mpm))
-        if forkserver.wanted(generation.cfg) and fleet.fork_server.due(time.monotonic()):
-            fleet.fork_server.start(context)
         fleet.fork(context)
         return True
 
@@ -531,6 +534,9 @@ class Arbiter(Master):
         log.info("USR1: reopening log files")
         self.duty("reopen the error log", lambda: logs.reopen(self.cfg.error_log))
         self.fleet.signal_all(signal.SIGUSR1)
+        # The fork server's fds 1 and 2 are the old files, and it runs no Python to reopen
+        # them: the next worker is forked by a new one, forked from this reopened state.
+        self.fleet.fork_server.stop()
 
     def handle_usr2(self) -> None:
         """Binary upgrade: start a new master with the listeners; this one leaves once the new

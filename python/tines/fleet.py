@@ -132,15 +132,19 @@ class Fleet:
         # blocked, so a standby promoted while it boots takes it once booted; and with the stop
         # signals blocked, so a stop sent before it resets the master's handlers is not lost.
         previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, worker_process.BLOCKED_AT_FORK)
-        # Claimed before the fork: a claim after it could wipe the child's first records (the
-        # request a quick child died serving) if the master is slow to run again.
-        self.scoreboard.claim(context.slot, 0, context.generation)
-        pid = self.fork_server.fork(context)
-        if pid is None:
-            pid = os.fork()
-            if pid == 0:
-                worker_process.run(context)  # never returns
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        try:
+            # Claimed before the fork: a claim after it could wipe the child's first records
+            # (the request a quick child died serving) if the master is slow to run again.
+            self.scoreboard.claim(context.slot, 0, context.generation)
+            pid = self.fork_server.fork(context)
+            if pid is None:
+                pid = os.fork()
+                if pid == 0:
+                    worker_process.run(context)  # never returns
+        finally:
+            # Also when the fork failed (EAGAIN at a pid limit): a mask left blocked would keep
+            # every stop signal from the master for good.
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         self.scoreboard.set_pid(context.slot, pid)
         self.workers[pid] = Worker(pid, context.slot, context.generation, standby=context.standby)
         log.debug("spawned %s %d (slot %d)", "standby" if context.standby else "worker", pid, context.slot)

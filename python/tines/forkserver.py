@@ -24,6 +24,7 @@ import os
 import select
 import signal
 import struct
+import time
 import traceback
 from typing import NoReturn
 
@@ -46,8 +47,12 @@ stopped or wedged one): it kills it and forks by itself meanwhile."""
 
 RESTART_DELAY = 0.1
 RESTART_DELAY_MAX = 5.0
-"""The backoff between restarts of a fork server that keeps dying (the master forks by itself
-meanwhile, so nothing waits for it)."""
+"""The backoff between restarts of a fork server that keeps dying or wedging (the master forks
+by itself meanwhile, so nothing waits for it)."""
+
+STABLE_AFTER = 60.0
+"""Seconds a fork server must have served for its loss to count as a first one again (the
+backoff starts over at ``RESTART_DELAY``)."""
 
 
 def wanted(cfg: Config) -> bool:
@@ -69,6 +74,8 @@ class ForkServer:
         """The read end of the reply pipe (the master's)."""
         self.next_start = 0.0
         self.delay = RESTART_DELAY
+        self.started = 0.0
+        """When the running fork server was started (``time.monotonic()``)."""
 
     def due(self, now: float) -> bool:
         """A fork server should be started: none runs, and the backoff after the last one's
@@ -84,13 +91,19 @@ class ForkServer:
         # Born with the stop, retire and promotion signals blocked, as a worker is (tines.fleet):
         # it keeps them blocked, so each worker it forks is born with them blocked too.
         previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, worker_process.BLOCKED_AT_FORK)
-        pid = os.fork()
-        if pid == 0:
-            _serve(template, requests_read, replies_write, [self.requests, self.replies])  # never returns
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-        os.close(requests_read)
-        os.close(replies_write)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _serve(template, requests_read, replies_write, [self.requests, self.replies])  # never returns
+        except OSError:
+            self.forget()  # the master's ends; the caller forks by itself
+            raise
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+            os.close(requests_read)
+            os.close(replies_write)
         self.pid = pid
+        self.started = time.monotonic()
         log.debug("fork server %d started (generation %d)", pid, template.generation)
 
     def fork(self, context: worker_process.WorkerContext) -> int | None:
@@ -107,9 +120,11 @@ class ForkServer:
             reply = b""
             log.warning("fork server %d: %s", self.pid, error)
         if len(reply) != struct.calcsize(REPLY_FORMAT):
-            log.warning("fork server %d did not answer: forking workers in the master until it is restarted",
-                        self.pid)
+            lost, now = self.pid, time.monotonic()
             self.stop()
+            self.lost(now)
+            log.warning("fork server %d did not answer: forking workers in the master, starting another in %.1f s",
+                        lost, self.next_start - now)
             return None
         (pid,) = struct.unpack(REPLY_FORMAT, reply)
         if pid < 0:
@@ -123,12 +138,20 @@ class ForkServer:
             return False
         how = (f"killed by {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
                else f"exited with code {os.WEXITSTATUS(status)}")
-        log.warning("fork server %d %s: forking workers in the master, starting another in %.1f s",
-                    pid, how, self.delay)
         self.forget()
+        self.lost(now)
+        log.warning("fork server %d %s: forking workers in the master, starting another in %.1f s",
+                    pid, how, self.next_start - now)
+        return True
+
+    def lost(self, now: float) -> None:
+        """The fork server died or wedged (it is gone now): the next one starts after the
+        backoff, which doubles with each loss of a fork server that had not served
+        ``STABLE_AFTER`` seconds and starts over after one that had."""
+        if now - self.started >= STABLE_AFTER:
+            self.delay = RESTART_DELAY
         self.next_start = now + self.delay
         self.delay = min(self.delay * 2, RESTART_DELAY_MAX)
-        return True
 
     def stop(self) -> None:
         """Kill the fork server and reap it (its children are the master's: they stay)."""

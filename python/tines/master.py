@@ -182,6 +182,15 @@ class Master:
 
     # ----- what the world is told ------------------------------------------------------------
 
+    def ready_fd_held(self) -> list[int]:
+        """``--ready-fd`` while this master still holds it (until its ready line): a process it
+        forks meanwhile must close it, or a supervisor reading it to its end would wait for
+        that process's exit too. Not after it (the number may be another fd by then), nor in a
+        master started by an upgrade (its old master's)."""
+        if self.cfg.ready_fd is None or self.announced or self.upgrade.old_master is not None:
+            return []
+        return [self.cfg.ready_fd]
+
     def announce_ready(self) -> None:
         """Log and (with --ready-fd) write the machine-readable ready line, once."""
         self.announced = True

@@ -17,6 +17,7 @@ from typing import Any
 from conftest import alive, children, http_get, process_group, wait_until
 
 FORKER_APP = '''import os
+import sys
 
 VERSION = "{version}"
 forker = None
@@ -31,6 +32,7 @@ os.register_at_fork(before=remember_forker)
 
 
 def app(environ, start_response):
+    print(f"answered by {{os.getpid()}}", file=sys.stderr, flush=True)
     body = f"{{VERSION}} {{os.getpid()}} {{os.getppid()}} {{forker}}".encode()
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
     return [body]
@@ -140,3 +142,26 @@ def test_hup_with_preload_starts_a_new_master_whose_fork_server_serves_the_new_c
     assert {parent for _, _, parent, _ in answers} == {master}
     forkers = {forker for _, _, _, forker in answers}
     assert len(forkers) == 1 and forkers != {master} and forkers <= set(children(master))
+
+
+def test_after_usr1_the_workers_write_to_the_reopened_error_log(tines_server: Any, tmp_path: Path) -> None:
+    # The fork server's stderr is the error log as it was when it was forked, and it runs no
+    # Python to reopen it: USR1 replaces it, so workers forked after the rotation write to the
+    # new file, not to the rotated one (which logrotate then compresses or deletes).
+    error_log = tmp_path / "error.log"
+    server = tines_server("forker_app:app", *PER_REQUEST, "--error-log", str(error_log),
+                          env=forker_app(tmp_path))
+    first = int(wait_until(lambda: (match := re.search(r"fork server (\d+) started", error_log.read_text()))
+                           and match.group(1), what="the fork server"))
+    ask(server.port)
+    rotated = tmp_path / "error.log.1"
+    error_log.rename(rotated)
+    server.signal(signal.SIGUSR1)
+    wait_until(lambda: error_log.exists() and "USR1: reopening log files" in rotated.read_text()
+               and not alive(first), what="the reopen and the old fork server's end")
+    # The first answer may come from the standby forked before the rotation (forked with the
+    # old file); the ones after it were forked by the new fork server.
+    pids = [ask(server.port)[1] for _ in range(4)][1:]
+    text = error_log.read_text()
+    assert all(f"answered by {pid}" in text for pid in pids), text
+    assert not any(f"answered by {pid}" in rotated.read_text() for pid in pids)

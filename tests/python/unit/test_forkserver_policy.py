@@ -32,3 +32,23 @@ def test_a_request_is_the_nine_bytes_the_fork_server_reads() -> None:
     assert struct.calcsize(forkserver.REQUEST_FORMAT) == 9  # REQUEST_SIZE in fork_server.rs
     assert struct.pack(forkserver.REQUEST_FORMAT, 3, 2, True) == bytes([3, 0, 0, 0, 2, 0, 0, 0, 1])
     assert struct.calcsize(forkserver.REPLY_FORMAT) == 4
+
+
+def test_every_loss_backs_off_and_a_fork_server_that_served_a_while_starts_the_backoff_over() -> None:
+    # A loss found by reaping it and one found by asking it for a fork (a broken pipe, no
+    # reply) both go through lost(): the next start waits, twice as long after each quick loss.
+    server = forkserver.ForkServer()
+    server.started = 100.0
+    server.lost(100.5)
+    assert server.next_start == pytest.approx(100.5 + forkserver.RESTART_DELAY)
+    assert not server.due(100.5) and server.due(100.5 + forkserver.RESTART_DELAY)
+    server.started = 101.0
+    server.lost(101.1)
+    assert server.next_start == pytest.approx(101.1 + 2 * forkserver.RESTART_DELAY)
+    for _ in range(10):
+        server.lost(101.2)
+    assert server.next_start == pytest.approx(101.2 + forkserver.RESTART_DELAY_MAX)
+    # One that served STABLE_AFTER seconds: its loss is a first one again.
+    server.started = 200.0
+    server.lost(200.0 + forkserver.STABLE_AFTER)
+    assert server.next_start == pytest.approx(200.0 + forkserver.STABLE_AFTER + forkserver.RESTART_DELAY)
