@@ -165,3 +165,58 @@ def test_after_usr1_the_workers_write_to_the_reopened_error_log(tines_server: An
     text = error_log.read_text()
     assert all(f"answered by {pid}" in text for pid in pids), text
     assert not any(f"answered by {pid}" in rotated.read_text() for pid in pids)
+
+
+THREAD_STATE_APP = '''import ctypes
+import platform
+import signal
+import threading
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def main_thread_reachable():
+    # glibc's pthread_kill from another thread uses the thread id cached in the main thread's
+    # descriptor: the fork server's unless the clone wrote the child's (CLONE_CHILD_SETTID).
+    outcome = []
+    def probe():
+        try:
+            signal.pthread_kill(threading.main_thread().ident, 0)
+            outcome.append("reachable")
+        except OSError as error:
+            outcome.append(type(error).__name__)
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    return outcome[0]
+
+
+def robust_list():
+    if platform.machine() != "x86_64":
+        return "unknown"
+    head, length = ctypes.c_void_p(), ctypes.c_size_t()
+    if libc.syscall(274, 0, ctypes.byref(head), ctypes.byref(length)) != 0:  # get_robust_list
+        return "unknown"
+    return "registered" if head.value else "none"
+
+
+def app(environ, start_response):
+    body = f"{main_thread_reachable()} {robust_list()}".encode()
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+    return [body]
+'''
+
+
+def test_a_worker_forked_by_the_fork_server_has_its_own_thread_id_and_robust_list(
+        tines_server: Any, tmp_path: Path) -> None:
+    # What glibc's fork does for the child and the raw clone must do too: the kernel writes
+    # the child's thread id where glibc caches it (else pthread_kill of the main thread from
+    # another thread fails with ESRCH, and recursive or robust mutexes see the wrong owner),
+    # and the child registers its robust-mutex list again (else a worker killed holding a
+    # robust process-shared mutex leaves it locked for good).
+    (tmp_path / "thread_state_app.py").write_text(THREAD_STATE_APP)
+    server = tines_server("thread_state_app:app", *PER_REQUEST,
+                          env={"PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"})
+    fork_server_started(server)
+    answers = {http_get(server.port, close=True)[1] for _ in range(3)}
+    assert answers <= {b"reachable registered", b"reachable unknown"}, answers
