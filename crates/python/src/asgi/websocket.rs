@@ -370,46 +370,6 @@ impl WebSocket {
         Ok(())
     }
 
-    /// Reads again if reading was paused and the app (or the client) caught up. Bytes that
-    /// arrived meanwhile raised their edge already: they are read now, not on an event.
-    fn resume_reading(&mut self, py: Python<'_>) -> PyResult<()> {
-        if self.paused && !self.must_pause(py) {
-            self.paused = false;
-            self.on_readable(py)?;
-        }
-        Ok(())
-    }
-
-    /// True when the app has a message's worth waiting in its inbox.
-    fn inbox_full(&self, py: Python<'_>) -> bool {
-        let limit = self
-            .waiter
-            .worker
-            .borrow(py)
-            .reactor
-            .config()
-            .ws_max_message_size
-            .max(1 << 20);
-        self.inbox_bytes >= limit as usize
-    }
-
-    /// True when reading must wait: the app has a message's worth waiting in its inbox, or
-    /// the client reads nothing and more than `max_response_buffer` (pongs, echoes) waits,
-    /// or the worker's receive budget has no room.
-    fn must_pause(&mut self, py: Python<'_>) -> bool {
-        let limit = self.waiter.worker.borrow(py).max_response_buffer;
-        if self.inbox_full(py)
-            || self
-                .session
-                .as_mut()
-                .is_some_and(|session| session.unsent() > limit)
-        {
-            self.charge.stop_waiting();
-            return true;
-        }
-        !self.budget_allows(py)
-    }
-
     /// Answers the handshake with a refusal: `status`, the app's `headers`, `body`.
     fn deny(
         &mut self,

@@ -1,5 +1,6 @@
-//! The WebSocket's side of its worker's limits (`ws_limits`, ADR 0027): charging the receive
-//! budget with what it holds, waiting for room before it reads, and the closes the tick
+//! The WebSocket's side of its worker's limits (`ws_limits`, ADR 0027): when its reading pauses
+//! (a message's worth in the app's inbox, a client that reads nothing, no room in the receive
+//! budget) and resumes, charging the budget with what it holds, and the closes the tick
 //! decides: 1011 after a keep-alive ping goes unanswered for `ws_ping_timeout`, 1001 after
 //! `ws_idle_timeout` without a data message, 1013 after waiting `ws_receive_buffer_timeout`
 //! for room.
@@ -14,6 +15,46 @@ use pyo3::prelude::*;
 use super::{WebSocket, WsState};
 
 impl WebSocket {
+    /// Reads again if reading was paused and the app (or the client) caught up. Bytes that
+    /// arrived meanwhile raised their edge already: they are read now, not on an event.
+    pub(super) fn resume_reading(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.paused && !self.must_pause(py) {
+            self.paused = false;
+            self.on_readable(py)?;
+        }
+        Ok(())
+    }
+
+    /// True when the app has a message's worth waiting in its inbox.
+    pub(super) fn inbox_full(&self, py: Python<'_>) -> bool {
+        let limit = self
+            .waiter
+            .worker
+            .borrow(py)
+            .reactor
+            .config()
+            .ws_max_message_size
+            .max(1 << 20);
+        self.inbox_bytes >= limit as usize
+    }
+
+    /// True when reading must wait: the app has a message's worth waiting in its inbox, or
+    /// the client reads nothing and more than `max_response_buffer` (pongs, echoes) waits,
+    /// or the worker's receive budget has no room.
+    pub(super) fn must_pause(&mut self, py: Python<'_>) -> bool {
+        let limit = self.waiter.worker.borrow(py).max_response_buffer;
+        if self.inbox_full(py)
+            || self
+                .session
+                .as_mut()
+                .is_some_and(|session| session.unsent() > limit)
+        {
+            self.charge.stop_waiting();
+            return true;
+        }
+        !self.budget_allows(py)
+    }
+
     /// True when the worker's receive budget has room for this WebSocket's reading; else it
     /// waits, woken when room opens (closed with 1013 if it waits too long).
     pub(super) fn budget_allows(&mut self, py: Python<'_>) -> bool {
