@@ -142,6 +142,9 @@ pub struct WorkerConfig {
     pub server_header: Vec<u8>,
     /// Access log destination: `None` off, `Some("-")` stdout, else a file path.
     pub access_log: Option<String>,
+    /// The error log's file, reopened onto fd 2 on `USR1` as the master reopens its own
+    /// (`None`: stderr, `-`, left as it is).
+    pub error_log: Option<String>,
     /// How access-log lines are laid out (`access_log_format`).
     pub access_log_format: crate::access_log::Format,
     /// Paths not access-logged: exact, or a prefix when ending with `*` (`access_log_exclude`).
@@ -251,6 +254,7 @@ impl Default for WorkerConfig {
             max_body_drain: 64 * 1024,
             server_header: b"tines".to_vec(),
             access_log: None,
+            error_log: None,
             access_log_format: Default::default(),
             access_log_exclude: Vec::new(),
             max_requests: 0,

@@ -58,3 +58,27 @@ pub fn debug(message: &str) {
         write_line("DEBUG", message);
     }
 }
+
+/// Puts the error log's file `path` on fd 2 again (`USR1`, after a rotation): the master does
+/// the same for itself (`tines.logs.reopen`), and a worker's fd 2 would otherwise stay the
+/// rotated file for its whole life. `dup2` swaps it atomically, so a line written meanwhile
+/// goes to one file or the other, whole; faulthandler and Python's `sys.stderr` write to fd 2
+/// by number and follow. A file that cannot be opened (a worker under `user` without the right
+/// to it) is logged to the old one, which stays.
+pub fn reopen_stderr(path: &str) {
+    use std::os::fd::AsRawFd;
+    let opened = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path);
+    match opened {
+        // SAFETY: dup2 onto fd 2 of a file we hold open; the File closes its own fd after.
+        Ok(file) => unsafe {
+            if libc::dup2(file.as_raw_fd(), 2) < 0 {
+                let err = std::io::Error::last_os_error();
+                error(&format!("cannot reopen the error log {path}: {err}"));
+            }
+        },
+        Err(err) => error(&format!("cannot reopen the error log {path}: {err}")),
+    }
+}

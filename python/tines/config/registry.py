@@ -324,8 +324,8 @@ _REGISTRY = (
             positive_seconds, 0.01, ("--profile-interval",), "SECONDS"),
     Setting("profile_dir", "Logging", "Where each worker writes its profile (`profile`): `<pid>.json`, rewritten every 5 seconds and when the worker stops; files of exited workers stay, so the profile accumulates until the directory is emptied. Made by the master at start (refused, exit 2, when it cannot be). A relative path is taken from the directory `tines` starts in.",
             optional_text, None, ("--profile-dir",), "DIR", default_text="$TMPDIR/tines-profile-<master pid>"),
-    Setting("error_log", "Logging", "Error log: a file path, or `-` for stderr.",
-            text, "-", ("--error-log",), "PATH"),
+    Setting("error_log", "Logging", "Error log: a file path, or `-` for stderr. `USR1` reopens it, in the master and in every worker (after a rotation, what a worker writes to stderr goes to the new file).",
+            text, "-", ("--error-log",), "PATH", worker=True),
     Setting("log_level", "Logging", "Least severe level written to the error log.",
             text, "info", ("--log-level",), choices=("debug", "info", "warning", "error", "critical"), worker=True),
     # Process

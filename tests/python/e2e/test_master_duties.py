@@ -1,6 +1,7 @@
 """A duty of the master that fails is logged with its name and traceback, and the master goes
 on serving (tines.duties). The failure here is a real one: log rotation that left a directory
-where the error log file was, so USR1's reopen cannot open it."""
+where the error log file was, so USR1's reopen cannot open it. And USR1's reopen reaches the
+running workers' fd 2 too."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import re
 import signal
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from conftest import alive, http_get, wait_until
 
@@ -46,3 +49,39 @@ def test_a_failing_log_reopen_is_logged_and_the_master_goes_on_serving(tines_ser
     wait_for(error_log, r"master duty 'reopen the error log' works again after 2 failures")
     assert rotated.read_text().count("master duty 'reopen the error log' failed, the master goes on") == 1
     assert http_get(server.port) == (200, b"OK")
+
+
+STDERR_APP = '''import os
+import sys
+
+
+def app(environ, start_response):
+    print(f"answered by {os.getpid()} on {environ['PATH_INFO']}", file=sys.stderr, flush=True)
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+    return [b"OK"]
+'''
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "event"])
+def test_after_usr1_a_running_worker_writes_to_the_reopened_error_log(tines_server: Any, tmp_path: Path,
+                                                                      mpm: str) -> None:
+    # The master reopens its error log on USR1; a worker that was running goes on too, with the
+    # new file on its fd 2 (before, it wrote to the rotated file until it exited).
+    (tmp_path / "stderr_app.py").write_text(STDERR_APP)
+    error_log = tmp_path / "error.log"
+    server = tines_server("stderr_app:app", "-w", "1", "--mpm", mpm, "--error-log", str(error_log),
+                          env={"PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"})
+    assert http_get(server.port, "/before") == (200, b"OK")
+    [worker] = server.worker_pids()
+    wait_for(error_log, rf"answered by {worker} on /before")
+    rotated = tmp_path / "error.log.1"
+    error_log.rename(rotated)
+    server.signal(signal.SIGUSR1)
+    wait_for(rotated, r"USR1: reopening log files")
+    # The worker reopens in its loop's next turn after the signal: ask until a line lands in
+    # the new file (every answer's line is in one file or the other, whole).
+    def answered_in_new_file() -> bool:
+        assert http_get(server.port, "/after") == (200, b"OK")
+        return error_log.exists() and f"answered by {worker} on /after" in error_log.read_text()
+    wait_until(answered_in_new_file, what="a line of the running worker's in the reopened file")
+    assert server.worker_pids() == [worker]

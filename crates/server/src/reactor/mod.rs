@@ -327,6 +327,9 @@ impl Reactor {
             if let Some(log) = &self.shared.access_log {
                 log.reopen();
             }
+            if let Some(path) = &self.shared.config.error_log {
+                crate::log::reopen_stderr(path);
+            }
         }
         // The dump signal's handler woke the loop through the same self-pipe.
         if crate::dump_signal::take_request() {
