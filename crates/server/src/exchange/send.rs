@@ -3,7 +3,7 @@
 //! pending output ([`crate::pending`]). A complete body (a WSGI list) goes to the worker's
 //! response store: memory up to `response_buffer_total`, then a spill file up to
 //! `buffer_disk_total`. A WSGI body the app is still producing may leave up to
-//! `max_response_buffer` in memory and, once its client proved slow (`STREAM_GRACE`), the
+//! `max_response_buffer` in memory and, once its client proved slow ([`stream_grace`]), the
 //! rest of `max_stream_buffer` in a spill file (ADR 0024); an ASGI one, `max_response_buffer`
 //! in memory. A file body is queued as a range of a duplicate of its fd. Only when that does
 //! not fit does the slot wait for the client (`send_timeout` per wait).
@@ -165,7 +165,7 @@ impl Exchange {
             // A stream whose share of memory is full (ADR 0024): a client that keeps pace is
             // written to straight from the app's bytes, as before; one that does not is slow,
             // and the rest of the stream may go on into a spill file.
-            let Some(written) = keep_pace(&output, link, parts, *written)? else {
+            let Some(written) = keep_pace(&output, link, parts, *written, timeout)? else {
                 return Ok(());
             };
             store = Store::Spooled {
@@ -334,15 +334,34 @@ impl Exchange {
     }
 }
 
-/// How long a stream's slot waits for its client, once the stream's share of memory is full,
-/// before it calls the client slow and spills (ADR 0024): the client must take what is queued
-/// (up to `max_response_buffer`) and the new block within it, about 20 MiB/s at the defaults.
-/// A reader that keeps pace is written to straight from the app's bytes, with no copy into a
-/// file; a trickle of reads does not keep the slot, since the grace is not renewed by
-/// progress.
+/// The least time a stream's slot waits for its client, once the stream's share of memory is
+/// full, before it calls the client slow and spills (ADR 0024): what a small block needs.
 const STREAM_GRACE: Duration = Duration::from_millis(50);
 
-/// Waits up to [`STREAM_GRACE`] for the client to take what `output` holds and then `parts`
+/// The rate (bytes per second) a client must keep up within the grace not to be called slow.
+/// Below it, its bytes go through a spill file; above it, they go out straight from the app's
+/// memory, at no cost of a copy.
+const KEEP_PACE_RATE: u64 = 20 << 20;
+
+/// The longest a slot waits for a client before it calls it slow, whatever the block: the
+/// wait holds the slot, and a slow reader costs it once per stream.
+const STREAM_GRACE_MAX: Duration = Duration::from_secs(1);
+
+/// How long a stream's slot waits for its client to take `at_stake` bytes (what is queued, up
+/// to `max_response_buffer`, and the new block) before it calls it slow (ADR 0024): the least
+/// grace plus the time those bytes take at [`KEEP_PACE_RATE`], so that the rate a client must
+/// keep does not grow with the block (a fixed 50 ms asked 190 MB/s of the reader of an 8 MiB
+/// block); at most [`STREAM_GRACE_MAX`] and never beyond `send_timeout`. A reader that keeps
+/// pace is written to straight from the app's bytes, with no copy into a file; a trickle of
+/// reads does not keep the slot, since the grace is not renewed by progress.
+fn stream_grace(at_stake: u64, send_timeout: Duration) -> Duration {
+    let micros = at_stake.saturating_mul(1_000_000) / KEEP_PACE_RATE;
+    (STREAM_GRACE + Duration::from_micros(micros))
+        .min(STREAM_GRACE_MAX)
+        .min(send_timeout)
+}
+
+/// Waits up to [`stream_grace`] for the client to take what `output` holds and then `parts`
 /// from byte `written` on, straight from the caller's memory. `None` when all was written;
 /// else where the client stopped keeping pace (the rest is the store's).
 fn keep_pace(
@@ -350,12 +369,14 @@ fn keep_pace(
     link: Link,
     parts: &[&[u8]],
     mut written: usize,
+    send_timeout: Duration,
 ) -> io::Result<Option<usize>> {
-    let deadline = Instant::now() + STREAM_GRACE;
+    let total: usize = parts.iter().map(|part| part.len()).sum();
+    let at_stake = output.with(|pending| pending.unsent()) + (total - written) as u64;
+    let deadline = Instant::now() + stream_grace(at_stake, send_timeout);
     if !output.write_all_until(deadline)? {
         return Ok(Some(written));
     }
-    let total: usize = parts.iter().map(|part| part.len()).sum();
     loop {
         while written < total {
             match link.write_vectored(parts, written)? {
@@ -369,5 +390,36 @@ fn keep_pace(
         if !writable_by(link, deadline)? {
             return Ok(Some(written));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streams_grace_asks_the_same_rate_of_its_reader_whatever_the_block_up_to_a_second() {
+        let long = Duration::from_secs(60);
+        assert_eq!(stream_grace(0, long), STREAM_GRACE);
+        // The default share of memory and a 64 KiB block: about 103 ms.
+        let small = stream_grace((1 << 20) + (64 << 10), long);
+        assert_eq!(small, Duration::from_micros(50_000 + 53_125));
+        // The share and an 8 MiB block: 450 ms more, so a 1 GbE reader keeps pace.
+        let large = stream_grace(9 << 20, long);
+        assert_eq!(large, Duration::from_millis(500));
+        // The rate asked of the reader (bytes over the grace beyond the least) is the same.
+        for at_stake in [1u64 << 20, (1 << 20) + (64 << 10), 9 << 20, 18 << 20] {
+            let beyond = stream_grace(at_stake, long) - STREAM_GRACE;
+            assert_eq!(
+                at_stake * 1_000_000 / beyond.as_micros() as u64,
+                KEEP_PACE_RATE
+            );
+        }
+        // Capped, and never beyond the send timeout, however many bytes.
+        assert_eq!(stream_grace(64 << 20, long), STREAM_GRACE_MAX);
+        assert_eq!(stream_grace(u64::MAX, long), STREAM_GRACE_MAX);
+        let short = Duration::from_millis(30);
+        assert_eq!(stream_grace(9 << 20, short), short);
+        assert_eq!(stream_grace(0, short), short);
     }
 }

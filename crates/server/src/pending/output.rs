@@ -21,8 +21,10 @@ pub enum Store {
     Streamed(usize),
     /// A body still being produced by a slot that would otherwise wait for the client (a
     /// WSGI stream, ADR 0024): at most `memory` bytes in memory for the response, then
-    /// (once its client was found slow, or while a spill range is its last segment) a spill
-    /// file, at most `cap` unsent bytes in all.
+    /// (once its client was found slow, or while a spill range is its last segment) spill
+    /// files, at most `cap` unsent bytes in all. No spill file grows past `cap` (a block that
+    /// would take it there starts a new one), so the files on disk hold at most `2 * cap`:
+    /// the one being sent, and the later ones, all unsent.
     Spooled {
         /// The response's share of memory (`max_response_buffer`).
         memory: usize,
@@ -73,9 +75,20 @@ impl Store {
     }
 
     /// Whether this is a stream that may spill (its blocks come over time, so once one
-    /// spilled, the next go on into the same file while it is queued).
+    /// spilled, the next go on to disk while a spill range is queued last).
     fn streams_to_disk(self) -> bool {
         matches!(self, Store::Spooled { .. })
+    }
+
+    /// Whether `bytes` more may be appended to a spill file of `len` bytes. A stream's file
+    /// stays queued as long as its client never catches up, and its sent bytes stay on disk
+    /// (and charged) until it closes: past the cap, a new file is started, and the old one
+    /// closes once its last range is sent.
+    fn may_append(self, len: u64, bytes: usize) -> bool {
+        match self {
+            Store::Spooled { cap, .. } => len.saturating_add(bytes as u64) <= cap,
+            Store::Streamed(_) | Store::Complete => true,
+        }
     }
 }
 
@@ -234,7 +247,8 @@ impl Output {
             let limit = store.memory();
             // Past a stream's cap nothing more is queued: the slot waits (ADR 0024).
             let room = bytes == 0 || store.has_room(|| pending.unsent(), bytes);
-            // A stream that spills keeps spilling into the same file until it is sent.
+            // A stream that spills keeps spilling (into the same file, up to its cap) until
+            // what it spilled is sent.
             let ends_in_spill = pending.ends_in_spill();
             let to_memory = room && !(store.streams_to_disk() && ends_in_spill);
             let queued_now = bytes == 0
@@ -246,7 +260,10 @@ impl Output {
             } else if to_memory && bytes > LOCKED_COPY && pending.reserve(buffers, bytes, limit) {
                 Some(Staging::Copy)
             } else if room && store.spills(ends_in_spill) {
-                Some(Staging::Spill(pending.spill_target()))
+                let target = pending.spill_target();
+                Some(Staging::Spill(
+                    target.filter(|file| store.may_append(file.len(), bytes)),
+                ))
             } else {
                 self.note_queued(&state);
                 self.release(state);

@@ -239,8 +239,8 @@ impl Pending {
         }
     }
 
-    /// The spill file the next spilled bytes go to: the last segment's, when it is a spill
-    /// range (a new file is started otherwise).
+    /// The spill file the next spilled bytes may go to: the last segment's, when it is a
+    /// spill range (a new file is started otherwise, or when the store caps the file).
     pub(super) fn spill_target(&self) -> Option<Arc<SpillFile>> {
         match self.segments.back() {
             Some(Segment::Spill { file, .. }) => Some(Arc::clone(file)),
@@ -248,9 +248,10 @@ impl Pending {
         }
     }
 
-    /// Whether the last segment is a spill range. A stream's later blocks go on into it rather
-    /// than into memory freed meanwhile: its bytes would otherwise alternate between memory
-    /// and a new spill file each time memory filled again (one descriptor per file).
+    /// Whether the last segment is a spill range. A stream's later blocks go on into its file
+    /// (or, past the stream's cap, a new one) rather than into memory freed meanwhile: its
+    /// bytes would otherwise alternate between memory and a new spill file each time memory
+    /// filled again (one descriptor per file).
     pub(super) fn ends_in_spill(&self) -> bool {
         matches!(self.segments.back(), Some(Segment::Spill { .. }))
     }

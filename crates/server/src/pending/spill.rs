@@ -30,6 +30,15 @@ impl SpillFile {
         }))
     }
 
+    /// The file's length: every byte appended, sent or not (what it holds on disk and is
+    /// charged for until it closes).
+    pub(super) fn len(&self) -> u64 {
+        self.appender
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .len()
+    }
+
     /// Appends `parts` from byte `*skip` on, advancing `*skip` past what was appended;
     /// returns the file's length before and after (the bytes to publish), and why it stopped
     /// early if it did ([`SpoolError::BudgetFull`] when `buffer_disk_total` has no room for

@@ -475,3 +475,72 @@ fn a_spooled_stream_spills_only_once_called_slow_keeps_spilling_and_refuses_what
     output.close();
     std::fs::remove_dir(&dir).unwrap();
 }
+
+#[test]
+fn a_stream_read_a_little_slower_than_it_is_produced_keeps_its_spill_files_within_twice_its_cap() {
+    // A spill range stays the queue's last segment as long as the client never catches up,
+    // so the stream's blocks keep going to disk; the unsent bytes stay under the cap, but
+    // the file must not grow past it with bytes already sent (ADR 0024).
+    let dir = scratch_dir("bounded");
+    let buffers = buffers(64 << 20, 1 << 30, &dir);
+    let (a, mut b) = UnixStream::pair().unwrap();
+    a.set_nonblocking(true).unwrap();
+    b.set_nonblocking(true).unwrap();
+    let output = Output::new(raw(&a));
+    let cap: u64 = 4 << 20;
+    let slow = Store::Spooled {
+        memory: 0,
+        cap,
+        spill: true,
+    };
+    // The socket is full, and a backlog larger than it waits: the reader never catches up.
+    let filler = pattern(0, 250_000);
+    let mut at = 0;
+    while let Some(n) = raw(&a).write_vectored(&[&filler], at).unwrap() {
+        at += n;
+    }
+    assert!(at < filler.len(), "the socket took part of it");
+    let handed = output.hand_over(&buffers, &[&filler], at, slow);
+    assert_eq!(handed.unwrap(), HandOver::Queued);
+    // Blocks of 16 KiB, of which the client reads 99% before the next one comes.
+    let (block_words, read_per_block) = (4096u32, 16_384 * 99 / 100);
+    let mut next = 250_000u32;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; read_per_block];
+    let mut most = 0;
+    for _ in 0..1500 {
+        let block = pattern(next, block_words);
+        next += block_words;
+        let handed = output.hand_over(&buffers, &[&block], 0, slow);
+        assert_eq!(handed.unwrap(), HandOver::Queued, "within the cap");
+        let mut want = read_per_block;
+        while want > 0 {
+            match b.read(&mut buf[..want]) {
+                Ok(n) => {
+                    got.extend_from_slice(&buf[..n]);
+                    want -= n;
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(err) => panic!("{err}"),
+            }
+        }
+        most = most.max(buffers.disk.used());
+        assert!(
+            output.with(|pending| pending.unsent()) > 0,
+            "the client never catches up"
+        );
+    }
+    assert!(
+        most <= 2 * cap,
+        "the spill files held {most} bytes, more than twice the cap"
+    );
+    assert!(u64::from(next) * 4 > 5 * cap, "the stream passed its cap");
+    b.set_nonblocking(false).unwrap();
+    let rest = reader(b);
+    output.write_all(Duration::from_secs(10)).unwrap();
+    drop(a);
+    got.extend(rest.join().unwrap());
+    assert!(got == pattern(0, next), "bytes arrived out of order");
+    assert_eq!(buffers.disk.used(), 0, "every file closed once sent");
+    std::fs::remove_dir(&dir).unwrap();
+}
