@@ -25,6 +25,7 @@ from collections.abc import Callable
 import pytest
 
 from conftest import APPS, ROOT, Server, http_get, wait_until
+from test_websocket import close_code, read_frame, rss_kib
 
 APP = "asgi_ws_limits:app"
 DEFLATE = b"Sec-WebSocket-Extensions: permessage-deflate\r\n"
@@ -65,25 +66,6 @@ def deflated(payload: bytes) -> bytes:
     return data[:-4]
 
 
-def read_frame(sock: socket.socket) -> tuple[int, bytes]:
-    """One server frame (unmasked, not compressed: the server compresses none under 64 bytes)."""
-    def exactly(n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            assert chunk, f"closed after {data!r}"
-            data += chunk
-        return data
-
-    first, second = exactly(2)
-    length = second & 0x7F
-    if length == 126:
-        length = struct.unpack("!H", exactly(2))[0]
-    elif length == 127:
-        length = struct.unpack("!Q", exactly(8))[0]
-    return first & 0x0F, exactly(length)
-
-
 def next_frame(sock: socket.socket) -> tuple[int, bytes]:
     """The next frame other than the server's keep-alive pings (answered)."""
     while True:
@@ -93,23 +75,11 @@ def next_frame(sock: socket.socket) -> tuple[int, bytes]:
         sock.sendall(frame(0xA, payload))
 
 
-def close_code(payload: bytes) -> int:
-    return int(struct.unpack("!H", payload[:2])[0])
-
-
 def echo(sock: socket.socket, text: bytes) -> bytes:
     sock.sendall(frame(0x1, text))
     opcode, payload = next_frame(sock)
     assert opcode == 0x1, (opcode, payload)
     return payload
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 # --- item 4: the ceiling --------------------------------------------------------------------------
