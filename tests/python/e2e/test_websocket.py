@@ -31,7 +31,8 @@ def url(server: Server, path: str = "/echo") -> str:
 
 # --- a raw client, for frames a library would never send ----------------------------------------
 
-def handshake(server: Server, path: str = "/echo", extra: bytes = b"") -> socket.socket:
+def upgrade(server: Server, path: str = "/echo", extra: bytes = b"") -> tuple[socket.socket, bytes]:
+    """A new connection's handshake, and the head of its answer (101 or a refusal)."""
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=20)
     key = base64.b64encode(os.urandom(16))
     sock.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
@@ -42,6 +43,11 @@ def handshake(server: Server, path: str = "/echo", extra: bytes = b"") -> socket
         chunk = sock.recv(1)
         assert chunk, head
         head += chunk
+    return sock, head
+
+
+def handshake(server: Server, path: str = "/echo", extra: bytes = b"") -> socket.socket:
+    sock, head = upgrade(server, path, extra)
     assert head.startswith(b"HTTP/1.1 101 "), head
     return sock
 

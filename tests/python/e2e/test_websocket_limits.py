@@ -11,8 +11,6 @@ Every wait is on a frame, a close, a response or a log line: assertions are on o
 
 from __future__ import annotations
 
-import base64
-import os
 import select
 import socket
 import struct
@@ -25,25 +23,10 @@ from collections.abc import Callable
 import pytest
 
 from conftest import APPS, ROOT, Server, http_get, wait_until
-from test_websocket import close_code, read_frame, rss_kib
+from test_websocket import close_code, read_frame, rss_kib, upgrade
 
 APP = "asgi_ws_limits:app"
 DEFLATE = b"Sec-WebSocket-Extensions: permessage-deflate\r\n"
-
-
-def upgrade(server: Server, path: str = "/echo", extra: bytes = b"") -> tuple[socket.socket, bytes]:
-    """A new connection's handshake, and the head of its answer (101 or a refusal)."""
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=20)
-    key = base64.b64encode(os.urandom(16))
-    sock.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
-                 b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + key
-                 + b"\r\n" + extra + b"\r\n")
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(1)
-        assert chunk, head
-        head += chunk
-    return sock, head
 
 
 def frame(opcode: int, payload: bytes, compressed: bool = False) -> bytes:
