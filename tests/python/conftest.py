@@ -30,6 +30,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = Path(__file__).resolve().parent / "e2e" / "apps"
+
+
+def nobody_reaches_the_apps() -> bool:
+    """Whether a worker switched to the user nobody can import the test apps: root, and every
+    directory down to them open to others (a clone under a private directory, as `mktemp -d`
+    makes, is not). Tests of `--user nobody` skip, with this reason, when it cannot."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        return subprocess.run(["test", "-r", str(APPS), "-a", "-x", str(APPS)], user="nobody",
+                              capture_output=True).returncode == 0
+    except (PermissionError, KeyError):
+        return False
+
+
+NOBODY_REACHES_THE_APPS = nobody_reaches_the_apps()
+NOBODY_SKIP_REASON = "needs root, and the test apps readable by the user nobody (not under a private directory)"
 READY_DEADLINE = 30.0
 """Generous: a loaded CI machine may take seconds to import Flask in every worker."""
 

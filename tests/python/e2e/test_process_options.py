@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import APPS, ROOT, wait_until
+from conftest import APPS, NOBODY_REACHES_THE_APPS, NOBODY_SKIP_REASON, ROOT, wait_until
 
 COMBINED = re.compile(
     r'^127\.0\.0\.1 - - \[\d{2}/\w{3}/\d{4}:\d{2}:\d{2}:\d{2} \+0000\] '
@@ -96,7 +96,7 @@ def test_chdir_changes_the_working_directory_before_loading_the_app(tines_server
     assert connection.getresponse().read().decode() == str(tmp_path)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
+@pytest.mark.skipif(not NOBODY_REACHES_THE_APPS, reason=NOBODY_SKIP_REASON)
 def test_user_and_group_are_dropped_after_binding(tines_server: Any, tmp_path: Path) -> None:
     nobody = pwd.getpwnam("nobody")
     os.chmod(tmp_path, 0o755)

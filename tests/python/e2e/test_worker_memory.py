@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import http_get, wait_until
+from conftest import NOBODY_REACHES_THE_APPS, NOBODY_SKIP_REASON, http_get, wait_until
 from test_cli_errors import assert_one_line_error, tines
 from test_status import fetch, status_port
 from test_status import status as status_json
@@ -36,7 +36,7 @@ def test_a_leaking_worker_above_max_worker_memory_is_recycled_with_no_failed_req
     assert_recycled_at(server, "USS", 64, rf"RSS {SIZE}, PSS {SIZE}, USS {SIZE}")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
+@pytest.mark.skipif(not NOBODY_REACHES_THE_APPS, reason=NOBODY_SKIP_REASON)
 def test_under_user_a_leaking_worker_is_recycled_at_max_worker_memory_on_its_rss(tines_server: object) -> None:
     # After the switch to nobody the workers' smaps_rollup is root's: the master reads their RSS
     # from /proc/PID/status (issue 41, item 6; before, sampling went off with a warning).
