@@ -65,6 +65,7 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         },
         trusted_proxies,
         proxy_protocol: get(settings, "proxy_protocol")?,
+        tls: None,
         max_connections: get::<usize>(settings, "max_connections")?.max(1),
         max_queued_requests: get(settings, "max_queued_requests")?,
         max_concurrency: get(settings, "max_concurrency")?,
@@ -147,7 +148,7 @@ pub fn worker_config_fields(
         None => WorkerConfig::default(),
     };
     Ok(fields_of!(config;
-        mpm, threads, trusted_proxies, proxy_protocol, max_connections, max_queued_requests,
+        mpm, threads, trusted_proxies, proxy_protocol, tls, max_connections, max_queued_requests,
         max_concurrency, ws_max_connections, ws_max_message_size, ws_receive_buffer_total,
         ws_receive_buffer_timeout, ws_idle_timeout, ws_per_message_deflate,
         ws_server_max_window_bits, ws_ping_interval, ws_ping_timeout, max_response_buffer,

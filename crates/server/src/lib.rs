@@ -41,6 +41,7 @@ pub mod shared;
 mod slot;
 pub mod spool;
 pub mod status;
+pub mod tls;
 pub mod transport;
 pub mod trusted_proxies;
 pub mod websocket;

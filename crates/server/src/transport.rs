@@ -17,6 +17,8 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
+use crate::tls::conn::TlsConn;
+use crate::tls::TlsInfo;
 use crate::io::{
     input_waiting, read_nonblocking, read_with_deadline, send_file_nonblocking,
     unacknowledged_output, wait_fd, write_all_from, write_vectored_nonblocking,
@@ -28,6 +30,8 @@ use crate::io::{
 pub enum Transport {
     /// The bytes as they are, on the accepted socket.
     Plain(OwnedFd),
+    /// TLS records (ADR 0030): the session and its socket.
+    Tls(Box<TlsConn>),
 }
 
 impl Transport {
@@ -36,6 +40,7 @@ impl Transport {
     pub fn fd(&self) -> RawFd {
         match self {
             Transport::Plain(fd) => fd.as_raw_fd(),
+            Transport::Tls(conn) => conn.fd(),
         }
     }
 
@@ -44,6 +49,7 @@ impl Transport {
     pub fn link(&self) -> Link {
         match self {
             Transport::Plain(fd) => Link::Plain(fd.as_raw_fd()),
+            Transport::Tls(conn) => Link::Tls(TlsLink(&**conn as *const TlsConn)),
         }
     }
 }
@@ -54,6 +60,28 @@ impl Transport {
 pub enum Link {
     /// Plain bytes on this socket.
     Plain(RawFd),
+    /// TLS records on a session the transport owns.
+    Tls(TlsLink),
+}
+
+/// A pointer to a transport's [`TlsConn`], valid while the transport lives (the contract a
+/// `Link::Plain` fd copy has: the connection closes the output before the transport).
+#[derive(Clone, Copy, Debug)]
+pub struct TlsLink(*const TlsConn);
+
+// SAFETY: TlsConn is Sync (its session is behind a Mutex); the pointer is only dereferenced
+// while the transport that owns the TlsConn lives (the Link contract above).
+unsafe impl Send for TlsLink {}
+// SAFETY: as for Send.
+unsafe impl Sync for TlsLink {}
+
+impl TlsLink {
+    /// The connection.
+    #[inline]
+    pub fn conn(&self) -> &TlsConn {
+        // SAFETY: valid while the transport lives (the Link contract).
+        unsafe { &*self.0 }
+    }
 }
 
 impl Link {
@@ -62,6 +90,7 @@ impl Link {
     pub fn fd(self) -> RawFd {
         match self {
             Link::Plain(fd) => fd,
+            Link::Tls(t) => t.conn().fd(),
         }
     }
 
@@ -70,6 +99,7 @@ impl Link {
     pub fn read(self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         match self {
             Link::Plain(fd) => read_nonblocking(fd, buf),
+            Link::Tls(t) => t.conn().read(buf),
         }
     }
 
@@ -79,6 +109,7 @@ impl Link {
     pub fn input_waiting(self) -> bool {
         match self {
             Link::Plain(fd) => input_waiting(fd),
+            Link::Tls(t) => t.conn().input_waiting(),
         }
     }
 
@@ -86,6 +117,7 @@ impl Link {
     pub fn read_by(self, buf: &mut [u8], deadline: Instant, what: &str) -> io::Result<usize> {
         match self {
             Link::Plain(fd) => read_with_deadline(fd, buf, deadline, what),
+            Link::Tls(t) => t.conn().read_by(buf, deadline, what),
         }
     }
 
@@ -95,6 +127,7 @@ impl Link {
     pub fn write_vectored(self, parts: &[&[u8]], skip: usize) -> io::Result<Option<usize>> {
         match self {
             Link::Plain(fd) => write_vectored_nonblocking(fd, parts, skip),
+            Link::Tls(t) => t.conn().write_vectored(parts, skip),
         }
     }
 
@@ -107,6 +140,7 @@ impl Link {
     ) -> io::Result<()> {
         match self {
             Link::Plain(fd) => write_all_from(fd, parts, written, timeout),
+            Link::Tls(t) => t.conn().write_all_from(parts, written, timeout),
         }
     }
 
@@ -116,6 +150,7 @@ impl Link {
     pub fn send_file(self, file_fd: RawFd, offset: u64, count: u64) -> io::Result<Option<u64>> {
         match self {
             Link::Plain(fd) => send_file_nonblocking(fd, file_fd, offset, count),
+            Link::Tls(t) => t.conn().send_file(file_fd, offset, count),
         }
     }
 
@@ -123,6 +158,7 @@ impl Link {
     pub fn wait(self, write: bool, deadline: Instant, what: &str) -> io::Result<()> {
         match self {
             Link::Plain(fd) => wait_fd(fd, write, deadline, what),
+            Link::Tls(t) => t.conn().wait(write, deadline, what),
         }
     }
 
@@ -131,6 +167,7 @@ impl Link {
     pub fn unacknowledged(self) -> io::Result<usize> {
         match self {
             Link::Plain(fd) => unacknowledged_output(fd),
+            Link::Tls(t) => t.conn().unacknowledged(),
         }
     }
 
@@ -142,6 +179,7 @@ impl Link {
             Link::Plain(fd) => unsafe {
                 libc::shutdown(fd, libc::SHUT_WR);
             },
+            Link::Tls(t) => t.conn().shutdown_write(),
         }
     }
 
@@ -154,6 +192,21 @@ impl Link {
             Link::Plain(fd) => unsafe {
                 libc::shutdown(fd, libc::SHUT_RDWR);
             },
+            Link::Tls(t) => t.conn().shutdown(),
+        }
+    }
+
+    /// True on a TLS connection.
+    pub fn is_tls(self) -> bool {
+        matches!(self, Link::Tls(_))
+    }
+
+    /// Calls `f` with what the finished handshake told (`None`: a plain connection, or a
+    /// handshake not finished).
+    pub fn with_tls_info<R>(self, f: impl FnOnce(Option<&TlsInfo>) -> R) -> R {
+        match self {
+            Link::Plain(_) => f(None),
+            Link::Tls(t) => f(t.conn().info()),
         }
     }
 }
