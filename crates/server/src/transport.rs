@@ -3,9 +3,11 @@
 //! `SIOCOUTQ` of a connection goes (the connection's own reads, the exchange's writes, the
 //! pending output the loop finishes, the WebSocket session, the lingering close).
 //!
-//! Plain bytes only, for now; a TLS transport (records, not bytes: no `sendfile` of a file
-//! range, and a read that may need a write) is the second variant of both enums. Static
-//! dispatch: a `Link::Plain` call is the `io` function it names, inlined, on the fd.
+//! Two variants of both enums: plain bytes, and TLS records ([`TlsConn`], ADR 0030: no
+//! `sendfile` of a file range but `pread` and a sealed record, a read that may need a write,
+//! and ciphertext the socket did not take kept in the session, which
+//! [`Link::wants_write`] tells and [`Link::flush`] writes). Static dispatch: a `Link::Plain`
+//! call is the `io` function it names, inlined, on the fd.
 //!
 //! A link is a copy of the transport's handle, not a second owner: the loop holds one (in the
 //! connection's [`crate::pending::Output`]) while a slot holds the connection, so the
@@ -17,12 +19,12 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use crate::tls::conn::TlsConn;
-use crate::tls::TlsInfo;
 use crate::io::{
     input_waiting, read_nonblocking, read_with_deadline, send_file_nonblocking,
     unacknowledged_output, wait_fd, write_all_from, write_vectored_nonblocking,
 };
+use crate::tls::conn::TlsConn;
+use crate::tls::TlsInfo;
 
 /// What carries a connection's bytes, owned by the connection (it closes the socket when
 /// dropped).
@@ -49,7 +51,7 @@ impl Transport {
     pub fn link(&self) -> Link {
         match self {
             Transport::Plain(fd) => Link::Plain(fd.as_raw_fd()),
-            Transport::Tls(conn) => Link::Tls(TlsLink(&**conn as *const TlsConn)),
+            Transport::Tls(conn) => Link::Tls(TlsLink::new(conn)),
         }
     }
 }
@@ -76,6 +78,11 @@ unsafe impl Send for TlsLink {}
 unsafe impl Sync for TlsLink {}
 
 impl TlsLink {
+    /// A link to `conn`, which must outlive every use of it (the [`Link`] contract).
+    pub fn new(conn: &TlsConn) -> TlsLink {
+        TlsLink(conn as *const TlsConn)
+    }
+
     /// The connection.
     #[inline]
     pub fn conn(&self) -> &TlsConn {
@@ -103,6 +110,36 @@ impl Link {
         }
     }
 
+    /// One non-blocking read of the socket's bytes as they are (TLS records not decrypted):
+    /// the lingering close, which drops them. `Ok(None)` when it would block, `Ok(Some(0))`
+    /// at EOF.
+    pub fn read_raw(self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        match self {
+            Link::Plain(fd) => read_nonblocking(fd, buf),
+            Link::Tls(t) => t.conn().read_raw(buf),
+        }
+    }
+
+    /// True while bytes already written (sealed) wait in the transport for the socket: a TLS
+    /// session's backlog. Output is finished only when this is false too; no lock taken.
+    #[inline]
+    pub fn wants_write(self) -> bool {
+        match self {
+            Link::Plain(_) => false,
+            Link::Tls(t) => t.conn().wants_write(),
+        }
+    }
+
+    /// Writes what [`Link::wants_write`] tells of, as the socket takes it: true when nothing
+    /// is left.
+    #[inline]
+    pub fn flush(self) -> io::Result<bool> {
+        match self {
+            Link::Plain(_) => Ok(true),
+            Link::Tls(t) => t.conn().flush(),
+        }
+    }
+
     /// True when a read would not block (bytes wait, or an EOF or an error does), without
     /// taking anything: the loop asks a parked connection at its deadline whether the client
     /// sent something the worker did not read yet.
@@ -122,7 +159,8 @@ impl Link {
     }
 
     /// One non-blocking gathered write of `parts` from byte `skip` on; the bytes written
-    /// (`Ok(None)`: it would block). Never raises SIGPIPE.
+    /// (`Ok(None)`: it would block). Never raises SIGPIPE. On TLS, the bytes sealed: some may
+    /// still wait in the session ([`Link::wants_write`]).
     #[inline]
     pub fn write_vectored(self, parts: &[&[u8]], skip: usize) -> io::Result<Option<usize>> {
         match self {
@@ -145,7 +183,8 @@ impl Link {
     }
 
     /// One non-blocking send of at most `count` bytes of the file `file_fd` from `offset`;
-    /// the bytes sent (0 at the file's end; `Ok(None)`: it would block).
+    /// the bytes sent (0 at the file's end; `Ok(None)`: it would block). On TLS, at most 64
+    /// KiB read and sealed (no `sendfile`), which may still wait in the session.
     #[inline]
     pub fn send_file(self, file_fd: RawFd, offset: u64, count: u64) -> io::Result<Option<u64>> {
         match self {
@@ -172,7 +211,9 @@ impl Link {
     }
 
     /// Ends the sending side (the lingering close: the client sees EOF, and its bytes are
-    /// still read). A failure only means the peer is gone, which the next read sees.
+    /// still read). A failure only means the peer is gone, which the next read sees. On
+    /// TLS, our close_notify first (the `shutdown` follows once the socket took it: see
+    /// [`Link::flush`]).
     pub fn shutdown_write(self) {
         match self {
             // SAFETY: shutdown on the transport's own open fd.
@@ -185,7 +226,8 @@ impl Link {
 
     /// Ends both directions (a request timed out: its client gets the 503 or EOF, and the
     /// stuck thread's own reads and writes fail from now on), without closing the fd, which
-    /// the connection still owns.
+    /// the connection still owns. On TLS, our close_notify first, as far as the socket takes
+    /// it.
     pub fn shutdown(self) {
         match self {
             // SAFETY: shutdown on the transport's own open fd.

@@ -56,7 +56,8 @@ impl Exchange {
         // response before it sends them (a `stream_body_paths` route).
         let batched = self.ctx.batch_responses && last && !self.body_in_socket();
         // The common case: nothing is pending (no lock taken), and the socket takes it all in
-        // one `sendmsg`, straight from the caller's memory.
+        // one `sendmsg`, straight from the caller's memory (on TLS: sealed into records and
+        // sent in one write, under the session's lock).
         if !batched && self.parts.output().is_empty() {
             while written < total {
                 match link.write_vectored(parts, written) {
@@ -65,7 +66,7 @@ impl Exchange {
                     Err(err) => return Err(err),
                 }
             }
-            if written == total {
+            if written == total && !link.wants_write() {
                 return Ok(());
             }
         }
@@ -292,7 +293,8 @@ impl Exchange {
         let link = self.parts.link;
         let output = Arc::clone(self.parts.output());
         let mut sent = 0u64;
-        // Nothing pending (no lock taken): what the socket takes now.
+        // Nothing pending (no lock taken): what the socket takes now (on TLS: read, sealed
+        // and sent in blocks of 64 KiB, as long as the socket takes them).
         if output.is_empty() {
             while sent < count {
                 match link.send_file(file_fd, offset + sent, count - sent) {
@@ -302,11 +304,11 @@ impl Exchange {
                     Ok(None) => break,
                 }
             }
-            if sent == count {
+            if sent == count && !link.wants_write() {
                 return (count, Ok(()));
             }
         }
-        if sent < count {
+        if sent < count || link.wants_write() {
             // The rest is left for the poller to write: it must watch the socket.
             if let Err(err) = self.parts.watch() {
                 return (sent, Err(err));

@@ -162,9 +162,14 @@ impl Output {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
+    /// Publishes whether anything waits: queued segments, or records a TLS session sealed
+    /// and the socket did not take (its backlog: the output is not finished until that is
+    /// written too, and the loop watches the socket for it).
     pub(super) fn note_queued(&self, state: &OutputState) {
-        self.queued
-            .store(!state.pending.is_empty(), Ordering::Release);
+        self.queued.store(
+            !state.pending.is_empty() || self.link.wants_write(),
+            Ordering::Release,
+        );
     }
 
     /// Releases the owner's lock, then writes for the loop if it asked while the lock was
@@ -197,11 +202,21 @@ impl Output {
         result
     }
 
-    /// True when nothing waits. Takes no lock: only the connection's owner adds output, so
-    /// for the owner "empty" stays true until it queues something; anyone else may see a
-    /// stale value.
+    /// True when nothing waits (no segment, no TLS backlog noted). Takes no lock: only the
+    /// connection's owner adds output, so for the owner "empty" stays true until it queues
+    /// something; anyone else may see a stale value. An owner whose own write left a TLS
+    /// backlog notes it with [`Output::note_backlog`].
     pub fn is_empty(&self) -> bool {
         !self.queued.load(Ordering::Acquire)
+    }
+
+    /// Notes the TLS backlog the owner's own write left (written straight from its memory,
+    /// the queue being empty): the output is then not finished, and the loop that finishes
+    /// it writes the backlog (the connection's owner only).
+    pub fn note_backlog(&self) {
+        let state = self.state();
+        self.note_queued(&state);
+        self.release(state);
     }
 
     /// Queues `parts` from byte `written` on after what is pending (the connection's owner
