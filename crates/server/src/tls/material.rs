@@ -33,7 +33,8 @@ use x509_cert::ext::pkix::SubjectAltName;
 use x509_cert::Certificate;
 use zeroize::Zeroizing;
 
-use super::config;
+use super::info::pem;
+use super::{config, verifier};
 
 /// The TLS settings as the registry names and holds them (decision 9 of issue 37's brief);
 /// [`Material::load`] checks each one.
@@ -223,7 +224,7 @@ impl Material {
             }
             identities.push(found);
         }
-        let client = client_auth(settings, &provider, &mut files)?;
+        let client = verifier::client_auth(settings, &provider, &mut files)?;
         Ok(Material {
             identities,
             refuse_unknown_names,
@@ -293,7 +294,11 @@ fn password(
     }
 }
 
-fn read(setting: &str, path: &Path, files: &mut Vec<PathBuf>) -> Result<Vec<u8>, Problem> {
+pub(crate) fn read(
+    setting: &str,
+    path: &Path,
+    files: &mut Vec<PathBuf>,
+) -> Result<Vec<u8>, Problem> {
     files.push(path.to_owned());
     std::fs::read(path)
         .map_err(|err| Problem::file(setting, path, format!("cannot read it: {err}")))
@@ -543,105 +548,6 @@ fn rsa_bits(pkcs1: &[u8]) -> Option<usize> {
     let bytes = modulus.as_bytes();
     let first = *bytes.first()?;
     Some(bytes.len() * 8 - first.leading_zeros() as usize)
-}
-
-/// `der` as a PEM block.
-pub(crate) fn pem(label: &str, der: &[u8]) -> String {
-    let mut text = format!("-----BEGIN {label}-----\n");
-    let encoded = Base64::encode_string(der);
-    for line in encoded.as_bytes().chunks(64) {
-        text.push_str(std::str::from_utf8(line).unwrap_or_default());
-        text.push('\n');
-    }
-    text.push_str(&format!("-----END {label}-----\n"));
-    text
-}
-
-/// `client_ca` and `client_crl`, when `client_cert` asks for certificates.
-fn client_auth(
-    settings: &Settings,
-    provider: &Arc<CryptoProvider>,
-    files: &mut Vec<PathBuf>,
-) -> Result<Option<ClientAuth>, Problem> {
-    let required = match settings.client_cert.as_str() {
-        "none" => return Ok(None),
-        "optional" => false,
-        "required" => true,
-        other => {
-            return Err(Problem::setting(
-                "client_cert",
-                format!("'{other}' is not one of none, optional, required"),
-            ))
-        }
-    };
-    let Some(ca) = &settings.client_ca else {
-        return Err(Problem::setting(
-            "client_ca",
-            format!(
-                "client_cert {} needs client_ca, the PEM bundle of the CAs that issue client \
-                 certificates",
-                settings.client_cert
-            ),
-        ));
-    };
-    let mut store = RootCertStore::empty();
-    let blocks = pem_blocks(&read("client_ca", ca, files)?)
-        .map_err(|problem| Problem::file("client_ca", ca, problem))?;
-    for (i, block) in blocks
-        .iter()
-        .filter(|b| b.label == "CERTIFICATE")
-        .enumerate()
-    {
-        store
-            .add(CertificateDer::from(block.der.to_vec()))
-            .map_err(|err| {
-                Problem::file("client_ca", ca, format!("certificate {}: {err}", i + 1))
-            })?;
-    }
-    if store.is_empty() {
-        return Err(Problem::file(
-            "client_ca",
-            ca,
-            "no PEM CERTIFICATE block in it",
-        ));
-    }
-    let roots = Arc::new(store);
-    let mut crls = Vec::new();
-    for path in &settings.client_crl {
-        let bytes = read("client_crl", path, files)?;
-        let problem = |problem: String| Problem::file("client_crl", path, problem);
-        let mut ders: Vec<Vec<u8>> = pem_blocks(&bytes)
-            .map_err(problem)?
-            .iter()
-            .filter(|b| b.label == "X509 CRL")
-            .map(|b| b.der.to_vec())
-            .collect();
-        if ders.is_empty() && bytes.first() == Some(&0x30) {
-            ders.push(bytes);
-        }
-        if ders.is_empty() {
-            return Err(problem(
-                "no PEM X509 CRL block in it (nor a DER list)".into(),
-            ));
-        }
-        for der in ders {
-            let crl = CertificateRevocationListDer::from(der);
-            // Tried alone, so that a list webpki cannot use is named with its file.
-            rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::clone(&roots),
-                Arc::clone(provider),
-            )
-            .with_crls([crl.clone()])
-            .build()
-            .map_err(|err| problem(format!("a revocation list is not usable: {err}")))?;
-            crls.push(crl);
-        }
-    }
-    Ok(Some(ClientAuth {
-        required,
-        roots,
-        crls,
-    }))
 }
 
 /// Settings over the test PEMs of crates/server/tests/tls-material (remade by its make.sh).

@@ -12,11 +12,16 @@ use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
-use rustls_pki_types::{CertificateDer, UnixTime};
+use rustls::{
+    CertificateError, DigitallySignedStruct, DistinguishedName, Error, RootCertStore,
+    SignatureScheme,
+};
+use std::path::PathBuf;
+
+use rustls_pki_types::{CertificateDer, CertificateRevocationListDer, UnixTime};
 
 use super::info::Judge;
-use super::material::{ClientAuth, Problem};
+use super::material::{pem_blocks, read, ClientAuth, Problem, Settings};
 use super::ClientVerify;
 
 /// The verifier of `client`, and how a finished handshake's certificate is judged.
@@ -128,4 +133,91 @@ pub(crate) fn reason(err: &Error) -> String {
         }
         other => format!("{other:?}"),
     }
+}
+
+/// `client_ca` and `client_crl`, when `client_cert` asks for certificates.
+pub(crate) fn client_auth(
+    settings: &Settings,
+    provider: &Arc<CryptoProvider>,
+    files: &mut Vec<PathBuf>,
+) -> Result<Option<ClientAuth>, Problem> {
+    let required = match settings.client_cert.as_str() {
+        "none" => return Ok(None),
+        "optional" => false,
+        "required" => true,
+        other => {
+            return Err(Problem::setting(
+                "client_cert",
+                format!("'{other}' is not one of none, optional, required"),
+            ))
+        }
+    };
+    let Some(ca) = &settings.client_ca else {
+        return Err(Problem::setting(
+            "client_ca",
+            format!(
+                "client_cert {} needs client_ca, the PEM bundle of the CAs that issue client \
+                 certificates",
+                settings.client_cert
+            ),
+        ));
+    };
+    let mut store = RootCertStore::empty();
+    let blocks = pem_blocks(&read("client_ca", ca, files)?)
+        .map_err(|problem| Problem::file("client_ca", ca, problem))?;
+    for (i, block) in blocks
+        .iter()
+        .filter(|b| b.label == "CERTIFICATE")
+        .enumerate()
+    {
+        store
+            .add(CertificateDer::from(block.der.to_vec()))
+            .map_err(|err| {
+                Problem::file("client_ca", ca, format!("certificate {}: {err}", i + 1))
+            })?;
+    }
+    if store.is_empty() {
+        return Err(Problem::file(
+            "client_ca",
+            ca,
+            "no PEM CERTIFICATE block in it",
+        ));
+    }
+    let roots = Arc::new(store);
+    let mut crls = Vec::new();
+    for path in &settings.client_crl {
+        let bytes = read("client_crl", path, files)?;
+        let problem = |problem: String| Problem::file("client_crl", path, problem);
+        let mut ders: Vec<Vec<u8>> = pem_blocks(&bytes)
+            .map_err(problem)?
+            .iter()
+            .filter(|b| b.label == "X509 CRL")
+            .map(|b| b.der.to_vec())
+            .collect();
+        if ders.is_empty() && bytes.first() == Some(&0x30) {
+            ders.push(bytes);
+        }
+        if ders.is_empty() {
+            return Err(problem(
+                "no PEM X509 CRL block in it (nor a DER list)".into(),
+            ));
+        }
+        for der in ders {
+            let crl = CertificateRevocationListDer::from(der);
+            // Tried alone, so that a list webpki cannot use is named with its file.
+            rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::clone(&roots),
+                Arc::clone(provider),
+            )
+            .with_crls([crl.clone()])
+            .build()
+            .map_err(|err| problem(format!("a revocation list is not usable: {err}")))?;
+            crls.push(crl);
+        }
+    }
+    Ok(Some(ClientAuth {
+        required,
+        roots,
+        crls,
+    }))
 }
