@@ -272,7 +272,7 @@ fn password(
             "set it or keyfile_password (TINES_KEYFILE_PASSWORD), not both",
         )),
         (Some(path), None) => {
-            let text = Zeroizing::new(read("keyfile_password_file", path, files)?);
+            let text = read("keyfile_password_file", path, files)?;
             let text = std::str::from_utf8(&text).map_err(|_| {
                 Problem::file(
                     "keyfile_password_file",
@@ -294,13 +294,15 @@ fn password(
     }
 }
 
+/// The bytes of `path` (wiped when dropped: it may be a key file), recorded in `files`.
 pub(crate) fn read(
     setting: &str,
     path: &Path,
     files: &mut Vec<PathBuf>,
-) -> Result<Vec<u8>, Problem> {
+) -> Result<Zeroizing<Vec<u8>>, Problem> {
     files.push(path.to_owned());
     std::fs::read(path)
+        .map(Zeroizing::new)
         .map_err(|err| Problem::file(setting, path, format!("cannot read it: {err}")))
 }
 

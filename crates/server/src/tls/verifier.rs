@@ -195,7 +195,7 @@ pub(crate) fn client_auth(
             .map(|b| b.der.to_vec())
             .collect();
         if ders.is_empty() && bytes.first() == Some(&0x30) {
-            ders.push(bytes);
+            ders.push(bytes.to_vec());
         }
         if ders.is_empty() {
             return Err(problem(
