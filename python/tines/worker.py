@@ -178,6 +178,8 @@ def worker_settings(cfg: Config) -> dict[str, object]:
 
     settings = cfg.worker_settings()
     settings["workers"] = cfg.workers
+    # The TLS material (a tines._core.TlsMaterial) when certfile is set; None: no TLS.
+    settings["tls"] = None
     try:
         _core.check_worker_settings(settings)
     except ValueError as error:

@@ -11,7 +11,13 @@
 
 pub use rustls;
 
+pub mod config;
 pub mod conn;
+pub mod info;
+pub mod material;
+pub mod resolver;
+pub mod tickets;
+pub mod verifier;
 
 use std::sync::Arc;
 
