@@ -8,7 +8,7 @@
 use tines_proto::response::encode_error_response_with;
 use tines_proto::{DateCache, ParseError};
 
-use crate::access_log::{LoggedRequest, RequestLine};
+use crate::access_log::{LoggedRequest, LoggedTls, RequestLine};
 use crate::connection::Connection;
 use crate::exchange::SlotContext;
 use crate::listener::Peer;
@@ -118,6 +118,7 @@ fn log_refused(conn: &Connection, code: u16, body_sent: u64, shared: &WorkerShar
             .then(|| conn.head_started.map(|started| started.elapsed()))
             .flatten(),
         queue: None,
+        tls: conn.link().with_tls_info(LoggedTls::of),
     };
     let mut line = Vec::with_capacity(256);
     log.log(&mut line, &request, &mut Default::default());
