@@ -75,6 +75,8 @@ def render_markdown() -> str:
                 continue
             if setting.name == "app":
                 flag = "`APP` (positional)"
+            elif not setting.flags:
+                flag = "none"
             elif setting.is_flag:
                 flag = " ".join(f"`{f}`" for f in setting.flags) + " / " + " ".join(
                     f"`--no-{f[2:]}`" for f in setting.flags if f.startswith("--"))
