@@ -206,7 +206,7 @@ _REGISTRY = (
             tls_version, "1.2", ("--tls-min-version",), "{1.2,1.3}"),
     Setting("tls_cipher_suites", "TLS", "The cipher suites offered, by IANA name (`TLS_AES_128_GCM_SHA256`, `TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256`, ...), comma-separated, in order of preference; empty: all of the provider's (AEAD and forward secret only). OpenSSL cipher strings are refused.",
             cipher_suite, (), ("--tls-cipher-suites",), "SUITES", multiple=True, default_text="the provider's nine AEAD suites"),
-    Setting("alpn", "TLS", "The protocols offered in ALPN, in order: `http/1.1` (`h2` is refused until Tines speaks HTTP/2); empty: no ALPN.",
+    Setting("alpn", "TLS", "The protocols offered in ALPN, in order of preference: `http/1.1`, `http/1.0` (`h2` is refused until Tines speaks HTTP/2); empty: no ALPN (every client is served HTTP/1.1).",
             alpn_protocol, ("http/1.1",), ("--alpn",), "PROTOCOLS", multiple=True),
     Setting("client_cert", "TLS", "Client certificates (mTLS): `none` (not asked for), `optional` (asked for; a client without one, or with one `client_ca` does not verify, is served and the app sees why in `SSL_CLIENT_VERIFY` or the ASGI `tls` extension: mod_ssl's `optional_no_ca`), `required` (a client without a certificate `client_ca` verifies is refused in the handshake). Needs `client_ca`.",
             text, "none", ("--client-cert",), choices=("none", "optional", "required")),

@@ -445,12 +445,12 @@ def cipher_suite(raw: object) -> str:
     raise ValueError("must be IANA cipher suite names, one of " + ", ".join(TLS_CIPHER_SUITES))
 
 
-ALPN_PROTOCOLS = ("http/1.1",)
+ALPN_PROTOCOLS = ("http/1.1", "http/1.0")
 """The protocols a TLS listener may offer in ALPN: what the server speaks."""
 
 
 def alpn_protocol(raw: object) -> str:
-    """``http/1.1`` (any case); ``h2`` is refused until the server speaks HTTP/2."""
+    """``http/1.1`` or ``http/1.0`` (any case); ``h2`` is refused until the server speaks HTTP/2."""
     if isinstance(raw, str):
         name = raw.strip().lower()
         if name in ALPN_PROTOCOLS:
