@@ -1,7 +1,8 @@
 """What the master does with the TLS settings (issue 37, tines.tls): a file it cannot read, or
 read as the user the workers run as, stops the start with one line and exit 2; a HUP whose key
 does not match its certificate is one log line and the serving generation keeps its
-certificate, and the fixed files then go in on the next HUP.
+certificate, and the fixed files then go in on the next HUP; a binary upgrade (USR2) hands the
+new master the ticket secret (a session resumes across it) and keeps a ``plain:`` listener plain.
 
 Certificates are made with the openssl command (ECDSA P-256, self-signed). The tests that need
 the material itself (``tines._core.TlsMaterial``) and a TLS listener skip until the extension
@@ -20,11 +21,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
-from conftest import APPS, ROOT, Server, wait_until
+from conftest import APPS, ROOT, Server, alive, children, http_get, wait_until
 
 try:
     from tines import _core
@@ -68,22 +69,45 @@ def replace_file(source: Path, target: Path) -> None:
     staged.replace(target)
 
 
-def served_certificate(port: int) -> bytes:
-    """The SHA-256 of the certificate a new TLS handshake with 127.0.0.1:``port`` is shown, after
-    one request answered 200 on that connection."""
+def client_context() -> ssl.SSLContext:
+    """A client that takes any certificate (the tests compare what they were shown)."""
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+class Exchange(NamedTuple):
+    response: bytes
+    session: ssl.SSLSession | None
+    """To resume with (a TLS 1.3 ticket comes after the handshake: read once the response is)."""
+    reused: bool
+    certificate: bytes
+    """The SHA-256 of the certificate the server showed."""
+
+
+def tls_get(port: int, context: ssl.SSLContext, session: ssl.SSLSession | None = None) -> Exchange:
+    """One request over a new TLS connection to 127.0.0.1:``port``, resuming ``session`` when
+    given; answered 200."""
     with socket.create_connection(("127.0.0.1", port), timeout=20) as raw:
-        with context.wrap_socket(raw, server_hostname="localhost") as tls:
+        with context.wrap_socket(raw, server_hostname="localhost", session=session) as tls:
             tls.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
             response = b""
             while chunk := tls.recv(65536):
                 response += chunk
             assert response.startswith(b"HTTP/1.1 200 "), response[:200]
             der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return hashlib.sha256(der).digest()
+            assert der is not None
+            return Exchange(response, tls.session, bool(tls.session_reused), hashlib.sha256(der).digest())
+
+
+def served_certificate(port: int) -> bytes:
+    """The SHA-256 of the certificate a new TLS handshake with 127.0.0.1:``port`` is shown."""
+    return tls_get(port, client_context()).certificate
+
+
+def body_pid(response: bytes) -> int:
+    return int(response.split(b"\r\n\r\n", 1)[1])
 
 
 def fingerprint(cert: Path) -> bytes:
@@ -203,3 +227,31 @@ def test_hup_with_a_key_that_does_not_match_keeps_the_old_certificate_serving_th
     server.wait_for_log(r"reload done: generation 2 serves with 2 workers")
     wait_until(lambda: not set(server.worker_pids()) & old, what="the old workers to exit")
     assert served_certificate(server.port) == fingerprint(second_cert)
+
+
+@needs_material
+def test_usr2_hands_the_ticket_secret_over_so_a_session_resumes_on_the_new_master(
+        tines_server: Any, tmp_path: Path) -> None:
+    cert, key = make_pair(tmp_path, "server")
+    pid_file = tmp_path / "tines.pid"
+    server: Server = tines_server("hello_pid:app", "-w", "1", "-b", "plain:127.0.0.1:0", "--pid-file", str(pid_file),
+                                  "--certfile", str(cert), "--keyfile", str(key), "--drain-timeout", "1")
+    plain_port = int(str(server.ready["binds"][1]).rpartition(":")[2])  # type: ignore[index]
+    context = client_context()
+    first = tls_get(server.port, context)
+    assert first.session is not None and first.session.has_ticket
+    again = tls_get(server.port, context, first.session)
+    assert again.reused, "resumed on the same master"
+    old_worker = body_pid(again.response)
+
+    server.signal(signal.SIGUSR2)
+    master = wait_until(lambda: pid_file.exists() and (pid := pid_file.read_text().strip()).isdigit()
+                        and int(pid) != server.pid and int(pid), what="the new master's pid")
+    assert server.wait() == 0, "the old master handed over and left"
+    assert not alive(old_worker)
+    new_workers = wait_until(lambda: children(master), what="the new master's worker")  # type: ignore[arg-type]
+    resumed = tls_get(server.port, context, first.session)
+    assert body_pid(resumed.response) in new_workers  # type: ignore[operator]
+    assert resumed.reused, "a ticket of the old master's worker resumes on the new master's"
+    status, body = http_get(plain_port, close=True)
+    assert status == 200 and int(body) in new_workers, "the plain: listener is still plain"  # type: ignore[operator]
