@@ -70,12 +70,13 @@ def check(cfg: Config, ticket_secret: bytes) -> Checked:
     else:
         check_request_buffer_dir(directory)
         tls.check_readable(tls_files)
-    settings = worker_settings(cfg, tls.make_material(cfg, base, ticket_secret))
+    material = tls.make_material(cfg, base, ticket_secret)
+    settings = worker_settings(cfg, material)
     pool_settings = pool.settings(cfg)
     if cfg.chdir:
         os.chdir(cfg.chdir)
     return Checked(settings, server_hooks.load(cfg.hooks), pool_settings,
-                   tuple(tls.expiry_warnings(tls_files, time.time())), tls.describe(cfg, tls_files))
+                   tuple(tls.expiry_warnings(material, time.time())), tls.describe(cfg, material))
 
 
 def drop_privileges(group: int | None, user: int | None) -> None:

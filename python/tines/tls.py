@@ -9,8 +9,8 @@ generation before any fork (``make_material``: Rust's one-line ValueError, namin
 problem, becomes a ``ConfigError``: exit 2 at start, one log line and the old generation on HUP),
 the ticket secret (``new_ticket_secret``: made once per master; ``tines.upgrade`` hands it to the
 new master of a USR2), the warning for a certificate that expires within a week
-(``expiry_warnings``: its ``notAfter`` read from the DER here) and the line ``check-config``
-prints (``describe``).
+(``expiry_warnings``, from what the material read) and the line ``check-config`` prints
+(``describe``).
 
 Why the master: a worker starts from material the master checked (no file is read after fork),
 so a rotation that fails (HUP with a key that does not match) never reaches a worker, and every
@@ -22,10 +22,9 @@ start threads, fork, or log (its callers say what it finds).
 
 from __future__ import annotations
 
-import binascii
 import os
-import re
 import time
+from typing import Protocol
 from tines.config import SETTINGS, Config
 from tines.config.validators import PLAIN_PREFIX
 from tines.errors import ConfigError
@@ -97,7 +96,17 @@ def check_readable(paths: list[tuple[str, str]]) -> None:
         os.close(fd)
 
 
-def make_material(cfg: Config, base: str, ticket_secret: bytes) -> object | None:
+class Certificates(Protocol):
+    """What the master reads of the material (``tines._core.TlsMaterial``)."""
+
+    @property
+    def certificates(self) -> list[tuple[str, list[str], int]]:
+        """Each chain served, ``certfile``'s first: (file, its leaf's DNS names, its leaf's
+        ``notAfter`` in Unix time)."""
+        ...
+
+
+def make_material(cfg: Config, base: str, ticket_secret: bytes) -> Certificates | None:
     """The generation's TLS material (``tines._core.TlsMaterial``: the certificates and keys read
     and checked, the rustls configuration's parts, the ticket keys from ``ticket_secret``), or
     None when TLS is off. ConfigError with Rust's one line (it names the file and the problem)."""
@@ -106,119 +115,39 @@ def make_material(cfg: Config, base: str, ticket_secret: bytes) -> object | None
     import tines._core as _core
 
     try:
-        material: object = _core.TlsMaterial(material_settings(cfg, base), ticket_secret)
-        return material
+        return _core.TlsMaterial(material_settings(cfg, base), ticket_secret)
     except ValueError as error:
         raise ConfigError(str(error)) from None
 
 
-def expiry_warnings(paths: list[tuple[str, str]], now: float) -> list[str]:
-    """One line for each certificate (``certfile``, ``sni_certificates``) whose leaf expires
-    within ``EXPIRY_WARNING`` of ``now``. A file that is no PEM certificate is passed over: the
-    material refused it already, with the reason."""
+def expiry_warnings(material: Certificates | None, now: float) -> list[str]:
+    """One line for each certificate served whose leaf expires within ``EXPIRY_WARNING`` of
+    ``now`` (an expired one was refused by the material)."""
     found = []
-    for name, path in paths:
-        if name not in ("certfile", "sni_certificates"):
-            continue
-        expires = leaf_not_after(path)
-        if expires is not None and expires - now < EXPIRY_WARNING:
+    for path, _, expires in material.certificates if material is not None else []:
+        if expires - now < EXPIRY_WARNING:
             days = (expires - now) / 86400
             when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires))
-            found.append(f"{name}: the certificate in {path} expires on {when} (in {days:.1f} days): "
+            found.append(f"the certificate in {path} expires on {when} (in {days:.1f} days): "
                          "renew it, then HUP the master")
     return found
 
 
-_PEM_CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----(.+?)-----END CERTIFICATE-----", re.S)
-
-
-def leaf_not_after(path: str) -> float | None:
-    """The ``notAfter`` (Unix time) of the first certificate in a PEM file; None when the file
-    holds none that this DER walk reads."""
-    try:
-        with open(path, "rb") as file:
-            match = _PEM_CERTIFICATE.search(file.read())
-        if match is None:
-            return None
-        return not_after(binascii.a2b_base64(match.group(1)))
-    except (OSError, ValueError, binascii.Error):
-        return None
-
-
-def _element(der: bytes, at: int) -> tuple[int, int, int]:
-    """The DER element at ``at``: (tag, start of its content, end of its content)."""
-    tag, length = der[at], der[at + 1]
-    at += 2
-    if length & 0x80:
-        count = length & 0x7F
-        if count == 0 or count > 4:
-            raise ValueError("unsupported DER length")
-        length = int.from_bytes(der[at:at + count], "big")
-        at += count
-    if at + length > len(der):
-        raise ValueError("truncated DER")
-    return tag, at, at + length
-
-
-def not_after(der: bytes) -> float:
-    """The ``notAfter`` of an X.509 certificate (RFC 5280: Certificate, tbsCertificate, then
-    [0] version, serialNumber, signature, issuer, validity), as Unix time; ValueError when
-    ``der`` is not one."""
-    _, body, _ = _element(der, 0)  # Certificate
-    tag, at, end = _element(der, body)  # tbsCertificate
-    if tag != 0x30:
-        raise ValueError("not a certificate")
-    if der[at] == 0xA0:  # [0] EXPLICIT version
-        at = _element(der, at)[2]
-    for _ in range(3):  # serialNumber, signature, issuer
-        at = _element(der, at)[2]
-    tag, validity, _ = _element(der, at)
-    if tag != 0x30:
-        raise ValueError("no validity")
-    at = _element(der, validity)[2]  # notBefore
-    tag, start, stop = _element(der, at)
-    text = der[start:stop].decode("ascii")
-    if tag == 0x17:  # UTCTime: YYMMDDHHMMSSZ, 1950..2049
-        year = int(text[:2])
-        text = str(year + (1900 if year >= 50 else 2000)) + text[2:]
-    elif tag != 0x18:  # GeneralizedTime: YYYYMMDDHHMMSSZ
-        raise ValueError("no notAfter")
-    if not re.fullmatch(r"[0-9]{14}Z", text):
-        raise ValueError("unsupported time")
-    year, month, day = int(text[:4]), int(text[4:6]), int(text[6:8])
-    hour, minute, second = int(text[8:10]), int(text[10:12]), int(text[12:14])
-    return float(_days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second)
-
-
-def _days_from_civil(year: int, month: int, day: int) -> int:
-    """Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm): no
-    ``calendar`` or ``datetime`` module in the master for one subtraction."""
-    year -= month <= 2
-    era = year // 400
-    year_of_era = year - era * 400
-    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
-    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
-    return era * 146097 + day_of_era - 719468
-
-
-def listener_roles(binds: tuple[str, ...], on: bool) -> tuple[list[str], list[str]]:
-    """The binds as written, split into (TLS, plain) for ``describe``: with TLS ``on``, every
-    TCP bind not marked ``plain:``; else none."""
-    tls = [bind for bind in binds if on and not bind.startswith(("unix:", PLAIN_PREFIX))]
+def listener_roles(binds: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """The binds as written, split into (TLS, plain) for ``describe``: every TCP bind speaks TLS
+    but one marked ``plain:``."""
+    tls = [bind for bind in binds if not bind.startswith(("unix:", PLAIN_PREFIX))]
     return tls, [bind for bind in binds if bind not in tls]
 
 
-def describe(cfg: Config, paths: list[tuple[str, str]]) -> str:
+def describe(cfg: Config, material: Certificates | None) -> str:
     """``check-config``'s line about TLS: off, or what the listeners will offer."""
-    if not enabled(cfg):
+    if material is None:
         return "off (no certfile)"
-    tls, plain = listener_roles(cfg.bind, True)
-    expires = leaf_not_after(dict(paths)["certfile"])
-    until = "" if expires is None else time.strftime(", expires %Y-%m-%d", time.gmtime(expires))
-    parts = [f"on for {', '.join(tls) or 'no bind'}" + (f" (plain: {', '.join(plain)})" if plain else ""),
-             f"certificate {cfg.certfile}{until}"
-             + (f" and {len(cfg.sni_certificates)} by SNI" if cfg.sni_certificates else ""),
-             f"TLS {cfg.tls_min_version}+", f"client certificates {cfg.client_cert}",
-             f"tickets {'on' if cfg.tls_tickets else 'off'}"]
-    return "; ".join(parts)
-
+    tls, plain = listener_roles(cfg.bind)
+    served = "; ".join(f"{path} for {', '.join(names) or 'no DNS name'}, expires "
+                       + time.strftime("%Y-%m-%d", time.gmtime(expires))
+                       for path, names, expires in material.certificates)
+    return "; ".join([f"on for {', '.join(tls) or 'no bind'}" + (f" (plain: {', '.join(plain)})" if plain else ""),
+                      served, f"TLS {cfg.tls_min_version}+", f"client certificates {cfg.client_cert}",
+                      f"tickets {'on' if cfg.tls_tickets else 'off'}"])

@@ -5,12 +5,10 @@ expiry warning and the ticket secret a USR2 hands over."""
 
 from __future__ import annotations
 
-import calendar
 import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -270,34 +268,34 @@ def test_a_file_that_cannot_be_read_is_one_line_naming_the_setting_and_the_file(
     assert str(caught.value) == f"keyfile: cannot read {tmp_path / 'nope.pem'}: No such file or directory"
 
 
-def make_certificate(directory: Path, days: int) -> Path:
-    path = directory / f"cert-{days}.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                    "-keyout", str(directory / f"key-{days}.pem"), "-out", str(path), "-days", str(days),
-                    "-subj", "/CN=localhost"], check=True, capture_output=True, timeout=60)
-    return path
+class Material:
+    """What the master reads of a ``tines._core.TlsMaterial``: the chains served."""
+
+    def __init__(self, *certificates: tuple[str, list[str], int]) -> None:
+        self.certificates = list(certificates)
 
 
-def openssl_not_after(path: Path) -> float:
-    out = subprocess.run(["openssl", "x509", "-enddate", "-noout", "-in", str(path)], check=True,
-                         capture_output=True, text=True, timeout=60).stdout
-    return float(calendar.timegm(time.strptime(out.strip().split("=", 1)[1], "%b %d %H:%M:%S %Y %Z")))
+def test_a_certificate_that_expires_within_a_week_is_warned_about() -> None:
+    now = 1_800_000_000.0
+    material = Material(("/etc/tines/default.pem", ["example.com"], int(now + 3 * 86400)),
+                        ("/etc/tines/api.pem", ["api.example.com"], int(now + 30 * 86400)))
+    assert tls.expiry_warnings(material, now) == [
+        "the certificate in /etc/tines/default.pem expires on 2027-01-18 08:00:00 UTC (in 3.0 days): "
+        "renew it, then HUP the master"]
+    assert tls.expiry_warnings(Material(("/c.pem", [], int(now + 7 * 86400))), now) == []
+    assert tls.expiry_warnings(None, now) == []
 
 
-@pytest.mark.parametrize("days", [3, 30, 10000])  # 10000 days: after 2049, a GeneralizedTime
-def test_not_after_is_read_from_the_der_as_openssl_reads_it(tmp_path: Path, days: int) -> None:
-    path = make_certificate(tmp_path, days)
-    assert tls.leaf_not_after(str(path)) == openssl_not_after(path)
-
-
-def test_a_certificate_that_expires_within_a_week_is_warned_about(tmp_path: Path) -> None:
-    soon, later = make_certificate(tmp_path, 3), make_certificate(tmp_path, 30)
-    warnings = tls.expiry_warnings([("certfile", str(soon)), ("keyfile", str(soon)),
-                                    ("sni_certificates", str(later))], time.time())
-    assert len(warnings) == 1
-    assert warnings[0].startswith(f"certfile: the certificate in {soon} expires on ")
-    assert warnings[0].endswith("(in 3.0 days): renew it, then HUP the master")
-    assert tls.expiry_warnings([("certfile", str(tmp_path / "key-3.pem"))], time.time()) == []  # no certificate
+def test_check_config_describes_what_tls_will_serve() -> None:
+    cfg = load({"certfile": "c.pem", "bind": ["0.0.0.0:443", "plain:127.0.0.1:8080", "unix:/run/a.sock"],
+                "tls_min_version": "1.3", "client_cert": "optional", "client_ca": "ca.pem",
+                "tls_tickets": "off"}, {})
+    material = Material(("/srv/c.pem", ["example.com", "*.example.com"], 1_800_000_000), ("/srv/d.pem", [], 1_900_000_000))
+    assert tls.describe(cfg, material) == (
+        "on for 0.0.0.0:443 (plain: plain:127.0.0.1:8080, unix:/run/a.sock); /srv/c.pem for example.com, "
+        "*.example.com, expires 2027-01-15; /srv/d.pem for no DNS name, expires 2030-03-17; TLS 1.3+; "
+        "client certificates optional; tickets off")
+    assert tls.describe(load({}, {}), None) == "off (no certfile)"
 
 
 # --- the ticket secret across USR2 ------------------------------------------------------------------
