@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import time
 from typing import Protocol
+
 from tines.config import SETTINGS, Config
 from tines.config.validators import PLAIN_PREFIX
 from tines.errors import ConfigError
@@ -33,7 +34,7 @@ SECTION = "TLS"
 """The registry's section whose settings ``TlsMaterial`` reads."""
 
 SECRET_SIZE = 32
-"""Bytes of the ticket secret (the first key of the ticket-key ratchet, ADR 0033)."""
+"""Bytes of the ticket secret, from which every epoch's ticket key is derived (ADR 0033)."""
 
 EXPIRY_WARNING = 7 * 86400
 """A certificate that expires within this many seconds is warned about at start and on HUP."""
@@ -55,8 +56,8 @@ def enabled(cfg: Config) -> bool:
 
 
 def files(cfg: Config, base: str) -> list[tuple[str, str]]:
-    """``(setting, absolute path)`` for every file the TLS settings name, in the order they are
-    read; none when TLS is off. Relative paths are taken from ``base``."""
+    """``(setting, absolute path)`` for every file the TLS settings name (``check_readable``'s
+    list); none when TLS is off. Relative paths are taken from ``base``."""
     if not enabled(cfg):
         return []
     named = [(name, path) for name in FILE_SETTINGS if isinstance(path := cfg.value(name), str)]
