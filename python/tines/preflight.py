@@ -94,20 +94,23 @@ def check_as(group: int | None, user: int, directory: str, tls_files: list[tuple
     """``check_request_buffer_dir`` and ``tls.check_readable`` as ``user`` (and ``group``), in
     a child process that switches to them as the master will after binding (the master itself
     must stay root until then, and starts no threads: a fork is the way)."""
+    name = _user_name(user)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
+        why = "whom the workers run as"
         try:
             os.close(read)
             drop_privileges(group, user)
             check_request_buffer_dir(directory)
+            why += ", and the master once it has switched: it reads the TLS files again on HUP"
             tls.check_readable(tls_files)
             code = 0
         except ConfigError as error:
-            os.write(write, str(error).encode())
+            os.write(write, f"{error} (as user {name}, {why})".encode())
             code = 1
         except BaseException as error:  # anything else: say it, never run on as a copy
-            os.write(write, f"cannot check request_buffer_dir and the TLS files as user {user}: {error}".encode())
+            os.write(write, f"cannot check request_buffer_dir and the TLS files as user {name}: {error}".encode())
             code = 1
         os._exit(code)
     os.close(write)
@@ -115,11 +118,7 @@ def check_as(group: int | None, user: int, directory: str, tls_files: list[tuple
         message = pipe.read().decode(errors="replace")
     _, status = os.waitpid(pid, 0)
     if status != 0:
-        name = _user_name(user)
-        why = ("whom the workers run as, and the master once it has switched: it reads the TLS files "
-               "again on HUP" if message.startswith(tuple(name for name, _ in tls_files))
-               else "whom the workers run as")
-        raise ConfigError(f"{message or 'request_buffer_dir: the check failed'} (as user {name}, {why})")
+        raise ConfigError(message or f"request_buffer_dir: the check as user {name} failed")
 
 
 def _user_name(uid: int) -> str:
