@@ -7,8 +7,9 @@ the listeners passed as inherited fds 3.. with a systemd-style ``LISTEN_PID``/``
 listener marked plain is named ``plain``, so it stays plain beside TLS ones), the TLS ticket
 secret (a sealed memfd named in ``_TINES_UPGRADE_TICKET_FD``: the new master's ticket keys are
 its old master's, so tickets resume across the upgrade; never the secret itself in the
-environment, which ``/proc/PID/environ`` shows), the readiness pipe (an inherited fd named in ``_TINES_UPGRADE_READY_FD``: the new master writes
-one byte to it once all its workers are ready), the hand-over (this master retires its workers
+environment, which ``/proc/PID/environ`` shows), the readiness pipe (an inherited fd named in
+``_TINES_UPGRADE_READY_FD``: the new master writes one byte to it once all its workers are
+ready), the hand-over (this master retires its workers
 with the drain and exits 0), the rollback (the new master exits before ready: this master never
 stopped its workers and keeps serving, with one log line saying why), ``WINCH`` / ``HUP`` /
 ``TERM`` / ``USR2`` during the overlap, the Unix socket files (only the master that owns the
