@@ -200,7 +200,7 @@ _REGISTRY = (
             optional_text, None, default_text="unset", secret=True),
     Setting("sni_certificates", "TLS", "More certificates, each chosen when the client's server name (SNI) matches one of its names (the subjectAltName DNS names; `*.example.com` matches one label): `CERT.pem` (key inside) or `CERT.pem:KEY.pem`, comma-separated. A name no certificate has gets `certfile`'s, or is refused (`tls_unknown_server_name`).",
             sni_certificate, (), ("--sni-certificate",), "CERT[:KEY]", multiple=True),
-    Setting("tls_unknown_server_name", "TLS", "A client that sends no server name, or one no certificate has: `default` serves `certfile`'s certificate, `refuse` ends the handshake (`unrecognized_name`).",
+    Setting("tls_unknown_server_name", "TLS", "A client that sends no server name, or one no certificate has: `default` serves `certfile`'s certificate, `refuse` ends the handshake with an alert.",
             text, "default", ("--tls-unknown-server-name",), choices=("default", "refuse")),
     Setting("tls_min_version", "TLS", "The oldest TLS version accepted: `1.2` or `1.3` (1.0 and 1.1 are never offered).",
             tls_version, "1.2", ("--tls-min-version",), "{1.2,1.3}"),
@@ -216,7 +216,7 @@ _REGISTRY = (
             text, (), ("--client-crl",), "PATH", multiple=True),
     Setting("tls_tickets", "TLS", "Session resumption by tickets (TLS 1.2 and 1.3), working whichever worker a resumed connection reaches: the ticket keys come from a secret the master makes once, before its first fork, which every worker shares and a binary upgrade (USR2) hands to the new master. 0-RTT (early data) is never accepted.",
             boolean, True, ("--tls-tickets",)),
-    Setting("tls_ticket_rotation", "TLS", "Seconds a ticket key is used to issue tickets: a ticket is accepted until the end of the period after the one it was issued in (between one and two periods), and then no key that opens it is left (forward secrecy).",
+    Setting("tls_ticket_rotation", "TLS", "Seconds a ticket key is used to issue tickets: a ticket is accepted until the end of the period after the one it was issued in (between one and two periods).",
             positive_whole_seconds, 3600, ("--tls-ticket-rotation",), "SECONDS"),
     # Workers
     Setting("workers", "Workers", "Number of worker processes: a fixed count, the default mode (TTIN/TTOU add or remove one). For a pool that grows under load and shrinks when idle, set `max_workers` instead.",

@@ -428,6 +428,17 @@ TLS_CIPHER_SUITES = (
 """The IANA names of the suites the ring provider offers (all AEAD, all forward secret): TLS 1.3's
 three, then TLS 1.2's six. rustls spells TLS 1.3's ``TLS13_AES_...``: read as the same."""
 
+OPENSSL_SUITE_NAMES = {
+    "ECDHE-ECDSA-AES256-GCM-SHA384": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "ECDHE-ECDSA-AES128-GCM-SHA256": "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "ECDHE-ECDSA-CHACHA20-POLY1305": "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "ECDHE-RSA-AES256-GCM-SHA384": "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "ECDHE-RSA-AES128-GCM-SHA256": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "ECDHE-RSA-CHACHA20-POLY1305": "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+}
+"""OpenSSL's names of the TLS 1.2 suites above (gunicorn's and uvicorn's ``ciphers`` spell them
+so): named in the refusal, so a migration is one lookup away."""
+
 
 def cipher_suite(raw: object) -> str:
     """One IANA cipher suite name of ``TLS_CIPHER_SUITES`` (any case; rustls' ``TLS13_`` spelling
@@ -439,6 +450,8 @@ def cipher_suite(raw: object) -> str:
             name = "TLS_" + name[len("TLS13_"):]
         if name in TLS_CIPHER_SUITES:
             return name
+        if name in OPENSSL_SUITE_NAMES:
+            raise ValueError(f"must be IANA cipher suite names: {name} is {OPENSSL_SUITE_NAMES[name]}")
         if "-" in name or ":" in name or "!" in name:
             raise ValueError("must be IANA cipher suite names such as TLS_AES_128_GCM_SHA256 or "
                              "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, not an OpenSSL cipher string")

@@ -72,9 +72,12 @@ def test_cipher_suites_are_iana_names_and_rustls_spelling_is_read_as_iana() -> N
 
 
 def test_an_openssl_cipher_string_is_refused_with_the_reason() -> None:
-    message = error_of({"tls_cipher_suites": "ECDHE-RSA-AES128-GCM-SHA256"})
+    assert error_of({"tls_cipher_suites": "ECDHE-RSA-AES128-GCM-SHA256"}) == (
+        "tls_cipher_suites must be IANA cipher suite names: ECDHE-RSA-AES128-GCM-SHA256 is "
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, got 'ECDHE-RSA-AES128-GCM-SHA256'")
+    message = error_of({"tls_cipher_suites": "ECDHE+AESGCM:!aNULL"})
     assert message.startswith("tls_cipher_suites must be IANA cipher suite names such as TLS_AES_128_GCM_SHA256")
-    assert "not an OpenSSL cipher string, got 'ECDHE-RSA-AES128-GCM-SHA256'" in message
+    assert "not an OpenSSL cipher string, got 'ECDHE+AESGCM:!aNULL'" in message
     assert "one of TLS_AES_256_GCM_SHA384" in error_of({"tls_cipher_suites": "TLS_RSA_WITH_RC4_128_MD5"})
 
 
