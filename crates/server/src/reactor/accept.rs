@@ -2,8 +2,9 @@
 //! listener must be deregistered), the fair-share throttle between workers, `max_connections`,
 //! and the back-off after a failed accept (and how often one is logged: [`AcceptErrors`]).
 //!
-//! It registers what it accepts in the entry table and hands it to `dispatch`; it must not
-//! read from or write to a connection.
+//! It registers what it accepts in the entry table (a TLS listener's connections wrapped in a
+//! session, `Transport::Tls`, whose handshake the connection's first reads run) and hands it
+//! to `dispatch`; it must not read from or write to a connection.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use super::{Driver, Entry, Reactor, LISTENER_BASE};
 use crate::connection::Connection;
 use crate::listener::FAIR_SHARE_FLOOR;
 use crate::poller::{Token, Trigger};
+use crate::tls::conn::TlsConn;
 use crate::transport::Transport;
 
 /// A throttled worker looks again after this long: short enough not to leave connections in
@@ -273,10 +275,26 @@ impl Reactor {
             }
             match self.listeners[index].accept() {
                 Ok(Some((fd, peer))) => {
+                    let transport = match &self.shared.config.tls {
+                        // The handshake runs in the loop, where partial heads wait
+                        // (`Connection::on_readable`), under the header deadline.
+                        Some(config) if self.listeners[index].tls() => {
+                            match TlsConn::new(fd, config) {
+                                Ok(conn) => Transport::Tls(conn),
+                                Err(err) => {
+                                    crate::log::error(&format!(
+                                        "cannot start a TLS session for {peer}: {err}"
+                                    ));
+                                    continue;
+                                }
+                            }
+                        }
+                        _ => Transport::Plain(fd),
+                    };
                     let conn = if !self.shared.config.proxy_protocol {
-                        Connection::new(Transport::Plain(fd), peer, index)
+                        Connection::new(transport, peer, index)
                     } else if self.shared.config.trusted_proxies.trusts_peer(peer) {
-                        Connection::behind_proxy(Transport::Plain(fd), peer, index)
+                        Connection::behind_proxy(transport, peer, index)
                     } else {
                         // Only a trusted proxy may say who the client is: closed unread (the fd
                         // drops here), nothing answered.
