@@ -43,6 +43,7 @@ pub struct TlsConn {
     session: Mutex<ServerConnection>,
     info: OnceLock<TlsInfo>,
     started: OnceLock<Instant>,
+    fed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for TlsConn {
@@ -116,6 +117,7 @@ impl TlsConn {
             session: Mutex::new(session),
             info: OnceLock::new(),
             started: OnceLock::new(),
+            fed: std::sync::atomic::AtomicBool::new(false),
         }))
     }
     pub fn fd(&self) -> RawFd {
@@ -169,6 +171,7 @@ impl TlsConn {
                 break;
             }
         }
+        self.fed.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     pub fn read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         let fd = self.fd();
@@ -195,7 +198,12 @@ impl TlsConn {
                     return Err(io::Error::other(PlainHttpOnTls));
                 }
             }
-            match session.read_tls(&mut Socket(fd)) {
+            let fed = self.fed.swap(false, std::sync::atomic::Ordering::Relaxed);
+            match if fed {
+                Ok(1)
+            } else {
+                session.read_tls(&mut Socket(fd))
+            } {
                 Ok(0) => return Ok(Some(0)),
                 Ok(_) => {
                     self.started.get_or_init(crate::clock::recent);
