@@ -3,7 +3,7 @@
 //!
 //! Layers, from the bottom: [`io`] (non-blocking syscalls), [`poller`] (epoll), [`clock`]
 //! (UTC dates for the logs, the monotonic clock as last read), [`control`] (signals, life pipe),
-//! [`transport`] (what carries a connection's bytes: every connection read and write goes
+//! [`tls`] (a connection's TLS session, rustls), [`transport`] (what carries a connection's bytes: every connection read and write goes
 //! through it), [`scoreboard`], [`dump_signal`] (the stuck worker's dump-signal handler, over
 //! the scoreboard), [`log`] (the error log), [`access_log`] (its formats and buffered sink),
 //! [`listener`] (accept, addresses), [`trusted_proxies`] (`forwarded_allow_ips`), [`config`],
@@ -71,8 +71,10 @@ pub trait App: Send + Sync + 'static {
         body()
     }
 
-    /// Runs `wait`, the loop's sleep (in its poller, or for the next request), on a thread
-    /// started by [`App::run_loop_thread`]: the Python implementation releases the GIL for it.
+    /// Runs `wait`, the loop's sleep (in its poller, or for the next request), or another
+    /// step of the loop that needs no interpreter (a TLS handshake's crypto on prefork's
+    /// loop), on a thread started by [`App::run_loop_thread`]: the Python implementation
+    /// releases the GIL for it.
     fn wait(&self, wait: &mut dyn FnMut()) {
         wait()
     }
