@@ -71,8 +71,10 @@ pub trait App: Send + Sync + 'static {
         body()
     }
 
-    /// Runs `wait`, the loop's sleep (in its poller, or for the next request), on a thread
-    /// started by [`App::run_loop_thread`]: the Python implementation releases the GIL for it.
+    /// Runs `wait`, the loop's sleep (in its poller, or for the next request), or another
+    /// step of the loop that needs no interpreter (a TLS handshake's crypto on prefork's
+    /// loop), on a thread started by [`App::run_loop_thread`]: the Python implementation
+    /// releases the GIL for it.
     fn wait(&self, wait: &mut dyn FnMut()) {
         wait()
     }

@@ -1,7 +1,7 @@
 //! One client connection and its protocol's state: the state machine every MPM drives.
 //!
 //! ```text
-//! Http1: [ProxyHeader] --PROXY header parsed--> Head --head complete--> [Body] --> (served in Head)
+//! Http1: [ProxyHeader] --PROXY header parsed--> [handshake] Head --head complete--> [Body] --> (served in Head)
 //!        served --kept--> Head (the next request; pipelined bytes kept)
 //!               --ends--> Closing(linger) --output written--> closed
 //!        served with a 101 --> WebSocket --session over--> closed (lingering)
@@ -15,6 +15,14 @@
 //! connection carries; `reactor::body`), except on `stream_body_paths`, and finishes response
 //! output the slot left [`Output`] pending (ADR 0009).
 //! MPMs decide who runs a connection and when; this module and `exchange` decide how HTTP works.
+//!
+//! TLS (ADR 0030): a TLS transport's reads run the handshake themselves, returning nothing
+//! until it is done, so its handshake happens where partial heads wait (`Phase::Head`, parked
+//! in the poller under the header timeout, never in a slot) and its time counts from its first
+//! byte ([`TlsConn::started`]) against the header deadline the first head shares. A PROXY
+//! header before it is read raw, in plaintext, and the bytes after it are the ClientHello's
+//! start, handed to the session ([`TlsConn::feed`]). A plain HTTP request on a TLS port is
+//! [`Readiness::PlainHttpOnTls`]; a handshake that fails, [`Readiness::HandshakeFailed`].
 
 use std::io;
 use std::os::fd::RawFd;
@@ -32,6 +40,7 @@ mod lent;
 
 use crate::pending::Output;
 use crate::spool::INITIAL_BUFFER;
+use crate::tls::conn::{HandshakeFailed, PlainHttpOnTls, TlsConn};
 use crate::transport::{Link, Transport};
 pub use lent::Lent;
 use std::sync::Arc;
@@ -101,6 +110,12 @@ pub enum Readiness {
     /// `proxy_protocol`: the connection did not begin with a valid PROXY header. Close it
     /// without a response: the peer speaks the PROXY protocol (or is not the proxy), not HTTP.
     BadProxyHeader(ProxyError),
+    /// A TLS connection began with a plain HTTP request: answer the plain-text 400 that says
+    /// so, raw (the client speaks no TLS), and close.
+    PlainHttpOnTls,
+    /// A TLS connection's handshake failed (rustls' reason; its alert, if any, is written):
+    /// close it, and log the reason.
+    HandshakeFailed(io::Error),
 }
 
 /// Whether a connection the server closes after its response must linger first (a lingering
@@ -261,6 +276,21 @@ impl Connection {
         self.transport.fd()
     }
 
+    /// Its TLS session, on a TLS transport (for the loop: a handshake flight to flush, the
+    /// handshake's state).
+    pub(crate) fn tls(&self) -> Option<&TlsConn> {
+        match &self.transport {
+            Transport::Plain(_) => None,
+            Transport::Tls(conn) => Some(conn),
+        }
+    }
+
+    /// True while a TLS connection's handshake has not finished (lock-free: what the
+    /// handshake told is set once, when it finishes).
+    pub(crate) fn tls_handshaking(&self) -> bool {
+        self.tls().is_some_and(|tls| tls.info().is_none())
+    }
+
     /// The handle every read and write of this connection goes through (its transport's).
     #[inline]
     pub fn link(&self) -> Link {
@@ -355,6 +385,13 @@ impl Connection {
     /// head limit is reached) and parses. Must be called when the poller reports the fd
     /// readable, and before parking a connection (edge-triggered readiness).
     pub fn on_readable(&mut self, limits: &Limits) -> Readiness {
+        if self.protocol == Protocol::Http1(Phase::ProxyHeader) {
+            if let Link::Tls(tls) = self.link {
+                if let Some(readiness) = self.read_proxy_header_before_tls(tls.conn()) {
+                    return readiness;
+                }
+            }
+        }
         if self.filled > 0 {
             // Pipelined bytes may already hold a whole head.
             match self.parse(limits) {
@@ -415,12 +452,73 @@ impl Connection {
                 }
                 Ok(None) => {
                     self.maybe_more = false;
+                    if self.head_started.is_none() && self.served == 0 {
+                        if let Link::Tls(tls) = self.link {
+                            // A handshake in progress (its reads give nothing yet): the
+                            // header deadline counts from the ClientHello's first byte.
+                            self.head_started = tls.conn().started();
+                        }
+                    }
                     if partial {
                         return Readiness::Pending;
                     }
                     return self.parse(limits);
                 }
-                Err(_) => return Readiness::Closed,
+                Err(err) => return Self::read_failed(err),
+            }
+        }
+    }
+
+    /// What a failed read means: a TLS transport's own errors (a plain request on a TLS port,
+    /// a failed handshake) are answered or logged; any other error closes.
+    #[cold]
+    fn read_failed(err: io::Error) -> Readiness {
+        match err.get_ref() {
+            Some(inner) if inner.is::<PlainHttpOnTls>() => Readiness::PlainHttpOnTls,
+            Some(inner) if inner.is::<HandshakeFailed>() => Readiness::HandshakeFailed(err),
+            _ => Readiness::Closed,
+        }
+    }
+
+    /// `proxy_protocol` on a TLS listener: the PROXY header comes in plaintext before the
+    /// ClientHello, so it is read from the socket itself (its first byte starts the header
+    /// deadline); the bytes after it, the ClientHello's start, go to the session. `None` once
+    /// the header is taken (the connection is in `Phase::Head`: the caller reads on through
+    /// the session); what to report otherwise.
+    #[cold]
+    fn read_proxy_header_before_tls(&mut self, tls: &TlsConn) -> Option<Readiness> {
+        if self.buf.is_empty() {
+            self.buf.resize(INITIAL_BUFFER, 0);
+        }
+        loop {
+            if self.filled == self.buf.len() {
+                // The longest PROXY header (v2: 16 + 4096 bytes) fits the initial buffer, and
+                // the parser refuses longer ones before it fills.
+                return Some(Readiness::Closed);
+            }
+            let parts = &mut **self;
+            match crate::io::read_nonblocking(parts.link.fd(), &mut parts.buf[parts.filled..]) {
+                Ok(Some(0)) | Err(_) => return Some(Readiness::Closed),
+                Ok(None) => return Some(Readiness::Pending),
+                Ok(Some(n)) => {
+                    if self.head_started.is_none() {
+                        self.head_started = Some(crate::clock::recent());
+                    }
+                    self.filled += n;
+                    self.received += n as u64;
+                    match self.take_proxy_header() {
+                        Ok(()) => {
+                            // Not HTTP bytes: the session counts what it decrypts.
+                            self.received -= self.filled as u64;
+                            tls.feed(&self.buf[..self.filled]);
+                            self.filled = 0;
+                            self.maybe_more = true;
+                            return None;
+                        }
+                        Err(Readiness::Pending) => {}
+                        Err(other) => return Some(other),
+                    }
+                }
             }
         }
     }

@@ -93,6 +93,12 @@ pub(crate) trait Driver {
     fn wait(&mut self, wait: &mut dyn FnMut()) {
         wait()
     }
+    /// Runs `work`, a step of the loop that needs no interpreter and may take long (a TLS
+    /// handshake's crypto): a driver whose loop holds the app's interpreter (prefork) lets it
+    /// go meanwhile, as for [`Driver::wait`], so the app's own threads run.
+    fn off_interpreter(&mut self, work: &mut dyn FnMut()) {
+        work()
+    }
 }
 
 impl Reactor {
@@ -113,6 +119,13 @@ impl Reactor {
             }
             let readiness = if conn.reads_body() {
                 Readiness::HeadComplete
+            } else if conn.tls_handshaking() {
+                // The handshake's crypto (a signature, the key exchange) runs in this read:
+                // off the interpreter, where the loop holds it (prefork, ADR 0012).
+                let mut readiness = Readiness::Closed;
+                let limits = &self.shared.config.limits;
+                driver.off_interpreter(&mut || readiness = conn.on_readable(limits));
+                readiness
             } else {
                 conn.on_readable(&self.shared.config.limits)
             };
@@ -192,6 +205,12 @@ impl Reactor {
                         "proxy_protocol: closed a connection from {}: {err}",
                         conn.peer
                     ));
+                    return self.close(token);
+                }
+                Readiness::PlainHttpOnTls => return self.answer_plain_http(token, conn),
+                Readiness::HandshakeFailed(err) => {
+                    let peer = conn.peer;
+                    self.log_tls_failure(|| format!("TLS handshake with {peer} failed: {err}"));
                     return self.close(token);
                 }
             }
