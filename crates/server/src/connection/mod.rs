@@ -510,7 +510,9 @@ impl Connection {
                         Ok(()) => {
                             // Not HTTP bytes: the session counts what it decrypts.
                             self.received -= self.filled as u64;
-                            tls.feed(&self.buf[..self.filled]);
+                            if let Err(err) = tls.feed(&self.buf[..self.filled]) {
+                                return Some(Self::read_failed(err));
+                            }
                             self.filled = 0;
                             self.maybe_more = true;
                             return None;
