@@ -12,6 +12,7 @@ import socket
 import ssl
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cryptography import x509
@@ -19,6 +20,19 @@ from cryptography import x509
 from tls_certs import Leaf, TlsCerts
 
 REQUEST_TIMEOUT = 20.0
+MPMS = [("prefork",), ("thread", "--threads", "2"), ("event", "--threads", "1")]
+"""``--mpm`` and its options, for the tests run on every MPM."""
+MPM_IDS = ["prefork", "thread", "event"]
+
+
+def tls_args(leaf: Leaf, key: Path | None = None) -> list[str]:
+    """The flags that serve ``leaf``'s chain with its key (or ``key``)."""
+    return ["--certfile", str(leaf.chain), "--keyfile", str(key or leaf.key)]
+
+
+def bind_port(ready: dict[str, Any], index: int) -> int:
+    """The port of the ``index``-th bind of a server's ready line (``plain:`` or not)."""
+    return int(str(ready["binds"][index]).rpartition(":")[2])
 
 
 def client_context(certs: TlsCerts, client: Leaf | None = None, minimum: ssl.TLSVersion | None = None,
@@ -82,6 +96,11 @@ def request_on(sock: ssl.SSLSocket, path: str = "/", headers: dict[str, str] | N
     fields = {"Host": "localhost", **(headers or {})}
     head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items()) + "\r\n"
     sock.sendall(head.encode())
+    return read_response(sock, method)
+
+
+def read_response(sock: ssl.SSLSocket, method: str = "GET") -> tuple[http.client.HTTPResponse, bytes]:
+    """The response to the request already sent on ``sock``, read whole, and its body."""
     response = http.client.HTTPResponse(sock, method=method)
     response.begin()
     return response, response.read()
