@@ -58,7 +58,7 @@ def test_python_ssl_sees_the_leaf_and_the_app_sees_https(tines_server: Any, tls_
         posted = client.post(f"https://127.0.0.1:{server.port}/", content=b"x" * 100_000)
         assert posted.status_code == 200
         ssl_object = posted.extensions["network_stream"].get_extra_info("ssl_object")
-        der = ssl_object.getpeercert(binary_form=True)
+        der = ssl_object.getpeercert(True)
         assert x509.load_der_x509_certificate(der).serial_number == tls_certs.localhost.serial
 
 
