@@ -2,7 +2,8 @@
 certificate every TCP bind speaks TLS unless written ``plain:HOST:PORT``; a plain HTTP request
 on a TLS port gets a plain-text 400 that says HTTPS and costs the worker nothing; a PROXY
 protocol header comes first, then the TLS handshake; the status listener stays plain and counts
-the TLS requests; ``tines bench --insecure`` loads an ``https://`` URL."""
+the TLS requests; ``tines bench --insecure`` loads an ``https://`` URL; garbage is closed and
+failed handshakes are logged at info with the peer, not one line each."""
 
 from __future__ import annotations
 
@@ -153,3 +154,33 @@ def test_http_client_over_tls_keeps_one_connection_for_many_requests(tines_serve
         assert len(ports) == 1, "one kept-alive TLS connection served every request"
     finally:
         connection.close()
+
+
+FAILED_HANDSHAKES = 100
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "event"])
+def test_garbage_is_closed_and_failed_handshakes_are_logged_with_the_peer_but_not_each_one(
+        tines_server: Any, tls_certs: TlsCerts, mpm: str) -> None:
+    server = tines_server(APP, "-w", "1", "--mpm", mpm, *tls_args(tls_certs.localhost))
+    context = client_context(tls_certs)
+    before = tls_request(server.port, "/", context).json()["pid"]
+    garbage = b"\x16\x03\x01\x00\x08" + b"\xff" * 8  # a handshake record that holds no ClientHello
+    for _ in range(FAILED_HANDSHAKES):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
+            sock.sendall(garbage)
+            answer = read_until_closed(sock)
+        assert answer == b"" or answer[:1] == b"\x15", f"closed, at most with an alert: {answer[:64]!r}"
+    # A client that does not trust the certificate aborts its handshake: a failure too.
+    with pytest.raises(ssl.SSLCertVerificationError):
+        tls_connect(server.port, ssl.create_default_context()).close()
+
+    def logged() -> list[str]:
+        return [line for line in server.log_text().splitlines()
+                if "[INFO]" in line and "handshake" in line.lower() and "127.0.0.1" in line]
+
+    wait_until(logged, what="an info line naming the peer of a failed handshake")
+    # At most one line a second: far fewer lines than failures (they came within seconds).
+    assert len(logged()) < FAILED_HANDSHAKES // 2, logged()
+    after = tls_request(server.port, "/", context)
+    assert after.json()["pid"] == before and after.peer.serial_number == tls_certs.localhost.serial
