@@ -2,10 +2,12 @@
 on another (keys made before fork, shared); ``close_notify`` on every close the server makes
 (after ``Connection: close``, at the keep-alive timeout, at a graceful stop), seen by Python's
 ``ssl`` (an EOF without it raises ``SSLEOFError``) and by ``openssl s_client``; a ClientHello
-sent a byte at a time is closed at the header deadline while a normal client is served."""
+sent a byte at a time is closed at the header deadline while a normal client is served; a stuck
+request's 503 goes through TLS."""
 
 from __future__ import annotations
 
+import http.client
 import select
 import shutil
 import signal
@@ -13,6 +15,7 @@ import socket
 import ssl
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +23,7 @@ from tls_certs import TlsCerts
 from tls_clients import (MPM_IDS, MPMS, client_context, client_hello, read_response, request_on, s_client, tls_args,
                          tls_connect, tls_request)
 
-from conftest import read_until_closed
+from conftest import read_until_closed, wait_until
 
 APP = "tls_env:app"
 VERSIONS = [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3]
@@ -148,3 +151,26 @@ def test_a_client_hello_sent_a_byte_at_a_time_is_closed_at_the_deadline_while_ot
     assert served.peer.serial_number == tls_certs.localhost.serial
     # The worker serves on.
     assert tls_request(server.port, "/", client_context(tls_certs)).json()["pid"] == served.json()["pid"]
+
+
+@pytest.mark.parametrize("mpm", ["prefork", "thread", "event"])
+def test_a_stuck_request_is_answered_503_through_tls(tines_server: Any, tls_certs: TlsCerts, tmp_path: Path,
+                                                     mpm: str) -> None:
+    marker = tmp_path / "stuck.pid"
+    server = tines_server("stuck_app:app", "-w", "2", "--mpm", mpm, "--request-timeout", "1",
+                          *tls_args(tls_certs.localhost), env={"STUCK_MARKER": str(marker)})
+    context = client_context(tls_certs)
+    with tls_connect(server.port, context, ragged_eofs=False) as stuck:
+        stuck.sendall(b"GET /sleep HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        stuck_pid = int(wait_until(lambda: marker.exists() and marker.read_text(), what="the stuck request"))
+        try:
+            response, _ = read_response(stuck)
+        except (ConnectionResetError, ssl.SSLEOFError, http.client.RemoteDisconnected):
+            # prefork: the stuck loop is the worker's only thread, killed with it (ADR 0020);
+            # the connection ends, but never with bytes that are not TLS.
+            assert mpm == "prefork", "thread and event answer through the loop"
+        else:
+            assert response.status == 503 and response.getheader("Connection") == "close"
+            assert closes_with_close_notify(stuck)
+    server.wait_for_log(rf"worker {stuck_pid} \(slot \d+\) .*\(request_timeout\)")
+    assert tls_request(server.port, "/", context).status == 200
