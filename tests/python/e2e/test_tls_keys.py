@@ -74,14 +74,12 @@ def test_the_legacy_encrypted_form_is_refused_naming_the_command_that_converts_i
     assert_one_line_error(result, str(key), "openssl pkcs8 -topk8")
 
 
-@pytest.mark.parametrize("problem", ["mismatched key", "expired", "missing certfile", "missing keyfile",
-                                     "wrong password", "no password", "not a key", "empty certfile"])
+@pytest.mark.parametrize("problem", ["expired", "missing certfile", "missing keyfile", "wrong password", "no password",
+                                     "not a key", "empty certfile"])
 def test_bad_material_exits_2_with_one_line_naming_the_file(tls_certs: TlsCerts, tmp_path: Path, problem: str) -> None:
     localhost = tls_certs.localhost
     env: dict[str, str] = {}
-    if problem == "mismatched key":
-        args, named, fragment = tls_args(localhost, tls_certs.mismatched_key), tls_certs.mismatched_key, "match"
-    elif problem == "expired":
+    if problem == "expired":
         args, named, fragment = tls_args(tls_certs.expired), tls_certs.expired.chain, "expired"
     elif problem == "missing certfile":
         named = tmp_path / "missing.pem"
@@ -103,15 +101,27 @@ def test_bad_material_exits_2_with_one_line_naming_the_file(tls_certs: TlsCerts,
     result = serve_fails(*args, env=env)
     assert_one_line_error(result, str(named), fragment)
     assert "Traceback" not in result.stderr
-    assert tls_certs.password not in result.stderr
+    assert all(secret not in result.stderr for secret in env.values()), "a password is never printed"
+
+
+def assert_mismatch_refused(result: subprocess.CompletedProcess[str], certs: TlsCerts) -> None:
+    """Exit 2, one line saying the pair does not match, naming the key or the certificate."""
+    assert_one_line_error(result, "match")
+    line = result.stderr.rstrip().splitlines()[-1]
+    assert str(certs.mismatched_key) in line or str(certs.localhost.chain) in line, line
+
+
+def test_a_key_that_does_not_match_the_certificate_exits_2(tls_certs: TlsCerts) -> None:
+    assert_mismatch_refused(serve_fails(*tls_args(tls_certs.localhost, tls_certs.mismatched_key)), tls_certs)
 
 
 def test_check_config_says_what_serve_would(tls_certs: TlsCerts) -> None:
     bad = tines("check-config", APP, *tls_args(tls_certs.localhost, tls_certs.mismatched_key))
-    assert_one_line_error(bad, str(tls_certs.mismatched_key), "match")
+    assert_mismatch_refused(bad, tls_certs)
     good = tines("check-config", APP, *tls_args(tls_certs.localhost, tls_certs.encrypted_key),
                  "--keyfile-password-file", str(tls_certs.password_file))
     assert good.returncode == 0, good.stderr
+    assert tls_certs.password not in good.stdout + good.stderr
 
 
 def test_the_keyfile_password_comes_from_the_config_file_too(tines_server: Any, tls_certs: TlsCerts,
@@ -122,3 +132,9 @@ def test_the_keyfile_password_comes_from_the_config_file_too(tines_server: Any, 
     os.chmod(config, 0o600)
     server = tines_server(APP, "-w", "1", "-c", str(config))
     assert_serves(server, tls_certs, tls_certs.localhost.serial)
+    # check-config shows every setting and where it came from, but not the password.
+    for args, env in ((["-c", str(config)], {}), (tls_args(tls_certs.localhost, tls_certs.encrypted_key),
+                                                 {"TINES_KEYFILE_PASSWORD": tls_certs.password})):
+        checked = tines("check-config", APP, *args, env=env)
+        assert checked.returncode == 0, checked.stderr
+        assert "keyfile_password" in checked.stdout and tls_certs.password not in checked.stdout + checked.stderr
