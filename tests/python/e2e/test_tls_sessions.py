@@ -162,7 +162,7 @@ def test_a_stuck_request_is_answered_503_through_tls(tines_server: Any, tls_cert
     context = client_context(tls_certs)
     with tls_connect(server.port, context, ragged_eofs=False) as stuck:
         stuck.sendall(b"GET /sleep HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        stuck_pid = int(wait_until(lambda: marker.exists() and marker.read_text(), what="the stuck request"))
+        stuck_pid = int(str(wait_until(lambda: marker.exists() and marker.read_text(), what="the stuck request")))
         try:
             response, _ = read_response(stuck)
         except (ConnectionResetError, ssl.SSLEOFError, http.client.RemoteDisconnected):
