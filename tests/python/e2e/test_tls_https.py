@@ -124,6 +124,10 @@ def test_asgi_sees_https_and_the_tls_extension(tines_server: Any, tls_certs: Tls
         assert isinstance(tls["cipher_suite"], int) and tls["cipher_suite"] > 0
         assert tls["client_cert_chain"] == [] and tls["client_cert_name"] is None
         assert tls["client_cert_error"] is None
+    with httpx.Client(verify=client_context(tls_certs), timeout=20) as client:
+        for _ in range(10):  # one kept-alive connection
+            seen = client.get(f"https://127.0.0.1:{server.port}/").json()
+            assert seen["scheme"] == "https" and serial_of(seen["tls"]["server_cert"]) == tls_certs.localhost.serial
 
 
 def test_wss_is_answered_and_the_websocket_scope_says_wss(tines_server: Any, tls_certs: TlsCerts) -> None:

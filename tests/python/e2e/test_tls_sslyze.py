@@ -10,35 +10,39 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 from tls_certs import TlsCerts
+from sslyze.plugins.certificate_info.implementation import CertificateInfoExtraArgument
+from sslyze.plugins.scan_commands import ScanCommand
+from sslyze.scanner.models import ScanCommandsExtraArguments, ServerScanRequest, ServerScanStatusEnum
+from sslyze.scanner.scan_command_attempt import ScanCommandAttemptStatusEnum
+from sslyze.scanner.scanner import Scanner
+from sslyze.server_setting import ServerNetworkLocation
 from tls_clients import tls_args
-
-sslyze = pytest.importorskip("sslyze", reason="sslyze is a test dependency (make build installs it)")
 
 pytestmark = pytest.mark.timeout(600)
 
 
 def scan(port: int, certs: TlsCerts) -> Any:
     """Every result of one sslyze scan of 127.0.0.1:``port`` as ``localhost``."""
-    location = sslyze.ServerNetworkLocation(hostname="localhost", port=port, ip_address="127.0.0.1")
-    command = sslyze.ScanCommand
-    request = sslyze.ServerScanRequest(
+    location = ServerNetworkLocation(hostname="localhost", port=port, ip_address="127.0.0.1")
+    command = ScanCommand
+    request = ServerScanRequest(
         server_location=location,
         scan_commands={command.SSL_2_0_CIPHER_SUITES, command.SSL_3_0_CIPHER_SUITES, command.TLS_1_0_CIPHER_SUITES,
                        command.TLS_1_1_CIPHER_SUITES, command.TLS_1_2_CIPHER_SUITES, command.TLS_1_3_CIPHER_SUITES,
                        command.CERTIFICATE_INFO, command.SESSION_RENEGOTIATION, command.TLS_COMPRESSION,
                        command.TLS_1_3_EARLY_DATA},
-        scan_commands_extra_arguments=sslyze.ScanCommandsExtraArguments(
-            certificate_info=sslyze.CertificateInfoExtraArgument(custom_ca_file=certs.root)))
-    scanner = sslyze.Scanner()
+        scan_commands_extra_arguments=ScanCommandsExtraArguments(
+            certificate_info=CertificateInfoExtraArgument(custom_ca_file=certs.root)))
+    scanner = Scanner()
     scanner.queue_scans([request])
     (result,) = list(scanner.get_results())
-    assert result.scan_status == sslyze.ServerScanStatusEnum.COMPLETED, result.connectivity_error_trace
+    assert result.scan_status == ServerScanStatusEnum.COMPLETED, result.connectivity_error_trace
     return result.scan_result
 
 
 def outcome(results: Any, name: str) -> Any:
     attempt = getattr(results, name)
-    assert attempt.status == sslyze.ScanCommandAttemptStatusEnum.COMPLETED, (name, attempt.error_reason,
+    assert attempt.status == ScanCommandAttemptStatusEnum.COMPLETED, (name, attempt.error_reason,
                                                                             attempt.error_trace)
     return attempt.result
 
