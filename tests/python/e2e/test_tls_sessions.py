@@ -1,5 +1,6 @@
 """TLS sessions and connections over time (issue 37): a session ticket made by one worker resumes
-on another (keys made before fork, shared); ``close_notify`` on every close the server makes
+on another (keys made before fork, shared) and on the workers of the master a USR2 upgrade
+started; ``close_notify`` on every close the server makes
 (after ``Connection: close``, at the keep-alive timeout, at a graceful stop), seen by Python's
 ``ssl`` (an EOF without it raises ``SSLEOFError``) and by ``openssl s_client``; a ClientHello
 sent a byte at a time is closed at the header deadline while a normal client is served; a stuck
@@ -23,7 +24,9 @@ from tls_certs import TlsCerts
 from tls_clients import (MPM_IDS, MPMS, client_context, client_hello, read_response, request_on, s_client, tls_args,
                          tls_connect, tls_request)
 
-from conftest import read_until_closed, wait_until
+from client_load import ClientLoad
+from conftest import children, read_until_closed, wait_until
+from test_upgrade import new_master
 
 APP = "tls_env:app"
 VERSIONS = [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3]
@@ -72,6 +75,30 @@ def test_a_session_resumes_on_another_worker(tines_server: Any, tls_certs: TlsCe
     assert resumed.peer.serial_number == tls_certs.localhost.serial
     # With tickets (keys shared by the workers) the other worker resumes; without, it cannot.
     assert resumed.session_reused is tickets
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=["tls1.2", "tls1.3"])
+def test_a_session_made_before_a_usr2_upgrade_resumes_on_the_new_masters_workers(
+        tines_server: Any, tls_certs: TlsCerts, tmp_path: Path, version: ssl.TLSVersion) -> None:
+    pid_file = tmp_path / "tines.pid"
+    server = tines_server("hello_pid:app", "-w", "2", "--pid-file", str(pid_file), "--drain-timeout", "1",
+                          *tls_args(tls_certs.localhost))
+    context = client_context(tls_certs, minimum=version, maximum=version)
+    first = tls_request(server.port, "/", context)
+    assert first.session is not None and not first.session_reused
+    with ClientLoad(server.port, keep_alive=True, ssl_context=context) as load:
+        load.wait_more(20, "TLS responses before the upgrade")
+        server.signal(signal.SIGUSR2)
+        master = new_master(pid_file, server.pid)
+        assert server.wait() == 0
+        workers = wait_until(lambda: len(children(master)) == 2 and children(master), what="the new workers")
+        load.wait_for_body(lambda body: int(body) in workers, count=20,  # type: ignore[operator]
+                           what="TLS responses from the new master's workers")
+    load.assert_nothing_lost()
+    resumed = tls_request(server.port, "/", context, session=first.session)
+    assert int(resumed.body) in workers  # type: ignore[operator]
+    assert resumed.session_reused, "the ticket keys came across the upgrade"
+    assert resumed.peer.serial_number == tls_certs.localhost.serial
 
 
 def closes_with_close_notify(sock: ssl.SSLSocket) -> bool:
