@@ -231,6 +231,8 @@ class TlsCerts:
     p384: Leaf
     ed25519: Leaf
     expired: Leaf
+    """Expired yesterday (its files are named ``lapsed``, so that a message saying "expired"
+    says it, not the path)."""
     mismatched_key: Path
     """A P-256 key of no certificate (PKCS#8)."""
     key_formats: dict[str, tuple[Leaf, Path]]
@@ -297,7 +299,7 @@ def make_certs(directory: Path) -> TlsCerts:
         localhost=localhost, localhost_next=server("localhost-next"),
         a_test=server("a-test", ["a.test"]), b_test_wildcard=server("b-test-wildcard", ["*.b.test"]),
         rsa=rsa_leaf, p384=p384, ed25519=ed,
-        expired=server("expired", valid_from=NOW - datetime.timedelta(days=30),
+        expired=server("lapsed", valid_from=NOW - datetime.timedelta(days=30),
                        valid_until=NOW - datetime.timedelta(days=1)),
         mismatched_key=mismatched, key_formats=formats, encrypted_key=encrypted, legacy_encrypted_key=legacy,
         password=PASSWORD, password_file=password_file, client_ca=client_ca.path, client_ca_authority=client_ca,
