@@ -137,4 +137,5 @@ def test_the_keyfile_password_comes_from_the_config_file_too(tines_server: Any, 
                                                  {"TINES_KEYFILE_PASSWORD": tls_certs.password})):
         checked = tines("check-config", APP, *args, env=env)
         assert checked.returncode == 0, checked.stderr
-        assert "keyfile_password" in checked.stdout and tls_certs.password not in checked.stdout + checked.stderr
+        rows = [line for line in checked.stdout.splitlines() if line.startswith("keyfile_password ")]
+        assert len(rows) == 1 and tls_certs.password not in checked.stdout + checked.stderr, checked.stdout
