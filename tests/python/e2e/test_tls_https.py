@@ -58,7 +58,8 @@ def test_python_ssl_sees_the_leaf_and_the_app_sees_https(tines_server: Any, tls_
         for _ in range(20):
             response_ = client.get(f"https://127.0.0.1:{server.port}/")
             assert response_.status_code == 200 and response_.json()["wsgi.url_scheme"] == "https"
-        posted = client.post(f"https://127.0.0.1:{server.port}/", content=b"x" * 10_000)  # under max_body_drain: the app reads none of it
+        # A body the app does not read, under max_body_drain: the connection stays usable.
+        posted = client.post(f"https://127.0.0.1:{server.port}/", content=b"x" * 10_000)
         assert posted.status_code == 200
         ssl_object = posted.extensions["network_stream"].get_extra_info("ssl_object")
         der = ssl_object.getpeercert(True)
