@@ -97,4 +97,5 @@ def test_asgi_tls_extension_reports_the_client_certificate(tines_server: Any, tl
     foreign = as_client(optional, tls_certs, tls_certs.client_other_ca)["tls"]
     assert isinstance(foreign["client_cert_error"], str) and foreign["client_cert_error"], foreign
     assert foreign["client_cert_name"] == tls_certs.client_other_ca.certificate.subject.rfc4514_string()
-    assert x509.load_pem_x509_certificate(foreign["client_cert_chain"][0].encode()) == tls_certs.client_other_ca.certificate
+    shown = x509.load_pem_x509_certificate(foreign["client_cert_chain"][0].encode())
+    assert shown == tls_certs.client_other_ca.certificate
