@@ -406,11 +406,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-provision", action="store_true",
                         help="install nothing (rows whose server is missing are skipped)")
     parser.add_argument("--out", help="write results/NAME.{md,json} (default: tls-STAMP)")
+    parser.add_argument("--report-only", type=Path, metavar="JSON",
+                        help="render JSON (a report of this script) to markdown beside it, run nothing")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_args(argv)
+    if arguments.report_only is not None:
+        document = json.loads(arguments.report_only.read_text())
+        arguments.report_only.with_suffix(".md").write_text(tm.markdown(
+            document["results"], document["instructions"], document["skipped"], document["meta"]))
+        return 0
     raise_nofile()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if not arguments.no_provision:

@@ -113,6 +113,11 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, dict[str, float]],
     """The report: figures per cell and row, the marks' verdicts, what was skipped."""
     out = [f"# TLS rows (issue 37), {meta.get('started', '')}", ""]
     out += [f"- {line}" for line in meta.get("notes", [])]
+    noise = [float(r["other_cpu"]) for r in results if r.get("other_cpu") is not None]
+    if noise:
+        out.append(f"- other processes used a median of {statistics.median(noise):.2f} CPUs "
+                   f"(max {max(noise):.2f}) of the 2 during the timed runs: where that is "
+                   "well above 0, the clock figures are noisy and the instruction counts judge")
     out.append("")
     rows = [*TINES_ROWS, *PEER_ROWS]
     for cell in (*CELLS, IDLE_CELL):
