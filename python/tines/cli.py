@@ -103,10 +103,12 @@ def build_parser() -> ArgumentParser:
 
     # Listed for --help only: main() hands `bench` argv to Rust before argparse sees it.
     commands.add_parser(
-        "bench", help="load-test an HTTP server (wrk/ab-style; tines bench --help for its flags)",
+        "bench", help="load-test an HTTP or HTTPS server (wrk/ab-style; tines bench --help for its "
+                      "flags)",
         add_help=False,
-        description="The load generator: closed loop (-c, -n, -d) or open loop (-R), "
-                    "text, --json or --html results. Its flags are its own: tines bench --help.")
+        description="The load generator: closed loop (-c, -n, -d) or open loop (-R), http:// or "
+                    "https:// (--insecure, --cacert, --no-resumption), text, --json or --html "
+                    "results. Its flags are its own: tines bench --help.")
     # Listed for --help only, as bench: main() hands `tune` argv to tines.tune.
     commands.add_parser(
         "tune", help="measure an app under Tines and recommend its settings (tines tune --help)",
