@@ -92,14 +92,16 @@ def tls_get(port: int, context: ssl.SSLContext, session: ssl.SSLSession | None =
     given; answered 200."""
     with socket.create_connection(("127.0.0.1", port), timeout=20) as raw:
         with context.wrap_socket(raw, server_hostname="localhost", session=session) as tls:
+            # What the handshake decided, read before the server's close_notify ends the session.
+            der, reused = tls.getpeercert(binary_form=True), bool(tls.session_reused)
+            assert der is not None
             tls.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-            response = b""
+            response, ticketed = b"", None
             while chunk := tls.recv(65536):
                 response += chunk
+                ticketed = tls.session  # a TLS 1.3 ticket comes after the handshake
             assert response.startswith(b"HTTP/1.1 200 "), response[:200]
-            der = tls.getpeercert(binary_form=True)
-            assert der is not None
-            return Exchange(response, tls.session, bool(tls.session_reused), hashlib.sha256(der).digest())
+            return Exchange(response, ticketed, reused, hashlib.sha256(der).digest())
 
 
 def served_certificate(port: int) -> bytes:
