@@ -69,7 +69,12 @@ def check(cfg: Config, ticket_secret: bytes) -> Checked:
         check_as(cfg.group, cfg.user, directory, tls_files)
     else:
         check_request_buffer_dir(directory)
-        tls.check_readable(tls_files)
+        try:
+            tls.check_readable(tls_files)
+        except ConfigError as error:
+            if cfg.user is not None and os.geteuid() == cfg.user:  # a reload, after the switch
+                raise ConfigError(f"{error} (as user {_user_name(cfg.user)}, whom the master switched to)") from None
+            raise
     material = tls.make_material(cfg, base, ticket_secret)
     settings = worker_settings(cfg, material)
     pool_settings = pool.settings(cfg)

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from conftest import APPS, ROOT, Server, alive, children, http_get, wait_until
+from test_stop_and_notify import ACTIVATE, listening_socket
 
 try:
     from tines import _core
@@ -91,14 +92,16 @@ def tls_get(port: int, context: ssl.SSLContext, session: ssl.SSLSession | None =
     given; answered 200."""
     with socket.create_connection(("127.0.0.1", port), timeout=20) as raw:
         with context.wrap_socket(raw, server_hostname="localhost", session=session) as tls:
+            # What the handshake decided, read before the server's close_notify ends the session.
+            der, reused = tls.getpeercert(binary_form=True), bool(tls.session_reused)
+            assert der is not None
             tls.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-            response = b""
+            response, ticketed = b"", None
             while chunk := tls.recv(65536):
                 response += chunk
+                ticketed = tls.session  # a TLS 1.3 ticket comes after the handshake
             assert response.startswith(b"HTTP/1.1 200 "), response[:200]
-            der = tls.getpeercert(binary_form=True)
-            assert der is not None
-            return Exchange(response, tls.session, bool(tls.session_reused), hashlib.sha256(der).digest())
+            return Exchange(response, ticketed, reused, hashlib.sha256(der).digest())
 
 
 def served_certificate(port: int) -> bytes:
@@ -255,3 +258,24 @@ def test_usr2_hands_the_ticket_secret_over_so_a_session_resumes_on_the_new_maste
     assert resumed.reused, "a ticket of the old master's worker resumes on the new master's"
     status, body = http_get(plain_port, close=True)
     assert status == 200 and int(body) in new_workers, "the plain: listener is still plain"  # type: ignore[operator]
+
+
+@needs_material
+def test_socket_activation_marks_plain_sockets_by_name_or_by_a_plain_bind(tines_server: Any, tmp_path: Path) -> None:
+    """systemd's sockets: the one named ``plain`` (FileDescriptorName=plain) and the one whose
+    address a ``plain:`` bind names speak plain HTTP; the other speaks TLS."""
+    cert, key = make_pair(tmp_path, "server")
+    sockets = [listening_socket() for _ in range(3)]
+    fds = [sock.fileno() for sock in sockets]
+    ports = [sock.getsockname()[1] for sock in sockets]
+    server: Server = tines_server(
+        "hello_pid:app", "-w", "1", "-b", f"plain:127.0.0.1:{ports[2]}", "--certfile", str(cert), "--keyfile", str(key),
+        program=(sys.executable, "-c", ACTIVATE, ",".join(map(str, fds)), "web:plain:admin"), pass_fds=fds)
+    for sock in sockets:
+        sock.close()  # the server holds its own copies
+    server.wait_for_log(rf"Listening at: https://127\.0\.0\.1:{ports[0]} ")
+    server.wait_for_log(rf"Listening at: http://127\.0\.0\.1:{ports[1]} ")
+    server.wait_for_log(rf"Listening at: http://127\.0\.0\.1:{ports[2]} ")
+    assert tls_get(ports[0], client_context()).certificate == fingerprint(cert)
+    for port in ports[1:]:
+        assert http_get(port, close=True)[0] == 200

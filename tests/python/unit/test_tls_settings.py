@@ -328,3 +328,17 @@ def test_the_upgrade_takes_the_secret_out_of_the_environment() -> None:
     state = upgrade.Upgrade(upgrade.Invocation(("serve",), "/"), None, environ)
     assert state.ticket_secret == secret and environ == {}
     assert upgrade.Upgrade(upgrade.Invocation(("serve",), "/"), None, {}).ticket_secret is None
+
+
+def test_the_flags_as_typed() -> None:
+    arguments = build_parser().parse_args([
+        "serve", "app:app", "--ssl-certfile", "c.pem", "--ssl-keyfile", "k.pem", "--sni-certificate", "a.pem",
+        "--sni-certificate", "b.pem:b.key", "--no-tls-tickets", "--tls-min-version", "1.3", "--alpn", "http/1.1",
+        "--client-cert", "required", "--client-ca", "ca.pem", "--client-crl", "r.pem", "--tls-ticket-rotation", "60",
+        "--keyfile-password-file", "p.txt", "--tls-unknown-server-name", "refuse",
+        "--tls-cipher-suites", "TLS_AES_128_GCM_SHA256"])
+    cfg = load(arguments, {})
+    assert (cfg.certfile, cfg.keyfile, cfg.sni_certificates) == ("c.pem", "k.pem", ("a.pem", "b.pem:b.key"))
+    assert (cfg.tls_tickets, cfg.tls_min_version, cfg.client_cert, cfg.client_crl) == (False, "1.3", "required", ("r.pem",))
+    assert (cfg.tls_ticket_rotation, cfg.keyfile_password_file, cfg.tls_unknown_server_name) == (60, "p.txt", "refuse")
+    assert cfg.tls_cipher_suites == ("TLS_AES_128_GCM_SHA256",) and cfg.source("certfile") == "cli"
