@@ -401,8 +401,11 @@ impl Output {
             self.help_wanted.store(false, Ordering::SeqCst);
         }
         let before = state.pending.written();
+        let backlog = self.link.wants_write();
         let result = state.pending.write_some(self.link);
-        let moved = state.pending.written() > before;
+        // The client took bytes: queued ones, or a TLS backlog it emptied (ciphertext sealed
+        // earlier, counted as written then).
+        let moved = state.pending.written() > before || (backlog && !self.link.wants_write());
         self.note_queued(&state);
         result.map(|progress| (progress, moved))
     }

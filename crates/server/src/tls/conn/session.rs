@@ -52,11 +52,24 @@ impl Drop for Locked<'_> {
 
 /// The socket as rustls' `read_tls` / `write_tls` see it: non-blocking, `WouldBlock` when it
 /// would block, `MSG_NOSIGNAL` writes.
-pub(super) struct Socket(pub(super) RawFd);
+pub(super) struct Socket {
+    fd: RawFd,
+    /// The last read returned fewer bytes than asked for: the socket is drained (until its
+    /// next edge), and asking again would only be told `EAGAIN`.
+    pub(super) drained: bool,
+}
+
+impl Socket {
+    pub(super) fn new(fd: RawFd) -> Socket {
+        Socket { fd, drained: false }
+    }
+}
 
 impl Read for Socket {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        read_nonblocking(self.0, buf)?.ok_or_else(|| io::ErrorKind::WouldBlock.into())
+        let n = read_nonblocking(self.fd, buf)?.ok_or(io::ErrorKind::WouldBlock)?;
+        self.drained = n < buf.len();
+        Ok(n)
     }
 }
 
@@ -66,7 +79,7 @@ impl Write for Socket {
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        write_slices_nonblocking(self.0, bufs)?.ok_or_else(|| io::ErrorKind::WouldBlock.into())
+        write_slices_nonblocking(self.fd, bufs)?.ok_or_else(|| io::ErrorKind::WouldBlock.into())
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -79,7 +92,7 @@ impl Session {
     /// `shutdown(SHUT_WR)` owed is made).
     pub(super) fn flush(&mut self, fd: RawFd) -> io::Result<bool> {
         while self.tls.wants_write() {
-            match self.tls.write_tls(&mut Socket(fd)) {
+            match self.tls.write_tls(&mut Socket::new(fd)) {
                 Ok(_) => {}
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 Err(err) => return Err(err),
