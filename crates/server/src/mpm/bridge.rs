@@ -215,6 +215,7 @@ impl AsyncReactor {
                 conn.head.method.of(&conn.buf),
                 conn.head.target.of(&conn.buf),
                 conn.fd(),
+                conn.link.is_tls(),
                 now,
             );
             let mut exchange = Exchange::new(&mut conn, ctx, Arc::clone(&self.shared), now);
