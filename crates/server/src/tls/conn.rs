@@ -44,6 +44,7 @@ pub struct TlsConn {
     info: OnceLock<TlsInfo>,
     started: OnceLock<Instant>,
     fed: std::sync::atomic::AtomicBool,
+    plain: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for TlsConn {
@@ -118,6 +119,7 @@ impl TlsConn {
             info: OnceLock::new(),
             started: OnceLock::new(),
             fed: std::sync::atomic::AtomicBool::new(false),
+            plain: std::sync::atomic::AtomicBool::new(false),
         }))
     }
     pub fn fd(&self) -> RawFd {
@@ -175,6 +177,9 @@ impl TlsConn {
     }
     pub fn read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         let fd = self.fd();
+        if self.plain.load(std::sync::atomic::Ordering::Relaxed) {
+            return crate::io::read_nonblocking(fd, buf);
+        }
         let mut session = self.lock();
         loop {
             match io::Read::read(&mut session.reader(), buf) {
@@ -195,6 +200,8 @@ impl TlsConn {
                     )
                 };
                 if n == 1 && first.is_ascii_uppercase() {
+                    // TEMP: later reads (the lingering close) read raw, as A's linger does.
+                    self.plain.store(true, std::sync::atomic::Ordering::Relaxed);
                     return Err(io::Error::other(PlainHttpOnTls));
                 }
             }
