@@ -31,6 +31,7 @@ pub(crate) fn serve_connection(
             head.method.of(&conn.buf),
             head.target.of(&conn.buf),
             fd,
+            conn.link.is_tls(),
             now,
         );
         let mut exchange = Exchange::new(&mut conn, ctx, Arc::clone(shared), now);

@@ -19,28 +19,26 @@
 //! TLS (ADR 0030): a TLS transport's reads run the handshake themselves, returning nothing
 //! until it is done, so its handshake happens where partial heads wait (`Phase::Head`, parked
 //! in the poller under the header timeout, never in a slot) and its time counts from its first
-//! byte ([`TlsConn::started`]) against the header deadline the first head shares. A PROXY
-//! header before it is read raw, in plaintext, and the bytes after it are the ClientHello's
-//! start, handed to the session ([`TlsConn::feed`]). A plain HTTP request on a TLS port is
-//! [`Readiness::PlainHttpOnTls`]; a handshake that fails, [`Readiness::HandshakeFailed`].
+//! byte ([`crate::tls::conn::TlsConn::started`]) against the header deadline the first head
+//! shares. A PROXY header before it is read raw, in plaintext, and the bytes after it are the
+//! ClientHello's start, handed to the session ([`crate::tls::conn::TlsConn::feed`]). A plain
+//! HTTP request on a TLS port is [`Readiness::PlainHttpOnTls`]; a handshake that fails,
+//! [`Readiness::HandshakeFailed`]. What comes before the first head is in `preface`.
 
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Instant;
 
-use tines_proto::{
-    parse_proxy_header, parse_request_head, HeadStatus, Limits, ParseError, ProxyError,
-    ProxyHeader, ProxyStatus, RequestHead,
-};
+use tines_proto::{parse_request_head, HeadStatus, Limits, ParseError, ProxyError, RequestHead};
 
 use crate::listener::Peer;
 use crate::parked_body::ParkedBody;
 
 mod lent;
+mod preface;
 
 use crate::pending::Output;
 use crate::spool::INITIAL_BUFFER;
-use crate::tls::conn::{HandshakeFailed, PlainHttpOnTls, TlsConn};
 use crate::transport::{Link, Transport};
 pub use lent::Lent;
 use std::sync::Arc;
@@ -276,21 +274,6 @@ impl Connection {
         self.transport.fd()
     }
 
-    /// Its TLS session, on a TLS transport (for the loop: a handshake flight to flush, the
-    /// handshake's state).
-    pub(crate) fn tls(&self) -> Option<&TlsConn> {
-        match &self.transport {
-            Transport::Plain(_) => None,
-            Transport::Tls(conn) => Some(conn),
-        }
-    }
-
-    /// True while a TLS connection's handshake has not finished (lock-free: what the
-    /// handshake told is set once, when it finishes).
-    pub(crate) fn tls_handshaking(&self) -> bool {
-        self.tls().is_some_and(|tls| tls.info().is_none())
-    }
-
     /// The handle every read and write of this connection goes through (its transport's).
     #[inline]
     pub fn link(&self) -> Link {
@@ -469,62 +452,6 @@ impl Connection {
         }
     }
 
-    /// What a failed read means: a TLS transport's own errors (a plain request on a TLS port,
-    /// a failed handshake) are answered or logged; any other error closes.
-    #[cold]
-    fn read_failed(err: io::Error) -> Readiness {
-        match err.get_ref() {
-            Some(inner) if inner.is::<PlainHttpOnTls>() => Readiness::PlainHttpOnTls,
-            Some(inner) if inner.is::<HandshakeFailed>() => Readiness::HandshakeFailed(err),
-            _ => Readiness::Closed,
-        }
-    }
-
-    /// `proxy_protocol` on a TLS listener: the PROXY header comes in plaintext before the
-    /// ClientHello, so it is read from the socket itself (its first byte starts the header
-    /// deadline); the bytes after it, the ClientHello's start, go to the session. `None` once
-    /// the header is taken (the connection is in `Phase::Head`: the caller reads on through
-    /// the session); what to report otherwise.
-    #[cold]
-    fn read_proxy_header_before_tls(&mut self, tls: &TlsConn) -> Option<Readiness> {
-        if self.buf.is_empty() {
-            self.buf.resize(INITIAL_BUFFER, 0);
-        }
-        loop {
-            if self.filled == self.buf.len() {
-                // The longest PROXY header (v2: 16 + 4096 bytes) fits the initial buffer, and
-                // the parser refuses longer ones before it fills.
-                return Some(Readiness::Closed);
-            }
-            let parts = &mut **self;
-            match crate::io::read_nonblocking(parts.link.fd(), &mut parts.buf[parts.filled..]) {
-                Ok(Some(0)) | Err(_) => return Some(Readiness::Closed),
-                Ok(None) => return Some(Readiness::Pending),
-                Ok(Some(n)) => {
-                    if self.head_started.is_none() {
-                        self.head_started = Some(crate::clock::recent());
-                    }
-                    self.filled += n;
-                    self.received += n as u64;
-                    match self.take_proxy_header() {
-                        Ok(()) => {
-                            // Not HTTP bytes: the session counts what it decrypts.
-                            self.received -= self.filled as u64;
-                            if let Err(err) = tls.feed(&self.buf[..self.filled]) {
-                                return Some(Self::read_failed(err));
-                            }
-                            self.filled = 0;
-                            self.maybe_more = true;
-                            return None;
-                        }
-                        Err(Readiness::Pending) => {}
-                        Err(other) => return Some(other),
-                    }
-                }
-            }
-        }
-    }
-
     /// The body read so far: when reading began, the raw bytes received, when bytes last came
     /// (for the body deadlines while it is parked).
     pub(crate) fn body_progress(&self) -> Option<(Instant, u64, Instant)> {
@@ -572,33 +499,6 @@ impl Connection {
             Ok(HeadStatus::Partial) => Readiness::Pending,
             Err(err) => Readiness::Rejected(err),
         }
-    }
-
-    /// Parses the PROXY header at the front of the buffer; once it is complete, takes it off
-    /// (the request head then starts at 0), makes its source address the peer, and moves to
-    /// `Phase::Head`. `Err` carries what to report: `Pending` while the header is incomplete,
-    /// `BadProxyHeader` when it is invalid.
-    fn take_proxy_header(&mut self) -> Result<(), Readiness> {
-        match parse_proxy_header(&self.buf[..self.filled]) {
-            Ok(ProxyStatus::Partial) => Err(Readiness::Pending),
-            Err(err) => Err(Readiness::BadProxyHeader(err)),
-            Ok(ProxyStatus::Complete { consumed, header }) => {
-                if let ProxyHeader::Proxied { source, .. } = header {
-                    self.peer = Peer::Tcp(source);
-                }
-                // LOCAL (a health check) and UNKNOWN keep the real peer, as the spec asks.
-                let filled = self.filled;
-                self.buf.copy_within(consumed..filled, 0);
-                self.filled -= consumed;
-                self.protocol = Protocol::Http1(Phase::Head);
-                Ok(())
-            }
-        }
-    }
-
-    /// True while the PROXY header has not been read (the connection has sent no HTTP yet).
-    pub fn awaits_proxy_header(&self) -> bool {
-        self.protocol == Protocol::Http1(Phase::ProxyHeader)
     }
 
     /// Ends the current request: keeps the `leftover` bytes (the start of a pipelined next

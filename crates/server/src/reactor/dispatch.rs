@@ -208,11 +208,7 @@ impl Reactor {
                     return self.close(token);
                 }
                 Readiness::PlainHttpOnTls => return self.answer_plain_http(token, conn),
-                Readiness::HandshakeFailed(err) => {
-                    let peer = conn.peer;
-                    self.log_tls_failure(|| format!("TLS handshake with {peer} failed: {err}"));
-                    return self.close(token);
-                }
+                Readiness::HandshakeFailed(err) => return self.handshake_failed(token, &conn, err),
             }
         }
     }

@@ -7,11 +7,13 @@
 //!
 //! It must not decrypt or encrypt (the session does) nor decide when a connection is served.
 
+use std::io;
 use std::time::Instant;
 
 use super::error_response::write_plain_http_on_tls;
 use super::Reactor;
 use crate::connection::{Connection, Linger};
+use crate::tls::conn::HandshakeFailed;
 
 impl Reactor {
     /// Logs one TLS failure at info (`line`, made only when it is logged), unless another
@@ -47,6 +49,20 @@ impl Reactor {
             format!("a plain HTTP request from {peer} on a TLS port: answered 400")
         });
         self.linger(token, conn, Linger::UntilEof);
+    }
+
+    /// A TLS connection's handshake failed (`err` wraps rustls' reason; the alert is
+    /// written): logged with the peer and the reason, and closed.
+    pub(super) fn handshake_failed(&mut self, token: usize, conn: &Connection, err: io::Error) {
+        let peer = conn.peer;
+        self.log_tls_failure(|| {
+            let reason = err
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<HandshakeFailed>())
+                .map_or_else(|| err.to_string(), |failed| failed.0.to_string());
+            format!("TLS handshake with {peer} failed: {reason}")
+        });
+        self.close(token);
     }
 
     /// A parked connection's socket became writable: the handshake flight (or an alert) its
