@@ -3,10 +3,11 @@
 //!
 //! Layers, from the bottom: [`io`] (non-blocking syscalls), [`poller`] (epoll), [`clock`]
 //! (UTC dates for the logs, the monotonic clock as last read), [`control`] (signals, life pipe),
-//! [`tls`] (rustls sessions over a socket), [`transport`] (what carries a connection's bytes:
-//! every connection read and write goes through it), [`scoreboard`], [`dump_signal`] (the
-//! stuck worker's dump-signal handler, over the scoreboard), [`log`] (the error log),
-//! [`access_log`] (its formats and buffered sink), [`listener`] (accept, addresses), [`trusted_proxies`] (`forwarded_allow_ips`), [`config`],
+//! [`tls`] (rustls sessions, the certificates and keys, session tickets, what a handshake
+//! tells the app), [`transport`] (what carries a connection's bytes: every connection read and write goes
+//! through it), [`scoreboard`], [`dump_signal`] (the stuck worker's dump-signal handler, over
+//! the scoreboard), [`log`] (the error log), [`access_log`] (its formats and buffered sink),
+//! [`listener`] (accept, addresses), [`trusted_proxies`] (`forwarded_allow_ips`), [`config`],
 //! [`spool`] (the buffer budgets and temporary files of bodies and responses that wait for a
 //! slow client), [`parked_body`] (a request body read before dispatch: memory or temporary
 //! file, chunked decoding), [`pending`] (response output the event loop finishes),

@@ -4,10 +4,11 @@
 //!
 //! - `conn`: [`conn::TlsConn`], the session and its socket, which the transport owns and every
 //!   [`crate::transport::Link`] call reaches.
-//! - `config`, `material`, `verifier`, `tickets`, `info`: the server's certificates and keys
-//!   (loaded and checked once, in the master), the `rustls::ServerConfig` each worker builds
-//!   from them, client certificates, session tickets shared by every worker, and
-//!   [`TlsInfo`], what a finished handshake tells the app.
+//! - `material`, `config`, `resolver`, `verifier`, `tickets`, `info` (ADR 0032, 0033): the
+//!   server's certificates and keys (read and checked once, in the master), the
+//!   `rustls::ServerConfig` made of them (by the master too: its workers are forked with it),
+//!   the certificate chosen by SNI, client certificates, session tickets every worker opens,
+//!   and [`TlsInfo`], what a finished handshake tells the app.
 
 pub use rustls;
 
@@ -21,7 +22,7 @@ pub mod verifier;
 
 use std::sync::Arc;
 
-/// The crypto provider every TLS config of the server and of `tines bench` uses (ADR 0030:
+/// The crypto provider every TLS config of the server and of `tines bench` uses (ADR 0031:
 /// ring; one place to change it).
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
