@@ -179,8 +179,10 @@ def servers(material: Material) -> list[tuple[Server, App]]:
                 "--log-level", "warning", "--ssl-certfile", chain, "--ssl-keyfile", key,
                 "--app-dir", str(app.file.parent), app.module_target]
 
+    # Keep-alive unlimited as nginx's here; room for the idle cell; a boot that callgrind slows.
     tls = ("--certfile", chain, "--keyfile", key, "--max-keepalive-requests", "0",
-           "--keepalive-timeout", "300", "--max-connections", str(IDLE_CONNECTIONS + 100))
+           "--keepalive-timeout", "300", "--max-connections", str(IDLE_CONNECTIONS + 100),
+           "--boot-timeout", "300")
     return [
         (Server("tines-prefork-tls", tines_command("prefork", None, extra=tls), uses_ready_fd=True),
          APPS["hello"]),
