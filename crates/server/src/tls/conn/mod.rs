@@ -104,6 +104,9 @@ pub struct TlsConn {
     established: AtomicBool,
     info: OnceLock<TlsInfo>,
     started: OnceLock<Instant>,
+    /// The config the session was made from (what [`TlsInfo::from_session`] needs besides the
+    /// session: the leaf served, an optional client certificate's judgement).
+    config: Arc<ServerConfig>,
 }
 
 impl std::fmt::Debug for TlsConn {
@@ -131,6 +134,7 @@ impl TlsConn {
             established: AtomicBool::new(false),
             info: OnceLock::new(),
             started: OnceLock::new(),
+            config: Arc::clone(config),
         }))
     }
 
@@ -149,18 +153,20 @@ impl TlsConn {
         }
     }
 
-    /// What the handshake told, once it finished and [`TlsConn::init_info`] made it.
+    /// What the handshake told, once it finished (`None` before): made the first time it is
+    /// asked for (by the environ, the scope or the access log), under the session's lock
+    /// once; a plain `OnceLock` read after that.
     pub fn info(&self) -> Option<&TlsInfo> {
-        self.info.get()
-    }
-
-    /// Makes what the app sees from the finished session, once (`make` runs under the
-    /// session's lock, only the first time); `None` while handshaking.
-    pub fn init_info(&self, make: impl FnOnce(&ServerConnection) -> TlsInfo) -> Option<&TlsInfo> {
+        if let Some(info) = self.info.get() {
+            return Some(info);
+        }
         if self.handshaking() {
             return None;
         }
-        Some(self.info.get_or_init(|| make(&self.lock().tls)))
+        Some(
+            self.info
+                .get_or_init(|| TlsInfo::from_session(&self.lock().tls, &self.config)),
+        )
     }
 
     /// When the first byte of the ClientHello (or of the bytes given to [`TlsConn::feed`])
