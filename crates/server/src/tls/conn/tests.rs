@@ -93,7 +93,7 @@ impl Client {
     }
 
     /// Seals `data` and writes it.
-    fn send(&mut self, data: &[u8]) {
+    pub(crate) fn send(&mut self, data: &[u8]) {
         self.tls.writer().write_all(data).unwrap();
         self.push();
     }
