@@ -387,6 +387,10 @@ fn keep_pace(
             }
         }
         if written == total {
+            // All sealed: records the socket did not take are the loop's to finish.
+            if link.wants_write() {
+                output.note_backlog();
+            }
             return Ok(None);
         }
         if !writable_by(link, deadline)? {
