@@ -497,3 +497,42 @@ fn writes_before_the_handshake_finished_are_refused() {
     assert!(conn.write_vectored(&[b"early"], 0).is_err());
     assert!(conn.send_file(0, 0, 1).is_err());
 }
+
+#[test]
+fn a_read_that_needs_a_write_answers_the_clients_key_update() {
+    let (conn, mut client) = connected();
+    // TLS 1.3 KeyUpdate asking for ours: the read that meets it seals our answer.
+    client.tls.refresh_traffic_keys().unwrap();
+    client.send(b"after");
+    assert_eq!(read_all(&conn, 5), b"after");
+    conn.write_vectored(&[b"reply"], 0).unwrap();
+    client.pull();
+    assert_eq!(client.got, b"reply", "decrypted with the updated keys");
+    client.send(b"again");
+    assert_eq!(read_all(&conn, 5), b"again");
+}
+
+#[test]
+fn a_close_notify_the_socket_did_not_take_is_flushed_before_the_shutdown() {
+    let (conn, mut client) = connected();
+    set_buffer(conn.fd(), libc::SO_SNDBUF, 4096);
+    let body = vec![b'y'; 60_000];
+    assert_eq!(conn.write_vectored(&[&body], 0).unwrap(), Some(body.len()));
+    assert!(conn.wants_write());
+    conn.shutdown_write();
+    assert!(conn.wants_write(), "close_notify waits behind the records");
+    assert!(conn.unacknowledged().unwrap() > 0);
+    while !conn.flush().unwrap() {
+        assert!(client.pull());
+        assert!(!client.closed, "not before the records");
+    }
+    while client.pull() {}
+    assert_eq!(client.got.len(), body.len());
+    assert!(client.closed, "a shutdown made at once would have lost it");
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        (&client.sock).read(&mut byte).unwrap(),
+        0,
+        "the shutdown came once close_notify was out"
+    );
+}
