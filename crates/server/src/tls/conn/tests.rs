@@ -536,3 +536,20 @@ fn a_close_notify_the_socket_did_not_take_is_flushed_before_the_shutdown() {
         "the shutdown came once close_notify was out"
     );
 }
+
+#[test]
+fn the_request_that_comes_with_the_clients_finished_is_read_with_it() {
+    let (conn, mut client) = pair(&[&rustls::version::TLS13]);
+    let request = b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    // Written before the handshake ended: sent right behind the client's Finished.
+    client.tls.writer().write_all(request).unwrap();
+    client.push();
+    let mut buf = [0u8; 256];
+    assert_eq!(conn.read(&mut buf).unwrap(), None, "the server's flight");
+    client.pull();
+    assert!(!client.tls.is_handshaking());
+    assert!(conn.handshaking(), "its Finished is in the socket, unread");
+    assert_eq!(conn.read(&mut buf).unwrap(), Some(request.len()));
+    assert_eq!(&buf[..request.len()], request);
+    assert!(!conn.handshaking());
+}
