@@ -101,7 +101,9 @@ impl Link {
         }
     }
 
-    /// One non-blocking read; `Ok(None)` when it would block, `Ok(Some(0))` at EOF.
+    /// One non-blocking read; `Ok(None)` when it would block, `Ok(Some(0))` at EOF. On TLS,
+    /// plaintext (the handshake progresses inside it, and a read may write what the session
+    /// owes the client); a short read still means a drained socket.
     #[inline]
     pub fn read(self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         match self {

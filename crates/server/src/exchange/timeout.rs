@@ -218,6 +218,27 @@ mod tests {
     }
 
     #[test]
+    fn over_tls_the_503_is_sealed_then_close_notify_then_the_shutdown() {
+        use crate::tls::conn::tests::connected;
+        let shared = worker();
+        let (conn, mut client) = connected();
+        let link = Link::Tls(crate::transport::TlsLink::new(&conn));
+        let output = Output::new(link);
+        let thread = shared.thread_slot(0).unwrap();
+        thread.begin_request(b"GET", b"/stuck", conn.fd());
+        thread.mark_timed_out(1);
+        assert!(!thread.claim_response());
+        assert!(pay_owed(&output, thread, 1, Owed::Response, &shared));
+        while client.pull() {}
+        assert_eq!(client.got, TIMEOUT_RESPONSE, "decrypted whole");
+        assert!(client.closed, "a clean end: close_notify after it");
+        // The stuck thread's own reads and writes fail or end from now on.
+        let mut byte = [0u8; 1];
+        assert!(!matches!(link.read(&mut byte), Ok(Some(n)) if n > 0));
+        assert!(link.write_vectored(&[b"late"], 0).is_err());
+    }
+
+    #[test]
     fn a_closed_connection_is_never_written_and_its_debt_stays() {
         let shared = worker();
         let (mut client, server) = UnixStream::pair().unwrap();

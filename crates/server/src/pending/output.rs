@@ -363,7 +363,8 @@ impl Output {
     /// dry (the slot may be staging more bytes, or queue some later), the request stays for
     /// the slot, which writes as soon as it lets go of the lock or publishes (a returned
     /// connection with output pending is written at once by the loop too). Errors surface to
-    /// the slot's own next write.
+    /// the slot's own next write. On TLS the write then waits for the session's lock, whose
+    /// holders only seal a block and write without waiting (ADR 0030).
     pub fn help_write(&self) {
         self.help_wanted.store(true, Ordering::SeqCst);
         let mut state = match self.state.try_lock() {

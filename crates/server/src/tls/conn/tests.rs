@@ -93,7 +93,7 @@ impl Client {
     }
 
     /// Seals `data` and writes it.
-    fn send(&mut self, data: &[u8]) {
+    pub(crate) fn send(&mut self, data: &[u8]) {
         self.tls.writer().write_all(data).unwrap();
         self.push();
     }
@@ -496,4 +496,60 @@ fn writes_before_the_handshake_finished_are_refused() {
     let (conn, _client) = pair(rustls::DEFAULT_VERSIONS);
     assert!(conn.write_vectored(&[b"early"], 0).is_err());
     assert!(conn.send_file(0, 0, 1).is_err());
+}
+
+#[test]
+fn a_read_that_needs_a_write_answers_the_clients_key_update() {
+    let (conn, mut client) = connected();
+    // TLS 1.3 KeyUpdate asking for ours: the read that meets it seals our answer.
+    client.tls.refresh_traffic_keys().unwrap();
+    client.send(b"after");
+    assert_eq!(read_all(&conn, 5), b"after");
+    conn.write_vectored(&[b"reply"], 0).unwrap();
+    client.pull();
+    assert_eq!(client.got, b"reply", "decrypted with the updated keys");
+    client.send(b"again");
+    assert_eq!(read_all(&conn, 5), b"again");
+}
+
+#[test]
+fn a_close_notify_the_socket_did_not_take_is_flushed_before_the_shutdown() {
+    let (conn, mut client) = connected();
+    set_buffer(conn.fd(), libc::SO_SNDBUF, 4096);
+    let body = vec![b'y'; 60_000];
+    assert_eq!(conn.write_vectored(&[&body], 0).unwrap(), Some(body.len()));
+    assert!(conn.wants_write());
+    conn.shutdown_write();
+    assert!(conn.wants_write(), "close_notify waits behind the records");
+    assert!(conn.unacknowledged().unwrap() > 0);
+    while !conn.flush().unwrap() {
+        assert!(client.pull());
+        assert!(!client.closed, "not before the records");
+    }
+    while client.pull() {}
+    assert_eq!(client.got.len(), body.len());
+    assert!(client.closed, "a shutdown made at once would have lost it");
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        (&client.sock).read(&mut byte).unwrap(),
+        0,
+        "the shutdown came once close_notify was out"
+    );
+}
+
+#[test]
+fn the_request_that_comes_with_the_clients_finished_is_read_with_it() {
+    let (conn, mut client) = pair(&[&rustls::version::TLS13]);
+    let request = b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    // Written before the handshake ended: sent right behind the client's Finished.
+    client.tls.writer().write_all(request).unwrap();
+    client.push();
+    let mut buf = [0u8; 256];
+    assert_eq!(conn.read(&mut buf).unwrap(), None, "the server's flight");
+    client.pull();
+    assert!(!client.tls.is_handshaking());
+    assert!(conn.handshaking(), "its Finished is in the socket, unread");
+    assert_eq!(conn.read(&mut buf).unwrap(), Some(request.len()));
+    assert_eq!(&buf[..request.len()], request);
+    assert!(!conn.handshaking());
 }
