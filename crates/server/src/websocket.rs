@@ -468,3 +468,5 @@ impl WsSession {
 
 #[cfg(test)]
 mod budget_tests;
+#[cfg(test)]
+mod tls_tests;
