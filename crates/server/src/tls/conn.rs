@@ -162,9 +162,9 @@ impl TlsConn {
         Ok(true)
     }
     /// Ciphertext that came before the session (the bytes after a PROXY header).
-    pub fn feed(&self, mut bytes: &[u8]) {
+    pub fn feed(&self, mut bytes: &[u8]) -> io::Result<()> {
         if bytes.is_empty() {
-            return;
+            return Ok(());
         }
         self.started.get_or_init(crate::clock::recent);
         let mut session = self.lock();
@@ -174,6 +174,7 @@ impl TlsConn {
             }
         }
         self.fed.store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
     pub fn read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         let fd = self.fd();
