@@ -53,7 +53,7 @@ import struct
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from setproctitle import setproctitle
@@ -152,8 +152,6 @@ class WorkerSpec:
     standby: Callable[[], bool] | None = None
     """A standby's wait, run by Rust once its set-up is done (``_stand_by``): True once
     promoted; None for a worker that serves at once."""
-    tls_listeners: list[bool] = field(default_factory=list)
-    """Which of ``listeners`` speak TLS, parallel to it (empty: none does)."""
 
 
 def worker_spec(context: WorkerContext, pid: int, standby: Callable[[], bool] | None = None) -> WorkerSpec:
