@@ -39,7 +39,8 @@ pub struct PythonSpec<'py> {
     /// The listening sockets' fds.
     listeners: Vec<i32>,
     /// Which of them speak TLS, parallel to `listeners` (the master's decision: every TCP bind
-    /// with a certificate, unless marked `plain:`).
+    /// with a certificate, unless marked `plain:`); none when the attribute is missing.
+    #[pyo3(default)]
     tls_listeners: Vec<bool>,
     /// The scoreboard shared with the master.
     scoreboard: Bound<'py, PyScoreboard>,

@@ -469,3 +469,5 @@ impl WsSession {
 
 #[cfg(test)]
 mod budget_tests;
+#[cfg(test)]
+mod tls_tests;

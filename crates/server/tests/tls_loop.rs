@@ -361,3 +361,94 @@ fn a_proxy_header_comes_first_in_plaintext_then_the_handshake() {
         server.stop();
     }
 }
+
+thread_local! {
+    /// On the thread that runs the loop: whether the app's interpreter is held (as the Python
+    /// app's run_loop_thread and wait do with the GIL).
+    static HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// An app with an interpreter lock, as the Python one: its loop thread holds it, releases it
+/// in `wait`, and answers whether it held it while serving.
+struct Interpreter;
+
+impl App for Interpreter {
+    fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
+        let held: &[u8] = if HELD.with(|held| held.get()) {
+            b"held"
+        } else {
+            b"free"
+        };
+        exchange
+            .begin_response(b"200 OK", [], Some(held.len() as u64))
+            .unwrap();
+        exchange.write_body(held).unwrap();
+        let _ = exchange.finish();
+        exchange
+    }
+
+    fn run_loop_thread(&self, body: &mut dyn FnMut()) {
+        HELD.with(|held| held.set(true));
+        body();
+        HELD.with(|held| held.set(false));
+    }
+
+    fn wait(&self, wait: &mut dyn FnMut()) {
+        HELD.with(|held| held.set(false));
+        wait();
+        HELD.with(|held| held.set(true));
+    }
+}
+
+/// Picks the certificate (during the handshake, on the thread that runs it) and records
+/// whether the interpreter was held then.
+#[derive(Debug)]
+struct Observed {
+    key: Arc<rustls::sign::CertifiedKey>,
+    held: Arc<std::sync::Mutex<Vec<bool>>>,
+}
+
+impl rustls::server::ResolvesServerCert for Observed {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.held.lock().unwrap().push(HELD.with(|held| held.get()));
+        Some(Arc::clone(&self.key))
+    }
+}
+
+#[test]
+fn prefork_s_loop_lets_the_interpreter_go_while_it_runs_a_handshake() {
+    let chain = CertificateDer::pem_file_iter(pem("leaf.pem"))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(pem("leaf.key")).unwrap();
+    let provider = tines_server::tls::provider();
+    let key = rustls::sign::CertifiedKey::from_der(chain, key, &provider).unwrap();
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let resolver = Observed {
+        key: Arc::new(key),
+        held: Arc::clone(&held),
+    };
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(resolver));
+    let config = WorkerConfig {
+        tls: Some(Arc::new(config)),
+        ..support::test_config(Mpm::Prefork)
+    };
+    let server = TestServer::start(config, Interpreter);
+    for _ in 0..3 {
+        let mut stream = connect(&server);
+        let (status, _, body) = get(&mut stream, "/");
+        // The app runs with it held (the loop's thread keeps it while it works)...
+        assert_eq!((status, &body[..]), (200, &b"held"[..]));
+    }
+    // ...and the handshakes ran without it.
+    assert_eq!(*held.lock().unwrap(), [false, false, false]);
+    server.stop();
+}

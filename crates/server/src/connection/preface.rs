@@ -23,10 +23,9 @@ impl Connection {
         }
     }
 
-    /// True while a TLS connection's handshake has not finished (lock-free: what the
-    /// handshake told is set once, when it finishes).
+    /// True while a TLS connection's handshake has not finished.
     pub(crate) fn tls_handshaking(&self) -> bool {
-        self.tls().is_some_and(|tls| tls.info().is_none())
+        self.tls().is_some_and(TlsConn::handshaking)
     }
 
     /// What a failed read means: a TLS transport's own errors (a plain request on a TLS port,
@@ -68,11 +67,13 @@ impl Connection {
                     self.received += n as u64;
                     match self.take_proxy_header() {
                         Ok(()) => {
-                            // Not HTTP bytes: the session counts what it decrypts.
-                            self.received -= self.filled as u64;
                             if let Err(err) = tls.feed(&self.buf[..self.filled]) {
+                                // A plain request after the header (kept in the buffer, for
+                                // the log line of its 400), or a failed handshake.
                                 return Some(Self::read_failed(err));
                             }
+                            // Not HTTP bytes: the session counts what it decrypts.
+                            self.received -= self.filled as u64;
                             self.filled = 0;
                             self.maybe_more = true;
                             return None;

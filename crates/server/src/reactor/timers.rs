@@ -190,7 +190,7 @@ impl Reactor {
         if let Some((conn, _)) = self.entries[token].parked() {
             if conn
                 .tls()
-                .is_some_and(|tls| tls.info().is_none() && tls.started().is_some())
+                .is_some_and(|tls| tls.handshaking() && tls.started().is_some())
             {
                 // Closed without a word: no key to write a 408 with.
                 let peer = conn.peer;
