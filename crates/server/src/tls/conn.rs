@@ -47,9 +47,7 @@ pub struct TlsConn {
 
 impl std::fmt::Debug for TlsConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsConn")
-            .field("fd", &self.fd)
-            .finish_non_exhaustive()
+        f.debug_struct("TlsConn").field("fd", &self.fd).finish_non_exhaustive()
     }
 }
 
@@ -101,12 +99,7 @@ impl TlsConn {
     pub fn write_vectored(&self, parts: &[&[u8]], skip: usize) -> io::Result<Option<usize>> {
         todo!("A")
     }
-    pub fn write_all_from(
-        &self,
-        parts: &[&[u8]],
-        written: usize,
-        timeout: Duration,
-    ) -> io::Result<()> {
+    pub fn write_all_from(&self, parts: &[&[u8]], written: usize, timeout: Duration) -> io::Result<()> {
         todo!("A")
     }
     pub fn send_file(&self, file_fd: RawFd, offset: u64, count: u64) -> io::Result<Option<u64>> {
