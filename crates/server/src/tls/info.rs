@@ -365,6 +365,16 @@ mod tests {
         let resumed = connect(&client, &second_worker, "a.test").expect("resumed");
         assert!(resumed.resumed);
         assert_eq!(&*resumed.server_cert_pem, leaf_pem("ec256.pem"));
+        // TLS 1.2 tickets too.
+        let tls12 = self::client(None, true);
+        assert!(
+            !connect(&tls12, &first_worker, "a.test")
+                .expect("full")
+                .resumed
+        );
+        let resumed = connect(&tls12, &second_worker, "a.test").expect("resumed");
+        assert!(resumed.resumed);
+        assert_eq!(resumed.protocol, "TLSv1.2");
         // Tickets off: no resumption.
         let mut s = settings("ec256.pem", Some("ec256.key"));
         s.tls_tickets = false;
