@@ -168,7 +168,8 @@ def worker_spec(context: WorkerContext, pid: int, standby: Callable[[], bool] | 
 def worker_settings(cfg: Config) -> dict[str, object]:
     """The settings dict ``tines._core.run_worker`` takes, checked by the conversion it runs:
     the registry's worker settings, resolved by ``config.load`` (Rust takes every value as
-    given), plus ``workers`` (the master's count).
+    given), plus ``workers`` (the master's count) and ``tls`` (the ``tines._core.TlsMaterial``
+    the master checked, or None: no TLS).
 
     Raises ConfigError (one line naming the setting) for a value no worker could run with, such
     as a timeout too long for the clock, so the master stops before forking rather than every
