@@ -365,6 +365,16 @@ mod tests {
         let resumed = connect(&client, &second_worker, "a.test").expect("resumed");
         assert!(resumed.resumed);
         assert_eq!(&*resumed.server_cert_pem, leaf_pem("ec256.pem"));
+        // TLS 1.2 tickets too.
+        let tls12 = self::client(None, true);
+        assert!(
+            !connect(&tls12, &first_worker, "a.test")
+                .expect("full")
+                .resumed
+        );
+        let resumed = connect(&tls12, &second_worker, "a.test").expect("resumed");
+        assert!(resumed.resumed);
+        assert_eq!(resumed.protocol, "TLSv1.2");
         // Tickets off: no resumption.
         let mut s = settings("ec256.pem", Some("ec256.key"));
         s.tls_tickets = false;
@@ -388,6 +398,11 @@ mod tests {
         let server = server_config(&load(&s).expect("material")).expect("config");
         let client = client(None, false);
         assert!(connect(&client, &server, "localhost").is_ok());
-        assert!(connect(&client, &server, "other.test").is_err());
+        // rustls' server answers a resolver's "none" with a fatal access_denied alert (ADR 0032).
+        let refused = connect(&client, &server, "other.test").expect_err("refused");
+        assert_eq!(
+            refused,
+            rustls::Error::General("no server certificate chain resolved".into())
+        );
     }
 }

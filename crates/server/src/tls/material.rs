@@ -730,6 +730,28 @@ mod tests {
     }
 
     #[test]
+    fn pem_blocks_are_read_in_order_whatever_their_line_width() {
+        let text =
+            b"junk\n-----BEGIN EC PARAMETERS-----\nBggqhkjOPQMBBw==\n-----END EC PARAMETERS-----\n\
+                     -----BEGIN CERTIFICATE-----\r\nAAEC\r\nAw==\r\n-----END CERTIFICATE-----\r\n";
+        let blocks = pem_blocks(text).expect("blocks");
+        let labels: Vec<_> = blocks.iter().map(|b| b.label.as_str()).collect();
+        assert_eq!(labels, ["EC PARAMETERS", "CERTIFICATE"]);
+        assert_eq!(blocks[1].der.as_slice(), [0, 1, 2, 3]);
+        let open = pem_blocks(b"-----BEGIN CERTIFICATE-----\nAAEC\n").err();
+        assert_eq!(
+            open.as_deref(),
+            Some("the CERTIFICATE block has no END line")
+        );
+        let bad =
+            pem_blocks(b"-----BEGIN CERTIFICATE-----\n@@@@\n-----END CERTIFICATE-----\n").err();
+        assert_eq!(
+            bad.as_deref(),
+            Some("the CERTIFICATE block is not valid base64")
+        );
+    }
+
+    #[test]
     fn unreadable_or_empty_files_are_named() {
         let problem = error(&settings("missing.pem", Some("ec256.key")));
         assert!(problem.starts_with(&format!(

@@ -4,7 +4,7 @@
 //! chain webpki refuses, and still checks the handshake signature, so the client proves it
 //! holds the certificate's key. The judgement (`SSL_CLIENT_VERIFY`, ASGI's
 //! `client_cert_error`) is made once, when the handshake ends ([`super::TlsInfo`]), by the
-//! same webpki verifier.
+//! same webpki verifier. `client_auth` reads `client_ca` and `client_crl` for the material.
 
 use std::sync::Arc;
 
