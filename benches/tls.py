@@ -481,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
                 "ECDSA P-256 leaf + intermediate (openssl) for every server",
                 f"{arguments.runs} rounds, server order turned by one each round; verdict: median "
                 "of per-round ratios, callgrind instructions judge within 15% of a mark",
+                "apps: nginx its static OK, Granian and Tines the WSGI hello (examples/hello.py), "
+                "uvicorn the ASGI hello (examples/asgi_hello.py)",
                 f"load average at start: {machine_info()['load_average_at_start']}",
             ]}
     stem = arguments.out or f"tls-{time.strftime('%Y-%m-%d-%H%M', time.gmtime())}"

@@ -145,3 +145,30 @@ fn resumption_is_on_by_default_and_no_resumption_makes_every_handshake_full() {
     assert_eq!(server.handshakes(), (40, 0));
     assert_eq!(json["tls_handshakes"]["resumed"], 0);
 }
+
+#[test]
+fn pipelined_requests_over_tls_are_counted_exactly() {
+    let server = start_tls();
+    let ca = cert_path("ca.pem");
+    let url = server.url("localhost", "/");
+    let (outcome, _) = bench(&[
+        "-c",
+        "3",
+        "-t",
+        "1",
+        "-n",
+        "900",
+        "--pipeline",
+        "8",
+        "--cacert",
+        &ca,
+        &url,
+    ]);
+    let stats = &outcome.stats;
+    assert_eq!(
+        (stats.requests, stats.ok, stats.total_errors()),
+        (900, 900, 0)
+    );
+    assert_eq!(server.count(), 900);
+    assert_eq!(server.handshakes().0 + server.handshakes().1, 3);
+}
