@@ -53,7 +53,7 @@ import struct
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from setproctitle import setproctitle
