@@ -209,11 +209,16 @@ impl TlsConn {
         let mut session = self.lock();
         let mut rest = bytes;
         while !rest.is_empty() {
-            if let Err(err) = session.tls.read_tls(&mut rest) {
-                let handshaking = session.tls.is_handshaking();
-                return Err(session.fail(handshaking, rustls::Error::General(err.to_string())));
+            match session.tls.read_tls(&mut rest) {
+                // The client's close_notify came: what follows it is never read.
+                Ok(0) => break,
+                Ok(_) => session.process(self.fd(), &self.established)?,
+                Err(err) => {
+                    let handshaking = session.tls.is_handshaking();
+                    let reason = rustls::Error::General(err.to_string());
+                    return Err(session.fail(handshaking, reason));
+                }
             }
-            session.process(self.fd(), &self.established)?;
         }
         Ok(())
     }
