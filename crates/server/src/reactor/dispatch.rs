@@ -1,5 +1,7 @@
 //! Dispatch: the MPM's part of the loop (`Driver`: who serves a connection whose head is
-//! complete), reading and parsing until a head is complete (then the body, `body`), handing
+//! complete), reading and parsing until a head is complete (a TLS connection's handshake
+//! first, its reads off the app's interpreter: `Driver::off_interpreter`; then the body,
+//! `body`), handing
 //! the connection out, and taking it back when the slot is done with it; and, after the dump
 //! signal, answering the handed-out connections whose request timed out, leaving them to
 //! their stuck threads, and probing once whether the interpreter lock is free
