@@ -19,12 +19,12 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use crate::tls::conn::TlsConn;
-use crate::tls::TlsInfo;
 use crate::io::{
     input_waiting, read_nonblocking, read_with_deadline, send_file_nonblocking,
     unacknowledged_output, wait_fd, write_all_from, write_vectored_nonblocking,
 };
+use crate::tls::conn::TlsConn;
+use crate::tls::TlsInfo;
 
 /// What carries a connection's bytes, owned by the connection (it closes the socket when
 /// dropped).
