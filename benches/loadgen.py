@@ -135,7 +135,11 @@ def from_tines_bench(document: dict[str, Any]) -> dict[str, Any]:
             "requests_per_sec": float(document["requests_per_sec"]),
             "elapsed_s": float(document["elapsed_s"]), "bytes_read": int(document["bytes_read"]),
             "latency_us": {k: float(document["latency_us"][k]) for k in LATENCY_FIELDS},
-            "in_flight_at_end": int(document.get("in_flight_at_end", 0))}
+            "in_flight_at_end": int(document.get("in_flight_at_end", 0)),
+            # https:// runs (issue 37): the handshakes completed, full and resumed; TLS
+            # failures stay in errors' total.
+            "tls_handshakes": document.get("tls_handshakes"),
+            "tls_errors": int(document["errors"].get("tls", 0))}
 
 
 def parse_output(tool: Tool, stdout: str) -> dict[str, Any]:

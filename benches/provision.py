@@ -121,9 +121,10 @@ def peer_versions(packages: list[str]) -> dict[str, str]:
     return json.loads(result.stdout) if result.returncode == 0 else {}
 
 
-def ensure_peers() -> None:
-    """Create ``benches/.venv-peers`` with the peers and the blog's pinned packages (first the
-    Debian development packages that a missing peer compiles against)."""
+def ensure_peers(packages: tuple[str, ...] = PEER_PACKAGES) -> None:
+    """Create ``benches/.venv-peers`` with the peers (``packages``: all of PEER_PACKAGES unless
+    a suite needs fewer, as the TLS rows) and the blog's pinned packages (first the Debian
+    development packages that a missing peer compiles against)."""
     python = PEERS_VENV / "bin" / "python"
     if not python.exists():
         print(f"bench: creating {PEERS_VENV.relative_to(REPO)}", file=sys.stderr)
@@ -131,8 +132,8 @@ def ensure_peers() -> None:
         subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
     pins = blog_pins()
     wanted = {p.split("==")[0]: p.split("==")[1] for p in pins}
-    have = peer_versions([*PEER_PACKAGES, *wanted])
-    missing = [n for n in PEER_PACKAGES if n not in have]
+    have = peer_versions([*packages, *wanted])
+    missing = [n for n in packages if n not in have]
     missing += [f"{n}=={v}" for n, v in wanted.items() if have.get(n) != v]
     if missing:
         ensure_dev_packages(missing)

@@ -352,13 +352,19 @@ def wait_ready_line(ready_read: int, deadline: float) -> None:
     raise StartFailed(f"no ready line within {READY_DEADLINE_S:.0f} s")
 
 
-def wait_port(running: Running, port: int, path: str, deadline: float) -> None:
+Probe = Callable[[int, str], "int | None"]
+"""``probe(port, path)``: the status of one ``GET path``, or None (``http_status``; the TLS rows
+give one that speaks TLS)."""
+
+
+def wait_port(running: Running, port: int, path: str, deadline: float,
+              probe: Probe = http_status) -> None:
     """Poll ``GET path`` until it answers 200, the server exits, or the deadline passes."""
     last: int | None = None
     while time.monotonic() < deadline:
         if running.process.poll() is not None:
             raise StartFailed(f"exited with {running.process.returncode}: {log_tail(running.log)}")
-        last = http_status(port, path)
+        last = probe(port, path)
         if last == 200:
             return
         time.sleep(POLL_INTERVAL_S)
@@ -366,22 +372,25 @@ def wait_port(running: Running, port: int, path: str, deadline: float) -> None:
 
 
 def start(server: Server, app: App, port: int, log: Path, env: dict[str, str],
-          workdir: Path) -> Running:
-    """Start ``server`` pinned to SERVER_CPU in its own process group; wait until it serves."""
+          workdir: Path, probe: Probe = http_status, wrapper: tuple[str, ...] = (),
+          ready_deadline_s: float = READY_DEADLINE_S) -> Running:
+    """Start ``server`` pinned to SERVER_CPU in its own process group (under ``wrapper``, such
+    as valgrind, if given); wait until ``probe`` sees it serve."""
     ready_read, ready_write = os.pipe() if server.uses_ready_fd else (-1, -1)
     command = server.command(app, port, ready_write if server.uses_ready_fd else None, workdir)
     with log.open("ab") as out:
         process = subprocess.Popen(
-            ["taskset", "-c", SERVER_CPU, *command], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+            ["taskset", "-c", SERVER_CPU, *wrapper, *command], cwd=REPO, env=env,
+            stdin=subprocess.DEVNULL,
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             pass_fds=(ready_write,) if server.uses_ready_fd else ())
     running = Running(process, command, log)
-    deadline = time.monotonic() + READY_DEADLINE_S
+    deadline = time.monotonic() + ready_deadline_s
     try:
         if server.uses_ready_fd:
             os.close(ready_write)
             wait_ready_line(ready_read, deadline)
-        wait_port(running, port, app.url_path, deadline)
+        wait_port(running, port, app.url_path, deadline, probe)
     except BaseException:
         stop(running)
         raise

@@ -32,6 +32,31 @@ class Scoreboard:
     def mark_timed_out(self, slot: int, thread: int, request: int) -> None: ...
     def read(self, slot: int) -> dict[str, Any]: ...
 
+class TlsMaterial:
+    """The TLS material read and checked by the master (ADR 0032) and the rustls server config
+    made of it, which the workers it forks serve with (the worker settings' ``"tls"``).
+
+    ``settings`` holds the TLS settings by their registry names (certfile, keyfile,
+    keyfile_password_file, keyfile_password, sni_certificates, tls_unknown_server_name,
+    tls_min_version, tls_cipher_suites, alpn, client_cert, client_ca, client_crl, tls_tickets,
+    tls_ticket_rotation); ``ticket_secret`` is the master's 32 random bytes (ADR 0033). Raises
+    ValueError, one line naming the setting, the file and the problem."""
+
+    def __init__(self, settings: dict[str, object], ticket_secret: bytes) -> None: ...
+    @property
+    def files(self) -> list[str]:
+        """Every file read, in order (the run user must be able to read each)."""
+    @property
+    def certificates(self) -> list[tuple[str, list[str], int]]:
+        """Each chain served, certfile's first: (file, its leaf's DNS names, its leaf's
+        notAfter in seconds since the epoch)."""
+    @property
+    def names(self) -> list[str]:
+        """Every server name served (``*.`` wildcards included)."""
+    @property
+    def not_after(self) -> int:
+        """The earliest notAfter of the leaves served, in seconds since the epoch."""
+
 def install_dump_handler(scoreboard: Scoreboard, slot: int, signum: int) -> None:
     """Install the worker's Rust handler for the master's dump signal (before faulthandler)."""
     ...
@@ -53,6 +78,8 @@ class WorkerSpec(Protocol):
     def ready(self) -> tuple[int, bytes] | None: ...
     @property
     def draining(self) -> tuple[int, dict[str, bytes]] | None: ...
+    @property
+    def tls_listeners(self) -> list[bool]: ...
 
 def run_worker(app: Callable[..., Any], spec: WorkerSpec) -> str: ...
 def serve_forks(requests: int, replies: int) -> tuple[int, int, bool] | None: ...

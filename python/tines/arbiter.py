@@ -40,6 +40,7 @@ from tines.exits import EXIT_OK, Stop
 from tines.generation import Generation, Worker
 from tines.hooks import WorkerView
 from tines.master import Master
+from tines.sockets import tls_flags
 
 LOOP_TIMEOUT = 1.0
 """The longest the master sleeps without a signal or a message (it re-checks its duties)."""
@@ -63,7 +64,7 @@ class Arbiter(Master):
         self.crashes = exits.CrashGuard()
         """The crash-loop guard: when the next worker may start, and when to give up."""
         self.next_pool_check = 0.0
-        self.reloader = reloading.Reloader(dict(overrides or {}))
+        self.reloader = reloading.Reloader(dict(overrides or {}), ticket_secret=self.ticket_secret)
         """HUP's reload: the new generation, a bad deploy, a HUP during a HUP."""
         self.stop_at: float | None = None
         """When the graceful stop begins, during a TERM's ``shutdown_delay`` (readiness is off,
@@ -255,6 +256,7 @@ class Arbiter(Master):
         context = worker_process.WorkerContext(
             cfg=generation.cfg, slot=slot, generation=generation.number,
             listeners=[listener.fileno() for listener in self.listeners],
+            tls_listeners=tls_flags(self.listeners, generation.worker_settings.get("tls") is not None),
             scoreboard=fleet.scoreboard, life_read=fleet.life_read, notify_write=fleet.notify_write,
             close_in_child=[fleet.life_write, fleet.notify_read, *self.wakeup.fds(),
                             *([self.watcher.fileno()] if self.watcher is not None else []),
@@ -381,7 +383,7 @@ class Arbiter(Master):
     def start_upgrade(self, why: str) -> bool:
         """Start a new master (USR2, HUP with --preload), handing it the listeners."""
         passed = upgrade.Inheritance(pid=self.pid, listeners=self.listeners, status=self.status.listeners(),
-                                     notify_socket=self.notifier.address)
+                                     notify_socket=self.notifier.address, ticket_secret=self.ticket_secret)
         return self.upgrade.start(why, self.announced, passed)
 
     def start_status(self) -> None:

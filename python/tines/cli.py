@@ -57,9 +57,10 @@ def build_parser() -> ArgumentParser:
         "check-config", help="print every resolved setting and where it came from",
         allow_abbrev=False,
         description="Resolve the settings as 'serve' would, check the worker settings with the "
-                    "workers' own conversion, the resource limits, the dynamic pool's bounds "
-                    "and the hooks module, print each setting with its value and source and "
-                    "the worker mode in force (a fixed count or the dynamic pool), and "
+                    "workers' own conversion, the resource limits, the dynamic pool's bounds, "
+                    "the TLS files and certificates, and the hooks module, print each setting "
+                    "with its value and source, the worker mode in force (a fixed count or "
+                    "the dynamic pool) and what TLS will serve, and "
                     "exit 0; exit 2 with the error when the config is invalid. With "
                     "--check-app, also import the app as a worker would.")
     check.add_argument("app", nargs="?", metavar="APP", default=argparse.SUPPRESS,
@@ -102,10 +103,12 @@ def build_parser() -> ArgumentParser:
 
     # Listed for --help only: main() hands `bench` argv to Rust before argparse sees it.
     commands.add_parser(
-        "bench", help="load-test an HTTP server (wrk/ab-style; tines bench --help for its flags)",
+        "bench", help="load-test an HTTP or HTTPS server (wrk/ab-style; tines bench --help for its "
+                      "flags)",
         add_help=False,
-        description="The load generator: closed loop (-c, -n, -d) or open loop (-R), "
-                    "text, --json or --html results. Its flags are its own: tines bench --help.")
+        description="The load generator: closed loop (-c, -n, -d) or open loop (-R), http:// or "
+                    "https:// (--insecure, --cacert, --no-resumption), text, --json or --html "
+                    "results. Its flags are its own: tines bench --help.")
     # Listed for --help only, as bench: main() hands `tune` argv to tines.tune.
     commands.add_parser(
         "tune", help="measure an app under Tines and recommend its settings (tines tune --help)",
@@ -133,6 +136,10 @@ def _unknown_message(unknown: list[str]) -> str:
     instead = migration_hint(options[0])
     if instead is not None:
         return f"unknown option {options[0]!r} {instead}"
+    secret = SETTINGS.get(options[0].removeprefix("--").replace("-", "_"))
+    if secret is not None and secret.secret:
+        return (f"unknown option {options[0]!r}: {secret.name} is never given on the command line (every user "
+                f"of the machine can read it): set {secret.env}, or {secret.toml_key} in the config file")
     flags = ["--config", "--help", "--version"]
     for setting in SETTINGS.values():
         flags += [flag for flag in setting.flags if flag.startswith("--")]
@@ -213,8 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if arguments.command == "check-config":
             for message in ignored_settings(cfg):
                 print(f"tines: warning: {message}", file=sys.stderr)
-            mode = check_config(cfg, arguments.check_app)
-            sys.stdout.write(format_table(cfg) + f"mode: {mode}\n")
+            lines = check_config(cfg, arguments.check_app)
+            sys.stdout.write(format_table(cfg) + "".join(line + "\n" for line in lines))
             return 0
         return serve(cfg, {name: value for name, value in vars(arguments).items()
                            if name in SETTINGS or name == "config"})

@@ -26,7 +26,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from tines import logs, memory, preflight, profiler, reloader, sdnotify, standby, upgrade, watchdog
+from tines import logs, memory, preflight, profiler, reloader, sdnotify, standby, tls, upgrade, watchdog
 from tines import pool as spare_pool
 from tines import status as status_process
 from tines.app_loader import check_mpm, interface_of, load_app
@@ -37,7 +37,7 @@ from tines.exits import Stop
 from tines.fleet import Fleet
 from tines.generation import Generation, Worker
 from tines.hooks import HookError, Hooks, ServerView, WorkerView
-from tines.sockets import Listener, bind_all
+from tines.sockets import Listener, bind_all, tls_flags
 from tines.wakeup import Wakeup
 
 log = logs.get("arbiter")
@@ -75,6 +75,9 @@ class Master:
         """sd_notify (``NOTIFY_SOCKET``): readiness, reloads and the stop told to systemd."""
         self.status = status_process.StatusProcess(cfg)
         """The status listener and its process (``status_bind``; tines.status)."""
+        self.ticket_secret = self.upgrade.ticket_secret or tls.new_ticket_secret()
+        """The TLS ticket keys' secret: this master's own, or its old master's (USR2), so that
+        tickets stay valid across reloads and upgrades (``tines.tls``)."""
 
     @property
     def cfg(self) -> Config:
@@ -94,7 +97,7 @@ class Master:
         cfg = self.cfg
         # What every worker would fail on is checked once, here, with the workers' own code
         # (the same checks as check-config's).
-        checked = preflight.check(cfg)
+        checked = preflight.check(cfg, self.ticket_secret)
         pool = spare_pool.Pool(checked.pool) if checked.pool is not None else None
         if checked.pool is not None:
             self.num_workers = checked.pool.start_workers
@@ -143,10 +146,12 @@ class Master:
         if cfg.reload:
             self.watcher = reloader.SourceWatcher(cfg, logs.get("reload"), on_source_change)
         self.wakeup.install()
-        for listener in self.listeners:
-            scheme = "unix" if listener.address.startswith("unix:") else "http"
-            where = listener.address if scheme == "unix" else f"http://{listener.address}"
+        for listener, speaks_tls in zip(self.listeners, tls_flags(self.listeners, tls.enabled(cfg))):
+            scheme = "unix" if listener.address.startswith("unix:") else "https" if speaks_tls else "http"
+            where = listener.address if scheme == "unix" else f"{scheme}://{listener.address}"
             log.info("Listening at: %s (%d)", where, self.pid)
+        for warning in checked.warnings:
+            log.warning("%s", warning)
         if pool is None:
             log.info("Using mpm %s with %d workers", cfg.mpm, self.num_workers)
         else:

@@ -1,10 +1,13 @@
 """What the master checks before its first fork, in one place for ``tines serve`` and
-``tines check-config``: the worker settings (with the workers' own conversion), the resource
-limits against this process's hard limits, that ``max_worker_memory``'s figure will be readable
+``tines check-config`` (and a reload: HUP): the worker settings (with the workers' own conversion),
+the resource limits against this process's hard limits, that ``max_worker_memory``'s figure will be readable
 (``memory.check_limit``), the dynamic pool's bounds, that a temporary file can
 be made in ``request_buffer_dir`` (as the workers make them, for request bodies too large for
-memory, and as the user they run as: checked in a short-lived child that switches to ``user``
-when the master is root), and the hooks module (imported from ``chdir``).
+memory) and that every TLS file can be read (the master reads them again on HUP, by then as the
+user it switched to), both as the user the workers run as (checked in a short-lived child that
+switches to ``user`` when the master is root), the TLS material (``tines.tls``: certificates and
+keys read and checked, made once here and carried by the worker settings), and the hooks module
+(imported from ``chdir``).
 
 The switch to ``user`` / ``group`` itself (``drop_privileges``) is here too: the master makes it
 once after binding (privileged ports first), and the checking child makes the very same switch
@@ -19,10 +22,11 @@ from __future__ import annotations
 import errno
 import os
 import pwd
+import time
 from dataclasses import dataclass
 
 from tines import hooks as server_hooks
-from tines import limits, memory, pool
+from tines import limits, memory, pool, tls
 from tines.config import Config
 from tines.errors import ConfigError
 from tines.hooks import Hooks
@@ -38,30 +42,46 @@ class Checked:
     """The loaded, checked hooks module (``Hooks()`` when none is set)."""
     pool: pool.PoolSettings | None
     """The dynamic pool's resolved bounds; None for a fixed ``workers`` count."""
+    warnings: tuple[str, ...] = ()
+    """What does not stop a start but must be said (a certificate that expires within a week)."""
+    tls: str = ""
+    """``check-config``'s line about TLS (``tls.describe``)."""
 
 
-def check(cfg: Config) -> Checked:
-    """Run every check; raise ConfigError (one line) on the first problem.
+def check(cfg: Config, ticket_secret: bytes) -> Checked:
+    """Run every check; raise ConfigError (one line) on the first problem. The TLS material's
+    ticket keys come from ``ticket_secret`` (the master's, ``tls.new_ticket_secret``).
 
-    Changes to ``chdir`` first when it is set (the workers import the app, and the master the
-    hooks module, from there).
+    Relative TLS paths are taken from the current directory (the one ``tines`` started in: a
+    reload goes back to it first). Changes to ``chdir`` last when it is set (the workers import
+    the app, and the master the hooks module, from there).
     """
     from tines.worker import worker_settings
 
-    settings = worker_settings(cfg)
+    base = os.getcwd()
+    tls_files = tls.files(cfg, base)
     limits.check(cfg)
     memory.check_limit(cfg)
     # Resolved and absolute already (config.load: the temp dir when unset, a relative one
     # taken from chdir).
-    directory = str(settings["request_buffer_dir"])
+    directory = str(cfg.request_buffer_dir)
     if cfg.user is not None and os.geteuid() == 0 and cfg.user != 0:
-        check_request_buffer_dir_as(directory, cfg.group, cfg.user)
+        check_as(cfg.group, cfg.user, directory, tls_files)
     else:
         check_request_buffer_dir(directory)
+        try:
+            tls.check_readable(tls_files)
+        except ConfigError as error:
+            if cfg.user is not None and os.geteuid() == cfg.user:  # a reload, after the switch
+                raise ConfigError(f"{error} (as user {_user_name(cfg.user)}, whom the master switched to)") from None
+            raise
+    material = tls.make_material(cfg, base, ticket_secret)
+    settings = worker_settings(cfg, material)
     pool_settings = pool.settings(cfg)
     if cfg.chdir:
         os.chdir(cfg.chdir)
-    return Checked(settings, server_hooks.load(cfg.hooks), pool_settings)
+    return Checked(settings, server_hooks.load(cfg.hooks), pool_settings,
+                   tuple(tls.expiry_warnings(material, time.time())), tls.describe(cfg, material))
 
 
 def drop_privileges(group: int | None, user: int | None) -> None:
@@ -75,23 +95,27 @@ def drop_privileges(group: int | None, user: int | None) -> None:
         os.setuid(user)
 
 
-def check_request_buffer_dir_as(directory: str, group: int | None, user: int) -> None:
-    """``check_request_buffer_dir`` as ``user`` (and ``group``), in a child process that
-    switches to them as the master will after binding (the master itself must stay root until
-    then, and starts no threads: a fork is the way)."""
+def check_as(group: int | None, user: int, directory: str, tls_files: list[tuple[str, str]]) -> None:
+    """``check_request_buffer_dir`` and ``tls.check_readable`` as ``user`` (and ``group``), in
+    a child process that switches to them as the master will after binding (the master itself
+    must stay root until then, and starts no threads: a fork is the way)."""
+    name = _user_name(user)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
+        why = "whom the workers run as"
         try:
             os.close(read)
             drop_privileges(group, user)
             check_request_buffer_dir(directory)
+            why += ", and the master once it has switched: it reads the TLS files again on HUP"
+            tls.check_readable(tls_files)
             code = 0
         except ConfigError as error:
-            os.write(write, str(error).encode())
+            os.write(write, f"{error} (as user {name}, {why})".encode())
             code = 1
         except BaseException as error:  # anything else: say it, never run on as a copy
-            os.write(write, f"request_buffer_dir: cannot check as user {user}: {error}".encode())
+            os.write(write, f"cannot check request_buffer_dir and the TLS files as user {name}: {error}".encode())
             code = 1
         os._exit(code)
     os.close(write)
@@ -99,9 +123,7 @@ def check_request_buffer_dir_as(directory: str, group: int | None, user: int) ->
         message = pipe.read().decode(errors="replace")
     _, status = os.waitpid(pid, 0)
     if status != 0:
-        name = _user_name(user)
-        raise ConfigError(f"{message or 'request_buffer_dir: the check failed'} "
-                          f"(as user {name}, whom the workers run as)")
+        raise ConfigError(message or f"request_buffer_dir: the check as user {name} failed")
 
 
 def _user_name(uid: int) -> str:

@@ -186,6 +186,9 @@ class Reloader:
 
     overrides: Mapping[str, object]
     start_directory: str = field(default_factory=os.getcwd)
+    ticket_secret: bytes = b""
+    """The master's TLS ticket secret: a new generation's material derives the same ticket keys
+    (a ticket issued by the old generation resumes on the new one)."""
     capacity: Capacity | None = None
     """Set by ``Arbiter.run`` once the scoreboard exists."""
     attempt: Attempt | None = None
@@ -279,7 +282,9 @@ class Reloader:
         for message in config.ignored_settings(new):
             log.warning("%s", message)
         forget_hooks_module(new.hooks)
-        checked = preflight.check(new)
+        checked = preflight.check(new, self.ticket_secret)
+        for warning in checked.warnings:
+            log.warning("%s", warning)
         logs.check_access_log(new.access_log)
         profiler.prepare(new, pid)
         merge = serving.memory_merge if new.memory_merge == old.memory_merge else memory.check_merge(new)

@@ -127,17 +127,21 @@ def serve_parser() -> ArgumentParser:
     return parser
 
 
-def check_config(cfg: Config, check_app: bool) -> str:
+def check_config(cfg: Config, check_app: bool) -> list[str]:
     """What ``serve`` would refuse before forking (``tines.preflight``: worker settings with the
-    workers' own conversion, resource limits, the dynamic pool's bounds, the hooks module) and,
-    with ``check_app``, the app itself (imported from ``chdir`` as the workers do; a traceback
-    from the app's code goes to stderr before the error line). Returns the line naming the
-    worker mode in force (fixed count or dynamic pool)."""
-    from tines import pool, preflight
+    workers' own conversion, resource limits, the dynamic pool's bounds, the TLS files and
+    material, the hooks module) and, with ``check_app``, the app itself (imported from ``chdir``
+    as the workers do; a traceback from the app's code goes to stderr before the error line).
+    Returns the lines to print after the table: what TLS will serve, then (last) the worker
+    mode in force (fixed count or dynamic pool); warnings (a certificate that expires soon) go to stderr."""
+    from tines import pool, preflight, tls
 
-    mode = pool.describe_mode(cfg, preflight.check(cfg).pool)
+    checked = preflight.check(cfg, tls.new_ticket_secret())
+    for warning in checked.warnings:
+        print(f"tines: warning: {warning}", file=sys.stderr)
+    lines = [f"tls: {checked.tls}", f"mode: {pool.describe_mode(cfg, checked.pool)}"]
     if not check_app:
-        return mode
+        return lines
     if cfg.app is None:
         raise ConfigError(f"--check-app needs APP ({APP_FORMS})")
     from tines.app_loader import check_mpm, interface_of, load_app
@@ -150,4 +154,4 @@ def check_config(cfg: Config, check_app: bool) -> str:
         if error.traceback:
             sys.stderr.write(error.traceback)
         raise
-    return mode
+    return lines

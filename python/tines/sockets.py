@@ -1,10 +1,18 @@
 """Listening sockets: bound once by the master and shared by every worker.
 
-Owns: parsing a bind address (``HOST:PORT``, ``[IPv6]:PORT``, ``unix:/path``, ``fd://N``),
-binding with ``SO_REUSEADDR``, the configured backlog and ``TCP_DEFER_ACCEPT`` (TCP only), systemd socket activation
+Owns: parsing a bind address (``HOST:PORT``, ``[IPv6]:PORT``, ``unix:/path``, ``fd://N``, a TCP
+one marked ``plain:``), binding with ``SO_REUSEADDR``, the configured backlog and ``TCP_DEFER_ACCEPT`` (TCP only), systemd socket activation
 (``LISTEN_PID``/``LISTEN_FDS``/``LISTEN_FDNAMES``: fds 3.. are used instead of binding, and
 the variables are removed from the environment so that nothing the app starts adopts them too), the address actually
-bound (port 0 works), and removing Unix socket files at exit.
+bound (port 0 works), which listener speaks plain HTTP when ``certfile`` turns TLS on
+(``Listener.plain``, ``tls_flags``), and removing Unix socket files at exit.
+
+Which sockets are plain (docs/tls.md): a bind written ``plain:HOST:PORT`` or ``plain:fd://N``,
+and every Unix socket. An inherited socket (systemd's, or an old master's on USR2) is plain when
+its name in ``LISTEN_FDNAMES`` is ``plain`` (systemd's ``FileDescriptorName=plain``; an old master
+names its plain listeners so, ``tines`` the others), or when the bind list has ``plain:ADDRESS``
+for its address as Tines writes it (``127.0.0.1:8080``, ``[::1]:8080``): the bind list is not
+bound under socket activation, but it still marks the sockets it names.
 
 Errors are ``ConfigError`` with one line, e.g.
 ``cannot bind 127.0.0.1:8000: [Errno 98] Address already in use``.
@@ -18,10 +26,14 @@ import stat
 from dataclasses import dataclass
 
 from tines import logs
+from tines.config.validators import PLAIN_PREFIX
 from tines.errors import ConfigError
 
 SD_LISTEN_FDS_START = 3
 """The first fd systemd passes (sd_listen_fds(3))."""
+
+PLAIN_FDNAME = "plain"
+"""The ``LISTEN_FDNAMES`` name of an inherited socket that speaks plain HTTP beside TLS ones."""
 
 log = logs.get("sockets")
 
@@ -35,6 +47,18 @@ class Listener:
     """What was bound, as a bind string: ``127.0.0.1:43123``, ``[::1]:80``, ``unix:/run/x.sock``."""
     unlink: str | None = None
     """A Unix socket path to remove at exit (only for sockets we bound ourselves)."""
+    plain: bool = False
+    """Marked plain (``plain:`` or its inherited name): no TLS on it even with ``certfile``."""
+
+    @property
+    def tcp(self) -> bool:
+        """A TCP socket (IPv4 or IPv6), which speaks TLS when ``certfile`` is set unless plain."""
+        return self.sock.family in (socket.AF_INET, socket.AF_INET6)
+
+    @property
+    def tls(self) -> bool:
+        """Speaks TLS when ``certfile`` is set: a TCP socket not marked plain."""
+        return self.tcp and not self.plain
 
     def fileno(self) -> int:
         """The listening fd."""
@@ -146,6 +170,12 @@ def defer_accept(sock: socket.socket, seconds: int) -> None:
         log.warning("defer_accept: cannot set TCP_DEFER_ACCEPT on %s: %s", describe(sock), error)
 
 
+def tls_flags(listeners: list[Listener], tls: bool) -> list[bool]:
+    """Which of ``listeners`` speak TLS (``WorkerSpec.tls_listeners``): none without TLS
+    material (``tls`` False), else the TCP ones not marked plain."""
+    return [tls and listener.tls for listener in listeners]
+
+
 def bind_all(binds: tuple[str, ...] | list[str], backlog: int, defer: int = 0) -> list[Listener]:
     """Bind (or adopt) every listener, with ``TCP_DEFER_ACCEPT`` set to ``defer`` seconds on the
     TCP ones; close the ones already bound if one fails."""
@@ -156,18 +186,23 @@ def bind_all(binds: tuple[str, ...] | list[str], backlog: int, defer: int = 0) -
             names = os.environ.get("LISTEN_FDNAMES", "").split(":")
             for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
                 os.environ.pop(name, None)
+            plain = {address[len(PLAIN_PREFIX):] for address in binds if address.startswith(PLAIN_PREFIX)}
             for index, fd in enumerate(inherited):
-                listeners.append(_adopt(fd, backlog, f"systemd socket fd {fd}"))
+                listener = _adopt(fd, backlog, f"systemd socket fd {fd}")
+                listeners.append(listener)
                 name = names[index] if index < len(names) and names[index] else "unnamed"
-                log.info("socket activation: fd %d (%s) is %s", fd, name, listeners[-1].address)
+                listener.plain = name == PLAIN_FDNAME or listener.address in plain
+                log.info("socket activation: fd %d (%s) is %s", fd, name, listener.address)
             binds = []
-        for address in binds:
+        for bind in binds:
+            address = bind.removeprefix(PLAIN_PREFIX)
             if address.startswith("unix:"):
                 listeners.append(_bind_unix(address[len("unix:"):], backlog))
             elif address.startswith("fd://"):
                 listeners.append(_adopt(int(address[len("fd://"):]), backlog, address))
             else:
                 listeners.append(_bind_inet(address, backlog))
+            listeners[-1].plain = bind.startswith(PLAIN_PREFIX)
     except BaseException:
         for listener in listeners:
             listener.close()

@@ -3,9 +3,13 @@
 Owns: the command line and working directory recorded at start (``Invocation``), starting a
 new master (fork, then exec of ``sys.executable -m tines`` with that argv in that directory,
 the listeners passed as inherited fds 3.. with a systemd-style ``LISTEN_PID``/``LISTEN_FDS``/
-``LISTEN_FDNAMES`` environment, which ``tines.sockets.bind_all`` adopts instead of binding),
-the readiness pipe (an inherited fd named in ``_TINES_UPGRADE_READY_FD``: the new master writes
-one byte to it once all its workers are ready), the hand-over (this master retires its workers
+``LISTEN_FDNAMES`` environment, which ``tines.sockets.bind_all`` adopts instead of binding; a
+listener marked plain is named ``plain``, so it stays plain beside TLS ones), the TLS ticket
+secret (a sealed memfd named in ``_TINES_UPGRADE_TICKET_FD``: the new master's ticket keys are
+its old master's, so tickets resume across the upgrade; never the secret itself in the
+environment, which ``/proc/PID/environ`` shows), the readiness pipe (an inherited fd named in
+``_TINES_UPGRADE_READY_FD``: the new master writes one byte to it once all its workers are
+ready), the hand-over (this master retires its workers
 with the drain and exits 0), the rollback (the new master exits before ready: this master never
 stopped its workers and keeps serving, with one log line saying why), ``WINCH`` / ``HUP`` /
 ``TERM`` / ``USR2`` during the overlap, the Unix socket files (only the master that owns the
@@ -33,7 +37,8 @@ from dataclasses import dataclass, replace
 
 from tines import logs
 from tines.pidfile import PidFile
-from tines.sockets import SD_LISTEN_FDS_START, Listener
+from tines.sockets import PLAIN_FDNAME, SD_LISTEN_FDS_START, Listener
+from tines.tls import SECRET_SIZE
 
 ENV_READY_FD = "_TINES_UPGRADE_READY_FD"
 """The fd on which a new master tells its old master it is ready (not ``TINES_*``: that prefix
@@ -44,8 +49,11 @@ ENV_OLD_MASTER = "_TINES_UPGRADE_OLD_MASTER"
 """The old master's pid (its pid file may be replaced; USR2 waits until it has exited)."""
 ENV_UNLINK = "_TINES_UPGRADE_UNLINK"
 """Unix socket paths (a JSON list) that the old master bound: the new master owns them now."""
+ENV_TICKET_FD = "_TINES_UPGRADE_TICKET_FD"
+"""The fd of a sealed memfd holding the TLS ticket secret (``tines.tls.SECRET_SIZE`` bytes)."""
 LISTEN_FDNAME = "tines"
-"""The name of each passed listener in ``LISTEN_FDNAMES`` (sd_listen_fds_with_names(3))."""
+"""The name of each passed listener in ``LISTEN_FDNAMES`` (sd_listen_fds_with_names(3)), but
+for those marked plain (``tines.sockets.PLAIN_FDNAME``)."""
 
 READY_BYTE = b"R"
 EXIT_EXEC_FAILED = 127
@@ -84,6 +92,8 @@ class Inheritance:
     """The status listener, if bound (``ENV_STATUS_FD``)."""
     notify_socket: str | None
     """systemd's ``NOTIFY_SOCKET`` (the master took it out of its environment, tines.sdnotify)."""
+    ticket_secret: bytes = b""
+    """The TLS ticket secret (``ENV_TICKET_FD``); empty: none is passed."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,39 @@ def describe_status(status: int) -> str:
     return f"exited with status {os.WEXITSTATUS(status)}"
 
 
+def secret_fd(secret: bytes) -> int:
+    """A memfd holding ``secret``, sealed (no write, no resize) and at offset 0: what the new
+    master reads (``take_secret``). Not an environment variable: ``/proc/PID/environ`` shows
+    those to anyone who can read the process."""
+    fd = os.memfd_create("tines-tls-ticket-secret", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.write(fd, secret)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+    return fd
+
+
+def take_secret(fd_text: str | None) -> bytes | None:
+    """The secret in the inherited fd ``fd_text`` names (``ENV_TICKET_FD``), which is closed;
+    None when there is none, or when it cannot be read (with a warning: the new master then
+    makes its own, and tickets issued before the upgrade do a full handshake once)."""
+    if fd_text is None:
+        return None
+    try:
+        fd = int(fd_text)
+        try:
+            secret = os.pread(fd, 64, 0)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError) as error:
+        log.warning("cannot take the TLS ticket secret from the old master (%s=%s): %s", ENV_TICKET_FD, fd_text, error)
+        return None
+    if len(secret) != SECRET_SIZE:
+        log.warning("the TLS ticket secret from the old master has %d bytes, not %d: not used",
+                    len(secret), SECRET_SIZE)
+        return None
+    return secret
+
+
 class Upgrade:
     """The master's side of upgrades, as the old master (``start`` ... ``reaped``) and as a new
     one (``old_master``, ``tell_old_master_ready``)."""
@@ -139,6 +182,8 @@ class Upgrade:
         self.old_master: int | None = None
         self.ready_write = -1
         self.unlink_paths: list[str] = []
+        self.ticket_secret = take_secret(env.pop(ENV_TICKET_FD, None))
+        """The old master's TLS ticket secret; None when none was passed (or it was unreadable)."""
         ready = env.pop(ENV_READY_FD, None)
         old = env.pop(ENV_OLD_MASTER, None)
         unlink = env.pop(ENV_UNLINK, None)
@@ -258,9 +303,13 @@ class Upgrade:
             signal.pthread_sigmask(signal.SIG_SETMASK, set())
             # Then the status listener, if any (the new master serves it: ENV_STATUS_FD).
             status = [listener.fileno() for listener in passed.status]
-            sources = [listener.fileno() for listener in passed.listeners] + [ready_write] + status
+            # Then the ticket secret, if any (ENV_TICKET_FD): made here, so the old master
+            # never holds the copy.
+            ticket = [secret_fd(passed.ticket_secret)] if passed.ticket_secret else []
+            sources = [listener.fileno() for listener in passed.listeners] + [ready_write] + status + ticket
             ready_target = SD_LISTEN_FDS_START + len(passed.listeners)
-            last_target = ready_target + len(status)
+            status_target = ready_target + len(status)
+            last_target = status_target + len(ticket)
             # Out of the way first, so no target number clobbers a source.
             moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, last_target + 1) for fd in sources]
             for index, fd in enumerate(moved):
@@ -275,9 +324,11 @@ class Upgrade:
             env.update({
                 "LISTEN_PID": str(os.getpid()),
                 "LISTEN_FDS": str(len(passed.listeners)),
-                "LISTEN_FDNAMES": ":".join([LISTEN_FDNAME] * len(passed.listeners)),
+                "LISTEN_FDNAMES": ":".join(PLAIN_FDNAME if listener.plain else LISTEN_FDNAME
+                                           for listener in passed.listeners),
                 ENV_READY_FD: str(ready_target),
-                **({ENV_STATUS_FD: str(last_target)} if status else {}),
+                **({ENV_STATUS_FD: str(status_target)} if status else {}),
+                **({ENV_TICKET_FD: str(last_target)} if ticket else {}),
                 ENV_OLD_MASTER: str(passed.pid),
                 ENV_UNLINK: json.dumps([path for _, path in self.kept_unlink]),
             })

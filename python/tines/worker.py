@@ -53,7 +53,7 @@ import struct
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from setproctitle import setproctitle
@@ -108,6 +108,8 @@ class WorkerContext:
     slot: int
     generation: int
     listeners: list[int]
+    tls_listeners: list[bool]
+    """Which of ``listeners`` speak TLS (``sockets.tls_flags``), parallel to them."""
     scoreboard: Any
     life_read: int
     notify_write: int
@@ -139,7 +141,8 @@ class WorkerSpec:
     crates/python/src/worker.rs)."""
 
     settings: dict[str, object]
-    """The worker settings (``worker_settings``)."""
+    """The worker settings (``worker_settings``); ``settings["tls"]`` is the generation's TLS
+    material (``tines._core.TlsMaterial``) or None."""
     listeners: list[int]
     scoreboard: Any
     slot: int
@@ -152,6 +155,15 @@ class WorkerSpec:
     standby: Callable[[], bool] | None = None
     """A standby's wait, run by Rust once its set-up is done (``_stand_by``): True once
     promoted; None for a worker that serves at once."""
+    tls_listeners: list[bool] = field(default_factory=list)
+    """Which of ``listeners`` speak TLS, one flag for each (with ``settings["tls"]`` set:
+    the TCP listeners not marked ``plain:``); not given: none does."""
+
+    def __post_init__(self) -> None:
+        if not self.tls_listeners:
+            object.__setattr__(self, "tls_listeners", [False] * len(self.listeners))
+        if len(self.tls_listeners) != len(self.listeners):
+            raise ValueError(f"tls_listeners has {len(self.tls_listeners)} flags for {len(self.listeners)} listeners")
 
 
 def worker_spec(context: WorkerContext, pid: int, standby: Callable[[], bool] | None = None) -> WorkerSpec:
@@ -162,13 +174,16 @@ def worker_spec(context: WorkerContext, pid: int, standby: Callable[[], bool] | 
     ready = None if standby is not None else (context.notify_write, encode_ready(pid, context.slot))
     return WorkerSpec(settings=context.settings, listeners=context.listeners,
                       scoreboard=context.scoreboard, slot=context.slot, life_fd=context.life_read,
-                      ready=ready, draining=(context.notify_write, draining), standby=standby)
+                      ready=ready, draining=(context.notify_write, draining), standby=standby,
+                      tls_listeners=context.tls_listeners)
 
 
-def worker_settings(cfg: Config) -> dict[str, object]:
+def worker_settings(cfg: Config, tls: object | None = None) -> dict[str, object]:
     """The settings dict ``tines._core.run_worker`` takes, checked by the conversion it runs:
     the registry's worker settings, resolved by ``config.load`` (Rust takes every value as
-    given), plus ``workers`` (the master's count).
+    given), plus ``workers`` (the master's count) and ``tls``: the TLS material the master made
+    (``tines.tls.make_material``; None without ``certfile``), from which each worker builds its
+    rustls configuration without reading a file.
 
     Raises ConfigError (one line naming the setting) for a value no worker could run with, such
     as a timeout too long for the clock, so the master stops before forking rather than every
@@ -178,6 +193,7 @@ def worker_settings(cfg: Config) -> dict[str, object]:
 
     settings = cfg.worker_settings()
     settings["workers"] = cfg.workers
+    settings["tls"] = tls
     try:
         _core.check_worker_settings(settings)
     except ValueError as error:

@@ -14,7 +14,9 @@ and ``failed_reused`` on a connection that had already served a response. With
 so a load can run through a stop.
 
 The bodies are counted too (``bodies``), so an app that answers with its pid or its code
-version shows which generation served what. Wait on ``wait_more`` / ``wait_for_body`` (they
+version shows which generation served what. With ``ssl_context`` the clients speak HTTPS and
+count the certificate each new connection was shown (``peer_certificates``, DER), so a test sees
+which certificate served what. Wait on ``wait_more`` / ``wait_for_body`` (they
 poll the counts), never on a sleep.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import http.client
+import ssl
 import threading
 from collections.abc import Callable
 
@@ -35,8 +38,10 @@ class ClientLoad:
     """``with ClientLoad(port) as load: ...``; then ``load.failed == 0``."""
 
     def __init__(self, port: int, clients: int = 4, keep_alive: bool = True, path: str = "/",
-                 host: str = "127.0.0.1", timeout: float = 30.0, stop_when_refused: bool = False) -> None:
+                 host: str = "127.0.0.1", timeout: float = 30.0, stop_when_refused: bool = False,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.port = port
+        self.ssl_context = ssl_context
         self.host = host
         self.path = path
         self.timeout = timeout
@@ -55,16 +60,26 @@ class ClientLoad:
         self.refused = 0
         self.stop_when_refused = stop_when_refused
         self.bodies: collections.Counter[bytes] = collections.Counter()
+        self.peer_certificates: collections.Counter[bytes] = collections.Counter()
+        """HTTPS: the certificate (DER) each new connection that served a 200 was shown."""
         self.threads = [threading.Thread(target=self.client, daemon=True) for _ in range(clients)]
 
+    def connection(self) -> http.client.HTTPConnection:
+        if self.ssl_context is not None:
+            return http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self.ssl_context)
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+
     def client(self) -> None:
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        connection = self.connection()
         while not self.stop.is_set():
             with self.lock:
                 self.sent += 1
             reused = connection.sock is not None
+            peer = None
             try:
                 connection.request("GET", self.path, headers=self.headers)
+                if not reused and isinstance(connection.sock, ssl.SSLSocket):
+                    peer = connection.sock.getpeercert(binary_form=True)
                 response = connection.getresponse()
                 body = response.read()
             except (OSError, http.client.HTTPException) as error:
@@ -82,12 +97,14 @@ class ClientLoad:
                 connection.close()
                 if refused and self.stop_when_refused:
                     break
-                connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+                connection = self.connection()
                 continue
             with self.lock:
                 if response.status == 200:
                     self.ok += 1
                     self.bodies[body] += 1
+                    if peer is not None:
+                        self.peer_certificates[peer] += 1
                 else:
                     self.bad_status += 1
                     if len(self.failures) < FAILURES_KEPT:
@@ -127,6 +144,16 @@ class ClientLoad:
                       what: str = "a matching response", deadline: float = 30.0) -> None:
         """Wait until ``count`` successful responses had a body matching ``predicate``."""
         wait_until(lambda: self.seen(predicate) >= count, deadline, what)
+
+    def shown(self, certificate: bytes) -> int:
+        """HTTPS: how many new connections that served a 200 were shown ``certificate`` (DER)."""
+        with self.lock:
+            return self.peer_certificates[certificate]
+
+    def wait_for_certificate(self, certificate: bytes, count: int = 1, what: str = "a certificate",
+                             deadline: float = 30.0) -> None:
+        """HTTPS: wait until ``count`` new connections that served a 200 were shown ``certificate``."""
+        wait_until(lambda: self.shown(certificate) >= count, deadline, what)
 
     def summary(self) -> str:
         """Sent / ok / failed, with the first failure reasons (for assertion messages)."""

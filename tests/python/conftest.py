@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from tls_certs import tls_certs  # noqa: F401  (the TLS tests' certificates: a session fixture)
+
 ROOT = Path(__file__).resolve().parents[2]
 APPS = Path(__file__).resolve().parent / "e2e" / "apps"
 

@@ -5,11 +5,15 @@
 //! Must not: open sockets (name resolution happens in `target`).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use rustls::pki_types::ServerName;
+use rustls::ClientConfig;
 
 use crate::target::{self, Target};
+use crate::tls;
 use crate::UsageError;
 
 /// Flags of `tines bench` / `tines-bench`.
@@ -27,9 +31,9 @@ use crate::UsageError;
     disable_version_flag = true
 )]
 pub struct Args {
-    /// URLs to request, round-robin: http://, or ws:// for a WebSocket echo load (each
-    /// connection opens with a handshake; each request is a --ws-message text message, each
-    /// response the server's next message).
+    /// URLs to request, round-robin: http:// or https://, or ws:// (wss://) for a WebSocket
+    /// echo load (each connection opens with a handshake; each request is a --ws-message text
+    /// message, each response the server's next message).
     #[arg(value_name = "URL")]
     pub urls: Vec<String>,
 
@@ -108,6 +112,21 @@ pub struct Args {
     #[arg(long = "warmup", value_name = "DURATION", value_parser = parse_duration, default_value = "0s")]
     pub warmup: Duration,
 
+    /// https:// and wss://: accept any server certificate (self-signed, another name); the
+    /// handshake's signatures are still checked.
+    #[arg(short = 'k', long = "insecure", conflicts_with = "cacert")]
+    pub insecure: bool,
+
+    /// https:// and wss://: trust the CA certificates of this PEM file instead of the
+    /// system's bundle.
+    #[arg(long = "cacert", value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
+
+    /// https:// and wss://: no session resumption (no session cache, no tickets): every new
+    /// connection makes a full handshake.
+    #[arg(long = "no-resumption")]
+    pub no_resumption: bool,
+
     /// Print one JSON document (schema in docs/bench.md) instead of the text summary.
     #[arg(long = "json")]
     pub json: bool,
@@ -163,6 +182,8 @@ pub struct RequestSpec {
     pub is_head: bool,
     /// A `ws://` URL: the handshake that opens each connection (`bytes` is then a message).
     pub handshake: Option<Vec<u8>>,
+    /// An `https://` or `wss://` URL: the server name its handshakes send and check.
+    pub server_name: Option<ServerName<'static>>,
 }
 
 /// A validated run configuration.
@@ -190,6 +211,8 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// Warm-up before measuring.
     pub warmup: Duration,
+    /// The TLS client configuration, when a URL is `https://` or `wss://`.
+    pub tls: Option<Arc<ClientConfig>>,
 }
 
 impl Config {
@@ -304,6 +327,11 @@ impl Config {
         let mut specs = Vec::with_capacity(lines.len());
         for (line_method, url) in lines {
             let target = target::parse_url(&url).map_err(UsageError)?;
+            let server_name = if target.tls {
+                Some(tls::server_name(&target.host).map_err(UsageError)?)
+            } else {
+                None
+            };
             if target.websocket {
                 if args.no_keepalive {
                     return Err(usage(format!(
@@ -317,6 +345,7 @@ impl Config {
                     target,
                     is_head: false,
                     handshake: Some(handshake),
+                    server_name,
                 });
                 continue;
             }
@@ -333,6 +362,7 @@ impl Config {
                 bytes,
                 is_head: line_method == "HEAD",
                 handshake: None,
+                server_name,
             });
         }
         // Resolve each distinct host once, now, so a bad name is a usage error.
@@ -349,6 +379,16 @@ impl Config {
                 None => target::resolve(&specs[index].target).map_err(UsageError)?,
             };
         }
+        let tls = if specs.iter().any(|s| s.target.tls) {
+            let trust = match (&args.cacert, args.insecure) {
+                (Some(path), _) => tls::Trust::File(path),
+                (None, true) => tls::Trust::Any,
+                (None, false) => tls::Trust::System,
+            };
+            Some(tls::client_config(trust, !args.no_resumption).map_err(UsageError)?)
+        } else {
+            None
+        };
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
@@ -369,6 +409,7 @@ impl Config {
             timeout: args.timeout,
             connect_timeout: args.connect_timeout,
             warmup: args.warmup,
+            tls,
         })
     }
 }

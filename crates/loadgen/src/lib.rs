@@ -1,4 +1,5 @@
-//! `tines bench`: an HTTP/1.1 load generator in the class of wrk, wrk2 and ab.
+//! `tines bench`: an HTTP/1.1 load generator in the class of wrk, wrk2 and ab, over TCP or
+//! TLS (`https://`, `tls`).
 //!
 //! One entry, `main(prog, argv) -> exit status`, shared by the standalone
 //! `tines-bench` binary and the Python extension (`tines bench`, run with the
@@ -22,6 +23,7 @@ pub mod schedule;
 pub mod signal;
 pub mod stats;
 pub mod target;
+pub mod tls;
 
 pub use args::{Args, Config};
 use stats::{Stats, Timeline, TimelinePoint};

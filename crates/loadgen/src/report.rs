@@ -158,6 +158,7 @@ pub fn json(config: &Config, outcome: &Outcome) -> Value {
             "warmup_s": config.warmup.as_secs_f64(),
             "timeout_s": config.timeout.as_secs_f64(),
             "connect_timeout_s": config.connect_timeout.as_secs_f64(),
+            "tls": config.tls.is_some(),
         },
         "interrupted": outcome.interrupted,
         "elapsed_s": elapsed,
@@ -171,6 +172,7 @@ pub fn json(config: &Config, outcome: &Outcome) -> Value {
         "requests_per_sec": per_sec(stats.requests),
         "bytes_read": stats.bytes_read,
         "transfer_bytes_per_sec": per_sec(stats.bytes_read),
+        "tls_handshakes": {"full": stats.tls_full, "resumed": stats.tls_resumed},
         "status_counts": counts,
         "warnings": warnings(stats),
         "latency_us": summary(&stats.latency),
@@ -282,6 +284,13 @@ pub fn text(config: &Config, outcome: &Outcome) -> String {
         bytes(per_sec(stats.bytes_read)),
         bytes(stats.bytes_read as f64)
     );
+    if config.tls.is_some() {
+        let _ = writeln!(
+            out,
+            "TLS handshakes:      {} full, {} resumed",
+            stats.tls_full, stats.tls_resumed
+        );
+    }
     let codes: Vec<String> = status_counts(stats)
         .map(|(code, count)| format!("{code}: {count}"))
         .collect();
@@ -365,7 +374,7 @@ pub fn failure_reason(outcome: &Outcome) -> Option<String> {
         .iter()
         .enumerate()
         .max_by_key(|(_, &count)| count)
-        .expect("five kinds");
+        .expect("at least one kind");
     let example = stats.examples[index].as_deref().unwrap_or("");
     Some(format!(
         "every request failed: {} of {} were {} errors, e.g. {example}",

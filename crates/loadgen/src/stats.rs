@@ -26,18 +26,22 @@ pub enum ErrorKind {
     Status = 3,
     /// The response could not be parsed.
     Parse = 4,
+    /// The TLS handshake failed (an untrusted or wrong certificate, no common version or
+    /// suite, a server that does not speak TLS), or a TLS record could not be read.
+    Tls = 5,
 }
 
 /// JSON names of the error kinds, indexed by `ErrorKind as usize`.
-pub const ERROR_NAMES: [&str; 5] = ["connect", "reset", "timeout", "status", "parse"];
+pub const ERROR_NAMES: [&str; 6] = ["connect", "reset", "timeout", "status", "parse", "tls"];
 
 /// Human names of the error kinds.
-pub const ERROR_LABELS: [&str; 5] = [
+pub const ERROR_LABELS: [&str; 6] = [
     "connect error",
     "connection reset/closed",
     "timeout",
     "bad status (not 2xx/3xx)",
     "parse error",
+    "TLS error",
 ];
 
 /// A histogram of microseconds for whole-run figures (3 significant digits).
@@ -70,10 +74,15 @@ pub struct Stats {
     pub in_flight_at_end: u64,
     /// Bytes read from the sockets after the warm-up.
     pub bytes_read: u64,
+    /// TLS handshakes completed after the warm-up: full ones.
+    pub tls_full: u64,
+    /// TLS handshakes completed after the warm-up: resumed ones (a session of an earlier
+    /// connection: a ticket or a session id).
+    pub tls_resumed: u64,
     /// Failures by kind.
-    pub errors: [u64; 5],
+    pub errors: [u64; 6],
     /// The first message seen for each kind.
-    pub examples: [Option<String>; 5],
+    pub examples: [Option<String>; 6],
     /// Status code counts, indexed by code (100..=999).
     pub status: Vec<u64>,
     /// Total latency: intended (open loop) or actual start to the last byte.
@@ -93,7 +102,9 @@ impl Default for Stats {
             warmup_errors: 0,
             in_flight_at_end: 0,
             bytes_read: 0,
-            errors: [0; 5],
+            tls_full: 0,
+            tls_resumed: 0,
+            errors: [0; 6],
             examples: Default::default(),
             status: vec![0; 1000],
             latency: new_histogram(),
@@ -112,7 +123,9 @@ impl Stats {
         self.warmup_errors += other.warmup_errors;
         self.in_flight_at_end += other.in_flight_at_end;
         self.bytes_read += other.bytes_read;
-        for kind in 0..5 {
+        self.tls_full += other.tls_full;
+        self.tls_resumed += other.tls_resumed;
+        for kind in 0..ERROR_NAMES.len() {
             self.errors[kind] += other.errors[kind];
             if self.examples[kind].is_none() {
                 self.examples[kind].clone_from(&other.examples[kind]);

@@ -1,9 +1,9 @@
 //! URLs, name resolution and request encoding.
 //!
-//! Owns: `http://host[:port][/path][?query]` parsing (IPv6 literals in
-//! brackets), resolving the host once before the run, and encoding each
-//! request's bytes once. Must not: support https (TLS is not built in; that
-//! is a usage error).
+//! Owns: `http://host[:port][/path][?query]` parsing (also `https://`, and
+//! `ws://`/`wss://`; IPv6 literals in brackets), resolving the host once before
+//! the run, and encoding each request's bytes once. Must not: open sockets or
+//! sessions (`engine`), or decide what is trusted (`tls`).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -12,7 +12,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 pub struct Target {
     /// Host as written (brackets stripped for IPv6).
     pub host: String,
-    /// Port (80 when absent).
+    /// Port (80 when absent; 443 for `https://` and `wss://`).
     pub port: u16,
     /// Path and query, `/` when absent.
     pub path: String,
@@ -23,24 +23,26 @@ pub struct Target {
     /// A `ws://` URL: the connection opens with a WebSocket handshake and each request is a
     /// message (echoed by the server).
     pub websocket: bool,
+    /// An `https://` or `wss://` URL: each connection is a TLS session.
+    pub tls: bool,
 }
 
-/// Parses an `http://` (or `ws://`) URL; the error is the one-line message.
+/// Parses an `http://`, `https://`, `ws://` or `wss://` URL; the error is the one-line message.
 pub fn parse_url(url: &str) -> Result<Target, String> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(format!("bad URL '{url}' (want http://host[:port]/path)"));
     };
-    let websocket = scheme.eq_ignore_ascii_case("ws");
-    if !scheme.eq_ignore_ascii_case("http") && !websocket {
-        if scheme.eq_ignore_ascii_case("https") || scheme.eq_ignore_ascii_case("wss") {
+    let (websocket, tls) = match scheme.to_ascii_lowercase().as_str() {
+        "http" => (false, false),
+        "https" => (false, true),
+        "ws" => (true, false),
+        "wss" => (true, true),
+        _ => {
             return Err(format!(
-                "unsupported scheme 'https' in '{url}': TLS is not built into tines bench"
-            ));
+                "unsupported scheme '{scheme}' in '{url}' (only http, https, ws and wss)"
+            ))
         }
-        return Err(format!(
-            "unsupported scheme '{scheme}' in '{url}' (only http and ws)"
-        ));
-    }
+    };
     let split = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(split);
     let tail = tail.split('#').next().unwrap_or_default();
@@ -86,6 +88,7 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
         return Err(format!("bad URL '{url}': invalid host '{host}'"));
     }
     let port = match port_text {
+        None if tls => 443,
         None => 80,
         Some(text) => match text.parse::<u16>() {
             Ok(port) if port > 0 && !text.starts_with('+') => port,
@@ -99,6 +102,7 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
         authority: authority.to_string(),
         addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         websocket,
+        tls,
     })
 }
 
@@ -200,12 +204,14 @@ pub fn encode_request(
 mod tests {
 
     #[test]
-    fn ws_urls_are_websocket_targets_and_wss_is_refused() {
+    fn ws_urls_are_websocket_targets_and_wss_ones_speak_tls() {
         let t = parse_url("ws://127.0.0.1:8080/chat?room=1").unwrap();
-        assert!(t.websocket);
+        assert!(t.websocket && !t.tls);
         assert_eq!((t.port, t.path.as_str()), (8080, "/chat?room=1"));
         assert!(!parse_url("http://127.0.0.1/").unwrap().websocket);
-        assert!(parse_url("wss://h/").unwrap_err().contains("TLS"));
+        let secure = parse_url("wss://h/").unwrap();
+        assert!(secure.websocket && secure.tls);
+        assert_eq!(secure.port, 443);
         let handshake = String::from_utf8(encode_handshake(&t)).unwrap();
         assert!(handshake.starts_with("GET /chat?room=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"));
         assert!(handshake.contains("Upgrade: websocket\r\n"));
@@ -255,7 +261,15 @@ mod tests {
             (t.host.as_str(), t.port, t.path.as_str()),
             ("::1", 9, "/?q")
         );
-        assert!(parse_url("https://x/").unwrap_err().contains("TLS"));
+        let t = parse_url("https://x/").unwrap();
+        assert!(t.tls && !t.websocket);
+        assert_eq!(
+            (t.port, t.path.as_str(), t.authority.as_str()),
+            (443, "/", "x")
+        );
+        let t = parse_url("HTTPS://x:8443/p").unwrap();
+        assert_eq!((t.tls, t.port), (true, 8443));
+        assert!(!parse_url("http://x/").unwrap().tls);
         assert!(parse_url("ftp://x/")
             .unwrap_err()
             .contains("unsupported scheme"));

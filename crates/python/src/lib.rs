@@ -4,7 +4,8 @@
 //! `settings`, which reads the registry's worker settings), the load generator (`bench`,
 //! crates/loadgen), the ASGI layer (`asgi/`: the bridge's async side, its scope, requests and
 //! WebSockets) and the WSGI layer (`wsgi/`: environ, `wsgi.input`, `start_response`,
-//! `wsgi.file_wrapper`); both build what the app sees with the CGI helpers of `cgi`.
+//! `wsgi.file_wrapper`); both build what the app sees with the CGI helpers of `cgi`. `tls` is
+//! the TLS material the master checks and the workers serve with.
 //! Everything below it (`tines-server`, `tines-proto`) knows nothing of Python; the GIL is
 //! taken only here.
 
@@ -17,6 +18,7 @@ mod fork_server;
 mod gil;
 mod scoreboard;
 mod settings;
+mod tls;
 mod worker;
 mod wsgi;
 
@@ -32,6 +34,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let _ = std::is_x86_feature_detected!("sse4.2");
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<scoreboard::PyScoreboard>()?;
+    m.add_class::<tls::TlsMaterial>()?;
     m.add(
         "EXIT_REASONS",
         pyo3::types::PyTuple::new(m.py(), scoreboard::exit_reason_names())?,

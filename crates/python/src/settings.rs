@@ -4,6 +4,7 @@
 //! lets a unit test hold `WorkerConfig::default()` to them). The master runs the same conversion before its first fork
 //! (`check_worker_settings`), so a value a worker cannot use stops the start with one line.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
@@ -11,7 +12,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tines_proto::Limits;
 use tines_server::access_log::Format;
+use tines_server::tls::rustls::ServerConfig;
 use tines_server::{Mpm, TrustedProxies, WorkerConfig};
+
+use crate::tls::TlsMaterial;
 
 fn get<'py, T: FromPyObjectOwned<'py>>(settings: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
     let value = settings
@@ -46,6 +50,21 @@ pub fn check_worker_settings(settings: &Bound<'_, PyDict>) -> PyResult<()> {
     worker_config(settings).map(|_| ())
 }
 
+/// The TLS config of the settings' `"tls"`: `None`, or the `TlsMaterial` the master made
+/// (and checked) before forking, whose config the worker serves with as it is.
+fn tls_config(settings: &Bound<'_, PyDict>) -> PyResult<Option<Arc<ServerConfig>>> {
+    let value = settings
+        .get_item("tls")?
+        .ok_or_else(|| PyValueError::new_err("worker settings lack 'tls'"))?;
+    if value.is_none() {
+        return Ok(None);
+    }
+    let material = value.cast::<TlsMaterial>().map_err(|_| {
+        PyValueError::new_err("worker setting 'tls': None or a tines._core.TlsMaterial expected")
+    })?;
+    Ok(Some(material.get().config()))
+}
+
 /// Builds the worker's configuration from the settings dict.
 pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
     let mpm_name: String = get(settings, "mpm")?;
@@ -65,6 +84,7 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         },
         trusted_proxies,
         proxy_protocol: get(settings, "proxy_protocol")?,
+        tls: tls_config(settings)?,
         max_connections: get::<usize>(settings, "max_connections")?.max(1),
         max_queued_requests: get(settings, "max_queued_requests")?,
         max_concurrency: get(settings, "max_concurrency")?,
@@ -147,7 +167,7 @@ pub fn worker_config_fields(
         None => WorkerConfig::default(),
     };
     Ok(fields_of!(config;
-        mpm, threads, trusted_proxies, proxy_protocol, max_connections, max_queued_requests,
+        mpm, threads, trusted_proxies, proxy_protocol, tls, max_connections, max_queued_requests,
         max_concurrency, ws_max_connections, ws_max_message_size, ws_receive_buffer_total,
         ws_receive_buffer_timeout, ws_idle_timeout, ws_per_message_deflate,
         ws_server_max_window_bits, ws_ping_interval, ws_ping_timeout, max_response_buffer,

@@ -38,6 +38,10 @@ pub struct PythonSpec<'py> {
     settings: Bound<'py, PyDict>,
     /// The listening sockets' fds.
     listeners: Vec<i32>,
+    /// Which of them speak TLS, parallel to `listeners` (the master's decision: every TCP bind
+    /// with a certificate, unless marked `plain:`); none when the attribute is missing.
+    #[pyo3(default)]
+    tls_listeners: Vec<bool>,
     /// The scoreboard shared with the master.
     scoreboard: Bound<'py, PyScoreboard>,
     /// This worker's slot in it.
@@ -65,6 +69,7 @@ impl PythonSpec<'_> {
         let PythonSpec {
             settings,
             listeners,
+            tls_listeners,
             scoreboard,
             slot,
             life_fd,
@@ -75,6 +80,7 @@ impl PythonSpec<'_> {
         Ok(WorkerSpec {
             config: worker_config(&settings)?,
             listeners,
+            tls_listeners,
             scoreboard: Arc::clone(&scoreboard.get().inner),
             slot,
             life_fd,

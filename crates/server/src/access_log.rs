@@ -3,7 +3,8 @@
 //!
 //! Formats ([`Format`], `access_log_format`): `combined` (Apache/NCSA, the default), `common`,
 //! `json` (one object per line), or a custom layout of gunicorn's `%(atom)s` atoms, so a
-//! gunicorn `access_log_format` carries over. Timestamps are in UTC:
+//! gunicorn `access_log_format` carries over (and Apache's two TLS ones, `{SSL_PROTOCOL}x` and
+//! `{SSL_CIPHER}x`). Timestamps are in UTC:
 //! `127.0.0.1 - - [22/Nov/2026:10:20:00 +0000] "GET / HTTP/1.1" 200 2 "-" "curl/8.0"`.
 //! Quotes, backslashes, control bytes and bytes past ASCII in logged request fields are
 //! escaped as `\xHH` (as Apache does; in JSON strings as `\u00HH`), so a client cannot forge
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 use tines_proto::Version;
 
 use crate::clock::LogClock;
+use crate::tls::TlsInfo;
 
 /// Lines are gathered up to this many bytes before a write: one syscall per ~200 requests
 /// under load, while the poller flushes whatever is pending each time it goes idle.
@@ -289,6 +291,30 @@ pub struct LoggedRequest<'a> {
     /// From the request being ready (head, and a body read before dispatch) to the slot
     /// taking it: the wait for an app thread (when the format shows it).
     pub queue: Option<Duration>,
+    /// The connection's TLS protocol and suite; `None` on a plain connection (or one whose
+    /// handshake did not finish).
+    pub tls: Option<LoggedTls>,
+}
+
+/// What the access log shows of a TLS connection: two static names, so a line (and a
+/// [`DeferredLine`]) carries them without a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoggedTls {
+    /// mod_ssl's `SSL_PROTOCOL` (`TLSv1.2`, `TLSv1.3`).
+    pub protocol: &'static str,
+    /// mod_ssl's `SSL_CIPHER`: the suite's OpenSSL name.
+    pub cipher: &'static str,
+}
+
+impl LoggedTls {
+    /// What the log shows of `info` (`None` for a plain connection), as
+    /// [`crate::transport::Link::with_tls_info`] hands it.
+    pub fn of(info: Option<&TlsInfo>) -> Option<LoggedTls> {
+        info.map(|info| LoggedTls {
+            protocol: info.protocol,
+            cipher: info.cipher,
+        })
+    }
 }
 
 /// An access-log line whose response was still being written when its exchange ended (a body
@@ -306,6 +332,7 @@ pub struct DeferredLine {
     response_headers: Vec<Option<Vec<u8>>>,
     started: Instant,
     queue: Option<Duration>,
+    tls: Option<LoggedTls>,
 }
 
 impl DeferredLine {
@@ -332,6 +359,7 @@ impl DeferredLine {
             response_headers: request.response_headers.to_vec(),
             started,
             queue: request.queue,
+            tls: request.tls,
         }
     }
 
@@ -359,6 +387,7 @@ impl DeferredLine {
                 .shows_duration()
                 .then(|| self.started.elapsed()),
             queue: self.queue,
+            tls: self.tls,
         };
         let mut line = Vec::with_capacity(256);
         log.log(&mut line, &request, &mut LogClock::default());
@@ -373,8 +402,30 @@ pub const COMMON: &str = r#"%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s"#;
 /// The atoms of a custom format, by name (`tines.config.ACCESS_LOG_ATOMS` says what each
 /// shows, for the docs; a test checks the two lists agree).
 pub const ATOMS: &[&str] = &[
-    "h", "l", "u", "t", "r", "m", "U", "q", "H", "s", "b", "B", "f", "a", "T", "M", "D", "L", "W",
-    "p", "{Name}i", "{Name}o",
+    "h",
+    "l",
+    "u",
+    "t",
+    "r",
+    "m",
+    "U",
+    "q",
+    "H",
+    "s",
+    "b",
+    "B",
+    "f",
+    "a",
+    "T",
+    "M",
+    "D",
+    "L",
+    "W",
+    "p",
+    "{Name}i",
+    "{Name}o",
+    "{SSL_PROTOCOL}x",
+    "{SSL_CIPHER}x",
 ];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -396,6 +447,10 @@ enum Atom {
     DecimalSeconds,
     QueueMicros,
     Pid,
+    /// The TLS protocol (`-` on a plain connection).
+    TlsProtocol,
+    /// The TLS suite's OpenSSL name (`-` on a plain connection).
+    TlsCipher,
     /// A request header, by lower-case name.
     RequestHeader(Vec<u8>),
     /// A response header, by its index in [`Format::response_header_names`].
@@ -540,6 +595,9 @@ impl Format {
             "L" => Atom::DecimalSeconds,
             "W" => Atom::QueueMicros,
             "p" => Atom::Pid,
+            // Apache's `%{SSL_PROTOCOL}x` and `%{SSL_CIPHER}x`, in gunicorn's `%(...)s`.
+            "{SSL_PROTOCOL}x" => Atom::TlsProtocol,
+            "{SSL_CIPHER}x" => Atom::TlsCipher,
             _ if name.starts_with('{') && name.ends_with("}i") => {
                 Atom::RequestHeader(header(&name[1..name.len() - 2])?)
             }
@@ -553,6 +611,13 @@ impl Format {
                     }
                 };
                 Atom::ResponseHeader(index)
+            }
+            "{SSL_PROTOCOL}e" | "{SSL_CIPHER}e" => {
+                return Err(format!(
+                    "%({name})s: environ variables are not logged (the access log is written \
+                     without Python); %({}x)s shows it",
+                    &name[..name.len() - 1]
+                ))
             }
             _ if name.starts_with('{') && name.ends_with("}e") => {
                 return Err(format!(
@@ -670,6 +735,10 @@ fn write_atom(
         },
         Atom::QueueMicros => push_duration(line, request.queue, |d| d.as_micros()),
         Atom::Pid => push_number(line, pid),
+        Atom::TlsProtocol => {
+            push_field(line, request.tls.map_or("", |tls| tls.protocol).as_bytes())
+        }
+        Atom::TlsCipher => push_field(line, request.tls.map_or("", |tls| tls.cipher).as_bytes()),
         Atom::RequestHeader(name) => {
             push_field(line, (request.request_header)(name).unwrap_or(b""))
         }
@@ -733,6 +802,14 @@ fn write_json(line: &mut Vec<u8>, request: &LoggedRequest<'_>, clock: &mut LogCl
     optional_string(line, (request.request_header)(b"referer").unwrap_or(b""));
     line.extend_from_slice(b",\"user_agent\":");
     optional_string(line, (request.request_header)(b"user-agent").unwrap_or(b""));
+    // Only on TLS connections, as `raw_request_line` only for refused requests: a plain
+    // line is what it was before TLS.
+    if let Some(tls) = request.tls {
+        line.extend_from_slice(b",\"tls_protocol\":");
+        push_json_string(line, tls.protocol.as_bytes());
+        line.extend_from_slice(b",\"tls_cipher\":");
+        push_json_string(line, tls.cipher.as_bytes());
+    }
     line.push(b'}');
 }
 
@@ -776,7 +853,94 @@ mod tests {
             response_headers,
             duration: Some(Duration::from_micros(1_234_567)),
             queue: Some(Duration::from_micros(89)),
+            tls: None,
         }
+    }
+
+    const TLS13: LoggedTls = LoggedTls {
+        protocol: "TLSv1.3",
+        cipher: "TLS_AES_128_GCM_SHA256",
+    };
+
+    #[test]
+    fn tls_atoms_show_the_protocol_and_cipher_or_a_dash() {
+        let spec = "%(s)s %({SSL_PROTOCOL}x)s %({SSL_CIPHER}x)s";
+        assert_eq!(line_for(spec, &request(&[])), "200 - -\n");
+        let mut tls = request(&[]);
+        tls.tls = Some(TLS13);
+        assert_eq!(line_for(spec, &tls), "200 TLSv1.3 TLS_AES_128_GCM_SHA256\n");
+        // The combined layout is the same on both: TLS shows only where a format asks.
+        assert_eq!(
+            line_for("combined", &tls).split_once(" [").unwrap().0,
+            line_for("combined", &request(&[]))
+                .split_once(" [")
+                .unwrap()
+                .0
+        );
+    }
+
+    #[test]
+    fn tls_atoms_come_from_the_handshakes_info() {
+        let info = TlsInfo {
+            version: 0x0303,
+            protocol: "TLSv1.2",
+            cipher_suite: 0xc02b,
+            cipher: "ECDHE-ECDSA-AES128-GCM-SHA256",
+            server_name: None,
+            alpn: None,
+            resumed: false,
+            server_cert_pem: "PEM".into(),
+            client_chain_pem: Vec::new(),
+            client_subject: None,
+            client_issuer: None,
+            client_serial: None,
+            client_verify: crate::tls::ClientVerify::None,
+        };
+        assert_eq!(LoggedTls::of(None), None);
+        assert_eq!(
+            LoggedTls::of(Some(&info)),
+            Some(LoggedTls {
+                protocol: "TLSv1.2",
+                cipher: "ECDHE-ECDSA-AES128-GCM-SHA256"
+            })
+        );
+    }
+
+    #[test]
+    fn json_lines_name_tls_only_on_tls_connections() {
+        let plain = line_for("json", &request(&[]));
+        assert!(!plain.contains("tls_"), "{plain}");
+        assert!(plain.ends_with("\"user_agent\":\"curl/8.0\"}\n"), "{plain}");
+        let mut tls = request(&[]);
+        tls.tls = Some(TLS13);
+        let line = line_for("json", &tls);
+        assert!(
+            line.ends_with(
+                "\"user_agent\":\"curl/8.0\",\"tls_protocol\":\"TLSv1.3\",\
+                 \"tls_cipher\":\"TLS_AES_128_GCM_SHA256\"}\n"
+            ),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_deferred_line_keeps_the_tls_names() {
+        let file = std::env::temp_dir().join(format!("tines-access-tls-{}", std::process::id()));
+        let _ = std::fs::remove_file(&file);
+        let log = AccessLog::open(
+            file.to_str().unwrap(),
+            Format::parse("%({SSL_PROTOCOL}x)s %({SSL_CIPHER}x)s %(b)s").unwrap(),
+            Vec::new(),
+        )
+        .unwrap();
+        let mut tls = request(&[]);
+        tls.tls = Some(TLS13);
+        tls.body_sent = 10;
+        DeferredLine::new(&tls, std::iter::empty(), Instant::now()).write(&log, 4);
+        log.flush();
+        let written = std::fs::read_to_string(&file).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(written, "TLSv1.3 TLS_AES_128_GCM_SHA256 6\n");
     }
 
     #[test]
@@ -853,6 +1017,8 @@ mod tests {
             ("%(h)x", "must be followed by s"),
             ("%({bad name}i)s", "is not a header name"),
             ("%({HOME}e)s", "environ variables are not logged"),
+            ("%({SSL_CIPHER}e)s", "%({SSL_CIPHER}x)s shows it"),
+            ("%({SSL_VERSION}x)s", "unknown atom"),
         ] {
             let err = Format::parse(spec).unwrap_err();
             assert!(err.contains(reason), "{spec}: {err}");

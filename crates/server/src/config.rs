@@ -47,6 +47,10 @@ pub struct WorkerConfig {
     /// `proxy_protocol`: every connection begins with a PROXY protocol header (v1 or v2),
     /// accepted from `trusted_proxies` only; its source address becomes the peer.
     pub proxy_protocol: bool,
+    /// TLS (ADR 0030): the config every TLS listener's handshakes use, built by the worker
+    /// from the material the master loaded and checked (`certfile` and the TLS settings);
+    /// `None`: no TLS listener.
+    pub tls: Option<std::sync::Arc<crate::tls::rustls::ServerConfig>>,
     /// Most connections one worker holds open; above it the worker stops accepting until one
     /// closes (every MPM).
     pub max_connections: usize,
@@ -218,6 +222,7 @@ impl Default for WorkerConfig {
             trusted_proxies: TrustedProxies::parse(&["127.0.0.1".to_owned(), "::1".to_owned()])
                 .expect("two valid addresses"),
             proxy_protocol: false,
+            tls: None,
             max_connections: 10_000,
             max_queued_requests: 1024,
             max_concurrency: 1024,

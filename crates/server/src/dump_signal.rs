@@ -18,9 +18,10 @@
 //! - A worker whose stuck request runs on the loop thread itself (prefork, and `event` with
 //!   `threads = 0`) has no thread left to write the 503, so the handler writes it, raw, with
 //!   `send(2)` on the fd, and shuts the connection down; the master kills the worker next.
-//!   This is the one way left there, and it writes plain HTTP/1.1 on the socket: the TLS
-//!   transport must revisit it (a record layer cannot be driven from a signal handler; such
-//!   a worker could only close the connection).
+//!   This is the one way left there, and it writes plain HTTP/1.1 on the socket; on a TLS
+//!   connection (the sub-slot says so: `ThreadSlot::serves_tls`) it only shuts it down, since
+//!   a record cannot be sealed from a signal handler: that client sees a close, not a 503
+//!   (issue 37).
 //!
 //! Async-signal-safe only: atomics, `write(2)`, `send(2)` and `shutdown(2)`; no allocation,
 //! no lock. signal-hook's handler (which calls this action) saves and restores `errno`.
@@ -108,8 +109,9 @@ fn on_dump_signal() {
             let Some(thread_slot) = board.thread_slot(target.slot, thread) else {
                 continue;
             };
+            let tls = thread_slot.serves_tls();
             if let Some(fd) = thread_slot.take_timed_out_fd() {
-                answer_timed_out(fd);
+                answer_timed_out(fd, tls);
             }
         }
     }
@@ -119,17 +121,22 @@ fn on_dump_signal() {
 }
 
 /// Writes [`TIMEOUT_RESPONSE`] without blocking (a fresh socket buffer takes it) and shuts the
-/// connection down, so a stuck app thread that wakes up cannot write after it.
-fn answer_timed_out(fd: i32) {
+/// connection down, so a stuck app thread that wakes up cannot write after it. On a TLS
+/// connection (`tls`) only shuts it down: a record cannot be sealed here (the session is the
+/// stuck thread's, and nothing may be locked or allocated), and plaintext would be garbage to
+/// the client, who sees the connection close instead.
+fn answer_timed_out(fd: i32, tls: bool) {
     // SAFETY: send and shutdown are async-signal-safe; the buffer is a static slice; a stale
     // fd fails with EBADF/ENOTSOCK, which is ignored.
     unsafe {
-        libc::send(
-            fd,
-            TIMEOUT_RESPONSE.as_ptr().cast(),
-            TIMEOUT_RESPONSE.len(),
-            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-        );
+        if !tls {
+            libc::send(
+                fd,
+                TIMEOUT_RESPONSE.as_ptr().cast(),
+                TIMEOUT_RESPONSE.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            );
+        }
         libc::shutdown(fd, libc::SHUT_RDWR);
     }
 }
@@ -187,6 +194,36 @@ mod tests {
             io::ErrorKind::WouldBlock
         );
         drop(other_server);
+    }
+
+    #[test]
+    fn on_a_tls_connection_the_handler_only_shuts_it_down_in_a_forked_worker() {
+        let board = Arc::new(Scoreboard::new(1, 1).unwrap());
+        board.claim(0, 1, 1);
+        let (mut client, server) = std::os::unix::net::UnixStream::pair().unwrap();
+        // SAFETY: as in the test above.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let stuck = board.thread_slot(0, 0).unwrap();
+            let now = crate::scoreboard::monotonic_ns();
+            stuck.begin_request_at(b"GET", b"/stuck", server.as_raw_fd(), true, now);
+            stuck.mark_timed_out(1);
+            let installed = install(Arc::clone(&board), 0, libc::SIGURG).is_ok();
+            // SAFETY: raise sends the signal to this thread; the handler runs before it returns.
+            unsafe { libc::raise(libc::SIGURG) };
+            // SAFETY: _exit never returns.
+            unsafe { libc::_exit(if installed { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        // Shut down (our copy of the socket is still open, so the EOF is the shutdown's), and
+        // no plaintext 503 written into the TLS stream.
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).unwrap();
+        assert_eq!(answer, b"");
+        drop(server);
     }
 
     #[test]

@@ -137,7 +137,11 @@ fn serve_until_closed(
                 // that never comes (the EOF raised its edge before this read).
                 panic!("the connection waits for bytes after the client's EOF");
             }
-            Readiness::Closed | Readiness::BadProxyHeader(_) => break,
+            // A plain transport: never TLS's.
+            Readiness::Closed
+            | Readiness::BadProxyHeader(_)
+            | Readiness::PlainHttpOnTls
+            | Readiness::HandshakeFailed(_) => break,
             Readiness::Rejected(err) => {
                 crate::reactor::reject(&mut conn, &err, shared, &mut ctx);
                 break;

@@ -6,7 +6,8 @@
 //! for one buffer) so a peer that went away is an `EPIPE` error, never a SIGPIPE.
 //!
 //! A connection's reads and writes reach these through its transport (`transport::Link`),
-//! never directly: a TLS transport will put its records between them and the socket.
+//! never directly: a TLS transport (`tls::conn`) puts its records between them and the
+//! socket.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -19,6 +20,13 @@ pub fn timed_out(what: &str) -> io::Error {
 
 /// Waits until `fd` is readable (`write == false`) or writable, or `deadline` passes.
 pub fn wait_fd(fd: RawFd, write: bool, deadline: Instant, what: &str) -> io::Result<()> {
+    let events = if write { libc::POLLOUT } else { libc::POLLIN };
+    wait_fd_events(fd, events, deadline, what)
+}
+
+/// Waits until one of the poll `events` happens on `fd`, or `deadline` passes (a TLS read
+/// whose session still owes the client a record waits for either direction).
+pub fn wait_fd_events(fd: RawFd, events: i16, deadline: Instant, what: &str) -> io::Result<()> {
     loop {
         let now = Instant::now();
         if now >= deadline {
@@ -30,7 +38,7 @@ pub fn wait_fd(fd: RawFd, write: bool, deadline: Instant, what: &str) -> io::Res
             .min(i32::MAX as u128) as i32;
         let mut pfd = libc::pollfd {
             fd,
-            events: if write { libc::POLLOUT } else { libc::POLLIN },
+            events,
             revents: 0,
         };
         // SAFETY: one valid pollfd for the duration of the call.
@@ -238,6 +246,32 @@ pub fn write_vectored_nonblocking(
     msg.msg_iovlen = count as _;
     // SAFETY: msg points at `count` iovecs that reference live slices of `parts`.
     nonblocking(|| unsafe { raw::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) })
+}
+
+/// One non-blocking `sendmsg` of `slices` (`send` for one), at most `IOV_MAX` of them;
+/// returns the bytes written (`Ok(None)`: it would block). Never raises SIGPIPE. For TLS
+/// records (rustls hands its queue of records as `IoSlice`s, which are `iovec`s on Unix).
+pub fn write_slices_nonblocking(
+    fd: RawFd,
+    slices: &[io::IoSlice<'_>],
+) -> io::Result<Option<usize>> {
+    match slices {
+        [] => Ok(Some(0)),
+        [one] => {
+            // SAFETY: `one` is a live slice for the duration of the call.
+            nonblocking(|| unsafe { raw::send(fd, one.as_ptr(), one.len(), libc::MSG_NOSIGNAL) })
+        }
+        _ => {
+            // SAFETY: a zeroed msghdr is a valid empty header; we then point it at `slices`.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            // `IoSlice` is guaranteed ABI-compatible with `iovec` on Unix; the kernel only
+            // reads through the pointer.
+            msg.msg_iov = slices.as_ptr() as *mut libc::iovec;
+            msg.msg_iovlen = slices.len().min(libc::UIO_MAXIOV as usize) as _;
+            // SAFETY: msg points at live iovecs that reference live slices.
+            nonblocking(|| unsafe { raw::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) })
+        }
+    }
 }
 
 /// Writes every byte of `parts` from byte `written` on (the bytes before it were sent), in

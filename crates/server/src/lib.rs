@@ -3,7 +3,8 @@
 //!
 //! Layers, from the bottom: [`io`] (non-blocking syscalls), [`poller`] (epoll), [`clock`]
 //! (UTC dates for the logs, the monotonic clock as last read), [`control`] (signals, life pipe),
-//! [`transport`] (what carries a connection's bytes: every connection read and write goes
+//! [`tls`] (rustls sessions, the certificates and keys, session tickets, what a handshake
+//! tells the app), [`transport`] (what carries a connection's bytes: every connection read and write goes
 //! through it), [`scoreboard`], [`dump_signal`] (the stuck worker's dump-signal handler, over
 //! the scoreboard), [`log`] (the error log), [`access_log`] (its formats and buffered sink),
 //! [`listener`] (accept, addresses), [`trusted_proxies`] (`forwarded_allow_ips`), [`config`],
@@ -41,6 +42,7 @@ pub mod shared;
 mod slot;
 pub mod spool;
 pub mod status;
+pub mod tls;
 pub mod transport;
 pub mod trusted_proxies;
 pub mod websocket;
@@ -70,8 +72,10 @@ pub trait App: Send + Sync + 'static {
         body()
     }
 
-    /// Runs `wait`, the loop's sleep (in its poller, or for the next request), on a thread
-    /// started by [`App::run_loop_thread`]: the Python implementation releases the GIL for it.
+    /// Runs `wait`, the loop's sleep (in its poller, or for the next request), or another
+    /// step of the loop that needs no interpreter (a TLS handshake's crypto on prefork's
+    /// loop), on a thread started by [`App::run_loop_thread`]: the Python implementation
+    /// releases the GIL for it.
     fn wait(&self, wait: &mut dyn FnMut()) {
         wait()
     }

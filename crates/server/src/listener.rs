@@ -3,6 +3,8 @@
 //! The master binds (Python, `tines.sockets`) and every worker inherits the same sockets.
 //! Accept is level-triggered and takes one connection per readiness (`reactor::accept` says
 //! why), so one worker cannot swallow a burst that its siblings are awake to share (ADR 0002).
+//! A listener whose connections speak TLS says so ([`Listener::tls`]); the loop's accept wraps
+//! what it accepts from it in a TLS session (`reactor::accept`).
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -49,6 +51,9 @@ pub struct Listener {
     /// `TCP_DEFER_ACCEPT` is on (the master sets it: the `defer_accept` setting): a connection
     /// is queued for accept once its first bytes came, so they are read at once.
     deferred: bool,
+    /// Its connections speak TLS (ADR 0030): set by the worker from `WorkerSpec::tls_listeners`
+    /// ([`Listener::speaking_tls`]); the master decides which binds do.
+    tls: bool,
 }
 
 /// A worker holding fewer open connections than this is never over its fair share (the
@@ -153,7 +158,26 @@ impl Listener {
             tcp,
             nodelay_inherited,
             deferred,
+            tls: false,
         })
+    }
+
+    /// The listener, its connections speaking TLS when `tls` (a TCP listener only: the master
+    /// makes Unix sockets plain; a Unix one asked for is refused, as a bug in the caller).
+    pub fn speaking_tls(mut self, tls: bool) -> io::Result<Listener> {
+        if tls && !self.tcp {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a Unix-socket listener cannot speak TLS",
+            ));
+        }
+        self.tls = tls;
+        Ok(self)
+    }
+
+    /// Whether its connections speak TLS (the accepted socket is wrapped in a session).
+    pub fn tls(&self) -> bool {
+        self.tls
     }
 
     /// Whether a connection usually comes with its first bytes (`TCP_DEFER_ACCEPT`): one that

@@ -199,18 +199,20 @@ impl WorkerShared {
 
     /// Records the dispatch of a request to app thread `thread`: the slot's `active` count
     /// (one add on the slot's line, see [`WorkerShared::add`]) and the thread's sub-slot
-    /// ([`ThreadSlot::begin_request_at`]: plain stores) at `now`.
+    /// ([`ThreadSlot::begin_request_at`]: plain stores) at `now`; `tls`: its connection
+    /// speaks TLS.
     pub(crate) fn request_started(
         &self,
         thread: usize,
         method: &[u8],
         target: &[u8],
         fd: i32,
+        tls: bool,
         now: Instant,
     ) {
         let slot = self.slot();
         if let Some(thread_slot) = self.thread_slot(thread) {
-            thread_slot.begin_request_at(method, target, fd, monotonic_ns_of(now));
+            thread_slot.begin_request_at(method, target, fd, tls, monotonic_ns_of(now));
         }
         if self.add_active(&slot.active, 1) == 0 && !self.is_stopping() {
             slot.state

@@ -31,6 +31,7 @@ pub(crate) fn serve_connection(
             head.method.of(&conn.buf),
             head.target.of(&conn.buf),
             fd,
+            conn.link.is_tls(),
             now,
         );
         let mut exchange = Exchange::new(&mut conn, ctx, Arc::clone(shared), now);
@@ -64,8 +65,12 @@ pub(crate) fn serve_connection(
             }
             Readiness::HeadComplete => conn = next,
             Readiness::Pending => return (Some(next), ctx),
-            // The PROXY header came before the first request: never here.
-            Readiness::Closed | Readiness::BadProxyHeader(_) => return (None, ctx),
+            // The PROXY header and the TLS handshake came before the first request: never
+            // here.
+            Readiness::Closed
+            | Readiness::BadProxyHeader(_)
+            | Readiness::PlainHttpOnTls
+            | Readiness::HandshakeFailed(_) => return (None, ctx),
             Readiness::Rejected(err) => {
                 crate::reactor::reject(&mut next, &err, shared, &mut ctx);
                 // Earlier responses may still be unread: linger rather than reset them.

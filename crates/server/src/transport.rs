@@ -3,9 +3,11 @@
 //! `SIOCOUTQ` of a connection goes (the connection's own reads, the exchange's writes, the
 //! pending output the loop finishes, the WebSocket session, the lingering close).
 //!
-//! Plain bytes only, for now; a TLS transport (records, not bytes: no `sendfile` of a file
-//! range, and a read that may need a write) is the second variant of both enums. Static
-//! dispatch: a `Link::Plain` call is the `io` function it names, inlined, on the fd.
+//! Two variants of both enums: plain bytes, and TLS records ([`TlsConn`], ADR 0030: no
+//! `sendfile` of a file range but `pread` and a sealed record, a read that may need a write,
+//! and ciphertext the socket did not take kept in the session, which
+//! [`Link::wants_write`] tells and [`Link::flush`] writes). Static dispatch: a `Link::Plain`
+//! call is the `io` function it names, inlined, on the fd.
 //!
 //! A link is a copy of the transport's handle, not a second owner: the loop holds one (in the
 //! connection's [`crate::pending::Output`]) while a slot holds the connection, so the
@@ -21,6 +23,8 @@ use crate::io::{
     input_waiting, read_nonblocking, read_with_deadline, send_file_nonblocking,
     unacknowledged_output, wait_fd, write_all_from, write_vectored_nonblocking,
 };
+use crate::tls::conn::TlsConn;
+use crate::tls::TlsInfo;
 
 /// What carries a connection's bytes, owned by the connection (it closes the socket when
 /// dropped).
@@ -28,6 +32,8 @@ use crate::io::{
 pub enum Transport {
     /// The bytes as they are, on the accepted socket.
     Plain(OwnedFd),
+    /// TLS records (ADR 0030): the session and its socket.
+    Tls(Box<TlsConn>),
 }
 
 impl Transport {
@@ -36,6 +42,7 @@ impl Transport {
     pub fn fd(&self) -> RawFd {
         match self {
             Transport::Plain(fd) => fd.as_raw_fd(),
+            Transport::Tls(conn) => conn.fd(),
         }
     }
 
@@ -44,6 +51,7 @@ impl Transport {
     pub fn link(&self) -> Link {
         match self {
             Transport::Plain(fd) => Link::Plain(fd.as_raw_fd()),
+            Transport::Tls(conn) => Link::Tls(TlsLink::new(conn)),
         }
     }
 }
@@ -54,6 +62,33 @@ impl Transport {
 pub enum Link {
     /// Plain bytes on this socket.
     Plain(RawFd),
+    /// TLS records on a session the transport owns.
+    Tls(TlsLink),
+}
+
+/// A pointer to a transport's [`TlsConn`], valid while the transport lives (the contract a
+/// `Link::Plain` fd copy has: the connection closes the output before the transport).
+#[derive(Clone, Copy, Debug)]
+pub struct TlsLink(*const TlsConn);
+
+// SAFETY: TlsConn is Sync (its session is behind a Mutex); the pointer is only dereferenced
+// while the transport that owns the TlsConn lives (the Link contract above).
+unsafe impl Send for TlsLink {}
+// SAFETY: as for Send.
+unsafe impl Sync for TlsLink {}
+
+impl TlsLink {
+    /// A link to `conn`, which must outlive every use of it (the [`Link`] contract).
+    pub fn new(conn: &TlsConn) -> TlsLink {
+        TlsLink(conn as *const TlsConn)
+    }
+
+    /// The connection.
+    #[inline]
+    pub fn conn(&self) -> &TlsConn {
+        // SAFETY: valid while the transport lives (the Link contract).
+        unsafe { &*self.0 }
+    }
 }
 
 impl Link {
@@ -62,14 +97,48 @@ impl Link {
     pub fn fd(self) -> RawFd {
         match self {
             Link::Plain(fd) => fd,
+            Link::Tls(t) => t.conn().fd(),
         }
     }
 
-    /// One non-blocking read; `Ok(None)` when it would block, `Ok(Some(0))` at EOF.
+    /// One non-blocking read; `Ok(None)` when it would block, `Ok(Some(0))` at EOF. On TLS,
+    /// plaintext (the handshake progresses inside it, and a read may write what the session
+    /// owes the client); a short read still means a drained socket.
     #[inline]
     pub fn read(self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         match self {
             Link::Plain(fd) => read_nonblocking(fd, buf),
+            Link::Tls(t) => t.conn().read(buf),
+        }
+    }
+
+    /// One non-blocking read of the socket's bytes as they are (TLS records not decrypted):
+    /// the lingering close, which drops them. `Ok(None)` when it would block, `Ok(Some(0))`
+    /// at EOF.
+    pub fn read_raw(self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        match self {
+            Link::Plain(fd) => read_nonblocking(fd, buf),
+            Link::Tls(t) => t.conn().read_raw(buf),
+        }
+    }
+
+    /// True while bytes already written (sealed) wait in the transport for the socket: a TLS
+    /// session's backlog. Output is finished only when this is false too; no lock taken.
+    #[inline]
+    pub fn wants_write(self) -> bool {
+        match self {
+            Link::Plain(_) => false,
+            Link::Tls(t) => t.conn().wants_write(),
+        }
+    }
+
+    /// Writes what [`Link::wants_write`] tells of, as the socket takes it: true when nothing
+    /// is left.
+    #[inline]
+    pub fn flush(self) -> io::Result<bool> {
+        match self {
+            Link::Plain(_) => Ok(true),
+            Link::Tls(t) => t.conn().flush(),
         }
     }
 
@@ -79,6 +148,7 @@ impl Link {
     pub fn input_waiting(self) -> bool {
         match self {
             Link::Plain(fd) => input_waiting(fd),
+            Link::Tls(t) => t.conn().input_waiting(),
         }
     }
 
@@ -86,15 +156,18 @@ impl Link {
     pub fn read_by(self, buf: &mut [u8], deadline: Instant, what: &str) -> io::Result<usize> {
         match self {
             Link::Plain(fd) => read_with_deadline(fd, buf, deadline, what),
+            Link::Tls(t) => t.conn().read_by(buf, deadline, what),
         }
     }
 
     /// One non-blocking gathered write of `parts` from byte `skip` on; the bytes written
-    /// (`Ok(None)`: it would block). Never raises SIGPIPE.
+    /// (`Ok(None)`: it would block). Never raises SIGPIPE. On TLS, the bytes sealed: some may
+    /// still wait in the session ([`Link::wants_write`]).
     #[inline]
     pub fn write_vectored(self, parts: &[&[u8]], skip: usize) -> io::Result<Option<usize>> {
         match self {
             Link::Plain(fd) => write_vectored_nonblocking(fd, parts, skip),
+            Link::Tls(t) => t.conn().write_vectored(parts, skip),
         }
     }
 
@@ -107,15 +180,18 @@ impl Link {
     ) -> io::Result<()> {
         match self {
             Link::Plain(fd) => write_all_from(fd, parts, written, timeout),
+            Link::Tls(t) => t.conn().write_all_from(parts, written, timeout),
         }
     }
 
     /// One non-blocking send of at most `count` bytes of the file `file_fd` from `offset`;
-    /// the bytes sent (0 at the file's end; `Ok(None)`: it would block).
+    /// the bytes sent (0 at the file's end; `Ok(None)`: it would block). On TLS, at most 64
+    /// KiB read and sealed (no `sendfile`), which may still wait in the session.
     #[inline]
     pub fn send_file(self, file_fd: RawFd, offset: u64, count: u64) -> io::Result<Option<u64>> {
         match self {
             Link::Plain(fd) => send_file_nonblocking(fd, file_fd, offset, count),
+            Link::Tls(t) => t.conn().send_file(file_fd, offset, count),
         }
     }
 
@@ -123,6 +199,7 @@ impl Link {
     pub fn wait(self, write: bool, deadline: Instant, what: &str) -> io::Result<()> {
         match self {
             Link::Plain(fd) => wait_fd(fd, write, deadline, what),
+            Link::Tls(t) => t.conn().wait(write, deadline, what),
         }
     }
 
@@ -131,29 +208,49 @@ impl Link {
     pub fn unacknowledged(self) -> io::Result<usize> {
         match self {
             Link::Plain(fd) => unacknowledged_output(fd),
+            Link::Tls(t) => t.conn().unacknowledged(),
         }
     }
 
     /// Ends the sending side (the lingering close: the client sees EOF, and its bytes are
-    /// still read). A failure only means the peer is gone, which the next read sees.
+    /// still read). A failure only means the peer is gone, which the next read sees. On
+    /// TLS, our close_notify first (the `shutdown` follows once the socket took it: see
+    /// [`Link::flush`]).
     pub fn shutdown_write(self) {
         match self {
             // SAFETY: shutdown on the transport's own open fd.
             Link::Plain(fd) => unsafe {
                 libc::shutdown(fd, libc::SHUT_WR);
             },
+            Link::Tls(t) => t.conn().shutdown_write(),
         }
     }
 
     /// Ends both directions (a request timed out: its client gets the 503 or EOF, and the
     /// stuck thread's own reads and writes fail from now on), without closing the fd, which
-    /// the connection still owns.
+    /// the connection still owns. On TLS, our close_notify first, as far as the socket takes
+    /// it.
     pub fn shutdown(self) {
         match self {
             // SAFETY: shutdown on the transport's own open fd.
             Link::Plain(fd) => unsafe {
                 libc::shutdown(fd, libc::SHUT_RDWR);
             },
+            Link::Tls(t) => t.conn().shutdown(),
+        }
+    }
+
+    /// True on a TLS connection.
+    pub fn is_tls(self) -> bool {
+        matches!(self, Link::Tls(_))
+    }
+
+    /// Calls `f` with what the finished handshake told (`None`: a plain connection, or a
+    /// handshake not finished).
+    pub fn with_tls_info<R>(self, f: impl FnOnce(Option<&TlsInfo>) -> R) -> R {
+        match self {
+            Link::Plain(_) => f(None),
+            Link::Tls(t) => f(t.conn().info()),
         }
     }
 }

@@ -421,10 +421,11 @@ impl WsSession {
                     None => break,
                 }
             }
-            if written == bytes.len() {
+            if written == bytes.len() && !link.wants_write() {
                 return Ok(());
             }
         }
+        // The rest, if any, or only a TLS backlog the write left: the output notes it.
         output.with(|pending| pending.push(&[bytes], written));
         Ok(())
     }
@@ -468,3 +469,5 @@ impl WsSession {
 
 #[cfg(test)]
 mod budget_tests;
+#[cfg(test)]
+mod tls_tests;

@@ -36,6 +36,9 @@ pub struct WorkerSpec {
     pub config: WorkerConfig,
     /// Inherited listening fds.
     pub listeners: Vec<RawFd>,
+    /// Which of `listeners` speak TLS, parallel to it (empty: none does). A TLS listener needs
+    /// `config.tls`; a Unix-socket one is refused.
+    pub tls_listeners: Vec<bool>,
     /// The shared scoreboard and this worker's slot index.
     pub scoreboard: Arc<Scoreboard>,
     /// This worker's slot.
@@ -115,12 +118,32 @@ pub fn prepare(spec: WorkerSpec) -> io::Result<(crate::reactor::Reactor, Arc<Wor
             "a worker needs at least one listener",
         ));
     }
+    if !spec.tls_listeners.is_empty() && spec.tls_listeners.len() != spec.listeners.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "tls_listeners has {} entries for {} listeners",
+                spec.tls_listeners.len(),
+                spec.listeners.len()
+            ),
+        ));
+    }
+    if spec.tls_listeners.contains(&true) && spec.config.tls.is_none() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a TLS listener without a TLS configuration (no certificate)",
+        ));
+    }
     raise_fd_limit();
     crate::log::set_debug(spec.config.debug);
     let listeners = spec
         .listeners
         .iter()
-        .map(|&fd| Listener::from_fd(fd))
+        .enumerate()
+        .map(|(index, &fd)| {
+            let tls = spec.tls_listeners.get(index).copied().unwrap_or(false);
+            Listener::from_fd(fd)?.speaking_tls(tls)
+        })
         .collect::<io::Result<Vec<_>>>()?;
     let control = Control::install(spec.life_fd)?;
     let access_log = match &spec.config.access_log {

@@ -66,6 +66,7 @@ fn a_worker_whose_access_log_cannot_be_opened_fails_without_reporting_ready() {
             ..test_config(Mpm::Prefork)
         },
         listeners: vec![std::os::fd::IntoRawFd::into_raw_fd(listener)],
+        tls_listeners: Vec::new(),
         scoreboard,
         slot: 0,
         life_fd: None,

@@ -26,7 +26,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from tines.config.registry import SETTINGS, Setting, format_value
-from tines.config.validators import temp_dir
+from tines.config.validators import PLAIN_PREFIX, temp_dir
 from tines.errors import ConfigError
 
 DEFAULT_CONFIG_FILE = "tines.toml"
@@ -70,7 +70,7 @@ class Config:
         raise AttributeError("Config is immutable")
 
     def __repr__(self) -> str:
-        return "Config(" + ", ".join(f"{name}={value!r}" for name, value in self._values.items()) + ")"
+        return "Config(" + ", ".join(f"{name}={_hidden(name, value)!r}" for name, value in self._values.items()) + ")"
 
     def value(self, name: str) -> object:
         """The converted value of setting ``name``; KeyError when there is no such setting."""
@@ -95,8 +95,16 @@ class Config:
         """(name, value formatted for people, source) for every setting, in registry order."""
         for name, value in self._values.items():
             show = SETTINGS[name].show
-            shown = show(value) if show is not None and value is not None else format_value(value)
+            shown = show(value) if show is not None and value is not None else format_value(_hidden(name, value))
             yield name, shown, self._sources[name]
+
+
+HIDDEN = "(hidden)"
+"""What is shown of a set ``secret`` setting (``keyfile_password``)."""
+
+
+def _hidden(name: str, value: object) -> object:
+    return HIDDEN if SETTINGS[name].secret and value is not None else value
 
 
 def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
@@ -156,6 +164,7 @@ def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
         raise ConfigError(f"threads 0 (the app on the loop thread) needs mpm event, "
                           f"got mpm {ordered['mpm']} ({sources['threads']})")
     _websocket_limits(ordered, sources)
+    _tls(ordered, sources)
     return Config(ordered, {name: sources[name] for name in SETTINGS}, config_path)
 
 
@@ -185,6 +194,23 @@ def _websocket_limits(values: dict[str, object], sources: Mapping[str, str]) -> 
         raise ConfigError(f"ws_receive_buffer_total {budget} ({sources['ws_receive_buffer_total']}) must be at "
                           f"least ws_max_message_size {message} ({sources['ws_max_message_size']}): "
                           "a message must fit in the budget")
+
+
+def _tls(values: Mapping[str, object], sources: Mapping[str, str]) -> None:
+    """The TLS settings that depend on others: a client certificate is verified against
+    ``client_ca``, and a key has one password."""
+    if values["client_cert"] != "none" and values["client_ca"] is None:
+        raise ConfigError(f"client_cert {values['client_cert']} ({sources['client_cert']}) needs client_ca, "
+                          "the CA bundle client certificates are verified against")
+    if values["keyfile_password"] is not None and values["keyfile_password_file"] is not None:
+        raise ConfigError(f"keyfile_password ({sources['keyfile_password']}) and keyfile_password_file "
+                          f"({sources['keyfile_password_file']}) are both set: give one")
+
+
+TLS_NEEDS_CERTFILE = ("keyfile", "keyfile_password_file", "keyfile_password", "sni_certificates",
+                      "tls_unknown_server_name", "tls_min_version", "tls_cipher_suites", "alpn",
+                      "client_cert", "client_ca", "client_crl", "tls_tickets", "tls_ticket_rotation")
+"""The TLS settings that do nothing without ``certfile`` (which turns TLS on)."""
 
 
 def _request_buffer_dir(values: Mapping[str, object], sources: Mapping[str, str]) -> str:
@@ -221,6 +247,12 @@ def ignored_settings(cfg: Config) -> list[str]:
         for name in ("reload_include", "reload_exclude"):
             if cfg.source(name) != "default":
                 found.append(f"{name} ({cfg.source(name)}) is ignored without reload (--reload)")
+    if cfg.certfile is None:
+        found += [f"{name} ({cfg.source(name)}) is ignored without certfile (--certfile), which turns TLS on"
+                  for name in TLS_NEEDS_CERTFILE if cfg.source(name) != "default"]
+    elif not any(not address.startswith(("unix:", PLAIN_PREFIX)) for address in cfg.bind):
+        found.append(f"certfile ({cfg.source('certfile')}) is ignored: every bind is unix: or plain:, "
+                     "so none speaks TLS")
     if cfg.mpm == "prefork" and cfg.threads > 1:
         found.append(f"threads {cfg.threads} ({cfg.source('threads')}) is ignored by mpm prefork, which runs "
                      "one request at a time per worker: for app threads use --mpm thread or --mpm event")
@@ -244,7 +276,7 @@ def _convert(setting: Setting, raw: object, prefix: str) -> object:
         return setting.to_value(raw)
     except ValueError as error:
         reason = str(error.args[0])
-        shown = error.args[1] if len(error.args) > 1 else raw
+        shown = HIDDEN if setting.secret else error.args[1] if len(error.args) > 1 else raw
         raise ConfigError(f"{prefix}{setting.name} {reason}, got {shown!r}") from None
 
 

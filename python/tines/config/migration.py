@@ -66,10 +66,26 @@ def _reference_on_command_line(match: re.Match[str]) -> str:
     return f"{flag} {raw}" if raw else f"{flag} ''"
 
 
-_TLS = "not supported yet: terminate TLS in a proxy in front of Tines"
+_CIPHERS = ("not an OpenSSL cipher string: {tls_cipher_suites} takes IANA names (`TLS_AES_128_GCM_SHA256`), "
+            "AEAD and forward-secret suites only")
+_NO_HOOK = ("not needed: the handshake always completes in the worker's loop before the request is "
+            "read, and a ragged end is a closed connection")
+_PASSWORD = ("not on the command line (every user can read it): {keyfile_password_file}, or "
+             "`TINES_KEYFILE_PASSWORD` or `keyfile_password` in the config file")
 
 EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Apache", "`Listen`", "{bind}"),
+    Equivalent("Apache", "`SSLEngine on`, `SSLCertificateFile`, `SSLCertificateKeyFile`",
+               "{certfile} (the chain in it, leaf first), {keyfile}"),
+    Equivalent("Apache", "`SSLPassPhraseDialog`", "{keyfile_password_file}, or `TINES_KEYFILE_PASSWORD`"),
+    Equivalent("Apache", "name-based virtual hosts with their own certificates (SNI)",
+               "{sni_certificates}, and {tls_unknown_server_name} for other names"),
+    Equivalent("Apache", "`SSLProtocol`, `SSLCipherSuite`",
+               "{tls_min_version}; {tls_cipher_suites} (IANA names, not OpenSSL's)"),
+    Equivalent("Apache", "`SSLVerifyClient none`, `optional_no_ca`, `require`",
+               "{client_cert} `none`, `optional`, `required`"),
+    Equivalent("Apache", "`SSLCACertificateFile`, `SSLCARevocationFile`", "{client_ca}, {client_crl}"),
+    Equivalent("Apache", "`SSLSessionTickets`", "{tls_tickets} (keys shared by every worker)"),
     Equivalent("Apache", "`StartServers`, `MaxRequestWorkers`", "{start_workers}, {max_workers} (the dynamic pool, "
                "docs/pool.md); or {workers} for a fixed count"),
     Equivalent("Apache", "`MinSpareServers`, `MaxSpareServers` (prefork)", "{min_spare_workers}, {max_spare_workers}"),
@@ -147,7 +163,16 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("gunicorn", "`reload_engine`", "not needed: {reload} always uses inotify", ("--reload-engine",)),
     Equivalent("gunicorn", "`reload_extra_files`", "{reload_include} (globs, relative to the watched tree)",
                ("--reload-extra-file",)),
-    Equivalent("gunicorn", "`certfile`, `keyfile`", _TLS, ("--certfile", "--keyfile")),
+    Equivalent("gunicorn", "`certfile`, `keyfile`", "same names (docs/tls.md)"),
+    Equivalent("gunicorn", "`ca_certs`", "{client_ca}", ("--ca-certs",)),
+    Equivalent("gunicorn", "`cert_reqs` (0, 1, 2)", "{client_cert} `none`, `optional`, `required` (`optional` "
+               "also serves a client whose certificate does not verify, and tells the app why)", ("--cert-reqs",)),
+    Equivalent("gunicorn", "`ssl_version`", "{tls_min_version} (TLS 1.0 and 1.1 are not offered)", ("--ssl-version",)),
+    Equivalent("gunicorn", "`ciphers`", _CIPHERS, ("--ciphers",)),
+    Equivalent("gunicorn", "`do_handshake_on_connect`, `suppress_ragged_eofs`", _NO_HOOK,
+               ("--do-handshake-on-connect", "--suppress-ragged-eofs")),
+    Equivalent("gunicorn", "`ssl_context` (a hook building the `SSLContext`)",
+               "not supported: the TLS settings only (rustls, not Python's `ssl`)"),
     Equivalent("gunicorn", "server hooks (`on_starting`, `post_fork`, `pre_request`... in the config file)",
                "{hooks}: the same functions, in a module of their own (docs/hooks.md)"),
     Equivalent("gunicorn", "`check_config`, `print_config`", "the `tines check-config` command",
@@ -176,8 +201,17 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("uvicorn", "`access_log`", "off unless {access_log} names a file, or `-` for stdout",
                ("--no-access-log",)),
     Equivalent("uvicorn", "`server_header`", "{server_header=} (an empty value omits the header)", ("--no-server-header",)),
-    Equivalent("uvicorn", "`ssl_certfile`, `ssl_keyfile`", _TLS, ("--ssl-certfile", "--ssl-keyfile")),
+    Equivalent("uvicorn", "`ssl_certfile`, `ssl_keyfile`", "{certfile}, {keyfile} (`--ssl-certfile` and "
+               "`--ssl-keyfile` are accepted)"),
+    Equivalent("uvicorn", "`ssl_keyfile_password`", _PASSWORD, ("--ssl-keyfile-password",)),
+    Equivalent("uvicorn", "`ssl_version`", "{tls_min_version} (TLS 1.0 and 1.1 are not offered)", ("--ssl-version",)),
+    Equivalent("uvicorn", "`ssl_cert_reqs`", "{client_cert} `none`, `optional`, `required`", ("--ssl-cert-reqs",)),
+    Equivalent("uvicorn", "`ssl_ca_certs`", "{client_ca}", ("--ssl-ca-certs",)),
+    Equivalent("uvicorn", "`ssl_ciphers`", _CIPHERS, ("--ssl-ciphers",)),
     Equivalent("uWSGI", "`http-socket`, `socket`", "{bind}"),
+    Equivalent("uWSGI", "`https-socket` (`ADDRESS,CERT,KEY`), `https-socket-req-client-ca`",
+               "{bind} with {certfile} and {keyfile} (every TCP bind speaks TLS; `plain:HOST:PORT` one that does not); "
+               "{client_cert=required} with {client_ca}"),
     Equivalent("uWSGI", "`processes`, `threads`", "{workers}, {threads}; with `cheaper`, `processes` is the most: {max_workers}"),
     Equivalent("uWSGI", "`max-requests`", "{max_requests}"),
     Equivalent("uWSGI", "`listen`", "{backlog}"),

@@ -39,10 +39,12 @@ def render_markdown() -> str:
         "`tines check-config` prints every setting, its value and where it came from, after",
         "checking the worker settings with the workers' own conversion (timeouts are at most",
         "1000000000 seconds), the resource limits against the hard limits it may set, the",
-        "dynamic pool's bounds, and the `hooks` module (imported); `--check-app` also imports",
-        "the app. Its last line names the worker mode in force: a fixed `workers` count, or the",
-        "dynamic pool that `max_workers` turns on (docs/pool.md). `tines serve` makes the same",
-        "checks, and opens the log files, before it starts any worker.",
+        "dynamic pool's bounds, the TLS files (readable by `user`) and certificates (read and",
+        "checked as at start, docs/tls.md), and the `hooks` module (imported); `--check-app`",
+        "also imports the app. Its `tls:` line says what TLS will serve, and its last line names",
+        "the worker mode in force: a fixed `workers` count, or the dynamic pool that",
+        "`max_workers` turns on (docs/pool.md). `tines serve` makes the same checks, and opens",
+        "the log files, before it starts any worker.",
         "",
         "## Where settings come from",
         "",
@@ -75,6 +77,8 @@ def render_markdown() -> str:
                 continue
             if setting.name == "app":
                 flag = "`APP` (positional)"
+            elif not setting.flags:
+                flag = "none"
             elif setting.is_flag:
                 flag = " ".join(f"`{f}`" for f in setting.flags) + " / " + " ".join(
                     f"`--no-{f[2:]}`" for f in setting.flags if f.startswith("--"))

@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from tines.config.validators import (bind_address, boolean, directory, group_id, head_size, header_value,
-                                     network, non_negative_int, non_negative_seconds, non_negative_whole_seconds,
-                                     optional_non_negative_int, optional_non_negative_seconds, optional_positive_int,
-                                     optional_positive_size, optional_positive_whole_seconds, optional_size,
-                                     optional_text, positive_int, positive_seconds, request_line_size, sample_rate,
-                                     size, temp_dir, text, umask, user_id, window_bits)
+from tines.config.validators import (alpn_protocol, bind_address, boolean, cipher_suite, directory, group_id,
+                                     head_size, header_value, network, non_negative_int, non_negative_seconds,
+                                     non_negative_whole_seconds, optional_non_negative_int,
+                                     optional_non_negative_seconds, optional_positive_int, optional_positive_size,
+                                     optional_positive_whole_seconds, optional_size, optional_text, positive_int,
+                                     positive_seconds, positive_whole_seconds, request_line_size, sample_rate,
+                                     size, sni_certificate, status_address, temp_dir, text, tls_version, umask,
+                                     user_id, window_bits)
 
 ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
     ("h", "client address"),
@@ -50,11 +52,13 @@ ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
     ("p", "worker pid"),
     ("{Name}i", "request header"),
     ("{Name}o", "response header"),
+    ("{SSL_PROTOCOL}x", "TLS protocol (`TLSv1.3`), `-` on a plain connection"),
+    ("{SSL_CIPHER}x", "TLS cipher suite, OpenSSL's name (`TLS_AES_128_GCM_SHA256`), `-` on a plain connection"),
 )
 """The access log's custom-format atoms, for the docs and ``--help`` (the formatter is Rust's
 ``tines_server::access_log``; a test checks both name the same atoms)."""
 
-SECTIONS = ("Server", "Workers", "HTTP", "Timeouts", "Limits", "Logging", "Process", "Resource limits")
+SECTIONS = ("Server", "TLS", "Workers", "HTTP", "Timeouts", "Limits", "Logging", "Process", "Resource limits")
 """Order of the sections in ``--help`` and in docs/settings.md."""
 
 
@@ -70,6 +74,8 @@ class Setting:
     repeated, and any string value is split on commas (so its items cannot contain commas);
     ``min_items`` is the fewest items it accepts (``bind`` needs one).
     ``show`` formats a set value for ``check-config`` when TOML's spelling would mislead (umask).
+    A ``secret`` (``keyfile_password``) has no flag (a command line is readable by every user of
+    the machine in ``/proc``) and is never shown: not by ``check-config``, a ``repr`` or an error.
     """
 
     name: str
@@ -85,6 +91,7 @@ class Setting:
     min_items: int = 0
     default_text: str | None = None
     show: Callable[[Any], str] | None = None
+    secret: bool = False
 
     @property
     def env(self) -> str:
@@ -154,10 +161,10 @@ _REGISTRY = (
     # Server
     Setting("app", "Server", "The WSGI or ASGI app: `module:attr`, `package.module:attr`, `path/to/file.py:attr`, or `module` (then `application` or `app`). On the command line it is the positional APP.",
             optional_text, None, metavar="APP"),
-    Setting("bind", "Server", "Address to listen on: `HOST:PORT`, `[IPv6]:PORT`, `unix:/path` or `fd://N` (an inherited socket).",
+    Setting("bind", "Server", "Address to listen on: `HOST:PORT`, `[IPv6]:PORT`, `unix:/path` or `fd://N` (an inherited socket). With `certfile` set every TCP bind speaks TLS, unless written `plain:HOST:PORT` (or `plain:fd://N`); `unix:` binds are always plain (docs/tls.md).",
             bind_address, ("127.0.0.1:8000",), ("-b", "--bind"), "ADDRESS", multiple=True, min_items=1),
     Setting("status_bind", "Server", "The status listener, off the public port (off when unset): `HOST:PORT`, `unix:/path` or `fd://N`. A status process that the master forks and starts again if it dies serves `/` (a status page for people), `/status.json` (the workers, their states, requests and memory, each app thread's current request, the totals), `/metrics` (Prometheus), `/healthz` (the master is up) and `/readyz` (a worker accepts and the server is not stopping: 503 from the start of a stop) from the scoreboard, without the app: it answers while every worker is busy or stuck (docs/status.md). `tines status` shows it in the terminal. Refused when it is one of the `bind` addresses.",
-            lambda raw: None if raw in (None, "") else bind_address(raw), None, ("--status-bind",), "ADDRESS", default_text="off"),
+            status_address, None, ("--status-bind",), "ADDRESS", default_text="off"),
     Setting("status_show_query", "Server", "The status output shows request targets' query strings (they may carry tokens); redacted to `?...` otherwise.",
             boolean, False, ("--status-show-query",)),
     Setting("status_redact_paths", "Server", "The status output shows no request target at all, only the method (the target reads `-`): for paths that name customers or carry tokens. Wins over `status_show_query`.",
@@ -184,6 +191,35 @@ _REGISTRY = (
             text, "auto", ("--loop",), choices=("auto", "asyncio", "uvloop")),
     Setting("hooks", "Server", "Server hooks: a module (`myproject.tines_hooks`) or a `.py` file defining any of `on_starting`, `when_ready`, `pre_fork`, `post_fork`, `post_worker_init`, `worker_exit`, `child_exit`, `on_exit`, `pre_request`, `post_request` (see docs/hooks.md). Imported and checked by the master at start: an import error, or a public function that is not a hook (a typo such as `post_frok`), stops the start (exit 2).",
             optional_text, None, ("--hooks",), "MODULE", default_text="none"),
+    # TLS (docs/tls.md): read and checked by the master (tines.tls), never by a worker
+    Setting("certfile", "TLS", "Turns TLS on: the PEM certificate chain, leaf first, then its intermediates (not the root). Every TCP `bind` then speaks TLS (1.2 and 1.3, rustls), unless written `plain:HOST:PORT`; `unix:` binds and the status listener stay plain. The master reads and checks it at start and on every HUP, before any worker uses it (the key must match the leaf, which must not have expired; a warning when it expires within 7 days): at start a problem stops the start (exit 2, one line naming the file), on HUP it is one log line and the serving generation keeps its certificate. HUP is how a certificate is rotated, with no connection lost. With `user` set, the master reads the TLS files again on HUP as that user: it checks at start that the user can read each of them. A relative path is taken from the directory `tines` starts in.",
+            optional_text, None, ("--certfile", "--ssl-certfile"), "PATH", default_text="unset: TLS off"),
+    Setting("keyfile", "TLS", "The private key of `certfile`'s leaf, PEM: RSA (2048 to 4096 bits), ECDSA P-256 or P-384, or Ed25519, as PKCS#8 (`PRIVATE KEY`), PKCS#1 (`RSA PRIVATE KEY`) or SEC1 (`EC PRIVATE KEY`), or PKCS#8 encrypted with a password (`ENCRYPTED PRIVATE KEY`: `keyfile_password_file` or `keyfile_password`). The legacy OpenSSL encryption (`Proc-Type: 4,ENCRYPTED`) is refused with the `openssl pkcs8 -topk8` line that converts it. ECDSA P-256 is the cheapest handshake (docs/tls.md).",
+            optional_text, None, ("--keyfile", "--ssl-keyfile"), "PATH", default_text="unset: the key is in `certfile`"),
+    Setting("keyfile_password_file", "TLS", "A file whose first line is the password of an encrypted `keyfile` (and of encrypted `sni_certificates` keys). The password itself may instead be in `TINES_KEYFILE_PASSWORD` or the config file's `keyfile_password`, never on the command line.",
+            optional_text, None, ("--keyfile-password-file",), "PATH", default_text="unset"),
+    Setting("keyfile_password", "TLS", "The password of an encrypted `keyfile`, from the environment (`TINES_KEYFILE_PASSWORD`) or the config file only: never a command-line flag (every user of the machine can read a command line). Never shown by `check-config`. Not with `keyfile_password_file`.",
+            optional_text, None, default_text="unset", secret=True),
+    Setting("sni_certificates", "TLS", "More certificates, each chosen when the client's server name (SNI) matches one of its names (the subjectAltName DNS names; `*.example.com` matches one label): `CERT.pem` (key inside) or `CERT.pem:KEY.pem`, comma-separated. A name no certificate has gets `certfile`'s, or is refused (`tls_unknown_server_name`).",
+            sni_certificate, (), ("--sni-certificate",), "CERT[:KEY]", multiple=True),
+    Setting("tls_unknown_server_name", "TLS", "A client that sends no server name, or one no certificate has: `default` serves `certfile`'s certificate, `refuse` ends the handshake with an alert.",
+            text, "default", ("--tls-unknown-server-name",), choices=("default", "refuse")),
+    Setting("tls_min_version", "TLS", "The oldest TLS version accepted: `1.2` or `1.3` (1.0 and 1.1 are never offered).",
+            tls_version, "1.2", ("--tls-min-version",), "{1.2,1.3}"),
+    Setting("tls_cipher_suites", "TLS", "The cipher suites offered, by IANA name (`TLS_AES_128_GCM_SHA256`, `TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256`, ...), comma-separated, in order of preference; empty: all of the provider's (AEAD and forward secret only). OpenSSL cipher strings are refused.",
+            cipher_suite, (), ("--tls-cipher-suites",), "SUITES", multiple=True, default_text="the provider's nine AEAD suites"),
+    Setting("alpn", "TLS", "The protocols offered in ALPN, in order of preference: `http/1.1`, `http/1.0` (`h2` is refused until Tines speaks HTTP/2); empty: no ALPN (every client is served HTTP/1.1).",
+            alpn_protocol, ("http/1.1",), ("--alpn",), "PROTOCOLS", multiple=True),
+    Setting("client_cert", "TLS", "Client certificates (mTLS): `none` (not asked for), `optional` (asked for; a client without one, or with one `client_ca` does not verify, is served and the app sees why in `SSL_CLIENT_VERIFY` or the ASGI `tls` extension: mod_ssl's `optional_no_ca`), `required` (a client without a certificate `client_ca` verifies is refused in the handshake). Needs `client_ca`.",
+            text, "none", ("--client-cert",), choices=("none", "optional", "required")),
+    Setting("client_ca", "TLS", "PEM bundle of the certificate authorities client certificates are verified against (`client_cert`).",
+            optional_text, None, ("--client-ca",), "PATH", default_text="unset"),
+    Setting("client_crl", "TLS", "Certificate revocation lists (PEM or DER) checked against client certificates (`client_cert`), comma-separated.",
+            text, (), ("--client-crl",), "PATH", multiple=True),
+    Setting("tls_tickets", "TLS", "Session resumption by tickets (TLS 1.2 and 1.3), working whichever worker a resumed connection reaches: the ticket keys come from a secret the master makes once, before its first fork, which every worker shares and a binary upgrade (USR2) hands to the new master. 0-RTT (early data) is never accepted.",
+            boolean, True, ("--tls-tickets",)),
+    Setting("tls_ticket_rotation", "TLS", "Seconds a ticket key is used to issue tickets: a ticket is accepted until the end of the period after the one it was issued in (between one and two periods).",
+            positive_whole_seconds, 3600, ("--tls-ticket-rotation",), "SECONDS"),
     # Workers
     Setting("workers", "Workers", "Number of worker processes: a fixed count, the default mode (TTIN/TTOU add or remove one). For a pool that grows under load and shrinks when idle, set `max_workers` instead.",
             positive_int, _default_workers, ("-w", "--workers"), "N", default_text="2 x CPU cores"),
@@ -314,7 +350,7 @@ _REGISTRY = (
     # Logging
     Setting("access_log", "Logging", "Access log: a file path, or `-` for stdout. Off when unset. Written by each worker without Python, buffered and appended (`O_APPEND`), so requests never wait on the disk; `USR1` reopens it. Its lines are laid out by `access_log_format`. The client address is the one the app sees as `REMOTE_ADDR`: behind a proxy that `forwarded_allow_ips` trusts, the forwarded one (as gunicorn's `%(h)s` and Apache's mod_remoteip). Responses the server writes itself (400, 408, 413, 414, 431, 503, ...) are logged too, with the request line as received.",
             optional_text, None, ("--access-log",), "PATH", worker=True, default_text="off"),
-    Setting("access_log_format", "Logging", "Layout of `access_log` lines: `combined` (Apache's, the same as gunicorn's default), `common`, `json` (one object per line: time, remote_addr, method, path, query, protocol, status, bytes, duration_us, queue_us, pid, referer, user_agent; `null` when unknown; a refused request adds raw_request_line), or a custom layout of gunicorn's atoms such as `'%(h)s \"%(r)s\" %(s)s %(D)s'` (`%%` is a percent sign). Atoms: " + "; ".join(f"`{name}` {what}" for name, what in ACCESS_LOG_ATOMS) + ". Checked before the first fork: an unknown atom stops the start with one line.",
+    Setting("access_log_format", "Logging", "Layout of `access_log` lines: `combined` (Apache's, the same as gunicorn's default), `common`, `json` (one object per line: time, remote_addr, method, path, query, protocol, status, bytes, duration_us, queue_us, pid, referer, user_agent; `null` when unknown; a refused request adds raw_request_line, a TLS connection tls_protocol and tls_cipher), or a custom layout of gunicorn's atoms such as `'%(h)s \"%(r)s\" %(s)s %(D)s'` (`%%` is a percent sign). Atoms: " + "; ".join(f"`{name}` {what}" for name, what in ACCESS_LOG_ATOMS) + ". Checked before the first fork: an unknown atom stops the start with one line.",
             text, "combined", ("--access-log-format",), "FORMAT", worker=True),
     Setting("access_log_exclude", "Logging", "Request paths left out of the access log (the path before any `?`): exact, or a prefix when ending with `*` (`/healthz`, `/static/*`), for probe and asset noise. Comma-separated.",
             text, (), ("--access-log-exclude",), "PATHS", worker=True, multiple=True),

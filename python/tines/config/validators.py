@@ -338,8 +338,14 @@ def umask(raw: object) -> int | None:
     return value
 
 
+PLAIN_PREFIX = "plain:"
+"""Marks a TCP bind that speaks plain HTTP while ``certfile`` makes the others speak TLS
+(``plain:HOST:PORT``, ``plain:fd://N``); ``tines.sockets`` takes it off before binding."""
+
+
 def bind_address(raw: object) -> str:
-    """One listen address: ``HOST:PORT``, ``[IPv6]:PORT``, ``unix:/path`` or ``fd://N``.
+    """One listen address: ``HOST:PORT``, ``[IPv6]:PORT``, ``unix:/path`` or ``fd://N``, a TCP
+    one optionally marked ``plain:`` (plain HTTP beside TLS binds).
 
     Returned as given (stripped); ``tines.sockets`` turns it into a socket.
     """
@@ -347,6 +353,28 @@ def bind_address(raw: object) -> str:
     if not isinstance(raw, str):
         raise ValueError(expected)
     address = raw.strip()
+    if address.startswith(PLAIN_PREFIX):
+        rest = address[len(PLAIN_PREFIX):]
+        if rest.startswith("unix:"):
+            raise ValueError("needs no plain: before unix: (Unix sockets are always plain)")
+        if rest.startswith(PLAIN_PREFIX):
+            raise ValueError(expected)
+        return PLAIN_PREFIX + _address(rest, expected)
+    return _address(address, expected)
+
+
+def status_address(raw: object) -> str | None:
+    """``status_bind``: a listen address as ``bind_address`` reads it, without ``plain:`` (the
+    status listener is always plain HTTP), or None (``""`` too)."""
+    if raw is None or raw == "":
+        return None
+    address = bind_address(raw)
+    if address.startswith(PLAIN_PREFIX):
+        raise ValueError("needs no plain: (the status listener always speaks plain HTTP)")
+    return address
+
+
+def _address(address: str, expected: str) -> str:
     if address.startswith("unix:"):
         if not address[len("unix:") :]:
             raise ValueError("unix: needs a path")
@@ -370,6 +398,90 @@ def bind_address(raw: object) -> str:
     if not port.isdigit() or int(port) > 65535:
         raise ValueError("port must be a number in 0..65535")
     return address
+
+
+def positive_whole_seconds(raw: object) -> int:
+    """Whole seconds >= 1 and at most ``MAX_SECONDS`` (``tls_ticket_rotation``)."""
+    return _whole_seconds(raw, 1)
+
+
+TLS_VERSIONS = ("1.2", "1.3")
+"""The TLS versions rustls speaks; 1.0 and 1.1 are not offered at all."""
+
+
+def tls_version(raw: object) -> str:
+    """``1.2`` or ``1.3`` (also ``TLSv1.2``, and a TOML float ``1.2``), as ``"1.2"``/``"1.3"``."""
+    word = repr(raw) if isinstance(raw, float) else raw
+    if isinstance(word, str):
+        word = word.strip().lower().removeprefix("tlsv").removeprefix("tls")
+        if word in TLS_VERSIONS:
+            return word
+    raise ValueError("must be 1.2 or 1.3 (TLS 1.0 and 1.1 are not offered)")
+
+
+TLS_CIPHER_SUITES = (
+    "TLS_AES_256_GCM_SHA384", "TLS_AES_128_GCM_SHA256", "TLS_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+)
+"""The IANA names of the suites the ring provider offers (all AEAD, all forward secret): TLS 1.3's
+three, then TLS 1.2's six. rustls spells TLS 1.3's ``TLS13_AES_...``: read as the same."""
+
+OPENSSL_SUITE_NAMES = {
+    "ECDHE-ECDSA-AES256-GCM-SHA384": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "ECDHE-ECDSA-AES128-GCM-SHA256": "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "ECDHE-ECDSA-CHACHA20-POLY1305": "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "ECDHE-RSA-AES256-GCM-SHA384": "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "ECDHE-RSA-AES128-GCM-SHA256": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "ECDHE-RSA-CHACHA20-POLY1305": "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+}
+"""OpenSSL's names of the TLS 1.2 suites above (gunicorn's and uvicorn's ``ciphers`` spell them
+so): named in the refusal, so a migration is one lookup away."""
+
+
+def cipher_suite(raw: object) -> str:
+    """One IANA cipher suite name of ``TLS_CIPHER_SUITES`` (any case; rustls' ``TLS13_`` spelling
+    too), returned as IANA spells it. An OpenSSL name (``ECDHE-RSA-AES128-GCM-SHA256``) or
+    cipher string is refused: it would be a second language for the same list."""
+    if isinstance(raw, str):
+        name = raw.strip().upper()
+        if name.startswith("TLS13_"):
+            name = "TLS_" + name[len("TLS13_"):]
+        if name in TLS_CIPHER_SUITES:
+            return name
+        if name in OPENSSL_SUITE_NAMES:
+            raise ValueError(f"must be IANA cipher suite names: {name} is {OPENSSL_SUITE_NAMES[name]}")
+        if "-" in name or ":" in name or "!" in name:
+            raise ValueError("must be IANA cipher suite names such as TLS_AES_128_GCM_SHA256 or "
+                             "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, not an OpenSSL cipher string")
+    raise ValueError("must be IANA cipher suite names, one of " + ", ".join(TLS_CIPHER_SUITES))
+
+
+ALPN_PROTOCOLS = ("http/1.1", "http/1.0")
+"""The protocols a TLS listener may offer in ALPN: what the server speaks."""
+
+
+def alpn_protocol(raw: object) -> str:
+    """``http/1.1`` or ``http/1.0`` (any case); ``h2`` is refused until the server speaks HTTP/2."""
+    if isinstance(raw, str):
+        name = raw.strip().lower()
+        if name in ALPN_PROTOCOLS:
+            return name
+        if name == "h2":
+            raise ValueError("cannot offer h2: Tines does not speak HTTP/2 yet")
+    raise ValueError("must be " + ", ".join(ALPN_PROTOCOLS))
+
+
+def sni_certificate(raw: object) -> str:
+    """``CERT.pem`` or ``CERT.pem:KEY.pem`` (one more certificate chosen by SNI; the key in the
+    certificate's file when not named), returned as given (stripped)."""
+    if isinstance(raw, str):
+        item = raw.strip()
+        parts = item.split(":")
+        if len(parts) <= 2 and all(parts):
+            return item
+    raise ValueError("must be CERT.pem or CERT.pem:KEY.pem (paths without a colon)")
 
 
 def network(raw: object) -> str:

@@ -65,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bursty", action="store_true",
                         help="the load comes in bursts: recommend a dynamic pool (max_workers and "
                              "the spare bounds) instead of a fixed worker count")
+    trust = parser.add_mutually_exclusive_group()
+    trust.add_argument("--insecure", action="store_true",
+                       help="when the server speaks TLS (a certfile after -- or in the config "
+                            "file): accept its certificate unchecked (tines bench --insecure)")
+    trust.add_argument("--cacert", type=Path, metavar="FILE",
+                       help="when the server speaks TLS: check its certificate against the CA "
+                            "certificates of FILE, for the name localhost (tines bench --cacert)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON document (measurements and recommendation) instead "
                              "of the text summary")
@@ -106,6 +113,11 @@ def main(argv: Sequence[str]) -> int:
                 raise TuneError("--memory-budget must be positive", status=2)
         if arguments.requests_file is not None and not arguments.requests_file.is_file():
             raise TuneError(f"--requests-file {str(arguments.requests_file)!r} is not a readable file", status=2)
+        if arguments.cacert is not None and not arguments.cacert.is_file():
+            raise TuneError(f"--cacert {str(arguments.cacert)!r} is not a readable file", status=2)
+        tls_trust = (["--insecure"] if arguments.insecure else
+                     ["--cacert", str(arguments.cacert.resolve())] if arguments.cacert is not None
+                     else [])
         for url in arguments.urls:
             if not url.startswith("/"):
                 raise TuneError(f"--url {url!r} is not a path (/...): tines tune only loads its own "
@@ -113,7 +125,8 @@ def main(argv: Sequence[str]) -> int:
         options = plan.Options(
             app=arguments.app, urls=arguments.urls, requests_file=arguments.requests_file,
             memory_budget=budget_bytes, cpus=arguments.cpus, budget_s=parse_duration(arguments.budget),
-            out=arguments.out, bursty=arguments.bursty, serve_args=plan.serve_flags_of(serve_args))
+            out=arguments.out, bursty=arguments.bursty, serve_args=plan.serve_flags_of(serve_args),
+            tls_trust=tls_trust)
         tuner = plan.Tuner(options)
         doc = tuner.run()
     except TuneError as error:

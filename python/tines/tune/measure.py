@@ -3,7 +3,8 @@
 Owns: starting ``tines serve`` for a :class:`Shape` (MPM, workers, threads, preload) on
 127.0.0.1 with a port the kernel picks, a status listener on a Unix socket and ``--ready-fd``
 (the server's own readiness signal: no polling, no sleep), pinned to the CPUs the tuner gives
-it; reading its processes' CPU time (``/proc/PID/stat``) and memory (``/proc/PID/smaps_rollup``
+it; telling whether it speaks TLS (a certificate in its flags or its config file: one
+handshake on its port); reading its processes' CPU time (``/proc/PID/stat``) and memory (``/proc/PID/smaps_rollup``
 through ``tines.memory``) and its scoreboard totals (``/status.json``); running ``tines bench
 --json`` at it on the other CPUs; and telling how much of the machine something else used
 meanwhile (``/proc/stat`` less our processes: the *noise* of a measurement).
@@ -19,6 +20,8 @@ import os
 import resource
 import select
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -185,7 +188,11 @@ class Server:
             ready = json.loads(self._ready_line(read_fd))
             self.boot_s = time.monotonic() - started
             self.port = int(str(ready["binds"][0]).rpartition(":")[2])
-            self.base = f"http://127.0.0.1:{self.port}"
+            self.tls = speaks_tls(self.port)
+            # Over TLS the name is localhost (127.0.0.1 all the same: tines bench prefers IPv4),
+            # the name a development certificate is likeliest to carry.
+            self.base = (f"https://localhost:{self.port}" if self.tls
+                         else f"http://127.0.0.1:{self.port}")
             self.master_pid = int(ready["pid"])
         except BaseException:  # Ctrl-C included: no server outlives the tuner
             self.stop()
@@ -282,6 +289,20 @@ class Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def speaks_tls(port: int) -> bool:
+    """Whether the server on 127.0.0.1:``port`` completes a TLS handshake (its certificate is
+    not checked: this asks what it speaks, not whom to trust)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10.0) as raw:
+            with context.wrap_socket(raw, server_hostname="localhost"):
+                return True
+    except (ssl.SSLError, OSError):
+        return False
 
 
 class Interrupted(Exception):

@@ -84,6 +84,9 @@ class Options:
     bursty: bool = False
     serve_args: list[str] = field(default_factory=list)
     workdir: Path = field(default_factory=Path.cwd)
+    tls_trust: list[str] = field(default_factory=list)
+    """``tines bench``'s trust flags for a server that speaks TLS: ``--insecure`` or ``--cacert
+    FILE`` (``tines tune --insecure`` / ``--cacert``); none: such a server is a usage error."""
 
 
 class Progress:
@@ -235,7 +238,8 @@ class Tuner:
 
         if calibration:
             noop = "tines.tune.noop:asgi_app" if self.doc["interface"] != "wsgi" else "tines.tune.noop:app"
-            server = Server(noop, shape, ["-c", os.devnull, "--log-level", "warning"],
+            server = Server(noop, shape, ["-c", os.devnull, "--log-level", "warning",
+                                          *tls_flags_of(self.options.serve_args)],
                             self.server_cpus, self.options.workdir, self.log_path, register=register)
         else:
             server = Server(app or self.options.app, shape, self.options.serve_args,
@@ -251,6 +255,12 @@ class Tuner:
     def bench_args(self, server: Server, concurrency: int, seconds: float,
                    rate: float | None = None) -> list[str]:
         words = ["-c", str(concurrency), "-d", f"{seconds:g}s", "--timeout", "30s"]
+        if server.tls:
+            if not self.options.tls_trust:
+                raise TuneError("the server speaks TLS (certfile is set): give --insecure to "
+                                "accept its certificate, or --cacert FILE to check it against "
+                                "that CA (for the name localhost)", status=2)
+            words += self.options.tls_trust
         if rate is not None:
             words += ["-R", f"{rate:.1f}"]
         requests_path = self.options.out / "requests.txt"
@@ -613,6 +623,27 @@ def serve_flags_of(words: Sequence[str]) -> list[str]:
             raise TuneError(f"{flag} would spoil the measurements ({SPOILING_FLAGS[flag]}); leave it out "
                             "while tuning", status=2)
     return list(words)
+
+
+TLS_SERVE_FLAGS = ("--certfile", "--ssl-certfile", "--keyfile", "--ssl-keyfile",
+                   "--keyfile-password-file")
+"""The serve flags that make a server speak TLS: the calibration's no-op server gets them too,
+so that its figure (the server's own cost) includes the encryption the app's server pays."""
+
+
+def tls_flags_of(words: Sequence[str]) -> list[str]:
+    """The TLS_SERVE_FLAGS among ``words``, with their values (``--flag VALUE`` or
+    ``--flag=VALUE``)."""
+    found: list[str] = []
+    for index, word in enumerate(words):
+        flag = word.split("=", 1)[0]
+        if flag not in TLS_SERVE_FLAGS:
+            continue
+        if "=" in word:
+            found.append(word)
+        elif index + 1 < len(words):
+            found += [word, words[index + 1]]
+    return found
 
 
 OWNED_FLAGS = {"--bind", "-b", "--mpm", "--workers", "-w", "--threads", "--preload", "--no-preload",

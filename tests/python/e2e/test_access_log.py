@@ -83,6 +83,17 @@ def test_a_custom_format_shows_each_atom(tines_server: Any, tmp_path: Path) -> N
     assert lines[1] == f"HEAD|/head||HTTP/1.1|200|0|-|-|text/plain|-|-|{pid}|- -|100%"
 
 
+def test_the_tls_atoms_show_a_dash_on_a_plain_connection(tines_server: Any, tmp_path: Path) -> None:
+    """Apache's `%{SSL_PROTOCOL}x` and `%{SSL_CIPHER}x` in gunicorn's spelling: `-` for a
+    request that did not come over TLS, whether the app answered it or the server refused it."""
+    log = tmp_path / "access.log"
+    server = tines_server("examples/hello.py:app", "-w", "1", "--access-log", str(log),
+                          "--access-log-format", "%(s)s %({SSL_PROTOCOL}x)s %({SSL_CIPHER}x)s")
+    get(server.port, "/", headers={"X-Forwarded-Proto": "https"})
+    assert exchange_raw(server.port, b"GET /x HTTP/1.1\r\nBad Header\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert log_lines(log, 2) == ["200 - -", "400 - -"]
+
+
 def test_the_timing_atoms_are_numbers(tines_server: Any, tmp_path: Path) -> None:
     log = tmp_path / "access.log"
     server = tines_server("examples/hello.py:app", "-w", "1", "--access-log", str(log),

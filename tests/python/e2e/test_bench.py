@@ -163,9 +163,53 @@ def assert_usage_error(result: subprocess.CompletedProcess[str], fragment: str) 
 
 def test_bad_url_scheme_host_and_flags_exit_2() -> None:
     assert_usage_error(bench("127.0.0.1:8000/"), "bad URL")
-    assert_usage_error(bench("https://127.0.0.1/"), "TLS is not built")
+    assert_usage_error(bench("ftp://127.0.0.1/"), "unsupported scheme")
+    assert_usage_error(bench("--cacert", "/no/such.pem", "https://127.0.0.1/"), "cannot read --cacert")
     assert_usage_error(bench("http://no-such-host.invalid/"), "cannot resolve host")
     assert_usage_error(bench("-c", "many", "http://127.0.0.1:1/"), "--connections")
+
+
+def test_https_is_loaded_through_the_cli_with_insecure_or_the_ca() -> None:
+    """`tines bench https://...` (issue 37) against Python's own TLS server: every request
+    answered and counted, resumption seen; an untrusted certificate is a `tls` error."""
+    import http.server
+    import ssl
+    import threading
+
+    certs = ROOT / "crates" / "loadgen" / "tests" / "tls"
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certs / "server.pem", certs / "server.key")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"https://localhost:{server.server_address[1]}/"
+    try:
+        for trust in (["--insecure"], ["--cacert", str(certs / "ca.pem")]):
+            result = bench("-c", "2", "-t", "1", "-n", "40", "--no-keepalive", "--json", *trust, url)
+            assert result.returncode == 0, result.stderr
+            report = json.loads(result.stdout)
+            assert report["ok"] == 40 and report["errors"]["total"] == 0
+            handshakes = report["tls_handshakes"]
+            assert handshakes["full"] + handshakes["resumed"] == 40 and handshakes["resumed"] > 0
+        result = bench("-c", "1", "-n", "3", "--cacert", str(certs / "other-ca.pem"), url)
+        assert result.returncode == 1
+        assert "were tls errors" in result.stderr and "UnknownIssuer" in result.stderr, result.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_all_requests_failing_exits_1_with_the_reason() -> None:

@@ -152,6 +152,8 @@ def test_an_access_log_in_a_missing_directory_stops_the_start(tmp_path: Path) ->
     ("jsonl", ("access_log_format", "is not combined, common or json")),
     ("%(h)s 100%", ("access_log_format", "a lone %")),
     ("%({HOME}e)s", ("access_log_format", "environ variables are not logged")),
+    ("%({SSL_CIPHER}e)s", ("access_log_format", "environ variables are not logged",
+                           "%({SSL_CIPHER}x)s shows it")),
 ])
 def test_a_bad_access_log_format_stops_the_start(spec: str, fragments: tuple[str, ...]) -> None:
     assert_one_line_error(serve_refused("--access-log-format", spec), *fragments)

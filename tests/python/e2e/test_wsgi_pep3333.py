@@ -227,6 +227,11 @@ def test_forwarded_headers_are_believed_only_from_trusted_peers(tines_server: An
                                                                "X-Forwarded-Proto": "https"})
     env = json.loads(body)
     assert env["REMOTE_ADDR"] == "1.2.3.4" and env["wsgi.url_scheme"] == "https"
+    # mod_ssl's variables describe a TLS connection to Tines itself: a proxy's word that its
+    # own connection was TLS sets none of them.
+    _, _, body = request(trusted, "GET", "/environ-keys", headers={"X-Forwarded-Proto": "https"})
+    keys = json.loads(body)["keys"]
+    assert [key for key in keys if key == "HTTPS" or key.startswith("SSL_")] == [], keys
     untrusted = tines_server(APP, "-w", "1", "--forwarded-allow-ips", "10.0.0.1")
     _, _, body = request(untrusted, "GET", "/environ", headers={"X-Forwarded-For": "1.2.3.4",
                                                                  "X-Forwarded-Proto": "https"})

@@ -45,10 +45,10 @@ environment_warnings()
 cfg = load(arguments)
 ignored_settings(cfg)
 import tines.arbiter, tines.worker
-from tines import preflight
+from tines import preflight, tls
 from tines.app_loader import interface_of, load_app
 
-preflight.check(cfg)
+preflight.check(cfg, tls.new_ticket_secret())
 app = load_app(cfg.app, cfg.factory, cfg.interface)
 assert interface_of(app, cfg.interface, repr(str(cfg.app))) == "wsgi"
 print(json.dumps(sorted(sys.modules)))

@@ -74,14 +74,42 @@ def test_a_flag_in_several_rows_gets_one_answer() -> None:
 
 @pytest.mark.parametrize("flag", [
     "--timeout", "-t", "--reload-dir", "--reload-engine", "--reload-delay", "--pid", "-p", "--daemon", "-D", "--worker-class", "-k",
-    "--worker-connections", "--capture-output", "--certfile", "--keyfile", "--limit-request-line",
+    "--worker-connections", "--capture-output", "--limit-request-line",
     "--limit-request-fields", "--keep-alive", "--access-logfile", "--error-logfile",
     "--host", "--port", "--uds", "--proxy-headers", "--no-proxy-headers", "--timeout-keep-alive",
-    "--limit-concurrency", "--limit-max-requests", "--ssl-certfile",
+    "--limit-concurrency", "--limit-max-requests",
     "--timeout-graceful-shutdown", "--no-access-log", "--app-dir",
+    "--ca-certs", "--cert-reqs", "--ssl-version", "--ciphers", "--do-handshake-on-connect",
+    "--suppress-ragged-eofs", "--ssl-keyfile-password", "--ssl-cert-reqs", "--ssl-ca-certs", "--ssl-ciphers",
 ])
 def test_common_gunicorn_and_uvicorn_flags_are_covered(flag: str) -> None:
     assert migration_hint(flag) is not None
+
+
+@pytest.mark.parametrize("flag, setting", [
+    ("--certfile", "certfile"), ("--keyfile", "keyfile"),  # gunicorn's
+    ("--ssl-certfile", "certfile"), ("--ssl-keyfile", "keyfile"),  # uvicorn's
+])
+def test_gunicorn_and_uvicorn_tls_flags_are_tines_flags(flag: str, setting: str) -> None:
+    """Once answered "not supported yet: terminate TLS in a proxy" (issue 37): now the settings."""
+    assert flag in SETTINGS[setting].flags
+    assert migration_hint(flag) is None
+
+
+def test_tls_rows_say_what_to_use_instead() -> None:
+    assert migration_hint("--ssl-keyfile-password") == (
+        "(uvicorn): not on the command line (every user can read it): --keyfile-password-file, or "
+        "TINES_KEYFILE_PASSWORD or keyfile_password in the config file")
+    assert migration_hint("--cert-reqs") == (
+        "(gunicorn): use --client-cert none, optional, required (optional also serves a client whose "
+        "certificate does not verify, and tells the app why)")
+    assert migration_hint("--ca-certs") == migration_hint("--ssl-ca-certs").replace("uvicorn", "gunicorn") == (
+        "(gunicorn): use --client-ca")
+    assert migration_hint("--ssl-version") == "(gunicorn, uvicorn): use --tls-min-version (TLS 1.0 and 1.1 are not offered)"
+    assert "IANA names" in str(migration_hint("--ciphers")) and "IANA names" in str(migration_hint("--ssl-ciphers"))
+    text = render_markdown()
+    assert "| uWSGI | `https-socket` (`ADDRESS,CERT,KEY`), `https-socket-req-client-ca` | `bind` with `certfile`" in text
+    assert "terminate TLS in a proxy" not in text
 
 
 def test_the_settings_it_suggests_are_accepted_as_written() -> None:

@@ -1,7 +1,8 @@
 //! One client connection: its socket and its state (idle, connecting, open),
 //! the requests outstanding on it, the bytes still to write, and the framing
 //! of the responses read (`tines_proto::client` for heads, `ChunkedDecoder`
-//! for chunked bodies).
+//! for chunked bodies). On `https://` the socket carries a TLS session (`tls`),
+//! through which every read and write goes; the framing sees plaintext.
 //!
 //! Owns the socket calls and the bytes; it does not count anything and does
 //! not decide what to send next: it reports what happened (`Received`,
@@ -12,15 +13,19 @@
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
+use rustls::pki_types::ServerName;
+use rustls::ClientConfig;
 use tines_proto::client::{parse_response_head, BodyKind};
 use tines_proto::{ChunkedDecoder, ChunkedEvent};
 
 use crate::args::RequestSpec;
 
+mod tls;
 mod websocket;
 
 /// The read buffer's first size; it doubles while one response head does not fit.
@@ -85,6 +90,8 @@ pub enum Received {
     HeadTooLarge,
     /// The read failed.
     Failed(io::Error),
+    /// The TLS handshake failed or a record could not be read: why, in one line.
+    Tls(String),
 }
 
 /// The outcome of framing the bytes read.
@@ -126,6 +133,8 @@ pub struct Connection {
     generation: u32,
     state: State,
     stream: Option<TcpStream>,
+    /// The TLS session over `stream` (`https://`, `wss://`).
+    session: Option<Box<tls::Session>>,
     addr: Option<SocketAddr>,
     connect_started: Instant,
     read_buffer: Vec<u8>,
@@ -168,6 +177,7 @@ impl Connection {
             generation: 0,
             state: State::Idle,
             stream: None,
+            session: None,
             addr: None,
             connect_started: now,
             read_buffer: vec![0; READ_BUFFER],
@@ -212,9 +222,15 @@ impl Connection {
         self.in_flight.front().is_some_and(|r| r.sent.is_some())
     }
 
-    /// Whether bytes are waiting to be written.
+    /// Whether bytes are waiting to be written (plaintext, or records the session holds).
     pub fn has_unwritten(&self) -> bool {
         self.written < self.write_buffer.len()
+            || self.session.as_ref().is_some_and(|s| s.wants_write())
+    }
+
+    /// Whether the TLS handshake has just ended: `Some(resumed)` once per connection.
+    pub fn handshake_done(&mut self) -> Option<bool> {
+        self.session.as_mut().and_then(|s| s.handshake_done())
     }
 
     /// Whether the response being read ends when the server closes.
@@ -254,16 +270,22 @@ impl Connection {
         self.write_buffer.extend_from_slice(bytes);
     }
 
-    /// Starts a non-blocking connect to `addr` and registers it as `slot`.
+    /// Starts a non-blocking connect to `addr` and registers it as `slot`; with `tls`, the
+    /// connection is a TLS session to that server name (its handshake starts once connected).
     pub fn connect(
         &mut self,
         slot: usize,
         addr: SocketAddr,
+        tls: Option<(&Arc<ClientConfig>, &ServerName<'static>)>,
         now: Instant,
         registry: &Registry,
     ) -> io::Result<()> {
         self.connect_started = now;
         self.addr = Some(addr);
+        if let Some((config, name)) = tls {
+            let session = tls::Session::new(config, name).map_err(io::Error::other)?;
+            self.session = Some(Box::new(session));
+        }
         let mut stream = TcpStream::connect(addr)?;
         registry.register(
             &mut stream,
@@ -318,13 +340,20 @@ impl Connection {
         } else {
             self.write_buffer.len()
         };
-        while self.written < end {
-            match stream.write(&self.write_buffer[self.written..end]) {
-                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-                Ok(n) => self.written += n,
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(error) => return Err(error),
+        if let Some(session) = self.session.as_mut() {
+            if self.written < end {
+                self.written += session.send(&self.write_buffer[self.written..end])?;
+            }
+            session.flush(stream)?;
+        } else {
+            while self.written < end {
+                match stream.write(&self.write_buffer[self.written..end]) {
+                    Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                    Ok(n) => self.written += n,
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                    Err(error) => return Err(error),
+                }
             }
         }
         if self.written == self.write_buffer.len() {
@@ -351,6 +380,13 @@ impl Connection {
             self.read_buffer.resize(grown, 0);
         }
         let stream = self.stream.as_mut().expect("open has a stream");
+        if let Some(session) = self.session.as_mut() {
+            let received = session.receive(stream, &mut self.read_buffer[self.read_length..]);
+            if let Received::Bytes { count, .. } = received {
+                self.read_length += count;
+            }
+            return received;
+        }
         let space = self.read_buffer.len() - self.read_length;
         loop {
             match stream.read(&mut self.read_buffer[self.read_length..]) {
@@ -483,6 +519,7 @@ impl Connection {
         if let Some(mut stream) = self.stream.take() {
             let _ = registry.deregister(&mut stream);
         }
+        self.session = None;
         self.generation = self.generation.wrapping_add(1);
         self.state = State::Idle;
         self.read_length = 0;

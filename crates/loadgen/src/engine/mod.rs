@@ -316,7 +316,8 @@ impl<'a> Worker<'a> {
         self.in_flight_total += 1;
         match connection.state() {
             State::Idle => {
-                if let Err(error) = connection.connect(slot, addr, now, self.poll.registry()) {
+                let tls = self.config.tls.as_ref().zip(spec.server_name.as_ref());
+                if let Err(error) = connection.connect(slot, addr, tls, now, self.poll.registry()) {
                     self.fail(slot, ErrorKind::Connect, now, &error, "connect");
                 }
             }
@@ -348,7 +349,18 @@ impl<'a> Worker<'a> {
 
     fn on_readable(&mut self, slot: usize, now: Instant) -> Outcome {
         loop {
-            match self.connections[slot].receive() {
+            let received = self.connections[slot].receive();
+            if let Some(resumed) = self.connections[slot].handshake_done() {
+                self.tally.record_handshake(now, resumed);
+                // Plaintext the session could not hold before the handshake ended.
+                if self.connections[slot].has_unwritten() {
+                    self.flush(slot, now);
+                    if self.connections[slot].state() == State::Idle {
+                        return Outcome::Closed;
+                    }
+                }
+            }
+            match received {
                 Received::Bytes {
                     count,
                     filled_buffer,
@@ -372,6 +384,14 @@ impl<'a> Worker<'a> {
                 Received::Failed(error) => {
                     let kind = error_kind_of(&error);
                     self.fail(slot, kind, now, &error, "read");
+                    return Outcome::Closed;
+                }
+                Received::Tls(message) => {
+                    let addr = self.connections[slot].addr();
+                    self.fail_with(slot, ErrorKind::Tls, now, || match addr {
+                        Some(addr) => format!("{addr}: {message}"),
+                        None => message.clone(),
+                    });
                     return Outcome::Closed;
                 }
             }

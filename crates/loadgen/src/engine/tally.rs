@@ -164,6 +164,17 @@ impl<'a> Tally<'a> {
         }
     }
 
+    /// A TLS handshake ended (`resumed`: with a session of an earlier connection).
+    pub fn record_handshake(&mut self, now: Instant, resumed: bool) {
+        if self.clock.is_measuring(now) {
+            if resumed {
+                self.stats.tls_resumed += 1;
+            } else {
+                self.stats.tls_full += 1;
+            }
+        }
+    }
+
     /// `count` bytes read from a socket.
     pub fn record_bytes(&mut self, now: Instant, count: usize) {
         if self.clock.is_measuring(now) {

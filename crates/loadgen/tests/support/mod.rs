@@ -1,7 +1,10 @@
 //! A tiny HTTP/1.1 test server on 127.0.0.1 with the special behaviours the
-//! load generator's tests need, and a count of the responses it completed.
+//! load generator's tests need, and a count of the responses it completed
+//! (`tls`: the same over TLS).
 
 #![allow(dead_code)]
+
+pub mod tls;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

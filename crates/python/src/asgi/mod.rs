@@ -103,8 +103,12 @@ impl AsgiWorker {
         );
         let (reactor, shared) = tines_server::worker::prepare(spec)
             .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))?;
+        let mut reactor = AsyncReactor::new(reactor, shared);
+        // The turn runs on the event loop's thread, with the GIL: a TLS handshake's crypto
+        // lets the app's other threads run.
+        reactor.release_interpreter_with(crate::wsgi::detached);
         Ok(AsgiWorker {
-            reactor: AsyncReactor::new(reactor, shared),
+            reactor,
             requests: HashMap::new(),
             reread: Vec::new(),
             websockets: 0,

@@ -1,11 +1,15 @@
 //! The ASGI scope of a request or a WebSocket handshake, built in Rust from the exchange: a
 //! copy of a per-worker template with the request's own values set, and what repeats from one
-//! scope to the next (the server and client addresses' text) kept instead of rebuilt.
+//! scope to the next (the server and client addresses' text, the server certificate's PEM)
+//! kept instead of rebuilt. On a TLS connection, `extensions` has asgiref's `tls` extension.
+
+use std::sync::Arc;
 
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use tines_proto::Version;
+use tines_server::tls::{ClientVerify, TlsInfo};
 use tines_server::{Exchange, Local, Peer};
 
 use super::AsgiWorker;
@@ -25,6 +29,58 @@ pub(super) struct ScopeCache {
     server: Option<(std::net::SocketAddr, Py<PyTuple>)>,
     /// The last client address and its text.
     client: Option<(std::net::IpAddr, Py<PyString>)>,
+    /// The last server certificate a TLS scope showed, and its text: the connections served
+    /// one certificate show the same PEM (compared by address first: held here, the `Arc`
+    /// names that certificate only; then by text).
+    server_cert: Option<(Arc<str>, Py<PyString>)>,
+}
+
+impl ScopeCache {
+    /// asgiref's `tls` extension (specs/tls.rst) for a connection whose handshake told `info`.
+    fn tls_extension<'py>(
+        &mut self,
+        py: Python<'py>,
+        info: &TlsInfo,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let server_cert = match &self.server_cert {
+            Some((pem, text))
+                if Arc::ptr_eq(pem, &info.server_cert_pem) || *pem == info.server_cert_pem =>
+            {
+                text.clone_ref(py)
+            }
+            _ => {
+                let text = PyString::new(py, &info.server_cert_pem).unbind();
+                self.server_cert = Some((Arc::clone(&info.server_cert_pem), text.clone_ref(py)));
+                text
+            }
+        };
+        let tls = PyDict::new(py);
+        tls.set_item(intern!(py, "server_cert"), server_cert)?;
+        tls.set_item(
+            intern!(py, "client_cert_chain"),
+            PyList::new(py, &info.client_chain_pem)?,
+        )?;
+        tls.set_item(
+            intern!(py, "client_cert_name"),
+            info.client_subject.as_deref(),
+        )?;
+        tls.set_item(
+            intern!(py, "client_cert_error"),
+            client_cert_error(&info.client_verify),
+        )?;
+        tls.set_item(intern!(py, "tls_version"), info.version)?;
+        tls.set_item(intern!(py, "cipher_suite"), info.cipher_suite)?;
+        Ok(tls)
+    }
+}
+
+/// The spec's `client_cert_error`: why a certificate the client sent did not verify (accepted
+/// all the same: `client_cert = optional`); `None` when it verified or none was sent.
+fn client_cert_error(verify: &ClientVerify) -> Option<&str> {
+    match verify {
+        ClientVerify::None | ClientVerify::Success => None,
+        ClientVerify::Failed(reason) => Some(reason),
+    }
 }
 
 impl AsgiWorker {
@@ -142,10 +198,104 @@ impl AsgiWorker {
             scope.set_item(intern!(py, "subprotocols"), protocols.to_vec())?;
             extensions.set_item(intern!(py, "websocket.http.response"), PyDict::new(py))?;
         }
+        let cache = &mut self.cache;
+        exchange.with_tls_info(|info| match info {
+            Some(info) => extensions.set_item(intern!(py, "tls"), cache.tls_extension(py, info)?),
+            // A plain connection: no `tls` key (the spec's "only on TLS connections").
+            None => Ok(()),
+        })?;
         scope.set_item(intern!(py, "extensions"), extensions)?;
         if let Some(state) = &self.state {
             scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
         }
         Ok(scope)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(server_cert: &Arc<str>, verify: ClientVerify, chain: &[&str]) -> TlsInfo {
+        TlsInfo {
+            version: 0x0303,
+            protocol: "TLSv1.2",
+            cipher_suite: 0xc02b,
+            cipher: "ECDHE-ECDSA-AES128-GCM-SHA256",
+            server_name: None,
+            alpn: None,
+            resumed: false,
+            server_cert_pem: Arc::clone(server_cert),
+            client_chain_pem: chain.iter().map(|pem| pem.to_string()).collect(),
+            client_subject: (!chain.is_empty()).then(|| "CN=alice,O=Example".into()),
+            client_issuer: None,
+            client_serial: None,
+            client_verify: verify,
+        }
+    }
+
+    #[test]
+    fn the_tls_extension_has_the_specs_keys() {
+        Python::initialize();
+        Python::attach(|py| {
+            let mut cache = ScopeCache::default();
+            let served: Arc<str> = "SERVER PEM".into();
+            let anonymous = cache
+                .tls_extension(py, &info(&served, ClientVerify::None, &[]))
+                .unwrap();
+            let repr = |dict: &Bound<'_, PyDict>| {
+                let items: Vec<String> = dict
+                    .iter()
+                    .map(|(key, value)| format!("{key}={}", value.repr().unwrap()))
+                    .collect();
+                items.join(" ")
+            };
+            assert_eq!(
+                repr(&anonymous),
+                "server_cert='SERVER PEM' client_cert_chain=[] client_cert_name=None \
+                 client_cert_error=None tls_version=771 cipher_suite=49195"
+            );
+            let failed = cache
+                .tls_extension(
+                    py,
+                    &info(
+                        &served,
+                        ClientVerify::Failed("unknown issuer".into()),
+                        &["LEAF", "MIDDLE"],
+                    ),
+                )
+                .unwrap();
+            assert_eq!(
+                repr(&failed),
+                "server_cert='SERVER PEM' client_cert_chain=['LEAF', 'MIDDLE'] \
+                 client_cert_name='CN=alice,O=Example' client_cert_error='unknown issuer' \
+                 tls_version=771 cipher_suite=49195"
+            );
+            // One certificate's PEM is one str, by address or by text; another is its own.
+            let text = |dict: &Bound<'_, PyDict>| -> Py<PyAny> {
+                dict.get_item("server_cert").unwrap().unwrap().unbind()
+            };
+            assert!(text(&anonymous).is(text(&failed)));
+            let same_text: Arc<str> = "SERVER PEM".into();
+            let copy = cache
+                .tls_extension(py, &info(&same_text, ClientVerify::None, &[]))
+                .unwrap();
+            assert!(text(&anonymous).is(text(&copy)));
+            let other: Arc<str> = "OTHER PEM".into();
+            let other = cache
+                .tls_extension(py, &info(&other, ClientVerify::Success, &["LEAF"]))
+                .unwrap();
+            assert_eq!(text(&other).extract::<String>(py).unwrap(), "OTHER PEM");
+        });
+    }
+
+    #[test]
+    fn client_cert_error_names_only_a_failed_verification() {
+        assert_eq!(client_cert_error(&ClientVerify::None), None);
+        assert_eq!(client_cert_error(&ClientVerify::Success), None);
+        assert_eq!(
+            client_cert_error(&ClientVerify::Failed("unknown issuer".into())),
+            Some("unknown issuer")
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! strings; header values are decoded as latin-1, as PEP 3333 requires of native strings
 //! (the decoding helpers are `crate::cgi`'s, shared with ASGI's scope). Each app thread keeps
 //! its own template with the last request's values (ADR 0016): the request line and addresses
-//! here, the header fields in `headers`.
+//! here, the header fields in `headers`, a TLS connection's variables in `tls`.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -19,6 +19,7 @@ use crate::cgi::{host_and_port, ipv4_text, latin1, percent_decode, split_target}
 use headers::KNOWN_HEADERS;
 
 mod headers;
+mod tls;
 
 /// The keys every request sets, or deletes when it has no value (`REMOTE_ADDR` and
 /// `REMOTE_PORT` on a Unix socket without a forwarded client).
@@ -115,6 +116,8 @@ struct ThreadTemplate {
     /// `REMOTE_PORT` strings by port, direct-mapped: a client's connections come and go,
     /// and its keep-alive connections take turns.
     ports: Vec<Option<(u16, Py<PyString>)>>,
+    /// The TLS variables the template holds, and what they were made from.
+    tls: tls::TlsMemo,
 }
 
 /// Slots of [`ThreadTemplate::ports`] (a power of two).
@@ -144,6 +147,16 @@ fn same_source(source: &[u8], parts: &[&[u8]]) -> bool {
     rest.is_empty()
 }
 
+/// Makes `source` hold `parts`, length-prefixed (so that two splits of the same bytes differ),
+/// as [`same_source`] reads them.
+fn write_source(source: &mut Vec<u8>, parts: &[&[u8]]) {
+    source.clear();
+    for part in parts {
+        source.extend_from_slice(&(part.len() as u32).to_le_bytes());
+        source.extend_from_slice(part);
+    }
+}
+
 impl ThreadTemplate {
     fn new(py: Python<'_>, context: &EnvironContext) -> PyResult<ThreadTemplate> {
         Ok(ThreadTemplate {
@@ -157,6 +170,7 @@ impl ThreadTemplate {
             request_line: Vec::new(),
             input: 0,
             ports: (0..PORT_CACHE).map(|_| None).collect(),
+            tls: tls::TlsMemo::default(),
         })
     }
 
@@ -193,12 +207,7 @@ impl ThreadTemplate {
         // Forgotten first: if `set` fails half-way, the next request sets it again.
         let mut source = slot.take().unwrap_or_default();
         set(self.dict.bind(py))?;
-        source.clear();
-        for part in parts {
-            // Length-prefixed, so that two splits of the same bytes differ.
-            source.extend_from_slice(&(part.len() as u32).to_le_bytes());
-            source.extend_from_slice(part);
-        }
+        write_source(&mut source, parts);
         self.sources[which as usize] = Some(source);
         Ok(())
     }
@@ -319,14 +328,16 @@ fn build_with<'py>(
         template.input = input_address;
     }
 
+    let tls = exchange.with_tls_info(|info| template.set_tls(py, info))?;
+
     // What the template does not hold goes in the request's copy.
     let env = template.dict.bind(py).copy()?;
     if let Some(length) = decoded_length {
         env.set_item(intern!(py, "CONTENT_LENGTH"), length.to_string())?;
     }
-    // The template holds `http`, the connection's own scheme; a trusted proxy's `https` goes
-    // in the copy only, so the next request starts from `http` again.
-    if exchange.url_scheme() == "https" {
+    // On a plain connection the template holds `http`, the connection's own scheme; a trusted
+    // proxy's `https` goes in the copy only, so the next request starts from `http` again.
+    if !tls && exchange.url_scheme() == "https" {
         env.set_item(intern!(py, "wsgi.url_scheme"), intern!(py, "https"))?;
     }
     Ok(env)

@@ -101,6 +101,18 @@ struct SameThread<'a>(&'a mut dyn FnMut());
 // closure never crosses to another thread.
 unsafe impl Send for SameThread<'_> {}
 
+/// Runs `work` with the GIL released, on a thread that holds it (prefork's loop, an app
+/// thread, the ASGI event loop's): the loop's sleep, or a TLS handshake's crypto.
+pub(crate) fn detached(work: &mut dyn FnMut()) {
+    Python::attach(|py| {
+        let work = SameThread(work);
+        py.detach(move || {
+            let work = work;
+            (work.0)()
+        })
+    })
+}
+
 impl WsgiApp {
     /// Prepares the per-worker environ template and the error logger.
     pub fn new(py: Python<'_>, app: Py<PyAny>, config: &WorkerConfig) -> PyResult<WsgiApp> {
@@ -256,13 +268,7 @@ impl App for WsgiApp {
     }
 
     fn wait(&self, wait: &mut dyn FnMut()) {
-        Python::attach(|py| {
-            let wait = SameThread(wait);
-            py.detach(move || {
-                let wait = wait;
-                (wait.0)()
-            })
-        })
+        detached(wait)
     }
 
     /// Takes the GIL and releases it: blocks for as long as another thread holds it.

@@ -1,7 +1,7 @@
 //! One client connection and its protocol's state: the state machine every MPM drives.
 //!
 //! ```text
-//! Http1: [ProxyHeader] --PROXY header parsed--> Head --head complete--> [Body] --> (served in Head)
+//! Http1: [ProxyHeader] --PROXY header parsed--> [handshake] Head --head complete--> [Body] --> (served in Head)
 //!        served --kept--> Head (the next request; pipelined bytes kept)
 //!               --ends--> Closing(linger) --output written--> closed
 //!        served with a 101 --> WebSocket --session over--> closed (lingering)
@@ -15,20 +15,27 @@
 //! connection carries; `reactor::body`), except on `stream_body_paths`, and finishes response
 //! output the slot left [`Output`] pending (ADR 0009).
 //! MPMs decide who runs a connection and when; this module and `exchange` decide how HTTP works.
+//!
+//! TLS (ADR 0030): a TLS transport's reads run the handshake themselves, returning nothing
+//! until it is done, so its handshake happens where partial heads wait (`Phase::Head`, parked
+//! in the poller under the header timeout, never in a slot) and its time counts from its first
+//! byte ([`crate::tls::conn::TlsConn::started`]) against the header deadline the first head
+//! shares. A PROXY header before it is read raw, in plaintext, and the bytes after it are the
+//! ClientHello's start, handed to the session ([`crate::tls::conn::TlsConn::feed`]). A plain
+//! HTTP request on a TLS port is [`Readiness::PlainHttpOnTls`]; a handshake that fails,
+//! [`Readiness::HandshakeFailed`]. What comes before the first head is in `preface`.
 
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Instant;
 
-use tines_proto::{
-    parse_proxy_header, parse_request_head, HeadStatus, Limits, ParseError, ProxyError,
-    ProxyHeader, ProxyStatus, RequestHead,
-};
+use tines_proto::{parse_request_head, HeadStatus, Limits, ParseError, ProxyError, RequestHead};
 
 use crate::listener::Peer;
 use crate::parked_body::ParkedBody;
 
 mod lent;
+mod preface;
 
 use crate::pending::Output;
 use crate::spool::INITIAL_BUFFER;
@@ -101,6 +108,12 @@ pub enum Readiness {
     /// `proxy_protocol`: the connection did not begin with a valid PROXY header. Close it
     /// without a response: the peer speaks the PROXY protocol (or is not the proxy), not HTTP.
     BadProxyHeader(ProxyError),
+    /// A TLS connection began with a plain HTTP request: answer the plain-text 400 that says
+    /// so, raw (the client speaks no TLS), and close.
+    PlainHttpOnTls,
+    /// A TLS connection's handshake failed (rustls' reason; its alert, if any, is written):
+    /// close it, and log the reason.
+    HandshakeFailed(io::Error),
 }
 
 /// Whether a connection the server closes after its response must linger first (a lingering
@@ -355,6 +368,13 @@ impl Connection {
     /// head limit is reached) and parses. Must be called when the poller reports the fd
     /// readable, and before parking a connection (edge-triggered readiness).
     pub fn on_readable(&mut self, limits: &Limits) -> Readiness {
+        if self.protocol == Protocol::Http1(Phase::ProxyHeader) {
+            if let Link::Tls(tls) = self.link {
+                if let Some(readiness) = self.read_proxy_header_before_tls(tls.conn()) {
+                    return readiness;
+                }
+            }
+        }
         if self.filled > 0 {
             // Pipelined bytes may already hold a whole head.
             match self.parse(limits) {
@@ -415,12 +435,19 @@ impl Connection {
                 }
                 Ok(None) => {
                     self.maybe_more = false;
+                    if self.head_started.is_none() && self.served == 0 {
+                        if let Link::Tls(tls) = self.link {
+                            // A handshake in progress (its reads give nothing yet): the
+                            // header deadline counts from the ClientHello's first byte.
+                            self.head_started = tls.conn().started();
+                        }
+                    }
                     if partial {
                         return Readiness::Pending;
                     }
                     return self.parse(limits);
                 }
-                Err(_) => return Readiness::Closed,
+                Err(err) => return Self::read_failed(err),
             }
         }
     }
@@ -472,33 +499,6 @@ impl Connection {
             Ok(HeadStatus::Partial) => Readiness::Pending,
             Err(err) => Readiness::Rejected(err),
         }
-    }
-
-    /// Parses the PROXY header at the front of the buffer; once it is complete, takes it off
-    /// (the request head then starts at 0), makes its source address the peer, and moves to
-    /// `Phase::Head`. `Err` carries what to report: `Pending` while the header is incomplete,
-    /// `BadProxyHeader` when it is invalid.
-    fn take_proxy_header(&mut self) -> Result<(), Readiness> {
-        match parse_proxy_header(&self.buf[..self.filled]) {
-            Ok(ProxyStatus::Partial) => Err(Readiness::Pending),
-            Err(err) => Err(Readiness::BadProxyHeader(err)),
-            Ok(ProxyStatus::Complete { consumed, header }) => {
-                if let ProxyHeader::Proxied { source, .. } = header {
-                    self.peer = Peer::Tcp(source);
-                }
-                // LOCAL (a health check) and UNKNOWN keep the real peer, as the spec asks.
-                let filled = self.filled;
-                self.buf.copy_within(consumed..filled, 0);
-                self.filled -= consumed;
-                self.protocol = Protocol::Http1(Phase::Head);
-                Ok(())
-            }
-        }
-    }
-
-    /// True while the PROXY header has not been read (the connection has sent no HTTP yet).
-    pub fn awaits_proxy_header(&self) -> bool {
-        self.protocol == Protocol::Http1(Phase::ProxyHeader)
     }
 
     /// Ends the current request: keeps the `leftover` bytes (the start of a pipelined next

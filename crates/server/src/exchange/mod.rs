@@ -28,13 +28,14 @@ use std::time::{Duration, Instant};
 use tines_proto::response::ResponseFraming;
 use tines_proto::{BodyFraming, ChunkedDecoder, RequestHead, Version};
 
-use crate::access_log::{DeferredLine, LoggedRequest, RequestLine};
+use crate::access_log::{DeferredLine, LoggedRequest, LoggedTls, RequestLine};
 use crate::connection::{Connection, Lent, Linger, Outcome};
 use crate::listener::{Local, Peer};
 use crate::parked_body::Stored;
 use crate::scoreboard::Counted;
 use crate::shared::WorkerShared;
 use crate::spool::{Held, SpoolFile};
+use crate::tls::TlsInfo;
 
 mod body;
 mod context;
@@ -335,12 +336,33 @@ impl Exchange {
             .or(peer_ip)
     }
 
+    /// Whether the request came over TLS (the app then sees `https` whatever a forwarded
+    /// header says).
+    pub fn is_tls(&self) -> bool {
+        self.parts.link.is_tls()
+    }
+
+    /// Calls `f` with what the connection's TLS handshake told (`None` on a plain
+    /// connection): the environ's `SSL_*` variables, the ASGI `tls` extension, the access
+    /// log's TLS atoms. A closure, as [`Link::with_tls_info`] takes: the info lives in the
+    /// connection's transport, which the lent link points to without borrowing it.
+    ///
+    /// [`Link::with_tls_info`]: crate::transport::Link::with_tls_info
+    pub fn with_tls_info<R>(&self, f: impl FnOnce(Option<&TlsInfo>) -> R) -> R {
+        self.parts.link.with_tls_info(f)
+    }
+
     /// The scheme the client used, as the app sees it (`wsgi.url_scheme`, the ASGI scope's
-    /// `scheme`), decided here once for both: behind a trusted proxy, its `X-Forwarded-Proto`
-    /// when that says `https` or `http` (the last header line's first entry, any case); else
-    /// the connection's own scheme, `http` (no TLS yet).
+    /// `scheme`), decided here once for both: `https` on a TLS connection, whatever a
+    /// forwarded header says; else, behind a trusted proxy, its `X-Forwarded-Proto` when that
+    /// says `https` or `http` (the last header line's first entry, any case); else the
+    /// connection's own scheme, `http`. A proxy's header can upgrade a plain connection
+    /// (TLS ended at the proxy), never downgrade a TLS one.
     pub fn url_scheme(&self) -> &'static str {
         const OWN: &str = "http";
+        if self.is_tls() {
+            return "https";
+        }
         // The parser noted the last such line: the usual request, without one, costs a load.
         let Some(index) = self.head().forwarded_proto else {
             return OWN;
@@ -411,6 +433,7 @@ impl Exchange {
             response_headers: &response_headers,
             duration,
             queue,
+            tls: self.with_tls_info(LoggedTls::of),
         };
         if let Some(output) = output {
             // Written once the poller has sent the rest, or the connection dropped it: with

@@ -56,7 +56,8 @@ impl Exchange {
         // response before it sends them (a `stream_body_paths` route).
         let batched = self.ctx.batch_responses && last && !self.body_in_socket();
         // The common case: nothing is pending (no lock taken), and the socket takes it all in
-        // one `sendmsg`, straight from the caller's memory.
+        // one `sendmsg`, straight from the caller's memory (on TLS: sealed into records and
+        // sent in one write, under the session's lock).
         if !batched && self.parts.output().is_empty() {
             while written < total {
                 match link.write_vectored(parts, written) {
@@ -65,7 +66,7 @@ impl Exchange {
                     Err(err) => return Err(err),
                 }
             }
-            if written == total {
+            if written == total && !link.wants_write() {
                 return Ok(());
             }
         }
@@ -292,7 +293,8 @@ impl Exchange {
         let link = self.parts.link;
         let output = Arc::clone(self.parts.output());
         let mut sent = 0u64;
-        // Nothing pending (no lock taken): what the socket takes now.
+        // Nothing pending (no lock taken): what the socket takes now (on TLS: read, sealed
+        // and sent in blocks of 64 KiB, as long as the socket takes them).
         if output.is_empty() {
             while sent < count {
                 match link.send_file(file_fd, offset + sent, count - sent) {
@@ -302,11 +304,11 @@ impl Exchange {
                     Ok(None) => break,
                 }
             }
-            if sent == count {
+            if sent == count && !link.wants_write() {
                 return (count, Ok(()));
             }
         }
-        if sent < count {
+        if sent < count || link.wants_write() {
             // The rest is left for the poller to write: it must watch the socket.
             if let Err(err) = self.parts.watch() {
                 return (sent, Err(err));
@@ -385,6 +387,10 @@ fn keep_pace(
             }
         }
         if written == total {
+            // All sealed: records the socket did not take are the loop's to finish.
+            if link.wants_write() {
+                output.note_backlog();
+            }
             return Ok(None);
         }
         if !writable_by(link, deadline)? {
@@ -396,6 +402,148 @@ fn keep_pace(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connection::{Connection, Readiness};
+    use crate::listener::{Local, Peer};
+    use crate::pending::Progress;
+    use crate::scoreboard::Scoreboard;
+    use crate::shared::WorkerShared;
+    use crate::tls::conn::tests::{connected, set_buffer, Client};
+    use crate::transport::Transport;
+    use crate::{App, WorkerConfig};
+    use std::os::fd::AsRawFd;
+
+    /// Answers `GET /file` with a file's bytes (`send_file`), anything else with `body`.
+    struct Answer {
+        body: Vec<u8>,
+        file: std::fs::File,
+        file_len: u64,
+    }
+
+    impl App for Answer {
+        fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
+            let file = exchange.target() == b"/file";
+            let length = if file {
+                self.file_len
+            } else {
+                self.body.len() as u64
+            };
+            exchange
+                .begin_response(b"200 OK", [(&b"X-A"[..], &b"b"[..])], Some(length))
+                .unwrap();
+            if file {
+                let sent = exchange
+                    .send_file(self.file.as_raw_fd(), 0, self.file_len)
+                    .unwrap();
+                assert_eq!(sent, self.file_len);
+            } else {
+                exchange.write_body(&self.body).unwrap();
+            }
+            exchange.finish().unwrap();
+            exchange
+        }
+    }
+
+    /// A TLS connection served by `app` for the request `target`, as a slot serves it: the
+    /// connection as the slot hands it back, and the client.
+    fn serve_over_tls(app: &Answer, target: &str, small_socket: bool) -> (Box<Connection>, Client) {
+        let (tls, mut client) = connected();
+        if small_socket {
+            set_buffer(tls.fd(), libc::SO_SNDBUF, 4096);
+        }
+        let shared = Arc::new(WorkerShared::new(
+            WorkerConfig::default(),
+            vec![Local::Unix(String::new())],
+            None,
+            Arc::new(Scoreboard::new(1, 1).unwrap()),
+            0,
+            u64::MAX,
+            None,
+        ));
+        let limits = shared.config.limits;
+        let mut conn = Connection::new(Transport::Tls(tls), Peer::Unix, 0);
+        client.send(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+        assert!(matches!(conn.on_readable(&limits), Readiness::HeadComplete));
+        let ctx = Box::new(crate::exchange::SlotContext::new());
+        let (kept, _) = crate::slot::serve_connection(conn, ctx, app, &shared, None);
+        (kept.expect("kept alive"), client)
+    }
+
+    fn answer(body_len: usize, file_len: usize) -> Answer {
+        let path = std::env::temp_dir().join(format!(
+            "tines-send-tls-{}-{body_len}-{file_len}",
+            std::process::id()
+        ));
+        let data: Vec<u8> = (0..file_len).map(|i| (i % 239) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        Answer {
+            body: (0..body_len).map(|i| (i % 233) as u8).collect(),
+            file,
+            file_len: file_len as u64,
+        }
+    }
+
+    /// The loop's part: writes the connection's output as the client reads.
+    fn finish_output(conn: &mut Connection, client: &mut Client) {
+        while conn.output().write_some().unwrap() == Progress::Blocked {
+            assert!(conn.has_pending_output());
+            assert!(client.pull());
+        }
+        assert!(!conn.has_pending_output());
+        assert!(!conn.link().wants_write());
+    }
+
+    fn body_of(got: &[u8]) -> &[u8] {
+        let end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        &got[end..]
+    }
+
+    #[test]
+    fn over_tls_a_small_response_is_written_whole_by_the_slot() {
+        let app = answer(13, 0);
+        let (conn, mut client) = serve_over_tls(&app, "/", false);
+        assert!(!conn.has_pending_output(), "nothing left for the loop");
+        client.pull();
+        assert!(client.got.starts_with(b"HTTP/1.1 200 OK\r\n"));
+        assert_eq!(body_of(&client.got), &app.body[..]);
+    }
+
+    #[test]
+    fn over_tls_what_the_socket_did_not_take_is_the_loops_until_the_backlog_is_out() {
+        let app = answer(1_000_000, 0);
+        let (mut conn, mut client) = serve_over_tls(&app, "/", true);
+        assert!(conn.has_pending_output(), "handed to the loop");
+        finish_output(&mut conn, &mut client);
+        while client.pull() {}
+        assert!(body_of(&client.got) == &app.body[..], "whole, in order");
+    }
+
+    #[test]
+    fn over_tls_a_response_sealed_whole_but_not_sent_whole_is_still_the_loops() {
+        // One write seals it all (under 64 KiB); the small socket takes a part.
+        let app = answer(60_000, 0);
+        let (mut conn, mut client) = serve_over_tls(&app, "/", true);
+        assert!(conn.link().wants_write());
+        assert!(conn.has_pending_output(), "its records wait in the session");
+        finish_output(&mut conn, &mut client);
+        while client.pull() {}
+        assert!(body_of(&client.got) == &app.body[..]);
+    }
+
+    #[test]
+    fn over_tls_a_file_is_read_and_sealed_by_the_slot_then_by_the_loop() {
+        // Sealed whole by the slot (one block) but not sent whole; and a range queued.
+        for size in [60_000, 700_000] {
+            let app = answer(0, size);
+            let (mut conn, mut client) = serve_over_tls(&app, "/file", true);
+            assert!(conn.has_pending_output(), "{size}: the loop's to finish");
+            finish_output(&mut conn, &mut client);
+            while client.pull() {}
+            let expected: Vec<u8> = (0..size).map(|i| (i % 239) as u8).collect();
+            assert!(body_of(&client.got) == &expected[..], "{size}");
+        }
+    }
 
     #[test]
     fn a_streams_grace_asks_the_same_rate_of_its_reader_whatever_the_block_up_to_a_second() {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Exchange;
-use crate::access_log::{LoggedRequest, RequestLine};
+use crate::access_log::{LoggedRequest, LoggedTls, RequestLine};
 use crate::dump_signal::TIMEOUT_RESPONSE;
 use crate::pending::Output;
 use crate::scoreboard::{monotonic_ns, Counted, Owed, ThreadSlot};
@@ -101,25 +101,33 @@ pub(crate) fn pay_owed(
         }
         // Asked before the shutdown, which disconnects the socket.
         let peer = crate::listener::peer_address(link.fd());
+        let tls = link.with_tls_info(LoggedTls::of);
         link.shutdown();
-        Some((written, peer))
+        Some((written, peer, tls))
     });
-    let Some(Some((written, peer))) = paid else {
+    let Some(Some((written, peer, tls))) = paid else {
         return false;
     };
     if owed == Owed::Response {
-        account(thread, written as u64, peer.map(|addr| addr.ip()), shared);
+        account(
+            thread,
+            written as u64,
+            peer.map(|addr| addr.ip()),
+            tls,
+            shared,
+        );
     }
     true
 }
 
 /// Counts and access-logs the 503 written for the request `thread` serves, from what its
 /// sub-slot keeps (method and target, cut to their scoreboard lengths; no protocol version,
-/// no headers: the request's head is with the stuck thread).
+/// no headers: the request's head is with the stuck thread) and the connection's TLS names.
 fn account(
     thread: &ThreadSlot,
     sent: u64,
     client: Option<std::net::IpAddr>,
+    tls: Option<LoggedTls>,
     shared: &WorkerShared,
 ) {
     let reading = thread.read();
@@ -145,6 +153,7 @@ fn account(
         response_headers: &[],
         duration: log.format().shows_duration().then_some(elapsed),
         queue: None,
+        tls,
     };
     let mut line = Vec::with_capacity(256);
     log.log(&mut line, &request, &mut Default::default());
@@ -206,6 +215,27 @@ mod tests {
         );
         let totals = shared.scoreboard().totals();
         assert_eq!(totals.bytes_out, TIMEOUT_RESPONSE.len() as u64);
+    }
+
+    #[test]
+    fn over_tls_the_503_is_sealed_then_close_notify_then_the_shutdown() {
+        use crate::tls::conn::tests::connected;
+        let shared = worker();
+        let (conn, mut client) = connected();
+        let link = Link::Tls(crate::transport::TlsLink::new(&conn));
+        let output = Output::new(link);
+        let thread = shared.thread_slot(0).unwrap();
+        thread.begin_request(b"GET", b"/stuck", conn.fd());
+        thread.mark_timed_out(1);
+        assert!(!thread.claim_response());
+        assert!(pay_owed(&output, thread, 1, Owed::Response, &shared));
+        while client.pull() {}
+        assert_eq!(client.got, TIMEOUT_RESPONSE, "decrypted whole");
+        assert!(client.closed, "a clean end: close_notify after it");
+        // The stuck thread's own reads and writes fail or end from now on.
+        let mut byte = [0u8; 1];
+        assert!(!matches!(link.read(&mut byte), Ok(Some(n)) if n > 0));
+        assert!(link.write_vectored(&[b"late"], 0).is_err());
     }
 
     #[test]

@@ -48,6 +48,9 @@ struct AsyncDriver {
     /// does).
     websockets: usize,
     max_concurrency: usize,
+    /// Runs a step of the loop with the event loop's interpreter released (a TLS handshake's
+    /// crypto), when the event loop's side gave one.
+    off_interpreter: Option<fn(&mut dyn FnMut())>,
 }
 
 impl AsyncDriver {
@@ -94,6 +97,13 @@ impl Driver for AsyncDriver {
 
     fn waker_fd(&self) -> Option<RawFd> {
         None
+    }
+
+    fn off_interpreter(&mut self, work: &mut dyn FnMut()) {
+        match self.off_interpreter {
+            Some(release) => release(work),
+            None => work(),
+        }
     }
 }
 
@@ -151,6 +161,7 @@ impl AsyncReactor {
                 in_flight: 0,
                 websockets: 0,
                 max_concurrency: shared.config.max_concurrency,
+                off_interpreter: None,
             },
             shared,
             written: Arc::new(Mutex::new(Vec::new())),
@@ -189,6 +200,13 @@ impl AsyncReactor {
         );
     }
 
+    /// Has the turn run its TLS handshakes' reads through `release`, which runs what it is
+    /// given with the event loop's interpreter released (its lock, the GIL, is held by the
+    /// thread that runs the turns): the app's other threads run meanwhile (ADR 0012).
+    pub fn release_interpreter_with(&mut self, release: fn(&mut dyn FnMut())) {
+        self.driver.off_interpreter = Some(release);
+    }
+
     /// One turn of the reactor, without waiting: takes back the connections given back since
     /// the last turn, handles every event, and moves into `out` the notes for requests in
     /// flight, then the new requests as exchanges ready to serve. Returns why the worker
@@ -215,6 +233,7 @@ impl AsyncReactor {
                 conn.head.method.of(&conn.buf),
                 conn.head.target.of(&conn.buf),
                 conn.fd(),
+                conn.link.is_tls(),
                 now,
             );
             let mut exchange = Exchange::new(&mut conn, ctx, Arc::clone(&self.shared), now);

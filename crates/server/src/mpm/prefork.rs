@@ -51,6 +51,11 @@ impl Driver for Inline {
     fn wait(&mut self, wait: &mut dyn FnMut()) {
         self.app.wait(wait)
     }
+
+    /// The loop holds the GIL (ADR 0012): it is released around a TLS handshake's reads.
+    fn off_interpreter(&mut self, work: &mut dyn FnMut()) {
+        self.app.wait(work)
+    }
 }
 
 /// Runs the prefork MPM on the calling thread.

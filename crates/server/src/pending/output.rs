@@ -162,9 +162,14 @@ impl Output {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
+    /// Publishes whether anything waits: queued segments, or records a TLS session sealed
+    /// and the socket did not take (its backlog: the output is not finished until that is
+    /// written too, and the loop watches the socket for it).
     pub(super) fn note_queued(&self, state: &OutputState) {
-        self.queued
-            .store(!state.pending.is_empty(), Ordering::Release);
+        self.queued.store(
+            !state.pending.is_empty() || self.link.wants_write(),
+            Ordering::Release,
+        );
     }
 
     /// Releases the owner's lock, then writes for the loop if it asked while the lock was
@@ -197,11 +202,21 @@ impl Output {
         result
     }
 
-    /// True when nothing waits. Takes no lock: only the connection's owner adds output, so
-    /// for the owner "empty" stays true until it queues something; anyone else may see a
-    /// stale value.
+    /// True when nothing waits (no segment, no TLS backlog noted). Takes no lock: only the
+    /// connection's owner adds output, so for the owner "empty" stays true until it queues
+    /// something; anyone else may see a stale value. An owner whose own write left a TLS
+    /// backlog notes it with [`Output::note_backlog`].
     pub fn is_empty(&self) -> bool {
         !self.queued.load(Ordering::Acquire)
+    }
+
+    /// Notes the TLS backlog the owner's own write left (written straight from its memory,
+    /// the queue being empty): the output is then not finished, and the loop that finishes
+    /// it writes the backlog (the connection's owner only).
+    pub fn note_backlog(&self) {
+        let state = self.state();
+        self.note_queued(&state);
+        self.release(state);
     }
 
     /// Queues `parts` from byte `written` on after what is pending (the connection's owner
@@ -348,7 +363,8 @@ impl Output {
     /// dry (the slot may be staging more bytes, or queue some later), the request stays for
     /// the slot, which writes as soon as it lets go of the lock or publishes (a returned
     /// connection with output pending is written at once by the loop too). Errors surface to
-    /// the slot's own next write.
+    /// the slot's own next write. On TLS the write then waits for the session's lock, whose
+    /// holders only seal a block and write without waiting (ADR 0030).
     pub fn help_write(&self) {
         self.help_wanted.store(true, Ordering::SeqCst);
         let mut state = match self.state.try_lock() {
@@ -386,8 +402,11 @@ impl Output {
             self.help_wanted.store(false, Ordering::SeqCst);
         }
         let before = state.pending.written();
+        let backlog = self.link.wants_write();
         let result = state.pending.write_some(self.link);
-        let moved = state.pending.written() > before;
+        // The client took bytes: queued ones, or a TLS backlog it emptied (ciphertext sealed
+        // earlier, counted as written then).
+        let moved = state.pending.written() > before || (backlog && !self.link.wants_write());
         self.note_queued(&state);
         result.map(|progress| (progress, moved))
     }

@@ -365,6 +365,11 @@ impl Pending {
                 // Give the memory back: a connection that once held a large response must not
                 // keep it while it idles (a small queue is kept for the thread's next one).
                 spare::give_queue(std::mem::take(&mut self.segments));
+                // Done when the transport holds nothing either: the records a TLS session
+                // sealed and the socket did not take yet.
+                if !link.flush()? {
+                    return Ok(Progress::Blocked);
+                }
                 return Ok(Progress::Done);
             };
             match front {

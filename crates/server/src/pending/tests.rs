@@ -544,3 +544,49 @@ fn a_stream_read_a_little_slower_than_it_is_produced_keeps_its_spill_files_withi
     assert_eq!(buffers.disk.used(), 0, "every file closed once sent");
     std::fs::remove_dir(&dir).unwrap();
 }
+
+#[test]
+fn over_tls_the_output_is_finished_only_once_the_sessions_backlog_is_written() {
+    use crate::tls::conn::tests::{connected, set_buffer};
+    let (conn, mut client) = connected();
+    set_buffer(conn.fd(), libc::SO_SNDBUF, 4096);
+    let link = Link::Tls(crate::transport::TlsLink::new(&conn));
+    let output = Output::new(link);
+    // The owner's own write, straight from its memory, leaves records in the session; the
+    // queued rest ends in a block of almost 64 KiB, which the socket cannot take at once.
+    let body = vec![b'z'; 4 * 65536 - 100];
+    let mut written = 0;
+    while let Some(n) = link.write_vectored(&[&body], written).unwrap() {
+        written += n;
+    }
+    assert!(link.wants_write() && output.is_empty(), "not noted yet");
+    output.note_backlog();
+    assert!(!output.is_empty(), "the backlog is output not finished");
+    let dir = scratch_dir("tls");
+    let buffers = buffers(1 << 20, 0, &dir);
+    assert_eq!(
+        output
+            .hand_over(&buffers, &[&body], written, Store::Complete)
+            .unwrap(),
+        HandOver::Queued
+    );
+    // Plaintext queued behind the backlog; the loop's writes seal it as the client reads.
+    let mut blocked = 0;
+    loop {
+        match output.write_some().unwrap() {
+            Progress::Done => break,
+            Progress::Blocked => {
+                blocked += 1;
+                assert!(!output.is_empty());
+                assert!(client.pull());
+            }
+        }
+    }
+    assert!(blocked > 0);
+    assert!(output.is_empty() && !link.wants_write());
+    while client.got.len() < body.len() {
+        assert!(client.pull());
+    }
+    assert!(client.got == body, "whole and in order");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,9 +1,10 @@
 //! Accepting connections: watching the listeners or not (level-triggered, so a paused
 //! listener must be deregistered), the fair-share throttle between workers, `max_connections`,
-//! and the back-off after a failed accept (and how often one is logged: [`AcceptErrors`]).
+//! and the back-off after a failed accept (and how often one is logged: [`LineThrottle`]).
 //!
-//! It registers what it accepts in the entry table and hands it to `dispatch`; it must not
-//! read from or write to a connection.
+//! It registers what it accepts in the entry table (a TLS listener's connections wrapped in a
+//! session, `Transport::Tls`, whose handshake the connection's first reads run) and hands it
+//! to `dispatch`; it must not read from or write to a connection.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -12,36 +13,37 @@ use super::{Driver, Entry, Reactor, LISTENER_BASE};
 use crate::connection::Connection;
 use crate::listener::FAIR_SHARE_FLOOR;
 use crate::poller::{Token, Trigger};
+use crate::tls::conn::TlsConn;
 use crate::transport::Transport;
 
 /// A throttled worker looks again after this long: short enough not to leave connections in
 /// the backlog when every worker is over its share, long enough not to spin.
 const THROTTLE_PAUSE: Duration = Duration::from_millis(5);
 
-/// The least time between two `accept failed` lines of one worker: a lasting failure (EMFILE
-/// while connections wait in the queue) is retried every [`ACCEPT_RETRY`], and one line each
-/// time was ten a second per worker, burying every other line of the log.
-const ACCEPT_ERROR_LOG_PERIOD: Duration = Duration::from_secs(1);
+/// The least time between two lines of one kind a worker logs about its clients (a failed
+/// accept, a failed TLS handshake): a lasting failure (EMFILE while connections wait in the
+/// queue, retried every [`ACCEPT_RETRY`]; a scanner's handshakes) at one line each was ten a
+/// second or more per worker, burying every other line of the log.
+const LOG_PERIOD: Duration = Duration::from_secs(1);
 
 /// How long accept pauses after a failure before trying the queue again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-/// Which failed accepts are logged: the first at once, then at most one per
-/// [`ACCEPT_ERROR_LOG_PERIOD`], each saying how many were held back since the line before
-/// (a count the next line carries; a failure that stops for good leaves its last count
-/// unsaid, as its connections are then accepted).
+/// Which lines of one kind are logged: the first at once, then at most one per
+/// [`LOG_PERIOD`], each saying how many were held back since the line before (a count the
+/// next line carries; a failure that stops for good leaves its last count unsaid).
 #[derive(Debug, Default)]
-pub(super) struct AcceptErrors {
+pub(super) struct LineThrottle {
     last_line: Option<Instant>,
     held_back: u64,
 }
 
-impl AcceptErrors {
-    /// Counts one failed accept at `now`: `Some(held back since the last line)` when this one
+impl LineThrottle {
+    /// Counts one occurrence at `now`: `Some(held back since the last line)` when this one
     /// is to be logged, `None` when it is held back.
     pub(super) fn note(&mut self, now: Instant) -> Option<u64> {
         match self.last_line {
-            Some(last) if now.duration_since(last) < ACCEPT_ERROR_LOG_PERIOD => {
+            Some(last) if now.duration_since(last) < LOG_PERIOD => {
                 self.held_back += 1;
                 None
             }
@@ -51,14 +53,14 @@ impl AcceptErrors {
             }
         }
     }
+}
 
-    /// The log line of a failure logged with `held_back` not logged before it.
-    fn line(err: &std::io::Error, held_back: u64) -> String {
-        if held_back == 0 {
-            format!("accept failed: {err}")
-        } else {
-            format!("accept failed: {err} ({held_back} more since the last such line, not logged)")
-        }
+/// The log line of a failed accept logged with `held_back` not logged before it.
+fn accept_error_line(err: &std::io::Error, held_back: u64) -> String {
+    if held_back == 0 {
+        format!("accept failed: {err}")
+    } else {
+        format!("accept failed: {err} ({held_back} more since the last such line, not logged)")
     }
 }
 
@@ -273,10 +275,26 @@ impl Reactor {
             }
             match self.listeners[index].accept() {
                 Ok(Some((fd, peer))) => {
+                    let transport = match &self.shared.config.tls {
+                        // The handshake runs in the loop, where partial heads wait
+                        // (`Connection::on_readable`), under the header deadline.
+                        Some(config) if self.listeners[index].tls() => {
+                            match TlsConn::new(fd, config) {
+                                Ok(conn) => Transport::Tls(conn),
+                                Err(err) => {
+                                    crate::log::error(&format!(
+                                        "cannot start a TLS session for {peer}: {err}"
+                                    ));
+                                    continue;
+                                }
+                            }
+                        }
+                        _ => Transport::Plain(fd),
+                    };
                     let conn = if !self.shared.config.proxy_protocol {
-                        Connection::new(Transport::Plain(fd), peer, index)
+                        Connection::new(transport, peer, index)
                     } else if self.shared.config.trusted_proxies.trusts_peer(peer) {
-                        Connection::behind_proxy(Transport::Plain(fd), peer, index)
+                        Connection::behind_proxy(transport, peer, index)
                     } else {
                         // Only a trusted proxy may say who the client is: closed unread (the fd
                         // drops here), nothing answered.
@@ -309,7 +327,7 @@ impl Reactor {
                     // EMFILE/ENFILE/ENOMEM: the connection stays queued; back off briefly by
                     // pausing accept (the throttle timer re-enables it) instead of spinning.
                     if let Some(held_back) = self.accept_errors.note(Instant::now()) {
-                        crate::log::error(&AcceptErrors::line(&err, held_back));
+                        crate::log::error(&accept_error_line(&err, held_back));
                     }
                     if self.listening && self.stop.is_none() {
                         self.pause_listening();
@@ -328,7 +346,7 @@ mod tests {
 
     #[test]
     fn a_lasting_accept_failure_is_logged_once_a_second_with_what_was_held_back() {
-        let mut errors = AcceptErrors::default();
+        let mut errors = LineThrottle::default();
         let start = Instant::now();
         let at = |ms: u64| start + Duration::from_millis(ms);
         assert_eq!(errors.note(at(0)), Some(0));
@@ -339,9 +357,9 @@ mod tests {
         assert_eq!(errors.note(at(1100)), None);
         assert_eq!(errors.note(at(5000)), Some(1));
         let err = std::io::Error::from_raw_os_error(24);
-        assert!(AcceptErrors::line(&err, 0).ends_with("(os error 24)"));
+        assert!(accept_error_line(&err, 0).ends_with("(os error 24)"));
         assert!(
-            AcceptErrors::line(&err, 9).ends_with("(9 more since the last such line, not logged)")
+            accept_error_line(&err, 9).ends_with("(9 more since the last such line, not logged)")
         );
     }
 }

@@ -1,5 +1,7 @@
 //! Dispatch: the MPM's part of the loop (`Driver`: who serves a connection whose head is
-//! complete), reading and parsing until a head is complete (then the body, `body`), handing
+//! complete), reading and parsing until a head is complete (a TLS connection's handshake
+//! first, its reads off the app's interpreter: `Driver::off_interpreter`; then the body,
+//! `body`), handing
 //! the connection out, and taking it back when the slot is done with it; and, after the dump
 //! signal, answering the handed-out connections whose request timed out, leaving them to
 //! their stuck threads, and probing once whether the interpreter lock is free
@@ -93,6 +95,12 @@ pub(crate) trait Driver {
     fn wait(&mut self, wait: &mut dyn FnMut()) {
         wait()
     }
+    /// Runs `work`, a step of the loop that needs no interpreter and may take long (a TLS
+    /// handshake's crypto): a driver whose loop holds the app's interpreter (prefork) lets it
+    /// go meanwhile, as for [`Driver::wait`], so the app's own threads run.
+    fn off_interpreter(&mut self, work: &mut dyn FnMut()) {
+        work()
+    }
 }
 
 impl Reactor {
@@ -113,6 +121,13 @@ impl Reactor {
             }
             let readiness = if conn.reads_body() {
                 Readiness::HeadComplete
+            } else if conn.tls_handshaking() {
+                // The handshake's crypto (a signature, the key exchange) runs in this read:
+                // off the interpreter, where the loop holds it (prefork, ADR 0012).
+                let mut readiness = Readiness::Closed;
+                let limits = &self.shared.config.limits;
+                driver.off_interpreter(&mut || readiness = conn.on_readable(limits));
+                readiness
             } else {
                 conn.on_readable(&self.shared.config.limits)
             };
@@ -194,6 +209,8 @@ impl Reactor {
                     ));
                     return self.close(token);
                 }
+                Readiness::PlainHttpOnTls => return self.answer_plain_http(token, conn),
+                Readiness::HandshakeFailed(err) => return self.handshake_failed(token, &conn, err),
             }
         }
     }

@@ -15,7 +15,8 @@ use crate::connection::{Connection, Linger};
 use crate::pending::Output;
 
 /// What the loop holds for each token: one state per stage of a connection's life in the
-/// loop's hands, each with the deadline it waits under. A TLS handshake will be one more.
+/// loop's hands, each with the deadline it waits under. A TLS handshake is no state of its
+/// own: it waits as a head does (`Head`), since the connection's reads run it.
 /// A deadline measures the client: at expiry the sweep first gives the entry what its
 /// uncollected event would have (bytes waiting are read, output written, see
 /// `Reactor::expire_timers`), and only what is still due then ends as said below.
@@ -27,9 +28,10 @@ pub(super) enum Entry {
         conn: Box<Connection>,
         deadline: Instant,
     },
-    /// Waiting in the poller for (the rest of) a request head (or a PROXY header, or the
-    /// first bytes of a new connection) until `deadline` (`header_timeout`), then 408 if any
-    /// byte came, and close.
+    /// Waiting in the poller for (the rest of) a request head (or a PROXY header, a TLS
+    /// handshake, or the first bytes of a new connection) until `deadline` (`header_timeout`,
+    /// from the first byte of whichever came first), then 408 if any byte of a head came,
+    /// and close.
     Head {
         conn: Box<Connection>,
         deadline: Instant,

@@ -1,6 +1,7 @@
 //! The error responses the server writes without the app: a rejected head (400, 414, 431, 501
-//! ...), a timed-out head or body (408) and a refused request (503). Also used by the slots
-//! for a rejected pipelined head.
+//! ...), a timed-out head or body (408) and a refused request (503), through the connection's
+//! link (encrypted on a TLS connection); and the plain-text 400 for a plain HTTP request on a
+//! TLS port, written raw. Also used by the slots for a rejected pipelined head.
 //!
 //! It writes one short response and marks the connection closed; it must not decide when a
 //! connection is rejected.
@@ -8,7 +9,7 @@
 use tines_proto::response::encode_error_response_with;
 use tines_proto::{DateCache, ParseError};
 
-use crate::access_log::{LoggedRequest, RequestLine};
+use crate::access_log::{LoggedRequest, LoggedTls, RequestLine};
 use crate::connection::Connection;
 use crate::exchange::SlotContext;
 use crate::listener::Peer;
@@ -67,6 +68,43 @@ pub(super) fn write_error_with(
     log_refused(conn, code, body_sent, shared);
 }
 
+/// The body of the 400 a plain HTTP request on a TLS port gets (nginx's 497 says as much).
+const PLAIN_HTTP_ON_TLS: &[u8] =
+    b"This port speaks HTTPS: the plain HTTP request was sent to an HTTPS port.\n";
+
+/// Writes the plain-text 400 for a plain HTTP request on a TLS port (`Connection: close`),
+/// raw on the socket, not through the session (the client speaks no TLS; the handshake never
+/// began); counted and access-logged as the other error responses.
+pub(super) fn write_plain_http_on_tls(
+    conn: &mut Connection,
+    shared: &WorkerShared,
+    date: &mut DateCache,
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 400 Bad Request\r\nDate: ");
+    out.extend_from_slice(date.now());
+    if !shared.config.server_header.is_empty() {
+        out.extend_from_slice(b"\r\nServer: ");
+        out.extend_from_slice(&shared.config.server_header);
+    }
+    out.extend_from_slice(
+        b"\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ",
+    );
+    out.extend_from_slice(
+        itoa::Buffer::new()
+            .format(PLAIN_HTTP_ON_TLS.len())
+            .as_bytes(),
+    );
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(PLAIN_HTTP_ON_TLS);
+    count_refused(conn, 400, out.len() as u64, shared);
+    // Best effort, as `Connection::reject`: a fresh socket takes these 200-odd bytes at once.
+    let _ = crate::io::write_all_from(conn.fd(), &[out], 0, std::time::Duration::ZERO);
+    out.clear();
+    log_refused(conn, 400, PLAIN_HTTP_ON_TLS.len() as u64, shared);
+}
+
 /// Counts a response of `sent` bytes the server wrote itself in the worker's counters, before
 /// it is written:
 /// the method as the request's first token (`OTHER` when it is not a registered one, or
@@ -118,6 +156,7 @@ fn log_refused(conn: &Connection, code: u16, body_sent: u64, shared: &WorkerShar
             .then(|| conn.head_started.map(|started| started.elapsed()))
             .flatten(),
         queue: None,
+        tls: conn.link().with_tls_info(LoggedTls::of),
     };
     let mut line = Vec::with_capacity(256);
     log.log(&mut line, &request, &mut Default::default());

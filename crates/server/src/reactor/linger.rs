@@ -10,6 +10,10 @@
 //! keeps sending is bounded by the timeout, and one event reads at most `LINGER_READ_PER_EVENT`
 //! so a flood cannot hold the loop.
 //!
+//! On TLS, our close_notify goes first (`Link::shutdown_write`; the `shutdown(SHUT_WR)` waits
+//! until the socket took it, written on the lingering events), and what the client sends is
+//! read as it is and dropped, never decrypted.
+//!
 //! It must not write: the response was sent before the connection came here.
 
 use std::time::Instant;
@@ -53,10 +57,14 @@ impl Reactor {
         };
         let link = conn.link();
         let until_acknowledged = *how == Linger::UntilAcknowledged;
+        // A TLS close_notify the socket did not take at once (and the shutdown after it).
+        if link.wants_write() && link.flush().is_err() {
+            return self.close(token);
+        }
         let mut sink = [0u8; 16 * 1024];
         let mut read = 0;
         while read < LINGER_READ_PER_EVENT {
-            match link.read(&mut sink) {
+            match link.read_raw(&mut sink) {
                 Ok(None) => break,
                 Ok(Some(n)) if n > 0 => read += n,
                 _ => return self.close(token),

@@ -9,7 +9,9 @@
 //! (parking under a deadline, expiry), `dispatch` (the MPM's `Driver`, handing ready
 //! connections out and taking them back, answering timed-out ones), `body` (reading request bodies before dispatch),
 //! `writing` (response output the poller finishes, every MPM),
-//! `linger` (lingering close) and `error_response` (the responses the loop writes itself).
+//! `linger` (lingering close), `error_response` (the responses the loop writes itself) and
+//! `tls` (a TLS connection before its first head: the handshake flight, the plain 400,
+//! failed handshakes logged).
 //!
 //! It must not decide how HTTP works (that is the connection's and the exchange's) nor run the
 //! app: the MPM's driver does.
@@ -35,6 +37,7 @@ mod entries;
 mod error_response;
 mod linger;
 mod timers;
+mod tls;
 mod writing;
 
 pub(crate) use body::must_read_before_dispatch;
@@ -67,7 +70,10 @@ pub struct Reactor {
     listening: bool,
     throttled_until: Option<Instant>,
     /// Failed accepts, for logging at most one line a second.
-    accept_errors: accept::AcceptErrors,
+    accept_errors: accept::LineThrottle,
+    /// Failed TLS handshakes (and plain requests on a TLS port, handshakes past the header
+    /// deadline), for logging at most one line a second (`tls`).
+    tls_failures: accept::LineThrottle,
     control: Control,
     entries: Vec<Entry>,
     free: Vec<usize>,
@@ -148,7 +154,8 @@ impl Reactor {
             listeners,
             listening: true,
             throttled_until: None,
-            accept_errors: accept::AcceptErrors::default(),
+            accept_errors: accept::LineThrottle::default(),
+            tls_failures: accept::LineThrottle::default(),
             control,
             entries: Vec::new(),
             free: Vec::new(),
@@ -434,6 +441,11 @@ impl Reactor {
                     }
                     self.advance(token, conn, driver);
                 }
+            }
+            // A TLS session's handshake flight (or alert) the socket did not take waits for
+            // this edge.
+            Entry::Idle { .. } | Entry::Head { .. } | Entry::Body { .. } if event.writable => {
+                self.flush_parked_tls(token)
             }
             Entry::Idle { .. } | Entry::Head { .. } | Entry::Body { .. } => {}
             Entry::Lingering { .. } => self.on_linger_readable(token),

@@ -187,6 +187,18 @@ impl Reactor {
     /// new one that sent nothing and a slow PROXY header (the proxy speaks no HTTP yet) close
     /// silently.
     fn end_parked(&mut self, token: usize) {
+        if let Some((conn, _)) = self.entries[token].parked() {
+            if conn
+                .tls()
+                .is_some_and(|tls| tls.handshaking() && tls.started().is_some())
+            {
+                // Closed without a word: no key to write a 408 with.
+                let peer = conn.peer;
+                self.log_tls_failure(|| {
+                    format!("TLS handshake with {peer} not finished within header_timeout: closed")
+                });
+            }
+        }
         let respond = match &self.entries[token] {
             Entry::Head { conn, .. } => !conn.is_idle() && !conn.awaits_proxy_header(),
             Entry::Body { .. } => true,

@@ -1,7 +1,9 @@
 //! Response output the poller finishes, on every MPM (ADR 0009): a connection whose slot left
 //! output pending (memory, a file range, a spill file) is held as `Entry::Writing` and written
 //! whenever the socket becomes writable, under the send timeout (renewed when the client takes
-//! bytes); then the next request is read, or the connection parked or closed. A client that
+//! bytes); then the next request is read, or the connection parked or closed. On TLS, the
+//! output is written only once the session's backlog (records sealed and not yet taken by
+//! the socket) is written too: the pending output's write says `Done` only then. A client that
 //! passes the send timeout or goes away is closed, which gives its memory and disk back.
 //!
 //! It writes only what the slot queued; it must not frame or produce a response.

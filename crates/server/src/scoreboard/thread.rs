@@ -39,6 +39,10 @@ pub const METHOD_BYTES: usize = 16;
 /// app a stuck request is in, small enough that the sub-slot fits three cache lines.
 pub const TARGET_BYTES: usize = 96;
 
+/// The bit of a sub-slot's `lengths` word that says its request's connection speaks TLS
+/// (the lengths need 15 bits).
+const TLS_BIT: u32 = 1 << 31;
+
 /// Low bits of the verdict word that hold its tag.
 const VERDICT_BITS: u32 = 3;
 const TAG_MASK: u64 = (1 << VERDICT_BITS) - 1;
@@ -90,7 +94,8 @@ pub struct ThreadSlot {
     state: AtomicU32,
     /// The connection's fd (-1 when idle).
     fd: AtomicI32,
-    /// Method length in the low 8 bits, target length above (both after truncation).
+    /// Method length in the low 8 bits, target length above (both after truncation), and
+    /// [`TLS_BIT`] when the connection speaks TLS.
     lengths: AtomicU32,
     /// Number of the current (or last) request on this thread: requests started so far.
     request: AtomicU64,
@@ -190,12 +195,13 @@ fn load_bytes(words: &[AtomicU64], len: usize, out: &mut Vec<u8>) {
 impl ThreadSlot {
     /// Owner: a request was dispatched to this thread (the app is about to run).
     pub fn begin_request(&self, method: &[u8], target: &[u8], fd: i32) {
-        self.begin_request_at(method, target, fd, monotonic_ns());
+        self.begin_request_at(method, target, fd, false, monotonic_ns());
     }
 
     /// Owner: [`ThreadSlot::begin_request`] for a dispatch at `now` (CLOCK_MONOTONIC ns), for
-    /// a caller that read the clock already.
-    pub fn begin_request_at(&self, method: &[u8], target: &[u8], fd: i32, now: u64) {
+    /// a caller that read the clock already; `tls`: the connection speaks TLS (the dump
+    /// handler must not write plaintext on it, [`ThreadSlot::serves_tls`]).
+    pub fn begin_request_at(&self, method: &[u8], target: &[u8], fd: i32, tls: bool, now: u64) {
         let method = &method[..method.len().min(METHOD_BYTES)];
         let target = &target[..target.len().min(TARGET_BYTES)];
         let sequence = self.sequence.load(Ordering::Relaxed);
@@ -210,7 +216,7 @@ impl ThreadSlot {
         self.request.store(request + 1, Ordering::Relaxed);
         self.fd.store(fd, Ordering::Relaxed);
         self.lengths.store(
-            method.len() as u32 | (target.len() as u32) << 8,
+            method.len() as u32 | (target.len() as u32) << 8 | if tls { TLS_BIT } else { 0 },
             Ordering::Relaxed,
         );
         store_bytes(&self.method, method);
@@ -432,7 +438,7 @@ impl ThreadSlot {
         let judged = matches!(verdict & TAG_MASK, TIMED_OUT | STALLED | ANSWERED);
         reading.timed_out = if judged { verdict >> VERDICT_BITS } else { 0 };
         reading.timed_out_answered = verdict & TAG_MASK == ANSWERED;
-        let lengths = self.lengths.load(Ordering::Relaxed) as usize;
+        let lengths = (self.lengths.load(Ordering::Relaxed) & !TLS_BIT) as usize;
         load_bytes(
             &self.method,
             (lengths & 0xff).min(METHOD_BYTES),
@@ -443,6 +449,13 @@ impl ThreadSlot {
             (lengths >> 8).min(TARGET_BYTES),
             &mut reading.target,
         );
+    }
+
+    /// Async-signal-safe (an atomic load): whether the current (or last) request's connection
+    /// speaks TLS: the dump handler cannot write a record there (the session is the stuck
+    /// thread's), only shut the connection down.
+    pub fn serves_tls(&self) -> bool {
+        self.lengths.load(Ordering::Relaxed) & TLS_BIT != 0
     }
 
     /// Async-signal-safe (atomics only): for a worker whose stuck request runs on its loop
@@ -502,6 +515,20 @@ mod tests {
     fn sub_slots_are_three_cache_lines() {
         assert_eq!(std::mem::size_of::<ThreadSlot>(), 192);
         assert_eq!(std::mem::align_of::<ThreadSlot>(), 64);
+    }
+
+    #[test]
+    fn a_tls_request_is_marked_so_and_its_strings_read_as_any_other() {
+        let slot = zeroed();
+        slot.begin_request_at(b"POST", &[b'y'; 200], 5, true, monotonic_ns());
+        assert!(slot.serves_tls());
+        let reading = slot.read();
+        assert_eq!(reading.method, b"POST");
+        assert_eq!(reading.target, vec![b'y'; TARGET_BYTES]);
+        slot.end_request();
+        slot.begin_request(b"GET", b"/", 5);
+        assert!(!slot.serves_tls());
+        assert_eq!(slot.read().target, b"/");
     }
 
     #[test]

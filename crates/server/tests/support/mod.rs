@@ -56,6 +56,7 @@ impl TestServer {
         let scoreboard = Arc::new(Scoreboard::new(1, config.threads.max(1)).unwrap());
         scoreboard.claim(0, std::process::id(), 1);
         let spec = WorkerSpec {
+            tls_listeners: vec![config.tls.is_some()],
             config,
             listeners: vec![listener_fd], // the worker owns it from now on (closes it when it stops)
             scoreboard: Arc::clone(&scoreboard),

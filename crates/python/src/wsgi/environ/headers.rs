@@ -137,16 +137,25 @@ impl ThreadTemplate {
             }
         }
         self.header_keys = keys;
-        // CPython copies a dict by cloning its table only while at most a third of the
-        // table's entries are deleted ones; past that, each request's copy would insert key
-        // by key. A template with that many removals is rebuilt, compact.
+        self.compact_if_sparse(py)?;
+        self.header_source = Some(source);
+        Ok(())
+    }
+
+    /// Rebuilds the template, compact, when its table holds many deleted entries
+    /// (`removed`, counted by whoever deletes a key from it).
+    ///
+    /// Why: CPython copies a dict by cloning its table only while at most a third of the
+    /// table's entries are deleted ones; past that, each request's copy would insert key by
+    /// key.
+    pub(super) fn compact_if_sparse(&mut self, py: Python<'_>) -> PyResult<()> {
+        let env = self.dict.bind(py);
         if self.removed * 2 >= env.len() {
             let compact = PyDict::new(py);
             compact.update(env.as_mapping())?;
             self.dict = compact.unbind();
             self.removed = 0;
         }
-        self.header_source = Some(source);
         Ok(())
     }
 
