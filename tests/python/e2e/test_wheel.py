@@ -2,7 +2,8 @@
 
 The test makes (or finds up to date) ``dist/tines-*.whl``, installs it with pip into a fresh
 virtualenv with no package index and binaries only, with every directory holding ``cargo`` or
-``rustc`` taken off PATH, and serves ``examples/hello.py`` with that virtualenv's ``tines``.
+``rustc`` taken off PATH, and serves ``examples/hello.py`` with that virtualenv's ``tines``, over
+plain HTTP and over TLS (the wheel's rustls and ring, built by zig: ADR 0031).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import http.client
 import os
 import platform
 import shutil
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, start_server
+from tls_certs import TlsCerts
+from tls_clients import client_context, tls_args
 
 
 def path_without_rust() -> str:
@@ -37,7 +41,7 @@ def built_wheel() -> Path:
 
 
 @pytest.mark.timeout(1800)  # the first build of the wheel (release, fat LTO) takes minutes
-def test_the_wheel_installs_without_rust_and_serves_a_request(tmp_path: Path) -> None:
+def test_the_wheel_installs_without_rust_and_serves_a_request(tmp_path: Path, tls_certs: TlsCerts) -> None:
     wheel = built_wheel()
     # One wheel for every CPython from 3.10 (abi3), for any glibc 2.28+ Linux.
     assert wheel.name.endswith(f"-cp310-abi3-manylinux_2_28_{platform.machine()}.whl"), wheel.name
@@ -75,5 +79,21 @@ def test_the_wheel_installs_without_rust_and_serves_a_request(tmp_path: Path) ->
         response = connection.getresponse()
         assert (response.status, response.read()) == (200, b"OK")
         connection.close()
+    finally:
+        server.kill()
+
+    # TLS through the wheel's own extension: the handshake (ring's ECDSA and AES-GCM, compiled
+    # by zig cc) and a request, the client checking the chain against the test root.
+    server = start_server("examples/hello.py:app", *tls_args(tls_certs.localhost),
+                          env={**environment, "PYTHONPATH": ""}, log_path=tmp_path / "server-tls.log",
+                          program=[str(venv / "bin" / "tines")])
+    try:
+        context = client_context(tls_certs)
+        secure = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=10, context=context)
+        secure.request("GET", "/")
+        response = secure.getresponse()
+        assert (response.status, response.read()) == (200, b"OK")
+        assert isinstance(secure.sock, ssl.SSLSocket) and secure.sock.version() in ("TLSv1.2", "TLSv1.3")
+        secure.close()
     finally:
         server.kill()
