@@ -7,13 +7,15 @@ certificate."""
 
 from __future__ import annotations
 
+import signal
 import ssl
+from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography import x509
 from tls_certs import Leaf, TlsCerts
-from tls_clients import MPM_IDS, MPMS, client_context, refused, tls_args, tls_request
+from tls_clients import MPM_IDS, MPMS, client_context, refused, tls_args, tls_connect, tls_request
 
 from conftest import Server
 
@@ -99,3 +101,40 @@ def test_asgi_tls_extension_reports_the_client_certificate(tines_server: Any, tl
     assert foreign["client_cert_name"] == tls_certs.client_other_ca.certificate.subject.rfc4514_string()
     shown = x509.load_pem_x509_certificate(foreign["client_cert_chain"][0].encode())
     assert shown == tls_certs.client_other_ca.certificate
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["tls1.2", "tls1.3"])
+def test_a_ticket_made_before_client_certificates_were_required_does_not_resume_without_one(
+        tines_server: Any, tls_certs: TlsCerts, tmp_path: Path, version: ssl.TLSVersion) -> None:
+    """rustls resumes a session with the client chain its ticket carries, without asking the
+    verifier again: a ticket from before a HUP that turned ``client_cert`` to ``required``
+    (same ticket secret: the generations share it) must not let a client in without a
+    certificate. The ticket keys depend on the client-certificate settings (ADR 0033)."""
+    config = tmp_path / "tines.toml"
+    tls = (f'certfile = "{tls_certs.localhost.chain}"\nkeyfile = "{tls_certs.localhost.key}"\n'
+           'workers = 1\n')
+    config.write_text(tls + 'client_cert = "none"\n')
+    server: Server = tines_server(WSGI, "-c", str(config))
+    anonymous = client_context(tls_certs, minimum=version, maximum=version)
+    before = tls_request(server.port, "/", anonymous)
+    assert before.session is not None and before.json()["SSL_CLIENT_VERIFY"] == "NONE"
+    # The ticket resumes while the settings are unchanged (what the refusal below is not).
+    assert tls_request(server.port, "/", anonymous, session=before.session).session_reused
+
+    config.write_text(tls + f'client_cert = "required"\nclient_ca = "{tls_certs.client_ca}"\n')
+    server.signal(signal.SIGHUP)
+    server.wait_for_log(r"reload done: generation 2 serves with 1 workers")
+
+    try:
+        with tls_connect(server.port, anonymous, "localhost", before.session, ragged_eofs=False) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            data = sock.recv(65536)
+            resumed = sock.session_reused
+    except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+        pass
+    else:
+        raise AssertionError(f"served without a certificate (resumed: {resumed}): {data[:300]!r}")
+    # A client with its certificate handshakes in full and is judged by the settings of now.
+    with_certificate = client_context(tls_certs, tls_certs.client_good, minimum=version, maximum=version)
+    judged = tls_request(server.port, "/", with_certificate)
+    assert not judged.session_reused and judged.json()["SSL_CLIENT_VERIFY"] == "SUCCESS"

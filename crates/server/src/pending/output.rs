@@ -126,6 +126,10 @@ enum Staging {
 pub struct Output {
     /// The connection's I/O handle (a copy of its transport's: see [`Output::close`]).
     link: Link,
+    /// The socket's fd, copied when the output is made: [`Output::fd`] answers from it, with
+    /// no lock and without reaching through `link` (a TLS link points into the transport,
+    /// which may be gone once the output is closed; a number is only a number).
+    fd: std::os::fd::RawFd,
     /// True while the pending output is not empty (written under the lock; read without it).
     queued: AtomicBool,
     /// The loop saw the socket writable but could not write: the owner writes for it.
@@ -149,6 +153,7 @@ impl Output {
     /// calls [`Output::close`] before closing it).
     pub fn new(link: Link) -> Output {
         Output {
+            fd: link.fd(),
             link,
             queued: AtomicBool::new(false),
             help_wanted: AtomicBool::new(false),
@@ -164,10 +169,11 @@ impl Output {
 
     /// Publishes whether anything waits: queued segments, or records a TLS session sealed
     /// and the socket did not take (its backlog: the output is not finished until that is
-    /// written too, and the loop watches the socket for it).
+    /// written too, and the loop watches the socket for it). The link is not asked once the
+    /// output is closed (a TLS link points into a transport that may be gone).
     pub(super) fn note_queued(&self, state: &OutputState) {
         self.queued.store(
-            !state.pending.is_empty() || self.link.wants_write(),
+            !state.pending.is_empty() || (!state.closed && self.link.wants_write()),
             Ordering::Release,
         );
     }
@@ -441,9 +447,12 @@ impl Output {
         (!state.closed).then(|| f(self.link))
     }
 
-    /// The connection's fd, to find the output of a connection known by it; never for I/O.
+    /// The connection's fd, to find the output of a connection known by it; never for I/O
+    /// (after [`Output::close`] it may be another file's). Safe to ask at any time: the loop
+    /// asks the outputs of its dispatched entries, whose connections a slot may have dropped
+    /// already.
     pub fn fd(&self) -> std::os::fd::RawFd {
-        self.link.fd()
+        self.fd
     }
 
     /// Bytes written to the socket from this output so far (a waiting sender's progress).

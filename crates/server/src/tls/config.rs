@@ -14,7 +14,7 @@ use rustls::server::NoServerSessionStorage;
 use rustls::{ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
 
 use super::info::{self, Judge};
-use super::material::{Material, Problem};
+use super::material::{ClientAuth, Material, Problem};
 use super::resolver::SniResolver;
 use super::tickets::EpochTicketer;
 use super::verifier;
@@ -87,7 +87,11 @@ pub fn server_config(material: &Material) -> Result<Arc<ServerConfig>, Problem> 
     config.session_storage = Arc::new(NoServerSessionStorage {});
     match &material.tickets {
         Some(tickets) => {
-            config.ticketer = Arc::new(EpochTicketer::new(&tickets.secret, tickets.rotation));
+            config.ticketer = Arc::new(EpochTicketer::new(
+                &tickets.secret,
+                tickets.rotation,
+                client_auth_digest(material.client.as_ref()),
+            ));
             // One ticket per full handshake: a client resumes with one (ADR 0033).
             config.send_tls13_tickets = 1;
         }
@@ -96,6 +100,33 @@ pub fn server_config(material: &Material) -> Result<Arc<ServerConfig>, Problem> 
     let config = Arc::new(config);
     info::register(&config, resolver, judge);
     Ok(config)
+}
+
+/// SHA-256 of the settings that judge a client certificate (the mode, each CA's subject and
+/// key, each CRL): the ticket keys depend on it (ADR 0033), so a session resumed from a ticket
+/// was judged by the client-certificate settings in force now, never by older ones.
+pub(crate) fn client_auth_digest(client: Option<&ClientAuth>) -> [u8; 32] {
+    let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut part = |bytes: &[u8]| {
+        digest.update(&(bytes.len() as u64).to_be_bytes());
+        digest.update(bytes);
+    };
+    match client {
+        None => part(b"none"),
+        Some(client) => {
+            part(if client.required { b"required" } else { b"optional" });
+            for root in &client.roots.roots {
+                part(root.subject.as_ref());
+                part(root.subject_public_key_info.as_ref());
+            }
+            for crl in &client.crls {
+                part(crl.as_ref());
+            }
+        }
+    }
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.finish().as_ref());
+    out
 }
 
 /// The versions from `tls_min_version`.

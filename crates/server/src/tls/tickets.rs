@@ -4,6 +4,12 @@
 //! HKDF-SHA256, so every process holding the secret (workers forked from the master, those of
 //! a new master after USR2, which carries the secret) has the same keys, with no IPC.
 //!
+//! The keys also depend on a digest of the settings that judged the session's client
+//! certificate (`client_cert`, `client_ca`, `client_crl`): rustls resumes a session with the
+//! client chain its ticket carries, without asking the verifier again, so a ticket made under
+//! other client-certificate settings (before a HUP that made them `required`, or added a CRL)
+//! must not open: its client makes a full handshake, judged by the settings of now.
+//!
 //! A ticket is `epoch (8 bytes, big-endian) | nonce (12) | AES-256-GCM(state) | tag (16)`,
 //! the epoch as associated data. It opens in its epoch and the next: a ticket lives between
 //! one and two epochs, and `lifetime` promises one.
@@ -24,6 +30,8 @@ const MAX_LIFETIME: u64 = 7 * 24 * 3600;
 /// The ticketer of a server config: keys derived per epoch from the master's secret.
 pub struct EpochTicketer {
     prk: ring::hkdf::Prk,
+    /// The digest of the client-certificate settings, in every key's derivation.
+    context: [u8; 32],
     rotation: u64,
     /// The keys of the last two epochs asked for (derived on first use).
     keys: Mutex<[Option<(u64, LessSafeKey)>; 2]>,
@@ -39,10 +47,12 @@ impl std::fmt::Debug for EpochTicketer {
 }
 
 impl EpochTicketer {
-    /// The ticketer of `secret`, a key per `rotation` seconds (at least 1).
-    pub fn new(secret: &[u8; 32], rotation: u64) -> EpochTicketer {
+    /// The ticketer of `secret`, a key per `rotation` seconds (at least 1), for sessions
+    /// whose client certificates the settings digested in `context` judged.
+    pub fn new(secret: &[u8; 32], rotation: u64, context: [u8; 32]) -> EpochTicketer {
         EpochTicketer {
             prk: Salt::new(HKDF_SHA256, SALT).extract(secret),
+            context,
             rotation: rotation.max(1),
             keys: Mutex::new([None, None]),
             random: SystemRandom::new(),
@@ -71,8 +81,8 @@ impl EpochTicketer {
                     (_, None) => 1,
                     (Some((a, _)), Some((b, _))) => usize::from(b < a),
                 };
-                let info = epoch.to_be_bytes();
-                let info = [&info[..]];
+                let epoch_bytes = epoch.to_be_bytes();
+                let info = [&epoch_bytes[..], &self.context[..]];
                 let okm = self
                     .prk
                     .expand(&info, &AES_256_GCM)
@@ -166,7 +176,7 @@ mod tests {
 
     #[test]
     fn a_ticket_opens_in_its_epoch_and_the_next_only() {
-        let ticketer = EpochTicketer::new(&[1; 32], HOUR);
+        let ticketer = EpochTicketer::new(&[1; 32], HOUR, [0; 32]);
         let start = 500_000 * HOUR;
         let ticket = ticketer
             .encrypt_at(b"state", start + HOUR - 1)
@@ -187,15 +197,19 @@ mod tests {
     #[test]
     fn every_ticketer_of_one_secret_opens_the_others_tickets() {
         let now = 1_800_000_000;
-        let worker_a = EpochTicketer::new(&[9; 32], HOUR);
-        let worker_b = EpochTicketer::new(&[9; 32], HOUR);
-        let stranger = EpochTicketer::new(&[8; 32], HOUR);
+        let worker_a = EpochTicketer::new(&[9; 32], HOUR, [0; 32]);
+        let worker_b = EpochTicketer::new(&[9; 32], HOUR, [0; 32]);
+        let stranger = EpochTicketer::new(&[8; 32], HOUR, [0; 32]);
         let ticket = worker_a.encrypt_at(b"resume me", now).expect("sealed");
         assert_eq!(
             worker_b.decrypt_at(&ticket, now + HOUR).as_deref(),
             Some(&b"resume me"[..])
         );
         assert_eq!(stranger.decrypt_at(&ticket, now), None);
+        // The same secret under other client-certificate settings (a HUP that made them
+        // required, or added a CRL): the ticket does not open, its client handshakes in full.
+        let stricter = EpochTicketer::new(&[9; 32], HOUR, [1; 32]);
+        assert_eq!(stricter.decrypt_at(&ticket, now), None);
         let again = worker_a.encrypt_at(b"resume me", now).expect("sealed");
         assert_ne!(ticket, again, "a fresh nonce per ticket");
     }
@@ -203,7 +217,7 @@ mod tests {
     #[test]
     fn a_changed_or_short_ticket_does_not_open() {
         let now = 1_800_000_000;
-        let ticketer = EpochTicketer::new(&[3; 32], HOUR);
+        let ticketer = EpochTicketer::new(&[3; 32], HOUR, [0; 32]);
         let ticket = ticketer.encrypt_at(b"state", now).expect("sealed");
         for i in [0, 7, 8, 19, 20, ticket.len() - 1] {
             let mut changed = ticket.clone();
