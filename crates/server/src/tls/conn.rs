@@ -236,6 +236,11 @@ impl TlsConn {
         }
         let fd = self.fd();
         let mut session = self.lock();
+        // Records the socket did not take earlier go first: their writable edge may have come
+        // in one event with a readable one, which the loop answers by reading.
+        if session.tls.wants_write() {
+            session.flush(fd)?;
+        }
         let mut filled = 0;
         let mut socket = Socket::new(fd);
         loop {
@@ -434,14 +439,20 @@ impl TlsConn {
     /// `sendfile` under TLS: the records are made here.
     pub fn send_file(&self, file_fd: RawFd, offset: u64, count: u64) -> io::Result<Option<u64>> {
         let fd = self.fd();
-        let mut session = self.writable_session()?;
-        if !session.flush(fd)? {
-            return Ok(None);
+        {
+            let mut session = self.writable_session()?;
+            if !session.flush(fd)? {
+                return Ok(None);
+            }
         }
         let want = count.min(FILE_BLOCK as u64) as usize;
         if want == 0 {
             return Ok(Some(0));
         }
+        // The file is read with the session's lock let go: the loop's help_write waits for
+        // that lock (ADR 0030), and a cold file's read must not stall the loop. Whoever else
+        // writes this connection is ordered by the output lock or by owning it, not by this
+        // lock, so records sealed meanwhile (a backlog) only come first on the socket.
         SCRATCH.with_borrow_mut(|block| {
             block.clear();
             block.reserve(want);
@@ -469,6 +480,7 @@ impl TlsConn {
             }
             // SAFETY: `pread` wrote (initialised) the first `got <= want` bytes.
             unsafe { block.set_len(got) };
+            let mut session = self.writable_session()?;
             let sealed = session.tls.writer().write(block)?;
             session.flush(fd)?;
             Ok(Some(sealed as u64))
