@@ -11,7 +11,8 @@ Which sockets are plain (docs/tls.md): a bind written ``plain:HOST:PORT`` or ``p
 and every Unix socket. An inherited socket (systemd's, or an old master's on USR2) is plain when
 its name in ``LISTEN_FDNAMES`` is ``plain`` (systemd's ``FileDescriptorName=plain``; an old master
 names its plain listeners so, ``tines`` the others), or when the bind list has ``plain:ADDRESS``
-for its address as Tines writes it (``127.0.0.1:8080``, ``[::1]:8080``): the bind list is not
+for its address as Tines writes it (``127.0.0.1:8080``, ``[::1]:8080``) or ``plain:fd://N`` for its
+fd number: the bind list is not
 bound under socket activation, but it still marks the sockets it names.
 
 Errors are ``ConfigError`` with one line, e.g.
@@ -191,7 +192,7 @@ def bind_all(binds: tuple[str, ...] | list[str], backlog: int, defer: int = 0) -
                 listener = _adopt(fd, backlog, f"systemd socket fd {fd}")
                 listeners.append(listener)
                 name = names[index] if index < len(names) and names[index] else "unnamed"
-                listener.plain = name == PLAIN_FDNAME or listener.address in plain
+                listener.plain = name == PLAIN_FDNAME or listener.address in plain or f"fd://{fd}" in plain
                 log.info("socket activation: fd %d (%s) is %s", fd, name, listener.address)
             binds = []
         for bind in binds:

@@ -305,7 +305,16 @@ class Upgrade:
             status = [listener.fileno() for listener in passed.status]
             # Then the ticket secret, if any (ENV_TICKET_FD): made here, so the old master
             # never holds the copy.
-            ticket = [secret_fd(passed.ticket_secret)] if passed.ticket_secret else []
+            ticket = []
+            if passed.ticket_secret:
+                try:
+                    ticket = [secret_fd(passed.ticket_secret)]
+                except OSError as error:
+                    # No memfd here (an old kernel, a seccomp filter): the upgrade goes on and
+                    # the new master makes its own secret (tickets from before it make one full
+                    # handshake), rather than fail the whole upgrade for a resumption.
+                    os.write(2, f"tines: the TLS ticket secret is not passed to the new master "
+                                f"(memfd: {error}); tickets from before the upgrade will not resume\n".encode())
             sources = [listener.fileno() for listener in passed.listeners] + [ready_write] + status + ticket
             ready_target = SD_LISTEN_FDS_START + len(passed.listeners)
             status_target = ready_target + len(status)

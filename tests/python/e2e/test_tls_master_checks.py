@@ -262,20 +262,22 @@ def test_usr2_hands_the_ticket_secret_over_so_a_session_resumes_on_the_new_maste
 
 @needs_material
 def test_socket_activation_marks_plain_sockets_by_name_or_by_a_plain_bind(tines_server: Any, tmp_path: Path) -> None:
-    """systemd's sockets: the one named ``plain`` (FileDescriptorName=plain) and the one whose
-    address a ``plain:`` bind names speak plain HTTP; the other speaks TLS."""
+    """systemd's sockets: the one named ``plain`` (FileDescriptorName=plain), the one whose
+    address a ``plain:`` bind names and the one a ``plain:fd://N`` bind names by its number
+    speak plain HTTP; the other speaks TLS."""
     cert, key = make_pair(tmp_path, "server")
-    sockets = [listening_socket() for _ in range(3)]
+    sockets = [listening_socket() for _ in range(4)]
     fds = [sock.fileno() for sock in sockets]
     ports = [sock.getsockname()[1] for sock in sockets]
     server: Server = tines_server(
-        "hello_pid:app", "-w", "1", "-b", f"plain:127.0.0.1:{ports[2]}", "--certfile", str(cert), "--keyfile", str(key),
-        program=(sys.executable, "-c", ACTIVATE, ",".join(map(str, fds)), "web:plain:admin"), pass_fds=fds)
+        "hello_pid:app", "-w", "1", "-b", f"plain:127.0.0.1:{ports[2]}", "-b", "plain:fd://6", "--certfile", str(cert), "--keyfile", str(key),
+        program=(sys.executable, "-c", ACTIVATE, ",".join(map(str, fds)), "web:plain:admin:web2"), pass_fds=fds)
     for sock in sockets:
         sock.close()  # the server holds its own copies
     server.wait_for_log(rf"Listening at: https://127\.0\.0\.1:{ports[0]} ")
     server.wait_for_log(rf"Listening at: http://127\.0\.0\.1:{ports[1]} ")
     server.wait_for_log(rf"Listening at: http://127\.0\.0\.1:{ports[2]} ")
+    server.wait_for_log(rf"Listening at: http://127\.0\.0\.1:{ports[3]} ")  # fd 6: the fourth passed
     assert tls_get(ports[0], client_context()).certificate == fingerprint(cert)
     for port in ports[1:]:
         assert http_get(port, close=True)[0] == 200
