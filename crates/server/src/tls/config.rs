@@ -114,7 +114,11 @@ pub(crate) fn client_auth_digest(client: Option<&ClientAuth>) -> [u8; 32] {
     match client {
         None => part(b"none"),
         Some(client) => {
-            part(if client.required { b"required" } else { b"optional" });
+            part(if client.required {
+                b"required"
+            } else {
+                b"optional"
+            });
             for root in &client.roots.roots {
                 part(root.subject.as_ref());
                 part(root.subject_public_key_info.as_ref());

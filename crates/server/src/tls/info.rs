@@ -24,7 +24,7 @@ use super::verifier::ReportingVerifier;
 use super::{ClientVerify, TlsInfo};
 
 /// How a client certificate of a finished handshake is judged.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Judge {
     /// None is asked for.
     NoClientAuth,
@@ -80,7 +80,9 @@ impl TlsInfo {
             .unwrap_or("");
         let server_name = session.server_name().map(str::to_owned);
         let chain = session.peer_certificates().unwrap_or(&[]);
-        let (server_cert_pem, client_verify) = {
+        // The registry's lock covers the lookup only: judging an optional client certificate
+        // (webpki's path building and signatures) runs outside it.
+        let (server_cert_pem, judged_by) = {
             let sources = SOURCES
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -93,11 +95,12 @@ impl TlsInfo {
                         .resolver
                         .leaf_pem(server_name.as_deref())
                         .unwrap_or_else(|| "".into()),
-                    judge(&source.judge, chain),
+                    source.judge.clone(),
                 ),
-                None => ("".into(), judge(&Judge::Required, chain)),
+                None => ("".into(), Judge::Required),
             }
         };
+        let client_verify = judge(&judged_by, chain);
         let leaf = chain
             .first()
             .and_then(|der| Certificate::from_der(der).ok());
