@@ -141,6 +141,8 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         max_requests_jitter: get(settings, "max_requests_jitter")?,
         workers: get::<usize>(settings, "workers")?.max(1),
         debug: log_level.eq_ignore_ascii_case("debug"),
+        // Role C wires the `h2_*` settings (ADR 0034); the defaults until then.
+        h2: Default::default(),
     })
 }
 
@@ -178,6 +180,6 @@ pub fn worker_config_fields(
         body_timeout, body_min_rate, send_timeout, linger_timeout, limits, max_body_size,
         max_body_drain, server_header, access_log, error_log, access_log_format,
         access_log_exclude,
-        max_requests, max_requests_jitter, workers, debug,
+        max_requests, max_requests_jitter, workers, debug, h2,
     ))
 }

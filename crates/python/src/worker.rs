@@ -7,9 +7,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use pyo3::exceptions::PyOSError;
+use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use tines_server::listener::H2c;
 use tines_server::{run_worker as run, WorkerSpec};
 
 use crate::scoreboard::PyScoreboard;
@@ -42,6 +43,11 @@ pub struct PythonSpec<'py> {
     /// with a certificate, unless marked `plain:`); none when the attribute is missing.
     #[pyo3(default)]
     tls_listeners: Vec<bool>,
+    /// What each speaks in cleartext, parallel to `listeners`: "off" (HTTP/1.1), "only" (h2c
+    /// with prior knowledge) or "both" (the `h2c:` and `http1+h2c:` bind prefixes); none when
+    /// the attribute is missing.
+    #[pyo3(default)]
+    h2c_listeners: Vec<String>,
     /// The scoreboard shared with the master.
     scoreboard: Bound<'py, PyScoreboard>,
     /// This worker's slot in it.
@@ -70,6 +76,7 @@ impl PythonSpec<'_> {
             settings,
             listeners,
             tls_listeners,
+            h2c_listeners,
             scoreboard,
             slot,
             life_fd,
@@ -81,6 +88,17 @@ impl PythonSpec<'_> {
             config: worker_config(&settings)?,
             listeners,
             tls_listeners,
+            h2c_listeners: h2c_listeners
+                .iter()
+                .map(|mode| match mode.as_str() {
+                    "off" => Ok(H2c::Off),
+                    "only" => Ok(H2c::Only),
+                    "both" => Ok(H2c::Both),
+                    other => Err(PyValueError::new_err(format!(
+                        "h2c_listeners: 'off', 'only' or 'both' expected, not {other:?}"
+                    ))),
+                })
+                .collect::<PyResult<Vec<_>>>()?,
             scoreboard: Arc::clone(&scoreboard.get().inner),
             slot,
             life_fd,

@@ -29,6 +29,7 @@ pub mod control;
 pub mod dump_signal;
 pub mod exchange;
 pub mod fuzzing;
+pub mod h2;
 pub mod io;
 pub mod listener;
 pub mod log;

@@ -54,6 +54,24 @@ pub struct Listener {
     /// Its connections speak TLS (ADR 0030): set by the worker from `WorkerSpec::tls_listeners`
     /// ([`Listener::speaking_tls`]); the master decides which binds do.
     tls: bool,
+    /// Whether its cleartext connections speak HTTP/2 with prior knowledge (ADR 0034): set by
+    /// the worker from `WorkerSpec::h2c_listeners` ([`Listener::speaking_h2c`]).
+    h2c: H2c,
+}
+
+/// What a cleartext TCP listener speaks (the `h2c:` and `http1+h2c:` bind prefixes; a TLS
+/// listener chooses by ALPN instead, and a Unix socket may say either).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum H2c {
+    /// HTTP/1.1 only.
+    #[default]
+    Off,
+    /// HTTP/2 with prior knowledge only: anything but the connection preface is a protocol
+    /// error (GOAWAY, close).
+    Only,
+    /// Both: a connection that begins with the HTTP/2 preface speaks HTTP/2, any other
+    /// HTTP/1.1 (a bad preface is then taken for an HTTP/1.1 request: h2spec's 3.5/2).
+    Both,
 }
 
 /// A worker holding fewer open connections than this is never over its fair share (the
@@ -159,6 +177,7 @@ impl Listener {
             nodelay_inherited,
             deferred,
             tls: false,
+            h2c: H2c::Off,
         })
     }
 
@@ -178,6 +197,24 @@ impl Listener {
     /// Whether its connections speak TLS (the accepted socket is wrapped in a session).
     pub fn tls(&self) -> bool {
         self.tls
+    }
+
+    /// The listener, its cleartext connections speaking HTTP/2 as `h2c` says (on a TLS
+    /// listener only `H2c::Off` is accepted: ALPN chooses there).
+    pub fn speaking_h2c(mut self, h2c: H2c) -> io::Result<Listener> {
+        if self.tls && h2c != H2c::Off {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a TLS listener chooses HTTP/2 by ALPN, not h2c",
+            ));
+        }
+        self.h2c = h2c;
+        Ok(self)
+    }
+
+    /// What its cleartext connections speak.
+    pub fn h2c(&self) -> H2c {
+        self.h2c
     }
 
     /// Whether a connection usually comes with its first bytes (`TCP_DEFER_ACCEPT`): one that

@@ -19,6 +19,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
+use crate::h2::{H2Stream, StreamLink};
 use crate::io::{
     input_waiting, read_nonblocking, read_with_deadline, send_file_nonblocking,
     unacknowledged_output, wait_fd, write_all_from, write_vectored_nonblocking,
@@ -34,6 +35,8 @@ pub enum Transport {
     Plain(OwnedFd),
     /// TLS records (ADR 0030): the session and its socket.
     Tls(Box<TlsConn>),
+    /// One stream of an HTTP/2 connection, as a virtual HTTP/1.1 connection (ADR 0035).
+    H2(Box<H2Stream>),
 }
 
 impl Transport {
@@ -43,6 +46,7 @@ impl Transport {
         match self {
             Transport::Plain(fd) => fd.as_raw_fd(),
             Transport::Tls(conn) => conn.fd(),
+            Transport::H2(stream) => stream.fd(),
         }
     }
 
@@ -52,6 +56,7 @@ impl Transport {
         match self {
             Transport::Plain(fd) => Link::Plain(fd.as_raw_fd()),
             Transport::Tls(conn) => Link::Tls(TlsLink::new(conn)),
+            Transport::H2(stream) => Link::H2(StreamLink::new(stream)),
         }
     }
 }
@@ -64,6 +69,8 @@ pub enum Link {
     Plain(RawFd),
     /// TLS records on a session the transport owns.
     Tls(TlsLink),
+    /// An HTTP/2 stream's virtual HTTP/1.1 connection (ADR 0035).
+    H2(StreamLink),
 }
 
 /// A pointer to a transport's [`TlsConn`], valid while the transport lives (the contract a
@@ -98,6 +105,7 @@ impl Link {
         match self {
             Link::Plain(fd) => fd,
             Link::Tls(t) => t.conn().fd(),
+            Link::H2(h) => h.stream().fd(),
         }
     }
 
@@ -109,6 +117,7 @@ impl Link {
         match self {
             Link::Plain(fd) => read_nonblocking(fd, buf),
             Link::Tls(t) => t.conn().read(buf),
+            Link::H2(h) => h.stream().read(buf),
         }
     }
 
@@ -119,6 +128,7 @@ impl Link {
         match self {
             Link::Plain(fd) => read_nonblocking(fd, buf),
             Link::Tls(t) => t.conn().read_raw(buf),
+            Link::H2(h) => h.stream().read_raw(buf),
         }
     }
 
@@ -129,6 +139,7 @@ impl Link {
         match self {
             Link::Plain(_) => false,
             Link::Tls(t) => t.conn().wants_write(),
+            Link::H2(h) => h.stream().wants_write(),
         }
     }
 
@@ -139,6 +150,7 @@ impl Link {
         match self {
             Link::Plain(_) => Ok(true),
             Link::Tls(t) => t.conn().flush(),
+            Link::H2(h) => h.stream().flush(),
         }
     }
 
@@ -149,6 +161,7 @@ impl Link {
         match self {
             Link::Plain(fd) => input_waiting(fd),
             Link::Tls(t) => t.conn().input_waiting(),
+            Link::H2(h) => h.stream().input_waiting(),
         }
     }
 
@@ -157,6 +170,7 @@ impl Link {
         match self {
             Link::Plain(fd) => read_with_deadline(fd, buf, deadline, what),
             Link::Tls(t) => t.conn().read_by(buf, deadline, what),
+            Link::H2(h) => h.stream().read_by(buf, deadline, what),
         }
     }
 
@@ -168,6 +182,7 @@ impl Link {
         match self {
             Link::Plain(fd) => write_vectored_nonblocking(fd, parts, skip),
             Link::Tls(t) => t.conn().write_vectored(parts, skip),
+            Link::H2(h) => h.stream().write_vectored(parts, skip),
         }
     }
 
@@ -181,6 +196,7 @@ impl Link {
         match self {
             Link::Plain(fd) => write_all_from(fd, parts, written, timeout),
             Link::Tls(t) => t.conn().write_all_from(parts, written, timeout),
+            Link::H2(h) => h.stream().write_all_from(parts, written, timeout),
         }
     }
 
@@ -192,6 +208,7 @@ impl Link {
         match self {
             Link::Plain(fd) => send_file_nonblocking(fd, file_fd, offset, count),
             Link::Tls(t) => t.conn().send_file(file_fd, offset, count),
+            Link::H2(h) => h.stream().send_file(file_fd, offset, count),
         }
     }
 
@@ -200,6 +217,7 @@ impl Link {
         match self {
             Link::Plain(fd) => wait_fd(fd, write, deadline, what),
             Link::Tls(t) => t.conn().wait(write, deadline, what),
+            Link::H2(h) => h.stream().wait(write, deadline, what),
         }
     }
 
@@ -209,6 +227,7 @@ impl Link {
         match self {
             Link::Plain(fd) => unacknowledged_output(fd),
             Link::Tls(t) => t.conn().unacknowledged(),
+            Link::H2(h) => h.stream().unacknowledged(),
         }
     }
 
@@ -223,6 +242,7 @@ impl Link {
                 libc::shutdown(fd, libc::SHUT_WR);
             },
             Link::Tls(t) => t.conn().shutdown_write(),
+            Link::H2(h) => h.stream().shutdown_write(),
         }
     }
 
@@ -237,12 +257,24 @@ impl Link {
                 libc::shutdown(fd, libc::SHUT_RDWR);
             },
             Link::Tls(t) => t.conn().shutdown(),
+            Link::H2(h) => h.stream().shutdown(),
         }
     }
 
-    /// True on a TLS connection.
+    /// True on a TLS connection (an HTTP/2 stream on one too).
     pub fn is_tls(self) -> bool {
-        matches!(self, Link::Tls(_))
+        match self {
+            Link::Plain(_) => false,
+            Link::Tls(_) => true,
+            Link::H2(h) => h.stream().info().is_some(),
+        }
+    }
+
+    /// True on an HTTP/2 stream (the access log's `HTTP/2.0`, WSGI's `SERVER_PROTOCOL`,
+    /// ASGI's `http_version`; no keep-alive, no lingering close).
+    #[inline]
+    pub fn is_h2(self) -> bool {
+        matches!(self, Link::H2(_))
     }
 
     /// Calls `f` with what the finished handshake told (`None`: a plain connection, or a
@@ -251,6 +283,7 @@ impl Link {
         match self {
             Link::Plain(_) => f(None),
             Link::Tls(t) => f(t.conn().info()),
+            Link::H2(h) => f(h.stream().info()),
         }
     }
 }

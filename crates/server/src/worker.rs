@@ -39,6 +39,8 @@ pub struct WorkerSpec {
     /// Which of `listeners` speak TLS, parallel to it (empty: none does). A TLS listener needs
     /// `config.tls`; a Unix-socket one is refused.
     pub tls_listeners: Vec<bool>,
+    /// What each of `listeners` speaks in cleartext, parallel to it (empty: HTTP/1.1 on all).
+    pub h2c_listeners: Vec<crate::listener::H2c>,
     /// The shared scoreboard and this worker's slot index.
     pub scoreboard: Arc<Scoreboard>,
     /// This worker's slot.
@@ -142,7 +144,8 @@ pub fn prepare(spec: WorkerSpec) -> io::Result<(crate::reactor::Reactor, Arc<Wor
         .enumerate()
         .map(|(index, &fd)| {
             let tls = spec.tls_listeners.get(index).copied().unwrap_or(false);
-            Listener::from_fd(fd)?.speaking_tls(tls)
+            let h2c = spec.h2c_listeners.get(index).copied().unwrap_or_default();
+            Listener::from_fd(fd)?.speaking_tls(tls)?.speaking_h2c(h2c)
         })
         .collect::<io::Result<Vec<_>>>()?;
     let control = Control::install(spec.life_fd)?;

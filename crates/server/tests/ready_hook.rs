@@ -67,6 +67,7 @@ fn a_worker_whose_access_log_cannot_be_opened_fails_without_reporting_ready() {
         },
         listeners: vec![std::os::fd::IntoRawFd::into_raw_fd(listener)],
         tls_listeners: Vec::new(),
+        h2c_listeners: Vec::new(),
         scoreboard,
         slot: 0,
         life_fd: None,

@@ -18,7 +18,7 @@ impl Connection {
     /// handshake's state).
     pub(crate) fn tls(&self) -> Option<&TlsConn> {
         match &self.transport {
-            Transport::Plain(_) => None,
+            Transport::Plain(_) | Transport::H2(_) => None,
             Transport::Tls(conn) => Some(conn),
         }
     }

@@ -57,6 +57,7 @@ impl TestServer {
         scoreboard.claim(0, std::process::id(), 1);
         let spec = WorkerSpec {
             tls_listeners: vec![config.tls.is_some()],
+            h2c_listeners: Vec::new(),
             config,
             listeners: vec![listener_fd], // the worker owns it from now on (closes it when it stops)
             scoreboard: Arc::clone(&scoreboard),

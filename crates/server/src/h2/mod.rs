@@ -1,0 +1,131 @@
+//! HTTP/2 (RFC 9113; ADR 0034, 0035): a connection whose first bytes were the HTTP/2 preface
+//! (h2c) or whose TLS handshake chose `h2` by ALPN, served by the `h2` crate driven from our
+//! own poller without a runtime, each of its streams handed to the rest of the server as a
+//! virtual HTTP/1.1 connection ([`H2Stream`], a [`crate::transport::Transport`] of its own).
+//!
+//! The loop owns an [`H2Conn`] for its whole life (ADR 0019): it calls [`H2Conn::advance`]
+//! when the socket is readable or writable, when a slot wrote to a stream (the driver's
+//! waker), and at the connection's deadline. `advance` reads what the socket holds, runs the
+//! protocol (HPACK, flow control, SETTINGS, PING, RST_STREAM, GOAWAY, the flood limits),
+//! turns what the streams' exchanges wrote into frames and writes what the socket takes. A
+//! stream whose request head is complete comes out as a new [`H2Stream`]: the loop makes it a
+//! `Connection` in its table (never registered with the poller: its readiness is what
+//! `advance` reports) and serves it as any HTTP/1.1 connection (its head, its body read
+//! before dispatch, a slot, the response handed to the poller when the client reads slowly).
+//!
+//! Every thread may touch a connection's state through its streams' links (a slot writing a
+//! response, reading a body it streams): the state is behind one lock per connection
+//! (`Shared`), which the loop takes in `advance` and a stream's link in each call.
+//!
+//! It must not know which MPM runs it beyond `inline` (a slot on the loop's own thread:
+//! prefork, event without threads), nor how an exchange frames HTTP/1.1 (it reads the bytes
+//! an exchange wrote as a client would: `transcode`).
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::config::H2Config;
+use crate::transport::Transport;
+
+mod stream;
+
+pub use stream::{H2Stream, StreamLink};
+
+/// The connection preface a client sends first (RFC 9113 3.4).
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The loop's handle on one HTTP/2 connection. Dropping it closes the socket once every
+/// stream's transport is dropped too (the streams hold the connection's state alive).
+pub struct H2Conn {
+    #[expect(dead_code, reason = "role A's")]
+    shared: Arc<Shared>,
+}
+
+/// What one connection's streams and the loop share (role A defines it).
+pub(crate) struct Shared {}
+
+/// Who the connection is, for the streams' virtual connections and the waker.
+pub struct H2Context {
+    /// The worker's HTTP/2 settings.
+    pub config: H2Config,
+    /// A slot runs on the loop's own thread (prefork, event without app threads): a stream's
+    /// blocking wait must then drive the connection itself, as no loop runs meanwhile.
+    pub inline: bool,
+    /// The driver's waker (an eventfd the loop watches; `None` when `inline`): written once
+    /// when a slot's write or a slot's own drive of the connection left work for the loop
+    /// (frames to write, a stream opened, a stream's readiness to report).
+    pub waker: Option<RawFd>,
+    /// The prefork MPM: advertise SETTINGS_MAX_CONCURRENT_STREAMS = 1 whatever `config` says.
+    pub one_stream: bool,
+}
+
+/// What [`H2Conn::advance`] did that the loop must act on.
+#[derive(Default)]
+pub struct Advance {
+    /// Streams whose request head is complete, in the order they opened: each is the
+    /// transport of a new virtual HTTP/1.1 connection whose read gives the request's head
+    /// (and body) as HTTP/1.1 bytes.
+    pub opened: Vec<Box<H2Stream>>,
+    /// Tokens (from [`H2Stream::set_token`]) of the loop's streams that became readable (more
+    /// body, its end, a reset) or writable (room in their window and buffers) since the last
+    /// advance: the loop handles them as the poller's events on a connection.
+    pub ready: Vec<(u64, Readiness)>,
+    /// Nothing is left of the connection (GOAWAY exchanged and no open stream, the peer
+    /// gone, a connection error written): the loop drops it.
+    pub finished: bool,
+    /// Output waits for the socket to become writable (the poller's EPOLLOUT wakes the loop).
+    pub wants_write: bool,
+}
+
+/// Which way a stream became ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    /// Bytes (or the end, or an error) to read.
+    pub readable: bool,
+    /// Room to write.
+    pub writable: bool,
+}
+
+impl H2Conn {
+    /// A connection over `transport` whose first `read` bytes were taken from the socket
+    /// already (the h2c preface, or part of it, that the loop peeked or read to choose the
+    /// protocol); on TLS, the handshake is finished and ALPN chose `h2`. Queues the server's
+    /// SETTINGS (and the connection window's WINDOW_UPDATE); nothing is written until
+    /// [`H2Conn::advance`].
+    pub fn new(transport: Transport, read: &[u8], context: H2Context) -> H2Conn {
+        let _ = (transport, read, context);
+        todo!("role A")
+    }
+
+    /// The socket's fd, for the poller's registration (never for I/O).
+    pub fn fd(&self) -> RawFd {
+        todo!("role A")
+    }
+
+    /// Reads what the socket holds, runs the protocol, frames what the streams wrote, writes
+    /// what the socket takes; never blocks.
+    pub fn advance(&self, now: Instant) -> Advance {
+        let _ = now;
+        todo!("role A")
+    }
+
+    /// Begins a graceful close (drain, HUP, USR2, stop): GOAWAY with the last stream id
+    /// 2^31-1 and a PING, then, when the PING's answer comes (or at once if the connection
+    /// was idle), GOAWAY with the real last stream id; the streams already open finish.
+    /// Effective at the next [`H2Conn::advance`].
+    pub fn close_gracefully(&self) {
+        todo!("role A")
+    }
+
+    /// Streams open (dispatched, reading their body, or writing their response).
+    pub fn open_streams(&self) -> usize {
+        todo!("role A")
+    }
+
+    /// True when a slot's thread left work for the loop since the last advance (the loop
+    /// advances such connections when its waker fires).
+    pub fn needs_advance(&self) -> bool {
+        todo!("role A")
+    }
+}
