@@ -17,19 +17,33 @@
 //! response, reading a body it streams): the state is behind one lock per connection
 //! (`Shared`), which the loop takes in `advance` and a stream's link in each call.
 //!
+//! Its files: `io` (the I/O object `h2` drives), `flood` (the frame pre-scanner and the rate
+//! windows), `synth` (a request as HTTP/1.1 bytes), `transcode` (a response's HTTP/1.1 bytes
+//! as HEADERS and DATA), `state` (the connection's state and its drive), `stream` (the
+//! `H2Stream` a virtual connection owns).
+//!
 //! It must not know which MPM runs it beyond `inline` (a slot on the loop's own thread:
 //! prefork, event without threads), nor how an exchange frames HTTP/1.1 (it reads the bytes
 //! an exchange wrote as a client would: `transcode`).
 
 use std::os::fd::RawFd;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
+
+use bytes::Bytes;
 
 use crate::config::H2Config;
 use crate::transport::Transport;
 
+mod flood;
+mod io;
+mod state;
 mod stream;
+mod synth;
+mod transcode;
 
+use state::State;
 pub use stream::{H2Stream, StreamLink};
 
 /// The connection preface a client sends first (RFC 9113 3.4).
@@ -38,12 +52,21 @@ pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// The loop's handle on one HTTP/2 connection. Dropping it closes the socket once every
 /// stream's transport is dropped too (the streams hold the connection's state alive).
 pub struct H2Conn {
-    #[expect(dead_code, reason = "role A's")]
     shared: Arc<Shared>,
 }
 
-/// What one connection's streams and the loop share (role A defines it).
-pub(crate) struct Shared {}
+/// What one connection's streams and the loop share: the state behind its lock, the socket.
+pub(crate) struct Shared {
+    /// Declared first: dropped before the transport its I/O object reads through.
+    state: Mutex<State>,
+    /// Wakes the threads blocked on one of the connection's streams (not `inline`).
+    cond: Condvar,
+    /// A slot's thread left work for the loop since its last advance.
+    needs_advance: AtomicBool,
+    transport: Transport,
+    inline: bool,
+    waker: Option<RawFd>,
+}
 
 /// Who the connection is, for the streams' virtual connections and the waker.
 pub struct H2Context {
@@ -58,6 +81,9 @@ pub struct H2Context {
     pub waker: Option<RawFd>,
     /// The prefork MPM: advertise SETTINGS_MAX_CONCURRENT_STREAMS = 1 whatever `config` says.
     pub one_stream: bool,
+    /// Response bytes one stream holds before its writes would block (`max_response_buffer`):
+    /// what a slow reader's stream costs at most besides its window in `h2`.
+    pub stream_output_budget: usize,
 }
 
 /// What [`H2Conn::advance`] did that the loop must act on.
@@ -79,12 +105,32 @@ pub struct Advance {
 }
 
 /// Which way a stream became ready.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Readiness {
     /// Bytes (or the end, or an error) to read.
     pub readable: bool,
     /// Room to write.
     pub writable: bool,
+}
+
+/// The `h2` server's builder, configured from the settings (ADR 0034).
+fn builder(config: &H2Config, one_stream: bool) -> h2::server::Builder {
+    let mut builder = h2::server::Builder::new();
+    builder
+        .initial_window_size(config.initial_window_size)
+        .initial_connection_window_size(config.connection_window_size)
+        .max_frame_size(config.max_frame_size)
+        .max_header_list_size(config.max_header_list_size)
+        .header_table_size(config.header_table_size)
+        .max_concurrent_streams(if one_stream {
+            1
+        } else {
+            config.max_concurrent_streams
+        })
+        // Streams h2 resets for the client's errors, over the connection's life: ten
+        // seconds' worth of the reset rate (ours counts the client's RST_STREAM frames).
+        .max_local_error_reset_streams(Some(config.max_reset_rate.max(1) as usize * 10));
+    builder
 }
 
 impl H2Conn {
@@ -94,20 +140,54 @@ impl H2Conn {
     /// SETTINGS (and the connection window's WINDOW_UPDATE); nothing is written until
     /// [`H2Conn::advance`].
     pub fn new(transport: Transport, read: &[u8], context: H2Context) -> H2Conn {
-        let _ = (transport, read, context);
-        todo!("role A")
+        let link = transport.link();
+        let report = Arc::new(io::Report::default());
+        let io = io::Io::new(link, read, &context.config, Arc::clone(&report));
+        let handshake = builder(&context.config, context.one_stream).handshake::<_, Bytes>(io);
+        let state = State::new(handshake, report, context.stream_output_budget, link);
+        H2Conn {
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+                cond: Condvar::new(),
+                needs_advance: AtomicBool::new(false),
+                transport,
+                inline: context.inline,
+                waker: context.waker,
+            }),
+        }
     }
 
     /// The socket's fd, for the poller's registration (never for I/O).
     pub fn fd(&self) -> RawFd {
-        todo!("role A")
+        self.shared.transport.fd()
     }
 
     /// Reads what the socket holds, runs the protocol, frames what the streams wrote, writes
     /// what the socket takes; never blocks.
     pub fn advance(&self, now: Instant) -> Advance {
         let _ = now;
-        todo!("role A")
+        let mut state = self.shared.lock();
+        self.shared.needs_advance.store(false, Ordering::Release);
+        state.drive(true);
+        let mut advance = Advance {
+            opened: state
+                .opened
+                .drain(..)
+                .map(|id| Box::new(H2Stream::new(Arc::clone(&self.shared), id)))
+                .collect(),
+            ..Advance::default()
+        };
+        state.take_ready(&mut advance.ready);
+        advance.finished = state.finished;
+        advance.wants_write = !state.finished
+            && state
+                .report
+                .write_blocked
+                .load(std::sync::atomic::Ordering::Relaxed);
+        if state.waiter_ready() {
+            self.shared.cond.notify_all();
+        }
+        advance
     }
 
     /// Begins a graceful close (drain, HUP, USR2, stop): GOAWAY with the last stream id
@@ -115,17 +195,50 @@ impl H2Conn {
     /// was idle), GOAWAY with the real last stream id; the streams already open finish.
     /// Effective at the next [`H2Conn::advance`].
     pub fn close_gracefully(&self) {
-        todo!("role A")
+        self.shared.lock().close_gracefully();
+        self.shared.needs_advance.store(true, Ordering::Release);
     }
 
     /// Streams open (dispatched, reading their body, or writing their response).
     pub fn open_streams(&self) -> usize {
-        todo!("role A")
+        self.shared.lock().streams.len()
     }
 
     /// True when a slot's thread left work for the loop since the last advance (the loop
     /// advances such connections when its waker fires).
     pub fn needs_advance(&self) -> bool {
-        todo!("role A")
+        self.shared.needs_advance.load(Ordering::Acquire)
     }
 }
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// After a stream's call changed the state: drives `h2` (writing only: the loop reads)
+    /// when `drive` or a handle asked for it, wakes blocked threads whose stream became
+    /// ready, and tells the loop (its waker) about work left for it.
+    fn settle(&self, state: &mut State, drive: bool) {
+        if drive || state.woken() {
+            state.drive(false);
+        }
+        if state.waiter_ready() {
+            self.cond.notify_all();
+        }
+        if state.left_for_loop() && !self.needs_advance.swap(true, Ordering::AcqRel) {
+            if let Some(fd) = self.waker {
+                let one = 1u64.to_ne_bytes();
+                // SAFETY: eight readable bytes for the duration of the call; the eventfd
+                // outlives the worker's connections. A full counter only means a wake-up
+                // is pending already.
+                unsafe { libc::write(fd, one.as_ptr().cast(), one.len()) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

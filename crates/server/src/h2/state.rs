@@ -1,0 +1,677 @@
+//! One connection's state behind its lock (BRIEF decision 4): the `h2` connection, the
+//! streams it accepted as we see them (their request bytes, their response's transcoder and
+//! the DATA waiting for window), and the drive that polls `h2` until nothing moves.
+//!
+//! Whoever holds the lock drives: the loop in `advance` (reading and writing the socket), a
+//! slot's thread after its write or read (writing only: the loop reads), a blocking call
+//! under `inline` (both). It must not block, nor wake anyone itself (the caller, in
+//! `super::Shared`, notifies waiting threads and writes the loop's waker).
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Buf, Bytes};
+use h2::server::{Connection, Handshake, SendResponse};
+use h2::{Reason, RecvStream, SendStream};
+use http::{Request, Response, StatusCode};
+
+use super::io::{Flag, Io, Report};
+use super::synth::{chunk_size_line, last_chunk, synthesize, Refused};
+use super::transcode::{Out, Transcoder};
+use super::Readiness;
+use crate::transport::Link;
+
+/// Rounds of one drive before it leaves the rest to the next (a peer that keeps `h2` busy
+/// forever cannot hold the lock forever).
+const MAX_ROUNDS: usize = 64;
+
+/// Where the `h2` connection is.
+enum Phase {
+    /// The server's SETTINGS go out, the client's preface comes in.
+    Handshaking(Pin<Box<Handshake<Io, Bytes>>>),
+    Open(Connection<Io, Bytes>),
+    /// Over (closed, failed, or a bad preface answered).
+    Closed,
+}
+
+/// Bytes of a stream's synthesized request; `flow`: DATA payload, whose window reopens as it
+/// is read.
+struct Segment {
+    bytes: Bytes,
+    flow: bool,
+}
+
+/// One stream as the server sees it.
+pub(crate) struct StreamState {
+    pub(crate) token: Option<u64>,
+    recv: Option<RecvStream>,
+    /// Every request byte is in `inbound` (END_STREAM came).
+    recv_done: bool,
+    chunked: bool,
+    inbound: VecDeque<Segment>,
+    /// The stream was reset (by the client, by us, or the connection ended).
+    pub(crate) reset: bool,
+    /// `shutdown`: the stuck thread's reads and writes fail.
+    shut: bool,
+    respond: Option<SendResponse<Bytes>>,
+    send: Option<SendStream<Bytes>>,
+    transcoder: Transcoder,
+    /// Response DATA waiting for window.
+    out: VecDeque<Bytes>,
+    pub(crate) out_len: usize,
+    trailers: Option<http::HeaderMap>,
+    /// The response is complete as written: END_STREAM once `out` is sent.
+    out_end: bool,
+    /// END_STREAM (or the trailers) handed to `h2`.
+    complete: bool,
+    /// A write found no room (or a flush found bytes left): tell when room comes.
+    want_writable: bool,
+    pending: Readiness,
+    /// A thread blocks on this stream (the condvar wakes it; the loop is not told).
+    pub(crate) waiting: bool,
+    budget: usize,
+    /// The `H2Stream` is gone; what is left of a complete response still goes.
+    detached: bool,
+}
+
+impl StreamState {
+    /// A read would not block.
+    pub(crate) fn readable(&self) -> bool {
+        !self.inbound.is_empty() || self.recv_done || self.reset || self.shut
+    }
+
+    /// Response bytes wait to be handed to `h2`.
+    pub(crate) fn wants_write(&self) -> bool {
+        self.out_len > 0 || (self.out_end && !self.complete)
+    }
+
+    /// A write would take bytes.
+    pub(crate) fn has_room(&self) -> bool {
+        self.out_len < self.budget
+    }
+
+    /// A flush found bytes left: tell when they move.
+    pub(crate) fn want_writable(&mut self) {
+        self.want_writable = true;
+    }
+
+    /// Broken: reads end and writes fail.
+    pub(crate) fn broken(&self) -> bool {
+        self.reset || self.shut
+    }
+
+    fn event(&mut self, readable: bool, writable: bool) {
+        self.pending.readable |= readable;
+        self.pending.writable |= writable;
+    }
+
+    /// Resets the stream (`reason`) unless its response went out complete.
+    fn reset_with(&mut self, reason: Reason) {
+        if !self.complete {
+            if let Some(send) = self.send.as_mut() {
+                send.send_reset(reason);
+            } else if let Some(respond) = self.respond.as_mut() {
+                respond.send_reset(reason);
+            }
+        }
+        self.reset = true;
+        self.out.clear();
+        self.out_len = 0;
+        self.event(true, true);
+    }
+}
+
+/// Everything one connection's streams and the loop share, behind its lock.
+pub(crate) struct State {
+    phase: Phase,
+    pub(crate) streams: HashMap<u32, StreamState>,
+    /// Streams accepted and not yet handed to the loop.
+    pub(crate) opened: Vec<u32>,
+    pub(crate) report: Arc<Report>,
+    flag: Arc<Flag>,
+    waker: Waker,
+    graceful: bool,
+    graceful_sent: bool,
+    calm_sent: bool,
+    /// The connection is over and its input drained: the loop drops it.
+    pub(crate) finished: bool,
+    /// Response bytes a stream may hold before its writes would block.
+    budget: usize,
+    link: Link,
+    scratch: Vec<Out>,
+}
+
+impl State {
+    /// The state of a connection whose handshake `h2` has begun on `link`.
+    pub(crate) fn new(
+        handshake: Handshake<Io, Bytes>,
+        report: Arc<Report>,
+        budget: usize,
+        link: Link,
+    ) -> State {
+        let flag = Arc::new(Flag::default());
+        State {
+            phase: Phase::Handshaking(Box::pin(handshake)),
+            streams: HashMap::new(),
+            opened: Vec::new(),
+            report,
+            waker: Waker::from(Arc::clone(&flag)),
+            flag,
+            graceful: false,
+            graceful_sent: false,
+            calm_sent: false,
+            finished: false,
+            budget: budget.max(1),
+            link,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Asks for the two-step GOAWAY at the next drive.
+    pub(crate) fn close_gracefully(&mut self) {
+        self.graceful = true;
+    }
+
+    /// True when a stream's `h2` handles asked to be polled (a write, a released window).
+    pub(crate) fn woken(&self) -> bool {
+        self.flag.is_up()
+    }
+
+    /// Polls `h2` and the streams until nothing moves (`reads`: the socket may be read).
+    pub(crate) fn drive(&mut self, reads: bool) {
+        self.report.reads.store(reads, Ordering::Relaxed);
+        self.report.write_blocked.store(false, Ordering::Relaxed);
+        let waker = self.waker.clone();
+        let mut cx = Context::from_waker(&waker);
+        for _ in 0..MAX_ROUNDS {
+            self.flag.take();
+            self.poll_connection(&mut cx);
+            self.pump(&mut cx);
+            if !self.flag.take() {
+                break;
+            }
+        }
+        if matches!(self.phase, Phase::Closed) && !self.finished && reads {
+            self.drain();
+            self.finished = true;
+            for stream in self.streams.values_mut() {
+                stream.reset = true;
+                stream.event(true, true);
+            }
+        }
+    }
+
+    fn poll_connection(&mut self, cx: &mut Context<'_>) {
+        loop {
+            let calm = self.report.calm.load(Ordering::Relaxed);
+            let accepted = match &mut self.phase {
+                Phase::Handshaking(handshake) => {
+                    if calm {
+                        self.goaway(Reason::ENHANCE_YOUR_CALM);
+                        self.phase = Phase::Closed;
+                        return;
+                    }
+                    match handshake.as_mut().poll(cx) {
+                        Poll::Ready(Ok(connection)) => {
+                            self.phase = Phase::Open(connection);
+                            continue;
+                        }
+                        Poll::Ready(Err(_)) => {
+                            // A bad preface (h2 wrote nothing: no connection yet): our
+                            // GOAWAY, then the close reads what came first (no RST).
+                            if !self.report.eof.load(Ordering::Relaxed) {
+                                self.goaway(Reason::PROTOCOL_ERROR);
+                            }
+                            self.phase = Phase::Closed;
+                            return;
+                        }
+                        Poll::Pending => return,
+                    }
+                }
+                Phase::Open(connection) => {
+                    if self.graceful && !self.graceful_sent {
+                        self.graceful_sent = true;
+                        connection.graceful_shutdown();
+                    }
+                    if calm && !self.calm_sent {
+                        self.calm_sent = true;
+                        connection.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                    }
+                    match connection.poll_accept(cx) {
+                        Poll::Ready(Some(Ok(accepted))) => accepted,
+                        Poll::Ready(Some(Err(_)) | None) => {
+                            self.phase = Phase::Closed;
+                            return;
+                        }
+                        Poll::Pending => return,
+                    }
+                }
+                Phase::Closed => return,
+            };
+            self.accept(accepted);
+        }
+    }
+
+    /// A GOAWAY written as raw bytes (no `h2` connection to write it), best effort.
+    fn goaway(&self, reason: Reason) {
+        let mut frame = [0u8; 17];
+        frame[2] = 8;
+        frame[3] = 0x7;
+        frame[13..17].copy_from_slice(&u32::from(reason).to_be_bytes());
+        let _ = self.link.write_vectored(&[&frame], 0);
+        let _ = self.link.flush();
+    }
+
+    /// Reads what the client sent and nobody will read, so that the close sends FIN and not
+    /// RST (bounded: a peer still sending meets the RST it earned).
+    fn drain(&self) {
+        let mut buf = [0u8; 4096];
+        for _ in 0..64 {
+            match self.link.read(&mut buf) {
+                Ok(Some(n)) if n > 0 => {}
+                _ => break,
+            }
+        }
+    }
+
+    fn accept(&mut self, (request, mut respond): (Request<RecvStream>, SendResponse<Bytes>)) {
+        let (parts, recv) = request.into_parts();
+        let id = respond.stream_id().as_u32();
+        let end = recv.is_end_stream();
+        match synthesize(&parts, end) {
+            Ok(synthesized) => {
+                let mut inbound = VecDeque::with_capacity(4);
+                inbound.push_back(Segment {
+                    bytes: Bytes::from(synthesized.head),
+                    flow: false,
+                });
+                self.streams.insert(
+                    id,
+                    StreamState {
+                        token: None,
+                        recv: Some(recv),
+                        recv_done: end,
+                        chunked: synthesized.chunked,
+                        inbound,
+                        reset: false,
+                        shut: false,
+                        respond: Some(respond),
+                        send: None,
+                        transcoder: Transcoder::new(synthesized.head_request),
+                        out: VecDeque::new(),
+                        out_len: 0,
+                        trailers: None,
+                        out_end: false,
+                        complete: false,
+                        want_writable: false,
+                        pending: Readiness::default(),
+                        waiting: false,
+                        budget: self.budget,
+                        detached: false,
+                    },
+                );
+                self.opened.push(id);
+            }
+            Err(Refused::Malformed) => {
+                respond.send_reset(Reason::PROTOCOL_ERROR);
+                self.report.refused.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(Refused::Connect) => {
+                let mut response = Response::new(());
+                *response.status_mut() = StatusCode::NOT_IMPLEMENTED;
+                let _ = respond.send_response(response, true);
+            }
+        }
+    }
+
+    /// Moves DATA in and out of every stream as far as `h2` allows.
+    fn pump(&mut self, cx: &mut Context<'_>) {
+        let budget = self.budget;
+        self.streams.retain(|_, stream| {
+            pump_stream(stream, cx, budget);
+            !(stream.detached && (stream.reset || (stream.complete && stream.out_len == 0)))
+        });
+    }
+
+    /// The stream `id` (it lives while its `H2Stream` does).
+    pub(crate) fn stream(&mut self, id: u32) -> &mut StreamState {
+        self.streams
+            .get_mut(&id)
+            .expect("a stream's state lives while its H2Stream does")
+    }
+
+    /// Takes request bytes of stream `id` into `buf` (`None`: nothing yet; `Some(0)`: the
+    /// end, or a reset), reopening the window by the DATA bytes taken.
+    pub(crate) fn read(&mut self, id: u32, buf: &mut [u8]) -> Option<usize> {
+        let stream = self.stream(id);
+        let mut filled = 0;
+        let mut released = 0;
+        while filled < buf.len() {
+            let Some(segment) = stream.inbound.front_mut() else {
+                break;
+            };
+            let n = segment.bytes.len().min(buf.len() - filled);
+            buf[filled..filled + n].copy_from_slice(&segment.bytes[..n]);
+            segment.bytes.advance(n);
+            filled += n;
+            if segment.flow {
+                released += n;
+            }
+            if segment.bytes.is_empty() {
+                stream.inbound.pop_front();
+            }
+        }
+        if released > 0 {
+            if let Some(recv) = stream.recv.as_mut() {
+                let _ = recv.flow_control().release_capacity(released);
+            }
+        }
+        if filled > 0 {
+            Some(filled)
+        } else if stream.recv_done || stream.broken() {
+            Some(0)
+        } else {
+            None
+        }
+    }
+
+    /// Takes response bytes of stream `id` (`parts` from byte `skip`) as far as its budget
+    /// allows: how many (`Ok(None)`: none, the stream holds its budget).
+    pub(crate) fn write(
+        &mut self,
+        id: u32,
+        parts: &[&[u8]],
+        mut skip: usize,
+    ) -> std::io::Result<Option<usize>> {
+        let budget = self.budget;
+        let mut events = std::mem::take(&mut self.scratch);
+        let stream = self.stream(id);
+        if stream.broken() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the HTTP/2 stream was reset",
+            ));
+        }
+        let room = budget.saturating_sub(stream.out_len);
+        if room == 0 {
+            stream.want_writable = true;
+            return Ok(None);
+        }
+        let mut taken = 0;
+        for part in parts {
+            if skip >= part.len() {
+                skip -= part.len();
+                continue;
+            }
+            let n = (part.len() - skip).min(room - taken);
+            let fed = stream.transcoder.feed(&part[skip..skip + n], &mut events);
+            skip = 0;
+            taken += n;
+            if fed.is_err() {
+                stream.reset_with(Reason::INTERNAL_ERROR);
+                events.clear();
+                self.scratch = events;
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "the response is not HTTP/1.1 as an exchange writes it",
+                ));
+            }
+            if taken == room {
+                break;
+            }
+        }
+        apply(stream, &mut events);
+        self.scratch = events;
+        Ok(Some(taken))
+    }
+
+    /// The exchange says the response is complete (`shutdown_write`).
+    pub(crate) fn finish_response(&mut self, id: u32) {
+        let mut events = std::mem::take(&mut self.scratch);
+        let stream = self.stream(id);
+        if !stream.broken() {
+            if stream.transcoder.finish(&mut events).is_err() {
+                stream.reset_with(Reason::INTERNAL_ERROR);
+                events.clear();
+            }
+            apply(stream, &mut events);
+        }
+        self.scratch = events;
+    }
+
+    /// A timed-out request (`shutdown`): what was written goes if it is a complete response,
+    /// else RST_STREAM; the stuck thread's calls fail from now on.
+    pub(crate) fn shut(&mut self, id: u32) {
+        let stream = self.stream(id);
+        if !stream.transcoder.is_done() {
+            stream.reset_with(Reason::CANCEL);
+        }
+        stream.shut = true;
+        stream.event(true, true);
+    }
+
+    /// The `H2Stream` of `id` is dropped: a response not complete is reset; a complete one
+    /// keeps going until its bytes are sent (a request body left unread is then reset
+    /// NO_ERROR by `h2`, RFC 9113 8.1).
+    pub(crate) fn detach(&mut self, id: u32) {
+        let Some(stream) = self.streams.get_mut(&id) else {
+            return;
+        };
+        if !stream.transcoder.is_done() && !stream.reset {
+            let reason = if stream.transcoder.nothing_sent() {
+                Reason::CANCEL
+            } else {
+                Reason::INTERNAL_ERROR
+            };
+            stream.reset_with(reason);
+        }
+        stream.detached = true;
+        if stream.reset || (stream.complete && stream.out_len == 0) {
+            self.streams.remove(&id);
+        }
+    }
+
+    /// Readiness of the loop's streams to report (and forgets it).
+    pub(crate) fn take_ready(&mut self, ready: &mut Vec<(u64, Readiness)>) {
+        for stream in self.streams.values_mut() {
+            if let Some(token) = stream.token {
+                if !stream.waiting && (stream.pending.readable || stream.pending.writable) {
+                    ready.push((token, stream.pending));
+                    stream.pending = Readiness::default();
+                }
+            }
+        }
+    }
+
+    /// True when the loop has something to do: streams to hand over, readiness to report,
+    /// output the socket did not take, or the end to notice.
+    pub(crate) fn left_for_loop(&self) -> bool {
+        !self.opened.is_empty()
+            || self.report.write_blocked.load(Ordering::Relaxed)
+            || (matches!(self.phase, Phase::Closed) && !self.finished)
+            || self.streams.values().any(|stream| {
+                stream.token.is_some()
+                    && !stream.waiting
+                    && (stream.pending.readable || stream.pending.writable)
+            })
+    }
+
+    /// True when a blocked thread's stream became ready.
+    pub(crate) fn waiter_ready(&self) -> bool {
+        self.streams
+            .values()
+            .any(|stream| stream.waiting && (stream.pending.readable || stream.pending.writable))
+    }
+
+    /// The output budget per stream.
+    pub(crate) fn budget(&self) -> usize {
+        self.budget
+    }
+}
+
+/// Applies what the transcoder read to the stream's `h2` handles.
+fn apply(stream: &mut StreamState, events: &mut Vec<Out>) {
+    for event in events.drain(..) {
+        match event {
+            Out::Informational(response) => {
+                if let Some(respond) = stream.respond.as_mut() {
+                    let _ = respond.send_informational(response);
+                }
+            }
+            Out::Head(response, end) => {
+                let Some(respond) = stream.respond.as_mut() else {
+                    continue;
+                };
+                match respond.send_response(response, end) {
+                    Ok(send) if !end => stream.send = Some(send),
+                    Ok(_) => {
+                        stream.out_end = true;
+                        stream.complete = true;
+                    }
+                    Err(_) => stream.reset_with(Reason::INTERNAL_ERROR),
+                }
+            }
+            Out::Data(bytes) => {
+                stream.out_len += bytes.len();
+                stream.out.push_back(bytes);
+            }
+            Out::Trailers(trailers) => {
+                stream.trailers = Some(trailers);
+                stream.out_end = true;
+            }
+            Out::End => stream.out_end = true,
+        }
+    }
+}
+
+/// Moves one stream's DATA: what came in to its request bytes, what its exchange wrote to
+/// `h2` as far as its window allows; notices resets.
+fn pump_stream(stream: &mut StreamState, cx: &mut Context<'_>, budget: usize) {
+    if !stream.recv_done && !stream.reset {
+        if let Some(recv) = stream.recv.as_mut() {
+            loop {
+                match recv.poll_data(cx) {
+                    Poll::Ready(Some(Ok(data))) => {
+                        if data.is_empty() {
+                            continue;
+                        }
+                        if stream.chunked {
+                            stream.inbound.push_back(Segment {
+                                bytes: Bytes::from(chunk_size_line(data.len())),
+                                flow: false,
+                            });
+                        }
+                        stream.inbound.push_back(Segment {
+                            bytes: data,
+                            flow: true,
+                        });
+                        if stream.chunked {
+                            stream.inbound.push_back(Segment {
+                                bytes: Bytes::from_static(b"\r\n"),
+                                flow: false,
+                            });
+                        }
+                        stream.pending.readable = true;
+                    }
+                    Poll::Ready(Some(Err(_))) => {
+                        stream.reset = true;
+                        stream.pending = Readiness {
+                            readable: true,
+                            writable: true,
+                        };
+                        break;
+                    }
+                    Poll::Ready(None) => {
+                        match recv.poll_trailers(cx) {
+                            Poll::Ready(Ok(trailers)) => {
+                                if stream.chunked {
+                                    stream.inbound.push_back(Segment {
+                                        bytes: Bytes::from(last_chunk(trailers.as_ref())),
+                                        flow: false,
+                                    });
+                                }
+                                stream.recv_done = true;
+                                stream.pending.readable = true;
+                            }
+                            Poll::Ready(Err(_)) => {
+                                stream.reset = true;
+                                stream.pending = Readiness {
+                                    readable: true,
+                                    writable: true,
+                                };
+                            }
+                            Poll::Pending => {}
+                        }
+                        break;
+                    }
+                    Poll::Pending => break,
+                }
+            }
+        }
+    }
+    if !stream.reset && !stream.complete {
+        let reset = if let Some(send) = stream.send.as_mut() {
+            send.poll_reset(cx).is_ready()
+        } else if let Some(respond) = stream.respond.as_mut() {
+            respond.poll_reset(cx).is_ready()
+        } else {
+            false
+        };
+        if reset {
+            stream.reset = true;
+            stream.out.clear();
+            stream.out_len = 0;
+            stream.event(true, true);
+        }
+    }
+    if stream.reset {
+        return;
+    }
+    let Some(send) = stream.send.as_mut() else {
+        return;
+    };
+    let before = stream.out_len;
+    if stream.out_len > 0 {
+        let mut capacity = send.capacity();
+        while capacity > 0 {
+            let Some(front) = stream.out.front_mut() else {
+                break;
+            };
+            let chunk = if front.len() <= capacity {
+                stream.out.pop_front().expect("the front is there")
+            } else {
+                front.split_to(capacity)
+            };
+            capacity -= chunk.len();
+            stream.out_len -= chunk.len();
+            if send.send_data(chunk, false).is_err() {
+                stream.reset_with(Reason::INTERNAL_ERROR);
+                return;
+            }
+        }
+        if stream.out_len > 0 {
+            send.reserve_capacity(stream.out_len);
+        }
+    }
+    if stream.out_len == 0 && stream.out_end && !stream.complete {
+        let sent = match stream.trailers.take() {
+            Some(trailers) => send.send_trailers(trailers),
+            None => send.send_data(Bytes::new(), true),
+        };
+        stream.complete = true;
+        if sent.is_err() {
+            stream.reset = true;
+        }
+    }
+    if stream.want_writable && (stream.out_len < before || !stream.wants_write()) {
+        let room = stream.out_len < budget;
+        if room {
+            stream.want_writable = false;
+            stream.event(false, true);
+        }
+    }
+}
