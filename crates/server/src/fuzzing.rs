@@ -141,7 +141,8 @@ fn serve_until_closed(
             Readiness::Closed
             | Readiness::BadProxyHeader(_)
             | Readiness::PlainHttpOnTls
-            | Readiness::HandshakeFailed(_) => break,
+            | Readiness::HandshakeFailed(_)
+            | Readiness::Http2 => break,
             Readiness::Rejected(err) => {
                 crate::reactor::reject(&mut conn, &err, shared, &mut ctx);
                 break;

@@ -9,6 +9,7 @@ use crate::connection::{Connection, Linger, Next, Readiness};
 use crate::exchange::{Exchange, SlotContext};
 use crate::reactor::must_read_before_dispatch;
 use crate::shared::WorkerShared;
+use crate::transport::Link;
 use crate::App;
 
 /// Serves the ready request on `conn` and any complete pipelined ones after it. Returns the
@@ -31,7 +32,9 @@ pub(crate) fn serve_connection(
             head.method.of(&conn.buf),
             head.target.of(&conn.buf),
             fd,
-            conn.link.is_tls(),
+            // Not a socket to write plain bytes to (the dump handler's 503 would go raw into
+            // a TLS session or an HTTP/2 connection's frames): TLS, or an HTTP/2 stream.
+            !matches!(conn.link, Link::Plain(_)),
             now,
         );
         let mut exchange = Exchange::new(&mut conn, ctx, Arc::clone(shared), now);
@@ -65,12 +68,13 @@ pub(crate) fn serve_connection(
             }
             Readiness::HeadComplete => conn = next,
             Readiness::Pending => return (Some(next), ctx),
-            // The PROXY header and the TLS handshake came before the first request: never
-            // here.
+            // The PROXY header, the TLS handshake and the choice of HTTP/2 came before the
+            // first request: never here.
             Readiness::Closed
             | Readiness::BadProxyHeader(_)
             | Readiness::PlainHttpOnTls
-            | Readiness::HandshakeFailed(_) => return (None, ctx),
+            | Readiness::HandshakeFailed(_)
+            | Readiness::Http2 => return (None, ctx),
             Readiness::Rejected(err) => {
                 crate::reactor::reject(&mut next, &err, shared, &mut ctx);
                 // Earlier responses may still be unread: linger rather than reset them.

@@ -34,12 +34,14 @@ use tines_proto::{parse_request_head, HeadStatus, Limits, ParseError, ProxyError
 use crate::listener::Peer;
 use crate::parked_body::ParkedBody;
 
+mod choose;
 mod lent;
 mod preface;
 
 use crate::pending::Output;
 use crate::spool::INITIAL_BUFFER;
 use crate::transport::{Link, Transport};
+pub use choose::Http2Choice;
 pub use lent::Lent;
 use std::sync::Arc;
 
@@ -65,6 +67,9 @@ pub enum Phase {
     /// first request head, under the header timeout (the header and the first head share one
     /// deadline).
     ProxyHeader,
+    /// A listener that may speak HTTP/2 (h2c, or ALPN on TLS): waiting for the first bytes
+    /// (or the handshake) that tell which, under the header timeout (`choose`).
+    Preface,
     /// Waiting for (the rest of) a request head, idle between requests, or (its head
     /// complete) being served.
     Head,
@@ -114,6 +119,9 @@ pub enum Readiness {
     /// A TLS connection's handshake failed (rustls' reason; its alert, if any, is written):
     /// close it, and log the reason.
     HandshakeFailed(io::Error),
+    /// The connection speaks HTTP/2 (its preface, or ALPN's `h2`): the loop makes it an
+    /// HTTP/2 connection ([`Connection::into_h2`]; the bytes read so far are buffered).
+    Http2,
 }
 
 /// Whether a connection the server closes after its response must linger first (a lingering
@@ -157,6 +165,8 @@ pub struct Connection {
     /// The current request's body while the loop reads it before dispatch (`Phase::Body`);
     /// the exchange takes it over at dispatch (memory charge, temporary file).
     pub(crate) parked_body: Option<Box<ParkedBody>>,
+    /// How its protocol is chosen before its first request (set at accept; `choose`).
+    choice: Http2Choice,
 }
 
 impl std::ops::Deref for Connection {
@@ -208,6 +218,7 @@ impl Connection {
             head_started: None,
             peer_closed: false,
             parked_body: None,
+            choice: Http2Choice::No,
         })
     }
 
@@ -258,6 +269,15 @@ impl Connection {
                 Some(self)
             }
             Outcome::Close(linger) if !self.has_pending_output() && linger == Linger::No => None,
+            // An HTTP/2 stream never lingers (ADR 0035): closed at once, or once its
+            // response's output is written (dropping it ends the stream).
+            Outcome::Close(_) if self.link().is_h2() => {
+                if !self.has_pending_output() {
+                    return (None, vacant);
+                }
+                self.close_after_response(Linger::No);
+                Some(self)
+            }
             Outcome::Close(linger) => {
                 // The loop writes the rest (if any), then closes, lingering if the client
                 // may still be sending (reactor::linger).
@@ -485,9 +505,9 @@ impl Connection {
     }
 
     fn parse(&mut self, limits: &Limits) -> Readiness {
-        if self.awaits_proxy_header() {
-            if let Err(err) = self.take_proxy_header() {
-                return err;
+        if self.protocol != Protocol::Http1(Phase::Head) {
+            if let Some(readiness) = self.before_first_head() {
+                return readiness;
             }
         }
         if self.filled == 0 {

@@ -102,7 +102,7 @@ impl Connection {
                 let filled = self.filled;
                 self.buf.copy_within(consumed..filled, 0);
                 self.filled -= consumed;
-                self.protocol = Protocol::Http1(Phase::Head);
+                self.protocol = Protocol::Http1(self.after_proxy_header());
                 Ok(())
             }
         }

@@ -29,6 +29,8 @@ impl Exchange {
             && (config.max_keepalive_requests == 0
                 || self.parts.served + 1 < config.max_keepalive_requests)
             && self.may_stay_open_while_draining()
+            // An HTTP/2 stream's virtual connection carries one exchange (ADR 0035).
+            && !self.parts.link.is_h2()
     }
 
     /// A stopping worker (or one answering the last request of its `max_requests`) closes

@@ -10,8 +10,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{Driver, Entry, Reactor, LISTENER_BASE};
-use crate::connection::Connection;
-use crate::listener::FAIR_SHARE_FLOOR;
+use crate::connection::{Connection, Http2Choice};
+use crate::listener::{H2c, FAIR_SHARE_FLOOR};
 use crate::poller::{Token, Trigger};
 use crate::tls::conn::TlsConn;
 use crate::transport::Transport;
@@ -291,7 +291,18 @@ impl Reactor {
                         }
                         _ => Transport::Plain(fd),
                     };
-                    let conn = if !self.shared.config.proxy_protocol {
+                    let choice = match self.listeners[index].h2c() {
+                        H2c::Only => Http2Choice::H2cOnly,
+                        H2c::Both => Http2Choice::H2cBoth,
+                        H2c::Off
+                            if matches!(transport, Transport::Tls(_))
+                                && self.shared.config.h2.enabled =>
+                        {
+                            Http2Choice::Alpn
+                        }
+                        H2c::Off => Http2Choice::No,
+                    };
+                    let mut conn = if !self.shared.config.proxy_protocol {
                         Connection::new(transport, peer, index)
                     } else if self.shared.config.trusted_proxies.trusts_peer(peer) {
                         Connection::behind_proxy(transport, peer, index)
@@ -304,6 +315,9 @@ impl Reactor {
                         ));
                         continue;
                     };
+                    if choice != Http2Choice::No {
+                        conn.choose_protocol(choice);
+                    }
                     let token = self.insert(conn);
                     match &self.entries[token] {
                         Entry::Head { .. } if !register => {}

@@ -211,6 +211,7 @@ impl Reactor {
                 }
                 Readiness::PlainHttpOnTls => return self.answer_plain_http(token, conn),
                 Readiness::HandshakeFailed(err) => return self.handshake_failed(token, &conn, err),
+                Readiness::Http2 => return self.start_h2(token, *conn, driver),
             }
         }
     }
@@ -279,22 +280,27 @@ impl Reactor {
                 continue;
             };
             let fd = thread_slot.read().fd;
-            let found = self
-                .entries
-                .iter()
-                .enumerate()
-                .find_map(|(token, entry)| match entry {
-                    Entry::Dispatched {
-                        output: Some(output),
-                        ..
-                    } if output.fd() == fd && !self.abandoned.contains(&token) => {
-                        Some((token, Arc::clone(output)))
-                    }
-                    _ => None,
-                });
-            let Some((token, output)) = found else {
+            let mut handed =
+                self.entries
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(token, entry)| match entry {
+                        Entry::Dispatched {
+                            output: Some(output),
+                            ..
+                        } if output.fd() == fd && !self.abandoned.contains(&token) => {
+                            Some((token, output))
+                        }
+                        _ => None,
+                    });
+            let found = handed.next();
+            // Streams of one HTTP/2 connection share its fd: with two of them handed out, the
+            // fd does not tell which one is stuck (ADR 0035). None is answered; the drain
+            // below still begins, and the master's `graceful_timeout` ends it.
+            let (Some((token, output)), None) = (found, handed.next()) else {
                 continue;
             };
+            let output = Arc::clone(output);
             if crate::exchange::pay_owed(&output, thread_slot, request, owed, &self.shared) {
                 crate::log::info(&format!(
                     "request_timeout: app thread {thread}'s request answered ({}); draining \

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::h2::H2Entry;
 use super::Reactor;
 use crate::connection::{Connection, Linger};
 use crate::pending::Output;
@@ -69,6 +70,14 @@ pub(super) enum Entry {
         conn: Box<Connection>,
         deadline: Instant,
         how: Linger,
+    },
+    /// An HTTP/2 connection (ADR 0035), the loop's for its whole life: advanced on its
+    /// socket's events, on the driver's waker and at `deadline` (`keepalive_timeout` from
+    /// when it last had no open stream; the drain's end), then closed if it is still idle or
+    /// the drain is over. Its streams are entries of their own (never in the poller).
+    H2 {
+        h2: Box<H2Entry>,
+        deadline: Instant,
     },
 }
 

@@ -31,6 +31,11 @@ impl Reactor {
     /// before dispatch (its memory charge and temporary file; a 408, a 413 or a 503 for a
     /// body read whole).
     pub(super) fn linger(&mut self, token: usize, mut conn: Box<Connection>, how: Linger) {
+        if conn.link().is_h2() {
+            // An HTTP/2 stream never lingers (ADR 0035): dropping it ends the stream (its
+            // response sent, then END_STREAM; RST_STREAM for a request left unread).
+            return self.close(token);
+        }
         if !self.watch(token, &mut conn) {
             return;
         }

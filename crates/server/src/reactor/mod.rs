@@ -9,9 +9,10 @@
 //! (parking under a deadline, expiry), `dispatch` (the MPM's `Driver`, handing ready
 //! connections out and taking them back, answering timed-out ones), `body` (reading request bodies before dispatch),
 //! `writing` (response output the poller finishes, every MPM),
-//! `linger` (lingering close), `error_response` (the responses the loop writes itself) and
+//! `linger` (lingering close), `error_response` (the responses the loop writes itself),
 //! `tls` (a TLS connection before its first head: the handshake flight, the plain 400,
-//! failed handshakes logged).
+//! failed handshakes logged) and `h2` (HTTP/2 connections and their streams' connections,
+//! ADR 0035).
 //!
 //! It must not decide how HTTP works (that is the connection's and the exchange's) nor run the
 //! app: the MPM's driver does.
@@ -35,6 +36,7 @@ mod body;
 mod dispatch;
 mod entries;
 mod error_response;
+mod h2;
 mod linger;
 mod timers;
 mod tls;
@@ -118,6 +120,8 @@ pub struct Reactor {
     /// while the loop pays timed-out requests; taken by that probe, so it runs once per
     /// worker.
     interpreter_probe: Option<Arc<dyn crate::App>>,
+    /// The HTTP/2 connections among the entries (`h2`).
+    h2: h2::H2Connections,
 }
 
 /// The worker owns the listener fds it was given: whatever way the loop ends, its copies are
@@ -176,6 +180,7 @@ impl Reactor {
             dispatch_started: None,
             abandoned: Vec::new(),
             interpreter_probe: None,
+            h2: h2::H2Connections::default(),
             shared,
         })
     }
@@ -290,7 +295,10 @@ impl Reactor {
                             self.begin_stop(StopReason::MasterGone);
                         }
                     }
-                    WAKER_TOKEN => self.on_returned(driver),
+                    WAKER_TOKEN => {
+                        self.on_h2_waker(driver.waker_fd());
+                        self.on_returned(driver)
+                    }
                     token if token > LISTENER_BASE - self.listeners.len() as u64 => {
                         acceptable.push((LISTENER_BASE - token) as usize);
                     }
@@ -302,6 +310,8 @@ impl Reactor {
             }
             self.acceptable = acceptable;
             self.events = events;
+            // After the events and the returns: what HTTP/2 connections were left to do.
+            self.sweep_h2(driver);
             driver.flush();
             self.expire_timers(driver);
             self.retry_disk_waiters(driver);
@@ -422,6 +432,7 @@ impl Reactor {
                 _ => {}
             }
         }
+        self.close_h2_gracefully(drain_until);
         self.note_deadline(drain_until);
         self.note_deadline(websockets_until);
     }
@@ -484,6 +495,7 @@ impl Reactor {
                     self.on_writable(token, driver);
                 }
             }
+            Entry::H2 { .. } => self.advance_h2(token, driver),
             Entry::Vacant => {}
         }
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::error_response::write_error;
 use super::{Driver, Entry, Reactor, SPARE_BUFFERS};
-use crate::connection::{Connection, Linger, Protocol};
+use crate::connection::{Connection, Linger, Phase, Protocol};
 
 /// The longest the loop sleeps: the heartbeat period written to the scoreboard.
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -27,6 +27,9 @@ impl Reactor {
         }
         if let Some(until) = self.throttled_until {
             timeout = timeout.min(until.saturating_duration_since(now));
+        }
+        if self.h2.due() {
+            timeout = Duration::ZERO;
         }
         timeout
     }
@@ -142,9 +145,9 @@ impl Reactor {
                 Entry::Idle { conn, deadline }
                 | Entry::Head { conn, deadline }
                 | Entry::Body { conn, deadline } => (*deadline, Some(conn.link())),
-                Entry::Writing { deadline, .. } | Entry::Lingering { deadline, .. } => {
-                    (*deadline, None)
-                }
+                Entry::Writing { deadline, .. }
+                | Entry::Lingering { deadline, .. }
+                | Entry::H2 { deadline, .. } => (*deadline, None),
                 Entry::Vacant | Entry::Dispatched { .. } => continue,
             };
             if deadline > now {
@@ -175,6 +178,10 @@ impl Reactor {
                     self.close(token);
                     continue;
                 }
+                Entry::H2 { .. } => {
+                    self.expire_h2(token, now, driver);
+                    continue;
+                }
                 _ => {}
             }
             self.end_parked(token);
@@ -200,7 +207,12 @@ impl Reactor {
             }
         }
         let respond = match &self.entries[token] {
-            Entry::Head { conn, .. } => !conn.is_idle() && !conn.awaits_proxy_header(),
+            // Not before the protocol is known (a partial HTTP/2 preface is no HTTP/1.1 head).
+            Entry::Head { conn, .. } => {
+                !conn.is_idle()
+                    && !conn.awaits_proxy_header()
+                    && conn.protocol != Protocol::Http1(Phase::Preface)
+            }
             Entry::Body { .. } => true,
             _ => false,
         };

@@ -808,11 +808,11 @@ mod tests {
         let material = load(&s).expect("1.3 only");
         assert_eq!(material.provider.cipher_suites.len(), 1);
         let mut s = base.clone();
-        s.alpn = vec!["h2".into()];
-        assert_eq!(
-            error(&s),
-            "alpn: h2 is not offered yet: HTTP/2 is not served (http/1.1 is)"
-        );
+        s.alpn = vec!["h2".into(), "http/1.1".into()];
+        let material = load(&s).expect("h2 is served");
+        assert_eq!(material.alpn, [b"h2".to_vec(), b"http/1.1".to_vec()]);
+        s.alpn = vec!["spdy/3".into()];
+        assert!(error(&s).contains("'spdy/3' is not a protocol Tines serves"));
         let mut s = base.clone();
         s.client_cert = "optional".into();
         assert!(error(&s).starts_with("client_ca: client_cert optional needs client_ca"));
