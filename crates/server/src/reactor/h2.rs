@@ -77,6 +77,7 @@ impl Reactor {
             inline: driver.serves_inline(),
             waker: driver.waker_fd(),
             one_stream: config.mpm == Mpm::Prefork,
+            stream_output_budget: config.max_response_buffer,
         };
         let conn = H2Conn::new(transport, &parts.buf[..parts.filled], context);
         let buf = std::mem::take(&mut parts.buf);
