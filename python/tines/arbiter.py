@@ -40,7 +40,7 @@ from tines.exits import EXIT_OK, Stop
 from tines.generation import Generation, Worker
 from tines.hooks import WorkerView
 from tines.master import Master
-from tines.sockets import tls_flags
+from tines.sockets import h2c_modes, tls_flags
 
 LOOP_TIMEOUT = 1.0
 """The longest the master sleeps without a signal or a message (it re-checks its duties)."""
@@ -265,6 +265,7 @@ class Arbiter(Master):
                             *self.ready_fd_held()],
             master_pid=self.pid, app=self.app, settings=generation.worker_settings, hooks=generation.hooks,
             profile_dir=profiler.profile_path(generation.cfg, self.pid), standby=standby,
+            h2c_listeners=h2c_modes(self.listeners),
         )
         # The fork server starts before pre_fork: what the hook does in the master for this
         # worker must not reach every worker the fork server forks (docs/hooks.md).

@@ -42,6 +42,9 @@ from tines.wakeup import Wakeup
 
 log = logs.get("arbiter")
 
+H2C_SAYS = {"off": "", "only": ": HTTP/2 (h2c) only", "both": ": HTTP/1.1 and HTTP/2 (h2c)"}
+"""What the "Listening at" line adds for a listener's h2c mode (``Listener.h2c``)."""
+
 
 class Master:
     """The master process: its resources and their life (``Arbiter`` supervises with them)."""
@@ -149,7 +152,7 @@ class Master:
         for listener, speaks_tls in zip(self.listeners, tls_flags(self.listeners, tls.enabled(cfg))):
             scheme = "unix" if listener.address.startswith("unix:") else "https" if speaks_tls else "http"
             where = listener.address if scheme == "unix" else f"{scheme}://{listener.address}"
-            log.info("Listening at: %s (%d)", where, self.pid)
+            log.info("Listening at: %s (%d)%s", where, self.pid, H2C_SAYS[listener.h2c])
         for warning in checked.warnings:
             log.warning("%s", warning)
         if pool is None:

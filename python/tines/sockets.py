@@ -1,19 +1,22 @@
 """Listening sockets: bound once by the master and shared by every worker.
 
-Owns: parsing a bind address (``HOST:PORT``, ``[IPv6]:PORT``, ``unix:/path``, ``fd://N``, a TCP
-one marked ``plain:``), binding with ``SO_REUSEADDR``, the configured backlog and ``TCP_DEFER_ACCEPT`` (TCP only), systemd socket activation
+Owns: parsing a bind address (``HOST:PORT``, ``[IPv6]:PORT``, ``unix:/path``, ``fd://N``, after
+an optional prefix: ``plain:``, ``h2c:``, ``http1+h2c:``), binding with ``SO_REUSEADDR``, the
+configured backlog and ``TCP_DEFER_ACCEPT`` (TCP only), systemd socket activation
 (``LISTEN_PID``/``LISTEN_FDS``/``LISTEN_FDNAMES``: fds 3.. are used instead of binding, and
 the variables are removed from the environment so that nothing the app starts adopts them too), the address actually
 bound (port 0 works), which listener speaks plain HTTP when ``certfile`` turns TLS on
-(``Listener.plain``, ``tls_flags``), and removing Unix socket files at exit.
+(``Listener.plain``, ``tls_flags``) and which speaks HTTP/2 in cleartext (``Listener.h2c``,
+``h2c_modes``), and removing Unix socket files at exit.
 
 Which sockets are plain (docs/tls.md): a bind written ``plain:HOST:PORT`` or ``plain:fd://N``,
-and every Unix socket. An inherited socket (systemd's, or an old master's on USR2) is plain when
-its name in ``LISTEN_FDNAMES`` is ``plain`` (systemd's ``FileDescriptorName=plain``; an old master
-names its plain listeners so, ``tines`` the others), or when the bind list has ``plain:ADDRESS``
-for its address as Tines writes it (``127.0.0.1:8080``, ``[::1]:8080``) or ``plain:fd://N`` for its
-fd number: the bind list is not
-bound under socket activation, but it still marks the sockets it names.
+one written ``h2c:`` or ``http1+h2c:`` (cleartext HTTP/2, docs/http2.md), and every Unix socket.
+An inherited socket (systemd's, or an old master's on USR2) takes its mode from its name in
+``LISTEN_FDNAMES`` (``FDNAMES``: ``plain``, ``h2c`` or ``http1+h2c``, systemd's
+``FileDescriptorName=``; an old master names its listeners so, ``tines`` the others), or from the
+bind list's prefixed entry for its address as Tines writes it (``127.0.0.1:8080``, ``[::1]:8080``,
+``unix:/run/x.sock``) or for its fd number (``h2c:fd://N``): the bind list is not bound under
+socket activation, but it still marks the sockets it names.
 
 Errors are ``ConfigError`` with one line, e.g.
 ``cannot bind 127.0.0.1:8000: [Errno 98] Address already in use``.
@@ -27,7 +30,7 @@ import stat
 from dataclasses import dataclass
 
 from tines import logs
-from tines.config.validators import PLAIN_PREFIX
+from tines.config.validators import CLEARTEXT_PREFIXES, split_bind
 from tines.errors import ConfigError
 
 SD_LISTEN_FDS_START = 3
@@ -35,6 +38,13 @@ SD_LISTEN_FDS_START = 3
 
 PLAIN_FDNAME = "plain"
 """The ``LISTEN_FDNAMES`` name of an inherited socket that speaks plain HTTP beside TLS ones."""
+
+FDNAMES = {prefix[:-1]: mode for prefix, mode in CLEARTEXT_PREFIXES.items()}
+"""The ``LISTEN_FDNAMES`` names of inherited cleartext sockets (the bind prefixes without their
+colon: ``plain``, ``h2c``, ``http1+h2c``), and the h2c mode of each."""
+
+MODE_FDNAMES = {mode: name for name, mode in FDNAMES.items()}
+"""The name an old master gives a cleartext listener it passes on (``fdname``), by h2c mode."""
 
 log = logs.get("sockets")
 
@@ -49,7 +59,10 @@ class Listener:
     unlink: str | None = None
     """A Unix socket path to remove at exit (only for sockets we bound ourselves)."""
     plain: bool = False
-    """Marked plain (``plain:`` or its inherited name): no TLS on it even with ``certfile``."""
+    """Marked cleartext (a prefix or its inherited name): no TLS on it even with ``certfile``."""
+    h2c: str = "off"
+    """What it speaks in cleartext: ``off`` (HTTP/1.1), ``only`` (h2c with prior knowledge, an
+    ``h2c:`` bind) or ``both`` (``http1+h2c:``)."""
 
     @property
     def tcp(self) -> bool:
@@ -60,6 +73,16 @@ class Listener:
     def tls(self) -> bool:
         """Speaks TLS when ``certfile`` is set: a TCP socket not marked plain."""
         return self.tcp and not self.plain
+
+    def mark(self, mode: str | None) -> None:
+        """Take the h2c mode of a bind's prefix (``split_bind``; None: no prefix)."""
+        self.plain = mode is not None
+        self.h2c = mode or "off"
+
+    @property
+    def fdname(self) -> str | None:
+        """Its ``LISTEN_FDNAMES`` name when handed on (``FDNAMES``), or None for a TLS-capable one."""
+        return MODE_FDNAMES[self.h2c] if self.plain else None
 
     def fileno(self) -> int:
         """The listening fd."""
@@ -177,6 +200,20 @@ def tls_flags(listeners: list[Listener], tls: bool) -> list[bool]:
     return [tls and listener.tls for listener in listeners]
 
 
+def h2c_modes(listeners: list[Listener]) -> list[str]:
+    """What each of ``listeners`` speaks in cleartext (``WorkerSpec.h2c_listeners``): ``off``,
+    ``only`` or ``both``."""
+    return [listener.h2c for listener in listeners]
+
+
+def _inherited_mode(listener: Listener, fd: int, name: str, marked: dict[str, str]) -> str | None:
+    """An inherited socket's h2c mode (None: unmarked): its ``LISTEN_FDNAMES`` name's, else the
+    bind list's for its address or fd number."""
+    if name in FDNAMES:
+        return FDNAMES[name]
+    return marked.get(listener.address, marked.get(f"fd://{fd}"))
+
+
 def bind_all(binds: tuple[str, ...] | list[str], backlog: int, defer: int = 0) -> list[Listener]:
     """Bind (or adopt) every listener, with ``TCP_DEFER_ACCEPT`` set to ``defer`` seconds on the
     TCP ones; close the ones already bound if one fails."""
@@ -187,23 +224,23 @@ def bind_all(binds: tuple[str, ...] | list[str], backlog: int, defer: int = 0) -
             names = os.environ.get("LISTEN_FDNAMES", "").split(":")
             for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
                 os.environ.pop(name, None)
-            plain = {address[len(PLAIN_PREFIX):] for address in binds if address.startswith(PLAIN_PREFIX)}
+            marked = {address: mode for mode, address in map(split_bind, binds) if mode is not None}
             for index, fd in enumerate(inherited):
                 listener = _adopt(fd, backlog, f"systemd socket fd {fd}")
                 listeners.append(listener)
                 name = names[index] if index < len(names) and names[index] else "unnamed"
-                listener.plain = name == PLAIN_FDNAME or listener.address in plain or f"fd://{fd}" in plain
+                listener.mark(_inherited_mode(listener, fd, name, marked))
                 log.info("socket activation: fd %d (%s) is %s", fd, name, listener.address)
             binds = []
         for bind in binds:
-            address = bind.removeprefix(PLAIN_PREFIX)
+            mode, address = split_bind(bind)
             if address.startswith("unix:"):
                 listeners.append(_bind_unix(address[len("unix:"):], backlog))
             elif address.startswith("fd://"):
                 listeners.append(_adopt(int(address[len("fd://"):]), backlog, address))
             else:
                 listeners.append(_bind_inet(address, backlog))
-            listeners[-1].plain = bind.startswith(PLAIN_PREFIX)
+            listeners[-1].mark(mode)
     except BaseException:
         for listener in listeners:
             listener.close()

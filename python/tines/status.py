@@ -31,7 +31,7 @@ from setproctitle import setproctitle
 from tines import logs
 from tines.config import Config
 from tines.errors import ConfigError
-from tines.config.validators import PLAIN_PREFIX
+from tines.config.validators import split_bind
 from tines.sockets import Listener, bind_all
 from tines.upgrade import ENV_STATUS_FD
 
@@ -80,7 +80,7 @@ class StatusProcess:
             return
         refused = ConfigError(f"status_bind {address!r} is also a public bind: the status "
                               "listener must be off the public port")
-        if address in {bind.removeprefix(PLAIN_PREFIX) for bind in self.cfg.bind} and not address.endswith(":0"):
+        if address in {split_bind(bind)[1] for bind in self.cfg.bind} and not address.endswith(":0"):
             raise refused
         self.listener = bind_all([address], BACKLOG)[0]
         if self.listener.address in {listener.address for listener in public}:

@@ -27,7 +27,7 @@ import time
 from typing import Protocol
 
 from tines.config import SETTINGS, Config
-from tines.config.validators import PLAIN_PREFIX
+from tines.config.validators import is_cleartext
 from tines.errors import ConfigError
 
 SECTION = "TLS"
@@ -70,7 +70,7 @@ def files(cfg: Config, base: str) -> list[tuple[str, str]]:
 def material_settings(cfg: Config, base: str) -> dict[str, object]:
     """The dict ``tines._core.TlsMaterial`` reads: every setting of the "TLS" section by name,
     tuples as lists, the paths absolute (taken from ``base``; an ``sni_certificates`` item stays
-    ``CERT[:KEY]``)."""
+    ``CERT[:KEY]``), ``alpn`` as offered (``offered_alpn``)."""
     settings: dict[str, object] = {}
     for setting in SETTINGS.values():
         if setting.section != SECTION:
@@ -82,8 +82,18 @@ def material_settings(cfg: Config, base: str) -> dict[str, object]:
             value = [":".join(os.path.join(base, part) for part in item.split(":")) for item in cfg.sni_certificates]
         elif setting.name == "client_crl":
             value = [os.path.join(base, path) for path in cfg.client_crl]
+        elif setting.name == "alpn":
+            value = offered_alpn(cfg)
         settings[setting.name] = list(value) if isinstance(value, tuple) else value
     return settings
+
+
+def offered_alpn(cfg: Config) -> list[str]:
+    """The protocols the TLS listeners offer by ALPN: ``alpn`` in its order, without ``h2`` while
+    ``http2`` is off. Why here and not in the worker: the material is made once, in the master,
+    and ``--no-http2`` must then take effect on every TLS listener, whatever ``alpn`` says
+    (docs/http2.md)."""
+    return [name for name in cfg.alpn if cfg.http2 or name != "h2"]
 
 
 def check_readable(paths: list[tuple[str, str]]) -> None:
@@ -136,8 +146,8 @@ def expiry_warnings(material: Certificates | None, now: float) -> list[str]:
 
 def listener_roles(binds: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """The binds as written, split into (TLS, plain) for ``describe``: every TCP bind speaks TLS
-    but one marked ``plain:``."""
-    tls = [bind for bind in binds if not bind.startswith(("unix:", PLAIN_PREFIX))]
+    but one marked cleartext (``plain:``, ``h2c:``, ``http1+h2c:``)."""
+    tls = [bind for bind in binds if not is_cleartext(bind)]
     return tls, [bind for bind in binds if bind not in tls]
 
 

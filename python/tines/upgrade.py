@@ -4,7 +4,7 @@ Owns: the command line and working directory recorded at start (``Invocation``),
 new master (fork, then exec of ``sys.executable -m tines`` with that argv in that directory,
 the listeners passed as inherited fds 3.. with a systemd-style ``LISTEN_PID``/``LISTEN_FDS``/
 ``LISTEN_FDNAMES`` environment, which ``tines.sockets.bind_all`` adopts instead of binding; a
-listener marked plain is named ``plain``, so it stays plain beside TLS ones), the TLS ticket
+listener marked cleartext is named ``plain``, ``h2c`` or ``http1+h2c``, so it keeps its mode), the TLS ticket
 secret (a sealed memfd named in ``_TINES_UPGRADE_TICKET_FD``: the new master's ticket keys are
 its old master's, so tickets resume across the upgrade; never the secret itself in the
 environment, which ``/proc/PID/environ`` shows), the readiness pipe (an inherited fd named in
@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 
 from tines import logs
 from tines.pidfile import PidFile
-from tines.sockets import PLAIN_FDNAME, SD_LISTEN_FDS_START, Listener
+from tines.sockets import SD_LISTEN_FDS_START, Listener
 from tines.tls import SECRET_SIZE
 
 ENV_READY_FD = "_TINES_UPGRADE_READY_FD"
@@ -53,7 +53,7 @@ ENV_TICKET_FD = "_TINES_UPGRADE_TICKET_FD"
 """The fd of a sealed memfd holding the TLS ticket secret (``tines.tls.SECRET_SIZE`` bytes)."""
 LISTEN_FDNAME = "tines"
 """The name of each passed listener in ``LISTEN_FDNAMES`` (sd_listen_fds_with_names(3)), but
-for those marked plain (``tines.sockets.PLAIN_FDNAME``)."""
+for the cleartext ones (``tines.sockets.Listener.fdname``: ``plain``, ``h2c``, ``http1+h2c``)."""
 
 READY_BYTE = b"R"
 EXIT_EXEC_FAILED = 127
@@ -333,8 +333,7 @@ class Upgrade:
             env.update({
                 "LISTEN_PID": str(os.getpid()),
                 "LISTEN_FDS": str(len(passed.listeners)),
-                "LISTEN_FDNAMES": ":".join(PLAIN_FDNAME if listener.plain else LISTEN_FDNAME
-                                           for listener in passed.listeners),
+                "LISTEN_FDNAMES": ":".join(listener.fdname or LISTEN_FDNAME for listener in passed.listeners),
                 ENV_READY_FD: str(ready_target),
                 **({ENV_STATUS_FD: str(status_target)} if status else {}),
                 **({ENV_TICKET_FD: str(last_target)} if ticket else {}),

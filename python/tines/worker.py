@@ -61,6 +61,7 @@ from setproctitle import setproctitle
 from tines import limits, logs, memory, watchdog
 from tines.app_loader import check_mpm, interface_of, load_app
 from tines.config import Config
+from tines.config.validators import H2C_MODES
 from tines.errors import AppLoadError, ConfigError
 from tines.hooks import HookError, Hooks, ServerView, WorkerView, wrap_app
 
@@ -132,6 +133,9 @@ class WorkerContext:
     against the MPM; None: checked once the app is loaded (and its error reported)."""
     forked_by_server: bool = False
     """Forked by the fork server (``tines.forkserver``), which set the parent-death signal."""
+    h2c_listeners: list[str] = field(default_factory=list)
+    """What each of ``listeners`` speaks in cleartext (``sockets.h2c_modes``), parallel to them;
+    empty: HTTP/1.1 on every one."""
 
 
 @dataclass(frozen=True)
@@ -159,11 +163,22 @@ class WorkerSpec:
     """Which of ``listeners`` speak TLS, one flag for each (with ``settings["tls"]`` set:
     the TCP listeners not marked ``plain:``); not given: none does."""
 
+    h2c_listeners: list[str] = field(default_factory=list)
+    """What each of ``listeners`` speaks in cleartext, one mode for each: ``off`` (HTTP/1.1),
+    ``only`` (h2c with prior knowledge: an ``h2c:`` bind) or ``both`` (``http1+h2c:``); not
+    given: ``off`` on every one."""
+
     def __post_init__(self) -> None:
         if not self.tls_listeners:
             object.__setattr__(self, "tls_listeners", [False] * len(self.listeners))
         if len(self.tls_listeners) != len(self.listeners):
             raise ValueError(f"tls_listeners has {len(self.tls_listeners)} flags for {len(self.listeners)} listeners")
+        if not self.h2c_listeners:
+            object.__setattr__(self, "h2c_listeners", ["off"] * len(self.listeners))
+        if len(self.h2c_listeners) != len(self.listeners):
+            raise ValueError(f"h2c_listeners has {len(self.h2c_listeners)} modes for {len(self.listeners)} listeners")
+        if not set(self.h2c_listeners) <= set(H2C_MODES):
+            raise ValueError(f"h2c_listeners must be modes of {', '.join(H2C_MODES)}, got {self.h2c_listeners}")
 
 
 def worker_spec(context: WorkerContext, pid: int, standby: Callable[[], bool] | None = None) -> WorkerSpec:
@@ -175,7 +190,7 @@ def worker_spec(context: WorkerContext, pid: int, standby: Callable[[], bool] | 
     return WorkerSpec(settings=context.settings, listeners=context.listeners,
                       scoreboard=context.scoreboard, slot=context.slot, life_fd=context.life_read,
                       ready=ready, draining=(context.notify_write, draining), standby=standby,
-                      tls_listeners=context.tls_listeners)
+                      tls_listeners=context.tls_listeners, h2c_listeners=context.h2c_listeners)
 
 
 def worker_settings(cfg: Config, tls: object | None = None) -> dict[str, object]:

@@ -13,6 +13,7 @@ use pyo3::types::PyDict;
 use tines_proto::Limits;
 use tines_server::access_log::Format;
 use tines_server::tls::rustls::ServerConfig;
+use tines_server::config::H2Config;
 use tines_server::{Mpm, TrustedProxies, WorkerConfig};
 
 use crate::tls::TlsMaterial;
@@ -63,6 +64,23 @@ fn tls_config(settings: &Bound<'_, PyDict>) -> PyResult<Option<Arc<ServerConfig>
         PyValueError::new_err("worker setting 'tls': None or a tines._core.TlsMaterial expected")
     })?;
     Ok(Some(material.get().config()))
+}
+
+/// HTTP/2's settings (the registry's "HTTP/2" section, docs/http2.md). Their ranges are the
+/// registry's (RFC 9113's, checked in the master); the `u32` conversion refuses what no
+/// SETTINGS frame could carry, should a value bypass the registry.
+fn h2_config(settings: &Bound<'_, PyDict>) -> PyResult<H2Config> {
+    Ok(H2Config {
+        enabled: get(settings, "http2")?,
+        max_concurrent_streams: get(settings, "h2_max_concurrent_streams")?,
+        initial_window_size: get(settings, "h2_initial_window_size")?,
+        connection_window_size: get(settings, "h2_connection_window_size")?,
+        max_frame_size: get(settings, "h2_max_frame_size")?,
+        max_header_list_size: get(settings, "h2_max_header_list_size")?,
+        header_table_size: get(settings, "h2_header_table_size")?,
+        max_reset_rate: get(settings, "h2_max_reset_rate")?,
+        max_control_rate: get(settings, "h2_max_control_rate")?,
+    })
 }
 
 /// Builds the worker's configuration from the settings dict.
@@ -141,8 +159,7 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         max_requests_jitter: get(settings, "max_requests_jitter")?,
         workers: get::<usize>(settings, "workers")?.max(1),
         debug: log_level.eq_ignore_ascii_case("debug"),
-        // Role C wires the `h2_*` settings (ADR 0034); the defaults until then.
-        h2: Default::default(),
+        h2: h2_config(settings)?,
     })
 }
 

@@ -26,7 +26,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from tines.config.registry import SETTINGS, Setting, format_value
-from tines.config.validators import PLAIN_PREFIX, temp_dir
+from tines.config.validators import is_cleartext, split_bind, temp_dir
 from tines.errors import ConfigError
 
 DEFAULT_CONFIG_FILE = "tines.toml"
@@ -250,12 +250,44 @@ def ignored_settings(cfg: Config) -> list[str]:
     if cfg.certfile is None:
         found += [f"{name} ({cfg.source(name)}) is ignored without certfile (--certfile), which turns TLS on"
                   for name in TLS_NEEDS_CERTFILE if cfg.source(name) != "default"]
-    elif not any(not address.startswith(("unix:", PLAIN_PREFIX)) for address in cfg.bind):
-        found.append(f"certfile ({cfg.source('certfile')}) is ignored: every bind is unix: or plain:, "
-                     "so none speaks TLS")
+    elif all(is_cleartext(address) for address in cfg.bind):
+        found.append(f"certfile ({cfg.source('certfile')}) is ignored: every bind is unix: or cleartext "
+                     "(plain:, h2c:, http1+h2c:), so none speaks TLS")
+    found += _ignored_http2(cfg)
     if cfg.mpm == "prefork" and cfg.threads > 1:
         found.append(f"threads {cfg.threads} ({cfg.source('threads')}) is ignored by mpm prefork, which runs "
                      "one request at a time per worker: for app threads use --mpm thread or --mpm event")
+    return found
+
+
+H2_SETTINGS = ("h2_max_concurrent_streams", "h2_initial_window_size", "h2_connection_window_size",
+               "h2_max_frame_size", "h2_max_header_list_size", "h2_header_table_size", "h2_max_reset_rate",
+               "h2_max_control_rate")
+"""The settings of HTTP/2 connections, which do nothing when no listener speaks HTTP/2."""
+
+
+def speaks_http2(cfg: Config) -> bool:
+    """Some listener may speak HTTP/2: an ``h2c:`` or ``http1+h2c:`` bind, or a TLS one while
+    ``http2`` is on and ``alpn`` offers ``h2``."""
+    if any(split_bind(address)[0] in ("only", "both") for address in cfg.bind):
+        return True
+    return bool(cfg.http2 and "h2" in cfg.alpn and cfg.certfile is not None
+                and not all(is_cleartext(address) for address in cfg.bind))
+
+
+def _ignored_http2(cfg: Config) -> list[str]:
+    found = []
+    if cfg.certfile is None and cfg.source("http2") != "default":
+        found.append(f"http2 ({cfg.source('http2')}) is ignored without certfile: it offers h2 on TLS "
+                     "listeners (cleartext HTTP/2 is a bind written h2c: or http1+h2c:)")
+    if not cfg.http2 and "h2" in cfg.alpn and cfg.source("alpn") != "default" and cfg.certfile is not None:
+        found.append(f"h2 in alpn ({cfg.source('alpn')}) is not offered while http2 is off "
+                     f"({cfg.source('http2')})")
+    if not speaks_http2(cfg):
+        why = ("http2 is off and no bind is h2c: or http1+h2c:" if not cfg.http2 else
+               "no bind speaks TLS with h2 in alpn, nor is h2c: or http1+h2c:")
+        found += [f"{name} ({cfg.source(name)}) is ignored: no listener speaks HTTP/2 ({why})"
+                  for name in H2_SETTINGS if cfg.source(name) != "default"]
     return found
 
 

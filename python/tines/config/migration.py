@@ -1,4 +1,5 @@
-"""Coming from another server: Apache's, gunicorn's, uvicorn's and uWSGI's settings beside ours.
+"""Coming from another server: Apache's, gunicorn's, uvicorn's, Hypercorn's, Granian's and uWSGI's
+settings beside ours.
 
 Owns the rows (``EQUIVALENTS``), which give both the "Coming from another server" table of
 docs/settings.md (``tines.config.reference`` renders it) and ``tines serve``'s answer to another
@@ -41,7 +42,7 @@ class Equivalent:
         return "use " + text if self.ours.startswith("{") else text
 
 
-_REFERENCE = re.compile(r"\{(planned:)?([a-z_]+)(?:(=)([^}]*))?\}")
+_REFERENCE = re.compile(r"\{(planned:)?([a-z_][a-z0-9_]*)(?:(=)([^}]*))?\}")
 """``{name}``, ``{name=value}`` or ``{planned:name}`` in ``Equivalent.ours``."""
 
 
@@ -72,6 +73,13 @@ _NO_HOOK = ("not needed: the handshake always completes in the worker's loop bef
             "read, and a ragged end is a closed connection")
 _PASSWORD = ("not on the command line (every user can read it): {keyfile_password_file}, or "
              "`TINES_KEYFILE_PASSWORD` or `keyfile_password` in the config file")
+
+_HTTP = ("not needed: every connection is served by Tines' own HTTP/1.1 parser or its HTTP/2 (docs/http2.md). "
+         "{http2} (on by default) offers `h2` by ALPN on TLS binds and {http2=false} does not (Granian's `1`); "
+         "a cleartext bind speaks h2c when written `h2c:HOST:PORT` (HTTP/2 only, Granian's `2`) or "
+         "`http1+h2c:HOST:PORT` (both, Granian's `auto`)")
+_H2_SEND_BUFFER = ("{max_response_buffer}: a stream's response waits for its flow-control window as an HTTP/1.1 "
+                   "response waits for a slow client, within {response_buffer_total}")
 
 EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Apache", "`Listen`", "{bind}"),
@@ -208,6 +216,35 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("uvicorn", "`ssl_cert_reqs`", "{client_cert} `none`, `optional`, `required`", ("--ssl-cert-reqs",)),
     Equivalent("uvicorn", "`ssl_ca_certs`", "{client_ca}", ("--ssl-ca-certs",)),
     Equivalent("uvicorn", "`ssl_ciphers`", _CIPHERS, ("--ssl-ciphers",)),
+    Equivalent("uvicorn", "`http` (`auto`, `h11`, `httptools`, `zttp`: the HTTP implementation)", _HTTP, ("--http",)),
+    Equivalent("uvicorn", "`http2` (needs `--http zttp`)", "{http2} (the same flag, on by default: `h2` by ALPN on "
+               "TLS binds); cleartext HTTP/2 is a bind written `h2c:` or `http1+h2c:`"),
+    Equivalent("Hypercorn", "`bind` (a cleartext bind speaks HTTP/1.1 and h2c, a TLS one h2 and HTTP/1.1)",
+               "{bind}: a cleartext bind speaks h2c too when written `http1+h2c:HOST:PORT` (`h2c:HOST:PORT`: "
+               "HTTP/2 only); with {certfile}, TLS binds offer `h2` by ALPN ({http2})"),
+    Equivalent("Hypercorn", "`insecure_bind`", "{bind} with `plain:HOST:PORT` beside TLS binds "
+               "(`http1+h2c:HOST:PORT` for h2c too, as Hypercorn's)", ("--insecure-bind",)),
+    Equivalent("Hypercorn", "`alpn_protocols`", "{alpn}"),
+    Equivalent("Hypercorn", "`h2_max_concurrent_streams`, `h2_max_header_list_size`", "same names"),
+    Equivalent("Hypercorn", "`h2_max_inbound_frame_size`", "{h2_max_frame_size}"),
+    Equivalent("Granian", "`--http` (`auto`, `1`, `2`)", _HTTP, ("--http",)),
+    Equivalent("Granian", "`--http2-adaptive-window`", "not supported: the windows are fixed "
+               "({h2_initial_window_size} per stream, {h2_connection_window_size} per connection) and reopen as "
+               "the body is read", ("--http2-adaptive-window", "--no-http2-adaptive-window")),
+    Equivalent("Granian", "`--http2-initial-connection-window-size`", "{h2_connection_window_size}",
+               ("--http2-initial-connection-window-size",)),
+    Equivalent("Granian", "`--http2-initial-stream-window-size`", "{h2_initial_window_size}",
+               ("--http2-initial-stream-window-size",)),
+    Equivalent("Granian", "`--http2-keep-alive-interval`, `--http2-keep-alive-timeout`",
+               "not needed: Tines sends no PING of its own (it answers the client's); an HTTP/2 connection "
+               "with no open stream is closed after {keepalive_timeout}",
+               ("--http2-keep-alive-interval", "--http2-keep-alive-timeout")),
+    Equivalent("Granian", "`--http2-max-concurrent-streams`", "{h2_max_concurrent_streams}",
+               ("--http2-max-concurrent-streams",)),
+    Equivalent("Granian", "`--http2-max-frame-size`", "{h2_max_frame_size} (16384 at least, RFC 9113 6.5.2)",
+               ("--http2-max-frame-size",)),
+    Equivalent("Granian", "`--http2-max-headers-size`", "{h2_max_header_list_size}", ("--http2-max-headers-size",)),
+    Equivalent("Granian", "`--http2-max-send-buffer-size`", _H2_SEND_BUFFER, ("--http2-max-send-buffer-size",)),
     Equivalent("uWSGI", "`http-socket`, `socket`", "{bind}"),
     Equivalent("uWSGI", "`https-socket` (`ADDRESS,CERT,KEY`), `https-socket-req-client-ca`",
                "{bind} with {certfile} and {keyfile} (every TCP bind speaks TLS; `plain:HOST:PORT` one that does not); "

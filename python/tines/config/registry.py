@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tines.config.validators import (alpn_protocol, bind_address, boolean, cipher_suite, directory, group_id,
+                                     h2_connection_window, h2_count, h2_frame_size, h2_size, h2_stream_window,
                                      head_size, header_value, network, non_negative_int, non_negative_seconds,
                                      non_negative_whole_seconds, optional_non_negative_int,
                                      optional_non_negative_seconds, optional_positive_int, optional_positive_size,
@@ -58,7 +59,7 @@ ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
 """The access log's custom-format atoms, for the docs and ``--help`` (the formatter is Rust's
 ``tines_server::access_log``; a test checks both name the same atoms)."""
 
-SECTIONS = ("Server", "TLS", "Workers", "HTTP", "Timeouts", "Limits", "Logging", "Process", "Resource limits")
+SECTIONS = ("Server", "TLS", "HTTP/2", "Workers", "HTTP", "Timeouts", "Limits", "Logging", "Process", "Resource limits")
 """Order of the sections in ``--help`` and in docs/settings.md."""
 
 
@@ -161,7 +162,7 @@ _REGISTRY = (
     # Server
     Setting("app", "Server", "The WSGI or ASGI app: `module:attr`, `package.module:attr`, `path/to/file.py:attr`, or `module` (then `application` or `app`). On the command line it is the positional APP.",
             optional_text, None, metavar="APP"),
-    Setting("bind", "Server", "Address to listen on: `HOST:PORT`, `[IPv6]:PORT`, `unix:/path` or `fd://N` (an inherited socket). With `certfile` set every TCP bind speaks TLS, unless written `plain:HOST:PORT` (or `plain:fd://N`); `unix:` binds are always plain (docs/tls.md).",
+    Setting("bind", "Server", "Address to listen on: `HOST:PORT`, `[IPv6]:PORT`, `unix:/path` or `fd://N` (an inherited socket). With `certfile` set every TCP bind speaks TLS, unless written `plain:HOST:PORT` (or `plain:fd://N`); `unix:` binds are always plain (docs/tls.md). A cleartext bind speaks HTTP/2 with prior knowledge (h2c) when written `h2c:ADDRESS` (HTTP/2 only: for a proxy or platform that speaks h2c to its backends), or HTTP/1.1 and h2c alike when written `http1+h2c:ADDRESS`; either is cleartext even with `certfile` set, and works before `unix:` and `fd://` too (docs/http2.md).",
             bind_address, ("127.0.0.1:8000",), ("-b", "--bind"), "ADDRESS", multiple=True, min_items=1),
     Setting("status_bind", "Server", "The status listener, off the public port (off when unset): `HOST:PORT`, `unix:/path` or `fd://N`. A status process that the master forks and starts again if it dies serves `/` (a status page for people), `/status.json` (the workers, their states, requests and memory, each app thread's current request, the totals), `/metrics` (Prometheus), `/healthz` (the master is up) and `/readyz` (a worker accepts and the server is not stopping: 503 from the start of a stop) from the scoreboard, without the app: it answers while every worker is busy or stuck (docs/status.md). `tines status` shows it in the terminal. Refused when it is one of the `bind` addresses.",
             status_address, None, ("--status-bind",), "ADDRESS", default_text="off"),
@@ -208,8 +209,8 @@ _REGISTRY = (
             tls_version, "1.2", ("--tls-min-version",), "{1.2,1.3}"),
     Setting("tls_cipher_suites", "TLS", "The cipher suites offered, by IANA name (`TLS_AES_128_GCM_SHA256`, `TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256`, ...), comma-separated, in order of preference; empty: all of the provider's (AEAD and forward secret only). OpenSSL cipher strings are refused.",
             cipher_suite, (), ("--tls-cipher-suites",), "SUITES", multiple=True, default_text="the provider's nine AEAD suites"),
-    Setting("alpn", "TLS", "The protocols offered in ALPN, in order of preference: `http/1.1`, `http/1.0` (`h2` is refused until Tines speaks HTTP/2); empty: no ALPN (every client is served HTTP/1.1).",
-            alpn_protocol, ("http/1.1",), ("--alpn",), "PROTOCOLS", multiple=True),
+    Setting("alpn", "TLS", "The protocols offered in ALPN, in order of preference (the server's: the first of these the client offers too is chosen): `h2` (HTTP/2), `http/1.1`, `http/1.0`; empty: no ALPN (every client is served HTTP/1.1). `h2` is left out of what is offered while `http2` is off, whatever this says (docs/http2.md).",
+            alpn_protocol, ("h2", "http/1.1"), ("--alpn",), "PROTOCOLS", multiple=True),
     Setting("client_cert", "TLS", "Client certificates (mTLS): `none` (not asked for), `optional` (asked for; a client without one, or with one `client_ca` does not verify, is served and the app sees why in `SSL_CLIENT_VERIFY` or the ASGI `tls` extension: mod_ssl's `optional_no_ca`), `required` (a client without a certificate `client_ca` verifies is refused in the handshake). Needs `client_ca`.",
             text, "none", ("--client-cert",), choices=("none", "optional", "required")),
     Setting("client_ca", "TLS", "PEM bundle of the certificate authorities client certificates are verified against (`client_cert`).",
@@ -220,6 +221,25 @@ _REGISTRY = (
             boolean, True, ("--tls-tickets",)),
     Setting("tls_ticket_rotation", "TLS", "Seconds a ticket key is used to issue tickets: a ticket is accepted until the end of the period after the one it was issued in (between one and two periods).",
             positive_whole_seconds, 3600, ("--tls-ticket-rotation",), "SECONDS"),
+    # HTTP/2 (docs/http2.md): read by the worker (H2Config in crates/server/src/config.rs)
+    Setting("http2", "HTTP/2", "Offer HTTP/2 by ALPN (`h2`, first) on the TLS listeners: a browser or client that speaks it gets HTTP/2, others HTTP/1.1. Off: `h2` is never offered, whatever `alpn` says. Cleartext HTTP/2 (h2c) is chosen per bind instead (`h2c:HOST:PORT`, `http1+h2c:HOST:PORT`; see `bind`), and this setting leaves those alone.",
+            boolean, True, ("--http2",), worker=True),
+    Setting("h2_max_concurrent_streams", "HTTP/2", "Streams (requests) one HTTP/2 connection may have open at once, advertised in SETTINGS_MAX_CONCURRENT_STREAMS; a client opening more has them refused (RST_STREAM REFUSED_STREAM). The `prefork` MPM advertises 1 whatever this says (a process serves one request at a time: a proxy opens more connections instead of queueing behind one); `thread` and `event` run a connection's streams on app threads side by side, ASGI as tasks.",
+            h2_count, 100, ("--h2-max-concurrent-streams",), "N", worker=True),
+    Setting("h2_initial_window_size", "HTTP/2", "Bytes of request body a client may send on one stream before the server asks for more (SETTINGS_INITIAL_WINDOW_SIZE, 1 to 2^31-1): the window reopens as the body is read (before dispatch, or by the app on `stream_body_paths`), so this bounds what one stream's body may hold in flight.",
+            h2_stream_window, 262144, ("--h2-initial-window-size",), "BYTES", worker=True, default_text="262144 (256 KiB)"),
+    Setting("h2_connection_window_size", "HTTP/2", "Bytes of request bodies a client may send on one connection, all its streams together, before the server asks for more (the connection's flow-control window, raised from HTTP/2's 65535 by a WINDOW_UPDATE after the preface; 65535 to 2^31-1).",
+            h2_connection_window, 1048576, ("--h2-connection-window-size",), "BYTES", worker=True, default_text="1048576 (1 MiB)"),
+    Setting("h2_max_frame_size", "HTTP/2", "The largest frame payload the server accepts (SETTINGS_MAX_FRAME_SIZE, 16384 to 16777215, RFC 9113 6.5.2); a larger frame ends the connection (FRAME_SIZE_ERROR).",
+            h2_frame_size, 16384, ("--h2-max-frame-size",), "BYTES", worker=True),
+    Setting("h2_max_header_list_size", "HTTP/2", "The largest header list a request may carry (SETTINGS_MAX_HEADER_LIST_SIZE: names and values plus 32 bytes per field, RFC 9113 6.5.2). A header block (HEADERS and its CONTINUATION frames) is bounded before it is decoded, so a CONTINUATION flood (CVE-2024-27316) ends the connection with GOAWAY ENHANCE_YOUR_CALM without being buffered. The HTTP/1.1 limits (`max_head_size`, `max_headers`, `max_request_line`) apply to every stream too: a larger request gets 431 or 414.",
+            h2_count, 65536, ("--h2-max-header-list-size",), "BYTES", worker=True, default_text="65536 (64 KiB)"),
+    Setting("h2_header_table_size", "HTTP/2", "The HPACK dynamic table the server's decoder keeps per connection (SETTINGS_HEADER_TABLE_SIZE; 0: none): memory a client may make each connection hold.",
+            h2_size, 4096, ("--h2-header-table-size",), "BYTES", worker=True),
+    Setting("h2_max_reset_rate", "HTTP/2", "Streams a client may reset, or cause the server to reset, per second, averaged over 10 seconds; above it the connection ends with GOAWAY ENHANCE_YOUR_CALM (the rapid-reset attack, CVE-2023-44487).",
+            h2_count, 100, ("--h2-max-reset-rate",), "N", worker=True),
+    Setting("h2_max_control_rate", "HTTP/2", "Frames that carry no request work (PING, SETTINGS, PRIORITY, empty DATA, WINDOW_UPDATE) a client may send per second, averaged over 10 seconds; above it the connection ends with GOAWAY ENHANCE_YOUR_CALM (the PING, SETTINGS and empty-frame floods).",
+            h2_count, 1000, ("--h2-max-control-rate",), "N", worker=True),
     # Workers
     Setting("workers", "Workers", "Number of worker processes: a fixed count, the default mode (TTIN/TTOU add or remove one). For a pool that grows under load and shrinks when idle, set `max_workers` instead.",
             positive_int, _default_workers, ("-w", "--workers"), "N", default_text="2 x CPU cores"),

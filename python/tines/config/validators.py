@@ -342,10 +342,46 @@ PLAIN_PREFIX = "plain:"
 """Marks a TCP bind that speaks plain HTTP while ``certfile`` makes the others speak TLS
 (``plain:HOST:PORT``, ``plain:fd://N``); ``tines.sockets`` takes it off before binding."""
 
+H2C_PREFIX = "h2c:"
+"""Marks a cleartext bind that speaks HTTP/2 with prior knowledge only (``h2c:HOST:PORT``, also
+before ``unix:`` and ``fd://``): every connection must start with the HTTP/2 preface."""
+
+BOTH_PREFIX = "http1+h2c:"
+"""Marks a cleartext bind that speaks HTTP/1.1 and h2c alike, told apart by a connection's first
+bytes (the HTTP/2 preface, or anything else: an HTTP/1.1 request)."""
+
+CLEARTEXT_PREFIXES = {PLAIN_PREFIX: "off", H2C_PREFIX: "only", BOTH_PREFIX: "both"}
+"""Each bind prefix that makes a listener cleartext, and its h2c mode (``WorkerSpec.h2c_listeners``:
+``off`` is HTTP/1.1 only). An h2c bind is cleartext even with ``certfile`` set, as ``plain:`` is."""
+
+H2C_MODES = ("off", "only", "both")
+"""A listener's h2c modes, as the Rust worker reads them (``PythonSpec.h2c_listeners``)."""
+
+_PREFIX_LIKE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+"""What an unknown prefix looks like (``h2:``, ``https:``), told apart from a host name only by
+what follows it: a host is followed by its port, a prefix by an address."""
+
+
+def split_bind(bind: str) -> tuple[str | None, str]:
+    """A bind as ``bind_address`` returned it, split into its h2c mode and its address: the mode
+    of its prefix (``CLEARTEXT_PREFIXES``), or None when it has none (a TCP bind then speaks TLS
+    when ``certfile`` is set, and HTTP/1.1 in any case)."""
+    for prefix, mode in CLEARTEXT_PREFIXES.items():
+        if bind.startswith(prefix):
+            return mode, bind[len(prefix):]
+    return None, bind
+
+
+def is_cleartext(bind: str) -> bool:
+    """A bind that never speaks TLS: one with a prefix, or a Unix socket."""
+    mode, address = split_bind(bind)
+    return mode is not None or address.startswith("unix:")
+
 
 def bind_address(raw: object) -> str:
-    """One listen address: ``HOST:PORT``, ``[IPv6]:PORT``, ``unix:/path`` or ``fd://N``, a TCP
-    one optionally marked ``plain:`` (plain HTTP beside TLS binds).
+    """One listen address: ``HOST:PORT``, ``[IPv6]:PORT``, ``unix:/path`` or ``fd://N``, optionally
+    after one prefix: ``plain:`` (plain HTTP beside TLS binds; TCP and ``fd://`` only, a Unix
+    socket being plain already), ``h2c:`` (HTTP/2 with prior knowledge) or ``http1+h2c:`` (both).
 
     Returned as given (stripped); ``tines.sockets`` turns it into a socket.
     """
@@ -353,25 +389,36 @@ def bind_address(raw: object) -> str:
     if not isinstance(raw, str):
         raise ValueError(expected)
     address = raw.strip()
-    if address.startswith(PLAIN_PREFIX):
-        rest = address[len(PLAIN_PREFIX):]
-        if rest.startswith("unix:"):
-            raise ValueError("needs no plain: before unix: (Unix sockets are always plain)")
-        if rest.startswith(PLAIN_PREFIX):
-            raise ValueError(expected)
-        return PLAIN_PREFIX + _address(rest, expected)
-    return _address(address, expected)
+    mode, rest = split_bind(address)
+    if mode is None:
+        return _address(address, expected)
+    prefix = address[: len(address) - len(rest)]
+    if mode == "off" and rest.startswith("unix:"):
+        raise ValueError("needs no plain: before unix: (Unix sockets are always plain)")
+    if split_bind(rest)[0] is not None:
+        raise ValueError(expected)
+    return prefix + _address(rest, expected)
 
 
 def status_address(raw: object) -> str | None:
-    """``status_bind``: a listen address as ``bind_address`` reads it, without ``plain:`` (the
-    status listener is always plain HTTP), or None (``""`` too)."""
+    """``status_bind``: a listen address as ``bind_address`` reads it, without a prefix (the
+    status listener always speaks plain HTTP/1.1), or None (``""`` too)."""
     if raw is None or raw == "":
         return None
     address = bind_address(raw)
-    if address.startswith(PLAIN_PREFIX):
-        raise ValueError("needs no plain: (the status listener always speaks plain HTTP)")
+    mode, _ = split_bind(address)
+    if mode is not None:
+        prefix = address.split(":", 1)[0] + ":"
+        raise ValueError(f"needs no {prefix} (the status listener always speaks plain HTTP)")
     return address
+
+
+def _is_address(text: str) -> bool:
+    try:
+        _address(text, "")
+    except ValueError:
+        return False
+    return True
 
 
 def _address(address: str, expected: str) -> str:
@@ -386,6 +433,9 @@ def _address(address: str, expected: str) -> str:
     host, colon, port = address.rpartition(":")
     if not colon or not host:
         raise ValueError(expected)
+    word, _, after = address.partition(":")
+    if not host.startswith("[") and ":" in host and _PREFIX_LIKE.fullmatch(word) and _is_address(after):
+        raise ValueError(f"has an unknown prefix {word + ':'!r}: the prefixes are plain:, h2c: and http1+h2c:")
     if host.startswith("["):
         if not host.endswith("]"):
             raise ValueError(expected)
@@ -458,19 +508,65 @@ def cipher_suite(raw: object) -> str:
     raise ValueError("must be IANA cipher suite names, one of " + ", ".join(TLS_CIPHER_SUITES))
 
 
-ALPN_PROTOCOLS = ("http/1.1", "http/1.0")
-"""The protocols a TLS listener may offer in ALPN: what the server speaks."""
+ALPN_PROTOCOLS = ("h2", "http/1.1", "http/1.0")
+"""The protocols a TLS listener may offer in ALPN: what the server speaks (``h2`` only while the
+``http2`` setting is on: ``tines.tls`` leaves it out otherwise)."""
 
 
 def alpn_protocol(raw: object) -> str:
-    """``http/1.1`` or ``http/1.0`` (any case); ``h2`` is refused until the server speaks HTTP/2."""
+    """``h2``, ``http/1.1`` or ``http/1.0`` (any case)."""
     if isinstance(raw, str):
         name = raw.strip().lower()
         if name in ALPN_PROTOCOLS:
             return name
-        if name == "h2":
-            raise ValueError("cannot offer h2: Tines does not speak HTTP/2 yet")
     raise ValueError("must be " + ", ".join(ALPN_PROTOCOLS))
+
+
+MAX_WINDOW = 2**31 - 1
+"""The largest HTTP/2 flow-control window (RFC 9113 6.9.1)."""
+
+DEFAULT_WINDOW = 65535
+"""The connection's window before any WINDOW_UPDATE (RFC 9113 6.9.2): SETTINGS cannot lower it."""
+
+MIN_FRAME_SIZE, MAX_FRAME_SIZE = 2**14, 2**24 - 1
+"""The range of SETTINGS_MAX_FRAME_SIZE (RFC 9113 6.5.2)."""
+
+MAX_U32 = 2**32 - 1
+"""The largest value of an HTTP/2 setting (a 32-bit field)."""
+
+
+def _bounded(minimum: int, maximum: int, why: str = "") -> Callable[[object], int]:
+    """A converter of an integer in ``minimum..maximum`` (``why``: the reason of the range, said
+    in the refusal)."""
+    expected = f"must be an integer in {minimum}..{maximum}{why}"
+
+    def convert(raw: object) -> int:
+        value = _integer(raw, 0, expected)
+        if value > maximum or value < minimum:
+            raise ValueError(expected)
+        return value
+
+    return convert
+
+
+h2_count = _bounded(1, MAX_U32)
+"""An HTTP/2 count or size that cannot be 0 (streams, a rate per second, the header list's
+bytes): 1 to 2^32-1, the width of a SETTINGS value."""
+
+h2_size = _bounded(0, MAX_U32)
+"""An HTTP/2 size in bytes that may be 0 (the HPACK table): up to 2^32-1."""
+
+h2_stream_window = _bounded(1, MAX_WINDOW, " (RFC 9113 6.9.1: a window is at most 2^31-1)")
+"""SETTINGS_INITIAL_WINDOW_SIZE: 1 to 2^31-1 (0 is valid in the RFC, but no body could then
+arrive before the app reads)."""
+
+h2_connection_window = _bounded(DEFAULT_WINDOW, MAX_WINDOW,
+                                " (RFC 9113 6.9: it starts at 65535, which SETTINGS cannot lower, "
+                                "and is at most 2^31-1)")
+"""The connection's receive window: 65535 (where every connection starts) to 2^31-1."""
+
+h2_frame_size = _bounded(MIN_FRAME_SIZE, MAX_FRAME_SIZE, " (RFC 9113 6.5.2)")
+"""SETTINGS_MAX_FRAME_SIZE: 16384 to 16777215."""
 
 
 def sni_certificate(raw: object) -> str:

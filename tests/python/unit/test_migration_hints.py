@@ -48,7 +48,7 @@ def test_a_flag_outside_the_table_gets_no_hint() -> None:
 
 def test_every_reference_names_a_setting_and_every_value_is_valid() -> None:
     for row in EQUIVALENTS:
-        for planned, name, equals, value in re.findall(r"\{(planned:)?([a-z_]+)(?:(=)([^}]*))?\}", row.ours):
+        for planned, name, equals, value in re.findall(r"\{(planned:)?([a-z_][a-z0-9_]*)(?:(=)([^}]*))?\}", row.ours):
             if planned:
                 # When it lands, the row must name the real setting instead.
                 assert name not in SETTINGS, f"{name} exists now: write {{{name}}} in {row}"

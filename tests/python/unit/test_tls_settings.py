@@ -51,7 +51,7 @@ def test_the_tls_section_holds_the_names_of_the_contract_and_their_flags() -> No
 def test_the_defaults() -> None:
     cfg = load({}, {})
     assert (cfg.certfile, cfg.keyfile, cfg.sni_certificates, cfg.tls_unknown_server_name) == (None, None, (), "default")
-    assert (cfg.tls_min_version, cfg.tls_cipher_suites, cfg.alpn, cfg.client_cert) == ("1.2", (), ("http/1.1",), "none")
+    assert (cfg.tls_min_version, cfg.tls_cipher_suites, cfg.alpn, cfg.client_cert) == ("1.2", (), ("h2", "http/1.1"), "none")
     assert (cfg.client_ca, cfg.client_crl, cfg.tls_tickets, cfg.tls_ticket_rotation) == (None, (), True, 3600)
 
 
@@ -81,11 +81,18 @@ def test_an_openssl_cipher_string_is_refused_with_the_reason() -> None:
     assert "one of TLS_AES_256_GCM_SHA384" in error_of({"tls_cipher_suites": "TLS_RSA_WITH_RC4_128_MD5"})
 
 
-def test_alpn_refuses_h2_until_http2() -> None:
+def test_alpn_offers_h2_first_by_default_and_not_while_http2_is_off() -> None:
     assert load({"alpn": ["HTTP/1.1", "http/1.0"]}, {}).alpn == ("http/1.1", "http/1.0")
     assert load({"alpn": ""}, {}).alpn == ()
-    assert error_of({"alpn": "h2,http/1.1"}) == "alpn cannot offer h2: Tines does not speak HTTP/2 yet, got 'h2'"
-    assert error_of({"alpn": "spdy/3"}) == "alpn must be http/1.1, http/1.0, got 'spdy/3'"
+    assert load({"alpn": "H2,http/1.1"}, {}).alpn == ("h2", "http/1.1")
+    assert error_of({"alpn": "spdy/3"}) == "alpn must be h2, http/1.1, http/1.0, got 'spdy/3'"
+    assert tls.offered_alpn(load({"certfile": "c.pem"}, {})) == ["h2", "http/1.1"]
+    assert tls.offered_alpn(load({"certfile": "c.pem", "http2": False}, {})) == ["http/1.1"]
+    assert tls.offered_alpn(load({"certfile": "c.pem", "http2": "off", "alpn": "h2"}, {})) == []
+    assert tls.offered_alpn(load({"certfile": "c.pem", "alpn": "http/1.1,h2"}, {})) == ["http/1.1", "h2"]
+    assert tls.material_settings(load({"certfile": "c.pem", "http2": False}, {}), "/srv")["alpn"] == ["http/1.1"]
+    assert ignored_settings(load({"certfile": "c.pem", "http2": False, "alpn": "h2,http/1.1"}, {})) == [
+        "h2 in alpn (cli) is not offered while http2 is off (cli)"]
 
 
 def test_sni_certificates_take_a_certificate_and_maybe_its_key() -> None:
@@ -147,7 +154,9 @@ def test_settings_that_need_certfile_are_said_to_be_ignored_without_it() -> None
         "client_cert (cli) is ignored without certfile (--certfile), which turns TLS on"]
     assert ignored_settings(load({"certfile": "c.pem", "keyfile": "k.pem"}, {})) == []
     assert ignored_settings(load({"certfile": "c.pem", "bind": ["plain:127.0.0.1:80", "unix:/x"]}, {})) == [
-        "certfile (cli) is ignored: every bind is unix: or plain:, so none speaks TLS"]
+        "certfile (cli) is ignored: every bind is unix: or cleartext (plain:, h2c:, http1+h2c:), so none speaks TLS"]
+    assert ignored_settings(load({"certfile": "c.pem", "bind": ["h2c:127.0.0.1:80", "http1+h2c:127.0.0.1:81"]}, {})) == [
+        "certfile (cli) is ignored: every bind is unix: or cleartext (plain:, h2c:, http1+h2c:), so none speaks TLS"]
 
 
 # --- plain: binds ------------------------------------------------------------------------------------
@@ -252,7 +261,7 @@ def test_the_material_settings_are_the_section_with_absolute_paths() -> None:
         "certfile": "/srv/c.pem", "keyfile": "/etc/k.pem", "keyfile_password_file": None,
         "keyfile_password": "pw", "sni_certificates": ["/srv/a.pem:/srv/a.key", "/b.pem"],
         "tls_unknown_server_name": "default", "tls_min_version": "1.2", "tls_cipher_suites": [],
-        "alpn": ["http/1.1"], "client_cert": "optional", "client_ca": "/srv/ca.pem",
+        "alpn": ["h2", "http/1.1"], "client_cert": "optional", "client_ca": "/srv/ca.pem",
         "client_crl": ["/srv/r1.pem", "/srv/r2.pem"], "tls_tickets": True, "tls_ticket_rotation": 3600}
     assert tls.files(cfg, "/srv") == [
         ("certfile", "/srv/c.pem"), ("keyfile", "/etc/k.pem"), ("client_ca", "/srv/ca.pem"),

@@ -41,3 +41,17 @@ def test_a_setting_changes_the_field_it_maps_to_and_nothing_else() -> None:
     assert {name for name in default if default[name] != changed[name]} == {
         "keepalive_timeout", "drain_timeout", "trusted_proxies"}
     assert changed["keepalive_timeout"] == changed["drain_timeout"] == "7s"
+
+
+def test_each_http2_setting_reaches_the_workers_h2_config() -> None:
+    """The registry's "HTTP/2" section fills ``WorkerConfig.h2`` (``H2Config``), one field each."""
+    default = registry_fields()
+    changed = registry_fields({"http2": False, "h2_max_concurrent_streams": "7", "h2_initial_window_size": "65536",
+                               "h2_connection_window_size": "2147483647", "h2_max_frame_size": "16777215",
+                               "h2_max_header_list_size": "8192", "h2_header_table_size": "0",
+                               "h2_max_reset_rate": "5", "h2_max_control_rate": "50"})
+    assert {name for name in default if default[name] != changed[name]} == {"h2"}
+    assert changed["h2"] == (
+        "H2Config { enabled: false, max_concurrent_streams: 7, initial_window_size: 65536, "
+        "connection_window_size: 2147483647, max_frame_size: 16777215, max_header_list_size: 8192, "
+        "header_table_size: 0, max_reset_rate: 5, max_control_rate: 50 }")
