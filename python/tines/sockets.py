@@ -81,7 +81,7 @@ class Listener:
 
     @property
     def fdname(self) -> str | None:
-        """Its ``LISTEN_FDNAMES`` name when handed on (``FDNAMES``), or None for a TLS-capable one."""
+        """Its ``LISTEN_FDNAMES`` name when handed on (``FDNAMES``), or None when it has no prefix."""
         return MODE_FDNAMES[self.h2c] if self.plain else None
 
     def fileno(self) -> int:

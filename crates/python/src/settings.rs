@@ -12,8 +12,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tines_proto::Limits;
 use tines_server::access_log::Format;
-use tines_server::tls::rustls::ServerConfig;
 use tines_server::config::H2Config;
+use tines_server::tls::rustls::ServerConfig;
 use tines_server::{Mpm, TrustedProxies, WorkerConfig};
 
 use crate::tls::TlsMaterial;

@@ -227,24 +227,24 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Hypercorn", "`alpn_protocols`", "{alpn}"),
     Equivalent("Hypercorn", "`h2_max_concurrent_streams`, `h2_max_header_list_size`", "same names"),
     Equivalent("Hypercorn", "`h2_max_inbound_frame_size`", "{h2_max_frame_size}"),
-    Equivalent("Granian", "`--http` (`auto`, `1`, `2`)", _HTTP, ("--http",)),
-    Equivalent("Granian", "`--http2-adaptive-window`", "not supported: the windows are fixed "
+    Equivalent("Granian", "`http` (`auto`, `1`, `2`)", _HTTP, ("--http",)),
+    Equivalent("Granian", "`http2_settings.adaptive_window`", "not supported: the windows are fixed "
                "({h2_initial_window_size} per stream, {h2_connection_window_size} per connection) and reopen as "
                "the body is read", ("--http2-adaptive-window", "--no-http2-adaptive-window")),
-    Equivalent("Granian", "`--http2-initial-connection-window-size`", "{h2_connection_window_size}",
+    Equivalent("Granian", "`http2_settings.initial_connection_window_size`", "{h2_connection_window_size}",
                ("--http2-initial-connection-window-size",)),
-    Equivalent("Granian", "`--http2-initial-stream-window-size`", "{h2_initial_window_size}",
+    Equivalent("Granian", "`http2_settings.initial_stream_window_size`", "{h2_initial_window_size}",
                ("--http2-initial-stream-window-size",)),
-    Equivalent("Granian", "`--http2-keep-alive-interval`, `--http2-keep-alive-timeout`",
+    Equivalent("Granian", "`http2_settings.keep_alive_interval`, `keep_alive_timeout`",
                "not needed: Tines sends no PING of its own (it answers the client's); an HTTP/2 connection "
                "with no open stream is closed after {keepalive_timeout}",
                ("--http2-keep-alive-interval", "--http2-keep-alive-timeout")),
-    Equivalent("Granian", "`--http2-max-concurrent-streams`", "{h2_max_concurrent_streams}",
+    Equivalent("Granian", "`http2_settings.max_concurrent_streams`", "{h2_max_concurrent_streams}",
                ("--http2-max-concurrent-streams",)),
-    Equivalent("Granian", "`--http2-max-frame-size`", "{h2_max_frame_size} (16384 at least, RFC 9113 6.5.2)",
+    Equivalent("Granian", "`http2_settings.max_frame_size`", "{h2_max_frame_size} (16384 at least, RFC 9113 6.5.2)",
                ("--http2-max-frame-size",)),
-    Equivalent("Granian", "`--http2-max-headers-size`", "{h2_max_header_list_size}", ("--http2-max-headers-size",)),
-    Equivalent("Granian", "`--http2-max-send-buffer-size`", _H2_SEND_BUFFER, ("--http2-max-send-buffer-size",)),
+    Equivalent("Granian", "`http2_settings.max_headers_size`", "{h2_max_header_list_size}", ("--http2-max-headers-size",)),
+    Equivalent("Granian", "`http2_settings.max_send_buffer_size`", _H2_SEND_BUFFER, ("--http2-max-send-buffer-size",)),
     Equivalent("uWSGI", "`http-socket`, `socket`", "{bind}"),
     Equivalent("uWSGI", "`https-socket` (`ADDRESS,CERT,KEY`), `https-socket-req-client-ca`",
                "{bind} with {certfile} and {keyfile} (every TCP bind speaks TLS; `plain:HOST:PORT` one that does not); "

@@ -1,6 +1,6 @@
 """The TLS settings a client can observe (issue 37): ``--tls-min-version``, ``--tls-cipher-suites``
-(IANA names; an OpenSSL cipher string is refused), ``--alpn`` (``http/1.1``; ``h2`` refused until
-HTTP/2 lands); each judged by what a real handshake negotiated."""
+(IANA names; an OpenSSL cipher string is refused), ``--alpn`` (``h2`` first, then ``http/1.1``; ``h2``
+left out with ``--no-http2``); each judged by what a real handshake negotiated."""
 
 from __future__ import annotations
 
@@ -52,8 +52,22 @@ def test_cipher_suites_are_named_the_iana_way_and_only_those_are_negotiated(
     assert_one_line_error(result, "ECDHE-ECDSA-AES128-GCM-SHA256")
 
 
-def test_alpn_agrees_http_1_1_and_h2_is_refused_until_http_2(tines_server: Any, tls_certs: TlsCerts) -> None:
+def test_alpn_offers_h2_first_and_http_1_1_to_a_client_without_it(tines_server: Any, tls_certs: TlsCerts) -> None:
     server = tines_server(APP, "-w", "1", *tls_args(tls_certs.localhost))
+    context = client_context(tls_certs)
+    context.set_alpn_protocols(["http/1.1", "h2"])  # the server's order decides
+    with tls_connect(server.port, context) as sock:
+        assert sock.selected_alpn_protocol() == "h2"
+    old = client_context(tls_certs)
+    old.set_alpn_protocols(["http/1.1"])
+    with tls_connect(server.port, old) as sock:
+        assert sock.selected_alpn_protocol() == "http/1.1"
+
+    assert_one_line_error(serve_fails(*tls_args(tls_certs.localhost), "--alpn", "spdy/3"), "spdy/3")
+
+
+def test_no_http2_leaves_h2_out_of_alpn_whatever_alpn_says(tines_server: Any, tls_certs: TlsCerts) -> None:
+    server = tines_server(APP, "-w", "1", *tls_args(tls_certs.localhost), "--no-http2", "--alpn", "h2,http/1.1")
     context = client_context(tls_certs)
     context.set_alpn_protocols(["h2", "http/1.1"])
     with tls_connect(server.port, context) as sock:
@@ -62,5 +76,4 @@ def test_alpn_agrees_http_1_1_and_h2_is_refused_until_http_2(tines_server: Any, 
     only_h2.set_alpn_protocols(["h2"])
     error = refused(server.port, only_h2)
     assert isinstance(error, ssl.SSLError) and "application protocol" in str(error).lower(), error
-
-    assert_one_line_error(serve_fails(*tls_args(tls_certs.localhost), "--alpn", "h2"), "h2")
+    server.wait_for_log(r"h2 in alpn \(cli\) is not offered while http2 is off \(cli\)")

@@ -72,7 +72,7 @@ def test_a_problem_is_one_line_naming_the_file() -> None:
     assert "openssl pkcs8 -topk8" in message
     missing = PEMS / "nothing-here.pem"
     assert refusal(certfile=str(missing)).startswith(f"certfile {missing}: cannot read it")
-    assert refusal(alpn=("h2",)) == "alpn: h2 is not offered yet: HTTP/2 is not served (http/1.1 is)"
+    assert refusal(alpn=("spdy/3",)).startswith("alpn: 'spdy/3' is not a protocol Tines serves (")
     assert refusal(client_cert="required").startswith("client_ca: client_cert required needs client_ca")
     assert refusal(tls_ticket_rotation=0).startswith("tls_ticket_rotation: ")
     with pytest.raises(ValueError, match="ticket_secret: 32 bytes expected, got 3"):

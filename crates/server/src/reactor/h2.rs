@@ -50,13 +50,6 @@ pub(super) struct H2Connections {
     behind: bool,
 }
 
-impl H2Connections {
-    /// The loop must come back without sleeping.
-    pub(super) fn due(&self) -> bool {
-        self.nudge || self.behind
-    }
-}
-
 impl Reactor {
     /// `Readiness::Http2`: the connection speaks HTTP/2 from here on. Its transport goes to
     /// an [`H2Conn`] (with the bytes read so far), which its entry now holds, watched by the
@@ -230,6 +223,20 @@ impl Reactor {
             }
         }
         self.h2.walking = walking;
+    }
+
+    /// True when the loop must not sleep: an HTTP/2 connection waits for an advance (a stop's
+    /// GOAWAY, work an inline slot left since the last sweep: the end of its batch of
+    /// responses, ADR 0011, writes into streams after the sweep and before the sleep).
+    pub(super) fn h2_due(&self) -> bool {
+        if self.h2.tokens.is_empty() {
+            return false;
+        }
+        self.h2.nudge
+            || self.h2.behind
+            || self.h2.tokens.iter().any(|&token| {
+                matches!(self.entries.get(token), Some(Entry::H2 { h2, .. }) if h2.conn.needs_advance())
+            })
     }
 
     /// A stop began: every HTTP/2 connection sends its two-step GOAWAY (at the next sweep)

@@ -28,7 +28,7 @@ impl Reactor {
         if let Some(until) = self.throttled_until {
             timeout = timeout.min(until.saturating_duration_since(now));
         }
-        if self.h2.due() {
+        if self.h2_due() {
             timeout = Duration::ZERO;
         }
         timeout

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use tines_server::listener::H2c;
 use tines_server::worker::ReadyHook;
 use tines_server::{
     run_worker, App, Exchange, Mpm, Scoreboard, StopReason, WorkerConfig, WorkerSpec,
@@ -45,6 +46,20 @@ impl TestServer {
         app: impl App,
         on_ready: Option<ReadyHook>,
     ) -> TestServer {
+        TestServer::start_speaking(config, app, on_ready, H2c::Off)
+    }
+
+    /// `start`, its listener speaking cleartext HTTP/2 as `h2c` says (`h2c:`, `http1+h2c:`).
+    pub fn start_h2c(config: WorkerConfig, app: impl App, h2c: H2c) -> TestServer {
+        TestServer::start_speaking(config, app, None, h2c)
+    }
+
+    fn start_speaking(
+        config: WorkerConfig,
+        app: impl App,
+        on_ready: Option<ReadyHook>,
+        h2c: H2c,
+    ) -> TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let listener_fd = listener.into_raw_fd();
@@ -57,7 +72,7 @@ impl TestServer {
         scoreboard.claim(0, std::process::id(), 1);
         let spec = WorkerSpec {
             tls_listeners: vec![config.tls.is_some()],
-            h2c_listeners: Vec::new(),
+            h2c_listeners: vec![h2c],
             config,
             listeners: vec![listener_fd], // the worker owns it from now on (closes it when it stops)
             scoreboard: Arc::clone(&scoreboard),
