@@ -254,6 +254,10 @@ pub enum RequestLine<'a> {
     /// The first line of a request the server refused before it was parsed (400, 408,
     /// 414, 431 ...), as received: empty when nothing came.
     Raw(&'a [u8]),
+    /// The first line of a request the server refused on an HTTP/2 stream: the line role A
+    /// synthesized from the stream's pseudo-headers (`METHOD TARGET HTTP/1.1`, ADR 0035),
+    /// logged with the protocol the client used, `HTTP/2.0`.
+    RawH2(&'a [u8]),
 }
 
 impl<'a> RequestLine<'a> {
@@ -266,7 +270,7 @@ impl<'a> RequestLine<'a> {
     pub fn method(&self) -> &'a [u8] {
         match *self {
             RequestLine::Parsed { method, .. } => method,
-            RequestLine::Raw(line) => Self::raw_part(line, 0),
+            RequestLine::Raw(line) | RequestLine::RawH2(line) => Self::raw_part(line, 0),
         }
     }
 
@@ -274,7 +278,7 @@ impl<'a> RequestLine<'a> {
     pub fn target(&self) -> &'a [u8] {
         match *self {
             RequestLine::Parsed { target, .. } => target,
-            RequestLine::Raw(line) => Self::raw_part(line, 1),
+            RequestLine::Raw(line) | RequestLine::RawH2(line) => Self::raw_part(line, 1),
         }
     }
 
@@ -283,6 +287,7 @@ impl<'a> RequestLine<'a> {
         match *self {
             RequestLine::Parsed { protocol, .. } => protocol.name(),
             RequestLine::Raw(line) => Self::raw_part(line, 2),
+            RequestLine::RawH2(_) => Protocol::Http2.name(),
         }
     }
 
@@ -293,6 +298,13 @@ impl<'a> RequestLine<'a> {
                 push_escaped(line, method);
                 line.push(b' ');
                 push_escaped(line, target);
+                line.push(b' ');
+                line.extend_from_slice(self.protocol());
+            }
+            RequestLine::RawH2(_) => {
+                push_escaped(line, self.method());
+                line.push(b' ');
+                push_escaped(line, self.target());
                 line.push(b' ');
                 line.extend_from_slice(self.protocol());
             }
@@ -384,6 +396,7 @@ impl DeferredLine {
             protocol: match request.line {
                 RequestLine::Parsed { protocol, .. } => protocol,
                 RequestLine::Raw(_) => Protocol::Http11,
+                RequestLine::RawH2(_) => Protocol::Http2,
             },
             status: request.status,
             body_sent: request.body_sent,
@@ -818,9 +831,23 @@ fn write_json(line: &mut Vec<u8>, request: &LoggedRequest<'_>, clock: &mut LogCl
     push_json_string(line, query);
     line.extend_from_slice(b",\"protocol\":");
     optional_string(line, request.line.protocol());
-    if let RequestLine::Raw(raw) = request.line {
-        line.extend_from_slice(b",\"raw_request_line\":");
-        push_json_string(line, raw);
+    match request.line {
+        RequestLine::Parsed { .. } => {}
+        RequestLine::Raw(raw) => {
+            line.extend_from_slice(b",\"raw_request_line\":");
+            push_json_string(line, raw);
+        }
+        RequestLine::RawH2(_) => {
+            // No line came: the request line as the stream's pseudo-headers give it.
+            let mut raw = Vec::new();
+            raw.extend_from_slice(request.line.method());
+            raw.push(b' ');
+            raw.extend_from_slice(request.line.target());
+            raw.push(b' ');
+            raw.extend_from_slice(request.line.protocol());
+            line.extend_from_slice(b",\"raw_request_line\":");
+            push_json_string(line, &raw);
+        }
     }
     line.extend_from_slice(b",\"status\":");
     push_number(line, request.status);
@@ -1021,6 +1048,21 @@ mod tests {
         refused.line = RequestLine::Raw(b"");
         let line = line_for("%(r)s|%(m)s|%(U)s", &refused);
         assert_eq!(line, "-|-|-\n");
+        // On an HTTP/2 stream, the line role A synthesized, with the client's protocol.
+        refused.line = RequestLine::RawH2(b"POST /up\"x HTTP/1.1");
+        refused.status = 431;
+        let line = line_for("%(r)s|%(m)s|%(U)s|%(H)s|%(s)s", &refused);
+        assert_eq!(
+            line,
+            "POST /up\\x22x HTTP/2.0|POST|/up\\x22x|HTTP/2.0|431\n"
+        );
+        let json = line_for("json", &refused);
+        assert!(
+            json.contains(
+                "\"protocol\":\"HTTP/2.0\",\"raw_request_line\":\"POST /up\\\"x HTTP/2.0\""
+            ),
+            "{json}"
+        );
     }
 
     #[test]
