@@ -136,6 +136,9 @@ def render(report: dict[str, Any], width: int = 80, colour: bool = False) -> str
     line(f"conns {totals.get('connections', 0)} open, {totals.get('connections_idle', 0)} idle  "
          f"accepted {totals.get('accepted', 0)}  in {human_bytes(totals.get('bytes_in', 0))}  "
          f"out {human_bytes(totals.get('bytes_out', 0))}")
+    if totals.get("h2_connections") or totals.get("h2_streams"):
+        line(f"http/2 {totals.get('h2_connections', 0)} conns, "
+             f"{totals.get('h2_streams', 0)} streams open")
     restarts = ", ".join(f"{reason} {count}" for reason, count in report.get("restarts", {}).items()
                          if count)
     line(f"restarts: {restarts or 'none'}", YELLOW if restarts else "")

@@ -93,8 +93,9 @@ impl PyScoreboard {
     }
 
     /// Server-wide totals since the master started, the live slots' and the retired ones':
-    /// requests (counted), accepted, bytes_in, bytes_out, in_flight, connections, and
-    /// exits: reaped workers by exit reason name (those with at least one).
+    /// requests (counted), accepted, bytes_in, bytes_out, in_flight, connections,
+    /// h2_connections and h2_streams (open now), and exits: reaped workers by exit reason
+    /// name (those with at least one).
     fn totals<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let totals = self.inner.totals();
         let dict = PyDict::new(py);
@@ -104,6 +105,8 @@ impl PyScoreboard {
         dict.set_item("bytes_out", totals.bytes_out)?;
         dict.set_item("in_flight", totals.in_flight)?;
         dict.set_item("connections", totals.connections)?;
+        dict.set_item("h2_connections", totals.h2_connections)?;
+        dict.set_item("h2_streams", totals.h2_streams)?;
         let exits = PyDict::new(py);
         for reason in ExitReason::ALL {
             let count = totals.exits[*reason as usize];
@@ -140,7 +143,7 @@ impl PyScoreboard {
     }
 
     /// A dict snapshot of `slot`: pid, generation, state, active, requests, accepted,
-    /// connections, bytes_out, bytes_in, heartbeat (Unix seconds), request_start (Unix seconds of the
+    /// connections, h2_connections, h2_streams, bytes_out, bytes_in, heartbeat (Unix seconds), request_start (Unix seconds of the
     /// oldest request in progress; 0 when none), exit_reason (a name), dumped, rss, pss, uss,
     /// swap (bytes), memory_sampled (Unix seconds; 0: never), loop_heartbeat (an async worker's
     /// event loop's last mark, Unix seconds; 0: not an async worker), interpreter_seen_ns (when
@@ -164,6 +167,8 @@ impl PyScoreboard {
         dict.set_item("requests", reading.requests)?;
         dict.set_item("accepted", reading.accepted)?;
         dict.set_item("connections", reading.connections)?;
+        dict.set_item("h2_connections", reading.h2_connections)?;
+        dict.set_item("h2_streams", reading.h2_streams)?;
         dict.set_item("bytes_out", reading.bytes_out)?;
         dict.set_item("bytes_in", reading.bytes_in)?;
         dict.set_item("heartbeat", reading.heartbeat_ms as f64 / 1000.0)?;

@@ -202,6 +202,43 @@ fn split_target(target: &[u8]) -> (&[u8], &[u8]) {
     }
 }
 
+/// The protocol a parsed request came by, as the log shows it (`%(H)s`, the request line's
+/// last word): an HTTP/2 stream's head is synthesized as HTTP/1.1 (ADR 0035), so its version
+/// alone would say `HTTP/1.1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.0.
+    Http10,
+    /// HTTP/1.1.
+    Http11,
+    /// An HTTP/2 stream.
+    Http2,
+}
+
+impl Protocol {
+    /// The protocol of a request whose head says `version`, `h2` on an HTTP/2 stream
+    /// ([`crate::transport::Link::is_h2`]).
+    #[inline]
+    pub fn of(version: Version, h2: bool) -> Protocol {
+        if h2 {
+            return Protocol::Http2;
+        }
+        match version {
+            Version::Http10 => Protocol::Http10,
+            Version::Http11 => Protocol::Http11,
+        }
+    }
+
+    /// Its name in a request line.
+    pub fn name(self) -> &'static [u8] {
+        match self {
+            Protocol::Http10 => b"HTTP/1.0",
+            Protocol::Http11 => b"HTTP/1.1",
+            Protocol::Http2 => b"HTTP/2.0",
+        }
+    }
+}
+
 /// The request line as the log knows it.
 #[derive(Clone, Copy, Debug)]
 pub enum RequestLine<'a> {
@@ -211,12 +248,16 @@ pub enum RequestLine<'a> {
         method: &'a [u8],
         /// The request target, as sent.
         target: &'a [u8],
-        /// The protocol version.
-        version: Version,
+        /// The protocol it came by.
+        protocol: Protocol,
     },
     /// The first line of a request the server refused before it was parsed (400, 408,
     /// 414, 431 ...), as received: empty when nothing came.
     Raw(&'a [u8]),
+    /// The first line of a request the server refused on an HTTP/2 stream: the line role A
+    /// synthesized from the stream's pseudo-headers (`METHOD TARGET HTTP/1.1`, ADR 0035),
+    /// logged with the protocol the client used, `HTTP/2.0`.
+    RawH2(&'a [u8]),
 }
 
 impl<'a> RequestLine<'a> {
@@ -229,7 +270,7 @@ impl<'a> RequestLine<'a> {
     pub fn method(&self) -> &'a [u8] {
         match *self {
             RequestLine::Parsed { method, .. } => method,
-            RequestLine::Raw(line) => Self::raw_part(line, 0),
+            RequestLine::Raw(line) | RequestLine::RawH2(line) => Self::raw_part(line, 0),
         }
     }
 
@@ -237,18 +278,16 @@ impl<'a> RequestLine<'a> {
     pub fn target(&self) -> &'a [u8] {
         match *self {
             RequestLine::Parsed { target, .. } => target,
-            RequestLine::Raw(line) => Self::raw_part(line, 1),
+            RequestLine::Raw(line) | RequestLine::RawH2(line) => Self::raw_part(line, 1),
         }
     }
 
     /// The protocol (empty when unknown).
     pub fn protocol(&self) -> &'a [u8] {
         match *self {
-            RequestLine::Parsed { version, .. } => match version {
-                Version::Http10 => b"HTTP/1.0",
-                Version::Http11 => b"HTTP/1.1",
-            },
+            RequestLine::Parsed { protocol, .. } => protocol.name(),
             RequestLine::Raw(line) => Self::raw_part(line, 2),
+            RequestLine::RawH2(_) => Protocol::Http2.name(),
         }
     }
 
@@ -259,6 +298,13 @@ impl<'a> RequestLine<'a> {
                 push_escaped(line, method);
                 line.push(b' ');
                 push_escaped(line, target);
+                line.push(b' ');
+                line.extend_from_slice(self.protocol());
+            }
+            RequestLine::RawH2(_) => {
+                push_escaped(line, self.method());
+                line.push(b' ');
+                push_escaped(line, self.target());
                 line.push(b' ');
                 line.extend_from_slice(self.protocol());
             }
@@ -325,7 +371,7 @@ pub struct DeferredLine {
     client: Option<IpAddr>,
     method: Vec<u8>,
     target: Vec<u8>,
-    version: Version,
+    protocol: Protocol,
     status: u16,
     body_sent: u64,
     request_headers: Vec<(Vec<u8>, Vec<u8>)>,
@@ -347,9 +393,10 @@ impl DeferredLine {
             client: request.client,
             method: request.line.method().to_vec(),
             target: request.line.target().to_vec(),
-            version: match request.line {
-                RequestLine::Parsed { version, .. } => version,
-                RequestLine::Raw(_) => Version::Http11,
+            protocol: match request.line {
+                RequestLine::Parsed { protocol, .. } => protocol,
+                RequestLine::Raw(_) => Protocol::Http11,
+                RequestLine::RawH2(_) => Protocol::Http2,
             },
             status: request.status,
             body_sent: request.body_sent,
@@ -376,7 +423,7 @@ impl DeferredLine {
             line: RequestLine::Parsed {
                 method: &self.method,
                 target: &self.target,
-                version: self.version,
+                protocol: self.protocol,
             },
             status: self.status,
             body_sent: self.body_sent.saturating_sub(unsent),
@@ -784,9 +831,23 @@ fn write_json(line: &mut Vec<u8>, request: &LoggedRequest<'_>, clock: &mut LogCl
     push_json_string(line, query);
     line.extend_from_slice(b",\"protocol\":");
     optional_string(line, request.line.protocol());
-    if let RequestLine::Raw(raw) = request.line {
-        line.extend_from_slice(b",\"raw_request_line\":");
-        push_json_string(line, raw);
+    match request.line {
+        RequestLine::Parsed { .. } => {}
+        RequestLine::Raw(raw) => {
+            line.extend_from_slice(b",\"raw_request_line\":");
+            push_json_string(line, raw);
+        }
+        RequestLine::RawH2(_) => {
+            // No line came: the request line as the stream's pseudo-headers give it.
+            let mut raw = Vec::new();
+            raw.extend_from_slice(request.line.method());
+            raw.push(b' ');
+            raw.extend_from_slice(request.line.target());
+            raw.push(b' ');
+            raw.extend_from_slice(request.line.protocol());
+            line.extend_from_slice(b",\"raw_request_line\":");
+            push_json_string(line, &raw);
+        }
     }
     line.extend_from_slice(b",\"status\":");
     push_number(line, request.status);
@@ -845,7 +906,7 @@ mod tests {
             line: RequestLine::Parsed {
                 method: b"GET",
                 target: b"/a/b?x=1&y=\xe9",
-                version: Version::Http11,
+                protocol: Protocol::Http11,
             },
             status: 200,
             body_sent: 0,
@@ -987,6 +1048,21 @@ mod tests {
         refused.line = RequestLine::Raw(b"");
         let line = line_for("%(r)s|%(m)s|%(U)s", &refused);
         assert_eq!(line, "-|-|-\n");
+        // On an HTTP/2 stream, the line role A synthesized, with the client's protocol.
+        refused.line = RequestLine::RawH2(b"POST /up\"x HTTP/1.1");
+        refused.status = 431;
+        let line = line_for("%(r)s|%(m)s|%(U)s|%(H)s|%(s)s", &refused);
+        assert_eq!(
+            line,
+            "POST /up\\x22x HTTP/2.0|POST|/up\\x22x|HTTP/2.0|431\n"
+        );
+        let json = line_for("json", &refused);
+        assert!(
+            json.contains(
+                "\"protocol\":\"HTTP/2.0\",\"raw_request_line\":\"POST /up\\\"x HTTP/2.0\""
+            ),
+            "{json}"
+        );
     }
 
     #[test]
@@ -1038,5 +1114,59 @@ mod tests {
         assert!(Format::parse("%(W)s").unwrap().shows_queue_wait());
         assert!(Format::parse("json").unwrap().shows_duration());
         assert!(!Format::parse("combined").unwrap().shows_duration());
+    }
+
+    #[test]
+    fn an_h2_stream_logs_http_2_0_and_http_1_1_is_unchanged() {
+        assert_eq!(Protocol::of(Version::Http11, false), Protocol::Http11);
+        assert_eq!(Protocol::of(Version::Http10, false), Protocol::Http10);
+        // A stream's synthesized head says HTTP/1.1; the link says HTTP/2.
+        assert_eq!(Protocol::of(Version::Http11, true), Protocol::Http2);
+        let mut h2 = request(&[]);
+        h2.line = RequestLine::Parsed {
+            method: b"GET",
+            target: b"/a/b?x=1&y=\xe9",
+            protocol: Protocol::Http2,
+        };
+        let line = line_for("combined", &h2);
+        let rest = line.split_once("] ").unwrap().1;
+        assert_eq!(
+            rest,
+            "\"GET /a/b?x=1&y=\\xe9 HTTP/2.0\" 200 - \"-\" \"curl/8.0\"\n"
+        );
+        assert_eq!(line_for("%(H)s", &h2), "HTTP/2.0\n");
+        assert!(
+            line_for("json", &h2).contains("\"protocol\":\"HTTP/2.0\""),
+            "{line}"
+        );
+        assert_eq!(line_for("%(H)s", &request(&[])), "HTTP/1.1\n");
+    }
+
+    #[test]
+    fn a_deferred_line_keeps_the_protocol() {
+        let file = std::env::temp_dir().join(format!("tines-access-h2-{}", std::process::id()));
+        let _ = std::fs::remove_file(&file);
+        let log = AccessLog::open(
+            file.to_str().unwrap(),
+            Format::parse("%(r)s %(b)s").unwrap(),
+            Vec::new(),
+        )
+        .unwrap();
+        let mut h2 = request(&[]);
+        h2.line = RequestLine::Parsed {
+            method: b"POST",
+            target: b"/up",
+            protocol: Protocol::Http2,
+        };
+        h2.body_sent = 10;
+        DeferredLine::new(&h2, std::iter::empty(), Instant::now()).write(&log, 0);
+        DeferredLine::new(&request(&[]), std::iter::empty(), Instant::now()).write(&log, 0);
+        log.flush();
+        let written = std::fs::read_to_string(&file).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(
+            written,
+            "POST /up HTTP/2.0 10\nGET /a/b?x=1&y=\\xe9 HTTP/1.1 -\n"
+        );
     }
 }

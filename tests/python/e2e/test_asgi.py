@@ -414,3 +414,65 @@ def test_max_requests_recycles_the_worker_through_its_lifespan_and_every_request
     assert all(lines[:end].count("startup") >= lines[:end].count("shutdown")
                for end in range(1, len(lines) + 1)), lines
     assert lines[0] == "startup" and lines.count("startup") > lines.count("shutdown"), lines
+
+
+def read_chunked(sock: socket.socket) -> tuple[bytes, bytes, bytes, bytes]:
+    """One chunked response: (head, body decoded, trailer section, what followed it)."""
+    data = b""
+
+    def need(count: int) -> None:
+        nonlocal data
+        while len(data) < count:
+            chunk = sock.recv(65536)
+            assert chunk, f"closed part-way: {data!r}"
+            data += chunk
+
+    def line() -> bytes:
+        nonlocal data
+        while b"\r\n" not in data:
+            need(len(data) + 1)
+        found, _, data = data.partition(b"\r\n")
+        return found
+
+    while b"\r\n\r\n" not in data:
+        need(len(data) + 1)
+    head, _, data = data.partition(b"\r\n\r\n")
+    body = b""
+    while size := int(line(), 16):
+        need(size + 2)
+        body, data = body + data[:size], data[size + 2:]
+    trailers = b""
+    while field := line():
+        trailers += field + b"\r\n"
+    return head, body, trailers, data
+
+
+def test_asgi_trailers_end_a_chunked_body_and_are_offered_to_a_client_that_takes_them(
+        tines_server: Callable[..., Server]) -> None:
+    server = tines_server(APP, "-w", "1")
+    sock = raw_request(server, b"GET /trailers?bad=1 HTTP/1.1\r\nHost: x\r\nTE: trailers\r\n\r\n")
+    head, body, trailers, rest = read_chunked(sock)
+    assert head.startswith(b"HTTP/1.1 200 ")
+    lower = head.lower()
+    assert b"\r\ntransfer-encoding: chunked" in lower
+    assert b"\r\nx-offered: true" in lower
+    assert b"\r\ntrailer:" not in lower  # PEP 3333's hop-by-hop list: left out
+    assert body == b"part one, part two"
+    # The refused Content-Length raised in the app's send; the fields it sent after follow.
+    assert trailers == b"x-checksum: abc\r\nx-refused: yes\r\nx-status: 0\r\n"
+    assert rest == b""
+    # The connection stays usable: the trailer section ended the response exactly.
+    sock.sendall(b"GET /trailers HTTP/1.1\r\nHost: x\r\n\r\n")
+    head, body, trailers, _ = read_chunked(sock)
+    # Not offered without `TE: trailers`; an app that sends them anyway still ends its body.
+    assert b"\r\nx-offered: false" in head.lower()
+    assert (body, trailers) == (b"part one, part two", b"x-checksum: abc\r\nx-refused: no\r\nx-status: 0\r\n")
+    # With a Content-Length the body is not chunked: the trailers have nowhere to go.
+    sock.sendall(b"GET /trailers?declared=1 HTTP/1.1\r\nHost: x\r\nTE: trailers\r\n\r\n")
+    head, body = read_response(sock)
+    assert b"transfer-encoding" not in head.lower()
+    assert body == b"part one, part two"
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert read_response(sock)[1] == b"hello from ASGI"
+    sock.close()
+    assert "http.response.trailers" not in server.log_text()

@@ -242,7 +242,12 @@ impl AsgiWorker {
         for event in events.drain(..) {
             match event {
                 AsyncEvent::Request { token, exchange } => {
-                    let handshake =
+                    // An HTTP/2 stream is never a WebSocket (no extended CONNECT: RFC 8441 is
+                    // not offered, and its connection cannot switch protocols): an `http`
+                    // request whatever its fields say.
+                    let handshake = if exchange.is_h2() {
+                        Ok(None)
+                    } else {
                         Handshake::from_head(exchange.head(), exchange.buffer()).map(|found| {
                             found.map(|hs| {
                                 (
@@ -254,7 +259,8 @@ impl AsgiWorker {
                                     hs.extensions.iter().map(|e| e.to_vec()).collect::<Vec<_>>(),
                                 )
                             })
-                        });
+                        })
+                    };
                     match handshake {
                         Ok(None) => {
                             let scope = this.scope(py, &exchange, None)?;

@@ -1,6 +1,8 @@
 //! An ASGI `http` request in flight: its scope, `receive` (the buffered body, then
 //! `http.disconnect`), `send` (`http.response.start`, then `http.response.body` messages
-//! written through the exchange), and its end, which gives the connection back to the reactor.
+//! written through the exchange, then, when the start said `trailers`, the
+//! `http.response.trailers` messages of the trailers extension), and its end, which gives the
+//! connection back to the reactor.
 
 use std::time::{Duration, Instant};
 
@@ -8,6 +10,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
+use tines_proto::response::{check_app_header, AppHeader};
 use tines_server::Exchange;
 
 use super::waiter::{ready, Waiter};
@@ -26,6 +29,9 @@ enum Response {
     Started,
     /// The head is encoded; more body may follow.
     Body,
+    /// The last body message was sent and the start asked for trailers: the
+    /// `http.response.trailers` messages complete the response.
+    Trailers,
     /// The last body message was sent (or the response was failed or aborted).
     Complete,
 }
@@ -41,6 +47,11 @@ pub struct Request {
     response: Response,
     status: u16,
     headers: Option<Py<PyAny>>,
+    /// `http.response.start` said `trailers`: the body is chunked (its length not announced,
+    /// so that the trailer section can follow it) and trailer messages follow it.
+    trailers: bool,
+    /// The trailer fields received so far (`more_trailers`), written with the last message.
+    trailer_fields: Vec<(Vec<u8>, Vec<u8>)>,
     gone: bool,
     /// The last progress: dispatch, or the app's last `receive` or `send` (for
     /// `request_timeout`, which counts time without progress, as for WSGI).
@@ -63,6 +74,8 @@ impl Request {
             response: Response::None,
             status: 0,
             headers: None,
+            trailers: false,
+            trailer_fields: Vec::new(),
             gone: false,
             progress: Instant::now(),
         }
@@ -174,6 +187,10 @@ impl Request {
                 }
                 self.status = status;
                 self.headers = message.get_item(intern!(py, "headers"))?.map(Bound::unbind);
+                self.trailers = match message.get_item(intern!(py, "trailers"))? {
+                    Some(value) => value.is_truthy()?,
+                    None => false,
+                };
                 self.response = Response::Started;
                 self.waiter.done(py)
             }
@@ -186,27 +203,36 @@ impl Request {
                             "http.response.body before http.response.start",
                         ))
                     }
-                    Response::Complete => {
+                    Response::Complete | Response::Trailers => {
                         return Err(PyRuntimeError::new_err(
                             "http.response.body after the response's last body message",
                         ))
                     }
                     Response::Started => {
-                        let length = (!more).then_some(body.len() as u64);
+                        // With trailers to follow, the body is chunked whatever its length.
+                        let length = (!more && !self.trailers).then_some(body.len() as u64);
                         self.begin(py, length)?;
                     }
                     Response::Body => {}
                 }
+                let trailers = self.trailers;
                 let exchange = self.exchange_mut()?;
                 let written = exchange.write_body(body).and_then(|()| {
                     if more {
                         exchange.flush()
+                    } else if trailers {
+                        // Kept (as far as the buffer holds it) for the trailers' one write.
+                        Ok(())
                     } else {
                         exchange.finish()
                     }
                 });
                 if !more {
-                    self.response = Response::Complete;
+                    self.response = if trailers {
+                        Response::Trailers
+                    } else {
+                        Response::Complete
+                    };
                 }
                 if let Err(err) = written {
                     self.gone = true;
@@ -214,6 +240,7 @@ impl Request {
                 }
                 self.waiter.wait_written(py, self.exchange.as_deref_mut())
             }
+            "http.response.trailers" => self.send_trailers(py, message),
             other => Err(PyValueError::new_err(format!(
                 "unknown ASGI message type {other:?} for an http scope"
             ))),
@@ -242,6 +269,10 @@ impl Request {
         };
         let problem = match self.response {
             Response::Complete => None,
+            Response::Trailers => {
+                let _ = exchange.finish_with_trailers(&self.trailer_refs());
+                Some("the app returned before its last http.response.trailers message (the trailers sent so far end the response)")
+            }
             Response::None => {
                 exchange.fail(500);
                 // A client gone before the response started hears nothing whatever the app
@@ -299,13 +330,94 @@ impl Request {
             .ok_or_else(|| PyRuntimeError::new_err("the request is over"))
     }
 
+    /// `http.response.trailers`: its fields are checked as a head's are (a Content-Length,
+    /// or a hop-by-hop field, is refused: RFC 9110 6.5.1) and kept; the last message (no
+    /// `more_trailers`) writes them after the body's last chunk and completes the response.
+    fn send_trailers(
+        &mut self,
+        py: Python<'_>,
+        message: &Bound<'_, PyDict>,
+    ) -> PyResult<Py<PyAny>> {
+        match self.response {
+            Response::Trailers => {}
+            _ if !self.trailers => {
+                return Err(PyRuntimeError::new_err(
+                    "http.response.trailers without 'trailers': True in http.response.start",
+                ))
+            }
+            Response::Complete => {
+                return Err(PyRuntimeError::new_err(
+                    "http.response.trailers after the response's last trailers message",
+                ))
+            }
+            Response::None | Response::Started | Response::Body => {
+                return Err(PyRuntimeError::new_err(
+                    "http.response.trailers before the response's last body message",
+                ))
+            }
+        }
+        if let Some(headers) = message.get_item(intern!(py, "headers"))? {
+            for (name, value) in header_pairs(&headers)? {
+                let (name, value) = (name.as_bytes(), value.as_bytes());
+                match check_app_header(name, value) {
+                    Ok(AppHeader::Plain) => {}
+                    Ok(AppHeader::ContentLength(_)) => {
+                        return Err(PyValueError::new_err(
+                            "bad trailer: Content-Length cannot be a trailer field",
+                        ))
+                    }
+                    Err(err) => {
+                        return Err(PyValueError::new_err(format!(
+                            "bad trailer ({err}): {:?}",
+                            String::from_utf8_lossy(name)
+                        )))
+                    }
+                }
+                self.trailer_fields.push((name.to_vec(), value.to_vec()));
+            }
+        }
+        let more = match message.get_item(intern!(py, "more_trailers"))? {
+            Some(value) => value.is_truthy()?,
+            None => false,
+        };
+        if more {
+            return self.waiter.done(py);
+        }
+        let fields = std::mem::take(&mut self.trailer_fields);
+        let refs: Vec<(&[u8], &[u8])> = fields
+            .iter()
+            .map(|(name, value)| (name.as_slice(), value.as_slice()))
+            .collect();
+        let written = self.exchange_mut()?.finish_with_trailers(&refs);
+        self.response = Response::Complete;
+        if let Err(err) = written {
+            self.gone = true;
+            return Err(ClientDisconnected::new_err(err.to_string()));
+        }
+        self.waiter.wait_written(py, self.exchange.as_deref_mut())
+    }
+
+    /// The trailer fields kept so far, as the exchange takes them.
+    fn trailer_refs(&self) -> Vec<(&[u8], &[u8])> {
+        self.trailer_fields
+            .iter()
+            .map(|(name, value)| (name.as_slice(), value.as_slice()))
+            .collect()
+    }
+
     /// Encodes the head kept from `http.response.start`; `length` is the body's when the
-    /// first body message is also the last.
+    /// first body message is also the last. With trailers asked for, the app's `Trailer`
+    /// field (which announces them: RFC 9110 6.6.2, a SHOULD) is left out: the exchange
+    /// refuses it with the other hop-by-hop fields of PEP 3333, and HTTP/2 and chunked
+    /// clients take trailers without it.
     fn begin(&mut self, py: Python<'_>, length: Option<u64>) -> PyResult<()> {
-        let fields = match &self.headers {
+        let mut fields = match &self.headers {
             Some(headers) => header_pairs(headers.bind(py))?,
             None => Vec::new(),
         };
+        if self.trailers {
+            fields.retain(|(name, _)| !name.as_bytes().eq_ignore_ascii_case(b"trailer"));
+        }
         let mut line = [0u8; 64];
         let status = status_line(&mut line, self.status);
         let exchange = self.exchange_mut()?;
@@ -329,7 +441,10 @@ impl Request {
     /// hold it for `send_timeout`, for a response that cannot be whole anyway.
     pub(super) fn on_gone(&mut self, py: Python<'_>) -> PyResult<()> {
         self.gone = true;
-        if matches!(self.response, Response::Started | Response::Body) {
+        if matches!(
+            self.response,
+            Response::Started | Response::Body | Response::Trailers
+        ) {
             if let Some(exchange) = self.exchange.as_mut() {
                 exchange.abandon();
             }

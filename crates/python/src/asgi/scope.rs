@@ -1,7 +1,8 @@
 //! The ASGI scope of a request or a WebSocket handshake, built in Rust from the exchange: a
 //! copy of a per-worker template with the request's own values set, and what repeats from one
 //! scope to the next (the server and client addresses' text, the server certificate's PEM)
-//! kept instead of rebuilt. On a TLS connection, `extensions` has asgiref's `tls` extension.
+//! kept instead of rebuilt. On a TLS connection, `extensions` has asgiref's `tls` extension;
+//! where trailers can reach the client, its `http.response.trailers`.
 
 use std::sync::Arc;
 
@@ -83,6 +84,15 @@ fn client_cert_error(verify: &ClientVerify) -> Option<&str> {
     }
 }
 
+/// True when a `TE` field's value lists `trailers` (a comma-separated list of t-codings, any
+/// case, each maybe with parameters).
+fn accepts_trailers(value: &[u8]) -> bool {
+    value.split(|&b| b == b',').any(|coding| {
+        let name = coding.split(|&b| b == b';').next().unwrap_or(b"");
+        name.trim_ascii().eq_ignore_ascii_case(b"trailers")
+    })
+}
+
 impl AsgiWorker {
     /// The request's scope: `http`, or `websocket` with the subprotocols offered.
     pub(super) fn scope<'py>(
@@ -111,7 +121,11 @@ impl AsgiWorker {
             scope.set_item(intern!(py, "type"), intern!(py, "websocket"))?;
         }
         scope.set_item(intern!(py, "asgi"), asgi.bind(py).copy()?)?;
-        if exchange.version() == Version::Http10 {
+        // An HTTP/2 stream's head is synthesized as HTTP/1.1 (ADR 0035): its link tells.
+        let h2 = exchange.is_h2();
+        if h2 {
+            scope.set_item(intern!(py, "http_version"), intern!(py, "2"))?;
+        } else if exchange.version() == Version::Http10 {
             scope.set_item(intern!(py, "http_version"), intern!(py, "1.0"))?;
         }
         let method = exchange.method();
@@ -132,7 +146,13 @@ impl AsgiWorker {
         scope.set_item(intern!(py, "raw_path"), PyBytes::new(py, raw_path))?;
         scope.set_item(intern!(py, "query_string"), PyBytes::new(py, query))?;
         let headers = PyList::empty(py);
+        // Trailers reach a client that can take them: always on HTTP/2, on HTTP/1.1 (chunked)
+        // when it said `TE: trailers` (RFC 9110 10.1.4).
+        let mut trailers = h2;
         for (name, value) in exchange.headers() {
+            if name.len() == 2 && name.eq_ignore_ascii_case(b"te") {
+                trailers |= exchange.version() == Version::Http11 && accepts_trailers(value);
+            }
             let mut lower = [0u8; 64];
             let name = if !name.iter().any(u8::is_ascii_uppercase) {
                 PyBytes::new(py, name)
@@ -197,6 +217,8 @@ impl AsgiWorker {
         if let Some(protocols) = websocket {
             scope.set_item(intern!(py, "subprotocols"), protocols.to_vec())?;
             extensions.set_item(intern!(py, "websocket.http.response"), PyDict::new(py))?;
+        } else if trailers {
+            extensions.set_item(intern!(py, "http.response.trailers"), PyDict::new(py))?;
         }
         let cache = &mut self.cache;
         exchange.with_tls_info(|info| match info {
@@ -297,5 +319,15 @@ mod tests {
             client_cert_error(&ClientVerify::Failed("unknown issuer".into())),
             Some("unknown issuer")
         );
+    }
+
+    #[test]
+    fn te_offers_trailers_only_when_it_lists_them() {
+        assert!(accepts_trailers(b"trailers"));
+        assert!(accepts_trailers(b"gzip;q=0.5, Trailers"));
+        assert!(accepts_trailers(b" deflate ,trailers ;q=1"));
+        assert!(!accepts_trailers(b""));
+        assert!(!accepts_trailers(b"gzip"));
+        assert!(!accepts_trailers(b"trailersx, chunked"));
     }
 }

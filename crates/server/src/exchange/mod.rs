@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use tines_proto::response::ResponseFraming;
 use tines_proto::{BodyFraming, ChunkedDecoder, RequestHead, Version};
 
-use crate::access_log::{DeferredLine, LoggedRequest, LoggedTls, RequestLine};
+use crate::access_log::{DeferredLine, LoggedRequest, LoggedTls, Protocol, RequestLine};
 use crate::connection::{Connection, Lent, Linger, Outcome};
 use crate::listener::{Local, Peer};
 use crate::parked_body::Stored;
@@ -342,6 +342,13 @@ impl Exchange {
         self.parts.link.is_tls()
     }
 
+    /// Whether the request came on an HTTP/2 stream (ADR 0035: its head is synthesized as
+    /// HTTP/1.1): WSGI's `SERVER_PROTOCOL`, ASGI's `http_version`, the access log's protocol.
+    #[inline]
+    pub fn is_h2(&self) -> bool {
+        self.parts.link.is_h2()
+    }
+
     /// Calls `f` with what the connection's TLS handshake told (`None` on a plain
     /// connection): the environ's `SSL_*` variables, the ASGI `tls` extension, the access
     /// log's TLS atoms. A closure, as [`Link::with_tls_info`] takes: the info lives in the
@@ -425,7 +432,7 @@ impl Exchange {
             line: RequestLine::Parsed {
                 method: self.method(),
                 target: self.target(),
-                version: self.version(),
+                protocol: Protocol::of(self.version(), self.is_h2()),
             },
             status: self.status(),
             body_sent: self.body_sent(),

@@ -10,8 +10,8 @@
 use std::io;
 
 use tines_proto::response::{
-    encode_chunk_size, encode_header, encode_status_line, parse_status, status_allows_body,
-    AppHeader, ResponseFraming, ResponseHeaderError, CHUNK_END, LAST_CHUNK,
+    check_app_header, encode_chunk_size, encode_header, encode_status_line, parse_status,
+    status_allows_body, AppHeader, ResponseFraming, ResponseHeaderError, CHUNK_END, LAST_CHUNK,
 };
 use tines_proto::Version;
 
@@ -297,6 +297,37 @@ impl Exchange {
         if self.framing == ResponseFraming::Chunked {
             self.ctx.out.extend_from_slice(LAST_CHUNK);
         }
+        self.end_body()
+    }
+
+    /// Completes the response with trailer fields (ASGI's `http.response.trailers`): a chunked
+    /// body ends with them as its trailer section (RFC 9112 7.1.2; an HTTP/2 stream's
+    /// transcoder makes it a trailing HEADERS frame); a body framed otherwise (a declared
+    /// Content-Length, HTTP/1.0, no body) has nowhere to carry them, and they are dropped.
+    /// A field [`check_app_header`] refuses, or a Content-Length, is dropped too: the caller
+    /// checks what it is given and tells the app.
+    pub fn finish_with_trailers(&mut self, trailers: &[(&[u8], &[u8])]) -> io::Result<()> {
+        match self.phase {
+            Phase::Finished => return Ok(()),
+            Phase::NotStarted => return Err(io::Error::other("finish before begin_response")),
+            _ => {}
+        }
+        if self.framing == ResponseFraming::Chunked {
+            let out = &mut self.ctx.out;
+            out.extend_from_slice(b"0\r\n");
+            for &(name, value) in trailers {
+                if check_app_header(name, value) == Ok(AppHeader::Plain) {
+                    encode_header(out, name, value);
+                }
+            }
+            out.extend_from_slice(b"\r\n");
+        }
+        self.end_body()
+    }
+
+    /// What ends every response once its last bytes are buffered: a body shorter than its
+    /// Content-Length, or close-delimited, closes the connection; one write of the buffer.
+    fn end_body(&mut self) -> io::Result<()> {
         if let Some(declared) = self.declared {
             if self.body_sent < declared && !self.discards_body() {
                 self.keep_alive = false;

@@ -145,7 +145,12 @@ fn log_refused(conn: &Connection, code: u16, body_sent: u64, shared: &WorkerShar
             Peer::Tcp(addr) => Some(addr.ip()),
             Peer::Unix => None,
         },
-        line: RequestLine::Raw(&first[..line_end]),
+        // A stream's head was synthesized by role A: logged with the client's HTTP/2.0.
+        line: if conn.link().is_h2() {
+            RequestLine::RawH2(&first[..line_end])
+        } else {
+            RequestLine::Raw(&first[..line_end])
+        },
         status: code,
         body_sent,
         request_header: &no_headers,

@@ -11,7 +11,7 @@
 //! gauges and counters.
 //!
 //! Layout: a [`Header`] of 128 bytes (the master's server-wide fields), `slots` [`Slot`]s of
-//! 128 bytes (two cache lines), then `slots * threads_per_slot`
+//! 192 bytes (three cache lines), then `slots * threads_per_slot`
 //! [`ThreadSlot`]s of 192 bytes, slot `s`'s thread `t` at index `s * threads_per_slot + t`;
 //! then the request counters ([`metrics`]): one [`RequestMetrics`] block per app thread (the
 //! same order), one per slot (the responses the server writes itself), and last the
@@ -261,6 +261,8 @@ impl Scoreboard {
             &slot.memory_sampled_ms,
             &slot.loop_heartbeat_ms,
             &slot.interpreter_seen_ns,
+            &slot.h2_connections,
+            &slot.h2_streams,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
@@ -309,6 +311,8 @@ impl Scoreboard {
             .store(WorkerState::Free as u32, Ordering::Relaxed);
         slot.active.store(0, Ordering::Relaxed);
         slot.connections.store(0, Ordering::Relaxed);
+        slot.h2_connections.store(0, Ordering::Relaxed);
+        slot.h2_streams.store(0, Ordering::Relaxed);
         slot.pid.store(0, Ordering::Release);
         true
     }
@@ -409,6 +413,8 @@ impl Scoreboard {
                 if slot.pid.load(Ordering::Relaxed) != 0 {
                     totals.in_flight += u64::from(slot.active.load(Ordering::Relaxed));
                     totals.connections += slot.connections.load(Ordering::Relaxed);
+                    totals.h2_connections += slot.h2_connections.load(Ordering::Relaxed);
+                    totals.h2_streams += slot.h2_streams.load(Ordering::Relaxed);
                 }
                 for thread in 0..self.threads_per_slot {
                     if let Some(metrics) = self.thread_metrics(index, thread) {
@@ -505,6 +511,8 @@ impl Scoreboard {
             memory_sampled_ms: slot.memory_sampled_ms.load(Ordering::Acquire),
             loop_heartbeat_ms: slot.loop_heartbeat_ms.load(Ordering::Relaxed),
             interpreter_seen_ns: slot.interpreter_seen_ns.load(Ordering::Relaxed),
+            h2_connections: slot.h2_connections.load(Ordering::Relaxed),
+            h2_streams: slot.h2_streams.load(Ordering::Relaxed),
         })
     }
 
@@ -562,12 +570,15 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_two_cache_lines() {
-        assert_eq!(std::mem::size_of::<Slot>(), 128);
+    fn slots_are_three_cache_lines() {
+        assert_eq!(std::mem::size_of::<Slot>(), 192);
         assert_eq!(std::mem::align_of::<Slot>(), 64);
         assert_eq!(std::mem::offset_of!(Slot, exit_reason), 64);
         // The last field of the second line: it is full.
         assert_eq!(std::mem::offset_of!(Slot, interpreter_seen_ns), 120);
+        // The HTTP/2 gauges start the third.
+        assert_eq!(std::mem::offset_of!(Slot, h2_connections), 128);
+        assert_eq!(std::mem::offset_of!(Slot, h2_streams), 136);
     }
 
     #[test]
@@ -576,14 +587,14 @@ mod tests {
         assert_eq!(board.threads_per_slot(), 4);
         let first = board.thread_slot(0, 0).unwrap() as *const ThreadSlot as usize;
         let last = board.thread_slot(2, 3).unwrap() as *const ThreadSlot as usize;
-        assert_eq!(first - board.base.as_ptr() as usize, 3 * 128);
+        assert_eq!(first - board.base.as_ptr() as usize, 3 * 192);
         assert_eq!(last - first, 11 * 192);
         assert!(board.thread_slot(2, 4).is_none());
         assert!(board.thread_slot(3, 0).is_none());
         assert_eq!(std::mem::size_of::<Retired>(), 22 * 64);
         assert_eq!(
             Scoreboard::mapping_len(3, 4),
-            Some(128 + 3 * 128 + 12 * 192 + 15 * 704 + 22 * 64)
+            Some(128 + 3 * 192 + 12 * 192 + 15 * 704 + 22 * 64)
         );
         let metrics = board.thread_metrics(0, 0).unwrap() as *const RequestMetrics as usize;
         assert_eq!(metrics - last, 192);
@@ -614,6 +625,41 @@ mod tests {
         assert!(board.clear(1));
         assert_eq!(board.read(1).unwrap().state, WorkerState::Free);
         assert!(board.read(3).is_none());
+    }
+
+    #[test]
+    fn h2_connections_and_streams_are_gauges_of_the_live_workers() {
+        let board = Scoreboard::new(2, 1).unwrap();
+        board.claim(0, 10, 1);
+        board.claim(1, 11, 1);
+        let (first, second) = (board.slot(0).unwrap(), board.slot(1).unwrap());
+        first.h2_connection_opened();
+        first.h2_connection_opened();
+        for _ in 0..5 {
+            first.h2_stream_opened();
+        }
+        first.h2_stream_ended();
+        second.h2_connection_opened();
+        second.h2_stream_opened();
+        let reading = board.read(0).unwrap();
+        assert_eq!((reading.h2_connections, reading.h2_streams), (2, 4));
+        let totals = board.totals();
+        assert_eq!((totals.h2_connections, totals.h2_streams), (3, 5));
+        // What a worker ends never goes below zero (a stray end is not a wrap to 2^64 - 1).
+        second.h2_stream_ended();
+        second.h2_stream_ended();
+        second.h2_connection_closed();
+        second.h2_connection_closed();
+        let reading = board.read(1).unwrap();
+        assert_eq!((reading.h2_connections, reading.h2_streams), (0, 0));
+        // A reaped worker's gauges leave the totals; its slot's next worker starts at zero.
+        assert!(board.retire(0, 10, 0));
+        let totals = board.totals();
+        assert_eq!((totals.h2_connections, totals.h2_streams), (0, 0));
+        assert_eq!(board.read(0).unwrap().h2_streams, 0);
+        first.h2_stream_opened();
+        board.claim(0, 12, 2);
+        assert_eq!(board.read(0).unwrap().h2_streams, 0);
     }
 
     #[test]

@@ -93,16 +93,21 @@ pub struct Totals {
     pub in_flight: u64,
     /// Connections open now (live workers).
     pub connections: u64,
+    /// HTTP/2 connections open now (live workers; among `connections`).
+    pub h2_connections: u64,
+    /// HTTP/2 streams open now (live workers).
+    pub h2_streams: u64,
 }
 
 /// A memory figure the master could not read (PSS and USS under `user`: docs/status.md).
 pub const MEMORY_UNKNOWN: u64 = u64::MAX;
 
-/// One worker's slot. `#[repr(C)]`, 64-byte aligned, two cache lines: the first holds what
+/// One worker's slot. `#[repr(C)]`, 64-byte aligned, three cache lines: the first holds what
 /// the worker writes per request, the second what the master writes (exit reason, memory)
 /// and what a dump leaves (the flag, the interpreter probe's time), so the master's writes
-/// never take the line the worker's requests use. The second line is full: a new field needs
-/// a third line (and the size test in `mod.rs` changed with it).
+/// never take the line the worker's requests use; the third the HTTP/2 gauges (written per
+/// HTTP/2 connection and stream only, so an HTTP/1.1 request never touches that line) and
+/// room for more (the size test in `mod.rs` says how big a slot is).
 #[repr(C, align(64))]
 pub struct Slot {
     /// Worker pid (0 when free).
@@ -150,6 +155,13 @@ pub struct Slot {
     /// by the probe's own thread; the master kills a draining worker whose probe has not
     /// reported a few seconds after the dump (ADR 0020).
     pub interpreter_seen_ns: AtomicU64,
+    /// HTTP/2 connections open in this worker (each is one of [`Slot::connections`] too: a
+    /// socket; its streams are not).
+    pub h2_connections: AtomicU64,
+    /// HTTP/2 streams open in this worker: from the stream's request head to the end of its
+    /// virtual connection (ADR 0035).
+    pub h2_streams: AtomicU64,
+    pub(super) _reserved: [AtomicU64; 6],
 }
 
 /// A snapshot of one slot, for readers.
@@ -193,9 +205,39 @@ pub struct SlotReading {
     pub loop_heartbeat_ms: u64,
     /// See [`Slot::interpreter_seen_ns`].
     pub interpreter_seen_ns: u64,
+    /// See [`Slot::h2_connections`].
+    pub h2_connections: u64,
+    /// See [`Slot::h2_streams`].
+    pub h2_streams: u64,
 }
 
 impl Slot {
+    /// The loop made an HTTP/2 connection (its `H2Conn` entered the loop's table).
+    pub fn h2_connection_opened(&self) {
+        self.h2_connections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An HTTP/2 connection left the loop's table (closed, finished or dropped).
+    pub fn h2_connection_closed(&self) {
+        let _ = self
+            .h2_connections
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// A stream's request head was complete and its virtual connection entered the loop's
+    /// table (`Advance::opened`).
+    pub fn h2_stream_opened(&self) {
+        self.h2_streams.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A stream's virtual connection was dropped (its exchange over, reset, or its HTTP/2
+    /// connection gone).
+    pub fn h2_stream_ended(&self) {
+        let _ = self
+            .h2_streams
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
     /// Records `reason` unless one is recorded already (the worker's own decisions: the
     /// master's, made before it stops the worker, are not overwritten).
     pub fn propose_exit_reason(&self, reason: ExitReason) {

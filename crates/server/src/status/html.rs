@@ -142,6 +142,11 @@ pub fn render(snap: &Snapshot, refresh: u64) -> String {
         format!("{} / {}", totals.connections, snap.idle_connections()),
         "connections open / idle",
     );
+    card(
+        &mut out,
+        format!("{} / {}", totals.h2_connections, totals.h2_streams),
+        "HTTP/2 connections / streams",
+    );
     card(&mut out, totals.accepted.to_string(), "accepted");
     card(&mut out, human_bytes(totals.bytes_in), "received");
     card(&mut out, human_bytes(totals.bytes_out), "sent");
@@ -179,7 +184,7 @@ pub fn render(snap: &Snapshot, refresh: u64) -> String {
 
     out.push_str(
         "<h2>Workers</h2><div class=\"wrap\"><table><tr><th>slot</th><th>pid</th><th>gen</th>\
-         <th>state</th><th>requests</th><th>conns</th><th>PSS</th><th>USS</th>\
+         <th>state</th><th>requests</th><th>conns</th><th>h2 conns / streams</th><th>PSS</th><th>USS</th>\
          <th>threads busy</th><th>current requests</th><th>last exit in slot</th></tr>",
     );
     for worker in &snap.workers {
@@ -199,13 +204,15 @@ pub fn render(snap: &Snapshot, refresh: u64) -> String {
             out,
             "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td{state_class}>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{} / {}</td><td>",
+             <td class=\"n\">{} / {}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{} / {}</td><td>",
             worker.index,
             slot.pid,
             slot.generation,
             slot.state.name(),
             slot.requests,
             slot.connections,
+            slot.h2_connections,
+            slot.h2_streams,
             memory_figure(slot.pss),
             memory_figure(slot.uss),
             busy.len(),

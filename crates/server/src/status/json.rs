@@ -60,14 +60,16 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
     let _ = write!(
         out,
         "}},\"accepted\":{},\"bytes_in\":{},\"bytes_out\":{},\"in_flight\":{},\
-         \"connections\":{},\"connections_idle\":{},\"duration_sum_s\":{:.6},\
-         \"queue_wait_sum_s\":{:.6}}}",
+         \"connections\":{},\"connections_idle\":{},\"h2_connections\":{},\
+         \"h2_streams\":{},\"duration_sum_s\":{:.6},\"queue_wait_sum_s\":{:.6}}}",
         totals.accepted,
         totals.bytes_in,
         totals.bytes_out,
         totals.in_flight,
         totals.connections,
         snap.idle_connections(),
+        totals.h2_connections,
+        totals.h2_streams,
         metrics.duration_sum_us as f64 / 1e6,
         metrics.wait_sum_us as f64 / 1e6,
     );
@@ -96,8 +98,8 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
         let _ = write!(
             out,
             "{{\"slot\":{},\"pid\":{},\"generation\":{},\"state\":\"{}\",\
-             \"requests\":{},\"active\":{},\"connections\":{},\"accepted\":{},\
-             \"bytes_in\":{},\"bytes_out\":{},\"heartbeat_age_ms\":{},\
+             \"requests\":{},\"active\":{},\"connections\":{},\"h2_connections\":{},\
+             \"h2_streams\":{},\"accepted\":{},\"bytes_in\":{},\"bytes_out\":{},\"heartbeat_age_ms\":{},\
              \"memory\":{{\"rss\":{},\"pss\":{},\"uss\":{},\"swap\":{}}},\"last_exit\":",
             worker.index,
             slot.pid,
@@ -106,6 +108,8 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
             slot.requests,
             slot.active,
             slot.connections,
+            slot.h2_connections,
+            slot.h2_streams,
             slot.accepted,
             slot.bytes_in,
             slot.bytes_out,

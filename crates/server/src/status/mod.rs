@@ -196,4 +196,60 @@ mod tests {
         set_state(&board, 1, WorkerState::Idle);
         assert_eq!(readiness(&board), Ok(()));
     }
+
+    #[test]
+    fn every_page_counts_h2_connections_and_streams_per_worker() {
+        let board = Scoreboard::new(2, 1).unwrap();
+        board.claim(0, 41, 1);
+        board.claim(1, 42, 1);
+        let slot = board.slot(1).unwrap();
+        // Worker 42: 3 HTTP/1.1 connections (one with a request in the app) and one HTTP/2
+        // connection with 2 streams, both in the app.
+        slot.connections.store(4, Ordering::Relaxed);
+        slot.active.store(3, Ordering::Relaxed);
+        slot.h2_connection_opened();
+        slot.h2_stream_opened();
+        slot.h2_stream_opened();
+        let snap = Snapshot::take(&board, "thread", Shown::Whole, &mut History::default());
+        assert_eq!(snap.idle_connections(), 2);
+
+        let json = String::from_utf8(json::render(&snap)).unwrap();
+        assert!(
+            json.contains(
+                "\"connections\":4,\"connections_idle\":2,\"h2_connections\":1,\"h2_streams\":2,"
+            ),
+            "{json}"
+        );
+        assert!(
+            json.contains("\"pid\":41,\"generation\":1,\"state\":\"booting\",\"requests\":0,\"active\":0,\"connections\":0,\"h2_connections\":0,\"h2_streams\":0,"),
+            "{json}"
+        );
+        assert!(
+            json.contains(
+                "\"connections\":4,\"h2_connections\":1,\"h2_streams\":2,\"accepted\":0,"
+            ),
+            "{json}"
+        );
+
+        let text = prometheus::render(&snap, false);
+        for line in [
+            "tines_http2_connections_open 1\n",
+            "tines_http2_streams_open 2\n",
+            "tines_worker_http2_open{slot=\"0\",pid=\"41\",kind=\"streams\"} 0\n",
+            "tines_worker_http2_open{slot=\"1\",pid=\"42\",kind=\"connections\"} 1\n",
+            "tines_worker_http2_open{slot=\"1\",pid=\"42\",kind=\"streams\"} 2\n",
+        ] {
+            assert!(text.contains(line), "{line}{text}");
+        }
+
+        let page = html::render(&snap, 0);
+        assert!(
+            page.contains("<b>1 / 2</b><span>HTTP/2 connections / streams</span>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<td class=\"n\">4</td><td class=\"n\">1 / 2</td>"),
+            "{page}"
+        );
+    }
 }

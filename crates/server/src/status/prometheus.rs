@@ -156,6 +156,39 @@ pub fn render(snap: &Snapshot, openmetrics: bool) -> String {
         snap.idle_connections(),
     );
     e.single(
+        "tines_http2_connections_open",
+        "gauge",
+        "HTTP/2 connections open now (among tines_connections_open).",
+        totals.h2_connections,
+    );
+    e.single(
+        "tines_http2_streams_open",
+        "gauge",
+        "HTTP/2 streams open now (their request head read, their response not over).",
+        totals.h2_streams,
+    );
+    e.family(
+        "tines_worker_http2_open",
+        "gauge",
+        "Each worker's open HTTP/2 connections and streams.",
+    );
+    for worker in &snap.workers {
+        let slot = &worker.slot;
+        for (kind, value) in [
+            ("connections", slot.h2_connections),
+            ("streams", slot.h2_streams),
+        ] {
+            e.sample(
+                "tines_worker_http2_open",
+                &format!(
+                    "slot=\"{}\",pid=\"{}\",kind=\"{kind}\"",
+                    worker.index, slot.pid
+                ),
+                value,
+            );
+        }
+    }
+    e.single(
         "tines_connections_accepted_total",
         "counter",
         "Client connections accepted.",

@@ -173,11 +173,17 @@ impl Snapshot {
         }
     }
 
-    /// Open connections with no request in the app (idle keep-alive, or being read).
+    /// Open HTTP/1.1 connections with no request in the app (idle keep-alive, or being
+    /// read). An HTTP/2 connection is counted by its streams instead ([`Totals::h2_streams`]):
+    /// the requests in flight on them (at most its open streams) are not taken from the
+    /// HTTP/1.1 connections, and which of them have no stream open is not known.
+    ///
+    /// [`Totals::h2_streams`]: crate::scoreboard::Totals::h2_streams
     pub fn idle_connections(&self) -> u64 {
-        self.totals
-            .connections
-            .saturating_sub(self.totals.in_flight)
+        let totals = &self.totals;
+        let http1 = totals.connections.saturating_sub(totals.h2_connections);
+        let http1_in_flight = totals.in_flight.saturating_sub(totals.h2_streams);
+        http1.saturating_sub(http1_in_flight)
     }
 
     /// How long the request on `thread` has run, ms.

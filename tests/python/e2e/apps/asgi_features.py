@@ -153,6 +153,30 @@ async def app(scope, receive, send):
     if path == "/forever":
         await asyncio.Event().wait()
         return None
+    if path == "/trailers":
+        # The trailers extension: body in two messages, then trailers in two (``declared``:
+        # with a Content-Length, where they cannot go; ``bad``: a refused field first).
+        offered = "http.response.trailers" in scope["extensions"]
+        headers = [(b"content-type", b"text/plain"), (b"trailer", b"x-checksum, x-status"),
+                   (b"x-offered", str(offered).encode())]
+        if "declared" in query:
+            headers.append((b"content-length", b"18"))
+        await send({"type": "http.response.start", "status": 200, "headers": headers,
+                    "trailers": True})
+        await send({"type": "http.response.body", "body": b"part one, ", "more_body": True})
+        await send({"type": "http.response.body", "body": b"part two"})
+        refused = b"no"
+        if "bad" in query:
+            try:
+                await send({"type": "http.response.trailers",
+                            "headers": [(b"content-length", b"3")], "more_trailers": True})
+            except ValueError:
+                refused = b"yes"
+        await send({"type": "http.response.trailers",
+                    "headers": [(b"x-checksum", b"abc"), (b"x-refused", refused)],
+                    "more_trailers": True})
+        await send({"type": "http.response.trailers", "headers": [(b"x-status", b"0")]})
+        return None
     return await respond(send, b"not found", status=404)
 
 
