@@ -195,8 +195,10 @@ impl H2Conn {
     /// was idle), GOAWAY with the real last stream id; the streams already open finish.
     /// Effective at the next [`H2Conn::advance`].
     pub fn close_gracefully(&self) {
-        self.shared.lock().close_gracefully();
-        self.shared.needs_advance.store(true, Ordering::Release);
+        let mut state = self.shared.lock();
+        state.close_gracefully();
+        self.shared.needs_advance.store(false, Ordering::Release);
+        self.shared.settle(&mut state, false);
     }
 
     /// Streams open (dispatched, reading their body, or writing their response).
@@ -228,7 +230,9 @@ impl Shared {
         if state.waiter_ready() {
             self.cond.notify_all();
         }
-        if state.left_for_loop() && !self.needs_advance.swap(true, Ordering::AcqRel) {
+        if (state.left_for_loop() || state.graceful_owed())
+            && !self.needs_advance.swap(true, Ordering::AcqRel)
+        {
             if let Some(fd) = self.waker {
                 let one = 1u64.to_ne_bytes();
                 // SAFETY: eight readable bytes for the duration of the call; the eventfd

@@ -176,6 +176,11 @@ impl State {
         self.graceful = true;
     }
 
+    /// True when the graceful close was asked for and its first GOAWAY is not sent yet.
+    pub(crate) fn graceful_owed(&self) -> bool {
+        self.graceful && !self.graceful_sent
+    }
+
     /// True when a stream's `h2` handles asked to be polled (a write, a released window).
     pub(crate) fn woken(&self) -> bool {
         self.flag.is_up()
@@ -197,6 +202,9 @@ impl State {
         }
         if matches!(self.phase, Phase::Closed) && !self.finished && reads {
             self.drain();
+            // FIN now (our close_notify first on TLS): the socket itself closes when the
+            // last stream's transport is dropped, which a slot may still hold.
+            self.link.shutdown_write();
             self.finished = true;
             for stream in self.streams.values_mut() {
                 stream.reset = true;
@@ -229,6 +237,8 @@ impl State {
                             self.phase = Phase::Closed;
                             return;
                         }
+                        // A flood met in the preface's read: answered above.
+                        Poll::Pending if self.report.calm.load(Ordering::Relaxed) => continue,
                         Poll::Pending => return,
                     }
                 }
@@ -246,6 +256,10 @@ impl State {
                         Poll::Ready(Some(Err(_)) | None) => {
                             self.phase = Phase::Closed;
                             return;
+                        }
+                        // A flood the read just met: abrupt_shutdown, then poll again.
+                        Poll::Pending if !self.calm_sent && self.report.calm.load(Ordering::Relaxed) => {
+                            continue
                         }
                         Poll::Pending => return,
                     }

@@ -1,1 +1,637 @@
-//! Tests of the HTTP/2 connection.
+//! The HTTP/2 connection over real TCP sockets on 127.0.0.1: a small loop (this file's
+//! `Server`) advances an [`H2Conn`] on the socket's and the waker's readiness and runs each
+//! opened stream on a thread of its own, as a slot would; the client is the `h2` crate's own
+//! (on a tokio runtime, client side only) or hand-written frames. Synchronised on what the
+//! sockets carry and on channels, never on sleeps; the read timeouts only turn a hang into a
+//! failure.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+
+use super::{H2Conn, H2Context, H2Stream, PREFACE};
+use crate::config::H2Config;
+use crate::transport::Transport;
+
+/// A hang becomes a failure after this long (never a synchronisation).
+const SAFETY: Duration = Duration::from_secs(20);
+
+type Slot = Arc<dyn Fn(Box<H2Stream>) + Send + Sync>;
+
+/// A loop serving one connection: advances it when the socket or the waker is ready, and
+/// runs each opened stream's `slot` on a thread of its own.
+struct Server {
+    conn: Arc<H2Conn>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    fn start(config: H2Config, budget: usize, slot: Slot) -> (Server, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        client.set_read_timeout(Some(SAFETY)).unwrap();
+        let (socket, _) = listener.accept().unwrap();
+        socket.set_nonblocking(true).unwrap();
+        // SAFETY: a new eventfd, owned from here on.
+        let waker = unsafe { OwnedFd::from_raw_fd(libc::eventfd(0, libc::EFD_NONBLOCK)) };
+        let conn = Arc::new(H2Conn::new(
+            Transport::Plain(socket.into()),
+            &[],
+            H2Context {
+                config,
+                inline: false,
+                waker: Some(waker.as_raw_fd()),
+                one_stream: false,
+                stream_output_budget: budget,
+            },
+        ));
+        let looped = Arc::clone(&conn);
+        let thread = std::thread::spawn(move || serve(&looped, &waker, &slot));
+        (
+            Server {
+                conn,
+                thread: Some(thread),
+            },
+            client,
+        )
+    }
+
+    /// Waits for the loop to see the connection finished.
+    fn join(mut self) {
+        self.thread.take().unwrap().join().unwrap();
+    }
+}
+
+fn serve(conn: &H2Conn, waker: &OwnedFd, slot: &Slot) {
+    let mut token = 0;
+    let mut slots = Vec::new();
+    loop {
+        let advance = conn.advance(Instant::now());
+        for stream in advance.opened {
+            token += 1;
+            stream.set_token(token);
+            let slot = Arc::clone(slot);
+            slots.push(std::thread::spawn(move || slot(stream)));
+        }
+        if advance.finished {
+            break;
+        }
+        let socket_events = if advance.wants_write {
+            libc::POLLIN | libc::POLLOUT
+        } else {
+            libc::POLLIN
+        };
+        let mut fds = [
+            libc::pollfd {
+                fd: conn.fd(),
+                events: socket_events,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: waker.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        if conn.needs_advance() {
+            continue;
+        }
+        // SAFETY: two valid pollfds for the duration of the call.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, SAFETY.as_millis() as i32) };
+        assert!(ready > 0, "the loop waited {SAFETY:?} for nothing");
+        if fds[1].revents != 0 {
+            let mut count = [0u8; 8];
+            // SAFETY: eight writable bytes.
+            unsafe { libc::read(waker.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        }
+    }
+    for slot in slots {
+        slot.join().unwrap();
+    }
+}
+
+/// The request's HTTP/1.1 bytes, to their end.
+fn read_request(stream: &H2Stream) -> Vec<u8> {
+    let mut request = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = stream
+            .read_by(&mut buf, Instant::now() + SAFETY, "test read")
+            .unwrap();
+        if n == 0 {
+            return request;
+        }
+        request.extend_from_slice(&buf[..n]);
+    }
+}
+
+fn respond(stream: &H2Stream, response: &[u8]) {
+    stream.write_all_from(&[response], 0, SAFETY).unwrap();
+    stream.shutdown_write();
+}
+
+/// A slot that sends each request's bytes on `requests` and answers `response`.
+fn echoing(requests: mpsc::Sender<Vec<u8>>, response: &'static [u8]) -> Slot {
+    let requests = std::sync::Mutex::new(requests);
+    Arc::new(move |stream: Box<H2Stream>| {
+        let request = read_request(&stream);
+        requests.lock().unwrap().send(request).unwrap();
+        respond(&stream, response);
+    })
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// What the h2 client got: status, fields, body, trailers.
+#[derive(Debug)]
+struct Got {
+    status: StatusCode,
+    headers: http::HeaderMap,
+    body: Vec<u8>,
+    trailers: Option<http::HeaderMap>,
+}
+
+/// Sends `request` (with `body` and `trailers`) on a new h2 client connection over
+/// `socket`, and reads the whole response.
+fn exchange(
+    socket: TcpStream,
+    request: Request<()>,
+    body: &[&'static [u8]],
+    trailers: Option<http::HeaderMap>,
+    window: u32,
+) -> Got {
+    runtime().block_on(async move {
+        socket.set_nonblocking(true).unwrap();
+        let socket = tokio::net::TcpStream::from_std(socket).unwrap();
+        let (mut client, connection) = h2::client::Builder::new()
+            .initial_window_size(window)
+            .handshake::<_, Bytes>(socket)
+            .await
+            .unwrap();
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let end = body.is_empty() && trailers.is_none();
+        let (response, mut send) = client.send_request(request, end).unwrap();
+        for (i, part) in body.iter().enumerate() {
+            let last = i + 1 == body.len() && trailers.is_none();
+            send.reserve_capacity(part.len());
+            let mut left = Bytes::from_static(part);
+            while !left.is_empty() {
+                let capacity = std::future::poll_fn(|cx| send.poll_capacity(cx))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let chunk = left.split_to(capacity.min(left.len()));
+                let done = last && left.is_empty();
+                send.send_data(chunk, done).unwrap();
+                if !left.is_empty() {
+                    send.reserve_capacity(left.len());
+                }
+            }
+        }
+        if let Some(trailers) = trailers {
+            send.send_trailers(trailers).unwrap();
+        }
+        let response = response.await.unwrap();
+        let (parts, mut recv) = response.into_parts();
+        let mut got = Vec::new();
+        while let Some(data) = recv.data().await {
+            let data = data.unwrap();
+            recv.flow_control().release_capacity(data.len()).unwrap();
+            got.extend_from_slice(&data);
+        }
+        let trailers = recv.trailers().await.unwrap();
+        Got {
+            status: parts.status,
+            headers: parts.headers,
+            body: got,
+            trailers,
+        }
+    })
+}
+
+#[test]
+fn get_is_synthesized_and_its_response_transcoded() {
+    let (requests, seen) = mpsc::channel();
+    let slot = echoing(
+        requests,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\nX-Answer: 42\r\n\r\nhello",
+    );
+    let (server, client) = Server::start(H2Config::default(), 1 << 20, slot);
+    let request = Request::get("http://example.com/a/b?c=d")
+        .header("accept", "text/plain")
+        .header("cookie", "a=1")
+        .header("cookie", "b=2")
+        .body(())
+        .unwrap();
+    let got = exchange(client, request, &[], None, 65535);
+    assert_eq!(
+        String::from_utf8(seen.recv().unwrap()).unwrap(),
+        "GET /a/b?c=d HTTP/1.1\r\nhost: example.com\r\naccept: text/plain\r\ncookie: a=1; b=2\r\n\r\n"
+    );
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(got.headers["x-answer"], "42");
+    assert_eq!(got.headers["content-length"], "5");
+    assert!(got.headers.get("connection").is_none());
+    assert_eq!(got.body, b"hello");
+    server.join();
+}
+
+#[test]
+fn post_with_a_length_keeps_its_body_as_it_is() {
+    let (requests, seen) = mpsc::channel();
+    let slot = echoing(requests, b"HTTP/1.1 204 No Content\r\n\r\n");
+    let (server, client) = Server::start(H2Config::default(), 1 << 20, slot);
+    let request = Request::post("http://h/upload")
+        .header("content-length", "11")
+        .body(())
+        .unwrap();
+    let got = exchange(client, request, &[b"hello ", b"world"], None, 65535);
+    assert_eq!(
+        String::from_utf8(seen.recv().unwrap()).unwrap(),
+        "POST /upload HTTP/1.1\r\nhost: h\r\ncontent-length: 11\r\n\r\nhello world"
+    );
+    assert_eq!(got.status, StatusCode::NO_CONTENT);
+    assert!(got.body.is_empty());
+    server.join();
+}
+
+#[test]
+fn trailers_both_ways_through_chunked_bodies() {
+    let (requests, seen) = mpsc::channel();
+    let slot = echoing(
+        requests,
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-Checksum: 7\r\n\r\n",
+    );
+    let (server, client) = Server::start(H2Config::default(), 1 << 20, slot);
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("x-sent", "yes".parse().unwrap());
+    let request = Request::post("http://h/stream").body(()).unwrap();
+    let got = exchange(client, request, &[b"ab", b"cde"], Some(trailers), 65535);
+    let request = String::from_utf8(seen.recv().unwrap()).unwrap();
+    assert!(
+        request.starts_with("POST /stream HTTP/1.1\r\nhost: h\r\ntransfer-encoding: chunked\r\n\r\n"),
+        "{request}"
+    );
+    // The DATA frames' boundaries are the client's; their bytes and the trailers are not.
+    let body = &request[request.find("\r\n\r\n").unwrap() + 4..];
+    let mut decoded = Vec::new();
+    let mut decoder = tines_proto::chunked::ChunkedDecoder::new(1024);
+    let mut at = 0;
+    loop {
+        let (used, event) = decoder.decode(&body.as_bytes()[at..]).unwrap();
+        if let tines_proto::chunked::ChunkedEvent::Data(range) = &event {
+            decoded.extend_from_slice(&body.as_bytes()[at..][range.clone()]);
+        }
+        at += used;
+        if event == tines_proto::chunked::ChunkedEvent::End {
+            break;
+        }
+    }
+    assert_eq!(decoded, b"abcde");
+    assert!(body.ends_with("0\r\nx-sent: yes\r\n\r\n"), "{body:?}");
+    assert_eq!(got.body, b"abc");
+    assert_eq!(got.trailers.unwrap()["x-checksum"], "7");
+    assert!(got.headers.get("transfer-encoding").is_none());
+    server.join();
+}
+
+#[test]
+fn head_response_has_no_data() {
+    let (requests, _seen) = mpsc::channel();
+    let slot = echoing(requests, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n");
+    let (server, client) = Server::start(H2Config::default(), 1 << 20, slot);
+    let request = Request::head("http://h/").body(()).unwrap();
+    let got = exchange(client, request, &[], None, 65535);
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(got.headers["content-length"], "100");
+    assert!(got.body.is_empty());
+    server.join();
+}
+
+#[test]
+fn the_window_opens_as_the_body_is_read() {
+    // A body four times the stream window arrives only if reading it reopens the window.
+    static BODY: [u8; 64 * 1024] = [b'x'; 64 * 1024];
+    let (requests, seen) = mpsc::channel();
+    let slot = echoing(requests, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    let config = H2Config {
+        initial_window_size: 16 * 1024,
+        connection_window_size: 65535,
+        ..H2Config::default()
+    };
+    let (server, client) = Server::start(config, 1 << 20, slot);
+    let request = Request::post("http://h/big")
+        .header("content-length", BODY.len().to_string())
+        .body(())
+        .unwrap();
+    let got = exchange(client, request, &[&BODY], None, 65535);
+    let request = seen.recv().unwrap();
+    assert!(request.ends_with(&BODY));
+    assert_eq!(got.body, b"ok");
+    server.join();
+}
+
+#[test]
+fn a_large_response_follows_the_clients_window() {
+    static BODY: [u8; 300 * 1024] = [b'y'; 300 * 1024];
+    let response: &'static [u8] = Box::leak(
+        [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 307200\r\n\r\n".as_slice(),
+            &BODY,
+        ]
+        .concat()
+        .into_boxed_slice(),
+    );
+    let (requests, _seen) = mpsc::channel();
+    // A budget far smaller than the body: writes wait for the window the client opens.
+    let (server, client) = Server::start(H2Config::default(), 16 * 1024, echoing(requests, response));
+    let request = Request::get("http://h/big").body(()).unwrap();
+    let got = exchange(client, request, &[], None, 65535);
+    assert_eq!(got.body.len(), BODY.len());
+    server.join();
+}
+
+// ---- hand-written frames ----
+
+const SETTINGS: u8 = 0x4;
+const HEADERS: u8 = 0x1;
+const CONTINUATION: u8 = 0x9;
+const DATA: u8 = 0x0;
+const RST_STREAM: u8 = 0x3;
+const PING: u8 = 0x6;
+const GOAWAY: u8 = 0x7;
+const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const ACK: u8 = 0x1;
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// GET / with :authority "a", HPACK without Huffman or indexing.
+const GET_BLOCK: [u8; 6] = [0x82, 0x86, 0x84, 0x01, 0x01, b'a'];
+
+/// The next frame (kind, flags, stream, payload); `None` at a clean EOF. A reset
+/// connection fails the test.
+fn next_frame(socket: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
+    let mut header = [0u8; 9];
+    match socket.read_exact(&mut header) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return None,
+        Err(err) => panic!("reading a frame: {err}"),
+    }
+    let len = usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+    let mut payload = vec![0; len];
+    socket.read_exact(&mut payload).unwrap();
+    let stream = u32::from_be_bytes(header[5..9].try_into().unwrap()) & 0x7fff_ffff;
+    Some((header[3], header[4], stream, payload))
+}
+
+/// Reads frames until a GOAWAY: (last stream id, error code).
+fn goaway(socket: &mut TcpStream) -> (u32, u32) {
+    loop {
+        let (kind, _, _, payload) = next_frame(socket).expect("a GOAWAY before the end");
+        if kind == GOAWAY {
+            let last = u32::from_be_bytes(payload[0..4].try_into().unwrap());
+            let code = u32::from_be_bytes(payload[4..8].try_into().unwrap());
+            return (last, code);
+        }
+    }
+}
+
+/// Reads to a clean EOF (a reset connection fails).
+fn until_eof(socket: &mut TcpStream) {
+    while next_frame(socket).is_some() {}
+}
+
+fn handshake_bytes() -> Vec<u8> {
+    let mut bytes = PREFACE.to_vec();
+    bytes.extend(frame(SETTINGS, 0, 0, &[]));
+    bytes
+}
+
+const ENHANCE_YOUR_CALM: u32 = 0xb;
+const PROTOCOL_ERROR: u32 = 0x1;
+
+fn never_called() -> Slot {
+    Arc::new(|_| panic!("no stream should open"))
+}
+
+/// A flood of `frames` after the handshake is answered GOAWAY ENHANCE_YOUR_CALM, and the
+/// connection then closes cleanly.
+fn assert_calmed(config: H2Config, slot: Slot, flood: Vec<u8>) {
+    let (server, mut client) = Server::start(config, 1 << 20, slot);
+    let mut bytes = handshake_bytes();
+    bytes.extend(flood);
+    client.write_all(&bytes).unwrap();
+    let (_, code) = goaway(&mut client);
+    assert_eq!(code, ENHANCE_YOUR_CALM);
+    until_eof(&mut client);
+    server.join();
+}
+
+#[test]
+fn ping_flood_is_calmed() {
+    let config = H2Config {
+        max_control_rate: 2,
+        ..H2Config::default()
+    };
+    let flood = (0..40u64)
+        .flat_map(|i| frame(PING, 0, 0, &i.to_be_bytes()))
+        .collect();
+    assert_calmed(config, never_called(), flood);
+}
+
+#[test]
+fn empty_data_flood_is_calmed() {
+    let config = H2Config {
+        max_control_rate: 2,
+        ..H2Config::default()
+    };
+    let slot: Slot = Arc::new(|stream| drop(stream));
+    let mut flood = frame(HEADERS, END_HEADERS, 1, &GET_BLOCK);
+    flood.extend((0..40).flat_map(|_| frame(DATA, 0, 1, &[])));
+    assert_calmed(config, slot, flood);
+}
+
+#[test]
+fn rapid_reset_is_calmed() {
+    let config = H2Config {
+        max_reset_rate: 1,
+        ..H2Config::default()
+    };
+    let slot: Slot = Arc::new(|stream| drop(stream));
+    let flood = (0..20u32)
+        .flat_map(|i| {
+            let id = 2 * i + 1;
+            let mut pair = frame(HEADERS, END_HEADERS, id, &GET_BLOCK);
+            pair.extend(frame(RST_STREAM, 0, id, &8u32.to_be_bytes()));
+            pair
+        })
+        .collect();
+    assert_calmed(config, slot, flood);
+}
+
+#[test]
+fn continuation_flood_is_calmed_before_decoding() {
+    let config = H2Config {
+        max_header_list_size: 1024,
+        ..H2Config::default()
+    };
+    // A literal field that never ends: its bytes span the CONTINUATIONs.
+    let mut flood = frame(HEADERS, 0, 1, &[0x00, 0x7f, 0x80, 0x10]);
+    for _ in 0..4 {
+        flood.extend(frame(CONTINUATION, 0, 1, &[b'a'; 400]));
+    }
+    assert_calmed(config, never_called(), flood);
+}
+
+#[test]
+fn bad_preface_is_answered_goaway_and_closed_without_reset() {
+    let (server, mut client) = Server::start(H2Config::default(), 1 << 20, never_called());
+    let mut bytes = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
+    bytes.extend([b'z'; 200]);
+    client.write_all(&bytes).unwrap();
+    let (last, code) = goaway(&mut client);
+    assert_eq!((last, code), (0, PROTOCOL_ERROR));
+    until_eof(&mut client);
+    server.join();
+}
+
+#[test]
+fn graceful_close_takes_two_steps_and_lets_the_open_stream_finish() {
+    let (gate, opened) = (mpsc::channel::<()>(), mpsc::channel::<()>());
+    let (release, wait) = gate;
+    let (started, seen_open) = opened;
+    let wait = std::sync::Mutex::new(wait);
+    let started = std::sync::Mutex::new(started);
+    let slot: Slot = Arc::new(move |stream| {
+        let _ = read_request(&stream);
+        started.lock().unwrap().send(()).unwrap();
+        wait.lock().unwrap().recv().unwrap();
+        respond(&stream, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    });
+    let (server, mut client) = Server::start(H2Config::default(), 1 << 20, slot);
+    let mut bytes = handshake_bytes();
+    bytes.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &GET_BLOCK));
+    client.write_all(&bytes).unwrap();
+    seen_open.recv().unwrap();
+    assert_eq!(server.conn.open_streams(), 1);
+    // From another thread than the loop's: the waker makes the loop advance.
+    server.conn.close_gracefully();
+    let (last, code) = goaway(&mut client);
+    assert_eq!((last, code), (0x7fff_ffff, 0));
+    // The server's PING follows; its answer lets the second GOAWAY go.
+    let ping = loop {
+        let (kind, flags, _, payload) = next_frame(&mut client).unwrap();
+        if kind == PING && flags & ACK == 0 {
+            break payload;
+        }
+    };
+    client.write_all(&frame(PING, ACK, 0, &ping)).unwrap();
+    let (last, code) = goaway(&mut client);
+    assert_eq!((last, code), (1, 0));
+    release.send(()).unwrap();
+    let mut ended = false;
+    let mut data = Vec::new();
+    while let Some((kind, flags, stream, payload)) = next_frame(&mut client) {
+        if kind == DATA && stream == 1 {
+            data.extend_from_slice(&payload);
+            ended |= flags & END_STREAM != 0;
+        }
+    }
+    assert_eq!(data, b"ok");
+    assert!(ended);
+    server.join();
+}
+
+#[test]
+fn a_reset_stream_ends_its_reads_and_fails_its_writes() {
+    let (done, result) = mpsc::channel();
+    let done = std::sync::Mutex::new(done);
+    let slot: Slot = Arc::new(move |stream| {
+        let request = read_request(&stream);
+        let write = stream.write_all_from(&[b"HTTP/1.1 200 OK\r\n\r\n"], 0, SAFETY);
+        done.lock().unwrap().send((request, write.is_err())).unwrap();
+    });
+    let (server, mut client) = Server::start(H2Config::default(), 1 << 20, slot);
+    let mut bytes = handshake_bytes();
+    // POST / without END_STREAM, some body, then the client's RST_STREAM CANCEL.
+    bytes.extend(frame(
+        HEADERS,
+        END_HEADERS,
+        1,
+        &[0x83, 0x86, 0x84, 0x01, 0x01, b'a'],
+    ));
+    bytes.extend(frame(DATA, 0, 1, b"partial"));
+    bytes.extend(frame(RST_STREAM, 0, 1, &8u32.to_be_bytes()));
+    client.write_all(&bytes).unwrap();
+    let (request, failed) = result.recv().unwrap();
+    let request = String::from_utf8(request).unwrap();
+    assert!(request.starts_with("POST / HTTP/1.1\r\n"), "{request}");
+    assert!(!request.ends_with("0\r\n\r\n"), "{request}");
+    assert!(failed);
+    assert_eq!(server.conn.open_streams(), 0);
+    client.shutdown(std::net::Shutdown::Write).unwrap();
+    until_eof(&mut client);
+    server.join();
+}
+
+#[test]
+fn a_window_that_never_opens_bounds_the_streams_output() {
+    let (done, result) = mpsc::channel();
+    let done = std::sync::Mutex::new(done);
+    let slot: Slot = Arc::new(move |stream| {
+        let _ = read_request(&stream);
+        let body = vec![b'z'; 1 << 20];
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\n\r\n";
+        let mut taken = 0;
+        let total = head.len() + body.len();
+        while taken < total {
+            match stream.write_vectored(&[head, &body], taken).unwrap() {
+                Some(n) => taken += n,
+                None => break,
+            }
+        }
+        let pending = stream.wants_write();
+        done.lock().unwrap().send((taken, pending)).unwrap();
+    });
+    let (server, mut client) = Server::start(H2Config::default(), 32 * 1024, slot);
+    let mut bytes = PREFACE.to_vec();
+    // SETTINGS_INITIAL_WINDOW_SIZE = 0: no DATA may flow.
+    bytes.extend(frame(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0]));
+    bytes.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &GET_BLOCK));
+    client.write_all(&bytes).unwrap();
+    let (taken, pending) = result.recv().unwrap();
+    assert!(taken <= 32 * 1024 + 64, "took {taken}");
+    assert!(pending);
+    // The stream dropped with its response incomplete: RST_STREAM.
+    let reset = loop {
+        let (kind, _, stream, payload) = next_frame(&mut client).unwrap();
+        if kind == RST_STREAM && stream == 1 {
+            break u32::from_be_bytes(payload[..4].try_into().unwrap());
+        }
+    };
+    assert_eq!(reset, 0x2, "INTERNAL_ERROR");
+    client.shutdown(std::net::Shutdown::Write).unwrap();
+    until_eof(&mut client);
+    server.join();
+}
