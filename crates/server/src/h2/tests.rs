@@ -122,9 +122,10 @@ fn read_request(stream: &H2Stream) -> Vec<u8> {
     let mut request = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
-        let n = stream
-            .read_by(&mut buf, Instant::now() + SAFETY, "test read")
-            .unwrap();
+        let n = match stream.read_by(&mut buf, Instant::now() + SAFETY, "test read") {
+            Ok(n) => n,
+            Err(e) => panic!("{e} {} got {}", stream.debug(), request.len()),
+        };
         if n == 0 {
             return request;
         }
@@ -185,22 +186,10 @@ fn exchange(
         });
         let end = body.is_empty() && trailers.is_none();
         let (response, mut send) = client.send_request(request, end).unwrap();
+        // h2 buffers what the window does not let go yet.
         for (i, part) in body.iter().enumerate() {
             let last = i + 1 == body.len() && trailers.is_none();
-            send.reserve_capacity(part.len());
-            let mut left = Bytes::from_static(part);
-            while !left.is_empty() {
-                let capacity = std::future::poll_fn(|cx| send.poll_capacity(cx))
-                    .await
-                    .unwrap()
-                    .unwrap();
-                let chunk = left.split_to(capacity.min(left.len()));
-                let done = last && left.is_empty();
-                send.send_data(chunk, done).unwrap();
-                if !left.is_empty() {
-                    send.reserve_capacity(left.len());
-                }
-            }
+            send.send_data(Bytes::from_static(part), last).unwrap();
         }
         if let Some(trailers) = trailers {
             send.send_trailers(trailers).unwrap();
@@ -283,7 +272,8 @@ fn trailers_both_ways_through_chunked_bodies() {
     let got = exchange(client, request, &[b"ab", b"cde"], Some(trailers), 65535);
     let request = String::from_utf8(seen.recv().unwrap()).unwrap();
     assert!(
-        request.starts_with("POST /stream HTTP/1.1\r\nhost: h\r\ntransfer-encoding: chunked\r\n\r\n"),
+        request
+            .starts_with("POST /stream HTTP/1.1\r\nhost: h\r\ntransfer-encoding: chunked\r\n\r\n"),
         "{request}"
     );
     // The DATA frames' boundaries are the client's; their bytes and the trailers are not.
@@ -325,11 +315,13 @@ fn head_response_has_no_data() {
 #[test]
 fn the_window_opens_as_the_body_is_read() {
     // A body four times the stream window arrives only if reading it reopens the window.
-    static BODY: [u8; 64 * 1024] = [b'x'; 64 * 1024];
+    // (The window is the protocol's default: a smaller one races the client's first DATA
+    // against our SETTINGS, which the report of issue 38 tells of.)
+    static BODY: [u8; 4 * 65535] = [b'x'; 4 * 65535];
     let (requests, seen) = mpsc::channel();
     let slot = echoing(requests, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
     let config = H2Config {
-        initial_window_size: 16 * 1024,
+        initial_window_size: 65535,
         connection_window_size: 65535,
         ..H2Config::default()
     };
@@ -358,7 +350,8 @@ fn a_large_response_follows_the_clients_window() {
     );
     let (requests, _seen) = mpsc::channel();
     // A budget far smaller than the body: writes wait for the window the client opens.
-    let (server, client) = Server::start(H2Config::default(), 16 * 1024, echoing(requests, response));
+    let (server, client) =
+        Server::start(H2Config::default(), 16 * 1024, echoing(requests, response));
     let request = Request::get("http://h/big").body(()).unwrap();
     let got = exchange(client, request, &[], None, 65535);
     assert_eq!(got.body.len(), BODY.len());
@@ -466,7 +459,7 @@ fn empty_data_flood_is_calmed() {
         max_control_rate: 2,
         ..H2Config::default()
     };
-    let slot: Slot = Arc::new(|stream| drop(stream));
+    let slot: Slot = Arc::new(drop);
     let mut flood = frame(HEADERS, END_HEADERS, 1, &GET_BLOCK);
     flood.extend((0..40).flat_map(|_| frame(DATA, 0, 1, &[])));
     assert_calmed(config, slot, flood);
@@ -478,7 +471,7 @@ fn rapid_reset_is_calmed() {
         max_reset_rate: 1,
         ..H2Config::default()
     };
-    let slot: Slot = Arc::new(|stream| drop(stream));
+    let slot: Slot = Arc::new(drop);
     let flood = (0..20u32)
         .flat_map(|i| {
             let id = 2 * i + 1;
@@ -570,7 +563,11 @@ fn a_reset_stream_ends_its_reads_and_fails_its_writes() {
     let slot: Slot = Arc::new(move |stream| {
         let request = read_request(&stream);
         let write = stream.write_all_from(&[b"HTTP/1.1 200 OK\r\n\r\n"], 0, SAFETY);
-        done.lock().unwrap().send((request, write.is_err())).unwrap();
+        drop(stream);
+        done.lock()
+            .unwrap()
+            .send((request, write.is_err()))
+            .unwrap();
     });
     let (server, mut client) = Server::start(H2Config::default(), 1 << 20, slot);
     let mut bytes = handshake_bytes();
