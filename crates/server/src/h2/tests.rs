@@ -34,6 +34,17 @@ struct Server {
 
 impl Server {
     fn start(config: H2Config, budget: usize, slot: Slot) -> (Server, TcpStream) {
+        Server::start_with(config, budget, false, slot)
+    }
+
+    /// `inline`: as prefork does, one stream at a time, each run on the loop's own thread
+    /// (its blocking calls drive the connection), no waker.
+    fn start_with(
+        config: H2Config,
+        budget: usize,
+        inline: bool,
+        slot: Slot,
+    ) -> (Server, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         client.set_read_timeout(Some(SAFETY)).unwrap();
@@ -46,14 +57,14 @@ impl Server {
             &[],
             H2Context {
                 config,
-                inline: false,
-                waker: Some(waker.as_raw_fd()),
-                one_stream: false,
+                inline,
+                waker: (!inline).then(|| waker.as_raw_fd()),
+                one_stream: inline,
                 stream_output_budget: budget,
             },
         ));
         let looped = Arc::clone(&conn);
-        let thread = std::thread::spawn(move || serve(&looped, &waker, &slot));
+        let thread = std::thread::spawn(move || serve(&looped, &waker, inline, &slot));
         (
             Server {
                 conn,
@@ -69,7 +80,7 @@ impl Server {
     }
 }
 
-fn serve(conn: &H2Conn, waker: &OwnedFd, slot: &Slot) {
+fn serve(conn: &H2Conn, waker: &OwnedFd, inline: bool, slot: &Slot) {
     let mut token = 0;
     let mut slots = Vec::new();
     loop {
@@ -77,6 +88,10 @@ fn serve(conn: &H2Conn, waker: &OwnedFd, slot: &Slot) {
         for stream in advance.opened {
             token += 1;
             stream.set_token(token);
+            if inline {
+                slot(stream);
+                continue;
+            }
             let slot = Arc::clone(slot);
             slots.push(std::thread::spawn(move || slot(stream)));
         }
@@ -630,5 +645,91 @@ fn a_window_that_never_opens_bounds_the_streams_output() {
     assert_eq!(reset, 0x2, "INTERNAL_ERROR");
     client.shutdown(std::net::Shutdown::Write).unwrap();
     until_eof(&mut client);
+    server.join();
+}
+
+#[test]
+fn inline_blocking_calls_drive_the_connection_themselves() {
+    // Prefork: the slot runs on the loop's thread, so its reads of a body larger than the
+    // window and its write of a response larger than the client's window only progress
+    // because the blocking calls read and write the socket themselves.
+    static BODY: [u8; 4 * 65535] = [b'b'; 4 * 65535];
+    static ANSWER: [u8; 200 * 1024] = [b'a'; 200 * 1024];
+    let (requests, seen) = mpsc::channel();
+    let requests = std::sync::Mutex::new(requests);
+    let slot: Slot = Arc::new(move |stream| {
+        let request = read_request(&stream);
+        requests.lock().unwrap().send(request).unwrap();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+            ANSWER.len()
+        );
+        stream
+            .write_all_from(&[head.as_bytes(), &ANSWER], 0, SAFETY)
+            .unwrap();
+    });
+    let config = H2Config {
+        initial_window_size: 65535,
+        connection_window_size: 65535,
+        ..H2Config::default()
+    };
+    let (server, client) = Server::start_with(config, 16 * 1024, true, slot);
+    let request = Request::post("http://h/both")
+        .header("content-length", BODY.len().to_string())
+        .body(())
+        .unwrap();
+    let got = exchange(client, request, &[&BODY], None, 65535);
+    assert!(seen.recv().unwrap().ends_with(&BODY));
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(got.body.len(), ANSWER.len());
+    server.join();
+}
+
+#[test]
+fn continue_is_an_informational_headers_frame() {
+    let slot: Slot = Arc::new(|stream| {
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = stream
+                .read_by(&mut buf[..1], Instant::now() + SAFETY, "head")
+                .unwrap();
+            assert_eq!(n, 1, "the head ends before the body is asked for");
+            head.extend_from_slice(&buf[..n]);
+        }
+        assert!(String::from_utf8(head)
+            .unwrap()
+            .contains("expect: 100-continue\r\n"));
+        stream
+            .write_all_from(&[b"HTTP/1.1 100 Continue\r\n\r\n"], 0, SAFETY)
+            .unwrap();
+        let body = read_request(&stream);
+        assert_eq!(body, b"late");
+        respond(&stream, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    });
+    let (server, socket) = Server::start(H2Config::default(), 1 << 20, slot);
+    let statuses = runtime().block_on(async move {
+        socket.set_nonblocking(true).unwrap();
+        let socket = tokio::net::TcpStream::from_std(socket).unwrap();
+        let (mut client, connection) = h2::client::handshake(socket).await.unwrap();
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let request = Request::post("http://h/continue")
+            .header("expect", "100-continue")
+            .header("content-length", "4")
+            .body(())
+            .unwrap();
+        let (mut response, mut send) = client.send_request(request, false).unwrap();
+        // The body goes only once the server asked for it.
+        let informational = std::future::poll_fn(|cx| response.poll_informational(cx))
+            .await
+            .unwrap()
+            .unwrap();
+        send.send_data(Bytes::from_static(b"late"), true).unwrap();
+        let last = response.await.unwrap();
+        (informational.status(), last.status())
+    });
+    assert_eq!(statuses, (StatusCode::CONTINUE, StatusCode::OK));
     server.join();
 }
