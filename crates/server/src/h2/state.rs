@@ -211,7 +211,9 @@ impl State {
             self.link.shutdown_write();
             self.finished = true;
             for stream in self.streams.values_mut() {
-                stream.reset = true;
+                // A response handed to `h2` complete went out with the connection's last
+                // flush: only the others are broken.
+                stream.reset |= !stream.complete;
                 stream.event(true, true);
             }
         }

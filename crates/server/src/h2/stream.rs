@@ -203,14 +203,14 @@ impl H2Stream {
         let mut state = self.shared.lock();
         self.shared.settle(&mut state, true);
         let stream = state.stream(self.id);
+        if !stream.wants_write() {
+            return Ok(true);
+        }
         if stream.broken() {
             return Err(reset_error());
         }
-        let done = !stream.wants_write();
-        if !done {
-            stream.want_writable();
-        }
-        Ok(done)
+        stream.want_writable();
+        Ok(false)
     }
 
     /// Response bytes not yet acknowledged (0: an HTTP/2 stream has no lingering close).

@@ -149,7 +149,9 @@ fn read_request(stream: &H2Stream) -> Vec<u8> {
 }
 
 fn respond(stream: &H2Stream, response: &[u8]) {
-    stream.write_all_from(&[response], 0, SAFETY).unwrap();
+    if let Err(err) = stream.write_all_from(&[response], 0, SAFETY) {
+        panic!("{err}: {}", stream.debug());
+    }
     stream.shutdown_write();
 }
 
@@ -560,13 +562,15 @@ fn graceful_close_takes_two_steps_and_lets_the_open_stream_finish() {
     release.send(()).unwrap();
     let mut ended = false;
     let mut data = Vec::new();
+    let mut frames = Vec::new();
     while let Some((kind, flags, stream, payload)) = next_frame(&mut client) {
+        frames.push((kind, flags, stream, payload.clone()));
         if kind == DATA && stream == 1 {
             data.extend_from_slice(&payload);
             ended |= flags & END_STREAM != 0;
         }
     }
-    assert_eq!(data, b"ok");
+    assert_eq!(data, b"ok", "{frames:?}");
     assert!(ended);
     server.join();
 }
