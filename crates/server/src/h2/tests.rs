@@ -737,3 +737,68 @@ fn continue_is_an_informational_headers_frame() {
     assert_eq!(statuses, (StatusCode::CONTINUE, StatusCode::OK));
     server.join();
 }
+
+/// Frames in `bytes` (whole frames only).
+fn frames_in(mut bytes: &[u8]) -> Vec<(u8, u8, u32, Vec<u8>)> {
+    let mut frames = Vec::new();
+    while bytes.len() >= 9 {
+        let len = usize::from(bytes[0]) << 16 | usize::from(bytes[1]) << 8 | usize::from(bytes[2]);
+        if bytes.len() < 9 + len {
+            break;
+        }
+        let stream = u32::from_be_bytes(bytes[5..9].try_into().unwrap()) & 0x7fff_ffff;
+        frames.push((bytes[3], bytes[4], stream, bytes[9..9 + len].to_vec()));
+        bytes = &bytes[9 + len..];
+    }
+    frames
+}
+
+#[test]
+fn over_tls_the_streams_bytes_go_through_the_session() {
+    let (tls, mut client) = crate::tls::conn::tests::connected();
+    let conn = H2Conn::new(
+        Transport::Tls(tls),
+        &[],
+        H2Context {
+            config: H2Config::default(),
+            inline: false,
+            waker: None,
+            one_stream: false,
+            stream_output_budget: 1 << 20,
+        },
+    );
+    let mut bytes = handshake_bytes();
+    bytes.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &GET_BLOCK));
+    client.send(&bytes);
+    let advance = conn.advance(Instant::now());
+    assert!(!advance.finished);
+    let [stream] = <[Box<H2Stream>; 1]>::try_from(advance.opened).unwrap();
+    assert!(
+        stream.info().is_some(),
+        "the handshake's facts reach the stream"
+    );
+    let mut buf = [0u8; 256];
+    let n = stream.read(&mut buf).unwrap().unwrap();
+    assert_eq!(&buf[..n], b"GET / HTTP/1.1\r\nhost: a\r\n\r\n");
+    assert_eq!(stream.read(&mut buf).unwrap(), Some(0));
+    let response = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    assert_eq!(
+        stream.write_vectored(&[response], 0).unwrap(),
+        Some(response.len())
+    );
+    // The write framed and sealed the response at once: no advance in between.
+    client.pull();
+    let frames = frames_in(&client.got);
+    let data: Vec<_> = frames
+        .iter()
+        .filter(|(kind, _, id, _)| *kind == DATA && *id == 1)
+        .collect();
+    assert!(frames
+        .iter()
+        .any(|(kind, _, id, _)| *kind == HEADERS && *id == 1));
+    assert_eq!(data.len(), 1);
+    assert_eq!(data[0].3, b"ok");
+    assert_eq!(data[0].1 & END_STREAM, END_STREAM);
+    drop(stream);
+    assert_eq!(conn.open_streams(), 0);
+}

@@ -147,10 +147,13 @@ pub(super) fn pump_stream(stream: &mut StreamState, cx: &mut Context<'_>, budget
             };
             capacity -= chunk.len();
             stream.out_len -= chunk.len();
-            if send.send_data(chunk, false).is_err() {
+            // The last DATA of a complete response without trailers carries END_STREAM.
+            let last = stream.out_len == 0 && stream.out_end && stream.trailers.is_none();
+            if send.send_data(chunk, last).is_err() {
                 stream.reset_with(Reason::INTERNAL_ERROR);
                 return;
             }
+            stream.complete |= last;
         }
         if stream.out_len > 0 {
             send.reserve_capacity(stream.out_len);
