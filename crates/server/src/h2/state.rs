@@ -175,6 +175,20 @@ impl State {
         }
     }
 
+    /// The loop dropped the connection: `h2` goes (its streams see the end), the socket is
+    /// shut both ways (it closes when the last stream's transport does), and every stream
+    /// whose response was not handed over complete is broken.
+    pub(crate) fn abandon(&mut self) {
+        if !self.finished {
+            self.phase = Phase::Closed;
+            self.link.shutdown();
+            self.finished = true;
+        }
+        for stream in self.streams.values_mut() {
+            stream.reset |= !stream.complete;
+        }
+    }
+
     /// Asks for the two-step GOAWAY at the next drive.
     pub(crate) fn close_gracefully(&mut self) {
         self.graceful = true;
