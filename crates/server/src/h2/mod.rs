@@ -213,6 +213,16 @@ impl H2Conn {
     }
 }
 
+impl Drop for H2Conn {
+    fn drop(&mut self) {
+        // The loop let go before the end (a drain's deadline, the worker's stop): the
+        // streams' threads must not wait for a drive that will not come.
+        let mut state = self.shared.lock();
+        state.abandon();
+        self.shared.cond.notify_all();
+    }
+}
+
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state

@@ -20,10 +20,13 @@ use h2::{Reason, RecvStream, SendStream};
 use http::{Request, Response, StatusCode};
 
 use super::io::{Flag, Io, Report};
-use super::synth::{chunk_size_line, last_chunk, synthesize, Refused};
+use super::synth::{synthesize, Refused};
 use super::transcode::{Out, Transcoder};
 use super::Readiness;
 use crate::transport::Link;
+use pump::{apply, pump_stream};
+
+mod pump;
 
 /// Rounds of one drive before it leaves the rest to the next (a peer that keeps `h2` busy
 /// forever cannot hold the lock forever).
@@ -33,7 +36,8 @@ const MAX_ROUNDS: usize = 64;
 enum Phase {
     /// The server's SETTINGS go out, the client's preface comes in.
     Handshaking(Pin<Box<Handshake<Io, Bytes>>>),
-    Open(Connection<Io, Bytes>),
+    /// Boxed as the handshake is: one allocation per connection, not 1.5 KiB moved.
+    Open(Box<Connection<Io, Bytes>>),
     /// Over (closed, failed, or a bad preface answered).
     Closed,
 }
@@ -171,6 +175,20 @@ impl State {
         }
     }
 
+    /// The loop dropped the connection: `h2` goes (its streams see the end), the socket is
+    /// shut both ways (it closes when the last stream's transport does), and every stream
+    /// whose response was not handed over complete is broken.
+    pub(crate) fn abandon(&mut self) {
+        if !self.finished {
+            self.phase = Phase::Closed;
+            self.link.shutdown();
+            self.finished = true;
+        }
+        for stream in self.streams.values_mut() {
+            stream.reset |= !stream.complete;
+        }
+    }
+
     /// Asks for the two-step GOAWAY at the next drive.
     pub(crate) fn close_gracefully(&mut self) {
         self.graceful = true;
@@ -207,7 +225,9 @@ impl State {
             self.link.shutdown_write();
             self.finished = true;
             for stream in self.streams.values_mut() {
-                stream.reset = true;
+                // A response handed to `h2` complete went out with the connection's last
+                // flush: only the others are broken.
+                stream.reset |= !stream.complete;
                 stream.event(true, true);
             }
         }
@@ -225,7 +245,7 @@ impl State {
                     }
                     match handshake.as_mut().poll(cx) {
                         Poll::Ready(Ok(connection)) => {
-                            self.phase = Phase::Open(connection);
+                            self.phase = Phase::Open(Box::new(connection));
                             continue;
                         }
                         Poll::Ready(Err(_)) => {
@@ -258,7 +278,9 @@ impl State {
                             return;
                         }
                         // A flood the read just met: abrupt_shutdown, then poll again.
-                        Poll::Pending if !self.calm_sent && self.report.calm.load(Ordering::Relaxed) => {
+                        Poll::Pending
+                            if !self.calm_sent && self.report.calm.load(Ordering::Relaxed) =>
+                        {
                             continue
                         }
                         Poll::Pending => return,
@@ -359,8 +381,10 @@ impl State {
     }
 
     /// Takes request bytes of stream `id` into `buf` (`None`: nothing yet; `Some(0)`: the
-    /// end, or a reset), reopening the window by the DATA bytes taken.
-    pub(crate) fn read(&mut self, id: u32, buf: &mut [u8]) -> Option<usize> {
+    /// end, or a reset), reopening the window by the DATA bytes taken; true with them when
+    /// it did (the caller then drives: `h2` does not always wake its task for the
+    /// connection's WINDOW_UPDATE).
+    pub(crate) fn read(&mut self, id: u32, buf: &mut [u8]) -> (Option<usize>, bool) {
         let stream = self.stream(id);
         let mut filled = 0;
         let mut released = 0;
@@ -384,13 +408,14 @@ impl State {
                 let _ = recv.flow_control().release_capacity(released);
             }
         }
-        if filled > 0 {
+        let read = if filled > 0 {
             Some(filled)
         } else if stream.recv_done || stream.broken() {
             Some(0)
         } else {
             None
-        }
+        };
+        (read, released > 0)
     }
 
     /// Takes response bytes of stream `id` (`parts` from byte `skip`) as far as its budget
@@ -521,171 +546,35 @@ impl State {
             .any(|stream| stream.waiting && (stream.pending.readable || stream.pending.writable))
     }
 
+    #[cfg(test)]
+    pub(crate) fn debug(&mut self) -> String {
+        let mut out = format!(
+            "phase closed={} finished={} ",
+            matches!(self.phase, Phase::Closed),
+            self.finished
+        );
+        for (id, s) in self.streams.iter_mut() {
+            let flow = s.recv.as_mut().map(|r| {
+                (
+                    r.flow_control().available_capacity(),
+                    r.flow_control().used_capacity(),
+                    r.is_end_stream(),
+                )
+            });
+            out += &format!(
+                "[{id} inbound={} done={} reset={} waiting={} pending={:?} flow={flow:?}]",
+                s.inbound.len(),
+                s.recv_done,
+                s.reset,
+                s.waiting,
+                s.pending
+            );
+        }
+        out
+    }
+
     /// The output budget per stream.
     pub(crate) fn budget(&self) -> usize {
         self.budget
-    }
-}
-
-/// Applies what the transcoder read to the stream's `h2` handles.
-fn apply(stream: &mut StreamState, events: &mut Vec<Out>) {
-    for event in events.drain(..) {
-        match event {
-            Out::Informational(response) => {
-                if let Some(respond) = stream.respond.as_mut() {
-                    let _ = respond.send_informational(response);
-                }
-            }
-            Out::Head(response, end) => {
-                let Some(respond) = stream.respond.as_mut() else {
-                    continue;
-                };
-                match respond.send_response(response, end) {
-                    Ok(send) if !end => stream.send = Some(send),
-                    Ok(_) => {
-                        stream.out_end = true;
-                        stream.complete = true;
-                    }
-                    Err(_) => stream.reset_with(Reason::INTERNAL_ERROR),
-                }
-            }
-            Out::Data(bytes) => {
-                stream.out_len += bytes.len();
-                stream.out.push_back(bytes);
-            }
-            Out::Trailers(trailers) => {
-                stream.trailers = Some(trailers);
-                stream.out_end = true;
-            }
-            Out::End => stream.out_end = true,
-        }
-    }
-}
-
-/// Moves one stream's DATA: what came in to its request bytes, what its exchange wrote to
-/// `h2` as far as its window allows; notices resets.
-fn pump_stream(stream: &mut StreamState, cx: &mut Context<'_>, budget: usize) {
-    if !stream.recv_done && !stream.reset {
-        if let Some(recv) = stream.recv.as_mut() {
-            loop {
-                match recv.poll_data(cx) {
-                    Poll::Ready(Some(Ok(data))) => {
-                        if data.is_empty() {
-                            continue;
-                        }
-                        if stream.chunked {
-                            stream.inbound.push_back(Segment {
-                                bytes: Bytes::from(chunk_size_line(data.len())),
-                                flow: false,
-                            });
-                        }
-                        stream.inbound.push_back(Segment {
-                            bytes: data,
-                            flow: true,
-                        });
-                        if stream.chunked {
-                            stream.inbound.push_back(Segment {
-                                bytes: Bytes::from_static(b"\r\n"),
-                                flow: false,
-                            });
-                        }
-                        stream.pending.readable = true;
-                    }
-                    Poll::Ready(Some(Err(_))) => {
-                        stream.reset = true;
-                        stream.pending = Readiness {
-                            readable: true,
-                            writable: true,
-                        };
-                        break;
-                    }
-                    Poll::Ready(None) => {
-                        match recv.poll_trailers(cx) {
-                            Poll::Ready(Ok(trailers)) => {
-                                if stream.chunked {
-                                    stream.inbound.push_back(Segment {
-                                        bytes: Bytes::from(last_chunk(trailers.as_ref())),
-                                        flow: false,
-                                    });
-                                }
-                                stream.recv_done = true;
-                                stream.pending.readable = true;
-                            }
-                            Poll::Ready(Err(_)) => {
-                                stream.reset = true;
-                                stream.pending = Readiness {
-                                    readable: true,
-                                    writable: true,
-                                };
-                            }
-                            Poll::Pending => {}
-                        }
-                        break;
-                    }
-                    Poll::Pending => break,
-                }
-            }
-        }
-    }
-    if !stream.reset && !stream.complete {
-        let reset = if let Some(send) = stream.send.as_mut() {
-            send.poll_reset(cx).is_ready()
-        } else if let Some(respond) = stream.respond.as_mut() {
-            respond.poll_reset(cx).is_ready()
-        } else {
-            false
-        };
-        if reset {
-            stream.reset = true;
-            stream.out.clear();
-            stream.out_len = 0;
-            stream.event(true, true);
-        }
-    }
-    if stream.reset {
-        return;
-    }
-    let Some(send) = stream.send.as_mut() else {
-        return;
-    };
-    let before = stream.out_len;
-    if stream.out_len > 0 {
-        let mut capacity = send.capacity();
-        while capacity > 0 {
-            let Some(front) = stream.out.front_mut() else {
-                break;
-            };
-            let chunk = if front.len() <= capacity {
-                stream.out.pop_front().expect("the front is there")
-            } else {
-                front.split_to(capacity)
-            };
-            capacity -= chunk.len();
-            stream.out_len -= chunk.len();
-            if send.send_data(chunk, false).is_err() {
-                stream.reset_with(Reason::INTERNAL_ERROR);
-                return;
-            }
-        }
-        if stream.out_len > 0 {
-            send.reserve_capacity(stream.out_len);
-        }
-    }
-    if stream.out_len == 0 && stream.out_end && !stream.complete {
-        let sent = match stream.trailers.take() {
-            Some(trailers) => send.send_trailers(trailers),
-            None => send.send_data(Bytes::new(), true),
-        };
-        stream.complete = true;
-        if sent.is_err() {
-            stream.reset = true;
-        }
-    }
-    if stream.want_writable && (stream.out_len < before || !stream.wants_write()) {
-        let room = stream.out_len < budget;
-        if room {
-            stream.want_writable = false;
-            stream.event(false, true);
-        }
     }
 }

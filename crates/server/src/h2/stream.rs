@@ -79,8 +79,8 @@ impl H2Stream {
     /// taken reopen the stream's window (a WINDOW_UPDATE follows when `h2` judges it due).
     pub fn read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         let mut state = self.shared.lock();
-        let read = state.read(self.id, buf);
-        self.shared.settle(&mut state, false);
+        let (read, released) = state.read(self.id, buf);
+        self.shared.settle(&mut state, released);
         Ok(read)
     }
 
@@ -203,14 +203,14 @@ impl H2Stream {
         let mut state = self.shared.lock();
         self.shared.settle(&mut state, true);
         let stream = state.stream(self.id);
+        if !stream.wants_write() {
+            return Ok(true);
+        }
         if stream.broken() {
             return Err(reset_error());
         }
-        let done = !stream.wants_write();
-        if !done {
-            stream.want_writable();
-        }
-        Ok(done)
+        stream.want_writable();
+        Ok(false)
     }
 
     /// Response bytes not yet acknowledged (0: an HTTP/2 stream has no lingering close).
@@ -290,6 +290,13 @@ impl H2Stream {
                 .unwrap_or_else(|poison| poison.into_inner())
                 .0;
         }
+    }
+}
+
+#[cfg(test)]
+impl H2Stream {
+    pub(super) fn debug(&self) -> String {
+        self.shared.lock().debug()
     }
 }
 
