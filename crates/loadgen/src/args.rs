@@ -12,6 +12,7 @@ use clap::Parser;
 use rustls::pki_types::ServerName;
 use rustls::ClientConfig;
 
+use crate::engine::H2Request;
 use crate::target::{self, Target};
 use crate::tls;
 use crate::UsageError;
@@ -19,10 +20,10 @@ use crate::UsageError;
 /// Flags of `tines bench` / `tines-bench`.
 #[derive(Parser, Debug, Clone)]
 #[command(
-    about = "HTTP/1.1 load generator: closed loop (-c/-n/-d) or open loop (-R), latency from HDR histograms.",
-    long_about = "HTTP/1.1 load generator in the class of wrk, wrk2 and ab.\n\n\
-        Closed loop (default): -c connections each keep --pipeline requests in flight, for -n \
-        requests or -d seconds. Open loop (-R RATE): requests are sent on a fixed schedule and \
+    about = "HTTP/1.1 and HTTP/2 load generator: closed loop (-c/-n/-d) or open loop (-R), latency from HDR histograms.",
+    long_about = "HTTP/1.1 and HTTP/2 load generator in the class of wrk, wrk2, ab and h2load.\n\n\
+        Closed loop (default): -c connections each keep --pipeline requests (HTTP/2: --streams \
+        streams) in flight, for -n requests or -d seconds. Open loop (-R RATE): requests are sent on a fixed schedule and \
         latency is measured from each request's intended send time, so a stalled server cannot \
         hide behind coordinated omission. Results: a text summary, --json, --html.",
     after_help = "Durations take a unit: 500ms, 10s, 2m, 1h (a bare number is seconds).\n\
@@ -74,6 +75,21 @@ pub struct Args {
     /// Requests in flight per connection (HTTP/1.1 pipelining).
     #[arg(long = "pipeline", value_name = "N", default_value_t = 1)]
     pub pipeline: usize,
+
+    /// HTTP/2: on https:// URLs negotiated by ALPN (h2, else the run fails with a TLS error),
+    /// on http:// URLs with prior knowledge (h2c: the connection opens with the preface).
+    #[arg(long = "http2")]
+    pub http2: bool,
+
+    /// HTTP/2 with prior knowledge on http:// URLs (h2c); the same as --http2 with
+    /// http:// URLs only.
+    #[arg(long = "h2c")]
+    pub h2c: bool,
+
+    /// HTTP/2: streams in flight per connection (-c stays the number of connections); the
+    /// server's SETTINGS_MAX_CONCURRENT_STREAMS caps it.
+    #[arg(long = "streams", value_name = "N", default_value_t = 1)]
+    pub streams: usize,
 
     /// Request method.
     #[arg(
@@ -184,6 +200,28 @@ pub struct RequestSpec {
     pub handshake: Option<Vec<u8>>,
     /// An `https://` or `wss://` URL: the server name its handshakes send and check.
     pub server_name: Option<ServerName<'static>>,
+    /// An HTTP/2 run: the request as each stream sends it (`bytes` is then unused).
+    pub h2: Option<H2Request>,
+}
+
+/// How an HTTP/2 run reaches its URLs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2 {
+    /// Some URLs are `https://` (h2 by ALPN).
+    pub tls: bool,
+    /// Some URLs are `http://` (h2c with prior knowledge).
+    pub cleartext: bool,
+}
+
+impl Http2 {
+    /// `h2`, `h2c`, or both, as reports name the run's protocol.
+    pub fn label(self) -> &'static str {
+        match (self.tls, self.cleartext) {
+            (true, true) => "h2 and h2c",
+            (true, false) => "h2",
+            _ => "h2c",
+        }
+    }
 }
 
 /// A validated run configuration.
@@ -213,6 +251,10 @@ pub struct Config {
     pub warmup: Duration,
     /// The TLS client configuration, when a URL is `https://` or `wss://`.
     pub tls: Option<Arc<ClientConfig>>,
+    /// An HTTP/2 run (`--http2`, `--h2c`).
+    pub http2: Option<Http2>,
+    /// HTTP/2 streams in flight per connection.
+    pub streams: usize,
 }
 
 impl Config {
@@ -224,6 +266,25 @@ impl Config {
         }
         if args.pipeline == 0 {
             return Err(usage("--pipeline must be at least 1".into()));
+        }
+        let http2 = args.http2 || args.h2c;
+        if args.streams == 0 {
+            return Err(usage("--streams must be at least 1".into()));
+        }
+        if args.streams > 1 && !http2 {
+            return Err(usage(
+                "--streams is for HTTP/2 (add --http2 or --h2c; HTTP/1.1 has --pipeline)".into(),
+            ));
+        }
+        if http2 && args.pipeline > 1 {
+            return Err(usage(
+                "--pipeline is HTTP/1.1's (HTTP/2 keeps --streams in flight)".into(),
+            ));
+        }
+        if http2 && args.no_keepalive {
+            return Err(usage(
+                "an HTTP/2 connection carries many requests (drop --no-keepalive)".into(),
+            ));
         }
         if args.no_keepalive && args.pipeline > 1 {
             return Err(usage(
@@ -332,6 +393,16 @@ impl Config {
             } else {
                 None
             };
+            if target.websocket && http2 {
+                return Err(usage(format!(
+                    "{url}: WebSocket runs over HTTP/1.1 (drop --http2/--h2c)"
+                )));
+            }
+            if args.h2c && target.tls {
+                return Err(usage(format!(
+                    "{url}: --h2c is HTTP/2 in cleartext; an https:// URL takes --http2 (h2 by ALPN)"
+                )));
+            }
             if target.websocket {
                 if args.no_keepalive {
                     return Err(usage(format!(
@@ -346,9 +417,18 @@ impl Config {
                     is_head: false,
                     handshake: Some(handshake),
                     server_name,
+                    h2: None,
                 });
                 continue;
             }
+            let h2 = if http2 {
+                Some(
+                    target::h2_request(&line_method, &target, &headers, body.as_deref())
+                        .map_err(|m| usage(format!("{url}: {m}")))?,
+                )
+            } else {
+                None
+            };
             let bytes = target::encode_request(
                 &line_method,
                 &target,
@@ -363,6 +443,7 @@ impl Config {
                 is_head: line_method == "HEAD",
                 handshake: None,
                 server_name,
+                h2,
             });
         }
         // Resolve each distinct host once, now, so a bad name is a usage error.
@@ -385,7 +466,7 @@ impl Config {
                 (None, true) => tls::Trust::Any,
                 (None, false) => tls::Trust::System,
             };
-            Some(tls::client_config(trust, !args.no_resumption).map_err(UsageError)?)
+            Some(tls::client_config(trust, !args.no_resumption, http2).map_err(UsageError)?)
         } else {
             None
         };
@@ -398,7 +479,6 @@ impl Config {
             (d, _) => d,
         };
         Ok(Config {
-            requests_specs: specs,
             connections: args.connections,
             threads,
             requests: args.requests,
@@ -409,7 +489,13 @@ impl Config {
             timeout: args.timeout,
             connect_timeout: args.connect_timeout,
             warmup: args.warmup,
+            http2: http2.then(|| Http2 {
+                tls: tls.is_some(),
+                cleartext: specs.iter().any(|s| !s.target.tls),
+            }),
+            streams: args.streams,
             tls,
+            requests_specs: specs,
         })
     }
 }

@@ -159,6 +159,8 @@ pub fn json(config: &Config, outcome: &Outcome) -> Value {
             "timeout_s": config.timeout.as_secs_f64(),
             "connect_timeout_s": config.connect_timeout.as_secs_f64(),
             "tls": config.tls.is_some(),
+            "http2": config.http2.map(|h| h.label()),
+            "streams": config.streams,
         },
         "interrupted": outcome.interrupted,
         "elapsed_s": elapsed,
@@ -214,9 +216,17 @@ pub fn text(config: &Config, outcome: &Outcome) -> String {
         urls[0].to_string()
     };
     let _ = writeln!(out, "tines bench {}: {shown}", env!("CARGO_PKG_VERSION"));
+    let depth = match config.http2 {
+        Some(http2) => format!(
+            "{}, {} streams per connection",
+            http2.label(),
+            config.streams
+        ),
+        None => format!("pipeline {}", config.pipeline),
+    };
     let _ = writeln!(
         out,
-        "  {}, {} connections, {} thread{}, {}, pipeline {}{}",
+        "  {}, {} connections, {} thread{}, {}, {depth}{}",
         mode(config),
         config.connections,
         config.threads,
@@ -226,7 +236,6 @@ pub fn text(config: &Config, outcome: &Outcome) -> String {
         } else {
             "a connection per request"
         },
-        config.pipeline,
         if config.warmup.is_zero() {
             String::new()
         } else {

@@ -29,19 +29,28 @@ pub enum ErrorKind {
     /// The TLS handshake failed (an untrusted or wrong certificate, no common version or
     /// suite, a server that does not speak TLS), or a TLS record could not be read.
     Tls = 5,
+    /// HTTP/2: the server reset the request's stream (RST_STREAM).
+    Stream = 6,
+    /// HTTP/2: the server's GOAWAY refused the request's stream (an id past its last), or
+    /// ended the connection with an error.
+    GoAway = 7,
 }
 
 /// JSON names of the error kinds, indexed by `ErrorKind as usize`.
-pub const ERROR_NAMES: [&str; 6] = ["connect", "reset", "timeout", "status", "parse", "tls"];
+pub const ERROR_NAMES: [&str; 8] = [
+    "connect", "reset", "timeout", "status", "parse", "tls", "stream", "goaway",
+];
 
 /// Human names of the error kinds.
-pub const ERROR_LABELS: [&str; 6] = [
+pub const ERROR_LABELS: [&str; 8] = [
     "connect error",
     "connection reset/closed",
     "timeout",
     "bad status (not 2xx/3xx)",
     "parse error",
     "TLS error",
+    "stream reset (RST_STREAM)",
+    "refused by GOAWAY",
 ];
 
 /// A histogram of microseconds for whole-run figures (3 significant digits).
@@ -80,9 +89,9 @@ pub struct Stats {
     /// connection: a ticket or a session id).
     pub tls_resumed: u64,
     /// Failures by kind.
-    pub errors: [u64; 6],
+    pub errors: [u64; 8],
     /// The first message seen for each kind.
-    pub examples: [Option<String>; 6],
+    pub examples: [Option<String>; 8],
     /// Status code counts, indexed by code (100..=999).
     pub status: Vec<u64>,
     /// Total latency: intended (open loop) or actual start to the last byte.
@@ -104,7 +113,7 @@ impl Default for Stats {
             bytes_read: 0,
             tls_full: 0,
             tls_resumed: 0,
-            errors: [0; 6],
+            errors: [0; 8],
             examples: Default::default(),
             status: vec![0; 1000],
             latency: new_histogram(),

@@ -2,10 +2,14 @@
 //!
 //! Owns: `http://host[:port][/path][?query]` parsing (also `https://`, and
 //! `ws://`/`wss://`; IPv6 literals in brackets), resolving the host once before
-//! the run, and encoding each request's bytes once. Must not: open sockets or
+//! the run, and encoding each request's bytes once (for HTTP/2, its head and body once). Must not: open sockets or
 //! sessions (`engine`), or decide what is trusted (`tls`).
 
 use std::net::{SocketAddr, ToSocketAddrs};
+
+use bytes::Bytes;
+
+use crate::engine::H2Request;
 
 /// Where a URL points.
 #[derive(Debug, Clone)]
@@ -200,6 +204,67 @@ pub fn encode_request(
     out
 }
 
+/// Header fields HTTP/2 forbids in a request (RFC 9113 8.2.2): a usage error, rather than a
+/// request the client's codec would refuse at every stream.
+const CONNECTION_SPECIFIC: [&str; 5] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Prepares one request for HTTP/2: `:method`, `:scheme`, `:authority` (the Host header if
+/// one is given, else the URL's), `:path`, the user's headers (lowercased by the codec), a
+/// User-Agent unless given, `content-length` for a body. The error is the one-line message.
+pub fn h2_request(
+    method: &str,
+    target: &Target,
+    headers: &[(String, String)],
+    body: Option<&[u8]>,
+) -> Result<H2Request, String> {
+    let authority = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("host"))
+        .map_or(target.authority.as_str(), |(_, v)| v.as_str());
+    let scheme = if target.tls { "https" } else { "http" };
+    let mut builder = http::Request::builder()
+        .method(method)
+        .uri(format!("{scheme}://{authority}{}", target.path))
+        .version(http::Version::HTTP_2);
+    let has = |name: &str| headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    for (name, value) in headers {
+        let lower = name.to_ascii_lowercase();
+        if lower == "host" || (lower == "content-length" && body.is_some()) {
+            continue;
+        }
+        if CONNECTION_SPECIFIC.contains(&lower.as_str())
+            || (lower == "te" && !value.eq_ignore_ascii_case("trailers"))
+        {
+            return Err(format!(
+                "header '{name}' is connection-specific: HTTP/2 does not send it"
+            ));
+        }
+        builder = builder.header(lower, value.as_str());
+    }
+    if !has("user-agent") {
+        builder = builder.header(
+            "user-agent",
+            concat!("tines-bench/", env!("CARGO_PKG_VERSION")),
+        );
+    }
+    if let Some(body) = body {
+        builder = builder.header("content-length", body.len());
+    }
+    let head = builder
+        .body(())
+        .map_err(|e| format!("cannot make an HTTP/2 request of it: {e}"))?;
+    Ok(H2Request {
+        head,
+        body: body.map(Bytes::copy_from_slice),
+    })
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -280,6 +345,26 @@ mod tests {
             .contains("invalid port"));
         assert!(parse_url("http://h:0/").is_err());
         assert!(parse_url("http://h/a b").is_err());
+    }
+
+    #[test]
+    fn h2_requests_carry_pseudo_headers_and_refuse_connection_fields() {
+        let t = parse_url("http://h:1/p?q").unwrap();
+        let r = h2_request("POST", &t, &[("X-A".into(), "b".into())], Some(b"hi")).unwrap();
+        assert_eq!(r.head.method(), "POST");
+        assert_eq!(r.head.uri().to_string(), "http://h:1/p?q");
+        assert_eq!(r.head.headers()["x-a"], "b");
+        assert_eq!(r.head.headers()["content-length"], "2");
+        assert!(r.head.headers().contains_key("user-agent"));
+        assert_eq!(r.body.as_deref(), Some(&b"hi"[..]));
+        let secure = parse_url("https://h/").unwrap();
+        let r = h2_request("GET", &secure, &[("Host".into(), "other:8".into())], None).unwrap();
+        assert_eq!(r.head.uri().to_string(), "https://other:8/");
+        assert!(!r.head.headers().contains_key("host") && r.body.is_none());
+        let refused = h2_request("GET", &t, &[("Connection".into(), "close".into())], None);
+        assert!(refused.unwrap_err().contains("connection-specific"));
+        assert!(h2_request("GET", &t, &[("te".into(), "gzip".into())], None).is_err());
+        assert!(h2_request("GET", &t, &[("TE".into(), "trailers".into())], None).is_ok());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! built from the flags before the run and shared by every connection of every thread.
 //!
 //! Owns: which certificates are trusted (the system's CA bundle, `--cacert FILE`, or any with
-//! `--insecure`), ALPN (`http/1.1`), and resumption (rustls' in-memory session store, shared
+//! `--insecure`), ALPN (`http/1.1`, or `h2` with `--http2`), and resumption (rustls' in-memory session store, shared
 //! by the threads, unless `--no-resumption`). The provider is ring, as the server's (ADR 0031;
 //! the same `rustls` of the workspace, so no second copy of the crypto is built). Must not:
 //! touch a socket (`engine::connection` drives the session).
@@ -37,10 +37,15 @@ pub enum Trust<'a> {
     Any,
 }
 
-/// The run's client configuration: `trust`, ALPN `http/1.1`, and session resumption unless
-/// `resumption` is false (then every new connection makes a full handshake). The error is the
-/// one-line usage message.
-pub fn client_config(trust: Trust<'_>, resumption: bool) -> Result<Arc<ClientConfig>, String> {
+/// The run's client configuration: `trust`, ALPN `http/1.1` (`h2` alone for an HTTP/2 run:
+/// a server that does not choose it fails the run rather than measuring HTTP/1.1 under an
+/// HTTP/2 label), and session resumption unless `resumption` is false (then every new
+/// connection makes a full handshake). The error is the one-line usage message.
+pub fn client_config(
+    trust: Trust<'_>,
+    resumption: bool,
+    http2: bool,
+) -> Result<Arc<ClientConfig>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -57,7 +62,11 @@ pub fn client_config(trust: Trust<'_>, resumption: bool) -> Result<Arc<ClientCon
             .with_root_certificates(system_roots()?)
             .with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = if http2 {
+        vec![b"h2".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
     config.resumption = if resumption {
         Resumption::default()
     } else {

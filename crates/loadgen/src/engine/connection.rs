@@ -2,7 +2,10 @@
 //! the requests outstanding on it, the bytes still to write, and the framing
 //! of the responses read (`tines_proto::client` for heads, `ChunkedDecoder`
 //! for chunked bodies). On `https://` the socket carries a TLS session (`tls`),
-//! through which every read and write goes; the framing sees plaintext.
+//! through which every read and write goes; the framing sees plaintext. In an
+//! HTTP/2 run the plaintext goes to and from the connection's client (`http2`),
+//! which frames the streams instead; the queue `in_flight` then holds the
+//! requests not yet opened as streams.
 //!
 //! Owns the socket calls and the bytes; it does not count anything and does
 //! not decide what to send next: it reports what happened (`Received`,
@@ -25,8 +28,13 @@ use tines_proto::{ChunkedDecoder, ChunkedEvent};
 
 use crate::args::RequestSpec;
 
+mod http2;
 mod tls;
 mod websocket;
+
+pub use http2::{
+    describe as describe_h2_error, kind_of as h2_error_kind, Event, H2Request, Health,
+};
 
 /// The read buffer's first size; it doubles while one response head does not fit.
 pub const READ_BUFFER: usize = 16 * 1024;
@@ -157,6 +165,9 @@ pub struct Connection {
     /// is a message (else a ping or pong, which is no response).
     ws_remaining: u64,
     ws_message: bool,
+    /// An HTTP/2 run: each connection speaks HTTP/2 (its client made once connected).
+    http2: bool,
+    h2: Option<Box<http2::H2Client>>,
 }
 
 /// The poll token of `slot` while it holds generation `generation`.
@@ -172,7 +183,7 @@ pub fn slot_and_generation(token: Token) -> (usize, u32) {
 impl Connection {
     /// An idle slot that will hold up to `pipeline` requests of at most
     /// `largest_request` bytes each.
-    pub fn new(pipeline: usize, largest_request: usize, now: Instant) -> Connection {
+    pub fn new(pipeline: usize, largest_request: usize, now: Instant, http2: bool) -> Connection {
         Connection {
             generation: 0,
             state: State::Idle,
@@ -194,6 +205,8 @@ impl Connection {
             handshake_len: 0,
             ws_remaining: 0,
             ws_message: false,
+            http2,
+            h2: None,
         }
     }
 
@@ -212,14 +225,64 @@ impl Connection {
         self.addr
     }
 
-    /// Requests outstanding.
+    /// Requests outstanding (HTTP/2: queued or open as streams).
     pub fn in_flight(&self) -> usize {
-        self.in_flight.len()
+        self.in_flight.len() + self.h2.as_ref().map_or(0, |h2| h2.open_streams())
     }
 
-    /// Whether the oldest outstanding request has been written.
+    /// Whether the oldest outstanding request has been written (HTTP/2: a stream is open).
     pub fn oldest_was_sent(&self) -> bool {
-        self.in_flight.front().is_some_and(|r| r.sent.is_some())
+        match &self.h2 {
+            Some(h2) => h2.open_streams() > 0,
+            None => self.in_flight.front().is_some_and(|r| r.sent.is_some()),
+        }
+    }
+
+    /// Whether this is an HTTP/2 connection.
+    pub fn is_h2(&self) -> bool {
+        self.http2
+    }
+
+    /// HTTP/2: whether the connection takes new streams, or why not (`Open` before its
+    /// client is made).
+    pub fn h2_health(&self) -> Health {
+        self.h2
+            .as_ref()
+            .map_or(Health::Open, |h2| h2.health().clone())
+    }
+
+    /// HTTP/2: streams open.
+    pub fn h2_open_streams(&self) -> usize {
+        self.h2.as_ref().map_or(0, |h2| h2.open_streams())
+    }
+
+    /// HTTP/2: hands the client the bytes read, moves its streams, and queues what it
+    /// wrote (WINDOW_UPDATE, SETTINGS and PING acknowledgements, new streams) for writing.
+    pub fn h2_receive(&mut self, now: Instant, specs: &[RequestSpec]) {
+        let Some(h2) = self.h2.as_mut() else {
+            return;
+        };
+        h2.feed(&self.read_buffer[..self.read_length]);
+        self.read_length = 0;
+        h2.pump(&mut self.in_flight, specs, now);
+        h2.take_output(&mut self.write_buffer);
+    }
+
+    /// HTTP/2: the next stream that ended.
+    pub fn h2_event(&mut self) -> Option<Event> {
+        self.h2.as_mut().and_then(|h2| h2.next_event())
+    }
+
+    /// The request spec of the oldest queued request (0 when none is queued).
+    pub fn front_spec(&self) -> usize {
+        self.in_flight.front().map_or(0, |r| r.spec as usize)
+    }
+
+    /// Whether the TLS session agreed on `h2` by ALPN.
+    pub fn alpn_is_h2(&self) -> bool {
+        self.session
+            .as_ref()
+            .is_some_and(|s| s.alpn() == Some(&b"h2"[..]))
     }
 
     /// Whether bytes are waiting to be written (plaintext, or records the session holds).
@@ -241,7 +304,7 @@ impl Connection {
     /// Whether one more request to `addr` may go on this connection, with at
     /// most `pipeline` outstanding.
     pub fn can_take(&self, pipeline: usize, addr: SocketAddr) -> bool {
-        if self.in_flight.len() >= pipeline {
+        if self.in_flight() >= pipeline || self.h2_health() != Health::Open {
             return false;
         }
         if self.state == State::Idle {
@@ -260,14 +323,18 @@ impl Connection {
         self.write_buffer.extend_from_slice(handshake);
     }
 
-    /// Adds a request (spec `spec`, its encoded `bytes`) whose latency runs from `start`.
+    /// Adds a request (spec `spec`, its encoded `bytes`, unused by HTTP/2) whose latency runs
+    /// from `start`.
     pub fn queue(&mut self, start: Instant, spec: u32, bytes: &[u8]) {
         self.in_flight.push_back(InFlight {
             start,
             sent: None,
             spec,
         });
-        self.write_buffer.extend_from_slice(bytes);
+        // HTTP/2: the request waits here until it is opened as a stream.
+        if !self.http2 {
+            self.write_buffer.extend_from_slice(bytes);
+        }
     }
 
     /// Starts a non-blocking connect to `addr` and registers it as `slot`; with `tls`, the
@@ -332,8 +399,18 @@ impl Connection {
     }
 
     /// Writes what it can of the pending bytes; once all are written, the
-    /// requests they held are marked sent at `now`.
-    pub fn write_pending(&mut self, now: Instant) -> io::Result<()> {
+    /// requests they held are marked sent at `now`. HTTP/2: the queued requests
+    /// are opened as streams first (a stream is sent when the client takes it).
+    pub fn write_pending(&mut self, now: Instant, specs: &[RequestSpec]) -> io::Result<()> {
+        if self.http2 {
+            if self.h2.is_none() {
+                self.h2 = Some(Box::new(http2::H2Client::new()?));
+            }
+            if let Some(h2) = self.h2.as_mut() {
+                h2.pump(&mut self.in_flight, specs, now);
+                h2.take_output(&mut self.write_buffer);
+            }
+        }
         let stream = self.stream.as_mut().expect("open has a stream");
         let end = if self.awaiting_upgrade {
             self.handshake_len
@@ -359,6 +436,9 @@ impl Connection {
         if self.written == self.write_buffer.len() {
             self.write_buffer.clear();
             self.written = 0;
+            if self.http2 {
+                return Ok(());
+            }
             for request in self.in_flight.iter_mut().rev() {
                 if request.sent.is_some() {
                     break;
@@ -508,7 +588,7 @@ impl Connection {
 
     /// Drops every outstanding request; returns how many there were.
     pub fn abandon_requests(&mut self) -> usize {
-        let abandoned = self.in_flight.len();
+        let abandoned = self.in_flight.len() + self.h2.as_mut().map_or(0, |h2| h2.abandon());
         self.in_flight.clear();
         abandoned
     }
@@ -520,6 +600,7 @@ impl Connection {
             let _ = registry.deregister(&mut stream);
         }
         self.session = None;
+        self.h2 = None;
         self.generation = self.generation.wrapping_add(1);
         self.state = State::Idle;
         self.read_length = 0;
@@ -540,6 +621,9 @@ impl Connection {
 
     /// Whether the oldest written request has waited `limit` or more at `now`.
     pub fn request_expired(&self, now: Instant, limit: Duration) -> bool {
+        if let Some(h2) = &self.h2 {
+            return self.state == State::Open && h2.expired(now, limit);
+        }
         self.state == State::Open
             && self
                 .in_flight

@@ -8,7 +8,8 @@
 //!
 //! - `clock`: the run's instants (start, end of the warm-up, deadline, seconds);
 //! - `shared`: what the threads share (stop flag, `-n` budget, progress, messages);
-//! - `connection`: one connection's socket, buffers and response framing;
+//! - `connection`: one connection's socket, buffers and response framing (HTTP/2:
+//!   its client, whose streams end as `Event`s in any order);
 //! - `tally`: the counting rules of docs/bench.md, applied to what the loop sees.
 //!
 //! A request's latency runs, in the closed loop, from its write (without
@@ -35,7 +36,11 @@ use crate::args::Config;
 use crate::schedule::Schedule;
 use crate::stats::{ErrorKind, Stats};
 pub use clock::Clock;
-use connection::{slot_and_generation, ConnectProgress, Connection, Framed, Received, State};
+pub use connection::H2Request;
+use connection::{
+    describe_h2_error, h2_error_kind, slot_and_generation, ConnectProgress, Connection, Event,
+    Framed, Health, Received, State,
+};
 pub use shared::{shared, Message, Progress, Shared};
 use tally::Tally;
 
@@ -87,7 +92,11 @@ impl<'a> Worker<'a> {
         clock: Clock,
         tx: Sender<Message>,
     ) -> io::Result<Worker<'a>> {
-        let pipeline = if config.keepalive { config.pipeline } else { 1 };
+        let pipeline = match (config.http2, config.keepalive) {
+            (Some(_), _) => config.streams,
+            (None, true) => config.pipeline,
+            (None, false) => 1,
+        };
         let largest_request = config
             .requests_specs
             .iter()
@@ -95,7 +104,14 @@ impl<'a> Worker<'a> {
             .max()
             .unwrap_or(0);
         let slots = (0..connections)
-            .map(|_| Connection::new(pipeline, largest_request, clock.start))
+            .map(|_| {
+                Connection::new(
+                    pipeline,
+                    largest_request,
+                    clock.start,
+                    config.http2.is_some(),
+                )
+            })
             .collect();
         let schedule = config
             .rate
@@ -126,8 +142,11 @@ impl<'a> Worker<'a> {
         })
     }
 
+    /// Requests in flight per connection: HTTP/2 streams, or HTTP/1.1 pipelining.
     fn pipeline(&self) -> usize {
-        if self.keepalive {
+        if self.config.http2.is_some() {
+            self.config.streams
+        } else if self.keepalive {
             self.config.pipeline
         } else {
             1
@@ -342,8 +361,13 @@ impl<'a> Worker<'a> {
     }
 
     fn flush(&mut self, slot: usize, now: Instant) {
-        if let Err(error) = self.connections[slot].write_pending(now) {
+        let specs = &self.config.requests_specs;
+        if let Err(error) = self.connections[slot].write_pending(now, specs) {
             self.fail(slot, ErrorKind::Reset, now, &error, "write");
+            return;
+        }
+        if self.connections[slot].is_h2() {
+            self.settle_h2(slot, now);
         }
     }
 
@@ -352,6 +376,13 @@ impl<'a> Worker<'a> {
             let received = self.connections[slot].receive();
             if let Some(resumed) = self.connections[slot].handshake_done() {
                 self.tally.record_handshake(now, resumed);
+                if self.connections[slot].is_h2() && !self.connections[slot].alpn_is_h2() {
+                    let addr = self.connections[slot].addr();
+                    self.fail_with(slot, ErrorKind::Tls, now, || {
+                        format!("{addr:?}: the server did not choose h2 by ALPN (--http2)")
+                    });
+                    return Outcome::Closed;
+                }
                 // Plaintext the session could not hold before the handshake ended.
                 if self.connections[slot].has_unwritten() {
                     self.flush(slot, now);
@@ -420,6 +451,14 @@ impl<'a> Worker<'a> {
 
     /// Frames the responses in the read buffer.
     fn process(&mut self, slot: usize, now: Instant) -> Outcome {
+        if self.connections[slot].is_h2() {
+            self.connections[slot].h2_receive(now, &self.config.requests_specs);
+            self.flush(slot, now);
+            return match self.connections[slot].state() {
+                State::Idle => Outcome::Closed,
+                _ => Outcome::Continue,
+            };
+        }
         let mut position = 0;
         loop {
             let specs = &self.config.requests_specs;
@@ -438,6 +477,62 @@ impl<'a> Worker<'a> {
         }
         self.connections[slot].discard_framed(position);
         Outcome::Continue
+    }
+
+    /// HTTP/2: counts the streams that ended, then closes a connection that is done with
+    /// (after a GOAWAY its queued requests go on a new connection; after an error they fail).
+    fn settle_h2(&mut self, slot: usize, now: Instant) {
+        while let Some(event) = self.connections[slot].h2_event() {
+            self.in_flight_total -= 1;
+            match event {
+                Event::Response(response) => self.tally.record_response(
+                    now,
+                    response.request.start,
+                    response.first_byte,
+                    response.status,
+                ),
+                Event::Failed { error } => {
+                    self.tally
+                        .record_error(h2_error_kind(&error), now, || describe_h2_error(&error))
+                }
+            }
+            self.free(slot);
+        }
+        let connection = &self.connections[slot];
+        if connection.state() == State::Idle || connection.h2_open_streams() > 0 {
+            return;
+        }
+        match connection.h2_health() {
+            Health::Open => {}
+            Health::Failed(kind, message) => self.fail_with(slot, kind, now, || message.clone()),
+            Health::Draining if connection.in_flight() == 0 => {
+                self.close(slot);
+                self.after_close(slot);
+            }
+            Health::Draining => {
+                // The queued requests were never sent: they go on a new connection.
+                let addr = connection
+                    .addr()
+                    .expect("an open connection has an address");
+                self.close(slot);
+                let spec = &self.config.requests_specs[self.connections[slot].front_spec()];
+                let tls = self.config.tls.as_ref().zip(spec.server_name.as_ref());
+                let registry = self.poll.registry();
+                if let Err(error) = self.connections[slot].connect(slot, addr, tls, now, registry) {
+                    self.fail(slot, ErrorKind::Connect, now, &error, "connect");
+                }
+            }
+        }
+    }
+
+    /// A request of `slot` ended and the connection stays: it may take another.
+    fn free(&mut self, slot: usize) {
+        if self.schedule.is_some() {
+            self.ready
+                .push_back((slot, self.connections[slot].generation()));
+        } else {
+            self.retry.push(slot);
+        }
     }
 
     /// The front request's response is complete.

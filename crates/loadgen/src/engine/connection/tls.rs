@@ -59,6 +59,11 @@ impl Session {
         })
     }
 
+    /// The protocol the server chose by ALPN, once the handshake has ended.
+    pub fn alpn(&self) -> Option<&[u8]> {
+        self.conn.alpn_protocol()
+    }
+
     /// Whether records wait to be written.
     pub fn wants_write(&self) -> bool {
         self.conn.wants_write()

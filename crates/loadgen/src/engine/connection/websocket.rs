@@ -20,7 +20,7 @@ impl Connection {
                     *position += head.head_len;
                     self.awaiting_upgrade = false;
                     // The messages queued behind the handshake may go now.
-                    match self.write_pending(now) {
+                    match self.write_pending(now, &[]) {
                         Ok(()) => None,
                         Err(error) => Some(Framed::Malformed(format!(
                             "write after the WebSocket handshake: {error}"
