@@ -81,7 +81,8 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable
     if path == "/env":
         seen = {key: value for key, value in environ.items() if key.startswith("HTTP_")}
         seen.update({key: environ.get(key) for key in ("SERVER_PROTOCOL", "REQUEST_METHOD", "PATH_INFO",
-                                                         "QUERY_STRING", "CONTENT_LENGTH", "CONTENT_TYPE")})
+                                                         "QUERY_STRING", "CONTENT_LENGTH", "CONTENT_TYPE",
+                                                         "REMOTE_ADDR")})
         seen.update({"wsgi.url_scheme": environ["wsgi.url_scheme"], "HTTPS": environ.get("HTTPS"),
                      "pid": os.getpid()})
         body = json.dumps(seen).encode()
@@ -139,6 +140,7 @@ async def asgi(scope: dict[str, Any], receive: Callable[..., Any], send: Callabl
     if path == "/scope":
         await answer(json.dumps({"http_version": scope["http_version"], "scheme": scope["scheme"],
                                  "method": scope["method"], "pid": os.getpid(),
+                                 "client": scope.get("client"),
                                  "headers": [[k.decode("latin-1"), v.decode("latin-1")]
                                              for k, v in scope["headers"]]}).encode(), b"application/json")
     elif path == "/calls":
