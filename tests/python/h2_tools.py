@@ -38,12 +38,12 @@ def bind_port(server: Server, index: int) -> int:
 
 
 def serve_h2c(tines_server: Any, app_and_options: tuple[str, ...], *args: str, mode: str = "h2c",
-              env: dict[str, str] | None = None) -> tuple[Server, int]:
-    """One worker serving ``app_and_options`` (the app, then its options) on the default
+              env: dict[str, str] | None = None, workers: int = 1) -> tuple[Server, int]:
+    """``workers`` (one) serving ``app_and_options`` (the app, then its options) on the default
     HTTP/1.1 bind and on a ``mode:`` bind (``h2c`` or ``http1+h2c``); the server and the
     port of the second bind."""
     app, *options = app_and_options
-    server: Server = tines_server(app, "-w", "1", *(["--mpm", *options] if options else []),
+    server: Server = tines_server(app, "-w", str(workers), *(["--mpm", *options] if options else []),
                                   "-b", f"{mode}:127.0.0.1:0", *args, env=env)
     return server, bind_port(server, 1)
 
