@@ -150,7 +150,7 @@ class H2Connection:
 
     def _read_frames(self) -> None:
         buffer = b""
-        block: list[Frame] = []  # a header block waiting for its END_HEADERS
+        block: list[HeadersFrame | ContinuationFrame] = []  # a header block waiting for its END_HEADERS
         try:
             while True:
                 try:
@@ -171,8 +171,7 @@ class H2Connection:
                         # test waits on: the HPACK table is the connection's.
                         block.append(frame)
                         if "END_HEADERS" in frame.flags:
-                            first = block[0]
-                            first.decoded = self.decoder.decode(b"".join(f.data for f in block), raw=True)
+                            setattr(block[0], "decoded", self.decoder.decode(b"".join(f.data for f in block), raw=True))
                             block = []
                     with self.condition:
                         self.frames.append(frame)

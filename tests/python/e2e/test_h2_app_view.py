@@ -47,11 +47,11 @@ def test_the_app_sees_http2_and_the_access_log_says_http2(tines_server: Any, tmp
         assert "HTTP_CONNECTION" not in seen and "HTTP_TRANSFER_ENCODING" not in seen, seen
     # The same app over HTTP/1.1 on the first bind, for the log line to compare.
     assert http_get(server.port, "/")[0] == 200
-    lines = wait_until(lambda: len(access_log.read_text().splitlines()) >= 2 and access_log.read_text().splitlines(),
-                       what="two access log lines")
-    assert len(lines) == 2, lines  # type: ignore[arg-type]
+    wait_until(lambda: len(access_log.read_text().splitlines()) >= 2, what="two access log lines")
+    lines = access_log.read_text().splitlines()
+    assert len(lines) == 2, lines
     path = "/scope" if served[0] == ASGI else "/env"
-    assert f'"GET {path} HTTP/2.0" 200' in lines[0] and '"GET / HTTP/1.1" 200' in lines[1], lines  # type: ignore[index]
+    assert f'"GET {path} HTTP/2.0" 200' in lines[0] and '"GET / HTTP/1.1" 200' in lines[1], lines
 
 
 REFUSED: list[tuple[str, list[Header]]] = [
@@ -71,9 +71,9 @@ def test_a_malformed_request_is_reset_and_never_reaches_the_app(tines_server: An
         # A name in uppercase: a stream error (RFC 9113 8.2.1, 8.1.1), or a connection error,
         # which an endpoint may always choose (5.4; h2spec's 8.1.2/1 takes either too).
         connection.settle()
-        response = connection.send_request("/calls", extra=[(b"X-Upper", b"1")])
+        upper = connection.send_request("/calls", extra=[(b"X-Upper", b"1")])
         refused = connection.wait_for(lambda f: isinstance(f, (RstStreamFrame, GoAwayFrame))
-                                      or (isinstance(f, HeadersFrame) and f.stream_id == response),
+                                      or (isinstance(f, HeadersFrame) and f.stream_id == upper),
                                       "RST_STREAM or GOAWAY")
         assert isinstance(refused, (RstStreamFrame, GoAwayFrame)) and refused.error_code == PROTOCOL_ERROR, \
             connection.describe()

@@ -149,6 +149,6 @@ def test_haproxy_speaks_h2c_to_an_h2c_listener(tines_server: Any, tmp_path: Path
     finally:
         proxy.kill()
         proxy.wait(10)
-    lines = wait_until(lambda: len(access_log.read_text().splitlines()) >= 11 and access_log.read_text().splitlines(),
-                       what="11 access log lines")
-    assert len(lines) == 11 and all('HTTP/2.0"' in line for line in lines), lines  # type: ignore[arg-type]
+    wait_until(lambda: len(access_log.read_text().splitlines()) >= 11, what="11 access log lines")
+    lines = access_log.read_text().splitlines()
+    assert len(lines) == 11 and all('HTTP/2.0"' in line for line in lines), lines

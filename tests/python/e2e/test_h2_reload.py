@@ -25,6 +25,14 @@ REQUESTS = 100_000
 the test asserts the load was still running after both)."""
 
 
+def read_pid(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
 class Load:
     """h2load in the background, its output collected line by line."""
 
@@ -75,8 +83,8 @@ def test_hup_then_usr2_under_an_h2_load_lose_no_request(tines_server: Any, tmp_p
         server.wait_for_log(r"reload done: generation 2 serves with 2 workers", deadline=60)
         assert load.proc.poll() is None, f"the load ended before the reload did: {''.join(load.lines)}"
         server.signal(signal.SIGUSR2)
-        master = wait_until(lambda: (pid_file.read_text().strip() if pid_file.exists() else "") not in ("", str(server.pid))
-                            and int(pid_file.read_text()), 60, "the new master's pid")  # type: ignore[assignment]
+        master = wait_until(lambda: read_pid(pid_file) not in (None, server.pid) and read_pid(pid_file), 60,
+                            "the new master's pid in the pid file")  # type: ignore[assignment]
         server.wait_for_log(rf"upgrade: new master {master} is ready", deadline=60)
         assert load.proc.poll() is None, f"the load ended before the upgrade did: {''.join(load.lines)}"
         assert server.wait(60) == 0
