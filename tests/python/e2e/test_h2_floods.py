@@ -161,7 +161,10 @@ def test_a_continuation_flood_is_stopped_before_its_block_ends(tines_server: Any
 @pytest.mark.parametrize("mpm", MPMS, ids=MPM_IDS)
 def test_a_window_that_never_opens_ends_the_stream_at_the_send_timeout(tines_server: Any,
                                                                        mpm: tuple[str, ...]) -> None:
-    _, port = serve_h2c(tines_server, served(mpm), *LIMITS)
+    # What may wait for a slow reader: 1 MiB in memory, 2 MiB in all (the rest in a temporary
+    # file); past that the slot waits for the client (docs/slow-clients.md), here forever.
+    _, port = serve_h2c(tines_server, served(mpm), *LIMITS, "--max-response-buffer", str(APP.MIB),
+                        "--max-stream-buffer", str(2 * APP.MIB))
     with H2Connection(port, settings={SettingsFrame.INITIAL_WINDOW_SIZE: 0}) as stalled, \
             H2Connection(port) as normal:
         stalled.settle()
@@ -172,8 +175,9 @@ def test_a_window_that_never_opens_ends_the_stream_at_the_send_timeout(tines_ser
                                  "the stalled stream's end")
         assert isinstance(ended, RstStreamFrame), stalled.describe()
         assert not any(isinstance(f, DataFrame) and f.data for f in stalled.frames), "no window, no DATA"
-        # The other connection is served, and the app was pulled for a few blocks at most:
-        # the response waits in bounded buffers, not in memory whole.
+        # The other connection is served, and the app was pulled for what the buffers may hold
+        # (2 MiB in all, 1 of them in memory) and a block or two in hand (4 blocks were seen on
+        # every MPM), not for its 64 MiB.
         made = normal.request("/made")
-        assert made.status == 200 and int(made.body) < 8, made.body
+        assert made.status == 200 and int(made.body) <= 5, made.body
         assert normal.request("/").body == APP.HELLO
