@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from h2_tools import ASGI, SERVED, SERVED_IDS, run_h2load, serve_h2c
+from h2_tools import ASGI, SERVED, SERVED_IDS, WSGI, run_h2load, serve_h2c
 from tls_certs import TlsCerts
 from tls_clients import client_context, tls_args
 
@@ -152,3 +152,40 @@ def test_haproxy_speaks_h2c_to_an_h2c_listener(tines_server: Any, tmp_path: Path
     wait_until(lambda: len(access_log.read_text().splitlines()) >= 11, what="11 access log lines")
     lines = access_log.read_text().splitlines()
     assert len(lines) == 11 and all('HTTP/2.0"' in line for line in lines), lines
+
+
+def curl_version_and_status(url: str, *options: str) -> str:
+    """``HTTP_VERSION STATUS`` as curl reports them for ``url``."""
+    result = subprocess.run(["curl", "-sS", "--max-time", "20", "-o", "/dev/null", "-w", "%{http_version} %{http_code}",
+                             *options, url], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize("served", SERVED, ids=SERVED_IDS)
+def test_a_listener_that_speaks_both_tells_the_preface_from_an_http11_request(tines_server: Any,
+                                                                              served: tuple[str, ...]) -> None:
+    debian_tool("curl")
+    _, port = serve_h2c(tines_server, served, mode="http1+h2c")
+    url = f"http://127.0.0.1:{port}/"
+    assert curl_version_and_status(url, "--http1.1") == "1.1 200"
+    assert curl_version_and_status(url, "--http2-prior-knowledge") == "2 200"
+    # curl's --http2 on http:// is the Upgrade form, which is not offered: HTTP/1.1 answers.
+    assert curl_version_and_status(url, "--http2") == "1.1 200"
+    with httpx.Client(http1=False, http2=True, timeout=20) as h2c, httpx.Client(timeout=20) as http11:
+        for _ in range(3):
+            assert h2c.get(url).http_version == "HTTP/2"
+            assert http11.get(url).http_version == "HTTP/1.1"
+
+
+def test_no_http2_offers_only_http11_by_alpn(tines_server: Any, tls_certs: TlsCerts) -> None:
+    debian_tool("curl")
+    server = tines_server(WSGI, "-w", "1", "--no-http2", *tls_args(tls_certs.localhost))
+    assert curl_version_and_status(f"https://localhost:{server.port}/", "--http2", "--cacert", str(tls_certs.root),
+                                   "--resolve", f"localhost:{server.port}:127.0.0.1") == "1.1 200"
+    with httpx.Client(http2=True, verify=client_context(tls_certs), timeout=20) as client:
+        assert client.get(f"https://localhost:{server.port}/").http_version == "HTTP/1.1"
+    # On by default: the same server without the flag negotiates h2.
+    default = tines_server(WSGI, "-w", "1", *tls_args(tls_certs.localhost))
+    with httpx.Client(http2=True, verify=client_context(tls_certs), timeout=20) as client:
+        assert client.get(f"https://localhost:{default.port}/").http_version == "HTTP/2"
