@@ -32,6 +32,14 @@ SERVED = [(WSGI, *mpm) for mpm in MPMS] + [(ASGI,)]
 SERVED_IDS = [*MPM_IDS, "asgi"]
 
 
+def one_stream(served: tuple[str, ...]) -> bool:
+    """Whether the server advertises one stream at a time (prefork: SETTINGS_MAX_CONCURRENT_
+    STREAMS = 1). A client that opens more before it has read the server's SETTINGS (h2load
+    ``-m 10``, nghttp with two URLs) has the others refused (REFUSED_STREAM), which h2load and
+    nghttp count as errors instead of retrying: such clients keep to one stream there."""
+    return "prefork" in served
+
+
 def bind_port(server: Server, index: int) -> int:
     """The port of the ``index``-th bind of the server's ready line."""
     return int(str(server.ready["binds"][index]).rpartition(":")[2])  # type: ignore[index]
