@@ -123,6 +123,31 @@ def debian_tool(name: str, package: str | None = None) -> str:
     return found
 
 
+GO_TOOLS = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tines" / "gobin"
+"""Where ``go_tool`` installs Go programs: once per machine, outside the work tree."""
+
+
+def go_tool(name: str, package: str) -> str:
+    """The path of the Go program ``name``, built from ``package`` (``module/cmd@version``)
+    with ``go install`` into GO_TOOLS when it is not there yet; the test skips, saying why,
+    when Go or its module proxy is missing."""
+    binary = GO_TOOLS / name
+    if binary.exists():
+        return str(binary)
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip(f"{name} needs Go to build it ({package}): go is not installed")
+    GO_TOOLS.mkdir(parents=True, exist_ok=True)
+    try:
+        result = subprocess.run([go, "install", package], env={**os.environ, "GOBIN": str(GO_TOOLS)},
+                                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=280, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"go install {package} took more than 280 s")
+    if result.returncode != 0 or not binary.exists():
+        pytest.skip(f"go install {package} failed (no Go module proxy?): {result.stderr.strip()[-500:]}")
+    return str(binary)
+
+
 def processes() -> Iterator[tuple[int, list[str]]]:
     """Every process: its pid and the fields of its /proc/PID/stat after the command name
     (state, ppid, pgrp, ...); one that is gone meanwhile is left out."""

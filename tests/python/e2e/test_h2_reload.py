@@ -1,0 +1,132 @@
+"""HUP and USR2 under an HTTP/2 load lose no request. h2load (``-c 4 -m 10``: four
+connections, ten streams at a time on each; one stream on prefork, which allows one) runs
+round after round while the test sends HUP once a round is in progress (h2load's own progress
+line, not a sleep), waits for the reload's log line and a whole round against the new workers,
+then does the same with USR2 and the new master.
+
+h2load (nghttp2 1.52) does not open a new connection after a GOAWAY: the requests it had not
+yet sent on a connection the server closes gracefully are counted as failed ("Process Request
+Failure"), though the server never saw them (checked against a throwaway server that sends
+GOAWAY after 50 streams). So a round that straddles a drain is judged by what h2load started:
+every started request succeeded, none lost to the two-step GOAWAY; and each round after a
+handover is served whole, 0 failed and 0 errored."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from h2_tools import ASGI, WSGI, H2loadResult, h2load_command, one_stream, parse_h2load, serve_h2c
+
+from conftest import alive, children, wait_until
+
+ROUND = 5000
+"""Requests per h2load round."""
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+class Rounds:
+    """h2load rounds, one after another in a thread, until ``stop``; each round's counts and
+    whether it started after a given mark."""
+
+    def __init__(self, command: list[str]) -> None:
+        stdbuf = shutil.which("stdbuf")  # h2load's progress lines, not held in a pipe's buffer
+        self.command = [*([stdbuf, "-oL"] if stdbuf else []), *command]
+        self.results: list[tuple[int, int, H2loadResult]] = []
+        """Each finished round: the marks when it started and when it ended, its counts."""
+        self.mark = 0
+        self.progressed = threading.Event()
+        self.stopping = threading.Event()
+        self.proc: subprocess.Popen[str] | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            started_at = self.mark
+            self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True)
+            assert self.proc.stdout is not None
+            lines = []
+            for line in self.proc.stdout:
+                lines.append(line)
+                if re.match(r"progress: [1-9]\d% done", line):
+                    self.progressed.set()
+            self.proc.wait()
+            self.results.append((started_at, self.mark, parse_h2load("".join(lines))))
+
+    def in_progress(self) -> None:
+        """Wait until a round is under way (past 10%, not finished)."""
+        self.progressed.clear()
+        wait_until(self.progressed.is_set, 60, "an h2load round in progress")
+
+    def clean_round_at(self, mark: int) -> None:
+        """Wait until a round that started and ended at ``mark`` has finished."""
+        wait_until(lambda: any(start == end == mark for start, end, _ in self.results), 120,
+                   f"an h2load round within mark {mark}")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(120)
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("served", [(WSGI, "prefork"), (WSGI, "thread", "--threads", "4"),
+                                    (WSGI, "event", "--threads", "2"), (ASGI,)],
+                         ids=["prefork", "thread", "event", "asgi"])
+def test_hup_then_usr2_under_an_h2_load_lose_no_request(tines_server: Any, tmp_path: Path,
+                                                        served: tuple[str, ...]) -> None:
+    pid_file = tmp_path / "tines.pid"
+    server, port = serve_h2c(tines_server, served, "--pid-file", str(pid_file), "--drain-timeout", "10",
+                             workers=2)
+    rounds = Rounds(h2load_command(f"http://127.0.0.1:{port}/", ROUND, 4, 1 if one_stream(served) else 10))
+    master = server.pid
+    try:
+        # Marks: 0 before HUP, 1 from HUP to its reload's end, 2 until USR2, 3 until the new
+        # master took over, 4 after.
+        rounds.in_progress()
+        rounds.mark = 1
+        server.signal(signal.SIGHUP)
+        server.wait_for_log(r"reload done: generation 2 serves with 2 workers", deadline=60)
+        rounds.mark = 2
+        rounds.clean_round_at(2)
+        rounds.in_progress()
+        rounds.mark = 3
+        server.signal(signal.SIGUSR2)
+        master = wait_until(lambda: read_pid(pid_file) not in (None, server.pid) and read_pid(pid_file), 60,
+                            "the new master's pid in the pid file")  # type: ignore[assignment]
+        server.wait_for_log(rf"upgrade: new master {master} is ready", deadline=60)
+        assert server.wait(60) == 0  # the old master retired its workers and left
+        rounds.mark = 4
+        rounds.clean_round_at(4)
+    finally:
+        rounds.stop()
+    for start, end, result in rounds.results:
+        print(f"round from mark {start} to {end}: {result.total} total, {result.done} started and done, "
+              f"{result.succeeded} succeeded, {result.failed} failed")
+        # Every request h2load sent was answered, whatever drain it met.
+        assert result.succeeded == result.done == result.ok, result.output[-3000:]
+        if start == end and start % 2 == 0:  # met no drain: served whole
+            assert (result.succeeded, result.failed, result.errored) == (ROUND, 0, 0), result.output[-3000:]
+    # Rounds were under way at each signal.
+    assert any(start <= 1 <= end for start, end, _ in rounds.results), "a round met the HUP"
+    assert any(start <= 3 <= end for start, end, _ in rounds.results), "a round met the USR2"
+    assert alive(master) and len(children(master)) == 2
+    server.kill()
+    wait_until(lambda: not alive(master), what="the new master gone")
