@@ -13,7 +13,6 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use super::{Driver, Entry, Reactor, SPARE_BUFFERS};
-use crate::config::Mpm;
 use crate::connection::Connection;
 use crate::h2::{H2Conn, H2Context, H2Stream, Readiness};
 use crate::listener::Peer;
@@ -69,7 +68,7 @@ impl Reactor {
             config: config.h2.clone(),
             inline: driver.serves_inline(),
             waker: driver.waker_fd(),
-            one_stream: config.mpm == Mpm::Prefork,
+            one_stream: driver.serves_inline(),
             stream_output_budget: config.max_response_buffer,
         };
         let conn = H2Conn::new(transport, &parts.buf[..parts.filled], context);
