@@ -366,9 +366,14 @@ fn a_large_response_follows_the_clients_window() {
         .into_boxed_slice(),
     );
     let (requests, _seen) = mpsc::channel();
-    // A budget far smaller than the body: writes wait for the window the client opens.
-    let (server, client) =
-        Server::start(H2Config::default(), 16 * 1024, echoing(requests, response));
+    // A budget far smaller than the body: writes wait for the window the client opens. The
+    // client's WINDOW_UPDATEs (about one per 32 KiB) are far over a control rate of one per
+    // second, but they follow our output: no flood.
+    let config = H2Config {
+        max_control_rate: 1,
+        ..H2Config::default()
+    };
+    let (server, client) = Server::start(config, 16 * 1024, echoing(requests, response));
     let request = Request::get("http://h/big").body(()).unwrap();
     let got = exchange(client, request, &[], None, 65535);
     assert_eq!(got.body.len(), BODY.len());
