@@ -7,7 +7,9 @@
 //! (`h2_max_reset_rate`, CVE-2023-44487); PING, SETTINGS, PRIORITY, WINDOW_UPDATE and empty
 //! DATA frames without END_STREAM (`h2_max_control_rate`); the bytes of one header block
 //! (HEADERS and its CONTINUATIONs, CVE-2024-27316) against `h2_max_header_list_size`, before
-//! HPACK decodes any of it. It must not decode payloads or keep per-stream state (h2 does).
+//! HPACK decodes any of it. Control frames are forgiven in proportion to what we write (one
+//! per 4 KiB, in `super::io`): a client reading a large response sends WINDOW_UPDATEs at the
+//! pace of its download. It must not decode payloads or keep per-stream state (h2 does).
 
 /// The rate windows' length in seconds: a limit is "per second, averaged over 10 s".
 const WINDOW_SECONDS: usize = 10;

@@ -73,7 +73,15 @@ pub(crate) struct Io {
     control: RateWindow,
     started: Instant,
     report: Arc<Report>,
+    /// Output bytes written and not yet turned into credit ([`CREDIT_BYTES`]).
+    written: usize,
+    /// Control frames the client may send without counting: a client reading a large
+    /// response sends WINDOW_UPDATEs in proportion to it, which is no flood.
+    credit: u64,
 }
+
+/// Bytes of output that earn the client one uncounted control frame.
+const CREDIT_BYTES: usize = 4096;
 
 impl Io {
     /// The I/O over `link`, whose first bytes are `prefix`.
@@ -86,6 +94,8 @@ impl Io {
             control: RateWindow::new(config.max_control_rate),
             started: Instant::now(),
             report,
+            written: 0,
+            credit: 0,
         }
     }
 
@@ -96,6 +106,9 @@ impl Io {
             ..Scanned::default()
         };
         self.scanner.scan(bytes, &mut found);
+        let free = found.control.min(self.credit);
+        found.control -= free;
+        self.credit -= free;
         let second = self.started.elapsed().as_secs();
         let resets = found.resets > 0 && self.resets.record(second, found.resets);
         let control = found.control > 0 && self.control.record(second, found.control);
@@ -147,9 +160,14 @@ impl AsyncRead for Io {
 }
 
 impl Io {
-    fn write(&self, parts: &[&[u8]]) -> Poll<io::Result<usize>> {
+    fn write(&mut self, parts: &[&[u8]]) -> Poll<io::Result<usize>> {
         match self.link.write_vectored(parts, 0) {
-            Ok(Some(n)) => Poll::Ready(Ok(n)),
+            Ok(Some(n)) => {
+                self.written += n;
+                self.credit += (self.written / CREDIT_BYTES) as u64;
+                self.written %= CREDIT_BYTES;
+                Poll::Ready(Ok(n))
+            }
             Ok(None) => {
                 self.report.write_blocked.store(true, Ordering::Relaxed);
                 Poll::Pending
@@ -161,7 +179,7 @@ impl Io {
 
 impl AsyncWrite for Io {
     fn poll_write(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
@@ -169,7 +187,7 @@ impl AsyncWrite for Io {
     }
 
     fn poll_write_vectored(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {

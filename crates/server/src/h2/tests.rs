@@ -366,9 +366,14 @@ fn a_large_response_follows_the_clients_window() {
         .into_boxed_slice(),
     );
     let (requests, _seen) = mpsc::channel();
-    // A budget far smaller than the body: writes wait for the window the client opens.
-    let (server, client) =
-        Server::start(H2Config::default(), 16 * 1024, echoing(requests, response));
+    // A budget far smaller than the body: writes wait for the window the client opens. The
+    // client's WINDOW_UPDATEs (about one per 32 KiB) are far over a control rate of one per
+    // second, but they follow our output: no flood.
+    let config = H2Config {
+        max_control_rate: 1,
+        ..H2Config::default()
+    };
+    let (server, client) = Server::start(config, 16 * 1024, echoing(requests, response));
     let request = Request::get("http://h/big").body(()).unwrap();
     let got = exchange(client, request, &[], None, 65535);
     assert_eq!(got.body.len(), BODY.len());
@@ -801,4 +806,58 @@ fn over_tls_the_streams_bytes_go_through_the_session() {
     assert_eq!(data[0].1 & END_STREAM, END_STREAM);
     drop(stream);
     assert_eq!(conn.open_streams(), 0);
+}
+
+#[test]
+fn shutdown_lets_a_complete_answer_go_and_resets_an_incomplete_one() {
+    // A timed-out request: the loop writes its 503 when nothing was sent, then `shutdown`;
+    // a stream whose response had begun is reset alone. Either way the stuck thread's later
+    // writes fail, and the other stream is untouched.
+    let (done, results) = mpsc::channel();
+    let done = std::sync::Mutex::new(done);
+    let slot: Slot = Arc::new(move |stream| {
+        let _ = read_request(&stream);
+        if stream.id() == 1 {
+            stream
+                .write_all_from(
+                    &[b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy"],
+                    0,
+                    SAFETY,
+                )
+                .unwrap();
+        } else {
+            stream
+                .write_vectored(&[b"HTTP/1.1 200 OK\r\nContent-Le"], 0)
+                .unwrap();
+        }
+        stream.shutdown();
+        let late = stream.write_vectored(&[b"more"], 0);
+        done.lock()
+            .unwrap()
+            .send((stream.id(), late.is_err()))
+            .unwrap();
+    });
+    let (server, mut client) = Server::start(H2Config::default(), 1 << 20, slot);
+    let mut bytes = handshake_bytes();
+    bytes.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &GET_BLOCK));
+    bytes.extend(frame(HEADERS, END_HEADERS | END_STREAM, 3, &GET_BLOCK));
+    client.write_all(&bytes).unwrap();
+    let mut late = [results.recv().unwrap(), results.recv().unwrap()];
+    late.sort();
+    assert_eq!(late, [(1, true), (3, true)]);
+    let (mut answered, mut reset) = (Vec::new(), None);
+    while answered.len() < 4 || reset.is_none() || !answered.ends_with(b"busy") {
+        let (kind, _, stream, payload) = next_frame(&mut client).unwrap();
+        match (kind, stream) {
+            (DATA, 1) => answered.extend_from_slice(&payload),
+            (RST_STREAM, 3) => reset = Some(u32::from_be_bytes(payload[..4].try_into().unwrap())),
+            (RST_STREAM, 1) => panic!("the complete answer was reset"),
+            _ => {}
+        }
+    }
+    assert_eq!(answered, b"busy");
+    assert_eq!(reset, Some(0x8), "CANCEL");
+    client.shutdown(std::net::Shutdown::Write).unwrap();
+    until_eof(&mut client);
+    server.join();
 }
