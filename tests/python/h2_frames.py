@@ -26,6 +26,7 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 FRAME_TIMEOUT = 20.0
 """How long a test waits for a frame it expects (generous: a loaded 2-core machine)."""
 
+NO_ERROR = 0x0
 PROTOCOL_ERROR = 0x1
 CANCEL = 0x8
 ENHANCE_YOUR_CALM = 0xB
