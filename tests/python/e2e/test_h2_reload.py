@@ -16,13 +16,16 @@ from __future__ import annotations
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from h2_frames import H2Connection
 from h2_tools import ASGI, WSGI, H2loadResult, h2load_command, one_stream, parse_h2load, serve_h2c
+from hyperframe.frame import GoAwayFrame, PingFrame
 
 from conftest import alive, children, wait_until
 
@@ -130,3 +133,65 @@ def test_hup_then_usr2_under_an_h2_load_lose_no_request(tines_server: Any, tmp_p
     assert alive(master) and len(children(master)) == 2
     server.kill()
     wait_until(lambda: not alive(master), what="the new master gone")
+
+
+def answer_pings(connection: H2Connection) -> GoAwayFrame | None:
+    """Wait for the GOAWAY that ends the two steps (its last stream id below 2^31-1, or the
+    connection's close), answering each PING on the way as a client does: the server sends
+    its final GOAWAY once the PING after the first one comes back."""
+    answered: set[bytes] = set()
+    while True:
+        found = connection.wait_for(lambda f: (isinstance(f, GoAwayFrame) and f.last_stream_id < 2**31 - 1)
+                                    or (isinstance(f, PingFrame) and "ACK" not in f.flags
+                                        and f.opaque_data not in answered), "a PING or the final GOAWAY", 60)
+        if found is None or isinstance(found, GoAwayFrame):
+            return found
+        assert isinstance(found, PingFrame)
+        answered.add(found.opaque_data)
+        ack = PingFrame(0, found.opaque_data)
+        ack.flags.add("ACK")
+        connection.send(ack)
+
+
+@pytest.mark.parametrize("served", [(WSGI, "thread", "--threads", "4"), (WSGI, "event", "--threads", "2")],
+                         ids=["thread", "event"])
+def test_hup_lets_an_open_stream_finish_after_a_two_step_goaway(tines_server: Any, served: tuple[str, ...]) -> None:
+    server, port = serve_h2c(tines_server, served, "--drain-timeout", "60", "--graceful-timeout", "60")
+    with socket.create_server(("127.0.0.1", 0)) as gate_listener, H2Connection(port) as connection:
+        gate_listener.settimeout(20)
+        connection.settle()
+        held = connection.send_request(f"/hold?port={gate_listener.getsockname()[1]}")
+        gate, _ = gate_listener.accept()  # the app holds the stream
+        with gate:
+            server.signal(signal.SIGHUP)
+            # First a GOAWAY that refuses nothing (2^31-1) and a PING; once the PING comes
+            # back, the real last stream id: the held stream's.
+            first = connection.goaway(60)
+            assert first is not None and (first.error_code, first.last_stream_id) == (0, 2**31 - 1), \
+                connection.describe()
+            final = answer_pings(connection)
+            assert final is not None and (final.error_code, final.last_stream_id) == (0, held), connection.describe()
+        # Released: the open stream finishes, then the connection ends.
+        answer = connection.response(held, 60)
+        assert (answer.status, answer.body, answer.reset) == (200, b"released", None), connection.describe()
+        connection.wait_closed(60)
+    server.wait_for_log(r"reload done: generation 2 serves with 1 workers", deadline=60)
+
+
+@pytest.mark.parametrize("served", [(WSGI, "prefork"), (WSGI, "event", "--threads", "0")], ids=["prefork", "event-inline"])
+def test_hup_lets_a_stream_held_on_the_loops_thread_finish(tines_server: Any, served: tuple[str, ...]) -> None:
+    # The app holds the worker's only thread: the GOAWAY can only follow its return.
+    server, port = serve_h2c(tines_server, served, "--drain-timeout", "60", "--graceful-timeout", "60")
+    with socket.create_server(("127.0.0.1", 0)) as gate_listener, H2Connection(port) as connection:
+        gate_listener.settimeout(20)
+        connection.settle()
+        held = connection.send_request(f"/hold?port={gate_listener.getsockname()[1]}")
+        gate, _ = gate_listener.accept()
+        with gate:
+            server.signal(signal.SIGHUP)
+            server.wait_for_log(r"reload done: generation 2 serves with 1 workers", deadline=60)
+        answer = connection.response(held, 60)
+        assert (answer.status, answer.body, answer.reset) == (200, b"released", None), connection.describe()
+        final = answer_pings(connection)
+        assert final is not None and final.error_code == 0 and final.last_stream_id >= held, connection.describe()
+        connection.wait_closed(60)
