@@ -28,10 +28,7 @@ FRAME_TIMEOUT = 20.0
 
 NO_ERROR = 0x0
 PROTOCOL_ERROR = 0x1
-FLOW_CONTROL_ERROR = 0x3
-REFUSED_STREAM = 0x7
 CANCEL = 0x8
-COMPRESSION_ERROR = 0x9
 ENHANCE_YOUR_CALM = 0xB
 ERROR_NAMES = {0x0: "NO_ERROR", 0x1: "PROTOCOL_ERROR", 0x2: "INTERNAL_ERROR", 0x3: "FLOW_CONTROL_ERROR",
                0x4: "SETTINGS_TIMEOUT", 0x5: "STREAM_CLOSED", 0x6: "FRAME_SIZE_ERROR", 0x7: "REFUSED_STREAM",
@@ -58,17 +55,13 @@ class Response:
         statuses = [int(value) for name, value in self.headers if name == b":status"]
         return statuses[-1] if statuses else 0
 
-    def header(self, name: bytes) -> bytes | None:
-        """The first value of the (non-pseudo) field ``name``."""
-        return next((value for key, value in self.headers if key == name), None)
-
 
 class H2Connection:
     """One cleartext HTTP/2 connection (prior knowledge) to 127.0.0.1:``port``. Cleartext
     only: the reader thread reads while the test writes, which an OpenSSL session does not
     allow from two threads; the TLS tests use real clients (httpx, curl, nghttp, h2spec)."""
 
-    def __init__(self, port: int, settings: dict[int, int] | None = None, preface: bool = True) -> None:
+    def __init__(self, port: int, settings: dict[int, int] | None = None) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=FRAME_TIMEOUT)
         self.encoder = Encoder()
         self.decoder = Decoder()
@@ -81,8 +74,7 @@ class H2Connection:
         self.next_stream_id = 1
         self._write_lock = threading.Lock()
         self._reader = threading.Thread(target=self._read_frames, daemon=True)
-        if preface:
-            self.send_raw(PREFACE + SettingsFrame(0, settings=settings or {}).serialize())
+        self.send_raw(PREFACE + SettingsFrame(0, settings=settings or {}).serialize())
         self._reader.start()
 
     # Writing.
@@ -222,10 +214,10 @@ class H2Connection:
         self.ack_settings()
         return frame
 
-    def response(self, stream_id: int, timeout: float = FRAME_TIMEOUT, open_windows: bool = True) -> Response:
-        """The stream's answer, once it ended (END_STREAM or RST_STREAM). With
-        ``open_windows`` every DATA frame of the stream is given back by WINDOW_UPDATE on the
-        stream and the connection, so a body of any size arrives."""
+    def response(self, stream_id: int, timeout: float = FRAME_TIMEOUT) -> Response:
+        """The stream's answer, once it ended (END_STREAM or RST_STREAM). Every DATA frame of
+        the stream is given back by WINDOW_UPDATE on the stream and the connection, so a body
+        of any size arrives."""
         response = Response(stream_id)
         seen = 0
         end = time.monotonic() + timeout
@@ -246,7 +238,7 @@ class H2Connection:
                     response.headers.extend(getattr(frame, "decoded", []))
                 elif isinstance(frame, DataFrame):
                     response.body += frame.data
-                    if open_windows and frame.flow_controlled_length:
+                    if frame.flow_controlled_length:
                         self.send(WindowUpdateFrame(0, frame.flow_controlled_length),
                                   WindowUpdateFrame(stream_id, frame.flow_controlled_length))
                 elif isinstance(frame, RstStreamFrame):

@@ -194,3 +194,16 @@ def test_no_http2_offers_only_http11_by_alpn(tines_server: Any, tls_certs: TlsCe
     default = tines_server(WSGI, "-w", "1", *tls_args(tls_certs.localhost))
     with httpx.Client(http2=True, verify=client_context(tls_certs), timeout=20) as client:
         assert client.get(f"https://localhost:{default.port}/").http_version == "HTTP/2"
+
+
+def test_h2c_binds_on_unix_sockets(tines_server: Any, tmp_path: Path) -> None:
+    debian_tool("curl")
+    only, both = tmp_path / "h2c.sock", tmp_path / "both.sock"
+    tines_server(WSGI, "-w", "1", "--mpm", "thread", "-b", f"h2c:unix:{only}", "-b", f"http1+h2c:unix:{both}")
+    assert curl_version_and_status("http://localhost/env", "--unix-socket", str(only), "--http2-prior-knowledge") == "2 200"
+    assert curl_version_and_status("http://localhost/env", "--unix-socket", str(both), "--http2-prior-knowledge") == "2 200"
+    assert curl_version_and_status("http://localhost/env", "--unix-socket", str(both), "--http1.1") == "1.1 200"
+    # An HTTP/1.1 request on the h2c-only socket is a bad preface: no HTTP/1.1 answer.
+    refused = subprocess.run(["curl", "-sS", "--max-time", "20", "--http1.1", "--unix-socket", str(only),
+                              "http://localhost/"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert refused.returncode != 0 and "HTTP/1.1" not in refused.stdout, (refused.stdout, refused.stderr)

@@ -12,6 +12,8 @@
   block after the first it waits for one byte on a TCP connection it made to the test's gate
   at 127.0.0.1:P, so the test decides when the next block may be produced.
 - ``/sse?port=P&events=N`` (ASGI): server-sent events, gated the same way.
+- ``/hold?port=P`` (WSGI): connects to the test's gate and waits until the test closes it (a
+  stuck request, for ``request_timeout``).
 - ``/big?mib=N`` (WSGI): N MiB in 1 MiB blocks, each made when the server asks for it;
   ``/made`` says how many blocks were made so far in this process.
 """
@@ -104,6 +106,12 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable
     if path == "/gated":
         start_response("200 OK", headers)
         return gated(int(args["port"]), int(args.get("blocks", "4")), block)
+    if path == "/hold":
+        with socket.create_connection(("127.0.0.1", int(args["port"])), timeout=None) as gate:
+            while gate.recv(64):
+                pass
+        start_response("200 OK", headers)
+        return [b"released"]
     if path == "/big":
         start_response("200 OK", [*headers, ("Content-Length", str(int(args["mib"]) * MIB))])
         return big(int(args["mib"]))
