@@ -2,13 +2,16 @@
 //! real sockets: h2c with prior knowledge on prefork, thread and event; a listener that
 //! speaks both telling HTTP/1.1 from HTTP/2 by the first bytes; `h2` chosen by ALPN on TLS;
 //! 100 concurrent streams on one connection; a stream whose client does not read next to one
-//! that does; the drain's two-step GOAWAY letting the open stream finish.
+//! that does; the drain's two-step GOAWAY letting the open stream finish; prefork's one
+//! stream at a time; a PROXY header before the preface; `max_queued_requests`' 503 on a
+//! stream; an idle connection's GOAWAY at `keepalive_timeout`.
 //!
 //! The clients: the `h2` crate on a tokio runtime, and raw frames where the test must see the
 //! frames themselves (TLS, the GOAWAYs). The certificates are `tests/tls-loop`'s.
 
 mod support;
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,7 +25,7 @@ use tines_server::listener::H2c;
 use tines_server::tls::rustls::pki_types::pem::PemObject;
 use tines_server::tls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tines_server::tls::rustls::{self, ClientConfig, ClientConnection, ServerConfig, StreamOwned};
-use tines_server::{App, Exchange, Mpm, StopReason, WorkerConfig};
+use tines_server::{App, Exchange, Mpm, Peer, StopReason, TrustedProxies, WorkerConfig};
 
 /// The most a test waits for the server (a failure, not a pace: nothing waits on it).
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -101,7 +104,8 @@ impl App for Paths {
             b"/big" => vec![b'x'; BIG],
             b"/gate" => {
                 self.entered.lock().unwrap().send(()).unwrap();
-                self.open.lock().unwrap().recv().unwrap();
+                // Bounded: a test that failed before opening it must not hang its worker.
+                let _ = self.open.lock().unwrap().recv_timeout(PATIENCE);
                 b"through the gate".to_vec()
             }
             _ => describe_request(&exchange, &body),
@@ -323,6 +327,156 @@ fn a_drain_sends_two_goaways_and_lets_the_open_stream_finish() {
     assert_eq!(server.wait(), StopReason::MasterGone);
 }
 
+#[test]
+fn prefork_advertises_one_concurrent_stream_and_thread_the_setting() {
+    for (mpm, expected) in [(Mpm::Prefork, 1), (Mpm::Thread, 100)] {
+        let server = TestServer::start_h2c(support::test_config(mpm), Echo, H2c::Only);
+        let mut raw = server.connect();
+        raw.write_all(PREFACE).unwrap();
+        raw.write_all(&frame(SETTINGS, 0, 0, &[])).unwrap();
+        let (kind, flags, _, payload) = read_frame(&mut raw).expect("the server's SETTINGS");
+        assert_eq!((kind, flags), (SETTINGS, 0), "{mpm:?}");
+        let max_concurrent_streams = payload
+            .chunks(6)
+            .find(|setting| setting[..2] == [0, 3])
+            .map(|setting| u32::from_be_bytes(setting[2..].try_into().unwrap()));
+        assert_eq!(max_concurrent_streams, Some(expected), "{mpm:?}");
+        assert_eq!(server.stop(), StopReason::MasterGone);
+    }
+}
+
+#[test]
+fn a_proxy_header_comes_before_the_preface_and_names_the_client() {
+    for h2c in [H2c::Only, H2c::Both] {
+        let config = WorkerConfig {
+            proxy_protocol: true,
+            trusted_proxies: TrustedProxies::parse(&["127.0.0.1".to_string()]).unwrap(),
+            ..support::test_config(Mpm::Thread)
+        };
+        let server = TestServer::start_h2c(config, PeerEcho, h2c);
+        let mut raw = server.connect();
+        let mut first = b"PROXY TCP4 192.0.2.7 192.0.2.1 4711 80\r\n".to_vec();
+        first.extend_from_slice(&PREFACE[..5]);
+        raw.write_all(&first).unwrap();
+        raw.write_all(&PREFACE[5..]).unwrap();
+        raw.write_all(&frame(SETTINGS, 0, 0, &[])).unwrap();
+        raw.write_all(&frame(
+            HEADERS,
+            END_STREAM | END_HEADERS,
+            1,
+            &get_block("/", false),
+        ))
+        .unwrap();
+        let (headers, body) = read_response(&mut raw, 1);
+        assert_eq!(headers.first(), Some(&STATUS_200), "{h2c:?}");
+        assert_eq!(body, b"192.0.2.7:4711", "{h2c:?}");
+        assert_eq!(server.stop(), StopReason::MasterGone);
+    }
+}
+
+#[test]
+fn a_stream_past_max_queued_requests_is_answered_503_and_the_others_are_served() {
+    let (paths, entered, open) = Paths::new();
+    let config = WorkerConfig {
+        threads: 1,
+        max_queued_requests: 1,
+        ..support::test_config(Mpm::Thread)
+    };
+    let server = TestServer::start_h2c(config, paths, H2c::Only);
+    let mut raw = server.connect();
+    raw.write_all(PREFACE).unwrap();
+    raw.write_all(&frame(SETTINGS, 0, 0, &[])).unwrap();
+    raw.write_all(&frame(
+        HEADERS,
+        END_STREAM | END_HEADERS,
+        1,
+        &get_block("/gate", false),
+    ))
+    .unwrap();
+    entered
+        .recv_timeout(PATIENCE)
+        .expect("the first request holds the app thread");
+    // The one app thread is taken: the next request waits in the queue, the one after is
+    // refused.
+    raw.write_all(&frame(
+        HEADERS,
+        END_STREAM | END_HEADERS,
+        3,
+        &get_block("/queued", false),
+    ))
+    .unwrap();
+    raw.write_all(&frame(
+        HEADERS,
+        END_STREAM | END_HEADERS,
+        5,
+        &get_block("/refused", false),
+    ))
+    .unwrap();
+    let (refused, _) = read_response(&mut raw, 5);
+    open.send(()).unwrap();
+    // `:status` by its static-table name (8), its value "503" literal or Huffman-coded.
+    assert!(
+        refused.starts_with(&[0x48, 3, b'5', b'0', b'3'])
+            || refused.starts_with(&[0x48, 0x83, 0x6c, 0x0c, 0xff])
+            || refused.starts_with(&[0x08, 3, b'5', b'0', b'3'])
+            || refused.starts_with(&[0x08, 0x83, 0x6c, 0x0c, 0xff]),
+        ":status 503: {refused:?}"
+    );
+    let mut served = read_responses(&mut raw, &[1, 3]);
+    let (headers, body) = served.remove(&1).unwrap();
+    assert_eq!(headers.first(), Some(&STATUS_200));
+    assert_eq!(body, b"through the gate");
+    let (headers, body) = served.remove(&3).unwrap();
+    assert_eq!(headers.first(), Some(&STATUS_200));
+    assert!(body.starts_with(b"GET /queued\n"));
+    assert_eq!(server.stop(), StopReason::MasterGone);
+}
+
+#[test]
+fn an_idle_http2_connection_is_closed_with_a_goaway_after_keepalive_timeout() {
+    let server = TestServer::start_h2c(support::test_config(Mpm::Event), Echo, H2c::Only);
+    let mut raw = server.connect();
+    raw.write_all(PREFACE).unwrap();
+    raw.write_all(&frame(SETTINGS, 0, 0, &[])).unwrap();
+    raw.write_all(&frame(
+        HEADERS,
+        END_STREAM | END_HEADERS,
+        1,
+        &get_block("/", false),
+    ))
+    .unwrap();
+    let (headers, _) = read_response(&mut raw, 1);
+    assert_eq!(headers.first(), Some(&STATUS_200));
+    // Nothing more is sent: the server says GOAWAY, then closes.
+    let mut goaway = None;
+    while let Some((kind, _, _, payload)) = read_frame(&mut raw) {
+        if kind == GOAWAY {
+            goaway = Some(payload);
+        }
+    }
+    let goaway = goaway.expect("a GOAWAY before the close");
+    assert_eq!(&goaway[4..8], &[0, 0, 0, 0], "NO_ERROR");
+    assert_eq!(server.stop(), StopReason::MasterGone);
+}
+
+/// Answers the peer the worker took the client for.
+struct PeerEcho;
+
+impl App for PeerEcho {
+    fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
+        let peer = match exchange.peer() {
+            Peer::Tcp(addr) => addr.to_string(),
+            Peer::Unix => "unix".to_string(),
+        };
+        exchange
+            .begin_response(b"200 OK", [], Some(peer.len() as u64))
+            .unwrap();
+        exchange.write_body(peer.as_bytes()).unwrap();
+        let _ = exchange.finish();
+        exchange
+    }
+}
+
 fn pem(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/tls-loop")
@@ -440,26 +594,39 @@ fn read_frame(from: &mut impl Read) -> Option<(u8, u8, u32, Vec<u8>)> {
 /// Reads frames until `stream` ends: its header block (the first HEADERS) and its DATA;
 /// acknowledges the server's SETTINGS on the way.
 fn read_response(from: &mut (impl Read + Write), stream: u32) -> (Vec<u8>, Vec<u8>) {
-    let (mut headers, mut body) = (None, Vec::new());
-    loop {
+    read_responses(from, &[stream]).remove(&stream).unwrap()
+}
+
+/// Reads frames until each of `streams` ended (their frames may come interleaved): each
+/// one's header block (its first HEADERS) and DATA.
+fn read_responses(
+    from: &mut (impl Read + Write),
+    streams: &[u32],
+) -> HashMap<u32, (Vec<u8>, Vec<u8>)> {
+    let mut responses: HashMap<u32, (Option<Vec<u8>>, Vec<u8>)> = HashMap::new();
+    let mut open = streams.len();
+    while open > 0 {
         let (kind, flags, id, payload) = read_frame(from).expect("a frame");
+        let ours = streams.contains(&id);
         match kind {
             SETTINGS if flags & ACK == 0 => from.write_all(&frame(SETTINGS, ACK, 0, &[])).unwrap(),
-            HEADERS if id == stream => {
-                headers.get_or_insert(payload);
-                if flags & END_STREAM != 0 {
-                    break;
-                }
+            HEADERS if ours => {
+                responses.entry(id).or_default().0.get_or_insert(payload);
             }
-            DATA if id == stream => {
-                body.extend_from_slice(&payload);
-                if flags & END_STREAM != 0 {
-                    break;
-                }
-            }
-            GOAWAY => panic!("GOAWAY before the stream ended: {payload:?}"),
+            DATA if ours => responses
+                .entry(id)
+                .or_default()
+                .1
+                .extend_from_slice(&payload),
+            GOAWAY => panic!("GOAWAY before the streams ended: {payload:?}"),
             _ => {}
         }
+        if ours && matches!(kind, HEADERS | DATA) && flags & END_STREAM != 0 {
+            open -= 1;
+        }
     }
-    (headers.expect("a HEADERS frame"), body)
+    responses
+        .into_iter()
+        .map(|(id, (headers, body))| (id, (headers.expect("a HEADERS frame"), body)))
+        .collect()
 }

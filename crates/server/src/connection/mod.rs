@@ -1,7 +1,8 @@
 //! One client connection and its protocol's state: the state machine every MPM drives.
 //!
 //! ```text
-//! Http1: [ProxyHeader] --PROXY header parsed--> [handshake] Head --head complete--> [Body] --> (served in Head)
+//! Http1: [ProxyHeader] --PROXY header parsed--> [handshake] [Preface] Head --head complete--> [Body] --> (served in Head)
+//!        Preface --HTTP/2's preface, or ALPN h2--> (taken apart for an H2Conn: `reactor::h2`)
 //!        served --kept--> Head (the next request; pipelined bytes kept)
 //!               --ends--> Closing(linger) --output written--> closed
 //!        served with a 101 --> WebSocket --session over--> closed (lingering)
@@ -46,7 +47,9 @@ pub use lent::Lent;
 use std::sync::Arc;
 
 /// What the bytes of a connection mean, chosen at run time: HTTP/1.1 from its first byte, a
-/// WebSocket once a 101 switched it (HTTP/2, by its preface or ALPN, will be a third). Where
+/// WebSocket once a 101 switched it. An HTTP/2 connection leaves `Connection` once its
+/// preface or ALPN chose it (`Connection::into_h2`); each of its streams is then a
+/// `Connection` speaking HTTP/1.1 over `Transport::H2` (ADR 0035). Where
 /// the connection is in the loop's hands is the reactor's entry; this is the protocol's side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
