@@ -268,6 +268,11 @@ impl Connection {
         h2.take_output(&mut self.write_buffer);
     }
 
+    /// HTTP/2: drops the open streams (the connection is gone); returns how many.
+    pub fn h2_abandon_open(&mut self) -> usize {
+        self.h2.as_mut().map_or(0, |h2| h2.abandon())
+    }
+
     /// HTTP/2: the next stream that ended.
     pub fn h2_event(&mut self) -> Option<Event> {
         self.h2.as_mut().and_then(|h2| h2.next_event())
@@ -402,7 +407,10 @@ impl Connection {
     /// requests they held are marked sent at `now`. HTTP/2: the queued requests
     /// are opened as streams first (a stream is sent when the client takes it).
     pub fn write_pending(&mut self, now: Instant, specs: &[RequestSpec]) -> io::Result<()> {
-        if self.http2 {
+        // Over TLS the client is made once the handshake has ended, so that nothing of
+        // HTTP/2 is sent before the server's ALPN answer has been checked.
+        let handshaking = self.session.as_ref().is_some_and(|s| s.is_handshaking());
+        if self.http2 && !handshaking {
             if self.h2.is_none() {
                 self.h2 = Some(Box::new(http2::H2Client::new()?));
             }

@@ -363,7 +363,12 @@ impl<'a> Worker<'a> {
     fn flush(&mut self, slot: usize, now: Instant) {
         let specs = &self.config.requests_specs;
         if let Err(error) = self.connections[slot].write_pending(now, specs) {
-            self.fail(slot, ErrorKind::Reset, now, &error, "write");
+            if self.connections[slot].h2_health() == Health::Draining {
+                // A server that sent GOAWAY closes once its streams are done.
+                self.h2_ended(slot, now, &format!("write after GOAWAY: {error}"));
+            } else {
+                self.fail(slot, ErrorKind::Reset, now, &error, "write");
+            }
             return;
         }
         if self.connections[slot].is_h2() {
@@ -376,12 +381,22 @@ impl<'a> Worker<'a> {
             let received = self.connections[slot].receive();
             if let Some(resumed) = self.connections[slot].handshake_done() {
                 self.tally.record_handshake(now, resumed);
-                if self.connections[slot].is_h2() && !self.connections[slot].alpn_is_h2() {
-                    let addr = self.connections[slot].addr();
-                    self.fail_with(slot, ErrorKind::Tls, now, || {
-                        format!("{addr:?}: the server did not choose h2 by ALPN (--http2)")
-                    });
-                    return Outcome::Closed;
+                if self.connections[slot].is_h2() {
+                    if !self.connections[slot].alpn_is_h2() {
+                        let addr = self.connections[slot].addr();
+                        self.fail_with(slot, ErrorKind::Tls, now, || match addr {
+                            Some(addr) => {
+                                format!("{addr}: the server did not choose h2 by ALPN (--http2)")
+                            }
+                            None => "the server did not choose h2 by ALPN (--http2)".into(),
+                        });
+                        return Outcome::Closed;
+                    }
+                    // The connection preface and the requests held for the handshake.
+                    self.flush(slot, now);
+                    if self.connections[slot].state() == State::Idle {
+                        return Outcome::Closed;
+                    }
                 }
                 // Plaintext the session could not hold before the handshake ended.
                 if self.connections[slot].has_unwritten() {
@@ -430,6 +445,10 @@ impl<'a> Worker<'a> {
     }
 
     fn on_eof(&mut self, slot: usize, now: Instant) -> Outcome {
+        if self.connections[slot].h2_health() == Health::Draining {
+            self.h2_ended(slot, now, "connection closed by the server after GOAWAY");
+            return Outcome::Closed;
+        }
         let connection = &self.connections[slot];
         if connection.reads_until_close() && connection.in_flight() > 0 {
             self.complete(slot, now);
@@ -482,6 +501,21 @@ impl<'a> Worker<'a> {
     /// HTTP/2: counts the streams that ended, then closes a connection that is done with
     /// (after a GOAWAY its queued requests go on a new connection; after an error they fail).
     fn settle_h2(&mut self, slot: usize, now: Instant) {
+        self.count_h2_events(slot, now);
+        let connection = &self.connections[slot];
+        if connection.state() == State::Idle || connection.h2_open_streams() > 0 {
+            return;
+        }
+        match connection.h2_health() {
+            Health::Open => {}
+            Health::Failed(kind, message) => self.fail_with(slot, kind, now, || message.clone()),
+            Health::Draining => self.h2_ended(slot, now, ""),
+        }
+    }
+
+    /// HTTP/2: counts the streams that ended (before anything drops the connection's client,
+    /// which holds them).
+    fn count_h2_events(&mut self, slot: usize, now: Instant) {
         while let Some(event) = self.connections[slot].h2_event() {
             self.in_flight_total -= 1;
             match event {
@@ -498,30 +532,33 @@ impl<'a> Worker<'a> {
             }
             self.free(slot);
         }
+    }
+
+    /// HTTP/2: a connection that had a GOAWAY has ended (its streams done, or the server
+    /// closed it): the streams still open fail as resets (`why`), and the requests queued,
+    /// never sent, go on a new connection.
+    fn h2_ended(&mut self, slot: usize, now: Instant, why: &str) {
+        self.count_h2_events(slot, now);
+        let cut = self.connections[slot].h2_abandon_open();
+        for _ in 0..cut {
+            self.in_flight_total -= 1;
+            self.tally.record_error(ErrorKind::Reset, now, || why.to_string());
+        }
         let connection = &self.connections[slot];
-        if connection.state() == State::Idle || connection.h2_open_streams() > 0 {
+        if connection.in_flight() == 0 {
+            self.close(slot);
+            self.after_close(slot);
             return;
         }
-        match connection.h2_health() {
-            Health::Open => {}
-            Health::Failed(kind, message) => self.fail_with(slot, kind, now, || message.clone()),
-            Health::Draining if connection.in_flight() == 0 => {
-                self.close(slot);
-                self.after_close(slot);
-            }
-            Health::Draining => {
-                // The queued requests were never sent: they go on a new connection.
-                let addr = connection
-                    .addr()
-                    .expect("an open connection has an address");
-                self.close(slot);
-                let spec = &self.config.requests_specs[self.connections[slot].front_spec()];
-                let tls = self.config.tls.as_ref().zip(spec.server_name.as_ref());
-                let registry = self.poll.registry();
-                if let Err(error) = self.connections[slot].connect(slot, addr, tls, now, registry) {
-                    self.fail(slot, ErrorKind::Connect, now, &error, "connect");
-                }
-            }
+        let addr = connection
+            .addr()
+            .expect("an open connection has an address");
+        self.close(slot);
+        let spec = &self.config.requests_specs[self.connections[slot].front_spec()];
+        let tls = self.config.tls.as_ref().zip(spec.server_name.as_ref());
+        let registry = self.poll.registry();
+        if let Err(error) = self.connections[slot].connect(slot, addr, tls, now, registry) {
+            self.fail(slot, ErrorKind::Connect, now, &error, "connect");
         }
     }
 
@@ -585,6 +622,9 @@ impl<'a> Worker<'a> {
         now: Instant,
         message: impl Fn() -> String,
     ) {
+        if self.connections[slot].is_h2() {
+            self.count_h2_events(slot, now);
+        }
         let failed = self.connections[slot].abandon_requests();
         for _ in 0..failed {
             self.tally.record_error(kind, now, &message);

@@ -178,6 +178,14 @@ pub fn kind_of(error: &h2::Error) -> ErrorKind {
     }
 }
 
+/// Whether the server said it did not process the stream, so that it may go again: past the
+/// last stream id of a graceful GOAWAY, or reset with REFUSED_STREAM.
+fn refused_unprocessed(error: &h2::Error) -> bool {
+    error.is_remote()
+        && ((error.is_go_away() && error.reason() == Some(h2::Reason::NO_ERROR))
+            || (error.is_reset() && error.reason() == Some(h2::Reason::REFUSED_STREAM)))
+}
+
 /// One line about a failed stream.
 pub fn describe(error: &h2::Error) -> String {
     match kind_of(error) {
@@ -274,9 +282,12 @@ impl H2Client {
     pub fn pump(&mut self, pending: &mut VecDeque<InFlight>, specs: &[RequestSpec], now: Instant) {
         let mut cx = Context::from_waker(Waker::noop());
         loop {
-            self.start_streams(pending, specs, now, &mut cx);
+            // The crate takes one new stream at a time: the next waits until the connection
+            // has sent the HEADERS of the last (`poll_ready` is pending until then).
+            let opened = self.start_streams(pending, specs, now, &mut cx);
             self.poll_connection(&mut cx);
-            if !self.poll_streams(now, &mut cx) {
+            let moved = self.poll_streams(pending, now, &mut cx);
+            if !opened && !moved {
                 break;
             }
         }
@@ -288,19 +299,21 @@ impl H2Client {
         specs: &[RequestSpec],
         now: Instant,
         cx: &mut Context<'_>,
-    ) {
+    ) -> bool {
+        let mut opened = false;
         while self.health == Health::Open && !pending.is_empty() {
             match self.send.poll_ready(cx) {
-                Poll::Pending => return,
+                Poll::Pending => return opened,
                 Poll::Ready(Err(error)) => {
                     self.stop_opening(&error);
-                    return;
+                    return opened;
                 }
                 Poll::Ready(Ok(())) => {}
             }
             let Some(mut request) = pending.pop_front() else {
-                return;
+                return opened;
             };
+            opened = true;
             let prepared = specs[request.spec as usize]
                 .h2
                 .as_ref()
@@ -328,10 +341,11 @@ impl H2Client {
                 Err(error) => {
                     pending.push_front(request);
                     self.stop_opening(&error);
-                    return;
+                    return opened;
                 }
             }
         }
+        opened
     }
 
     /// The crate refuses new streams: after a GOAWAY the queued requests go on a new
@@ -365,8 +379,16 @@ impl H2Client {
         }
     }
 
-    /// Polls every open stream; returns whether any moved.
-    fn poll_streams(&mut self, now: Instant, cx: &mut Context<'_>) -> bool {
+    /// Polls every open stream; returns whether any moved. A stream the server refused
+    /// unprocessed in a graceful GOAWAY (its id past the last the server took) or with
+    /// REFUSED_STREAM (RFC 9113 8.7: safe to retry) goes back to the front of `pending`,
+    /// its latency still running from its start.
+    fn poll_streams(
+        &mut self,
+        pending: &mut VecDeque<InFlight>,
+        now: Instant,
+        cx: &mut Context<'_>,
+    ) -> bool {
         let mut moved = false;
         let mut index = 0;
         while index < self.open.len() {
@@ -376,8 +398,19 @@ impl H2Client {
                     index += 1;
                 }
                 Step::Done(event) => {
-                    self.open.swap_remove(index);
-                    self.events.push_back(event);
+                    let open = self.open.swap_remove(index);
+                    match event {
+                        Event::Failed { error } if refused_unprocessed(&error) => {
+                            pending.push_front(InFlight {
+                                sent: None,
+                                ..open.request
+                            });
+                            if self.health == Health::Open {
+                                self.health = Health::Draining;
+                            }
+                        }
+                        event => self.events.push_back(event),
+                    }
                     moved = true;
                 }
             }
