@@ -393,8 +393,9 @@ impl<'a> Worker<'a> {
                         return Outcome::Closed;
                     }
                     // The connection preface and the requests held for the handshake.
+                    let generation = self.connections[slot].generation();
                     self.flush(slot, now);
-                    if self.connections[slot].state() == State::Idle {
+                    if self.connections[slot].generation() != generation {
                         return Outcome::Closed;
                     }
                 }
@@ -471,11 +472,14 @@ impl<'a> Worker<'a> {
     /// Frames the responses in the read buffer.
     fn process(&mut self, slot: usize, now: Instant) -> Outcome {
         if self.connections[slot].is_h2() {
+            let generation = self.connections[slot].generation();
             self.connections[slot].h2_receive(now, &self.config.requests_specs);
             self.flush(slot, now);
-            return match self.connections[slot].state() {
-                State::Idle => Outcome::Closed,
-                _ => Outcome::Continue,
+            // Closed, or closed and opened again (after a GOAWAY): this event was the old
+            // socket's.
+            return match self.connections[slot].generation() == generation {
+                true => Outcome::Continue,
+                false => Outcome::Closed,
             };
         }
         let mut position = 0;
@@ -542,7 +546,8 @@ impl<'a> Worker<'a> {
         let cut = self.connections[slot].h2_abandon_open();
         for _ in 0..cut {
             self.in_flight_total -= 1;
-            self.tally.record_error(ErrorKind::Reset, now, || why.to_string());
+            self.tally
+                .record_error(ErrorKind::Reset, now, || why.to_string());
         }
         let connection = &self.connections[slot];
         if connection.in_flight() == 0 {
