@@ -161,9 +161,19 @@ fn granian(tls: bool) -> Option<Peer> {
         ]);
     }
     command.arg("hello:app");
-    // Granian's main process says "Listening at" before its worker serves: the worker's
-    // start is the signal.
-    Some(spawn(command, port, Says::OnStdout, "Started worker", None))
+    // Granian's main process says "Listening at", and "Started worker-1", before the worker
+    // listens: after the line, the port is polled until it takes a connection (as
+    // benches/servers.py does), a check of the state, not a wait for a time.
+    let peer = spawn(command, port, Says::OnStdout, "Started worker", None);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "granian never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Some(peer)
 }
 
 /// Hypercorn serving examples/asgi_hello.py: h2c with prior knowledge on its cleartext
