@@ -125,9 +125,10 @@ def rows(material: Material) -> list[Row]:
 
     def hypercorn(app: App, port: int, _ready_fd: int | None, _workdir: Path) -> list[str]:
         # Cleartext: h2c with prior knowledge (and HTTP/1.1) on the same bind.
+        # Run from the repository: the app is named as a module of examples/.
         return [str(PEERS_VENV / "bin" / "hypercorn"), "--bind", f"127.0.0.1:{port}",
-                "--workers", "1", "--log-level", "warning", "--root-path", "",
-                app.module_target]
+                "--workers", "1", "--log-level", "warning",
+                f"{app.file.parent.name}.{app.module_target}"]
 
     def gunicorn(app: App, port: int, _ready_fd: int | None, _workdir: Path) -> list[str]:
         # gunicorn 27: HTTP/2 by --http-protocols h2 on the gthread worker, h2c with prior

@@ -10,6 +10,7 @@
 //! - `shared`: what the threads share (stop flag, `-n` budget, progress, messages);
 //! - `connection`: one connection's socket, buffers and response framing (HTTP/2:
 //!   its client, whose streams end as `Event`s in any order);
+//! - `streams`: what the loop does with an HTTP/2 connection's streams as they end;
 //! - `tally`: the counting rules of docs/bench.md, applied to what the loop sees.
 //!
 //! A request's latency runs, in the closed loop, from its write (without
@@ -22,6 +23,7 @@
 mod clock;
 mod connection;
 mod shared;
+mod streams;
 mod tally;
 
 use std::collections::VecDeque;
@@ -36,10 +38,8 @@ use crate::args::Config;
 use crate::schedule::Schedule;
 use crate::stats::{ErrorKind, Stats};
 pub use clock::Clock;
-pub use connection::H2Request;
 use connection::{
-    describe_h2_error, h2_error_kind, slot_and_generation, ConnectProgress, Connection, Event,
-    Framed, Health, Received, State,
+    slot_and_generation, ConnectProgress, Connection, Framed, Health, Received, State,
 };
 pub use shared::{shared, Message, Progress, Shared};
 use tally::Tally;
@@ -382,20 +382,7 @@ impl<'a> Worker<'a> {
             if let Some(resumed) = self.connections[slot].handshake_done() {
                 self.tally.record_handshake(now, resumed);
                 if self.connections[slot].is_h2() {
-                    if !self.connections[slot].alpn_is_h2() {
-                        let addr = self.connections[slot].addr();
-                        self.fail_with(slot, ErrorKind::Tls, now, || match addr {
-                            Some(addr) => {
-                                format!("{addr}: the server did not choose h2 by ALPN (--http2)")
-                            }
-                            None => "the server did not choose h2 by ALPN (--http2)".into(),
-                        });
-                        return Outcome::Closed;
-                    }
-                    // The connection preface and the requests held for the handshake.
-                    let generation = self.connections[slot].generation();
-                    self.flush(slot, now);
-                    if self.connections[slot].generation() != generation {
+                    if let Outcome::Closed = self.h2_handshake_done(slot, now) {
                         return Outcome::Closed;
                     }
                 }
@@ -472,15 +459,7 @@ impl<'a> Worker<'a> {
     /// Frames the responses in the read buffer.
     fn process(&mut self, slot: usize, now: Instant) -> Outcome {
         if self.connections[slot].is_h2() {
-            let generation = self.connections[slot].generation();
-            self.connections[slot].h2_receive(now, &self.config.requests_specs);
-            self.flush(slot, now);
-            // Closed, or closed and opened again (after a GOAWAY): this event was the old
-            // socket's.
-            return match self.connections[slot].generation() == generation {
-                true => Outcome::Continue,
-                false => Outcome::Closed,
-            };
+            return self.h2_process(slot, now);
         }
         let mut position = 0;
         loop {
@@ -500,71 +479,6 @@ impl<'a> Worker<'a> {
         }
         self.connections[slot].discard_framed(position);
         Outcome::Continue
-    }
-
-    /// HTTP/2: counts the streams that ended, then closes a connection that is done with
-    /// (after a GOAWAY its queued requests go on a new connection; after an error they fail).
-    fn settle_h2(&mut self, slot: usize, now: Instant) {
-        self.count_h2_events(slot, now);
-        let connection = &self.connections[slot];
-        if connection.state() == State::Idle || connection.h2_open_streams() > 0 {
-            return;
-        }
-        match connection.h2_health() {
-            Health::Open => {}
-            Health::Failed(kind, message) => self.fail_with(slot, kind, now, || message.clone()),
-            Health::Draining => self.h2_ended(slot, now, ""),
-        }
-    }
-
-    /// HTTP/2: counts the streams that ended (before anything drops the connection's client,
-    /// which holds them).
-    fn count_h2_events(&mut self, slot: usize, now: Instant) {
-        while let Some(event) = self.connections[slot].h2_event() {
-            self.in_flight_total -= 1;
-            match event {
-                Event::Response(response) => self.tally.record_response(
-                    now,
-                    response.request.start,
-                    response.first_byte,
-                    response.status,
-                ),
-                Event::Failed { error } => {
-                    self.tally
-                        .record_error(h2_error_kind(&error), now, || describe_h2_error(&error))
-                }
-            }
-            self.free(slot);
-        }
-    }
-
-    /// HTTP/2: a connection that had a GOAWAY has ended (its streams done, or the server
-    /// closed it): the streams still open fail as resets (`why`), and the requests queued,
-    /// never sent, go on a new connection.
-    fn h2_ended(&mut self, slot: usize, now: Instant, why: &str) {
-        self.count_h2_events(slot, now);
-        let cut = self.connections[slot].h2_abandon_open();
-        for _ in 0..cut {
-            self.in_flight_total -= 1;
-            self.tally
-                .record_error(ErrorKind::Reset, now, || why.to_string());
-        }
-        let connection = &self.connections[slot];
-        if connection.in_flight() == 0 {
-            self.close(slot);
-            self.after_close(slot);
-            return;
-        }
-        let addr = connection
-            .addr()
-            .expect("an open connection has an address");
-        self.close(slot);
-        let spec = &self.config.requests_specs[self.connections[slot].front_spec()];
-        let tls = self.config.tls.as_ref().zip(spec.server_name.as_ref());
-        let registry = self.poll.registry();
-        if let Err(error) = self.connections[slot].connect(slot, addr, tls, now, registry) {
-            self.fail(slot, ErrorKind::Connect, now, &error, "connect");
-        }
     }
 
     /// A request of `slot` ended and the connection stays: it may take another.

@@ -35,7 +35,7 @@ use h2::client::{Builder, Connection as H2Connection, ResponseFuture, SendReques
 use h2::RecvStream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::{InFlight, Response};
+use super::{Connection, InFlight, Response};
 use crate::args::RequestSpec;
 use crate::stats::ErrorKind;
 
@@ -98,15 +98,6 @@ impl AsyncWrite for Io {
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
     }
-}
-
-/// A request prepared once for HTTP/2: its head (cloned for each stream) and its body.
-#[derive(Debug, Clone)]
-pub struct H2Request {
-    /// Method, URI (scheme, authority, path) and the header fields.
-    pub head: http::Request<()>,
-    /// The body, shared by every stream that sends it.
-    pub body: Option<Bytes>,
 }
 
 /// How one stream ended.
@@ -460,5 +451,60 @@ fn poll_stream(open: &mut Open, now: Instant, cx: &mut Context<'_>) -> Step {
                 }
             },
         }
+    }
+}
+
+/// The HTTP/2 side of a connection slot.
+impl Connection {
+    /// Whether this is an HTTP/2 connection.
+    pub fn is_h2(&self) -> bool {
+        self.http2
+    }
+
+    /// HTTP/2: whether the connection takes new streams, or why not (`Open` before its
+    /// client is made).
+    pub fn h2_health(&self) -> Health {
+        self.h2
+            .as_ref()
+            .map_or(Health::Open, |h2| h2.health().clone())
+    }
+
+    /// HTTP/2: streams open.
+    pub fn h2_open_streams(&self) -> usize {
+        self.h2.as_ref().map_or(0, |h2| h2.open_streams())
+    }
+
+    /// HTTP/2: hands the client the bytes read, moves its streams, and queues what it
+    /// wrote (WINDOW_UPDATE, SETTINGS and PING acknowledgements, new streams) for writing.
+    pub fn h2_receive(&mut self, now: Instant, specs: &[RequestSpec]) {
+        let Some(h2) = self.h2.as_mut() else {
+            return;
+        };
+        h2.feed(&self.read_buffer[..self.read_length]);
+        self.read_length = 0;
+        h2.pump(&mut self.in_flight, specs, now);
+        h2.take_output(&mut self.write_buffer);
+    }
+
+    /// HTTP/2: drops the open streams (the connection is gone); returns how many.
+    pub fn h2_abandon_open(&mut self) -> usize {
+        self.h2.as_mut().map_or(0, |h2| h2.abandon())
+    }
+
+    /// HTTP/2: the next stream that ended.
+    pub fn h2_event(&mut self) -> Option<Event> {
+        self.h2.as_mut().and_then(|h2| h2.next_event())
+    }
+
+    /// The request spec of the oldest queued request (0 when none is queued).
+    pub fn front_spec(&self) -> usize {
+        self.in_flight.front().map_or(0, |r| r.spec as usize)
+    }
+
+    /// Whether the TLS session agreed on `h2` by ALPN.
+    pub fn alpn_is_h2(&self) -> bool {
+        self.session
+            .as_ref()
+            .is_some_and(|s| s.alpn() == Some(&b"h2"[..]))
     }
 }
