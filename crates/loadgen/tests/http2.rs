@@ -211,7 +211,7 @@ fn nginx(keepalive_requests: u32) -> Option<Peer> {
         return None;
     };
     let port = free_port();
-    let dir = TempDir::new("nginx");
+    let dir = TempDir::new(&format!("nginx-{port}"));
     let conf = format!(
         "daemon off;\nworker_processes 1;\npid {dir}/nginx.pid;\nerror_log stderr notice;\n\
          events {{ worker_connections 64; }}\n\
