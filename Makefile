@@ -14,7 +14,7 @@ PYTHON_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.
 ZIG_STAMP := $(VENV)/.zig-stamp
 WHEEL_STAMP := dist/.wheel-stamp
 
-.PHONY: all build wheel serve chat test test-rust test-python typecheck bench bench-full bench-tls bench-isolation bench-ab bench-tool bench-deploy bench-tune fuzz fmt lint clean docs
+.PHONY: all build wheel serve chat test test-rust test-python typecheck bench bench-full bench-tls bench-h2 bench-isolation bench-ab bench-tool bench-deploy bench-tune fuzz fmt lint clean docs
 
 all: build
 
@@ -91,6 +91,17 @@ bench: build
 	$(PY) benches/tune_check.py
 	$(PY) benches/isolation.py $(ISOLATION_ARGS)
 	$(PY) benches/tls.py --instructions $(TLS_ARGS)
+	$(PY) benches/http2.py --instructions $(H2_ARGS)
+
+# Issue 38: hello over HTTP/2, one worker pinned: Tines (event) over h2c with 10 streams per
+# connection and over h2 (TLS), against Granian (h2c, h2), Hypercorn (h2c), gunicorn (h2c) and
+# nginx (h2, static OK), and Tines' own HTTP/1.1 keep-alive; 5 rounds, server CPU per request,
+# then callgrind instructions per request: about 15 minutes; the report goes to
+# benches/results/http2-*.md. H2_ARGS for more flags (benches/http2.py --help), e.g.
+# H2_ARGS="--out 2026-11-27-issue38-h2 --servers tines-event-h2c,tines-event-h1,granian-h2c".
+bench-h2: build
+	cargo build --release --quiet -p tines-loadgen --bin tines-bench
+	$(PY) benches/http2.py --instructions $(H2_ARGS)
 
 # Issue 37: Tines prefork and event over TLS against nginx (TLS, static OK), Granian and uvicorn,
 # one ECDSA P-256 leaf + intermediate made by openssl; keep-alive CPU per request, a full and a

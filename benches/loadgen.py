@@ -139,7 +139,11 @@ def from_tines_bench(document: dict[str, Any]) -> dict[str, Any]:
             # https:// runs (issue 37): the handshakes completed, full and resumed; TLS
             # failures stay in errors' total.
             "tls_handshakes": document.get("tls_handshakes"),
-            "tls_errors": int(document["errors"].get("tls", 0))}
+            "tls_errors": int(document["errors"].get("tls", 0)),
+            # HTTP/2 runs (issue 38): streams reset by the server, refused by a GOAWAY with an
+            # error; both stay in errors' total.
+            "stream_errors": int(document["errors"].get("stream", 0)),
+            "goaway_errors": int(document["errors"].get("goaway", 0))}
 
 
 def parse_output(tool: Tool, stdout: str) -> dict[str, Any]:

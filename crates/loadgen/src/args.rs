@@ -12,8 +12,7 @@ use clap::Parser;
 use rustls::pki_types::ServerName;
 use rustls::ClientConfig;
 
-use crate::engine::H2Request;
-use crate::target::{self, Target};
+use crate::target::{self, H2Request, Target};
 use crate::tls;
 use crate::UsageError;
 

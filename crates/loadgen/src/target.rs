@@ -9,8 +9,6 @@ use std::net::{SocketAddr, ToSocketAddrs};
 
 use bytes::Bytes;
 
-use crate::engine::H2Request;
-
 /// Where a URL points.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -202,6 +200,15 @@ pub fn encode_request(
         out.extend_from_slice(body);
     }
     out
+}
+
+/// A request prepared once for HTTP/2: its head (cloned for each stream) and its body.
+#[derive(Debug, Clone)]
+pub struct H2Request {
+    /// Method, URI (scheme, authority, path) and the header fields.
+    pub head: http::Request<()>,
+    /// The body, shared by every stream that sends it.
+    pub body: Option<Bytes>,
 }
 
 /// Header fields HTTP/2 forbids in a request (RFC 9113 8.2.2): a usage error, rather than a

@@ -105,7 +105,7 @@ fn bad_status_is_a_completed_request_and_a_status_error() {
     let (outcome, _) = bench(&["-c", "2", "-t", "1", "-n", "50", &url]);
     assert_eq!(outcome.stats.requests, 50);
     assert_eq!(outcome.stats.ok, 0);
-    assert_eq!(outcome.stats.errors, [0, 0, 0, 50, 0, 0]);
+    assert_eq!(outcome.stats.errors, [0, 0, 0, 50, 0, 0, 0, 0]);
     assert_eq!(outcome.stats.status[500], 50);
     let reason = loadgen::report::failure_reason(&outcome).unwrap();
     assert!(reason.contains("status"), "{reason}");
@@ -157,7 +157,7 @@ fn closed_port_is_a_connect_error() {
     };
     let url = format!("http://127.0.0.1:{port}/");
     let (outcome, json) = bench(&["-c", "2", "-t", "1", "-n", "20", &url]);
-    assert_eq!(outcome.stats.errors, [20, 0, 0, 0, 0, 0]);
+    assert_eq!(outcome.stats.errors, [20, 0, 0, 0, 0, 0, 0, 0]);
     assert_eq!(outcome.stats.requests, 0);
     assert_eq!(json["errors"]["connect"], 20);
     assert!(json["error_examples"]["connect"]
@@ -176,7 +176,7 @@ fn server_reset_is_a_reset_error() {
     let server = start(Mode::Reset);
     let url = server.url("/");
     let (outcome, _) = bench(&["-c", "2", "-t", "1", "-n", "20", &url]);
-    assert_eq!(outcome.stats.errors, [0, 20, 0, 0, 0, 0]);
+    assert_eq!(outcome.stats.errors, [0, 20, 0, 0, 0, 0, 0, 0]);
     assert_eq!(outcome.stats.requests, 0);
 }
 
@@ -185,7 +185,7 @@ fn stalled_server_is_a_timeout_and_the_connection_is_reopened() {
     let server = start(Mode::Stall);
     let url = server.url("/");
     let (outcome, _) = bench(&["-c", "2", "-t", "1", "-n", "4", "--timeout", "200ms", &url]);
-    assert_eq!(outcome.stats.errors, [0, 0, 4, 0, 0, 0]);
+    assert_eq!(outcome.stats.errors, [0, 0, 4, 0, 0, 0, 0, 0]);
     assert_eq!(outcome.stats.requests, 0);
     // Reopened after each timeout: 4 connections for 4 requests.
     assert_eq!(outcome.stats.connect.len(), 4);

@@ -72,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     trust.add_argument("--cacert", type=Path, metavar="FILE",
                        help="when the server speaks TLS: check its certificate against the CA "
                             "certificates of FILE, for the name localhost (tines bench --cacert)")
+    parser.add_argument("--http2", action="store_true",
+                        help="load the server over HTTP/2 (tines bench --http2): h2 by ALPN when "
+                             "it speaks TLS, else h2c with prior knowledge (bind it h2c:HOST:PORT "
+                             "or http1+h2c:HOST:PORT after --)")
+    parser.add_argument("--streams", type=int, metavar="N",
+                        help="with --http2: streams in flight per connection (default 10; the "
+                             "concurrency the tuner tries is then in connections)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON document (measurements and recommendation) instead "
                              "of the text summary")
@@ -118,6 +125,11 @@ def main(argv: Sequence[str]) -> int:
         tls_trust = (["--insecure"] if arguments.insecure else
                      ["--cacert", str(arguments.cacert.resolve())] if arguments.cacert is not None
                      else [])
+        if arguments.streams is not None and not arguments.http2:
+            raise TuneError("--streams is for HTTP/2: add --http2", status=2)
+        if arguments.streams is not None and arguments.streams <= 0:
+            raise TuneError(f"--streams must be positive, got {arguments.streams}", status=2)
+        http2_streams = ((arguments.streams or 10) if arguments.http2 else None)
         for url in arguments.urls:
             if not url.startswith("/"):
                 raise TuneError(f"--url {url!r} is not a path (/...): tines tune only loads its own "
@@ -126,7 +138,7 @@ def main(argv: Sequence[str]) -> int:
             app=arguments.app, urls=arguments.urls, requests_file=arguments.requests_file,
             memory_budget=budget_bytes, cpus=arguments.cpus, budget_s=parse_duration(arguments.budget),
             out=arguments.out, bursty=arguments.bursty, serve_args=plan.serve_flags_of(serve_args),
-            tls_trust=tls_trust)
+            tls_trust=tls_trust, http2_streams=http2_streams)
         tuner = plan.Tuner(options)
         doc = tuner.run()
     except TuneError as error:

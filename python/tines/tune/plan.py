@@ -87,6 +87,16 @@ class Options:
     tls_trust: list[str] = field(default_factory=list)
     """``tines bench``'s trust flags for a server that speaks TLS: ``--insecure`` or ``--cacert
     FILE`` (``tines tune --insecure`` / ``--cacert``); none: such a server is a usage error."""
+    http2_streams: int | None = None
+    """Load the server over HTTP/2 with this many streams per connection (``tines tune --http2``,
+    ``--streams``): h2 by ALPN when it speaks TLS, else h2c with prior knowledge (its bind an
+    ``h2c:`` or ``http1+h2c:`` one); None: HTTP/1.1."""
+
+
+def http2_flags(streams: int | None) -> list[str]:
+    """``tines bench``'s HTTP/2 flags: ``--http2`` (ALPN on https://, prior knowledge on
+    http://) and the streams per connection; none for HTTP/1.1."""
+    return [] if streams is None else ["--http2", "--streams", str(streams)]
 
 
 class Progress:
@@ -261,6 +271,7 @@ class Tuner:
                                 "accept its certificate, or --cacert FILE to check it against "
                                 "that CA (for the name localhost)", status=2)
             words += self.options.tls_trust
+        words += http2_flags(self.options.http2_streams)
         if rate is not None:
             words += ["-R", f"{rate:.1f}"]
         requests_path = self.options.out / "requests.txt"

@@ -32,9 +32,7 @@ mod http2;
 mod tls;
 mod websocket;
 
-pub use http2::{
-    describe as describe_h2_error, kind_of as h2_error_kind, Event, H2Request, Health,
-};
+pub use http2::{describe as describe_h2_error, kind_of as h2_error_kind, Event, Health};
 
 /// The read buffer's first size; it doubles while one response head does not fit.
 pub const READ_BUFFER: usize = 16 * 1024;
@@ -238,53 +236,6 @@ impl Connection {
         }
     }
 
-    /// Whether this is an HTTP/2 connection.
-    pub fn is_h2(&self) -> bool {
-        self.http2
-    }
-
-    /// HTTP/2: whether the connection takes new streams, or why not (`Open` before its
-    /// client is made).
-    pub fn h2_health(&self) -> Health {
-        self.h2
-            .as_ref()
-            .map_or(Health::Open, |h2| h2.health().clone())
-    }
-
-    /// HTTP/2: streams open.
-    pub fn h2_open_streams(&self) -> usize {
-        self.h2.as_ref().map_or(0, |h2| h2.open_streams())
-    }
-
-    /// HTTP/2: hands the client the bytes read, moves its streams, and queues what it
-    /// wrote (WINDOW_UPDATE, SETTINGS and PING acknowledgements, new streams) for writing.
-    pub fn h2_receive(&mut self, now: Instant, specs: &[RequestSpec]) {
-        let Some(h2) = self.h2.as_mut() else {
-            return;
-        };
-        h2.feed(&self.read_buffer[..self.read_length]);
-        self.read_length = 0;
-        h2.pump(&mut self.in_flight, specs, now);
-        h2.take_output(&mut self.write_buffer);
-    }
-
-    /// HTTP/2: the next stream that ended.
-    pub fn h2_event(&mut self) -> Option<Event> {
-        self.h2.as_mut().and_then(|h2| h2.next_event())
-    }
-
-    /// The request spec of the oldest queued request (0 when none is queued).
-    pub fn front_spec(&self) -> usize {
-        self.in_flight.front().map_or(0, |r| r.spec as usize)
-    }
-
-    /// Whether the TLS session agreed on `h2` by ALPN.
-    pub fn alpn_is_h2(&self) -> bool {
-        self.session
-            .as_ref()
-            .is_some_and(|s| s.alpn() == Some(&b"h2"[..]))
-    }
-
     /// Whether bytes are waiting to be written (plaintext, or records the session holds).
     pub fn has_unwritten(&self) -> bool {
         self.written < self.write_buffer.len()
@@ -402,7 +353,10 @@ impl Connection {
     /// requests they held are marked sent at `now`. HTTP/2: the queued requests
     /// are opened as streams first (a stream is sent when the client takes it).
     pub fn write_pending(&mut self, now: Instant, specs: &[RequestSpec]) -> io::Result<()> {
-        if self.http2 {
+        // Over TLS the client is made once the handshake has ended, so that nothing of
+        // HTTP/2 is sent before the server's ALPN answer has been checked.
+        let handshaking = self.session.as_ref().is_some_and(|s| s.is_handshaking());
+        if self.http2 && !handshaking {
             if self.h2.is_none() {
                 self.h2 = Some(Box::new(http2::H2Client::new()?));
             }

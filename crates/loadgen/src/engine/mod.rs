@@ -10,6 +10,7 @@
 //! - `shared`: what the threads share (stop flag, `-n` budget, progress, messages);
 //! - `connection`: one connection's socket, buffers and response framing (HTTP/2:
 //!   its client, whose streams end as `Event`s in any order);
+//! - `streams`: what the loop does with an HTTP/2 connection's streams as they end;
 //! - `tally`: the counting rules of docs/bench.md, applied to what the loop sees.
 //!
 //! A request's latency runs, in the closed loop, from its write (without
@@ -22,6 +23,7 @@
 mod clock;
 mod connection;
 mod shared;
+mod streams;
 mod tally;
 
 use std::collections::VecDeque;
@@ -36,10 +38,8 @@ use crate::args::Config;
 use crate::schedule::Schedule;
 use crate::stats::{ErrorKind, Stats};
 pub use clock::Clock;
-pub use connection::H2Request;
 use connection::{
-    describe_h2_error, h2_error_kind, slot_and_generation, ConnectProgress, Connection, Event,
-    Framed, Health, Received, State,
+    slot_and_generation, ConnectProgress, Connection, Framed, Health, Received, State,
 };
 pub use shared::{shared, Message, Progress, Shared};
 use tally::Tally;
@@ -363,7 +363,12 @@ impl<'a> Worker<'a> {
     fn flush(&mut self, slot: usize, now: Instant) {
         let specs = &self.config.requests_specs;
         if let Err(error) = self.connections[slot].write_pending(now, specs) {
-            self.fail(slot, ErrorKind::Reset, now, &error, "write");
+            if self.connections[slot].h2_health() == Health::Draining {
+                // A server that sent GOAWAY closes once its streams are done.
+                self.h2_ended(slot, now, &format!("write after GOAWAY: {error}"));
+            } else {
+                self.fail(slot, ErrorKind::Reset, now, &error, "write");
+            }
             return;
         }
         if self.connections[slot].is_h2() {
@@ -376,12 +381,10 @@ impl<'a> Worker<'a> {
             let received = self.connections[slot].receive();
             if let Some(resumed) = self.connections[slot].handshake_done() {
                 self.tally.record_handshake(now, resumed);
-                if self.connections[slot].is_h2() && !self.connections[slot].alpn_is_h2() {
-                    let addr = self.connections[slot].addr();
-                    self.fail_with(slot, ErrorKind::Tls, now, || {
-                        format!("{addr:?}: the server did not choose h2 by ALPN (--http2)")
-                    });
-                    return Outcome::Closed;
+                if self.connections[slot].is_h2() {
+                    if let Outcome::Closed = self.h2_handshake_done(slot, now) {
+                        return Outcome::Closed;
+                    }
                 }
                 // Plaintext the session could not hold before the handshake ended.
                 if self.connections[slot].has_unwritten() {
@@ -430,6 +433,10 @@ impl<'a> Worker<'a> {
     }
 
     fn on_eof(&mut self, slot: usize, now: Instant) -> Outcome {
+        if self.connections[slot].h2_health() == Health::Draining {
+            self.h2_ended(slot, now, "connection closed by the server after GOAWAY");
+            return Outcome::Closed;
+        }
         let connection = &self.connections[slot];
         if connection.reads_until_close() && connection.in_flight() > 0 {
             self.complete(slot, now);
@@ -452,12 +459,7 @@ impl<'a> Worker<'a> {
     /// Frames the responses in the read buffer.
     fn process(&mut self, slot: usize, now: Instant) -> Outcome {
         if self.connections[slot].is_h2() {
-            self.connections[slot].h2_receive(now, &self.config.requests_specs);
-            self.flush(slot, now);
-            return match self.connections[slot].state() {
-                State::Idle => Outcome::Closed,
-                _ => Outcome::Continue,
-            };
+            return self.h2_process(slot, now);
         }
         let mut position = 0;
         loop {
@@ -477,52 +479,6 @@ impl<'a> Worker<'a> {
         }
         self.connections[slot].discard_framed(position);
         Outcome::Continue
-    }
-
-    /// HTTP/2: counts the streams that ended, then closes a connection that is done with
-    /// (after a GOAWAY its queued requests go on a new connection; after an error they fail).
-    fn settle_h2(&mut self, slot: usize, now: Instant) {
-        while let Some(event) = self.connections[slot].h2_event() {
-            self.in_flight_total -= 1;
-            match event {
-                Event::Response(response) => self.tally.record_response(
-                    now,
-                    response.request.start,
-                    response.first_byte,
-                    response.status,
-                ),
-                Event::Failed { error } => {
-                    self.tally
-                        .record_error(h2_error_kind(&error), now, || describe_h2_error(&error))
-                }
-            }
-            self.free(slot);
-        }
-        let connection = &self.connections[slot];
-        if connection.state() == State::Idle || connection.h2_open_streams() > 0 {
-            return;
-        }
-        match connection.h2_health() {
-            Health::Open => {}
-            Health::Failed(kind, message) => self.fail_with(slot, kind, now, || message.clone()),
-            Health::Draining if connection.in_flight() == 0 => {
-                self.close(slot);
-                self.after_close(slot);
-            }
-            Health::Draining => {
-                // The queued requests were never sent: they go on a new connection.
-                let addr = connection
-                    .addr()
-                    .expect("an open connection has an address");
-                self.close(slot);
-                let spec = &self.config.requests_specs[self.connections[slot].front_spec()];
-                let tls = self.config.tls.as_ref().zip(spec.server_name.as_ref());
-                let registry = self.poll.registry();
-                if let Err(error) = self.connections[slot].connect(slot, addr, tls, now, registry) {
-                    self.fail(slot, ErrorKind::Connect, now, &error, "connect");
-                }
-            }
-        }
     }
 
     /// A request of `slot` ended and the connection stays: it may take another.
@@ -585,6 +541,9 @@ impl<'a> Worker<'a> {
         now: Instant,
         message: impl Fn() -> String,
     ) {
+        if self.connections[slot].is_h2() {
+            self.count_h2_events(slot, now);
+        }
         let failed = self.connections[slot].abandon_requests();
         for _ in 0..failed {
             self.tally.record_error(kind, now, &message);

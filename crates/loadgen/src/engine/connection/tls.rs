@@ -59,6 +59,11 @@ impl Session {
         })
     }
 
+    /// Whether the handshake is still under way.
+    pub fn is_handshaking(&self) -> bool {
+        self.conn.is_handshaking()
+    }
+
     /// The protocol the server chose by ALPN, once the handshake has ended.
     pub fn alpn(&self) -> Option<&[u8]> {
         self.conn.alpn_protocol()
