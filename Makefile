@@ -82,8 +82,8 @@ docs: build
 # The side-by-side suite (docs/benchmarks.md): 5 interleaved runs per cell, about 33 minutes of
 # both cores; it installs wrk, nginx, libev-dev and the peers (bjoern among them) itself. Then
 # tines tune's right-answer runs (bench-tune, about 6 minutes) and process per request against
-# the fork limit (bench-isolation, about 6 minutes), and the TLS rows (bench-tls, about 30
-# minutes): about 75 minutes in all.
+# the fork limit (bench-isolation, about 6 minutes), the TLS rows (bench-tls, about 30
+# minutes) and the HTTP/2 rows (bench-h2, about 15 minutes): about 90 minutes in all.
 # BENCH_QUICK=1 for a 5-minute development run of the suite.
 bench: build
 	cargo build --release --quiet -p tines-loadgen --bin tines-bench

@@ -556,9 +556,12 @@ bytes): 1 to 2^32-1, the width of a SETTINGS value."""
 h2_size = _bounded(0, MAX_U32)
 """An HTTP/2 size in bytes that may be 0 (the HPACK table): up to 2^32-1."""
 
-h2_stream_window = _bounded(1, MAX_WINDOW, " (RFC 9113 6.9.1: a window is at most 2^31-1)")
-"""SETTINGS_INITIAL_WINDOW_SIZE: 1 to 2^31-1 (0 is valid in the RFC, but no body could then
-arrive before the app reads)."""
+h2_stream_window = _bounded(65535, MAX_WINDOW,
+                            " (HTTP/2's own initial window, 65535, is the least: RFC 9113 6.9.1 "
+                            "caps a window at 2^31-1)")
+"""SETTINGS_INITIAL_WINDOW_SIZE: 65535 to 2^31-1. The RFC allows less, but a client may send
+65535 bytes of a stream before our SETTINGS reach it (RFC 9113 6.9.2); with a smaller window
+the stream's window goes negative and some clients (h2's own, in a test) then stall."""
 
 h2_connection_window = _bounded(DEFAULT_WINDOW, MAX_WINDOW,
                                 " (RFC 9113 6.9: it starts at 65535, which SETTINGS cannot lower, "

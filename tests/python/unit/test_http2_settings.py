@@ -57,7 +57,7 @@ def test_every_source_spells_them() -> None:
 
 @pytest.mark.parametrize("name, lowest, highest", [
     ("h2_max_concurrent_streams", 1, 2**32 - 1),
-    ("h2_initial_window_size", 1, 2**31 - 1),
+    ("h2_initial_window_size", 65535, 2**31 - 1),
     ("h2_connection_window_size", 65535, 2**31 - 1),
     ("h2_max_frame_size", 16384, 16777215),
     ("h2_max_header_list_size", 1, 2**32 - 1),
@@ -78,8 +78,8 @@ def test_each_limit_takes_its_range_and_refuses_one_past_either_end(name: str, l
 
 def test_the_refusals_say_why_the_range_is_what_it_is() -> None:
     assert error_of({"h2_initial_window_size": 2**31}) == (
-        "h2_initial_window_size must be an integer in 1..2147483647 (RFC 9113 6.9.1: a window is at most "
-        "2^31-1), got 2147483648")
+        "h2_initial_window_size must be an integer in 65535..2147483647 (HTTP/2's own initial window, "
+        "65535, is the least: RFC 9113 6.9.1 caps a window at 2^31-1), got 2147483648")
     assert error_of({"h2_connection_window_size": "65534"}) == (
         "h2_connection_window_size must be an integer in 65535..2147483647 (RFC 9113 6.9: it starts at "
         "65535, which SETTINGS cannot lower, and is at most 2^31-1), got '65534'")
