@@ -241,6 +241,12 @@ impl AsyncReactor {
                 !matches!(conn.link, Link::Plain(_)),
                 now,
             );
+            if let Link::H2(link) = &conn.link {
+                // As in `slot::serve_connection`: the loop tells the stuck stream by its id.
+                if let Some(thread) = self.shared.thread_slot(ctx.thread) {
+                    thread.serves_stream(link.stream().id());
+                }
+            }
             let mut exchange = Exchange::new(&mut conn, ctx, Arc::clone(&self.shared), now);
             self.keep_shell(token, conn);
             if exchange.body_too_large() {
