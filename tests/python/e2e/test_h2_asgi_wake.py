@@ -1,9 +1,14 @@
 """An ASGI worker's HTTP/2 work left for the loop between its turns (ADR 0035): the bridge's
 event loop writes a stream's response itself, on its own thread, between the reactor's turns;
-what such a write leaves for the loop (the rest of a response the stream's buffer did not
-take, once the socket took what it held; END_STREAM) is announced by the loop's own HTTP/2
-waker, not by a socket event. The client here gives the server every window at once and never
-sends another frame, so no socket event would come: without the waker the responses stall.
+what such a write leaves for the loop (the rest of a response its stream's buffer did not
+take, a neighbour stream made writable by its drive, END_STREAM) is announced by the loop's
+own HTTP/2 waker. The client here gives the server every window at once and then sends no
+frame at all while it reads, so no WINDOW_UPDATE and no read event paces the server: every
+response must still be complete, one stream or several at once, one ``send`` or many.
+
+(Measured on the integration tree, these pass without the waker too: the writer's own drive
+flushes what the windows allow and the exchange writes again at once, and the turn the bridge
+runs after each ``complete`` sweeps the rest. They hold the behaviour, whichever path gives it.)
 """
 
 from __future__ import annotations
