@@ -37,6 +37,12 @@ pub(crate) fn serve_connection(
             !matches!(conn.link, Link::Plain(_)),
             now,
         );
+        if let Link::H2(link) = &conn.link {
+            // Its connection's other streams share the fd: the loop tells the stuck one by it.
+            if let Some(thread) = shared.thread_slot(ctx.thread) {
+                thread.serves_stream(link.stream().id());
+            }
+        }
         let mut exchange = Exchange::new(&mut conn, ctx, Arc::clone(shared), now);
         let exchange = if exchange.body_too_large() {
             // RFC 9110 15.5.14: refuse before reading (and before any 100 Continue).

@@ -30,6 +30,7 @@ use crate::exchange::{Exchange, SlotContext};
 use crate::mpm::app_threads::lock;
 use crate::reactor::{Dispatch, Driver, Reactor};
 use crate::shared::WorkerShared;
+use crate::transport::Link;
 use crate::websocket::WsSession;
 
 /// The reactor's driver: keeps the turn's complete requests for the event loop.
@@ -95,6 +96,8 @@ impl Driver for AsyncDriver {
         self.max_concurrency == 0 || self.busy() < self.max_concurrency
     }
 
+    /// None: the loop makes its own for HTTP/2 connections (`reactor::h2`), the only work
+    /// that is left for it between turns without a socket event.
     fn waker_fd(&self) -> Option<RawFd> {
         None
     }
@@ -233,9 +236,17 @@ impl AsyncReactor {
                 conn.head.method.of(&conn.buf),
                 conn.head.target.of(&conn.buf),
                 conn.fd(),
-                conn.link.is_tls(),
+                // Not a socket to write plain bytes to (as in `slot::serve_connection`): TLS,
+                // or an HTTP/2 stream.
+                !matches!(conn.link, Link::Plain(_)),
                 now,
             );
+            if let Link::H2(link) = &conn.link {
+                // As in `slot::serve_connection`: the loop tells the stuck stream by its id.
+                if let Some(thread) = self.shared.thread_slot(ctx.thread) {
+                    thread.serves_stream(link.stream().id());
+                }
+            }
             let mut exchange = Exchange::new(&mut conn, ctx, Arc::clone(&self.shared), now);
             self.keep_shell(token, conn);
             if exchange.body_too_large() {

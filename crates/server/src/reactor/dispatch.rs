@@ -19,6 +19,8 @@ use super::error_response::{reject, write_error, write_error_with};
 use super::{Entry, Reactor};
 use crate::connection::{Connection, Linger, Next, Readiness};
 use crate::control::StopReason;
+use crate::pending::Output;
+use crate::transport::Link;
 
 /// What a driver did with a ready connection.
 pub(crate) enum Dispatch {
@@ -280,6 +282,8 @@ impl Reactor {
                 continue;
             };
             let fd = thread_slot.read().fd;
+            // Streams of one HTTP/2 connection share its fd: the stream id tells them apart.
+            let stream = thread_slot.stream();
             let mut handed =
                 self.entries
                     .iter()
@@ -288,15 +292,17 @@ impl Reactor {
                         Entry::Dispatched {
                             output: Some(output),
                             ..
-                        } if output.fd() == fd && !self.abandoned.contains(&token) => {
+                        } if output.fd() == fd
+                            && !self.abandoned.contains(&token)
+                            && (stream == 0 || stream_id(output) == Some(stream)) =>
+                        {
                             Some((token, output))
                         }
                         _ => None,
                     });
             let found = handed.next();
-            // Streams of one HTTP/2 connection share its fd: with two of them handed out, the
-            // fd does not tell which one is stuck (ADR 0035). None is answered; the drain
-            // below still begins, and the master's `graceful_timeout` ends it.
+            // Exactly one: a second would be a connection the fd and stream id do not tell
+            // apart (never expected; then none is answered, and the drain still begins).
             let (Some((token, output)), None) = (found, handed.next()) else {
                 continue;
             };
@@ -378,6 +384,17 @@ impl Reactor {
         // An app slot came free: watch the listener again before sleeping.
         self.manage_saturation(driver);
     }
+}
+
+/// The HTTP/2 stream id of a handed-out connection's output (`None`: not a stream, or
+/// closed). Asked only of outputs on the fd of a timed-out stream.
+fn stream_id(output: &Output) -> Option<u32> {
+    output
+        .with_open_link(|link| match link {
+            Link::H2(link) => Some(link.stream().id()),
+            _ => None,
+        })
+        .flatten()
 }
 
 /// The interpreter probe, started when the loop first pays a timed-out request: a thread of

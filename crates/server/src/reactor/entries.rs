@@ -172,6 +172,9 @@ impl Reactor {
                 *entry = Entry::Vacant;
                 self.left_parked(reading);
                 self.free.push(token);
+                if self.streams_open() {
+                    self.stream_token_freed(token);
+                }
                 self.open -= 1;
                 self.shared
                     .slot()

@@ -12,11 +12,11 @@
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use super::{Driver, Entry, Reactor, SPARE_BUFFERS};
+use super::{Driver, Entry, Reactor, H2_WAKER_TOKEN, SPARE_BUFFERS};
 use crate::connection::Connection;
 use crate::h2::{H2Conn, H2Context, H2Stream, Readiness};
 use crate::listener::Peer;
-use crate::poller::{Event, Poller, Token};
+use crate::poller::{Event, Poller, Token, Trigger};
 use crate::spool::INITIAL_BUFFER;
 use crate::transport::{Link, Transport};
 
@@ -47,6 +47,17 @@ pub(super) struct H2Connections {
     nudge: bool,
     /// Some connection still asked for an advance when the last sweep gave up.
     behind: bool,
+    /// The loop's own waker for HTTP/2 work, made at the first HTTP/2 connection when the
+    /// driver has none and does not serve inline (the ASGI bridge: a stream's call made on
+    /// the event loop's thread between turns leaves work no socket event announces), watched
+    /// under `H2_WAKER_TOKEN`. Never closed: a stream that outlives the loop (the bridge
+    /// keeps the shells of the connections its event loop serves) may still write it, and
+    /// must not write into an fd number reused meanwhile; one per worker process.
+    waker: Option<RawFd>,
+    /// Which tokens hold a stream's connection (by token; grown as tokens are), and how many:
+    /// the scoreboard's open streams, ended when the token is freed on whatever path.
+    stream_tokens: Vec<bool>,
+    streams: usize,
 }
 
 impl Reactor {
@@ -63,11 +74,12 @@ impl Reactor {
                 return self.unwatchable(token, &err);
             }
         }
+        let waker = self.h2_waker(driver);
         let config = &self.shared.config;
         let context = H2Context {
             config: config.h2.clone(),
             inline: driver.serves_inline(),
-            waker: driver.waker_fd(),
+            waker,
             one_stream: driver.serves_inline(),
             stream_output_budget: config.max_response_buffer,
         };
@@ -89,6 +101,7 @@ impl Reactor {
         self.note_deadline(deadline);
         self.entries[token] = Entry::H2 { h2, deadline };
         self.h2.tokens.push(token);
+        self.shared.slot().h2_connection_opened();
         self.advance_h2(token, driver);
     }
 
@@ -139,7 +152,70 @@ impl Reactor {
     /// are gone too: they hold its state).
     fn close_h2(&mut self, token: usize) {
         self.h2.tokens.retain(|&t| t != token);
+        self.shared.slot().h2_connection_closed();
         self.close(token);
+    }
+
+    /// The waker a new HTTP/2 connection's streams write when they leave work for the loop:
+    /// the driver's, else none when the driver serves inline (the end-of-turn sweep covers
+    /// its slot's work), else the loop's own eventfd, made and watched once.
+    fn h2_waker(&mut self, driver: &dyn Driver) -> Option<RawFd> {
+        if let Some(fd) = driver.waker_fd() {
+            return Some(fd);
+        }
+        if driver.serves_inline() {
+            return None;
+        }
+        if let Some(waker) = self.h2.waker {
+            return Some(waker);
+        }
+        // SAFETY: eventfd takes no pointer; a valid fd is owned from here on.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            let err = std::io::Error::last_os_error();
+            crate::log::warning(&format!(
+                "HTTP/2: no waker ({err}): streams' leftover work waits for the next event"
+            ));
+            return None;
+        }
+        if let Err(err) = self
+            .poller
+            .register(fd, Token(H2_WAKER_TOKEN), Trigger::Level)
+        {
+            crate::log::warning(&format!(
+                "HTTP/2: no waker ({err}): streams' leftover work waits for the next event"
+            ));
+            // SAFETY: `fd` was just created, is owned by nothing else and was never shared.
+            unsafe { libc::close(fd) };
+            return None;
+        }
+        self.h2.waker = Some(fd);
+        Some(fd)
+    }
+
+    /// The loop's own HTTP/2 waker fired: cleared; the turn's sweep advances what the
+    /// connections ask for.
+    pub(super) fn on_own_h2_waker(&mut self) {
+        if let Some(waker) = self.h2.waker {
+            clear_eventfd(waker);
+        }
+    }
+
+    /// A token was freed: when it held a stream's connection, the stream ended (on any
+    /// path: served, refused, timed out, its client gone).
+    pub(super) fn stream_token_freed(&mut self, token: usize) {
+        if let Some(stream) = self.h2.stream_tokens.get_mut(token) {
+            if std::mem::take(stream) {
+                self.h2.streams -= 1;
+                self.shared.slot().h2_stream_ended();
+            }
+        }
+    }
+
+    /// True while some stream's connection is in the table (`close` then asks
+    /// [`Reactor::stream_token_freed`]; HTTP/1.1 pays this one comparison per close).
+    pub(super) fn streams_open(&self) -> bool {
+        self.h2.streams > 0
     }
 
     /// A stream whose request head is complete: a connection of its own in the table, read
@@ -153,6 +229,12 @@ impl Reactor {
     ) {
         let conn = Connection::new(Transport::H2(stream), peer, listener);
         let token = self.insert(conn);
+        if self.h2.stream_tokens.len() <= token {
+            self.h2.stream_tokens.resize(token + 1, false);
+        }
+        self.h2.stream_tokens[token] = true;
+        self.h2.streams += 1;
+        self.shared.slot().h2_stream_opened();
         if let Some((conn, _)) = self.entries[token].parked() {
             if let Link::H2(link) = conn.link() {
                 link.stream().set_token(token as u64);
@@ -184,10 +266,7 @@ impl Reactor {
     /// driver collects and the sweep looks at what the connections ask for.
     pub(super) fn on_h2_waker(&mut self, fd: Option<RawFd>) {
         if let Some(fd) = fd.filter(|_| !self.h2.tokens.is_empty()) {
-            let mut value: u64 = 0;
-            // SAFETY: reads 8 bytes into a valid u64 from the eventfd the loop watches
-            // (non-blocking: nothing pending is EAGAIN, ignored).
-            let _ = unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
+            clear_eventfd(fd);
         }
     }
 
@@ -277,4 +356,12 @@ impl Reactor {
         }
         self.close_h2(token);
     }
+}
+
+/// Resets an eventfd the loop watches (level-triggered: readable until read).
+fn clear_eventfd(fd: RawFd) {
+    let mut value: u64 = 0;
+    // SAFETY: reads 8 bytes into a valid u64 from the eventfd the loop watches
+    // (non-blocking: nothing pending is EAGAIN, ignored).
+    let _ = unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
 }

@@ -50,6 +50,8 @@ pub(crate) use error_response::reject;
 const SIGNAL_TOKEN: u64 = u64::MAX;
 const LIFE_TOKEN: u64 = u64::MAX - 1;
 const WAKER_TOKEN: u64 = u64::MAX - 2;
+/// The loop's own waker for HTTP/2 work, when the driver has none (`h2`).
+const H2_WAKER_TOKEN: u64 = u64::MAX - 3;
 /// Listener `i` has token `LISTENER_BASE - i`.
 const LISTENER_BASE: u64 = u64::MAX - 16;
 
@@ -299,6 +301,7 @@ impl Reactor {
                         self.on_h2_waker(driver.waker_fd());
                         self.on_returned(driver)
                     }
+                    H2_WAKER_TOKEN => self.on_own_h2_waker(),
                     token if token > LISTENER_BASE - self.listeners.len() as u64 => {
                         acceptable.push((LISTENER_BASE - token) as usize);
                     }

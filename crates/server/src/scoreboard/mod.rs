@@ -12,7 +12,7 @@
 //!
 //! Layout: a [`Header`] of 128 bytes (the master's server-wide fields), `slots` [`Slot`]s of
 //! 192 bytes (three cache lines), then `slots * threads_per_slot`
-//! [`ThreadSlot`]s of 192 bytes, slot `s`'s thread `t` at index `s * threads_per_slot + t`;
+//! [`ThreadSlot`]s of 256 bytes, slot `s`'s thread `t` at index `s * threads_per_slot + t`;
 //! then the request counters ([`metrics`]): one [`RequestMetrics`] block per app thread (the
 //! same order), one per slot (the responses the server writes itself), and last the
 //! [`Retired`] totals of the workers reaped so far.
@@ -588,16 +588,16 @@ mod tests {
         let first = board.thread_slot(0, 0).unwrap() as *const ThreadSlot as usize;
         let last = board.thread_slot(2, 3).unwrap() as *const ThreadSlot as usize;
         assert_eq!(first - board.base.as_ptr() as usize, 3 * 192);
-        assert_eq!(last - first, 11 * 192);
+        assert_eq!(last - first, 11 * 256);
         assert!(board.thread_slot(2, 4).is_none());
         assert!(board.thread_slot(3, 0).is_none());
         assert_eq!(std::mem::size_of::<Retired>(), 22 * 64);
         assert_eq!(
             Scoreboard::mapping_len(3, 4),
-            Some(128 + 3 * 192 + 12 * 192 + 15 * 704 + 22 * 64)
+            Some(128 + 3 * 192 + 12 * 256 + 15 * 704 + 22 * 64)
         );
         let metrics = board.thread_metrics(0, 0).unwrap() as *const RequestMetrics as usize;
-        assert_eq!(metrics - last, 192);
+        assert_eq!(metrics - last, 256);
         let server = board.server_metrics(2).unwrap() as *const RequestMetrics as usize;
         assert_eq!(server - metrics, 14 * 704);
         let retired = board.retired() as *const Retired as usize;

@@ -36,7 +36,7 @@ use std::time::Instant;
 /// Bytes of the request method kept (longer ones are cut: `PROPFIND` and the like fit).
 pub const METHOD_BYTES: usize = 16;
 /// Bytes of the request target kept (longer ones are cut): enough to tell which view of an
-/// app a stuck request is in, small enough that the sub-slot fits three cache lines.
+/// app a stuck request is in, small enough that the sub-slot fits four cache lines.
 pub const TARGET_BYTES: usize = 96;
 
 /// The bit of a sub-slot's `lengths` word that says its request's connection speaks TLS
@@ -85,7 +85,8 @@ super::slot_enum! {
     }
 }
 
-/// One app thread's sub-slot. `#[repr(C)]`, 64-byte aligned, three cache lines.
+/// One app thread's sub-slot. `#[repr(C)]`, 64-byte aligned, four cache lines (three and the
+/// HTTP/2 stream id, the rest padding; the first holds what every request writes).
 #[repr(C, align(64))]
 pub struct ThreadSlot {
     /// Seqlock counter over the request identity: odd while the owner writes it.
@@ -97,6 +98,10 @@ pub struct ThreadSlot {
     /// Method length in the low 8 bits, target length above (both after truncation), and
     /// [`TLS_BIT`] when the connection speaks TLS.
     lengths: AtomicU32,
+    /// The HTTP/2 stream id of the current request (0: not a stream). A connection's streams
+    /// share its fd: with it, the loop finds the stuck stream among them
+    /// ([`ThreadSlot::stream`]).
+    stream: AtomicU32,
     /// Number of the current (or last) request on this thread: requests started so far.
     request: AtomicU64,
     /// Dispatch time of the current request, CLOCK_MONOTONIC nanoseconds.
@@ -215,6 +220,8 @@ impl ThreadSlot {
         let request = self.request.load(Ordering::Relaxed);
         self.request.store(request + 1, Ordering::Relaxed);
         self.fd.store(fd, Ordering::Relaxed);
+        // Same cache line as `fd`; a stream's slot sets it after ([`ThreadSlot::serves_stream`]).
+        self.stream.store(0, Ordering::Relaxed);
         self.lengths.store(
             method.len() as u32 | (target.len() as u32) << 8 | if tls { TLS_BIT } else { 0 },
             Ordering::Relaxed,
@@ -228,6 +235,18 @@ impl ThreadSlot {
         self.state.store(ThreadState::App as u32, Ordering::Relaxed);
         self.sequence
             .store(sequence.wrapping_add(2), Ordering::Release);
+    }
+
+    /// Owner, right after [`ThreadSlot::begin_request_at`]: the request is HTTP/2 stream `id`
+    /// of its connection (whose fd the connection's other streams share).
+    pub fn serves_stream(&self, id: u32) {
+        self.stream.store(id, Ordering::Relaxed);
+    }
+
+    /// The loop: the HTTP/2 stream id of the current request (0: not a stream). Set long
+    /// before a request can be judged timed out, so no seqlock is needed for it.
+    pub fn stream(&self) -> u32 {
+        self.stream.load(Ordering::Relaxed)
     }
 
     /// Owner: the app returned its iterable (a progress point, and the "app done" time).
@@ -479,6 +498,7 @@ impl ThreadSlot {
         self.state
             .store(ThreadState::Idle as u32, Ordering::Relaxed);
         self.fd.store(-1, Ordering::Relaxed);
+        self.stream.store(0, Ordering::Relaxed);
         self.request.store(0, Ordering::Relaxed);
         self.verdict.store(0, Ordering::Relaxed);
         self.response_bytes.store(0, Ordering::Relaxed);
@@ -512,8 +532,8 @@ mod tests {
     }
 
     #[test]
-    fn sub_slots_are_three_cache_lines() {
-        assert_eq!(std::mem::size_of::<ThreadSlot>(), 192);
+    fn sub_slots_are_four_cache_lines() {
+        assert_eq!(std::mem::size_of::<ThreadSlot>(), 256);
         assert_eq!(std::mem::align_of::<ThreadSlot>(), 64);
     }
 
