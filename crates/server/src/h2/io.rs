@@ -17,9 +17,9 @@ use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::config::H2Config;
 use super::flood::{FrameScanner, RateWindow, Scanned};
-use crate::config::H2Config;
-use crate::transport::Link;
+use super::wire::WireLink;
 
 /// A waker that raises a flag: the drive polls again while it is up.
 #[derive(Debug, Default)]
@@ -65,7 +65,7 @@ pub(crate) struct Report {
 
 /// The connection's I/O as `h2` sees it.
 pub(crate) struct Io {
-    link: Link,
+    link: WireLink,
     /// Bytes read from the socket before the connection existed (given first).
     prefix: Vec<u8>,
     scanner: FrameScanner,
@@ -85,7 +85,7 @@ const CREDIT_BYTES: usize = 4096;
 
 impl Io {
     /// The I/O over `link`, whose first bytes are `prefix`.
-    pub(crate) fn new(link: Link, prefix: &[u8], config: &H2Config, report: Arc<Report>) -> Io {
+    pub(crate) fn new(link: WireLink, prefix: &[u8], config: &H2Config, report: Arc<Report>) -> Io {
         Io {
             link,
             prefix: prefix.to_vec(),

@@ -22,8 +22,8 @@ use http::{Request, Response, StatusCode};
 use super::io::{Flag, Io, Report};
 use super::synth::{synthesize, Refused};
 use super::transcode::{Out, Transcoder};
+use super::wire::WireLink;
 use super::Readiness;
-use crate::transport::Link;
 use pump::{apply, pump_stream};
 
 mod pump;
@@ -145,7 +145,7 @@ pub(crate) struct State {
     pub(crate) finished: bool,
     /// Response bytes a stream may hold before its writes would block.
     budget: usize,
-    link: Link,
+    link: WireLink,
     scratch: Vec<Out>,
 }
 
@@ -155,7 +155,7 @@ impl State {
         handshake: Handshake<Io, Bytes>,
         report: Arc<Report>,
         budget: usize,
-        link: Link,
+        link: WireLink,
     ) -> State {
         let flag = Arc::new(Flag::default());
         State {
