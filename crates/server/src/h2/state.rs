@@ -19,7 +19,7 @@ use h2::server::{Connection, Handshake, SendResponse};
 use h2::{Reason, RecvStream, SendStream};
 use http::{Request, Response, StatusCode};
 
-use super::io::{Flag, Io, Report};
+use super::io::{send_out, Flag, Io, Report};
 use super::synth::{synthesize, Refused};
 use super::transcode::{Out, Transcoder};
 use super::wire::WireLink;
@@ -207,6 +207,7 @@ impl State {
     /// Polls `h2` and the streams until nothing moves (`reads`: the socket may be read).
     pub(crate) fn drive(&mut self, reads: bool) {
         self.report.reads.store(reads, Ordering::Relaxed);
+        self.report.drained.store(false, Ordering::Relaxed);
         self.report.write_blocked.store(false, Ordering::Relaxed);
         let waker = self.waker.clone();
         let mut cx = Context::from_waker(&waker);
@@ -218,7 +219,16 @@ impl State {
                 break;
             }
         }
-        if matches!(self.phase, Phase::Closed) && !self.finished && reads {
+        // One write for everything this drive produced.
+        let sent = match send_out(self.link, &self.report) {
+            Ok(sent) => sent,
+            Err(_) => {
+                // `h2` learns the failure at its next write or flush: the connection ends.
+                self.poll_connection(&mut cx);
+                true
+            }
+        };
+        if matches!(self.phase, Phase::Closed) && !self.finished && reads && sent {
             self.drain();
             // FIN now (our close_notify first on TLS): the socket itself closes when the
             // last stream's transport is dropped, which a slot may still hold.
@@ -298,8 +308,11 @@ impl State {
         frame[2] = 8;
         frame[3] = 0x7;
         frame[13..17].copy_from_slice(&u32::from(reason).to_be_bytes());
-        let _ = self.link.write_vectored(&[&frame], 0);
-        let _ = self.link.flush();
+        self.report
+            .out
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .extend_from_slice(&frame);
     }
 
     /// Reads what the client sent and nobody will read, so that the close sends FIN and not
