@@ -18,7 +18,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake};
+use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
 use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -41,17 +41,35 @@ impl Flag {
     pub(crate) fn take(&self) -> bool {
         self.0.swap(false, Ordering::AcqRel)
     }
+
+    /// A waker that raises this flag and counts no reference: a clone copies the pointer, a
+    /// drop does nothing (`h2` clones and drops wakers on every poll; an `Arc` waker made
+    /// that two locked instructions each time), and every clone `will_wake` the others, so
+    /// `h2` keeps the one it has.
+    ///
+    /// # Safety
+    /// The flag must outlive every waker made from it (and their clones).
+    pub(crate) unsafe fn waker(self: &Arc<Self>) -> Waker {
+        // SAFETY: the vtable's functions only read the flag, which the caller keeps alive.
+        unsafe { Waker::from_raw(RawWaker::new(Arc::as_ptr(self).cast(), &FLAG_WAKER)) }
+    }
 }
 
-impl Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::Release);
-    }
+static FLAG_WAKER: RawWakerVTable =
+    RawWakerVTable::new(flag_clone, flag_wake, flag_wake, flag_drop);
 
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.store(true, Ordering::Release);
-    }
+unsafe fn flag_clone(flag: *const ()) -> RawWaker {
+    RawWaker::new(flag, &FLAG_WAKER)
 }
+
+unsafe fn flag_wake(flag: *const ()) {
+    // SAFETY: a live flag ([`Flag::waker`]'s contract).
+    unsafe { &*flag.cast::<Flag>() }
+        .0
+        .store(true, Ordering::Release);
+}
+
+unsafe fn flag_drop(_flag: *const ()) {}
 
 /// What the drive tells the I/O object and learns from it; only touched under the
 /// connection's lock (the atomics make it shareable with the `Io` that `h2` owns).

@@ -136,7 +136,6 @@ pub(crate) struct State {
     /// Streams accepted and not yet handed to the loop.
     pub(crate) opened: Vec<u32>,
     pub(crate) report: Arc<Report>,
-    flag: Arc<Flag>,
     waker: Waker,
     graceful: bool,
     graceful_sent: bool,
@@ -147,6 +146,9 @@ pub(crate) struct State {
     budget: usize,
     link: WireLink,
     scratch: Vec<Out>,
+    /// Declared last: dropped after `h2` and the streams' handles, which hold wakers that
+    /// point at it without counting ([`Flag::waker`]).
+    flag: Arc<Flag>,
 }
 
 impl State {
@@ -163,7 +165,9 @@ impl State {
             streams: HashMap::new(),
             opened: Vec::new(),
             report,
-            waker: Waker::from(Arc::clone(&flag)),
+            // SAFETY: the flag is the state's last field, so it outlives every waker `h2`
+            // keeps (in the connection and the streams' handles, all inside the state).
+            waker: unsafe { flag.waker() },
             flag,
             graceful: false,
             graceful_sent: false,
