@@ -4,7 +4,8 @@
 //! Layers, from the bottom: [`io`] (non-blocking syscalls), [`poller`] (epoll), [`clock`]
 //! (UTC dates for the logs, the monotonic clock as last read), [`control`] (signals, life pipe),
 //! [`tls`] (rustls sessions, the certificates and keys, session tickets, what a handshake
-//! tells the app), [`transport`] (what carries a connection's bytes: every connection read and write goes
+//! tells the app), [`h2`] (an HTTP/2 connection over its socket, the `h2` crate driven by our
+//! poller, its streams as virtual HTTP/1.1 connections; its settings), [`transport`] (what carries a connection's bytes: every connection read and write goes
 //! through it), [`scoreboard`], [`dump_signal`] (the stuck worker's dump-signal handler, over
 //! the scoreboard), [`log`] (the error log), [`access_log`] (its formats and buffered sink),
 //! [`listener`] (accept, addresses), [`trusted_proxies`] (`forwarded_allow_ips`), [`config`],

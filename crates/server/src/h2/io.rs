@@ -4,6 +4,12 @@
 //! moves, with a waker that only raises a flag ([`Flag`]), so a wake during a poll means
 //! "poll once more".
 //!
+//! Writes are gathered: what `h2` writes during one drive goes to the connection's output
+//! buffer ([`Report::out`]), and the drive writes it once at its end ([`send_out`]), so every
+//! frame a drive produced (HEADERS and DATA of many streams' responses) leaves in one
+//! syscall. Reads stop for the rest of a drive after a short one (on a plain socket, a read
+//! that did not fill the buffer drained it; the poller is edge-triggered).
+//!
 //! Every byte the client sends passes the frame pre-scanner ([`super::flood`]) before `h2`
 //! sees it; bytes that break a flood limit are withheld (the drive then answers GOAWAY
 //! ENHANCE_YOUR_CALM). It must not decide anything about the protocol.
@@ -11,15 +17,15 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
 use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::config::H2Config;
 use super::flood::{FrameScanner, RateWindow, Scanned};
-use crate::config::H2Config;
-use crate::transport::Link;
+use super::wire::WireLink;
 
 /// A waker that raises a flag: the drive polls again while it is up.
 #[derive(Debug, Default)]
@@ -35,17 +41,35 @@ impl Flag {
     pub(crate) fn take(&self) -> bool {
         self.0.swap(false, Ordering::AcqRel)
     }
+
+    /// A waker that raises this flag and counts no reference: a clone copies the pointer, a
+    /// drop does nothing (`h2` clones and drops wakers on every poll; an `Arc` waker made
+    /// that two locked instructions each time), and every clone `will_wake` the others, so
+    /// `h2` keeps the one it has.
+    ///
+    /// # Safety
+    /// The flag must outlive every waker made from it (and their clones).
+    pub(crate) unsafe fn waker(self: &Arc<Self>) -> Waker {
+        // SAFETY: the vtable's functions only read the flag, which the caller keeps alive.
+        unsafe { Waker::from_raw(RawWaker::new(Arc::as_ptr(self).cast(), &FLAG_WAKER)) }
+    }
 }
 
-impl Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::Release);
-    }
+static FLAG_WAKER: RawWakerVTable =
+    RawWakerVTable::new(flag_clone, flag_wake, flag_wake, flag_drop);
 
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.store(true, Ordering::Release);
-    }
+unsafe fn flag_clone(flag: *const ()) -> RawWaker {
+    RawWaker::new(flag, &FLAG_WAKER)
 }
+
+unsafe fn flag_wake(flag: *const ()) {
+    // SAFETY: a live flag ([`Flag::waker`]'s contract).
+    unsafe { &*flag.cast::<Flag>() }
+        .0
+        .store(true, Ordering::Release);
+}
+
+unsafe fn flag_drop(_flag: *const ()) {}
 
 /// What the drive tells the I/O object and learns from it; only touched under the
 /// connection's lock (the atomics make it shareable with the `Io` that `h2` owns).
@@ -61,11 +85,67 @@ pub(crate) struct Report {
     pub(crate) calm: AtomicBool,
     /// Streams refused for the client's errors since the last read (counted as resets).
     pub(crate) refused: std::sync::atomic::AtomicU64,
+    /// A read this drive did not fill its buffer: the socket is drained until the poller's
+    /// next edge (plain sockets only: a TLS session may hold decrypted bytes).
+    pub(crate) drained: AtomicBool,
+    /// Writing the gathered output failed: `h2` learns it at its next write or flush.
+    pub(crate) broken: AtomicBool,
+    /// What `h2` wrote and the socket has not taken yet (only touched under the
+    /// connection's lock: the mutex is never contended).
+    pub(crate) out: Mutex<Vec<u8>>,
+}
+
+/// Gathered output past which a write goes to the socket at once instead of waiting for the
+/// drive's end (bounds the buffer; a large DATA frame is not copied).
+const GATHER_LIMIT: usize = 64 * 1024;
+
+impl Report {
+    fn out(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        self.out.lock().unwrap_or_else(|poison| poison.into_inner())
+    }
+}
+
+/// Writes the gathered output to `link` as far as the socket takes it: true when nothing is
+/// left (a TLS session's ciphertext included); false when the socket is full
+/// ([`Report::write_blocked`] is then raised).
+pub(crate) fn send_out(link: WireLink, report: &Report) -> io::Result<bool> {
+    let mut out = report.out();
+    drain_out(link, report, &mut out)
+}
+
+fn drain_out(link: WireLink, report: &Report, out: &mut Vec<u8>) -> io::Result<bool> {
+    let mut sent = 0;
+    let result = loop {
+        if sent == out.len() {
+            break link.flush();
+        }
+        match link.write_vectored(&[&out[sent..]], 0) {
+            Ok(Some(n)) => sent += n,
+            Ok(None) => break Ok(false),
+            Err(err) => break Err(err),
+        }
+    };
+    out.drain(..sent);
+    match result {
+        Ok(true) => Ok(true),
+        Ok(false) => {
+            report.write_blocked.store(true, Ordering::Relaxed);
+            Ok(false)
+        }
+        Err(err) => {
+            report.broken.store(true, Ordering::Relaxed);
+            Err(err)
+        }
+    }
+}
+
+fn broken() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "the connection's socket failed")
 }
 
 /// The connection's I/O as `h2` sees it.
 pub(crate) struct Io {
-    link: Link,
+    link: WireLink,
     /// Bytes read from the socket before the connection existed (given first).
     prefix: Vec<u8>,
     scanner: FrameScanner,
@@ -85,7 +165,7 @@ const CREDIT_BYTES: usize = 4096;
 
 impl Io {
     /// The I/O over `link`, whose first bytes are `prefix`.
-    pub(crate) fn new(link: Link, prefix: &[u8], config: &H2Config, report: Arc<Report>) -> Io {
+    pub(crate) fn new(link: WireLink, prefix: &[u8], config: &H2Config, report: Arc<Report>) -> Io {
         Io {
             link,
             prefix: prefix.to_vec(),
@@ -123,7 +203,13 @@ impl AsyncRead for Io {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if !this.report.reads.load(Ordering::Relaxed) || this.report.calm.load(Ordering::Relaxed) {
+        if this.report.broken.load(Ordering::Relaxed) {
+            return Poll::Ready(Err(broken()));
+        }
+        if !this.report.reads.load(Ordering::Relaxed)
+            || this.report.calm.load(Ordering::Relaxed)
+            || this.report.drained.load(Ordering::Relaxed)
+        {
             return Poll::Pending;
         }
         if !this.prefix.is_empty() {
@@ -143,6 +229,9 @@ impl AsyncRead for Io {
                 Poll::Ready(Ok(()))
             }
             Ok(Some(n)) => {
+                if n < unfilled.len() && matches!(this.link, WireLink::Plain(_)) {
+                    this.report.drained.store(true, Ordering::Relaxed);
+                }
                 if this.flooded(&unfilled[..n]) {
                     this.report.calm.store(true, Ordering::Relaxed);
                     return Poll::Pending;
@@ -150,7 +239,10 @@ impl AsyncRead for Io {
                 buf.advance(n);
                 Poll::Ready(Ok(()))
             }
-            Ok(None) => Poll::Pending,
+            Ok(None) => {
+                this.report.drained.store(true, Ordering::Relaxed);
+                Poll::Pending
+            }
             Err(err) => {
                 this.report.eof.store(true, Ordering::Relaxed);
                 Poll::Ready(Err(err))
@@ -160,20 +252,42 @@ impl AsyncRead for Io {
 }
 
 impl Io {
+    /// Takes `parts` into the gathered output (written at the drive's end), or, past
+    /// [`GATHER_LIMIT`], writes what is gathered and then `parts` to the socket at once.
     fn write(&mut self, parts: &[&[u8]]) -> Poll<io::Result<usize>> {
-        match self.link.write_vectored(parts, 0) {
-            Ok(Some(n)) => {
-                self.written += n;
-                self.credit += (self.written / CREDIT_BYTES) as u64;
-                self.written %= CREDIT_BYTES;
-                Poll::Ready(Ok(n))
-            }
-            Ok(None) => {
-                self.report.write_blocked.store(true, Ordering::Relaxed);
-                Poll::Pending
-            }
-            Err(err) => Poll::Ready(Err(err)),
+        if self.report.broken.load(Ordering::Relaxed) {
+            return Poll::Ready(Err(broken()));
         }
+        let total: usize = parts.iter().map(|part| part.len()).sum();
+        let report = Arc::clone(&self.report);
+        let mut out = report.out();
+        let n = if out.len() + total <= GATHER_LIMIT {
+            for part in parts {
+                out.extend_from_slice(part);
+            }
+            total
+        } else {
+            match drain_out(self.link, &report, &mut out) {
+                Ok(true) => {}
+                Ok(false) => return Poll::Pending,
+                Err(err) => return Poll::Ready(Err(err)),
+            }
+            match self.link.write_vectored(parts, 0) {
+                Ok(Some(n)) => n,
+                Ok(None) => {
+                    report.write_blocked.store(true, Ordering::Relaxed);
+                    return Poll::Pending;
+                }
+                Err(err) => {
+                    report.broken.store(true, Ordering::Relaxed);
+                    return Poll::Ready(Err(err));
+                }
+            }
+        };
+        self.written += n;
+        self.credit += (self.written / CREDIT_BYTES) as u64;
+        self.written %= CREDIT_BYTES;
+        Poll::Ready(Ok(n))
     }
 }
 
@@ -205,14 +319,11 @@ impl AsyncWrite for Io {
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.link.flush() {
-            Ok(true) => Poll::Ready(Ok(())),
-            Ok(false) => {
-                self.report.write_blocked.store(true, Ordering::Relaxed);
-                Poll::Pending
-            }
-            Err(err) => Poll::Ready(Err(err)),
+        // The drive's end writes what is gathered ([`send_out`]): one write per drive.
+        if self.report.broken.load(Ordering::Relaxed) {
+            return Poll::Ready(Err(broken()));
         }
+        Poll::Ready(Ok(()))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

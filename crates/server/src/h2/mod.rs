@@ -1,7 +1,7 @@
 //! HTTP/2 (RFC 9113; ADR 0034, 0035): a connection whose first bytes were the HTTP/2 preface
 //! (h2c) or whose TLS handshake chose `h2` by ALPN, served by the `h2` crate driven from our
 //! own poller without a runtime, each of its streams handed to the rest of the server as a
-//! virtual HTTP/1.1 connection ([`H2Stream`], a [`crate::transport::Transport`] of its own).
+//! virtual HTTP/1.1 connection ([`H2Stream`], a `crate::transport::Transport` of its own).
 //!
 //! The loop owns an [`H2Conn`] for its whole life (ADR 0019): it calls [`H2Conn::advance`]
 //! when the socket is readable or writable, when a slot wrote to a stream (the driver's
@@ -17,7 +17,7 @@
 //! response, reading a body it streams): the state is behind one lock per connection
 //! (`Shared`), which the loop takes in `advance` and a stream's link in each call.
 //!
-//! Its files: `io` (the I/O object `h2` drives), `flood` (the frame pre-scanner and the rate
+//! Its files: `wire` (the socket: plain or TLS), `io` (the I/O object `h2` drives), `flood` (the frame pre-scanner and the rate
 //! windows), `synth` (a request as HTTP/1.1 bytes), `transcode` (a response's HTTP/1.1 bytes
 //! as HEADERS and DATA), `state` (the connection's state and its drive), `stream` (the
 //! `H2Stream` a virtual connection owns).
@@ -33,18 +33,19 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::config::H2Config;
-use crate::transport::Transport;
-
+mod config;
 mod flood;
 mod io;
 mod state;
 mod stream;
 mod synth;
 mod transcode;
+mod wire;
 
+pub use config::H2Config;
 use state::State;
 pub use stream::{H2Stream, StreamLink};
+pub use wire::Wire;
 
 /// The connection preface a client sends first (RFC 9113 3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -57,13 +58,13 @@ pub struct H2Conn {
 
 /// What one connection's streams and the loop share: the state behind its lock, the socket.
 pub(crate) struct Shared {
-    /// Declared first: dropped before the transport its I/O object reads through.
+    /// Declared first: dropped before the wire its I/O object reads through.
     state: Mutex<State>,
     /// Wakes the threads blocked on one of the connection's streams (not `inline`).
     cond: Condvar,
     /// A slot's thread left work for the loop since its last advance.
     needs_advance: AtomicBool,
-    transport: Transport,
+    wire: Wire,
     inline: bool,
     waker: Option<RawFd>,
 }
@@ -134,13 +135,13 @@ fn builder(config: &H2Config, one_stream: bool) -> h2::server::Builder {
 }
 
 impl H2Conn {
-    /// A connection over `transport` whose first `read` bytes were taken from the socket
+    /// A connection over `wire` (the connection's transport until now) whose first `read` bytes were taken from the socket
     /// already (the h2c preface, or part of it, that the loop peeked or read to choose the
     /// protocol); on TLS, the handshake is finished and ALPN chose `h2`. Queues the server's
     /// SETTINGS (and the connection window's WINDOW_UPDATE); nothing is written until
     /// [`H2Conn::advance`].
-    pub fn new(transport: Transport, read: &[u8], context: H2Context) -> H2Conn {
-        let link = transport.link();
+    pub fn new(wire: Wire, read: &[u8], context: H2Context) -> H2Conn {
+        let link = wire.link();
         let report = Arc::new(io::Report::default());
         let io = io::Io::new(link, read, &context.config, Arc::clone(&report));
         let handshake = builder(&context.config, context.one_stream).handshake::<_, Bytes>(io);
@@ -150,7 +151,7 @@ impl H2Conn {
                 state: Mutex::new(state),
                 cond: Condvar::new(),
                 needs_advance: AtomicBool::new(false),
-                transport,
+                wire,
                 inline: context.inline,
                 waker: context.waker,
             }),
@@ -159,7 +160,7 @@ impl H2Conn {
 
     /// The socket's fd, for the poller's registration (never for I/O).
     pub fn fd(&self) -> RawFd {
-        self.shared.transport.fd()
+        self.shared.wire.fd()
     }
 
     /// Reads what the socket holds, runs the protocol, frames what the streams wrote, writes

@@ -19,11 +19,11 @@ use h2::server::{Connection, Handshake, SendResponse};
 use h2::{Reason, RecvStream, SendStream};
 use http::{Request, Response, StatusCode};
 
-use super::io::{Flag, Io, Report};
+use super::io::{send_out, Flag, Io, Report};
 use super::synth::{synthesize, Refused};
 use super::transcode::{Out, Transcoder};
+use super::wire::WireLink;
 use super::Readiness;
-use crate::transport::Link;
 use pump::{apply, pump_stream};
 
 mod pump;
@@ -136,7 +136,6 @@ pub(crate) struct State {
     /// Streams accepted and not yet handed to the loop.
     pub(crate) opened: Vec<u32>,
     pub(crate) report: Arc<Report>,
-    flag: Arc<Flag>,
     waker: Waker,
     graceful: bool,
     graceful_sent: bool,
@@ -145,8 +144,11 @@ pub(crate) struct State {
     pub(crate) finished: bool,
     /// Response bytes a stream may hold before its writes would block.
     budget: usize,
-    link: Link,
+    link: WireLink,
     scratch: Vec<Out>,
+    /// Declared last: dropped after `h2` and the streams' handles, which hold wakers that
+    /// point at it without counting ([`Flag::waker`]).
+    flag: Arc<Flag>,
 }
 
 impl State {
@@ -155,7 +157,7 @@ impl State {
         handshake: Handshake<Io, Bytes>,
         report: Arc<Report>,
         budget: usize,
-        link: Link,
+        link: WireLink,
     ) -> State {
         let flag = Arc::new(Flag::default());
         State {
@@ -163,7 +165,9 @@ impl State {
             streams: HashMap::new(),
             opened: Vec::new(),
             report,
-            waker: Waker::from(Arc::clone(&flag)),
+            // SAFETY: the flag is the state's last field, so it outlives every waker `h2`
+            // keeps (in the connection and the streams' handles, all inside the state).
+            waker: unsafe { flag.waker() },
             flag,
             graceful: false,
             graceful_sent: false,
@@ -207,6 +211,7 @@ impl State {
     /// Polls `h2` and the streams until nothing moves (`reads`: the socket may be read).
     pub(crate) fn drive(&mut self, reads: bool) {
         self.report.reads.store(reads, Ordering::Relaxed);
+        self.report.drained.store(false, Ordering::Relaxed);
         self.report.write_blocked.store(false, Ordering::Relaxed);
         let waker = self.waker.clone();
         let mut cx = Context::from_waker(&waker);
@@ -218,7 +223,16 @@ impl State {
                 break;
             }
         }
-        if matches!(self.phase, Phase::Closed) && !self.finished && reads {
+        // One write for everything this drive produced.
+        let sent = match send_out(self.link, &self.report) {
+            Ok(sent) => sent,
+            Err(_) => {
+                // `h2` learns the failure at its next write or flush: the connection ends.
+                self.poll_connection(&mut cx);
+                true
+            }
+        };
+        if matches!(self.phase, Phase::Closed) && !self.finished && reads && sent {
             self.drain();
             // FIN now (our close_notify first on TLS): the socket itself closes when the
             // last stream's transport is dropped, which a slot may still hold.
@@ -298,8 +312,11 @@ impl State {
         frame[2] = 8;
         frame[3] = 0x7;
         frame[13..17].copy_from_slice(&u32::from(reason).to_be_bytes());
-        let _ = self.link.write_vectored(&[&frame], 0);
-        let _ = self.link.flush();
+        self.report
+            .out
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .extend_from_slice(&frame);
     }
 
     /// Reads what the client sent and nobody will read, so that the close sends FIN and not

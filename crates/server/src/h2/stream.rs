@@ -15,7 +15,6 @@ use super::state::StreamState;
 use super::Shared;
 use crate::io::{timed_out, wait_fd_events};
 use crate::tls::TlsInfo;
-use crate::transport::Transport;
 
 /// The most of a file one [`H2Stream::send_file`] reads.
 const FILE_BLOCK: usize = 64 * 1024;
@@ -58,7 +57,7 @@ impl H2Stream {
     /// The connection's socket fd (for logs and the scoreboard; never registered for this
     /// stream, never for I/O).
     pub fn fd(&self) -> RawFd {
-        self.shared.transport.fd()
+        self.shared.wire.fd()
     }
 
     /// The HTTP/2 stream id.
@@ -68,10 +67,7 @@ impl H2Stream {
 
     /// What the connection's TLS handshake told (`None` on h2c).
     pub fn info(&self) -> Option<&TlsInfo> {
-        match &self.shared.transport {
-            Transport::Tls(conn) => conn.info(),
-            _ => None,
-        }
+        self.shared.wire.info()
     }
 
     /// One non-blocking read of the request's HTTP/1.1 bytes (`Ok(None)`: nothing yet;

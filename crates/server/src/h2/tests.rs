@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 
+use super::H2Config;
+use super::Wire;
 use super::{H2Conn, H2Context, H2Stream, PREFACE};
-use crate::config::H2Config;
-use crate::transport::Transport;
 
 /// A hang becomes a failure after this long (never a synchronisation).
 const SAFETY: Duration = Duration::from_secs(20);
@@ -53,7 +53,7 @@ impl Server {
         // SAFETY: a new eventfd, owned from here on.
         let waker = unsafe { OwnedFd::from_raw_fd(libc::eventfd(0, libc::EFD_NONBLOCK)) };
         let conn = Arc::new(H2Conn::new(
-            Transport::Plain(socket.into()),
+            Wire::Plain(socket.into()),
             &[],
             H2Context {
                 config,
@@ -762,7 +762,7 @@ fn frames_in(mut bytes: &[u8]) -> Vec<(u8, u8, u32, Vec<u8>)> {
 fn over_tls_the_streams_bytes_go_through_the_session() {
     let (tls, mut client) = crate::tls::conn::tests::connected();
     let conn = H2Conn::new(
-        Transport::Tls(tls),
+        Wire::Tls(tls),
         &[],
         H2Context {
             config: H2Config::default(),

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::{Driver, Entry, Reactor, H2_WAKER_TOKEN, SPARE_BUFFERS};
 use crate::connection::Connection;
-use crate::h2::{H2Conn, H2Context, H2Stream, Readiness};
+use crate::h2::{H2Conn, H2Context, H2Stream, Readiness, Wire};
 use crate::listener::Peer;
 use crate::poller::{Event, Poller, Token, Trigger};
 use crate::spool::INITIAL_BUFFER;
@@ -83,7 +83,13 @@ impl Reactor {
             one_stream: driver.serves_inline(),
             stream_output_budget: config.max_response_buffer,
         };
-        let conn = H2Conn::new(transport, &parts.buf[..parts.filled], context);
+        let wire = match transport {
+            Transport::Plain(fd) => Wire::Plain(fd),
+            Transport::Tls(conn) => Wire::Tls(conn),
+            // A stream's virtual connection is served as HTTP/1.1, never chooses again.
+            Transport::H2(_) => unreachable!("an HTTP/2 stream chose HTTP/2"),
+        };
+        let conn = H2Conn::new(wire, &parts.buf[..parts.filled], context);
         let buf = std::mem::take(&mut parts.buf);
         if buf.len() == INITIAL_BUFFER && self.spare_buffers.len() < SPARE_BUFFERS {
             self.spare_buffers.push(buf);
