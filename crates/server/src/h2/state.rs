@@ -13,6 +13,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
 use h2::server::{Connection, Handshake, SendResponse};
@@ -74,12 +75,20 @@ pub(crate) struct StreamState {
     complete: bool,
     /// A write found no room (or a flush found bytes left): tell when room comes.
     want_writable: bool,
+    /// The last flush found bytes left (and no write came since): a write wait is for all of
+    /// them to be handed to `h2`, not for room (which a flush's caller does not want).
+    pub(crate) flush_waiting: bool,
     pending: Readiness,
     /// A thread blocks on this stream (the condvar wakes it; the loop is not told).
     pub(crate) waiting: bool,
     budget: usize,
     /// The `H2Stream` is gone; what is left of a complete response still goes.
     detached: bool,
+    /// A detached stream is reset when its bytes have not moved by then (`send_timeout`,
+    /// renewed as they move: nobody else times a client that stopped reading them).
+    pub(crate) detached_until: Option<Instant>,
+    /// A byte of the request was read: a reset now ends its reads as an end would.
+    started: bool,
 }
 
 impl StreamState {
@@ -98,9 +107,20 @@ impl StreamState {
         self.out_len < self.budget
     }
 
-    /// A flush found bytes left: tell when they move.
+    /// What a write wait waits for: every byte handed to `h2` after a flush that left some,
+    /// else room for a write.
+    pub(crate) fn write_ready(&self) -> bool {
+        if self.flush_waiting {
+            !self.wants_write()
+        } else {
+            self.has_room()
+        }
+    }
+
+    /// A flush found bytes left: tell when they are all handed to `h2`.
     pub(crate) fn want_writable(&mut self) {
         self.want_writable = true;
+        self.flush_waiting = true;
     }
 
     /// Broken: reads end and writes fail.
@@ -145,6 +165,11 @@ pub(crate) struct State {
     pub(crate) finished: bool,
     /// Response bytes a stream may hold before its writes would block.
     budget: usize,
+    /// How long a detached stream's bytes may wait for the client's window.
+    send_timeout: Duration,
+    /// A stream detached with bytes held since the last advance: the loop must learn its
+    /// deadline.
+    pub(crate) detached_news: bool,
     link: Link,
     scratch: Vec<Out>,
 }
@@ -155,6 +180,7 @@ impl State {
         handshake: Handshake<Io, Bytes>,
         report: Arc<Report>,
         budget: usize,
+        send_timeout: Duration,
         link: Link,
     ) -> State {
         let flag = Arc::new(Flag::default());
@@ -170,6 +196,8 @@ impl State {
             calm_sent: false,
             finished: false,
             budget: budget.max(1),
+            send_timeout,
+            detached_news: false,
             link,
             scratch: Vec::new(),
         }
@@ -197,6 +225,13 @@ impl State {
     /// True when the graceful close was asked for and its first GOAWAY is not sent yet.
     pub(crate) fn graceful_owed(&self) -> bool {
         self.graceful && !self.graceful_sent
+    }
+
+    /// True when a stream's reads must fail: reset before its first byte was read (no
+    /// request to serve).
+    pub(crate) fn reset_unread(&mut self, id: u32) -> bool {
+        let stream = self.stream(id);
+        stream.reset && !stream.started
     }
 
     /// True when a stream's `h2` handles asked to be polled (a write, a released window).
@@ -288,7 +323,7 @@ impl State {
                 }
                 Phase::Closed => return,
             };
-            self.accept(accepted);
+            self.accept(accepted, cx);
         }
     }
 
@@ -314,7 +349,15 @@ impl State {
         }
     }
 
-    fn accept(&mut self, (request, mut respond): (Request<RecvStream>, SendResponse<Bytes>)) {
+    fn accept(
+        &mut self,
+        (request, mut respond): (Request<RecvStream>, SendResponse<Bytes>),
+        cx: &mut Context<'_>,
+    ) {
+        if respond.poll_reset(cx).is_ready() {
+            // Reset by the client before we saw it (HEADERS then RST_STREAM): no app runs.
+            return;
+        }
         let (parts, recv) = request.into_parts();
         let id = respond.stream_id().as_u32();
         let end = recv.is_end_stream();
@@ -344,10 +387,13 @@ impl State {
                         out_end: false,
                         complete: false,
                         want_writable: false,
+                        flush_waiting: false,
                         pending: Readiness::default(),
                         waiting: false,
                         budget: self.budget,
                         detached: false,
+                        detached_until: None,
+                        started: false,
                     },
                 );
                 self.opened.push(id);
@@ -366,9 +412,9 @@ impl State {
 
     /// Moves DATA in and out of every stream as far as `h2` allows.
     fn pump(&mut self, cx: &mut Context<'_>) {
-        let budget = self.budget;
+        let (budget, send_timeout) = (self.budget, self.send_timeout);
         self.streams.retain(|_, stream| {
-            pump_stream(stream, cx, budget);
+            pump_stream(stream, cx, budget, send_timeout);
             !(stream.detached && (stream.reset || (stream.complete && stream.out_len == 0)))
         });
     }
@@ -408,6 +454,7 @@ impl State {
                 let _ = recv.flow_control().release_capacity(released);
             }
         }
+        stream.started |= filled > 0;
         let read = if filled > 0 {
             Some(filled)
         } else if stream.recv_done || stream.broken() {
@@ -435,6 +482,7 @@ impl State {
                 "the HTTP/2 stream was reset",
             ));
         }
+        stream.flush_waiting = false;
         let room = budget.saturating_sub(stream.out_len);
         if room == 0 {
             stream.want_writable = true;
@@ -509,9 +557,33 @@ impl State {
             stream.reset_with(reason);
         }
         stream.detached = true;
+        // Its token goes back to the loop, which may give it to another connection.
+        stream.token = None;
+        if !stream.reset && !(stream.complete && stream.out_len == 0) {
+            stream.detached_until = Some(Instant::now() + self.send_timeout);
+            self.detached_news = true;
+        }
         if stream.reset || (stream.complete && stream.out_len == 0) {
             self.streams.remove(&id);
         }
+    }
+
+    /// Resets the detached streams whose bytes did not move by their deadline (CANCEL); the
+    /// earliest deadline left, when the loop must come back.
+    pub(crate) fn expire_detached(&mut self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        self.streams.retain(|_, stream| {
+            let Some(until) = stream.detached_until else {
+                return true;
+            };
+            if until <= now {
+                stream.reset_with(Reason::CANCEL);
+                return false;
+            }
+            next = Some(next.map_or(until, |next| next.min(until)));
+            true
+        });
+        next
     }
 
     /// Readiness of the loop's streams to report (and forgets it).
@@ -530,6 +602,8 @@ impl State {
     /// output the socket did not take, or the end to notice.
     pub(crate) fn left_for_loop(&self) -> bool {
         !self.opened.is_empty()
+            || self.flag.is_up()
+            || self.detached_news
             || self.report.write_blocked.load(Ordering::Relaxed)
             || (matches!(self.phase, Phase::Closed) && !self.finished)
             || self.streams.values().any(|stream| {

@@ -33,6 +33,9 @@ pub(super) struct H2Entry {
     /// No stream was open at the last advance (its deadline then runs from when it became
     /// so: a client that only pings does not keep it).
     idle: bool,
+    /// When a stream whose exchange is over times out unless its bytes move
+    /// (`Advance::deadline`): the entry's deadline is never later.
+    detached_until: Option<Instant>,
 }
 
 /// The loop's HTTP/2 bookkeeping: which entries hold HTTP/2 connections (a list, so the
@@ -70,6 +73,7 @@ impl Reactor {
             waker: driver.waker_fd(),
             one_stream: driver.serves_inline(),
             stream_output_budget: config.max_response_buffer,
+            send_timeout: config.send_timeout,
         };
         let conn = H2Conn::new(transport, &parts.buf[..parts.filled], context);
         let buf = std::mem::take(&mut parts.buf);
@@ -84,6 +88,7 @@ impl Reactor {
             peer: parts.peer,
             listener: parts.listener,
             idle: true,
+            detached_until: None,
         });
         let deadline = self.h2_idle_deadline();
         self.note_deadline(deadline);
@@ -113,17 +118,22 @@ impl Reactor {
             return self.close_h2(token);
         }
         let idle_until = self.h2_idle_deadline();
-        let mut became_idle = false;
+        let mut noted = None;
         if let Some(Entry::H2 { h2, deadline }) = self.entries.get_mut(token) {
             let idle = h2.conn.open_streams() == 0;
             if idle && !h2.idle {
                 *deadline = idle_until;
-                became_idle = true;
+                noted = Some(idle_until);
             }
             h2.idle = idle;
+            h2.detached_until = advance.deadline;
+            if let Some(until) = advance.deadline.filter(|until| until < deadline) {
+                *deadline = until;
+                noted = Some(until);
+            }
         }
-        if became_idle {
-            self.note_deadline(idle_until);
+        if let Some(until) = noted {
+            self.note_deadline(until);
         }
     }
 
@@ -139,6 +149,11 @@ impl Reactor {
     /// are gone too: they hold its state).
     fn close_h2(&mut self, token: usize) {
         self.h2.tokens.retain(|&t| t != token);
+        if let Some(Entry::H2 { h2, .. }) = self.entries.get(token) {
+            // A slot's stream may keep the socket open past the entry: its events must not
+            // reach whoever gets the token next.
+            let _ = self.poller.deregister(h2.conn.fd());
+        }
         self.close(token);
     }
 
@@ -266,6 +281,9 @@ impl Reactor {
             return self.note_deadline(deadline);
         }
         if h2.conn.open_streams() > 0 && !drained {
+            let renewed = h2
+                .detached_until
+                .map_or(renewed, |until| until.min(renewed));
             *deadline = renewed.max(now + Duration::from_millis(1));
             let deadline = *deadline;
             return self.note_deadline(deadline);
