@@ -225,6 +225,13 @@ impl H2Conn {
         self.shared.settle(&mut state, false);
     }
 
+    /// Closes a connection idle past `keepalive_timeout`: GOAWAY NO_ERROR with the last
+    /// stream id processed, then, as the socket takes it, the end (what the client sent is
+    /// read first, so the close is a FIN). Effective at the next [`H2Conn::advance`].
+    pub fn close_idle(&self) {
+        self.shared.lock().close_idle();
+    }
+
     /// Streams open (dispatched, reading their body, or writing their response).
     pub fn open_streams(&self) -> usize {
         self.shared.lock().streams.len()

@@ -160,6 +160,9 @@ pub(crate) struct State {
     waker: Waker,
     graceful: bool,
     graceful_sent: bool,
+    /// The idle close: GOAWAY NO_ERROR with the last stream id processed, then the end.
+    idle_close: bool,
+    idle_close_sent: bool,
     calm_sent: bool,
     /// The connection is over and its input drained: the loop drops it.
     pub(crate) finished: bool,
@@ -193,6 +196,8 @@ impl State {
             flag,
             graceful: false,
             graceful_sent: false,
+            idle_close: false,
+            idle_close_sent: false,
             calm_sent: false,
             finished: false,
             budget: budget.max(1),
@@ -220,6 +225,12 @@ impl State {
     /// Asks for the two-step GOAWAY at the next drive.
     pub(crate) fn close_gracefully(&mut self) {
         self.graceful = true;
+    }
+
+    /// Asks for the idle close at the next drive (no stream is open: one GOAWAY with the last
+    /// stream id processed, then the connection ends).
+    pub(crate) fn close_idle(&mut self) {
+        self.idle_close = true;
     }
 
     /// True when the graceful close was asked for and its first GOAWAY is not sent yet.
@@ -301,6 +312,10 @@ impl State {
                     if self.graceful && !self.graceful_sent {
                         self.graceful_sent = true;
                         connection.graceful_shutdown();
+                    }
+                    if self.idle_close && !self.idle_close_sent {
+                        self.idle_close_sent = true;
+                        connection.abrupt_shutdown(Reason::NO_ERROR);
                     }
                     if calm && !self.calm_sent {
                         self.calm_sent = true;

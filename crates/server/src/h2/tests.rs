@@ -401,6 +401,7 @@ fn a_large_response_follows_the_clients_window() {
 // ---- hand-written frames ----
 
 const SETTINGS: u8 = 0x4;
+const WINDOW_UPDATE: u8 = 0x8;
 const HEADERS: u8 = 0x1;
 const CONTINUATION: u8 = 0x9;
 const DATA: u8 = 0x0;
@@ -1009,4 +1010,61 @@ fn a_stream_reset_before_it_is_taken_never_reaches_the_app() {
     while next_frame(&mut client).is_some() {}
     server.join();
     assert!(seen.try_recv().is_err(), "the reset stream was served");
+}
+
+/// Review 38 finding 7: the control frames a download earns free are capped at one rate
+/// window's worth: a PING flood after a large response is still calmed.
+#[test]
+fn a_large_download_does_not_buy_a_control_flood() {
+    static ANSWER: [u8; 1 << 20] = [b'a'; 1 << 20];
+    let slot: Slot = Arc::new(|stream| {
+        let _ = read_request(&stream);
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+            ANSWER.len()
+        );
+        respond_parts(&stream, &[head.as_bytes(), &ANSWER]);
+    });
+    let config = H2Config {
+        max_control_rate: 2,
+        ..H2Config::default()
+    };
+    let (server, mut client) = Server::start(config, 2 << 20, slot);
+    let mut bytes = PREFACE.to_vec();
+    // The largest stream window, and the connection's opened as far: one control frame each.
+    bytes.extend(frame(SETTINGS, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
+    bytes.extend(frame(
+        WINDOW_UPDATE,
+        0,
+        0,
+        &(0x7fff_ffffu32 - 65535).to_be_bytes(),
+    ));
+    bytes.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &GET_BLOCK));
+    client.write_all(&bytes).unwrap();
+    let mut got = 0;
+    loop {
+        let (kind, flags, stream, payload) = next_frame(&mut client).unwrap();
+        if kind == DATA && stream == 1 {
+            got += payload.len();
+            if flags & END_STREAM != 0 {
+                break;
+            }
+        }
+    }
+    assert_eq!(got, ANSWER.len());
+    let flood: Vec<u8> = (0..60u64)
+        .flat_map(|i| frame(PING, 0, 0, &i.to_be_bytes()))
+        .collect();
+    client.write_all(&flood).unwrap();
+    let (_, code) = goaway(&mut client);
+    assert_eq!(code, ENHANCE_YOUR_CALM);
+    until_eof(&mut client);
+    server.join();
+}
+
+fn respond_parts(stream: &H2Stream, parts: &[&[u8]]) {
+    if let Err(err) = stream.write_all_from(parts, 0, SAFETY) {
+        panic!("{err}: {}", stream.debug());
+    }
+    stream.shutdown_write();
 }

@@ -36,7 +36,14 @@ pub(super) struct H2Entry {
     /// When a stream whose exchange is over times out unless its bytes move
     /// (`Advance::deadline`): the entry's deadline is never later.
     detached_until: Option<Instant>,
+    /// The idle close's GOAWAY went: the entry waits [`IDLE_CLOSE_GRACE`] at most for the
+    /// connection to finish, then is dropped.
+    closing: bool,
 }
+
+/// How long an idle-closed connection's GOAWAY may take to go out before its socket closes
+/// anyway (a client that does not read).
+const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// The loop's HTTP/2 bookkeeping: which entries hold HTTP/2 connections (a list, so the
 /// waker's sweep visits only them and HTTP/1.1 pays nothing), and what the sweep owes them.
@@ -89,6 +96,7 @@ impl Reactor {
             listener: parts.listener,
             idle: true,
             detached_until: None,
+            closing: false,
         });
         let deadline = self.h2_idle_deadline();
         self.note_deadline(deadline);
@@ -288,10 +296,15 @@ impl Reactor {
             let deadline = *deadline;
             return self.note_deadline(deadline);
         }
-        if h2.conn.open_streams() == 0 {
-            // Idle past keepalive_timeout: told so (GOAWAY, written as the socket takes it).
-            h2.conn.close_gracefully();
-            let _ = h2.conn.advance(now);
+        if h2.conn.open_streams() == 0 && !h2.closing && !drained {
+            // Idle past keepalive_timeout: told so (GOAWAY with the last stream id processed);
+            // the entry stays while it goes out and the connection ends by itself.
+            h2.closing = true;
+            h2.conn.close_idle();
+            *deadline = now + IDLE_CLOSE_GRACE;
+            let deadline = *deadline;
+            self.note_deadline(deadline);
+            return self.advance_h2(token, driver);
         }
         self.close_h2(token);
     }
