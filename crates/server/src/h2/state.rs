@@ -574,11 +574,12 @@ impl State {
         stream.detached = true;
         // Its token goes back to the loop, which may give it to another connection.
         stream.token = None;
-        if !stream.reset && !(stream.complete && stream.out_len == 0) {
+        let done = stream.reset || (stream.complete && stream.out_len == 0);
+        if !done {
             stream.detached_until = Some(Instant::now() + self.send_timeout);
             self.detached_news = true;
         }
-        if stream.reset || (stream.complete && stream.out_len == 0) {
+        if done {
             self.streams.remove(&id);
         }
     }

@@ -506,6 +506,25 @@ fn empty_data_flood_is_calmed() {
     assert_calmed(config, slot, flood);
 }
 
+/// Review 38 finding 8: tiny DATA frames (a byte each) count as control frames: each would
+/// cost the stream's unread body a few segments.
+#[test]
+fn tiny_data_flood_is_calmed() {
+    let config = H2Config {
+        max_control_rate: 2,
+        ..H2Config::default()
+    };
+    let slot: Slot = Arc::new(drop);
+    let mut flood = frame(
+        HEADERS,
+        END_HEADERS,
+        1,
+        &[0x83, 0x86, 0x84, 0x01, 0x01, b'a'],
+    );
+    flood.extend((0..40).flat_map(|_| frame(DATA, 0, 1, b"x")));
+    assert_calmed(config, slot, flood);
+}
+
 #[test]
 fn rapid_reset_is_calmed() {
     let config = H2Config {
