@@ -6,6 +6,10 @@
 //! slot's thread after its write or read (writing only: the loop reads), a blocking call
 //! under `inline` (both). It must not block, nor wake anyone itself (the caller, in
 //! `super::Shared`, notifies waiting threads and writes the loop's waker).
+//!
+//! Over 600 lines: the stream's state and the connection's drive share private fields the
+//! drive's steps mutate together under the one lock; the per-stream step lives in `pump`,
+//! the rest is to be split with the drive's rework (issue 38's review, role A2).
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
