@@ -456,6 +456,8 @@ fn an_idle_http2_connection_is_closed_with_a_goaway_after_keepalive_timeout() {
     }
     let goaway = goaway.expect("a GOAWAY before the close");
     assert_eq!(&goaway[4..8], &[0, 0, 0, 0], "NO_ERROR");
+    // The last GOAWAY names the last stream processed (review 38 finding 4).
+    assert_eq!(&goaway[0..4], &[0, 0, 0, 1], "last stream id");
     assert_eq!(server.stop(), StopReason::MasterGone);
 }
 

@@ -238,7 +238,7 @@ _REGISTRY = (
             h2_size, 4096, ("--h2-header-table-size",), "BYTES", worker=True),
     Setting("h2_max_reset_rate", "HTTP/2", "Streams a client may reset, or cause the server to reset, per second, averaged over 10 seconds; above it the connection ends with GOAWAY ENHANCE_YOUR_CALM (the rapid-reset attack, CVE-2023-44487).",
             h2_count, 100, ("--h2-max-reset-rate",), "N", worker=True),
-    Setting("h2_max_control_rate", "HTTP/2", "Frames that carry no request work (PING, SETTINGS, PRIORITY, empty DATA, WINDOW_UPDATE) a client may send per second, averaged over 10 seconds; above it the connection ends with GOAWAY ENHANCE_YOUR_CALM (the PING, SETTINGS and empty-frame floods).",
+    Setting("h2_max_control_rate", "HTTP/2", "Frames that carry no request work (PING, SETTINGS, PRIORITY, WINDOW_UPDATE, DATA that is empty or under 64 bytes without END_STREAM) a client may send per second, averaged over 10 seconds; above it the connection ends with GOAWAY ENHANCE_YOUR_CALM (the PING, SETTINGS and empty-frame floods).",
             h2_count, 1000, ("--h2-max-control-rate",), "N", worker=True),
     # Workers
     Setting("workers", "Workers", "Number of worker processes: a fixed count, the default mode (TTIN/TTOU add or remove one). For a pool that grows under load and shrinks when idle, set `max_workers` instead.",

@@ -5,11 +5,16 @@
 //!
 //! Counted here: RST_STREAM frames from the client and the streams we refuse for its errors
 //! (`h2_max_reset_rate`, CVE-2023-44487); PING, SETTINGS, PRIORITY, WINDOW_UPDATE and empty
-//! DATA frames without END_STREAM (`h2_max_control_rate`); the bytes of one header block
+//! or small DATA frames without END_STREAM (`h2_max_control_rate`: each DATA frame costs a
+//! stream's request bytes a few segments, so tiny ones would multiply what a window of body
+//! holds in memory); the bytes of one header block
 //! (HEADERS and its CONTINUATIONs, CVE-2024-27316) against `h2_max_header_list_size`, before
 //! HPACK decodes any of it. Control frames are forgiven in proportion to what we write (one
 //! per 4 KiB, in `super::io`): a client reading a large response sends WINDOW_UPDATEs at the
 //! pace of its download. It must not decode payloads or keep per-stream state (h2 does).
+
+/// DATA frames shorter than this without END_STREAM count as control frames.
+const SMALL_DATA: usize = 64;
 
 /// The rate windows' length in seconds: a limit is "per second, averaged over 10 s".
 const WINDOW_SECONDS: usize = 10;
@@ -136,7 +141,7 @@ impl FrameScanner {
         match kind {
             RST_STREAM => found.resets += 1,
             PING | SETTINGS | PRIORITY | WINDOW_UPDATE => found.control += 1,
-            DATA if length == 0 && flags & END_STREAM == 0 => found.control += 1,
+            DATA if length < SMALL_DATA && flags & END_STREAM == 0 => found.control += 1,
             HEADERS | CONTINUATION => {
                 let so_far = if kind == HEADERS {
                     0
@@ -198,7 +203,7 @@ mod tests {
         bytes.extend(frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]));
         bytes.extend(frame(DATA, 0, 1, &[]));
         bytes.extend(frame(DATA, END_STREAM, 1, &[]));
-        bytes.extend(frame(DATA, 0, 1, b"body"));
+        bytes.extend(frame(DATA, 0, 1, &[b'b'; SMALL_DATA]));
         bytes.extend(frame(WINDOW_UPDATE, 0, 0, &[0, 0, 1, 0]));
         bytes.extend(frame(PRIORITY, 0, 3, &[0, 0, 0, 1, 16]));
         let mut scanner = FrameScanner::new(100);

@@ -158,6 +158,9 @@ pub(crate) struct Io {
     /// Control frames the client may send without counting: a client reading a large
     /// response sends WINDOW_UPDATEs in proportion to it, which is no flood.
     credit: u64,
+    /// The most credit kept (one rate window's worth of the limit): a long download must not
+    /// buy a flood later.
+    credit_cap: u64,
 }
 
 /// Bytes of output that earn the client one uncounted control frame.
@@ -176,6 +179,7 @@ impl Io {
             report,
             written: 0,
             credit: 0,
+            credit_cap: u64::from(config.max_control_rate) * 10,
         }
     }
 
@@ -285,7 +289,7 @@ impl Io {
             }
         };
         self.written += n;
-        self.credit += (self.written / CREDIT_BYTES) as u64;
+        self.credit = (self.credit + (self.written / CREDIT_BYTES) as u64).min(self.credit_cap);
         self.written %= CREDIT_BYTES;
         Poll::Ready(Ok(n))
     }

@@ -85,6 +85,9 @@ pub struct H2Context {
     /// Response bytes one stream holds before its writes would block (`max_response_buffer`):
     /// what a slow reader's stream costs at most besides its window in `h2`.
     pub stream_output_budget: usize,
+    /// How long a stream whose exchange is over may hold response bytes the client's window
+    /// does not take, renewed as they move (`send_timeout`): then RST_STREAM CANCEL.
+    pub send_timeout: std::time::Duration,
 }
 
 /// What [`H2Conn::advance`] did that the loop must act on.
@@ -103,6 +106,9 @@ pub struct Advance {
     pub finished: bool,
     /// Output waits for the socket to become writable (the poller's EPOLLOUT wakes the loop).
     pub wants_write: bool,
+    /// When a stream whose exchange is over times out unless its bytes move: the loop
+    /// advances the connection by then.
+    pub deadline: Option<Instant>,
 }
 
 /// Which way a stream became ready.
@@ -145,7 +151,13 @@ impl H2Conn {
         let report = Arc::new(io::Report::default());
         let io = io::Io::new(link, read, &context.config, Arc::clone(&report));
         let handshake = builder(&context.config, context.one_stream).handshake::<_, Bytes>(io);
-        let state = State::new(handshake, report, context.stream_output_budget, link);
+        let state = State::new(
+            handshake,
+            report,
+            context.stream_output_budget,
+            context.send_timeout,
+            link,
+        );
         H2Conn {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
@@ -166,18 +178,30 @@ impl H2Conn {
     /// Reads what the socket holds, runs the protocol, frames what the streams wrote, writes
     /// what the socket takes; never blocks.
     pub fn advance(&self, now: Instant) -> Advance {
-        let _ = now;
         let mut state = self.shared.lock();
         self.shared.needs_advance.store(false, Ordering::Release);
+        state.detached_news = false;
+        state.expire_detached(now);
         state.drive(true);
+        if state.woken() {
+            // The drive gave up with work left: the loop comes back.
+            self.shared.needs_advance.store(true, Ordering::Release);
+        }
         let mut advance = Advance {
-            opened: state
-                .opened
-                .drain(..)
-                .map(|id| Box::new(H2Stream::new(Arc::clone(&self.shared), id)))
-                .collect(),
+            deadline: state.expire_detached(now),
             ..Advance::default()
         };
+        if state.finished {
+            // Nobody will serve them: they end here (CANCEL), no app runs for them.
+            for id in std::mem::take(&mut state.opened) {
+                state.detach(id);
+            }
+        }
+        advance.opened = state
+            .opened
+            .drain(..)
+            .map(|id| Box::new(H2Stream::new(Arc::clone(&self.shared), id)))
+            .collect();
         state.take_ready(&mut advance.ready);
         advance.finished = state.finished;
         advance.wants_write = !state.finished
@@ -200,6 +224,13 @@ impl H2Conn {
         state.close_gracefully();
         self.shared.needs_advance.store(false, Ordering::Release);
         self.shared.settle(&mut state, false);
+    }
+
+    /// Closes a connection idle past `keepalive_timeout`: GOAWAY NO_ERROR with the last
+    /// stream id processed, then, as the socket takes it, the end (what the client sent is
+    /// read first, so the close is a FIN). Effective at the next [`H2Conn::advance`].
+    pub fn close_idle(&self) {
+        self.shared.lock().close_idle();
     }
 
     /// Streams open (dispatched, reading their body, or writing their response).

@@ -6,6 +6,10 @@
 //! slot's thread after its write or read (writing only: the loop reads), a blocking call
 //! under `inline` (both). It must not block, nor wake anyone itself (the caller, in
 //! `super::Shared`, notifies waiting threads and writes the loop's waker).
+//!
+//! Over 600 lines: the stream's state and the connection's drive share private fields the
+//! drive's steps mutate together under the one lock; the per-stream step lives in `pump`,
+//! the rest is to be split with the drive's rework (issue 38's review, role A2).
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -13,6 +17,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
 use h2::server::{Connection, Handshake, SendResponse};
@@ -74,12 +79,20 @@ pub(crate) struct StreamState {
     complete: bool,
     /// A write found no room (or a flush found bytes left): tell when room comes.
     want_writable: bool,
+    /// The last flush found bytes left (and no write came since): a write wait is for all of
+    /// them to be handed to `h2`, not for room (which a flush's caller does not want).
+    pub(crate) flush_waiting: bool,
     pending: Readiness,
     /// A thread blocks on this stream (the condvar wakes it; the loop is not told).
     pub(crate) waiting: bool,
     budget: usize,
     /// The `H2Stream` is gone; what is left of a complete response still goes.
     detached: bool,
+    /// A detached stream is reset when its bytes have not moved by then (`send_timeout`,
+    /// renewed as they move: nobody else times a client that stopped reading them).
+    pub(crate) detached_until: Option<Instant>,
+    /// A byte of the request was read: a reset now ends its reads as an end would.
+    started: bool,
 }
 
 impl StreamState {
@@ -98,9 +111,20 @@ impl StreamState {
         self.out_len < self.budget
     }
 
-    /// A flush found bytes left: tell when they move.
+    /// What a write wait waits for: every byte handed to `h2` after a flush that left some,
+    /// else room for a write.
+    pub(crate) fn write_ready(&self) -> bool {
+        if self.flush_waiting {
+            !self.wants_write()
+        } else {
+            self.has_room()
+        }
+    }
+
+    /// A flush found bytes left: tell when they are all handed to `h2`.
     pub(crate) fn want_writable(&mut self) {
         self.want_writable = true;
+        self.flush_waiting = true;
     }
 
     /// Broken: reads end and writes fail.
@@ -139,11 +163,19 @@ pub(crate) struct State {
     waker: Waker,
     graceful: bool,
     graceful_sent: bool,
+    /// The idle close: GOAWAY NO_ERROR with the last stream id processed, then the end.
+    idle_close: bool,
+    idle_close_sent: bool,
     calm_sent: bool,
     /// The connection is over and its input drained: the loop drops it.
     pub(crate) finished: bool,
     /// Response bytes a stream may hold before its writes would block.
     budget: usize,
+    /// How long a detached stream's bytes may wait for the client's window.
+    send_timeout: Duration,
+    /// A stream detached with bytes held since the last advance: the loop must learn its
+    /// deadline.
+    pub(crate) detached_news: bool,
     link: WireLink,
     scratch: Vec<Out>,
     /// Declared last: dropped after `h2` and the streams' handles, which hold wakers that
@@ -157,6 +189,7 @@ impl State {
         handshake: Handshake<Io, Bytes>,
         report: Arc<Report>,
         budget: usize,
+        send_timeout: Duration,
         link: WireLink,
     ) -> State {
         let flag = Arc::new(Flag::default());
@@ -171,9 +204,13 @@ impl State {
             flag,
             graceful: false,
             graceful_sent: false,
+            idle_close: false,
+            idle_close_sent: false,
             calm_sent: false,
             finished: false,
             budget: budget.max(1),
+            send_timeout,
+            detached_news: false,
             link,
             scratch: Vec::new(),
         }
@@ -198,9 +235,22 @@ impl State {
         self.graceful = true;
     }
 
+    /// Asks for the idle close at the next drive (no stream is open: one GOAWAY with the last
+    /// stream id processed, then the connection ends).
+    pub(crate) fn close_idle(&mut self) {
+        self.idle_close = true;
+    }
+
     /// True when the graceful close was asked for and its first GOAWAY is not sent yet.
     pub(crate) fn graceful_owed(&self) -> bool {
         self.graceful && !self.graceful_sent
+    }
+
+    /// True when a stream's reads must fail: reset before its first byte was read (no
+    /// request to serve).
+    pub(crate) fn reset_unread(&mut self, id: u32) -> bool {
+        let stream = self.stream(id);
+        stream.reset && !stream.started
     }
 
     /// True when a stream's `h2` handles asked to be polled (a write, a released window).
@@ -281,6 +331,10 @@ impl State {
                         self.graceful_sent = true;
                         connection.graceful_shutdown();
                     }
+                    if self.idle_close && !self.idle_close_sent {
+                        self.idle_close_sent = true;
+                        connection.abrupt_shutdown(Reason::NO_ERROR);
+                    }
                     if calm && !self.calm_sent {
                         self.calm_sent = true;
                         connection.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
@@ -302,7 +356,7 @@ impl State {
                 }
                 Phase::Closed => return,
             };
-            self.accept(accepted);
+            self.accept(accepted, cx);
         }
     }
 
@@ -331,7 +385,15 @@ impl State {
         }
     }
 
-    fn accept(&mut self, (request, mut respond): (Request<RecvStream>, SendResponse<Bytes>)) {
+    fn accept(
+        &mut self,
+        (request, mut respond): (Request<RecvStream>, SendResponse<Bytes>),
+        cx: &mut Context<'_>,
+    ) {
+        if respond.poll_reset(cx).is_ready() {
+            // Reset by the client before we saw it (HEADERS then RST_STREAM): no app runs.
+            return;
+        }
         let (parts, recv) = request.into_parts();
         let id = respond.stream_id().as_u32();
         let end = recv.is_end_stream();
@@ -361,10 +423,13 @@ impl State {
                         out_end: false,
                         complete: false,
                         want_writable: false,
+                        flush_waiting: false,
                         pending: Readiness::default(),
                         waiting: false,
                         budget: self.budget,
                         detached: false,
+                        detached_until: None,
+                        started: false,
                     },
                 );
                 self.opened.push(id);
@@ -383,9 +448,9 @@ impl State {
 
     /// Moves DATA in and out of every stream as far as `h2` allows.
     fn pump(&mut self, cx: &mut Context<'_>) {
-        let budget = self.budget;
+        let (budget, send_timeout) = (self.budget, self.send_timeout);
         self.streams.retain(|_, stream| {
-            pump_stream(stream, cx, budget);
+            pump_stream(stream, cx, budget, send_timeout);
             !(stream.detached && (stream.reset || (stream.complete && stream.out_len == 0)))
         });
     }
@@ -425,6 +490,7 @@ impl State {
                 let _ = recv.flow_control().release_capacity(released);
             }
         }
+        stream.started |= filled > 0;
         let read = if filled > 0 {
             Some(filled)
         } else if stream.recv_done || stream.broken() {
@@ -452,6 +518,7 @@ impl State {
                 "the HTTP/2 stream was reset",
             ));
         }
+        stream.flush_waiting = false;
         let room = budget.saturating_sub(stream.out_len);
         if room == 0 {
             stream.want_writable = true;
@@ -526,9 +593,34 @@ impl State {
             stream.reset_with(reason);
         }
         stream.detached = true;
-        if stream.reset || (stream.complete && stream.out_len == 0) {
+        // Its token goes back to the loop, which may give it to another connection.
+        stream.token = None;
+        let done = stream.reset || (stream.complete && stream.out_len == 0);
+        if !done {
+            stream.detached_until = Some(Instant::now() + self.send_timeout);
+            self.detached_news = true;
+        }
+        if done {
             self.streams.remove(&id);
         }
+    }
+
+    /// Resets the detached streams whose bytes did not move by their deadline (CANCEL); the
+    /// earliest deadline left, when the loop must come back.
+    pub(crate) fn expire_detached(&mut self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        self.streams.retain(|_, stream| {
+            let Some(until) = stream.detached_until else {
+                return true;
+            };
+            if until <= now {
+                stream.reset_with(Reason::CANCEL);
+                return false;
+            }
+            next = Some(next.map_or(until, |next| next.min(until)));
+            true
+        });
+        next
     }
 
     /// Readiness of the loop's streams to report (and forgets it).
@@ -547,6 +639,8 @@ impl State {
     /// output the socket did not take, or the end to notice.
     pub(crate) fn left_for_loop(&self) -> bool {
         !self.opened.is_empty()
+            || self.flag.is_up()
+            || self.detached_news
             || self.report.write_blocked.load(Ordering::Relaxed)
             || (matches!(self.phase, Phase::Closed) && !self.finished)
             || self.streams.values().any(|stream| {

@@ -75,6 +75,9 @@ impl H2Stream {
     /// taken reopen the stream's window (a WINDOW_UPDATE follows when `h2` judges it due).
     pub fn read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         let mut state = self.shared.lock();
+        if state.reset_unread(self.id) {
+            return Err(reset_error());
+        }
         let (read, released) = state.read(self.id, buf);
         self.shared.settle(&mut state, released);
         Ok(read)
@@ -181,7 +184,7 @@ impl H2Stream {
     /// Waits until the stream is writable (`write`) or readable, or `deadline` passes.
     pub fn wait(&self, write: bool, deadline: Instant, what: &str) -> io::Result<()> {
         if write {
-            self.block_until(deadline, what, has_room)
+            self.block_until(deadline, what, StreamState::write_ready)
         } else {
             self.block_until(deadline, what, StreamState::readable)
         }

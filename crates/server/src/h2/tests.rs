@@ -45,6 +45,17 @@ impl Server {
         inline: bool,
         slot: Slot,
     ) -> (Server, TcpStream) {
+        Server::start_timed(config, budget, inline, SAFETY, slot)
+    }
+
+    /// `send_timeout`: how long a dropped stream's bytes may wait for the client's window.
+    fn start_timed(
+        config: H2Config,
+        budget: usize,
+        inline: bool,
+        send_timeout: Duration,
+        slot: Slot,
+    ) -> (Server, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         client.set_read_timeout(Some(SAFETY)).unwrap();
@@ -61,6 +72,7 @@ impl Server {
                 waker: (!inline).then(|| waker.as_raw_fd()),
                 one_stream: inline,
                 stream_output_budget: budget,
+                send_timeout,
             },
         ));
         let looped = Arc::clone(&conn);
@@ -118,9 +130,15 @@ fn serve(conn: &H2Conn, waker: &OwnedFd, inline: bool, slot: &Slot) {
         if conn.needs_advance() {
             continue;
         }
+        let timeout = advance.deadline.map_or(SAFETY, |until| {
+            until.saturating_duration_since(Instant::now()) + Duration::from_millis(1)
+        });
         // SAFETY: two valid pollfds for the duration of the call.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, SAFETY.as_millis() as i32) };
-        assert!(ready > 0, "the loop waited {SAFETY:?} for nothing");
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout.as_millis() as i32) };
+        assert!(
+            ready > 0 || advance.deadline.is_some(),
+            "the loop waited {SAFETY:?} for nothing"
+        );
         if fds[1].revents != 0 {
             let mut count = [0u8; 8];
             // SAFETY: eight writable bytes.
@@ -383,6 +401,7 @@ fn a_large_response_follows_the_clients_window() {
 // ---- hand-written frames ----
 
 const SETTINGS: u8 = 0x4;
+const WINDOW_UPDATE: u8 = 0x8;
 const HEADERS: u8 = 0x1;
 const CONTINUATION: u8 = 0x9;
 const DATA: u8 = 0x0;
@@ -487,6 +506,25 @@ fn empty_data_flood_is_calmed() {
     assert_calmed(config, slot, flood);
 }
 
+/// Review 38 finding 8: tiny DATA frames (a byte each) count as control frames: each would
+/// cost the stream's unread body a few segments.
+#[test]
+fn tiny_data_flood_is_calmed() {
+    let config = H2Config {
+        max_control_rate: 2,
+        ..H2Config::default()
+    };
+    let slot: Slot = Arc::new(drop);
+    let mut flood = frame(
+        HEADERS,
+        END_HEADERS,
+        1,
+        &[0x83, 0x86, 0x84, 0x01, 0x01, b'a'],
+    );
+    flood.extend((0..40).flat_map(|_| frame(DATA, 0, 1, b"x")));
+    assert_calmed(config, slot, flood);
+}
+
 #[test]
 fn rapid_reset_is_calmed() {
     let config = H2Config {
@@ -584,8 +622,18 @@ fn graceful_close_takes_two_steps_and_lets_the_open_stream_finish() {
 fn a_reset_stream_ends_its_reads_and_fails_its_writes() {
     let (done, result) = mpsc::channel();
     let done = std::sync::Mutex::new(done);
+    let (started, seen_start) = mpsc::channel();
+    let started = std::sync::Mutex::new(started);
     let slot: Slot = Arc::new(move |stream| {
-        let request = read_request(&stream);
+        // The request's first bytes read, then the client's reset (a stream reset before
+        // that never reaches the app).
+        let mut request = vec![0u8; 4096];
+        let n = stream
+            .read_by(&mut request, Instant::now() + SAFETY, "test read")
+            .unwrap();
+        request.truncate(n);
+        started.lock().unwrap().send(()).unwrap();
+        request.extend(read_request(&stream));
         let write = stream.write_all_from(&[b"HTTP/1.1 200 OK\r\n\r\n"], 0, SAFETY);
         drop(stream);
         done.lock()
@@ -603,8 +651,11 @@ fn a_reset_stream_ends_its_reads_and_fails_its_writes() {
         &[0x83, 0x86, 0x84, 0x01, 0x01, b'a'],
     ));
     bytes.extend(frame(DATA, 0, 1, b"partial"));
-    bytes.extend(frame(RST_STREAM, 0, 1, &8u32.to_be_bytes()));
     client.write_all(&bytes).unwrap();
+    seen_start.recv().unwrap();
+    client
+        .write_all(&frame(RST_STREAM, 0, 1, &8u32.to_be_bytes()))
+        .unwrap();
     let (request, failed) = result.recv().unwrap();
     let request = String::from_utf8(request).unwrap();
     assert!(request.starts_with("POST / HTTP/1.1\r\n"), "{request}");
@@ -770,6 +821,7 @@ fn over_tls_the_streams_bytes_go_through_the_session() {
             waker: None,
             one_stream: false,
             stream_output_budget: 1 << 20,
+            send_timeout: SAFETY,
         },
     );
     let mut bytes = handshake_bytes();
@@ -860,4 +912,178 @@ fn shutdown_lets_a_complete_answer_go_and_resets_an_incomplete_one() {
     client.shutdown(std::net::Shutdown::Write).unwrap();
     until_eof(&mut client);
     server.join();
+}
+
+/// Review 38 finding 1: after a flush that left bytes (the client's window is closed), a
+/// write wait waits for them to go, not for room the stream has anyway (a slot would spin).
+#[test]
+fn a_write_wait_after_a_failed_flush_waits_for_the_window() {
+    for inline in [false, true] {
+        let (done, result) = mpsc::channel();
+        let done = std::sync::Mutex::new(done);
+        let slot: Slot = Arc::new(move |stream| {
+            let _ = read_request(&stream);
+            let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+            assert_eq!(
+                stream.write_vectored(&[answer], 0).unwrap(),
+                Some(answer.len())
+            );
+            let flushed = stream.flush().unwrap();
+            // The window never opens: only the deadline ends the wait.
+            let waited = stream.wait(true, Instant::now() + Duration::from_millis(50), "send");
+            done.lock()
+                .unwrap()
+                .send((flushed, waited.is_err(), stream.wants_write()))
+                .unwrap();
+        });
+        let (server, mut client) = Server::start_with(H2Config::default(), 1 << 20, inline, slot);
+        let mut bytes = PREFACE.to_vec();
+        bytes.extend(frame(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0]));
+        bytes.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &GET_BLOCK));
+        client.write_all(&bytes).unwrap();
+        let (flushed, timed_out, pending) = result.recv().unwrap();
+        assert!(!flushed && pending);
+        assert!(
+            timed_out,
+            "inline {inline}: the wait returned with the bytes still held"
+        );
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        while next_frame(&mut client).is_some() {}
+        server.join();
+    }
+}
+
+/// Review 38 finding 2: a complete response whose stream was dropped (the exchange is over)
+/// while the client's window stays closed is reset CANCEL at the send timeout, not held for
+/// ever.
+#[test]
+fn a_dropped_streams_held_bytes_are_reset_at_the_send_timeout() {
+    let slot: Slot = Arc::new(|stream| {
+        let _ = read_request(&stream);
+        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+        assert_eq!(
+            stream.write_vectored(&[answer], 0).unwrap(),
+            Some(answer.len())
+        );
+        stream.shutdown_write();
+        assert!(stream.wants_write());
+    });
+    let (server, mut client) = Server::start_timed(
+        H2Config::default(),
+        1 << 20,
+        false,
+        Duration::from_millis(50),
+        slot,
+    );
+    let mut bytes = PREFACE.to_vec();
+    bytes.extend(frame(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0]));
+    bytes.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &GET_BLOCK));
+    client.write_all(&bytes).unwrap();
+    let reset = loop {
+        let (kind, _, stream, payload) = next_frame(&mut client).unwrap();
+        assert!(kind != DATA, "the window never opened");
+        if kind == RST_STREAM && stream == 1 {
+            break u32::from_be_bytes(payload[..4].try_into().unwrap());
+        }
+    };
+    assert_eq!(reset, 0x8, "CANCEL");
+    assert_eq!(server.conn.open_streams(), 0);
+    client.shutdown(std::net::Shutdown::Write).unwrap();
+    while next_frame(&mut client).is_some() {}
+    server.join();
+}
+
+/// Review 38 finding 3: a stream the client reset before the server took it (HEADERS then
+/// RST_STREAM in one write) never reaches the app; the next stream does.
+#[test]
+fn a_stream_reset_before_it_is_taken_never_reaches_the_app() {
+    let (requests, seen) = mpsc::channel();
+    let requests = std::sync::Mutex::new(requests);
+    let slot: Slot = Arc::new(move |stream| {
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        // A reset stream the loop did hand out fails its first read: nothing to serve.
+        while let Ok(n) = stream.read_by(&mut buf, Instant::now() + SAFETY, "test read") {
+            if n == 0 {
+                requests.lock().unwrap().send(request).unwrap();
+                return respond(&stream, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+            }
+            request.extend_from_slice(&buf[..n]);
+        }
+    });
+    let (server, mut client) = Server::start(H2Config::default(), 1 << 20, slot);
+    let mut bytes = handshake_bytes();
+    bytes.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &GET_BLOCK));
+    bytes.extend(frame(RST_STREAM, 0, 1, &8u32.to_be_bytes()));
+    // POST /, so that its request tells it apart from stream 1's.
+    bytes.extend(frame(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        3,
+        &[0x83, 0x86, 0x84, 0x01, 0x01, b'a'],
+    ));
+    client.write_all(&bytes).unwrap();
+    let first = String::from_utf8(seen.recv().unwrap()).unwrap();
+    assert!(first.starts_with("POST / HTTP/1.1\r\n"), "{first}");
+    client.shutdown(std::net::Shutdown::Write).unwrap();
+    while next_frame(&mut client).is_some() {}
+    server.join();
+    assert!(seen.try_recv().is_err(), "the reset stream was served");
+}
+
+/// Review 38 finding 7: the control frames a download earns free are capped at one rate
+/// window's worth: a PING flood after a large response is still calmed.
+#[test]
+fn a_large_download_does_not_buy_a_control_flood() {
+    static ANSWER: [u8; 1 << 20] = [b'a'; 1 << 20];
+    let slot: Slot = Arc::new(|stream| {
+        let _ = read_request(&stream);
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+            ANSWER.len()
+        );
+        respond_parts(&stream, &[head.as_bytes(), &ANSWER]);
+    });
+    let config = H2Config {
+        max_control_rate: 2,
+        ..H2Config::default()
+    };
+    let (server, mut client) = Server::start(config, 2 << 20, slot);
+    let mut bytes = PREFACE.to_vec();
+    // The largest stream window, and the connection's opened as far: one control frame each.
+    bytes.extend(frame(SETTINGS, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
+    bytes.extend(frame(
+        WINDOW_UPDATE,
+        0,
+        0,
+        &(0x7fff_ffffu32 - 65535).to_be_bytes(),
+    ));
+    bytes.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &GET_BLOCK));
+    client.write_all(&bytes).unwrap();
+    let mut got = 0;
+    loop {
+        let (kind, flags, stream, payload) = next_frame(&mut client).unwrap();
+        if kind == DATA && stream == 1 {
+            got += payload.len();
+            if flags & END_STREAM != 0 {
+                break;
+            }
+        }
+    }
+    assert_eq!(got, ANSWER.len());
+    let flood: Vec<u8> = (0..60u64)
+        .flat_map(|i| frame(PING, 0, 0, &i.to_be_bytes()))
+        .collect();
+    client.write_all(&flood).unwrap();
+    let (_, code) = goaway(&mut client);
+    assert_eq!(code, ENHANCE_YOUR_CALM);
+    until_eof(&mut client);
+    server.join();
+}
+
+fn respond_parts(stream: &H2Stream, parts: &[&[u8]]) {
+    if let Err(err) = stream.write_all_from(parts, 0, SAFETY) {
+        panic!("{err}: {}", stream.debug());
+    }
+    stream.shutdown_write();
 }

@@ -33,7 +33,17 @@ pub(super) struct H2Entry {
     /// No stream was open at the last advance (its deadline then runs from when it became
     /// so: a client that only pings does not keep it).
     idle: bool,
+    /// When a stream whose exchange is over times out unless its bytes move
+    /// (`Advance::deadline`): the entry's deadline is never later.
+    detached_until: Option<Instant>,
+    /// The idle close's GOAWAY went: the entry waits [`IDLE_CLOSE_GRACE`] at most for the
+    /// connection to finish, then is dropped.
+    closing: bool,
 }
+
+/// How long an idle-closed connection's GOAWAY may take to go out before its socket closes
+/// anyway (a client that does not read).
+const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// The loop's HTTP/2 bookkeeping: which entries hold HTTP/2 connections (a list, so the
 /// waker's sweep visits only them and HTTP/1.1 pays nothing), and what the sweep owes them.
@@ -82,6 +92,7 @@ impl Reactor {
             waker,
             one_stream: driver.serves_inline(),
             stream_output_budget: config.max_response_buffer,
+            send_timeout: config.send_timeout,
         };
         let wire = match transport {
             Transport::Plain(fd) => Wire::Plain(fd),
@@ -102,6 +113,8 @@ impl Reactor {
             peer: parts.peer,
             listener: parts.listener,
             idle: true,
+            detached_until: None,
+            closing: false,
         });
         let deadline = self.h2_idle_deadline();
         self.note_deadline(deadline);
@@ -132,17 +145,22 @@ impl Reactor {
             return self.close_h2(token);
         }
         let idle_until = self.h2_idle_deadline();
-        let mut became_idle = false;
+        let mut noted = None;
         if let Some(Entry::H2 { h2, deadline }) = self.entries.get_mut(token) {
             let idle = h2.conn.open_streams() == 0;
             if idle && !h2.idle {
                 *deadline = idle_until;
-                became_idle = true;
+                noted = Some(idle_until);
             }
             h2.idle = idle;
+            h2.detached_until = advance.deadline;
+            if let Some(until) = advance.deadline.filter(|until| until < deadline) {
+                *deadline = until;
+                noted = Some(until);
+            }
         }
-        if became_idle {
-            self.note_deadline(idle_until);
+        if let Some(until) = noted {
+            self.note_deadline(until);
         }
     }
 
@@ -159,6 +177,11 @@ impl Reactor {
     fn close_h2(&mut self, token: usize) {
         self.h2.tokens.retain(|&t| t != token);
         self.shared.slot().h2_connection_closed();
+        if let Some(Entry::H2 { h2, .. }) = self.entries.get(token) {
+            // A slot's stream may keep the socket open past the entry: its events must not
+            // reach whoever gets the token next.
+            let _ = self.poller.deregister(h2.conn.fd());
+        }
         self.close(token);
     }
 
@@ -351,14 +374,22 @@ impl Reactor {
             return self.note_deadline(deadline);
         }
         if h2.conn.open_streams() > 0 && !drained {
+            let renewed = h2
+                .detached_until
+                .map_or(renewed, |until| until.min(renewed));
             *deadline = renewed.max(now + Duration::from_millis(1));
             let deadline = *deadline;
             return self.note_deadline(deadline);
         }
-        if h2.conn.open_streams() == 0 {
-            // Idle past keepalive_timeout: told so (GOAWAY, written as the socket takes it).
-            h2.conn.close_gracefully();
-            let _ = h2.conn.advance(now);
+        if h2.conn.open_streams() == 0 && !h2.closing && !drained {
+            // Idle past keepalive_timeout: told so (GOAWAY with the last stream id processed);
+            // the entry stays while it goes out and the connection ends by itself.
+            h2.closing = true;
+            h2.conn.close_idle();
+            *deadline = now + IDLE_CLOSE_GRACE;
+            let deadline = *deadline;
+            self.note_deadline(deadline);
+            return self.advance_h2(token, driver);
         }
         self.close_h2(token);
     }

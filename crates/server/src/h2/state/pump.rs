@@ -3,6 +3,7 @@
 //! side made. It must not touch the connection (the drive polls it).
 
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use h2::Reason;
@@ -49,7 +50,12 @@ pub(super) fn apply(stream: &mut StreamState, events: &mut Vec<Out>) {
 
 /// Moves one stream's DATA: what came in to its request bytes, what its exchange wrote to
 /// `h2` as far as its window allows; notices resets.
-pub(super) fn pump_stream(stream: &mut StreamState, cx: &mut Context<'_>, budget: usize) {
+pub(super) fn pump_stream(
+    stream: &mut StreamState,
+    cx: &mut Context<'_>,
+    budget: usize,
+    send_timeout: Duration,
+) {
     if !stream.recv_done && !stream.reset {
         if let Some(recv) = stream.recv.as_mut() {
             loop {
@@ -147,6 +153,9 @@ pub(super) fn pump_stream(stream: &mut StreamState, cx: &mut Context<'_>, budget
             };
             capacity -= chunk.len();
             stream.out_len -= chunk.len();
+            if let Some(until) = stream.detached_until.as_mut() {
+                *until = Instant::now() + send_timeout;
+            }
             // The last DATA of a complete response without trailers carries END_STREAM.
             let last = stream.out_len == 0 && stream.out_end && stream.trailers.is_none();
             if send.send_data(chunk, last).is_err() {
@@ -170,7 +179,11 @@ pub(super) fn pump_stream(stream: &mut StreamState, cx: &mut Context<'_>, budget
         }
     }
     if stream.want_writable && (stream.out_len < before || !stream.wants_write()) {
-        let room = stream.out_len < budget;
+        let room = if stream.flush_waiting {
+            !stream.wants_write()
+        } else {
+            stream.out_len < budget
+        };
         if room {
             stream.want_writable = false;
             stream.event(false, true);
