@@ -1,7 +1,7 @@
 //! HTTP/2 (RFC 9113; ADR 0034, 0035): a connection whose first bytes were the HTTP/2 preface
 //! (h2c) or whose TLS handshake chose `h2` by ALPN, served by the `h2` crate driven from our
 //! own poller without a runtime, each of its streams handed to the rest of the server as a
-//! virtual HTTP/1.1 connection ([`H2Stream`], a `crate::transport::Transport` of its own).
+//! virtual HTTP/1.1 connection ([`H2Stream`], a transport of its own, `Transport::H2`).
 //!
 //! The loop owns an [`H2Conn`] for its whole life (ADR 0019): it calls [`H2Conn::advance`]
 //! when the socket is readable or writable, when a slot wrote to a stream (the driver's
