@@ -163,10 +163,15 @@ pub struct WorkerConfig {
     pub debug: bool,
     /// HTTP/2 (ADR 0034, 0035): the settings advertised and the flood limits.
     pub h2: H2Config,
+    /// Static files (ADR 0036): the mounts served from Rust and their rules.
+    pub statics: StaticConfig,
 }
 
 /// HTTP/2's settings, declared beside the connection they configure (below `transport`).
 pub use crate::h2::H2Config;
+
+/// The static file settings, declared beside the mounts they open (below `config`).
+pub use crate::static_mounts::StaticConfig;
 
 impl WorkerConfig {
     /// The worker serves on one thread (prefork, event without app threads): its counters and
@@ -272,6 +277,7 @@ impl Default for WorkerConfig {
             workers: 1,
             debug: false,
             h2: H2Config::default(),
+            statics: StaticConfig::default(),
         }
     }
 }
