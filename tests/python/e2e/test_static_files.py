@@ -264,7 +264,7 @@ TRAVERSALS = [
     "/static/sub/.hidden.txt",
     "/static/fifo",
     "/static/sock",
-    "/static/nodir",
+    "/static/nodir/",
     "/static/app.css/",
     "/static/sub/index.html/../../../outside/secret.txt",
 ]

@@ -247,18 +247,6 @@ impl Exchange {
         &self.parts.buf[..self.parts.head.head_len]
     }
 
-    /// The static file settings (`static_files` reads them for every request it is given).
-    #[inline]
-    pub(crate) fn statics(&self) -> &crate::config::StaticConfig {
-        &self.shared.config.statics
-    }
-
-    /// The worker's shared state, for a caller that must hold its settings while it writes the
-    /// response (`static_files`).
-    pub(crate) fn shared_handle(&self) -> Arc<WorkerShared> {
-        Arc::clone(&self.shared)
-    }
-
     /// The request method.
     pub fn method(&self) -> &[u8] {
         self.parts.head.method.of(&self.parts.buf)
