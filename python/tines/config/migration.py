@@ -268,6 +268,18 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("uWSGI", "`cheaper-algo`, `cheaper-step`", "one algorithm, Apache's spare-server maintenance (closest to "
                "uWSGI's `spare`): starts 1, 2, 4, ... up to 32 workers a second while short (docs/pool.md)"),
     Equivalent("uWSGI", "`uid`, `gid`, `chdir`, `umask`", "{user}, {group}, {chdir}, {umask}"),
+    # Static files (docs/static-and-compression.md)
+    Equivalent("uWSGI", "`static-map` (`/static=DIR`)", "{static} (the same `PREFIX=DIR`)", ("--static-map",)),
+    Equivalent("uWSGI", "`static-index`", "{static_index}"),
+    Equivalent("uWSGI", "`static-gzip-all` (a `.gz` beside each file)", "{static} looks for `.br`, `.zst` and `.gz` "
+               "siblings of text files and chooses by `Accept-Encoding`", ("--static-gzip-all",)),
+    Equivalent("uWSGI", "`static-expires` / `static-expires-uri`", "{static_cache_control}, "
+               "{static_hashed_cache_control} for names carrying a content hash", ("--static-expires",)),
+    Equivalent("Granian", "`static_path_route`, `static_path_mount`", "{static} (`ROUTE=MOUNT`, repeatable)",
+               ("--static-path-route", "--static-path-mount")),
+    Equivalent("Granian", "`static_path_expires`", "{static_cache_control}", ("--static-path-expires",)),
+    Equivalent("Apache", "mod_alias `Alias /static DIR` with mod_expires and `Options -Indexes`",
+               "{static} (never a listing), {static_cache_control}"),
 )
 """The rows of the "Coming from another server" table, which also answer their flags."""
 

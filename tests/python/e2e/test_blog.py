@@ -112,3 +112,19 @@ def test_the_blog_hooks_open_each_workers_database_at_start_and_a_bad_one_stops_
     result = serve_until_exit("-w", "1", "--hooks", HOOKS, BLOG,
                               env={"BLOG_DB": str(tmp_path / "missing-directory" / "blog.sqlite3")})
     assert_one_line_error(result, "hook post_fork raised OperationalError: unable to open database file")
+
+
+def test_the_stylesheet_comes_from_the_static_mount_as_make_serve_runs_it(tines_server: Any, tmp_path: Path) -> None:
+    static = Path(__file__).resolve().parents[3] / "examples" / "blog" / "static"
+    server = tines_server(BLOG, "-w", "1", "--hooks", HOOKS, "--static", f"/static={static}",
+                          env={"BLOG_DB": str(tmp_path / "blog.sqlite3")})
+    with httpx.Client(base_url=server.url) as client:
+        page = client.get("/blog/")
+        assert '<link rel="stylesheet" href="/static/blog.css">' in page.text, page.text
+        css = client.get("/static/blog.css")
+        assert css.status_code == 200 and css.content == (static / "blog.css").read_bytes()
+        # Tines' answer (Flask's static route says `no-cache`).
+        assert css.headers["cache-control"] == "public, max-age=3600"
+        assert css.headers["content-type"] == "text/css; charset=utf-8"
+        again = client.get("/static/blog.css", headers={"If-None-Match": css.headers["etag"]})
+        assert again.status_code == 304

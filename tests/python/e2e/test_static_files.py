@@ -315,6 +315,10 @@ def test_a_miss_goes_to_the_app_when_asked(tines_server: Any, tls_certs: TlsCert
     port = plain_port(server)
     assert b"\r\n\r\napp /static/missing.css " in raw_get(port, "/static/missing.css")
     assert b"\r\n\r\napp /static/nodir/ " in raw_get(port, "/static/nodir/")
+    # A refused path is a miss too: the app's, as without the mount; never the file.
+    for target in ("/static/%2e%2e/outside/secret.txt", "/static/out.txt", "/static/.env"):
+        answer = raw_get(port, target)
+        assert b"\r\n\r\napp /static/" in answer and SECRET not in answer, target
     assert raw_get(port, "/static/app.css").endswith(CSS)
     with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
         sock.sendall(b"POST /static/app.css HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
