@@ -296,6 +296,19 @@ def test_traversal_forms_and_symlinks_leaving_the_mount_never_give_the_file(
     assert len(TRAVERSALS) >= 20
     # The server still serves what is allowed.
     assert raw_get(plain_port(server), "/static/app.css").endswith(CSS)
+    # The same paths as HTTP/2 `:path`s (curl sends them as given: `--path-as-is`). A path h2
+    # itself refuses ends the stream instead: never the file either way.
+    debian_tool("curl")
+    for target in TRAVERSALS:
+        if not target.startswith("/"):
+            continue
+        result = subprocess.run(["curl", "-sS", "--http2", "--path-as-is", "--max-time", "20", "--cacert",
+                                 str(tls_certs.root), "--resolve", f"localhost:{server.port}:127.0.0.1",
+                                 "-w", "\n%{http_version} %{http_code}", f"https://localhost:{server.port}{target}"],
+                                capture_output=True, timeout=60)
+        assert SECRET not in result.stdout and passwd not in result.stdout, target
+        if result.returncode == 0:
+            assert result.stdout.endswith((b"2 404", b"2 400")), (target, result.stdout[-200:])
 
 
 def test_settings_open_what_the_defaults_refuse(tines_server: Any, tls_certs: TlsCerts, tmp_path: Path) -> None:
