@@ -132,6 +132,7 @@ enum Found {
     Miss,
 }
 
+/// What the mount whose directory is `dir` holds for `rest`, the path after its prefix.
 fn find(rest: &[u8], statics: &crate::config::StaticConfig, dir: RawFd) -> Found {
     let Named::Path { relative, slash } = name_under_mount(rest, statics.hidden) else {
         return Found::Miss;
@@ -170,15 +171,25 @@ fn find(rest: &[u8], statics: &crate::config::StaticConfig, dir: RawFd) -> Found
     }
 }
 
+/// The mount `exchange`'s path is under (its index) and the length of its prefix.
+fn matched(exchange: &Exchange) -> Option<(usize, usize)> {
+    let path = target_path(exchange.target())?;
+    let (index, rest) = exchange.statics().mount_for(path)?;
+    Some((index, path.len() - rest.len()))
+}
+
+/// [`route`] with mounts: a request outside them costs a prefix comparison per mount and
+/// nothing else; one under a mount is answered, or is a miss for the app. Never inlined: the
+/// slot's loop keeps only [`route`]'s branch.
+#[inline(never)]
 fn route_mounted(mut exchange: Box<Exchange>, release: Option<Release<'_>>) -> Routed {
+    let Some((index, prefix_len)) = matched(&exchange) else {
+        return Routed::App(exchange);
+    };
+    // Held while the exchange writes (it borrows the settings and the mount's descriptor).
     let shared = exchange.shared_handle();
     let statics = &shared.config.statics;
-    let Some(path) = target_path(exchange.target()) else {
-        return Routed::App(exchange);
-    };
-    let Some((mount, rest)) = statics.mount_for(path) else {
-        return Routed::App(exchange);
-    };
+    let mount = &statics.mounts[index];
     let method = exchange.method();
     if method != b"GET" && method != b"HEAD" {
         if statics.miss_to_app {
@@ -191,16 +202,16 @@ fn route_mounted(mut exchange: Box<Exchange>, release: Option<Release<'_>>) -> R
         );
         return Routed::Served(exchange);
     }
-    let prefix_len = path.len() - rest.len();
-    let mut routed = None;
-    let mut work = || routed = Some(answer(&mut exchange, statics, mount, prefix_len));
+    let mut served = false;
+    let mut work = || served = answer(&mut exchange, statics, mount, prefix_len);
     match release {
         Some(release) => release(&mut work),
         None => work(),
     }
-    match routed.expect("the work ran") {
-        true => Routed::Served(exchange),
-        false => Routed::App(exchange),
+    if served {
+        Routed::Served(exchange)
+    } else {
+        Routed::App(exchange)
     }
 }
 
