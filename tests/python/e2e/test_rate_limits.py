@@ -20,7 +20,10 @@ import threading
 import time
 from typing import Any
 
+import httpx
 import pytest
+from tls_certs import TlsCerts
+from tls_clients import client_context, tls_args, tls_request
 
 from conftest import APPS, ROOT, wait_until
 
@@ -170,6 +173,22 @@ def test_an_asgi_app_is_refused_before_it_runs(tines_server: Any) -> None:
     status, headers, _ = get(server.port, source="127.0.0.2")
     assert status == 429 and headers["ratelimit"].startswith('"default";r=0;t=')
     assert get(server.port, source="127.0.0.3")[0] == 200
+
+
+def test_h2_streams_over_tls_are_counted_each_and_refused_with_the_same_fields(
+        tines_server: Any, tls_certs: TlsCerts) -> None:
+    server = tines_server(APP, "-w", "1", "--rate-limit", "1/m", "--rate-limit-burst", "2",
+                          *tls_args(tls_certs.localhost))
+    with httpx.Client(http2=True, verify=client_context(tls_certs), timeout=20) as client:
+        answers = [client.get(f"https://localhost:{server.port}/") for _ in range(3)]
+    assert [answer.http_version for answer in answers] == ["HTTP/2"] * 3
+    assert [answer.status_code for answer in answers] == [200, 200, 429]
+    refused = answers[2]
+    assert refused.headers["ratelimit-policy"] == '"default";q=1;w=60'
+    assert refused.headers["ratelimit"] == f'"default";r=0;t={refused.headers["retry-after"]}'
+    # The same client over TLS and HTTP/1.1: the same bucket, spent.
+    response = tls_request(server.port, context=client_context(tls_certs))
+    assert response.status == 429 and response.headers["retry-after"]
 
 
 def test_a_refused_request_s_body_is_never_read(tines_server: Any) -> None:
