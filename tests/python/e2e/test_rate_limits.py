@@ -167,6 +167,22 @@ def test_every_mpm_refuses_pipelined_requests_over_the_burst_counting_each_once(
     assert responses[2][1]["ratelimit-policy"] == '"default";q=1;w=60'
 
 
+@pytest.mark.parametrize("mpm", MPMS, ids=MPM_IDS)
+def test_a_pipelined_request_whose_body_the_loop_reads_is_counted_once(tines_server: Any,
+                                                                      mpm: tuple[str, ...]) -> None:
+    server = tines_server(APP, "-w", "1", "--mpm", *mpm, "--rate-limit", "1/m", "--rate-limit-burst", "2")
+    with connect(server.port, "127.0.0.2") as sock:
+        # The POST's body is not all there when its head is parsed: the loop reads it first.
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
+                     b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n12345")
+        first = b""
+        while b"\r\n\r\n" not in first:
+            first += sock.recv(65536)
+        sock.sendall(b"67890" + b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        responses = parse(first + read_all(sock))
+    assert [status for status, _, _ in responses] == [200, 200, 429]
+
+
 def test_an_asgi_app_is_refused_before_it_runs(tines_server: Any) -> None:
     server = tines_server("asgi_app:app", "-w", "1", "--rate-limit", "1/m", "--rate-limit-burst", "1")
     assert get(server.port, source="127.0.0.2")[0] == 200
