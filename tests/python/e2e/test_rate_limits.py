@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import signal
 import socket
@@ -132,10 +133,28 @@ def test_a_flood_from_one_address_is_held_to_its_rate_while_another_address_is_s
     assert served <= 1.2 * (burst + rate * elapsed), (served, elapsed)
     assert statuses.count(429) > 0
     assert other and set(other) == {200}, other
-    totals = status_json(status_port(server))["totals"]
+    status = status_port(server)
+    totals = status_json(status)["totals"]
     assert totals["rate_limited"] == statuses.count(429)
     assert totals["rate_limit_table_size"] == 65536
     assert totals["rate_limit_table_entries"] == 2
+    connection = http.client.HTTPConnection("127.0.0.1", status, timeout=20)
+    connection.request("GET", "/metrics")
+    metrics = connection.getresponse().read().decode()
+    connection.close()
+    assert f"tines_rate_limited_total {statuses.count(429)}\n" in metrics
+    assert "tines_rate_limit_table_entries 2\n" in metrics
+    table = subprocess.run([sys.executable, "-m", "tines", "status", "--status-bind", f"127.0.0.1:{status}"],
+                           capture_output=True, text=True, timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL)
+    assert f"rate limits {statuses.count(429)} requests limited, 0 connections refused, table 2/65536" in table.stdout
+
+
+def test_no_limit_set_maps_no_table(tines_server: Any) -> None:
+    server = tines_server(APP, "-w", "1")
+    (worker,) = server.worker_pids()
+    with open(f"/proc/{worker}/maps") as maps:
+        assert "tines-rate-limit" not in maps.read()
+    assert [get(server.port, source="127.0.0.2")[0] for _ in range(20)] == [200] * 20
 
 
 def test_the_429_says_when_to_come_back_in_the_draft_s_fields_and_is_access_logged(
@@ -367,6 +386,22 @@ def test_a_client_s_connections_are_capped_across_workers_and_given_back(tines_s
     totals = status_json(status_port(server))["totals"]
     assert totals["refused_connections_per_client"] >= 1
     for sock in [*held, *proxies]:
+        sock.close()
+
+
+def test_a_killed_worker_s_connections_are_not_counted_after_it(tines_server: Any) -> None:
+    server = tines_server(APP, "-w", "1", "--max-connections-per-client", "2")
+    (worker,) = server.worker_pids()
+    held = [connect(server.port, "127.0.0.2") for _ in range(2)]
+    for sock in held:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+    assert answered(server.port, "127.0.0.2") == 0
+    os.kill(worker, signal.SIGKILL)
+    server.wait_for_log(rf"worker {worker} \(slot 0\) was killed by signal SIGKILL")
+    # Its replacement counts from nothing: the dead worker's two connections are gone.
+    wait_until(lambda: answered(server.port, "127.0.0.2") == 200, what="a connection from 127.0.0.2 served")
+    for sock in held:
         sock.close()
 
 
