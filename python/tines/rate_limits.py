@@ -32,6 +32,8 @@ def ensure(cfg: Config, table: Any, inherited_fd: int | None, scoreboard: Any) -
     else a new one when ``cfg`` needs one; None when it needs none. The scoreboard is told its
     size and fill (the status page's gauges)."""
     if table is not None or not needs_table(cfg):
+        if inherited_fd is not None and table is None:
+            os.close(inherited_fd)  # the old master's table, which these settings do not use
         return table
     import tines._core as _core
 
