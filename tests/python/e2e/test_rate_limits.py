@@ -261,6 +261,33 @@ def test_spoofed_forwarded_for_from_an_untrusted_peer_is_ignored(tines_server: A
     assert again == [200, 200, 429]
 
 
+def proxied(port: int, client: str, keep: bool = False) -> tuple[socket.socket, int]:
+    """A connection from the trusted proxy (127.0.0.1) whose PROXY v1 header names ``client``,
+    and the status of one request on it (0: closed unanswered); kept open when ``keep``."""
+    family = "TCP6" if ":" in client else "TCP4"
+    destination = "2001:db8::1" if ":" in client else "198.51.100.1"
+    sock = connect(port)
+    sock.sendall(f"PROXY {family} {client} {destination} 40000 443\r\n".encode()
+                 + b"GET / HTTP/1.1\r\nHost: t\r\n" + (b"" if keep else b"Connection: close\r\n") + b"\r\n")
+    data = sock.recv(65536) if keep else read_all(sock)
+    if not keep:
+        sock.close()
+    return sock, int(data.split()[1]) if data else 0
+
+
+def test_the_proxy_protocol_s_client_is_limited_and_capped(tines_server: Any) -> None:
+    server = tines_server(APP, "-w", "2", "--proxy-protocol", "--rate-limit", "1/m", "--rate-limit-burst", "2",
+                          "--max-connections-per-client", "1")
+    assert [proxied(server.port, "203.0.113.5")[1] for _ in range(3)] == [200, 200, 429]
+    assert proxied(server.port, "2001:db8:5:6::1")[1] == 200
+    # One connection of 192.0.2.9 held open (and served): a second is closed at its first head.
+    held, status = proxied(server.port, "192.0.2.9", keep=True)
+    assert status == 200
+    assert proxied(server.port, "192.0.2.9")[1] == 0
+    assert proxied(server.port, "192.0.2.10")[1] == 200
+    held.close()
+
+
 def test_ipv6_clients_are_grouped_by_their_prefix(tines_server: Any) -> None:
     server = tines_server(APP, "-w", "1", "--rate-limit", "1/m", "--rate-limit-burst", "1",
                           "--rate-limit-ipv6-prefix", "64")
