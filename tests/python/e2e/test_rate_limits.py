@@ -174,10 +174,14 @@ def test_the_429_says_when_to_come_back_in_the_draft_s_fields_and_is_access_logg
     wait_until(lambda: re.search(r'"GET / HTTP/1.1" 429 ', log.read_text()), what="the 429's access-log line")
 
 
-@pytest.mark.parametrize("mpm", MPMS, ids=MPM_IDS)
+SERVED = [(APP, "--mpm", *mpm) for mpm in MPMS] + [("asgi_app:app",)]
+SERVED_IDS = [*MPM_IDS, "asgi"]
+
+
+@pytest.mark.parametrize("served", SERVED, ids=SERVED_IDS)
 def test_every_mpm_refuses_pipelined_requests_over_the_burst_counting_each_once(
-        tines_server: Any, mpm: tuple[str, ...]) -> None:
-    server = tines_server(APP, "-w", "1", "--mpm", *mpm, "--rate-limit", "1/m", "--rate-limit-burst", "2")
+        tines_server: Any, served: tuple[str, ...]) -> None:
+    server = tines_server(*served, "-w", "1", "--rate-limit", "1/m", "--rate-limit-burst", "2")
     with connect(server.port, "127.0.0.2") as sock:
         request = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
         sock.sendall(request * 3)
@@ -186,10 +190,10 @@ def test_every_mpm_refuses_pipelined_requests_over_the_burst_counting_each_once(
     assert responses[2][1]["ratelimit-policy"] == '"default";q=1;w=60'
 
 
-@pytest.mark.parametrize("mpm", MPMS, ids=MPM_IDS)
+@pytest.mark.parametrize("served", SERVED, ids=SERVED_IDS)
 def test_a_pipelined_request_whose_body_the_loop_reads_is_counted_once(tines_server: Any,
-                                                                      mpm: tuple[str, ...]) -> None:
-    server = tines_server(APP, "-w", "1", "--mpm", *mpm, "--rate-limit", "1/m", "--rate-limit-burst", "2")
+                                                                      served: tuple[str, ...]) -> None:
+    server = tines_server(*served, "-w", "1", "--rate-limit", "1/m", "--rate-limit-burst", "2")
     with connect(server.port, "127.0.0.2") as sock:
         # The POST's body is not all there when its head is parsed: the loop reads it first.
         sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
