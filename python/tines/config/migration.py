@@ -1,5 +1,5 @@
-"""Coming from another server: Apache's, gunicorn's, uvicorn's, Hypercorn's, Granian's and uWSGI's
-settings beside ours.
+"""Coming from another server: Apache's, gunicorn's, uvicorn's, Hypercorn's, Granian's, uWSGI's and
+nginx's settings beside ours.
 
 Owns the rows (``EQUIVALENTS``), which give both the "Coming from another server" table of
 docs/settings.md (``tines.config.reference`` renders it) and ``tines serve``'s answer to another
@@ -280,6 +280,20 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Granian", "`static_path_expires`", "{static_cache_control}", ("--static-path-expires",)),
     Equivalent("Apache", "mod_alias `Alias /static DIR` with mod_expires and `Options -Indexes`",
                "{static} (never a listing), {static_cache_control}"),
+    # Rate limits (docs/rate-limits.md)
+    Equivalent("nginx", "`limit_req_zone $binary_remote_addr ... rate=10r/s` with `limit_req burst=20 nodelay`",
+               "{rate_limit=10/s} with {rate_limit_burst=20} (always `nodelay`: over the burst is a 429 at once, "
+               "never a delay); `zone=...:10m` is {rate_limit_table_size} (entries, not bytes)"),
+    Equivalent("nginx", "`limit_req` in a `location`", "{rate_limit_paths} (`PREFIX=RATE[:BURST]`, the longest "
+               "prefix wins)"),
+    Equivalent("nginx", "`limit_req_status 429`, `limit_conn_status`", "always 429 (with `Retry-After` and the "
+               "`RateLimit` fields); a connection over {max_connections_per_client} is closed unanswered"),
+    Equivalent("nginx", "`limit_conn_zone $binary_remote_addr` with `limit_conn addr 10`",
+               "{max_connections_per_client=10}"),
+    Equivalent("nginx", "`geo` / `map` to exempt networks from `limit_req`", "{rate_limit_allow}"),
+    Equivalent("Apache", "mod_evasive `DOSPageCount`, `DOSSiteCount`", "{rate_limit} with {rate_limit_burst} "
+               "(one bucket per client in shared memory: every worker counts in it)"),
+    Equivalent("Apache", "mod_qos `QS_SrvMaxConnPerIP`", "{max_connections_per_client}"),
 )
 """The rows of the "Coming from another server" table, which also answer their flags."""
 

@@ -136,6 +136,15 @@ impl Reactor {
                 conn.on_readable(&self.shared.config.limits)
             };
             match readiness {
+                Readiness::HeadComplete | Readiness::Http2
+                    if self.shared.config.proxy_protocol
+                        && !conn.link().is_h2()
+                        && self.client_unchecked(token)
+                        && !self.client_admitted(token, conn.peer) =>
+                {
+                    // Over `max_connections_per_client` by its PROXY header's client.
+                    return self.close(token);
+                }
                 Readiness::HeadComplete => {
                     // The rate limits, once per head, before its body is read (ADR 0038).
                     if !resumed {
