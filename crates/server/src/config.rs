@@ -163,10 +163,15 @@ pub struct WorkerConfig {
     pub debug: bool,
     /// HTTP/2 (ADR 0034, 0035): the settings advertised and the flood limits.
     pub h2: H2Config,
+    /// Response compression (ADR 0037): the codings offered, for which responses, levels.
+    pub compression: CompressionConfig,
 }
 
 /// HTTP/2's settings, declared beside the connection they configure (below `transport`).
 pub use crate::h2::H2Config;
+
+/// Response compression's settings, declared beside the encoders they configure.
+pub use crate::compress::CompressionConfig;
 
 impl WorkerConfig {
     /// The worker serves on one thread (prefork, event without app threads): its counters and
@@ -272,6 +277,7 @@ impl Default for WorkerConfig {
             workers: 1,
             debug: false,
             h2: H2Config::default(),
+            compression: CompressionConfig::default(),
         }
     }
 }

@@ -8,7 +8,9 @@
 //! poller, its streams as virtual HTTP/1.1 connections; its settings), [`transport`] (what carries a connection's bytes: every connection read and write goes
 //! through it), [`scoreboard`], [`dump_signal`] (the stuck worker's dump-signal handler, over
 //! the scoreboard), [`log`] (the error log), [`access_log`] (its formats and buffered sink),
-//! [`listener`] (accept, addresses), [`trusted_proxies`] (`forwarded_allow_ips`), [`config`],
+//! [`listener`] (accept, addresses), [`trusted_proxies`] (`forwarded_allow_ips`), [`compress`] (response
+//! compression: the codings, `Accept-Encoding`, the decision, the encoders; below `config`,
+//! which re-exports its settings), [`config`],
 //! [`spool`] (the buffer budgets and temporary files of bodies and responses that wait for a
 //! slow client), [`parked_body`] (a request body read before dispatch: memory or temporary
 //! file, chunked decoding), [`pending`] (response output the event loop finishes),
@@ -24,6 +26,7 @@
 pub mod access_log;
 mod batch;
 pub mod clock;
+pub mod compress;
 pub mod config;
 pub mod connection;
 pub mod control;
