@@ -147,8 +147,7 @@ pub struct Exchange {
     decoded_length: Option<u64>,
     /// The response body's encoder while it is compressed (ADR 0037): made only then.
     compressing: Option<Box<compressing::Compressing>>,
-    /// The response goes out as it is whatever the compression settings say
-    /// ([`Exchange::keep_identity`]).
+    /// The response is never compressed ([`Exchange::keep_identity`]).
     keep_identity: bool,
 }
 
