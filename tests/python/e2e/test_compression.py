@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import socket
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,6 +147,22 @@ def test_negotiated_codings_and_header_rules(served_server: Any, tls_certs: TlsC
                 response, raw = fetch(http, "GET", f"{base}/file", BROWSER)
                 assert "content-encoding" not in response.headers and raw == PAGE
                 assert "vary" not in response.headers
+
+
+@pytest.mark.parametrize("served_server", SERVED, ids=SERVED_IDS, indirect=True)
+def test_an_http10_stream_is_compressed_and_ends_with_the_connection(served_server: Any) -> None:
+    _, _, plain_port = served_server
+    with socket.create_connection(("127.0.0.1", plain_port), timeout=20) as conn:
+        conn.sendall(b"GET /stream HTTP/1.0\r\nHost: x\r\nAccept-Encoding: br\r\n\r\n")
+        answer = b""
+        while piece := conn.recv(65536):
+            answer += piece
+    head, _, body = answer.partition(b"\r\n\r\n")
+    fields = head.lower().split(b"\r\n")
+    assert fields[0].startswith(b"http/1.1 200")
+    assert b"content-encoding: br" in fields and b"connection: close" in fields
+    assert not any(field.startswith((b"content-length", b"transfer-encoding")) for field in fields)
+    assert decode("br", body) == b"".join(BLOCKS)
 
 
 @pytest.mark.parametrize("served_server", SERVED, ids=SERVED_IDS, indirect=True)
