@@ -147,6 +147,10 @@ def test_negotiated_codings_and_header_rules(served_server: Any, tls_certs: TlsC
                 response, raw = fetch(http, "GET", f"{base}/file", BROWSER)
                 assert "content-encoding" not in response.headers and raw == PAGE
                 assert "vary" not in response.headers
+                # PEP 3333's write(): each call compressed and sent before it returns.
+                response, raw = fetch(http, "GET", f"{base}/written", "zstd")
+                assert response.headers["content-encoding"] == "zstd"
+                assert decode("zstd", raw) == b"".join(BLOCKS)
 
 
 @pytest.mark.parametrize("served_server", SERVED, ids=SERVED_IDS, indirect=True)
