@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import os
 import socket
+import subprocess
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,8 @@ import zstandard
 from h2_tools import MPM_IDS, MPMS, serve_h2c
 from tls_certs import TlsCerts
 from tls_clients import client_context, tls_args
+
+from conftest import debian_tool
 
 BROWSER = "gzip, deflate, br, zstd"
 PAGE = "".join(f"<p>line {n}: the quick brown fox jumps over the lazy dog</p>\n" for n in range(400)).encode()
@@ -151,6 +154,27 @@ def test_negotiated_codings_and_header_rules(served_server: Any, tls_certs: TlsC
                 response, raw = fetch(http, "GET", f"{base}/written", "zstd")
                 assert response.headers["content-encoding"] == "zstd"
                 assert decode("zstd", raw) == b"".join(BLOCKS)
+
+
+@pytest.mark.parametrize("served_server", SERVED, ids=SERVED_IDS, indirect=True)
+def test_curl_decodes_what_it_asked_for(served_server: Any, tls_certs: TlsCerts, tmp_path: Path) -> None:
+    """curl (built with zlib, brotli and zstd) sends a browser's Accept-Encoding over HTTP/1.1, TLS
+    and h2, and its own decoding gives the page back."""
+    curl = debian_tool("curl")
+    _, server, plain_port = served_server
+    tls = ["--cacert", str(tls_certs.root), "--resolve", f"localhost:{server.port}:127.0.0.1"]
+    for options, url in ((["--http1.1"], f"http://127.0.0.1:{plain_port}/page"),
+                         (["--http1.1", *tls], f"https://localhost:{server.port}/page"),
+                         (["--http2", *tls], f"https://localhost:{server.port}/page")):
+        for accept, coding in ((BROWSER, "gzip"), ("br", "br"), ("zstd;q=1, gzip;q=0.5", "zstd")):
+            headers = tmp_path / "headers"
+            result = subprocess.run([curl, "-sS", "--max-time", "20", *options, "--compressed", "-H",
+                                     f"Accept-Encoding: {accept}", "-D", str(headers), url],
+                                    capture_output=True, timeout=60, check=False)
+            assert result.returncode == 0, result.stderr
+            assert result.stdout == PAGE, (options, accept)
+            fields = headers.read_text().lower().splitlines()
+            assert f"content-encoding: {coding}" in fields, (options, accept, fields)
 
 
 @pytest.mark.parametrize("served_server", SERVED, ids=SERVED_IDS, indirect=True)
