@@ -294,6 +294,15 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Apache", "mod_evasive `DOSPageCount`, `DOSSiteCount`", "{rate_limit} with {rate_limit_burst} "
                "(one bucket per client in shared memory: every worker counts in it)"),
     Equivalent("Apache", "mod_qos `QS_SrvMaxConnPerIP`", "{max_connections_per_client}"),
+    # Response compression (issue 39, ADR 0037).
+    Equivalent("Apache", "mod_deflate, mod_brotli (`AddOutputFilterByType DEFLATE text/html`), Apache::GzipChain",
+               "{compression} (`gzip`, `br`, `zstd`) and {compression_types}"),
+    Equivalent("Apache", "`DeflateCompressionLevel`, `BrotliCompressionQuality`",
+               "{compression_gzip_level}, {compression_brotli_level}"),
+    Equivalent("nginx", "`gzip on`, `gzip_types`, `gzip_min_length`, `gzip_comp_level`",
+               "{compression}, {compression_types}, {compression_min_size}, {compression_gzip_level}"),
+    Equivalent("nginx", "`gzip_vary on`", "always: `Vary: Accept-Encoding` on every response that could be compressed"),
+    Equivalent("nginx", "`gzip_disable`", "{compression_exclude_paths} (by path, not by User-Agent)"),
 )
 """The rows of the "Coming from another server" table, which also answer their flags."""
 
