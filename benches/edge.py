@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,13 +65,15 @@ class Row:
     app: App
     headers: tuple[str, ...] = ()
     upstream: Server | None = None
+    callgrind: Server | None = None
+    """The server as counted under callgrind, when it differs (nginx in one process)."""
 
 
 NGINX_HEAD = """\
 # nginx for issue 39's rows: one worker, nothing logged, every path under its prefix.
 worker_processes 1;
 daemon off;
-master_process on;
+master_process {master};
 pid {prefix}/nginx-{port}.pid;
 error_log stderr warn;
 events {{ worker_connections 1024; }}
@@ -117,11 +119,14 @@ NGINX_GZIP_PROXY = NGINX_HEAD + """\
 """
 
 
-def nginx_server(name: str, template: str, **fields: Any) -> Server:
-    """nginx with ``template`` (its prefix the workdir) written per port."""
+def nginx_server(name: str, template: str, single: bool = False, **fields: Any) -> Server:
+    """nginx with ``template`` (its prefix the workdir) written per port; ``single``: in one
+    process (``master_process off``), as callgrind counts it: callgrind_control got no answer
+    from the worker a root master forks (and which runs as nobody) here."""
     def command(_app: App, port: int, _ready_fd: int | None, workdir: Path) -> list[str]:
         conf = workdir / f"{name}-{port}.conf"
-        conf.write_text(template.format(prefix=workdir, port=port, **fields))
+        conf.write_text(template.format(prefix=workdir, port=port,
+                                        master="off" if single else "on", **fields))
         return [tool_path("nginx") or "nginx", "-e", "stderr", "-p", str(workdir), "-c",
                 str(conf)]
     return Server(name, command)
@@ -144,7 +149,9 @@ def rows(root: Path, upstream_port: list[int]) -> list[Row]:
         name, _size = em.FILES[cell]
         app = App(cell, hello.file, hello.attr, f"/static/{name}")
         every += [Row(cell, tines(em.TINES_STATIC, *static), app),
-                  Row(cell, nginx_server(em.NGINX_SENDFILE, NGINX_STATIC, root=root), app)]
+                  Row(cell, nginx_server(em.NGINX_SENDFILE, NGINX_STATIC, root=root), app,
+                      callgrind=nginx_server(em.NGINX_SENDFILE, NGINX_STATIC, single=True,
+                                             root=root))]
 
     def proxy(app: App, port: int, ready_fd: int | None, workdir: Path) -> list[str]:
         # The upstream's port is known only once it has started (start_row sets it).
@@ -277,8 +284,9 @@ def instructions(row: Row, bench: Path, requests: int,
     port = free_port()
     wrapper = ("valgrind", "--tool=callgrind", "--trace-children=yes",
                f"--callgrind-out-file={out_dir}/callgrind.out.%p")
+    counted = row if row.callgrind is None else replace(row, server=row.callgrind)
     try:
-        started = start_row(row, port, f"{row.cell}-{row.server.name}-callgrind", WORKDIR,
+        started = start_row(counted, port, f"{row.cell}-{row.server.name}-callgrind", WORKDIR,
                             upstream_port, wrapper=wrapper, ready_deadline_s=CALLGRIND_READY_S)
     except StartFailed as error:
         log(f"callgrind {row.cell} {row.server.name}: start: {error}")
@@ -286,7 +294,9 @@ def instructions(row: Row, bench: Path, requests: int,
         return None
     try:
         exactly(bench, row, port, max(10, requests // 10))
-        pids = [s.pid for s in tree(started[-1].process.pid)]
+        # The workers only: a master serves no request (nginx runs as one process here).
+        root = started[-1].process.pid
+        pids = [s.pid for s in tree(root) if s.pid != root] or [root]
         for pid in pids:
             control(["-z", str(pid)])
         exactly(bench, row, port, requests)
