@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 from setproctitle import setproctitle
 
-from tines import exits, forkserver, logs, profiler, upgrade, watchdog
+from tines import exits, forkserver, logs, profiler, rate_limits, upgrade, watchdog
 from tines import standby as standby_policy
 from tines import pool as spare_pool
 from tines import reload as reloading
@@ -265,7 +265,7 @@ class Arbiter(Master):
                             *self.ready_fd_held()],
             master_pid=self.pid, app=self.app, settings=generation.worker_settings, hooks=generation.hooks,
             profile_dir=profiler.profile_path(generation.cfg, self.pid), standby=standby,
-            h2c_listeners=h2c_modes(self.listeners),
+            h2c_listeners=h2c_modes(self.listeners), rate_table=fleet.rate_table,
         )
         # The fork server starts before pre_fork: what the hook does in the master for this
         # worker must not reach every worker the fork server forks (docs/hooks.md).
@@ -349,6 +349,10 @@ class Arbiter(Master):
         self.generation = generation
         self.num_workers = workers
         self.fleet.scoreboard.set_generation(generation.number)
+        # A reload keeps the table (every client's bucket); one that sets the first limit
+        # makes it, before its workers fork.
+        self.fleet.rate_table = rate_limits.ensure(generation.cfg, self.fleet.rate_table, None,
+                                                   self.fleet.scoreboard)
         self.fleet.configure(generation.cfg)
         logging.getLogger(logs.LOGGER_NAME).setLevel(generation.cfg.log_level.upper())
 
@@ -384,7 +388,8 @@ class Arbiter(Master):
     def start_upgrade(self, why: str) -> bool:
         """Start a new master (USR2, HUP with --preload), handing it the listeners."""
         passed = upgrade.Inheritance(pid=self.pid, listeners=self.listeners, status=self.status.listeners(),
-                                     notify_socket=self.notifier.address, ticket_secret=self.ticket_secret)
+                                     notify_socket=self.notifier.address, ticket_secret=self.ticket_secret,
+                                     rate_table_fd=None if self.fleet.rate_table is None else self.fleet.rate_table.fd)
         return self.upgrade.start(why, self.announced, passed)
 
     def start_status(self) -> None:

@@ -37,6 +37,8 @@ class Fleet:
         self.workers: dict[int, Worker] = {}
         self.scoreboard: Any = None
         """The ``tines._core.Scoreboard``, from ``Master.start`` on."""
+        self.rate_table: Any = None
+        """The rate limits' ``tines._core.RateTable`` once a generation needs it (``tines.rate_limits``)."""
         self.watchdog: watchdog.Watchdog | None = None
         """Requests over ``request_timeout``, boots over ``boot_timeout`` (``tines.watchdog``)."""
         self.memory_sampler = memory.Sampler(memory.sample_rate(cfg))

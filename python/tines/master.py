@@ -26,7 +26,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from tines import logs, memory, preflight, profiler, reloader, sdnotify, standby, tls, upgrade, watchdog
+from tines import logs, memory, preflight, profiler, rate_limits, reloader, sdnotify, standby, tls, upgrade, watchdog
 from tines import pool as spare_pool
 from tines import status as status_process
 from tines.app_loader import check_mpm, interface_of, load_app
@@ -143,6 +143,8 @@ class Master:
         scoreboard = self.fleet.scoreboard = _core.Scoreboard(slots, watchdog.scoreboard_threads(cfg))
         scoreboard.publish_master(self.pid)
         scoreboard.set_generation(self.generation.number)
+        # Before the first fork, so every worker maps the same buckets (ADR 0038).
+        self.fleet.rate_table = rate_limits.ensure(cfg, None, self.upgrade.rate_table_fd, scoreboard)
         self.fleet.watchdog = watchdog.Watchdog(cfg, scoreboard)
         self.wakeup.open()
         self.fleet.open_pipes()

@@ -53,6 +53,7 @@ RESTART_ONLY: Mapping[str, str] = {
     "reload": "the source watcher is set up (or not) at start",
     "reload_include": "the source watcher's globs are set at start",
     "reload_exclude": "the source watcher's globs are set at start",
+    "rate_limit_table_size": "the shared rate-limit table is sized once, when the master makes it",
 }
 """Settings fixed at start, and why. A changed value is logged and the old one kept."""
 

@@ -7,7 +7,8 @@ the listeners passed as inherited fds 3.. with a systemd-style ``LISTEN_PID``/``
 listener marked cleartext is named ``plain``, ``h2c`` or ``http1+h2c``, so it keeps its mode), the TLS ticket
 secret (a sealed memfd named in ``_TINES_UPGRADE_TICKET_FD``: the new master's ticket keys are
 its old master's, so tickets resume across the upgrade; never the secret itself in the
-environment, which ``/proc/PID/environ`` shows), the readiness pipe (an inherited fd named in
+environment, which ``/proc/PID/environ`` shows), the rate limits' shared table (its memfd named in
+``_TINES_UPGRADE_RATE_TABLE_FD``: the new master's workers count in the same buckets), the readiness pipe (an inherited fd named in
 ``_TINES_UPGRADE_READY_FD``: the new master writes one byte to it once all its workers are
 ready), the hand-over (this master retires its workers
 with the drain and exits 0), the rollback (the new master exits before ready: this master never
@@ -51,6 +52,9 @@ ENV_UNLINK = "_TINES_UPGRADE_UNLINK"
 """Unix socket paths (a JSON list) that the old master bound: the new master owns them now."""
 ENV_TICKET_FD = "_TINES_UPGRADE_TICKET_FD"
 """The fd of a sealed memfd holding the TLS ticket secret (``tines.tls.SECRET_SIZE`` bytes)."""
+ENV_RATE_TABLE_FD = "_TINES_UPGRADE_RATE_TABLE_FD"
+"""The fd of the rate limits' shared table (a memfd, ``tines.rate_limits``): the new master maps
+the same buckets, so a client's limit holds across the upgrade."""
 LISTEN_FDNAME = "tines"
 """The name of each passed listener in ``LISTEN_FDNAMES`` (sd_listen_fds_with_names(3)), but
 for the cleartext ones (``tines.sockets.Listener.fdname``: ``plain``, ``h2c``, ``http1+h2c``)."""
@@ -94,6 +98,8 @@ class Inheritance:
     """systemd's ``NOTIFY_SOCKET`` (the master took it out of its environment, tines.sdnotify)."""
     ticket_secret: bytes = b""
     """The TLS ticket secret (``ENV_TICKET_FD``); empty: none is passed."""
+    rate_table_fd: int | None = None
+    """The rate limits' table's memfd (``ENV_RATE_TABLE_FD``); None: this master has none."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,19 @@ def take_secret(fd_text: str | None) -> bytes | None:
     return secret
 
 
+def take_fd(fd_text: str | None) -> int | None:
+    """The inherited fd ``fd_text`` names, made close-on-exec (the workers' forks keep it, a
+    later upgrade passes its own copy); None when there is none or it is not an open fd."""
+    if fd_text is None or not fd_text.isdigit():
+        return None
+    try:
+        os.set_inheritable(int(fd_text), False)
+    except OSError as error:
+        log.warning("cannot take the fd the old master passed (%s): %s", fd_text, error)
+        return None
+    return int(fd_text)
+
+
 class Upgrade:
     """The master's side of upgrades, as the old master (``start`` ... ``reaped``) and as a new
     one (``old_master``, ``tell_old_master_ready``)."""
@@ -184,6 +203,9 @@ class Upgrade:
         self.unlink_paths: list[str] = []
         self.ticket_secret = take_secret(env.pop(ENV_TICKET_FD, None))
         """The old master's TLS ticket secret; None when none was passed (or it was unreadable)."""
+        self.rate_table_fd = take_fd(env.pop(ENV_RATE_TABLE_FD, None))
+        """The old master's rate-limit table's memfd (``tines.rate_limits`` adopts it); None:
+        none was passed."""
         ready = env.pop(ENV_READY_FD, None)
         old = env.pop(ENV_OLD_MASTER, None)
         unlink = env.pop(ENV_UNLINK, None)
@@ -315,10 +337,15 @@ class Upgrade:
                     # handshake), rather than fail the whole upgrade for a resumption.
                     os.write(2, f"tines: the TLS ticket secret is not passed to the new master "
                                 f"(memfd: {error}); tickets from before the upgrade will not resume\n".encode())
-            sources = [listener.fileno() for listener in passed.listeners] + [ready_write] + status + ticket
+            # Then the rate limits' table, if any (ENV_RATE_TABLE_FD): the same memfd, so both
+            # masters' workers share the buckets during the overlap and after.
+            table = [passed.rate_table_fd] if passed.rate_table_fd is not None else []
+            sources = ([listener.fileno() for listener in passed.listeners] + [ready_write] + status + ticket
+                       + table)
             ready_target = SD_LISTEN_FDS_START + len(passed.listeners)
             status_target = ready_target + len(status)
-            last_target = status_target + len(ticket)
+            ticket_target = status_target + len(ticket)
+            last_target = ticket_target + len(table)
             # Out of the way first, so no target number clobbers a source.
             moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, last_target + 1) for fd in sources]
             for index, fd in enumerate(moved):
@@ -336,7 +363,8 @@ class Upgrade:
                 "LISTEN_FDNAMES": ":".join(listener.fdname or LISTEN_FDNAME for listener in passed.listeners),
                 ENV_READY_FD: str(ready_target),
                 **({ENV_STATUS_FD: str(status_target)} if status else {}),
-                **({ENV_TICKET_FD: str(last_target)} if ticket else {}),
+                **({ENV_TICKET_FD: str(ticket_target)} if ticket else {}),
+                **({ENV_RATE_TABLE_FD: str(last_target)} if table else {}),
                 ENV_OLD_MASTER: str(passed.pid),
                 ENV_UNLINK: json.dumps([path for _, path in self.kept_unlink]),
             })

@@ -136,6 +136,8 @@ class WorkerContext:
     h2c_listeners: list[str] = field(default_factory=list)
     """What each of ``listeners`` speaks in cleartext (``sockets.h2c_modes``), parallel to them;
     empty: HTTP/1.1 on every one."""
+    rate_table: Any = None
+    """The rate limits' shared table (``tines._core.RateTable``; None: no limit is set)."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,10 @@ class WorkerSpec:
     ``only`` (h2c with prior knowledge: an ``h2c:`` bind) or ``both`` (``http1+h2c:``); not
     given: ``off`` on every one."""
 
+    rate_table: Any = None
+    """The rate limits' shared table (``tines._core.RateTable``, made by the master before the
+    fork); None: no limit is set."""
+
     def __post_init__(self) -> None:
         if not self.tls_listeners:
             object.__setattr__(self, "tls_listeners", [False] * len(self.listeners))
@@ -190,7 +196,8 @@ def worker_spec(context: WorkerContext, pid: int, standby: Callable[[], bool] | 
     return WorkerSpec(settings=context.settings, listeners=context.listeners,
                       scoreboard=context.scoreboard, slot=context.slot, life_fd=context.life_read,
                       ready=ready, draining=(context.notify_write, draining), standby=standby,
-                      tls_listeners=context.tls_listeners, h2c_listeners=context.h2c_listeners)
+                      tls_listeners=context.tls_listeners, h2c_listeners=context.h2c_listeners,
+                      rate_table=context.rate_table)
 
 
 def worker_settings(cfg: Config, tls: object | None = None) -> dict[str, object]:

@@ -16,6 +16,7 @@ mod bench;
 mod cgi;
 mod fork_server;
 mod gil;
+mod rate_limit;
 mod scoreboard;
 mod settings;
 mod tls;
@@ -34,6 +35,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let _ = std::is_x86_feature_detected!("sse4.2");
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<scoreboard::PyScoreboard>()?;
+    m.add_class::<rate_limit::PyRateTable>()?;
     m.add_class::<tls::TlsMaterial>()?;
     m.add(
         "EXIT_REASONS",

@@ -62,6 +62,11 @@ impl PyScoreboard {
         self.inner.publish_master(pid);
     }
 
+    /// Master: the rate-limit table's size and entries in use (when it makes or adopts it).
+    fn set_rate_table(&self, capacity: u64, entries: u64) {
+        self.inner.set_rate_table(capacity, entries);
+    }
+
     /// Master: the current generation (the status output shows it).
     fn set_generation(&self, generation: u32) {
         self.inner.set_generation(generation);
@@ -94,7 +99,9 @@ impl PyScoreboard {
 
     /// Server-wide totals since the master started, the live slots' and the retired ones':
     /// requests (counted), accepted, bytes_in, bytes_out, in_flight, connections,
-    /// h2_connections and h2_streams (open now), and exits: reaped workers by exit reason
+    /// h2_connections and h2_streams (open now), rate_limited (429s), rate_evictions,
+    /// refused_connections (`max_connections_per_client`), rate_entries and rate_capacity
+    /// (the rate-limit table's fill and size; 0 without one), and exits: reaped workers by exit reason
     /// name (those with at least one).
     fn totals<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let totals = self.inner.totals();
@@ -107,6 +114,12 @@ impl PyScoreboard {
         dict.set_item("connections", totals.connections)?;
         dict.set_item("h2_connections", totals.h2_connections)?;
         dict.set_item("h2_streams", totals.h2_streams)?;
+        dict.set_item("rate_limited", totals.rate_limited)?;
+        dict.set_item("rate_evictions", totals.rate_evictions)?;
+        dict.set_item("refused_connections", totals.refused_connections)?;
+        let (entries, capacity) = self.inner.rate_table();
+        dict.set_item("rate_entries", entries)?;
+        dict.set_item("rate_capacity", capacity)?;
         let exits = PyDict::new(py);
         for reason in ExitReason::ALL {
             let count = totals.exits[*reason as usize];

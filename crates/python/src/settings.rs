@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tines_proto::Limits;
 use tines_server::access_log::Format;
-use tines_server::config::H2Config;
+use tines_server::config::{H2Config, RateLimitConfig};
 use tines_server::tls::rustls::ServerConfig;
 use tines_server::{Mpm, TrustedProxies, WorkerConfig};
 
@@ -81,6 +81,21 @@ fn h2_config(settings: &Bound<'_, PyDict>) -> PyResult<H2Config> {
         max_reset_rate: get(settings, "h2_max_reset_rate")?,
         max_control_rate: get(settings, "h2_max_control_rate")?,
     })
+}
+
+/// The rate limits' settings (the registry's "Rate limits" section, docs/rate-limits.md); the
+/// registry checked them in the master, a value it would refuse is a ValueError here too.
+fn rate_limit_config(settings: &Bound<'_, PyDict>) -> PyResult<RateLimitConfig> {
+    let rate: Option<String> = get(settings, "rate_limit")?;
+    RateLimitConfig::parse(
+        rate.as_deref(),
+        get(settings, "rate_limit_burst")?,
+        &get::<Vec<String>>(settings, "rate_limit_paths")?,
+        &get::<Vec<String>>(settings, "rate_limit_allow")?,
+        get(settings, "rate_limit_ipv6_prefix")?,
+        get(settings, "max_connections_per_client")?,
+    )
+    .map_err(PyValueError::new_err)
 }
 
 /// Builds the worker's configuration from the settings dict.
@@ -160,6 +175,7 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         workers: get::<usize>(settings, "workers")?.max(1),
         debug: log_level.eq_ignore_ascii_case("debug"),
         h2: h2_config(settings)?,
+        rate_limit: rate_limit_config(settings)?,
     })
 }
 
@@ -198,5 +214,6 @@ pub fn worker_config_fields(
         max_body_drain, server_header, access_log, error_log, access_log_format,
         access_log_exclude,
         max_requests, max_requests_jitter, workers, debug, h2,
+        rate_limit,
     ))
 }

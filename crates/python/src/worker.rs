@@ -13,6 +13,7 @@ use pyo3::types::PyDict;
 use tines_server::listener::H2c;
 use tines_server::{run_worker as run, WorkerSpec};
 
+use crate::rate_limit::PyRateTable;
 use crate::scoreboard::PyScoreboard;
 use crate::settings::worker_config;
 use crate::wsgi::WsgiApp;
@@ -66,6 +67,9 @@ pub struct PythonSpec<'py> {
     /// A standby's wait (`tines.worker`): called, with the GIL, once the set-up is done; true
     /// once promoted. An exception is printed and taken for a stop.
     standby: Option<Py<PyAny>>,
+    /// The shared rate-limit table (`tines._core.RateTable`) the master made; None without.
+    #[pyo3(default)]
+    rate_table: Option<Bound<'py, PyRateTable>>,
 }
 
 impl PythonSpec<'_> {
@@ -83,6 +87,7 @@ impl PythonSpec<'_> {
             ready,
             draining,
             standby,
+            rate_table,
         } = self;
         Ok(WorkerSpec {
             config: worker_config(&settings)?,
@@ -100,6 +105,7 @@ impl PythonSpec<'_> {
                 })
                 .collect::<PyResult<Vec<_>>>()?,
             scoreboard: Arc::clone(&scoreboard.get().inner),
+            rate_table: rate_table.map(|table| Arc::clone(&table.get().inner)),
             slot,
             life_fd,
             on_ready: ready.map(|(fd, message)| -> tines_server::worker::ReadyHook {

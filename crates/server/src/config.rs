@@ -163,10 +163,15 @@ pub struct WorkerConfig {
     pub debug: bool,
     /// HTTP/2 (ADR 0034, 0035): the settings advertised and the flood limits.
     pub h2: H2Config,
+    /// Per-client rate limits and the connection cap (ADR 0038, docs/rate-limits.md).
+    pub rate_limit: RateLimitConfig,
 }
 
 /// HTTP/2's settings, declared beside the connection they configure (below `transport`).
 pub use crate::h2::H2Config;
+
+/// The rate limits' settings, declared beside the table they apply (below `config`).
+pub use crate::rate_limit::RateLimitConfig;
 
 impl WorkerConfig {
     /// The worker serves on one thread (prefork, event without app threads): its counters and
@@ -272,6 +277,7 @@ impl Default for WorkerConfig {
             workers: 1,
             debug: false,
             h2: H2Config::default(),
+            rate_limit: RateLimitConfig::default(),
         }
     }
 }

@@ -8,7 +8,8 @@
 //! poller, its streams as virtual HTTP/1.1 connections; its settings), [`transport`] (what carries a connection's bytes: every connection read and write goes
 //! through it), [`scoreboard`], [`dump_signal`] (the stuck worker's dump-signal handler, over
 //! the scoreboard), [`log`] (the error log), [`access_log`] (its formats and buffered sink),
-//! [`listener`] (accept, addresses), [`trusted_proxies`] (`forwarded_allow_ips`), [`config`],
+//! [`listener`] (accept, addresses), [`trusted_proxies`] (`forwarded_allow_ips`), [`rate_limit`] (per-client
+//! request limits: the shared table of buckets, the 429's fields), [`config`],
 //! [`spool`] (the buffer budgets and temporary files of bodies and responses that wait for a
 //! slow client), [`parked_body`] (a request body read before dispatch: memory or temporary
 //! file, chunked decoding), [`pending`] (response output the event loop finishes),
@@ -38,6 +39,7 @@ pub mod mpm;
 pub mod parked_body;
 pub mod pending;
 pub mod poller;
+pub mod rate_limit;
 pub mod reactor;
 pub mod scoreboard;
 pub mod shared;

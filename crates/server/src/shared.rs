@@ -10,8 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use crate::access_log::AccessLog;
 use crate::config::WorkerConfig;
+use crate::connection::Lent;
 use crate::control::StopReason;
 use crate::listener::Local;
+use crate::rate_limit::{Found, RateLimiter, RateTable, Refusal, Verdict};
 use crate::scoreboard::thread::monotonic_ns_of;
 use crate::scoreboard::{Counted, ExitReason, Scoreboard, Slot, ThreadSlot, WorkerState};
 use crate::spool::Buffers;
@@ -45,6 +47,8 @@ pub struct WorkerShared {
     /// The draining hook ran (it runs once: at the dispatch of the budget's last request, or
     /// at the stop).
     draining_announced: AtomicBool,
+    /// The rate limits' check (ADR 0038); None when no limit is set: one branch per request.
+    rate_limiter: Option<RateLimiter>,
 }
 
 /// What a worker runs once it can serve (e.g. telling its master it is ready).
@@ -78,7 +82,50 @@ impl WorkerShared {
             on_ready: Mutex::new(None),
             on_draining,
             draining_announced: AtomicBool::new(false),
+            rate_limiter: None,
         }
+    }
+
+    /// Gives the worker the shared rate-limit table (the master's, inherited at the fork):
+    /// its requests are checked from now on when the settings limit any.
+    pub(crate) fn with_rate_table(mut self, table: Option<Arc<RateTable>>) -> WorkerShared {
+        self.rate_limiter =
+            table.and_then(|table| RateLimiter::new(&self.config.rate_limit, table));
+        self
+    }
+
+    /// Counts the request head in `lent` against the rate limits, once per request (the loop
+    /// before it reads the body, marking `lent`; a slot for a head the loop did not see): the
+    /// refusal when the client is over its limit (its `429` is the caller's to write). Off:
+    /// one branch.
+    #[inline]
+    pub(crate) fn rate_refusal(&self, lent: &mut Lent, now: Instant) -> Option<Refusal> {
+        let limiter = self.rate_limiter.as_ref()?;
+        self.check_rate(limiter, lent, now)
+    }
+
+    fn check_rate(&self, limiter: &RateLimiter, lent: &mut Lent, now: Instant) -> Option<Refusal> {
+        lent.rate_counted = true;
+        let client = lent.client_ip(&self.config.trusted_proxies);
+        let target = lent.head.target.of(&lent.buf);
+        let (refusal, found) = match limiter.check(client, target, monotonic_ns_of(now)) {
+            Verdict::Pass(found) => (None, found),
+            Verdict::Limited(refusal, found) => (Some(refusal), Some(found)),
+        };
+        match found {
+            Some(Found::New) => {
+                self.scoreboard
+                    .header()
+                    .rate_entries
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Some(Found::Evicted) => self.add(&self.slot().rate_evictions, 1),
+            _ => {}
+        }
+        if refusal.is_some() {
+            self.add(&self.slot().rate_limited, 1);
+        }
+        refusal
     }
 
     /// Runs the draining hook, if any, the first time only: when the budget's last request

@@ -25,6 +25,16 @@ pub(crate) fn serve_connection(
     loop {
         // One clock read per request: the slot's own when it read the clock just before.
         let now = started.take().unwrap_or_else(crate::clock::now);
+        // The rate limits (ADR 0038): a head the loop counted before reading its body is not
+        // counted again; a pipelined one served here is counted now.
+        if !std::mem::take(&mut conn.rate_counted) {
+            if let Some(refusal) = shared.rate_refusal(&mut conn, now) {
+                crate::reactor::refuse_rate_limited(&mut conn, &refusal, shared, &mut ctx);
+                // Earlier responses may still be unread, and its body is: linger.
+                conn.close_after_response(Linger::UntilEof);
+                return (Some(conn), ctx);
+            }
+        }
         let fd = conn.fd();
         let head = &conn.head;
         shared.request_started(

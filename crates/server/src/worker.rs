@@ -57,6 +57,8 @@ pub struct WorkerSpec {
     pub on_draining: Option<DrainingHook>,
     /// A standby's wait (see [`StandbyHook`]); None for a worker that serves at once.
     pub standby: Option<StandbyHook>,
+    /// The shared rate-limit table the master made (ADR 0038); None when it made none.
+    pub rate_table: Option<Arc<crate::rate_limit::RateTable>>,
 }
 
 /// What a standby runs once its set-up is done, before its loop: it waits there for its
@@ -179,7 +181,8 @@ pub fn prepare(spec: WorkerSpec) -> io::Result<(crate::reactor::Reactor, Arc<Wor
         spec.slot,
         budget,
         spec.on_draining,
-    );
+    )
+    .with_rate_table(spec.rate_table);
     *shared
         .on_ready
         .lock()

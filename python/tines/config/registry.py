@@ -23,6 +23,7 @@ from typing import Any
 from tines.config.validators import (alpn_protocol, bind_address, boolean, cipher_suite, directory, group_id,
                                      h2_connection_window, h2_count, h2_frame_size, h2_size, h2_stream_window,
                                      head_size, header_value, network, non_negative_int, non_negative_seconds,
+                                     optional_rate, rate_limit_ipv6_prefix, rate_limit_table_size, rate_rule,
                                      non_negative_whole_seconds, optional_non_negative_int,
                                      optional_non_negative_seconds, optional_positive_int, optional_positive_size,
                                      optional_positive_whole_seconds, optional_size, optional_text, positive_int,
@@ -59,7 +60,7 @@ ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
 """The access log's custom-format atoms, for the docs and ``--help`` (the formatter is Rust's
 ``tines_server::access_log``; a test checks both name the same atoms)."""
 
-SECTIONS = ("Server", "TLS", "HTTP/2", "Workers", "HTTP", "Timeouts", "Limits", "Logging", "Process", "Resource limits")
+SECTIONS = ("Server", "TLS", "HTTP/2", "Rate limits", "Workers", "HTTP", "Timeouts", "Limits", "Logging", "Process", "Resource limits")
 """Order of the sections in ``--help`` and in docs/settings.md."""
 
 
@@ -240,6 +241,21 @@ _REGISTRY = (
             h2_count, 100, ("--h2-max-reset-rate",), "N", worker=True),
     Setting("h2_max_control_rate", "HTTP/2", "Frames that carry no request work (PING, SETTINGS, PRIORITY, WINDOW_UPDATE, DATA that is empty or under 64 bytes without END_STREAM) a client may send per second, averaged over 10 seconds; above it the connection ends with GOAWAY ENHANCE_YOUR_CALM (the PING, SETTINGS and empty-frame floods).",
             h2_count, 1000, ("--h2-max-control-rate",), "N", worker=True),
+    # Rate limits (docs/rate-limits.md, ADR 0038)
+    Setting("rate_limit", "Rate limits", "Requests one client may make: `N/s` or `N/m`, a token bucket per client address (the real client after `forwarded_allow_ips` and the PROXY protocol; IPv6 grouped by `rate_limit_ipv6_prefix`) kept in one table in shared memory every worker uses, so the limit holds whichever worker accepts and across reloads and upgrades. A request over it is answered `429` by the worker, before the app and before its body is read, with `Retry-After`, `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11), and its connection closed. Unset: off, at no cost (nginx's `limit_req`).",
+            optional_rate, None, ("--rate-limit",), "RATE", worker=True, default_text="unset: off"),
+    Setting("rate_limit_burst", "Rate limits", "Requests a client may make at once above `rate_limit` (the bucket's size): a client idle long enough may send this many back to back.",
+            optional_positive_int, None, ("--rate-limit-burst",), "N", worker=True, default_text="the rate's count per second, at least 1"),
+    Setting("rate_limit_paths", "Rate limits", "Rules per path prefix, `PREFIX=RATE[:BURST]` (`/login=5/m:3`), comma-separated: a request whose path starts with a rule's prefix (the longest wins) counts against that rule's own bucket per client instead of `rate_limit`'s. Works without `rate_limit` (only those paths are then limited).",
+            rate_rule, (), ("--rate-limit-paths",), "RULES", worker=True, multiple=True),
+    Setting("rate_limit_allow", "Rate limits", "Client networks never rate-limited nor capped by `max_connections_per_client` (IP addresses or CIDR networks, comma-separated): health checkers, your own services.",
+            network, (), ("--rate-limit-allow",), "IPS", worker=True, multiple=True),
+    Setting("rate_limit_ipv6_prefix", "Rate limits", "Leading bits of an IPv6 client address that name one client: a host is usually given a whole /64, so one client is one /64 by default.",
+            rate_limit_ipv6_prefix, 64, ("--rate-limit-ipv6-prefix",), "BITS", worker=True),
+    Setting("rate_limit_table_size", "Rate limits", "Entries of the shared table of client buckets (16 bytes each, rounded up to a power of two), fixed at start: when full, a new client takes the place of one whose bucket is full again (it carries no information), else of the one closest to full (evictions are counted on the status page).",
+            rate_limit_table_size, 65536, ("--rate-limit-table-size",), "N"),
+    Setting("max_connections_per_client", "Rate limits", "Most connections one client address (the TCP peer, or the PROXY protocol's client; never a trusted proxy's own connections, which carry many clients) may hold open at once across every worker; one more is closed at accept. 0: no cap.",
+            non_negative_int, 0, ("--max-connections-per-client",), "N", worker=True),
     # Workers
     Setting("workers", "Workers", "Number of worker processes: a fixed count, the default mode (TTIN/TTOU add or remove one). For a pool that grows under load and shrinks when idle, set `max_workers` instead.",
             positive_int, _default_workers, ("-w", "--workers"), "N", default_text="2 x CPU cores"),

@@ -599,3 +599,48 @@ def network(raw: object) -> str:
         except ValueError:
             pass
     raise ValueError("must be IP addresses or networks (CIDR), or *")
+
+
+# ----- Rate limits (docs/rate-limits.md, ADR 0038) -----------------------------------------------
+
+_RATE = re.compile(r"\s*([0-9]+)\s*/\s*(s|m)\s*")
+MAX_RATE_COUNT = 1_000_000
+"""The most requests a rate may name per second or minute (a bucket's interval stays >= 1 µs)."""
+
+
+def _rate(raw: object, expected: str) -> str:
+    match = _RATE.fullmatch(raw) if isinstance(raw, str) else None
+    if match is None or not 1 <= int(match.group(1)) <= MAX_RATE_COUNT:
+        raise ValueError(expected)
+    return f"{int(match.group(1))}/{match.group(2)}"
+
+
+def optional_rate(raw: object) -> str | None:
+    """``N/s`` or ``N/m`` (requests per second or per minute, N in 1..1000000), returned as
+    ``N/s``; None (``""`` also) for off."""
+    if raw is None or raw == "":
+        return None
+    return _rate(raw, f"must be RATE/s or RATE/m (RATE a whole number in 1..{MAX_RATE_COUNT})")
+
+
+def rate_rule(raw: object) -> str:
+    """``PREFIX=RATE[:BURST]``: a path prefix (starting with ``/``), its rate (``N/s`` or
+    ``N/m``) and optionally its burst (a positive integer), returned normalized."""
+    expected = "must be PREFIX=RATE/s or PREFIX=RATE/m, optionally :BURST (PREFIX starting with /)"
+    if not isinstance(raw, str):
+        raise ValueError(expected)
+    prefix, equals, rest = raw.strip().partition("=")
+    if not equals or not prefix.startswith("/") or any(c.isspace() for c in prefix):
+        raise ValueError(expected)
+    rate, colon, burst = rest.partition(":")
+    normal = _rate(rate, expected)
+    if colon:
+        normal += f":{_integer(burst.strip(), 1, expected)}"
+    return f"{prefix}={normal}"
+
+
+rate_limit_ipv6_prefix = _bounded(1, 128, " (the bits of an IPv6 address that name one client)")
+"""How many leading bits of an IPv6 client address are its key: 1..128."""
+
+rate_limit_table_size = _bounded(64, 1 << 24, " (entries; 16 bytes each)")
+"""Entries of the shared rate-limit table: 64..16777216 (rounded up to a power of two)."""

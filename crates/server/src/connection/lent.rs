@@ -6,6 +6,7 @@
 //! exchange uses the parts (`exchange`).
 
 use std::io;
+use std::net::IpAddr;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,6 +16,7 @@ use tines_proto::RequestHead;
 use crate::listener::Peer;
 use crate::pending::Output;
 use crate::transport::Link;
+use crate::trusted_proxies::TrustedProxies;
 
 /// What an HTTP/1.1 connection lends each exchange, moved into it at `Exchange::new` and back
 /// at `Connection::take_back` (ADR 0018): the request (its head and the buffer it indexes,
@@ -55,6 +57,9 @@ pub struct Lent {
     /// Not watched by the poller yet: its fd and the token to watch it under (a connection
     /// read as it was accepted is watched only once it must wait for the poller, ADR 0017).
     pub(crate) unwatched: Option<(RawFd, u64)>,
+    /// The loop counted the current head against the rate limits before reading its body
+    /// (ADR 0038): the slot that serves it must not count it again. Taken by the slot.
+    pub(crate) rate_counted: bool,
 }
 
 impl Lent {
@@ -74,7 +79,32 @@ impl Lent {
             maybe_more: false,
             output: None,
             unwatched: None,
+            rate_counted: false,
         })
+    }
+
+    /// The client's address as the app sees it (`REMOTE_ADDR`) and the access log and the
+    /// rate limits know it: behind a trusted proxy (`trusted`), the right-most
+    /// `X-Forwarded-For` entry that is not itself a trusted proxy, when it is an IP address
+    /// (repeated header lines form one list); else the peer's address (the PROXY header's
+    /// client, when there was one). `None` for a Unix-socket peer without such a header.
+    pub(crate) fn client_ip(&self, trusted: &TrustedProxies) -> Option<IpAddr> {
+        let peer_ip = match self.peer {
+            Peer::Tcp(addr) => Some(addr.ip()),
+            Peer::Unix => None,
+        };
+        if !trusted.trusts_peer(self.peer) {
+            return peer_ip;
+        }
+        let buf = &self.buf;
+        let lines_last_first = self
+            .head
+            .headers
+            .iter()
+            .rev()
+            .filter(|(name, _)| name.of(buf).eq_ignore_ascii_case(b"x-forwarded-for"))
+            .map(|(_, value)| value.of(buf));
+        trusted.client_from(lines_last_first).or(peer_ip)
     }
 
     /// The shared output, created on first use.

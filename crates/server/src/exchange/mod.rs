@@ -313,27 +313,7 @@ impl Exchange {
     /// trusted proxy, when it is an IP address (repeated header lines form one list); else
     /// the peer's address. `None` for a Unix-socket peer without such a header.
     pub fn client_ip(&self) -> Option<IpAddr> {
-        let peer_ip = match self.peer() {
-            Peer::Tcp(addr) => Some(addr.ip()),
-            Peer::Unix => None,
-        };
-        if !self.peer_is_trusted_proxy() {
-            return peer_ip;
-        }
-        let buf = &self.parts.buf;
-        let lines_last_first = self
-            .parts
-            .head
-            .headers
-            .iter()
-            .rev()
-            .filter(|(name, _)| name.of(buf).eq_ignore_ascii_case(b"x-forwarded-for"))
-            .map(|(_, value)| value.of(buf));
-        self.shared
-            .config
-            .trusted_proxies
-            .client_from(lines_last_first)
-            .or(peer_ip)
+        self.parts.client_ip(&self.shared.config.trusted_proxies)
     }
 
     /// Whether the request came over TLS (the app then sees `https` whatever a forwarded

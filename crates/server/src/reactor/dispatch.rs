@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::body::BodyStep;
-use super::error_response::{reject, write_error, write_error_with};
+use super::error_response::{refuse_rate_limited, reject, write_error, write_error_with};
 use super::{Entry, Reactor};
 use crate::connection::{Connection, Linger, Next, Readiness};
 use crate::control::StopReason;
@@ -121,7 +121,9 @@ impl Reactor {
                     conn.give_buffer(buf);
                 }
             }
-            let readiness = if conn.reads_body() {
+            // A head whose body the loop goes on reading was counted when it completed.
+            let resumed = conn.reads_body();
+            let readiness = if resumed {
                 Readiness::HeadComplete
             } else if conn.tls_handshaking() {
                 // The handshake's crypto (a signature, the key exchange) runs in this read:
@@ -135,6 +137,15 @@ impl Reactor {
             };
             match readiness {
                 Readiness::HeadComplete => {
+                    // The rate limits, once per head, before its body is read (ADR 0038).
+                    if !resumed {
+                        if let Some(refusal) =
+                            self.shared.rate_refusal(&mut conn, crate::clock::recent())
+                        {
+                            refuse_rate_limited(&mut conn, &refusal, &self.shared, &mut self.ctx);
+                            return self.linger(token, conn, Linger::UntilEof);
+                        }
+                    }
                     match self.read_body_before_dispatch(&mut conn) {
                         BodyStep::Dispatch => {}
                         BodyStep::Park => return self.park(token, conn),

@@ -31,6 +31,26 @@ pub(crate) fn reject(
     write_error(conn, err.status(), shared, &mut ctx.date, &mut ctx.out);
 }
 
+/// Writes the `429` of a request over its client's rate limit (ADR 0038) with the refusal's
+/// `Retry-After`, `RateLimit-Policy` and `RateLimit`, and marks the connection closed (its
+/// body, if any, unread: the caller lingers). Counted and access-logged as the other
+/// responses the server writes itself; never toward `max_requests`.
+pub(crate) fn refuse_rate_limited(
+    conn: &mut Connection,
+    refusal: &crate::rate_limit::Refusal,
+    shared: &WorkerShared,
+    ctx: &mut SlotContext,
+) {
+    write_error_with(
+        conn,
+        429,
+        &refusal.fields(),
+        shared,
+        &mut ctx.date,
+        &mut ctx.out,
+    );
+}
+
 pub(super) fn write_error(
     conn: &mut Connection,
     code: u16,

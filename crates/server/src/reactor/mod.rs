@@ -45,7 +45,7 @@ mod writing;
 pub(crate) use body::must_read_before_dispatch;
 pub(crate) use dispatch::{Dispatch, Driver};
 use entries::Entry;
-pub(crate) use error_response::reject;
+pub(crate) use error_response::{refuse_rate_limited, reject};
 
 const SIGNAL_TOKEN: u64 = u64::MAX;
 const LIFE_TOKEN: u64 = u64::MAX - 1;

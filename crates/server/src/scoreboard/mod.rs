@@ -191,6 +191,24 @@ impl Scoreboard {
         header.master_pid.store(pid, Ordering::Release);
     }
 
+    /// Master: the rate-limit table's size and its entries in use now (when it makes or
+    /// adopts the table; the workers add to the entries as they take more).
+    pub fn set_rate_table(&self, capacity: u64, entries: u64) {
+        self.header()
+            .rate_capacity
+            .store(capacity, Ordering::Relaxed);
+        self.header().rate_entries.store(entries, Ordering::Relaxed);
+    }
+
+    /// The rate-limit table's `(entries in use, capacity)`; `(0, 0)` without a table.
+    pub fn rate_table(&self) -> (u64, u64) {
+        let header = self.header();
+        (
+            header.rate_entries.load(Ordering::Relaxed),
+            header.rate_capacity.load(Ordering::Relaxed),
+        )
+    }
+
     /// Master: the current generation (after a reload began).
     pub fn set_generation(&self, generation: u32) {
         self.header()
@@ -263,6 +281,9 @@ impl Scoreboard {
             &slot.interpreter_seen_ns,
             &slot.h2_connections,
             &slot.h2_streams,
+            &slot.rate_limited,
+            &slot.rate_evictions,
+            &slot.refused_connections,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
@@ -336,6 +357,9 @@ impl Scoreboard {
             (&slot.accepted, &retired.accepted),
             (&slot.bytes_out, &retired.bytes_out),
             (&slot.bytes_in, &retired.bytes_in),
+            (&slot.rate_limited, &retired.rate_limited),
+            (&slot.rate_evictions, &retired.rate_evictions),
+            (&slot.refused_connections, &retired.refused_connections),
         ] {
             to.fetch_add(from.swap(0, Ordering::Relaxed), Ordering::Relaxed);
         }
@@ -396,6 +420,9 @@ impl Scoreboard {
                 accepted: retired.accepted.load(Ordering::Relaxed),
                 bytes_out: retired.bytes_out.load(Ordering::Relaxed),
                 bytes_in: retired.bytes_in.load(Ordering::Relaxed),
+                rate_limited: retired.rate_limited.load(Ordering::Relaxed),
+                rate_evictions: retired.rate_evictions.load(Ordering::Relaxed),
+                refused_connections: retired.refused_connections.load(Ordering::Relaxed),
                 ..Totals::default()
             };
             for (total, exits) in totals.exits.iter_mut().zip(retired.exits.iter()) {
@@ -410,6 +437,9 @@ impl Scoreboard {
                 totals.accepted += slot.accepted.load(Ordering::Relaxed);
                 totals.bytes_out += slot.bytes_out.load(Ordering::Relaxed);
                 totals.bytes_in += slot.bytes_in.load(Ordering::Relaxed);
+                totals.rate_limited += slot.rate_limited.load(Ordering::Relaxed);
+                totals.rate_evictions += slot.rate_evictions.load(Ordering::Relaxed);
+                totals.refused_connections += slot.refused_connections.load(Ordering::Relaxed);
                 if slot.pid.load(Ordering::Relaxed) != 0 {
                     totals.in_flight += u64::from(slot.active.load(Ordering::Relaxed));
                     totals.connections += slot.connections.load(Ordering::Relaxed);

@@ -19,7 +19,12 @@ pub struct Header {
     pub(super) _reserved: AtomicU32,
     /// When the master started, milliseconds since the Unix epoch.
     pub started_ms: AtomicU64,
-    pub(super) _rest: [AtomicU64; 13],
+    /// The rate-limit table's entries ever taken (a gauge: the master sets it when it makes
+    /// or adopts the table, a worker adds one per entry it takes; ADR 0038). 0: no table.
+    pub rate_entries: AtomicU64,
+    /// The rate-limit table's entries (its fixed size; 0: no table), set by the master.
+    pub rate_capacity: AtomicU64,
+    pub(super) _rest: [AtomicU64; 11],
 }
 
 /// How many recent worker exits the retired totals keep (a ring).
@@ -38,9 +43,11 @@ pub struct Retired {
     pub(super) bytes_in: AtomicU64,
     /// Exits recorded so far (the ring's next index is this modulo [`RECENT_EXITS`]).
     pub(super) exits_recorded: AtomicU64,
-    pub(super) _pad: [AtomicU64; 2],
+    pub(super) rate_limited: AtomicU64,
+    pub(super) rate_evictions: AtomicU64,
     /// Workers reaped, by [`ExitReason`] value.
     pub(super) exits: [AtomicU64; 16],
+    pub(super) refused_connections: AtomicU64,
     pub(super) metrics: RequestMetrics,
     pub(super) recent: [ExitRecord; RECENT_EXITS],
 }
@@ -97,6 +104,12 @@ pub struct Totals {
     pub h2_connections: u64,
     /// HTTP/2 streams open now (live workers).
     pub h2_streams: u64,
+    /// Requests refused `429` by the rate limits.
+    pub rate_limited: u64,
+    /// Rate-limit table entries taken from another client's bucket (the table was full).
+    pub rate_evictions: u64,
+    /// Connections closed at accept by `max_connections_per_client`.
+    pub refused_connections: u64,
 }
 
 /// A memory figure the master could not read (PSS and USS under `user`: docs/status.md).
@@ -161,7 +174,13 @@ pub struct Slot {
     /// HTTP/2 streams open in this worker: from the stream's request head to the end of its
     /// virtual connection (ADR 0035).
     pub h2_streams: AtomicU64,
-    pub(super) _reserved: [AtomicU64; 6],
+    /// Requests this worker refused `429` by the rate limits (ADR 0038; per refusal only).
+    pub rate_limited: AtomicU64,
+    /// Rate-limit table entries this worker took from another client's bucket.
+    pub rate_evictions: AtomicU64,
+    /// Connections this worker closed at accept by `max_connections_per_client`.
+    pub refused_connections: AtomicU64,
+    pub(super) _reserved: [AtomicU64; 3],
 }
 
 /// A snapshot of one slot, for readers.

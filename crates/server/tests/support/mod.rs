@@ -81,6 +81,7 @@ impl TestServer {
             on_ready,
             on_draining: None,
             standby: None,
+            rate_table: None,
         };
         let app: Arc<dyn App> = Arc::new(app);
         let handle = std::thread::spawn(move || run_worker(app, spec));

@@ -1,0 +1,65 @@
+//! The rate limits' shared table as a Python object (`tines._core.RateTable`): the master makes
+//! it before the first fork, or adopts the one its old master passed on USR2 (by fd), keeps it
+//! across reloads, and hands it to each worker's `run_worker` (ADR 0038).
+
+use std::sync::Arc;
+
+use pyo3::exceptions::PyOSError;
+use pyo3::prelude::*;
+use tines_server::rate_limit::RateTable;
+
+/// `tines._core.RateTable(entries, seed)`: a new table of at least `entries` entries (rounded
+/// up to a power of two) in a memfd, keyed by `seed`; `RateTable.adopt(fd, entries)` maps the
+/// table in an inherited memfd instead.
+#[pyclass(name = "RateTable", module = "tines._core", frozen)]
+pub struct PyRateTable {
+    pub(crate) inner: Arc<RateTable>,
+}
+
+#[pymethods]
+impl PyRateTable {
+    #[new]
+    fn new(entries: usize, seed: u64) -> PyResult<Self> {
+        let inner = RateTable::create(entries, seed).map_err(|err| {
+            PyOSError::new_err(format!("cannot make the rate-limit table: {err}"))
+        })?;
+        Ok(PyRateTable {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Maps the table in the memfd `fd` (which the object then owns and closes), when it holds
+    /// one of `entries` entries; OSError otherwise (`fd` closed all the same).
+    #[staticmethod]
+    fn adopt(fd: i32, entries: usize) -> PyResult<Self> {
+        let inner = RateTable::adopt(fd, entries).map_err(|err| {
+            PyOSError::new_err(format!("cannot adopt the rate-limit table: {err}"))
+        })?;
+        Ok(PyRateTable {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The memfd (close-on-exec; an upgrade dups it for the new master).
+    #[getter]
+    fn fd(&self) -> i32 {
+        self.inner.fd()
+    }
+
+    /// Its entries (a power of two).
+    #[getter]
+    fn capacity(&self) -> usize {
+        self.inner.capacity()
+    }
+
+    /// The bytes it maps, fixed when it was made.
+    #[getter]
+    fn mapped_bytes(&self) -> usize {
+        self.inner.mapped_bytes()
+    }
+
+    /// Entries ever taken (a scan of the table).
+    fn entries_in_use(&self, py: Python<'_>) -> usize {
+        py.detach(|| self.inner.entries_in_use())
+    }
+}

@@ -1,0 +1,553 @@
+//! The shared table of client buckets: one `MAP_SHARED` mapping of a memfd, made by the master
+//! before the first fork (every worker inherits the same pages) and passed by fd to a new
+//! master on USR2, so that a limit holds whichever worker serves a client, across reloads and
+//! across an upgrade.
+//!
+//! Layout: a [`TableHeader`] (one cache line: a magic word, the entry count, the hash seed),
+//! then `capacity` (a power of two) [`Entry`]s of 16 bytes: a key (0: never used) and a
+//! bucket, one `u64` each. The bucket is GCRA's "theoretical arrival time" (TAT) in
+//! CLOCK_MONOTONIC nanoseconds, which is system-wide: the same in every process and across
+//! an exec. A request at `now` is admitted when `max(tat, now) - now <= (burst - 1) x
+//! interval` and then moves the TAT on by one interval, with one compare-and-swap; a refused
+//! request writes nothing. No lock anywhere: a worker killed between two of its atomic steps
+//! leaves at worst one request uncounted.
+//!
+//! Finding a key: open addressing, linear, at most [`PROBE`] entries from the key's home. A
+//! key not among them takes the first never-used entry; when there is none, an entry whose
+//! bucket is full again (`tat <= now`: it tells nothing a fresh bucket would not), else the
+//! probed entry whose TAT is the smallest (the bucket closest to full, so the least lost).
+//! Either replacement is an eviction (counted by the caller). The key is swapped in by CAS,
+//! then the TAT reset; a worker that raced the swap on the old key sees its CAS on the TAT
+//! fail (or loses its one count) and looks again.
+//!
+//! Must not: block, allocate or lock per check, or grow: the mapping's size is fixed when it
+//! is made.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Entries probed from a key's home before one is evicted (two cache lines).
+pub const PROBE: usize = 8;
+
+/// The header's first word: "tines rl" and a layout version.
+const MAGIC: u64 = 0x7469_6e65_7372_6c01;
+
+/// The table's first cache line.
+#[repr(C, align(64))]
+pub struct TableHeader {
+    magic: AtomicU64,
+    capacity: AtomicU64,
+    seed: AtomicU64,
+    _rest: [AtomicU64; 5],
+}
+
+/// One client's bucket under one rule.
+#[repr(C)]
+pub struct Entry {
+    key: AtomicU64,
+    tat: AtomicU64,
+}
+
+/// What one check of a bucket decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Admitted; `remaining` more requests would be admitted now.
+    Admit {
+        /// Requests left in the bucket after this one.
+        remaining: u64,
+    },
+    /// Refused; one request is admitted again after `wait_ns`.
+    Refuse {
+        /// Nanoseconds until the bucket holds one request again.
+        wait_ns: u64,
+    },
+}
+
+/// How a check found its entry (for the counters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// The key's own entry.
+    Existing,
+    /// A never-used entry, now the key's.
+    New,
+    /// Another key's entry, taken over.
+    Evicted,
+    /// None could be had (lost races too often): the request is admitted uncounted.
+    Nowhere,
+}
+
+/// A bucket's shape: one request per `interval_ns`, `burst` at most at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    /// Nanoseconds per request at the sustained rate.
+    pub interval_ns: u64,
+    /// Requests admitted back to back from a full bucket (at least 1).
+    pub burst: u64,
+}
+
+impl Bucket {
+    /// GCRA on a bucket whose TAT is `tat` at `now`: the decision, and the new TAT when
+    /// admitted.
+    pub fn step(&self, tat: u64, now: u64) -> (Decision, Option<u64>) {
+        let base = tat.max(now);
+        let tolerance = self
+            .interval_ns
+            .saturating_mul(self.burst.saturating_sub(1));
+        let ahead = base - now;
+        if ahead > tolerance {
+            return (
+                Decision::Refuse {
+                    wait_ns: ahead - tolerance,
+                },
+                None,
+            );
+        }
+        let new_tat = base.saturating_add(self.interval_ns);
+        let used = new_tat - now;
+        let capacity = self.interval_ns.saturating_mul(self.burst);
+        let remaining = capacity.saturating_sub(used) / self.interval_ns.max(1);
+        (Decision::Admit { remaining }, Some(new_tat))
+    }
+}
+
+/// The shared table (see the module doc). The master keeps one; forked workers use the same
+/// object, its mapping inherited.
+pub struct RateTable {
+    header: NonNull<TableHeader>,
+    entries: NonNull<Entry>,
+    capacity: usize,
+    memfd: OwnedFd,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics.
+unsafe impl Send for RateTable {}
+// SAFETY: as above.
+unsafe impl Sync for RateTable {}
+
+fn mapping_len(capacity: usize) -> usize {
+    std::mem::size_of::<TableHeader>() + capacity * std::mem::size_of::<Entry>()
+}
+
+impl RateTable {
+    /// Makes a zeroed table of at least `entries` entries (rounded up to a power of two, at
+    /// least [`PROBE`]) in a new memfd, keyed by `seed` (the master's random number: a client
+    /// cannot aim its addresses at one probe sequence without knowing it).
+    pub fn create(entries: usize, seed: u64) -> io::Result<Self> {
+        let capacity = entries
+            .max(PROBE)
+            .checked_next_power_of_two()
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "rate-limit table too large")
+            })?;
+        // SAFETY: a NUL-terminated name; the flags are valid.
+        let fd = unsafe { libc::memfd_create(c"tines-rate-limit".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd this function owns from here on.
+        let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let len = mapping_len(capacity);
+        // SAFETY: a valid fd; a length that fits (capacity was bounded by the caller).
+        if unsafe { libc::ftruncate(memfd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let table = Self::map(memfd, capacity)?;
+        table.header().seed.store(seed | 1, Ordering::Relaxed);
+        table
+            .header()
+            .capacity
+            .store(capacity as u64, Ordering::Relaxed);
+        table.header().magic.store(MAGIC, Ordering::Release);
+        Ok(table)
+    }
+
+    /// Maps the table in `fd` (a memfd an old master passed on USR2), which this object then
+    /// owns; refused (the fd closed) unless it holds a table of exactly `entries` entries once
+    /// rounded as [`RateTable::create`] rounds them.
+    pub fn adopt(fd: RawFd, entries: usize) -> io::Result<Self> {
+        // SAFETY: the caller hands over an fd it owns.
+        let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let capacity = entries.max(PROBE).next_power_of_two();
+        // SAFETY: `stat` is a valid out-pointer.
+        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid fd and out-pointer.
+        if unsafe { libc::fstat(memfd.as_raw_fd(), &mut stat) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if stat.st_size as usize != mapping_len(capacity) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the passed table has {} bytes, not the {} of {capacity} entries",
+                    stat.st_size,
+                    mapping_len(capacity)
+                ),
+            ));
+        }
+        let table = Self::map(memfd, capacity)?;
+        let header = table.header();
+        if header.magic.load(Ordering::Acquire) != MAGIC
+            || header.capacity.load(Ordering::Relaxed) != capacity as u64
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the passed fd holds no rate-limit table of this layout",
+            ));
+        }
+        Ok(table)
+    }
+
+    fn map(memfd: OwnedFd, capacity: usize) -> io::Result<Self> {
+        let len = mapping_len(capacity);
+        // SAFETY: a shared mapping of the whole memfd; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                memfd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let header =
+            NonNull::new(ptr.cast::<TableHeader>()).expect("mmap returned null without MAP_FAILED");
+        // SAFETY: the entries follow the header inside the mapping (mapping_len counts them).
+        let entries = unsafe { header.add(1).cast::<Entry>() };
+        Ok(RateTable {
+            header,
+            entries,
+            capacity,
+            memfd,
+        })
+    }
+
+    fn header(&self) -> &TableHeader {
+        // SAFETY: mapped for self's life; atomics only.
+        unsafe { self.header.as_ref() }
+    }
+
+    fn entry(&self, index: usize) -> &Entry {
+        debug_assert!(index < self.capacity);
+        // SAFETY: index < capacity, inside the mapping; atomics only.
+        unsafe { &*self.entries.as_ptr().add(index) }
+    }
+
+    /// The entries (a power of two).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The bytes mapped (fixed at creation).
+    pub fn mapped_bytes(&self) -> usize {
+        mapping_len(self.capacity)
+    }
+
+    /// The memfd (for handing to a new master).
+    pub fn fd(&self) -> RawFd {
+        self.memfd.as_raw_fd()
+    }
+
+    /// The keyed hash's seed.
+    pub fn seed(&self) -> u64 {
+        self.header().seed.load(Ordering::Relaxed)
+    }
+
+    /// Entries ever taken (a key in them): the table's fill, for the status page.
+    pub fn entries_in_use(&self) -> usize {
+        (0..self.capacity)
+            .filter(|&index| self.entry(index).key.load(Ordering::Relaxed) != 0)
+            .count()
+    }
+
+    /// Counts one request of `key` (non-zero) in its bucket of shape `bucket` at `now`
+    /// (CLOCK_MONOTONIC ns).
+    pub fn check(&self, key: u64, bucket: Bucket, now: u64) -> (Decision, Found) {
+        debug_assert!(key != 0);
+        let mask = self.capacity - 1;
+        let home = key as usize & mask;
+        // Lost races (another worker took the entry chosen) are retried a few times; past
+        // that the request is admitted uncounted rather than spin.
+        for _ in 0..4 {
+            let mut free = None;
+            let mut full_again = None;
+            let mut closest: Option<(usize, u64, u64)> = None;
+            for step in 0..PROBE {
+                let index = (home + step) & mask;
+                let entry = self.entry(index);
+                let held = entry.key.load(Ordering::Acquire);
+                if held == key {
+                    if let Some(decision) = self.update(entry, key, bucket, now) {
+                        return (decision, Found::Existing);
+                    }
+                    // Evicted under us: look again.
+                    free = None;
+                    full_again = None;
+                    closest = None;
+                    break;
+                }
+                if held == 0 {
+                    free.get_or_insert(index);
+                    continue;
+                }
+                let tat = entry.tat.load(Ordering::Relaxed);
+                if tat <= now {
+                    full_again.get_or_insert((index, held));
+                } else if closest.is_none_or(|(_, _, oldest)| tat < oldest) {
+                    closest = Some((index, held, tat));
+                }
+            }
+            let (index, old, found) = match (free, full_again, closest) {
+                (Some(index), _, _) => (index, 0, Found::New),
+                (None, Some((index, old)), _) => (index, old, Found::Evicted),
+                (None, None, Some((index, old, _))) => (index, old, Found::Evicted),
+                (None, None, None) => continue,
+            };
+            let entry = self.entry(index);
+            if entry
+                .key
+                .compare_exchange(old, key, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            // A fresh bucket: full.
+            let (decision, new_tat) = bucket.step(now, now);
+            entry.tat.store(new_tat.unwrap_or(now), Ordering::Release);
+            return (decision, found);
+        }
+        (Decision::Admit { remaining: 0 }, Found::Nowhere)
+    }
+
+    /// GCRA on `entry` while it holds `key`; None once it holds another key.
+    fn update(&self, entry: &Entry, key: u64, bucket: Bucket, now: u64) -> Option<Decision> {
+        let mut tat = entry.tat.load(Ordering::Acquire);
+        loop {
+            let (decision, new_tat) = bucket.step(tat, now);
+            let Some(new_tat) = new_tat else {
+                return Some(decision);
+            };
+            match entry
+                .tat
+                .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(decision),
+                Err(current) => {
+                    if entry.key.load(Ordering::Acquire) != key {
+                        return None;
+                    }
+                    tat = current;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for RateTable {
+    fn drop(&mut self) {
+        // SAFETY: exactly what mmap returned; no reference outlives self.
+        unsafe {
+            libc::munmap(self.header.as_ptr().cast(), mapping_len(self.capacity));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    fn per_second(count: u64, burst: u64) -> Bucket {
+        Bucket {
+            interval_ns: SECOND / count,
+            burst,
+        }
+    }
+
+    #[test]
+    fn a_full_bucket_admits_the_burst_then_one_per_interval() {
+        let bucket = per_second(10, 5);
+        let now = 1_000 * SECOND;
+        let mut tat = 0;
+        let mut remaining = Vec::new();
+        for _ in 0..5 {
+            let (decision, new_tat) = bucket.step(tat, now);
+            let Decision::Admit { remaining: left } = decision else {
+                panic!("refused within the burst: {decision:?}");
+            };
+            remaining.push(left);
+            tat = new_tat.unwrap();
+        }
+        assert_eq!(remaining, [4, 3, 2, 1, 0]);
+        let (decision, new_tat) = bucket.step(tat, now);
+        assert_eq!(
+            decision,
+            Decision::Refuse {
+                wait_ns: SECOND / 10
+            }
+        );
+        assert_eq!(new_tat, None);
+        // One interval later, exactly one more.
+        let later = now + SECOND / 10;
+        let (decision, new_tat) = bucket.step(tat, later);
+        assert_eq!(decision, Decision::Admit { remaining: 0 });
+        assert!(matches!(
+            bucket.step(new_tat.unwrap(), later).0,
+            Decision::Refuse { .. }
+        ));
+        // A bucket idle for burst intervals is full again.
+        let idle = later + 5 * SECOND / 10;
+        assert_eq!(
+            bucket.step(new_tat.unwrap(), idle).0,
+            Decision::Admit { remaining: 4 }
+        );
+    }
+
+    #[test]
+    fn admitted_requests_over_time_are_burst_plus_rate_times_elapsed() {
+        let bucket = per_second(100, 20);
+        let start = 50 * SECOND;
+        let mut tat = 0;
+        let mut admitted = 0;
+        // A request every millisecond for two seconds.
+        for ms in 0..2000 {
+            let now = start + ms * 1_000_000;
+            if let (Decision::Admit { .. }, Some(new_tat)) = bucket.step(tat, now) {
+                tat = new_tat;
+                admitted += 1;
+            }
+        }
+        // 20 + 100 x 1.999 s, give or take the last interval.
+        assert!((219..=221).contains(&admitted), "{admitted}");
+    }
+
+    #[test]
+    fn the_table_keeps_one_bucket_per_key() {
+        let table = RateTable::create(64, 7).unwrap();
+        let bucket = per_second(1, 2);
+        let now = 10 * SECOND;
+        assert_eq!(
+            table.check(11, bucket, now),
+            (Decision::Admit { remaining: 1 }, Found::New)
+        );
+        assert_eq!(
+            table.check(11, bucket, now),
+            (Decision::Admit { remaining: 0 }, Found::Existing)
+        );
+        assert!(matches!(
+            table.check(11, bucket, now),
+            (Decision::Refuse { .. }, Found::Existing)
+        ));
+        // Another key has its own.
+        assert_eq!(
+            table.check(12, bucket, now).0,
+            Decision::Admit { remaining: 1 }
+        );
+        assert_eq!(table.entries_in_use(), 2);
+    }
+
+    #[test]
+    fn a_full_table_evicts_a_bucket_full_again_first_then_the_closest_to_full() {
+        let table = RateTable::create(8, 1).unwrap();
+        assert_eq!(table.capacity(), 8);
+        let bucket = per_second(1, 3);
+        let now = 100 * SECOND;
+        // Eight keys with the same home fill the probe window; key 8 is spent further.
+        for key in 1..=8u64 {
+            let key = key << 3;
+            table.check(key, bucket, now);
+        }
+        for _ in 0..2 {
+            table.check(8 << 3, bucket, now);
+        }
+        assert_eq!(table.entries_in_use(), 8);
+        // Key 3 was used long ago: its bucket is full again when key 9 arrives.
+        let later = now + 10 * SECOND;
+        table.check(3 << 3, bucket, later);
+        // Everyone but key 3 (just used) is full again at `later`: the first of them goes.
+        let (_, found) = table.check(9 << 3, bucket, later);
+        assert_eq!(found, Found::Evicted);
+        assert_eq!(table.entries_in_use(), 8);
+        // Key 3 kept its spent bucket: it was not full again.
+        let (decision, found) = table.check(3 << 3, bucket, later);
+        assert_eq!(
+            (decision, found),
+            (Decision::Admit { remaining: 1 }, Found::Existing)
+        );
+        // With every bucket spent, the one closest to full goes.
+        let table = RateTable::create(8, 1).unwrap();
+        for (key, spend) in [
+            (1u64, 3),
+            (2, 3),
+            (3, 2),
+            (4, 3),
+            (5, 3),
+            (6, 3),
+            (7, 3),
+            (8, 3),
+        ] {
+            for _ in 0..spend {
+                table.check(key << 3, bucket, now);
+            }
+        }
+        assert_eq!(table.check(9 << 3, bucket, now).1, Found::Evicted);
+        // Key 3 (spent least) lost its entry: it comes back with a full bucket.
+        assert_eq!(
+            table.check(3 << 3, bucket, now),
+            (Decision::Admit { remaining: 2 }, Found::Evicted)
+        );
+    }
+
+    #[test]
+    fn threads_racing_on_one_bucket_admit_exactly_the_burst() {
+        let table = Arc::new(RateTable::create(1024, 3).unwrap());
+        let bucket = per_second(1, 1000);
+        let now = 7 * SECOND;
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let table = Arc::clone(&table);
+                std::thread::spawn(move || {
+                    (0..1000)
+                        .filter(|_| {
+                            matches!(table.check(42, bucket, now).0, Decision::Admit { .. })
+                        })
+                        .count()
+                })
+            })
+            .collect();
+        let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(admitted, 1000);
+    }
+
+    #[test]
+    fn a_forked_child_and_an_adopting_mapping_share_the_buckets() {
+        let table = RateTable::create(64, 5).unwrap();
+        let bucket = per_second(1, 2);
+        let now = 3 * SECOND;
+        table.check(99, bucket, now);
+        // As a new master would: the same memfd, mapped again.
+        // SAFETY: dup of a valid fd.
+        let copy = unsafe { libc::dup(table.fd()) };
+        let adopted = RateTable::adopt(copy, 64).unwrap();
+        assert_eq!(adopted.seed(), table.seed());
+        assert_eq!(
+            adopted.check(99, bucket, now).0,
+            Decision::Admit { remaining: 0 }
+        );
+        assert!(matches!(
+            table.check(99, bucket, now).0,
+            Decision::Refuse { .. }
+        ));
+        // Another size is refused.
+        // SAFETY: dup of a valid fd.
+        let copy = unsafe { libc::dup(table.fd()) };
+        assert!(RateTable::adopt(copy, 4096).is_err());
+    }
+}
