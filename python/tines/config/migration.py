@@ -134,7 +134,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Apache", "`mod_deflate` (`SetOutputFilter DEFLATE`), mod_perl Apache::GzipChain",
                "{planned:compression} `gzip` (and `br`, `zstd`), for the types in {planned:compression_types}"),
     Equivalent("Apache", "mod_perl Apache::SpeedLimit (requests per client and interval, in shared memory)",
-               "{planned:rate_limit} with {planned:rate_limit_burst}: a token bucket per client in one table every "
+               "{rate_limit} with {rate_limit_burst}: a token bucket per client in one table every "
                "worker shares (docs/rate-limits.md)"),
     Equivalent("gunicorn", "`bind`, `backlog`, `workers`", "same names"),
     Equivalent("gunicorn", "`threads` (above 1 it means gunicorn's `gthread` worker)",
@@ -320,14 +320,14 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("nginx", "`gzip_vary on`", "always: a response that could be compressed carries `Vary: Accept-Encoding`"),
     Equivalent("nginx", "`gzip off` in a `location`", "{planned:compression_exclude_paths}"),
     Equivalent("nginx", "`limit_req_zone $binary_remote_addr ... rate=10r/s`, `limit_req ... burst=20 nodelay`",
-               "{planned:rate_limit} `10/s`, {planned:rate_limit_burst} `20` (answered at once as with `nodelay`, "
+               "{rate_limit} `10/s`, {rate_limit_burst} `20` (answered at once as with `nodelay`, "
                "with `429` and `Retry-After`, not nginx's default `503`)"),
-    Equivalent("nginx", "the zone's size (`zone=one:10m`)", "{planned:rate_limit_table_size} (entries, not bytes)"),
-    Equivalent("nginx", "`limit_req` in a `location`", "{planned:rate_limit_paths} `PREFIX=RATE[:BURST]`"),
+    Equivalent("nginx", "the zone's size (`zone=one:10m`)", "{rate_limit_table_size} (entries, not bytes)"),
+    Equivalent("nginx", "`limit_req` in a `location`", "{rate_limit_paths} `PREFIX=RATE[:BURST]`"),
     Equivalent("nginx", "a `geo` or `map` giving some networks an empty key (not limited)",
-               "{planned:rate_limit_allow}"),
+               "{rate_limit_allow}"),
     Equivalent("nginx", "`limit_conn_zone $binary_remote_addr`, `limit_conn`",
-               "{planned:max_connections_per_client} (the TCP or PROXY address: never a trusted proxy's connection)"),
+               "{max_connections_per_client} (the TCP or PROXY address: never a trusted proxy's connection)"),
     Equivalent("nginx", "`set_real_ip_from`, `real_ip_header`, `listen ... proxy_protocol`",
                "{forwarded_allow_ips}, {proxy_protocol}: the limits count the real client"),
 )
