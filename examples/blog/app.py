@@ -59,9 +59,9 @@ NOTICES = {
 }
 
 # root_path is explicit because a server may load this file by path under any module name.
-# static_folder=None: the stylesheet under static/ is served by Tines' mount
-# (`--static /static=examples/blog/static`), without entering Python; the app has no route for it.
-app = Flask(__name__, root_path=HERE, static_folder=None)
+# static/ is served by Tines' mount (`--static /static=examples/blog/static`, as `make serve`
+# runs it) without entering Python; Flask's own static route answers only without the mount.
+app = Flask(__name__, root_path=HERE)
 app.config["MAX_CONTENT_LENGTH"] = 1 << 20
 
 

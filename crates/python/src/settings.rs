@@ -12,7 +12,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tines_proto::Limits;
 use tines_server::access_log::Format;
-use tines_server::config::{H2Config, RateLimitConfig};
+use tines_server::config::{H2Config, RateLimitConfig, StaticConfig};
+use tines_server::static_mounts::Mount;
 use tines_server::tls::rustls::ServerConfig;
 use tines_server::{Mpm, TrustedProxies, WorkerConfig};
 
@@ -98,6 +99,30 @@ fn rate_limit_config(settings: &Bound<'_, PyDict>) -> PyResult<RateLimitConfig> 
     .map_err(PyValueError::new_err)
 }
 
+/// The static file settings (the registry's "Static files" section, ADR 0036): each mount's
+/// directory is opened here, so the master's check before its first fork refuses one that
+/// cannot be opened, and each worker holds its own descriptors from its start.
+fn static_config(settings: &Bound<'_, PyDict>) -> PyResult<StaticConfig> {
+    let mut mounts = Vec::new();
+    for item in get::<Vec<String>>(settings, "static")? {
+        let (prefix, dir) = item
+            .split_once('=')
+            .ok_or_else(|| PyValueError::new_err(format!("static: {item:?} must be PREFIX=DIR")))?;
+        let mount = Mount::open(prefix.as_bytes(), std::path::Path::new(dir))
+            .map_err(|err| PyValueError::new_err(format!("static: {dir}: {err}")))?;
+        mounts.push(mount);
+    }
+    Ok(StaticConfig {
+        mounts,
+        index: get::<Option<String>>(settings, "static_index")?.map(String::into_bytes),
+        miss_to_app: get::<String>(settings, "static_miss")? == "app",
+        cache_control: get::<String>(settings, "static_cache_control")?.into_bytes(),
+        hashed_cache_control: get::<String>(settings, "static_hashed_cache_control")?.into_bytes(),
+        follow_symlinks: get(settings, "static_follow_symlinks")?,
+        hidden: get(settings, "static_hidden")?,
+    })
+}
+
 /// Builds the worker's configuration from the settings dict.
 pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
     let mpm_name: String = get(settings, "mpm")?;
@@ -176,6 +201,7 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         debug: log_level.eq_ignore_ascii_case("debug"),
         h2: h2_config(settings)?,
         rate_limit: rate_limit_config(settings)?,
+        statics: static_config(settings)?,
     })
 }
 
@@ -215,5 +241,6 @@ pub fn worker_config_fields(
         access_log_exclude,
         max_requests, max_requests_jitter, workers, debug, h2,
         rate_limit,
+        statics,
     ))
 }

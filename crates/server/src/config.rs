@@ -165,6 +165,8 @@ pub struct WorkerConfig {
     pub h2: H2Config,
     /// Per-client rate limits and the connection cap (ADR 0038, docs/rate-limits.md).
     pub rate_limit: RateLimitConfig,
+    /// Static files (ADR 0036): the mounts served from Rust and their rules.
+    pub statics: StaticConfig,
 }
 
 /// HTTP/2's settings, declared beside the connection they configure (below `transport`).
@@ -172,6 +174,8 @@ pub use crate::h2::H2Config;
 
 /// The rate limits' settings, declared beside the table they apply (below `config`).
 pub use crate::rate_limit::RateLimitConfig;
+/// The static file settings, declared beside the mounts they open (below `config`).
+pub use crate::static_mounts::StaticConfig;
 
 impl WorkerConfig {
     /// The worker serves on one thread (prefork, event without app threads): its counters and
@@ -278,6 +282,7 @@ impl Default for WorkerConfig {
             debug: false,
             h2: H2Config::default(),
             rate_limit: RateLimitConfig::default(),
+            statics: StaticConfig::default(),
         }
     }
 }

@@ -9,13 +9,15 @@
 //! through it), [`scoreboard`], [`dump_signal`] (the stuck worker's dump-signal handler, over
 //! the scoreboard), [`log`] (the error log), [`access_log`] (its formats and buffered sink),
 //! [`listener`] (accept, addresses), [`trusted_proxies`] (`forwarded_allow_ips`), [`rate_limit`] (per-client
-//! request limits: the shared table of buckets, the 429's fields), [`config`],
+//! request limits: the shared table of buckets, the 429's fields), [`static_mounts`] (the static
+//! file settings and their mounts' directories), [`config`],
 //! [`spool`] (the buffer budgets and temporary files of bodies and responses that wait for a
 //! slow client), [`parked_body`] (a request body read before dispatch: memory or temporary
 //! file, chunked decoding), [`pending`] (response output the event loop finishes),
 //! [`connection`] (the per-connection state machine), [`websocket`] (a WebSocket session
 //! over a connection), [`shared`] (what a worker's slots share), [`exchange`] (one
-//! request/response: body decoding, response framing, keep-alive), `batch` (the responses a
+//! request/response: body decoding, response framing, keep-alive), [`static_files`] (a
+//! request under a static mount answered from its directory, through the exchange), `batch` (the responses a
 //! slot writes in one go), [`reactor`] (the poller loop shared by the MPMs), `slot` (the
 //! slot's serving loop), [`mpm`] (prefork, thread, event), [`worker`] (entry point),
 //! [`status`] (the status process's server, over the scoreboard), [`fuzzing`] (the fuzz
@@ -45,6 +47,8 @@ pub mod scoreboard;
 pub mod shared;
 mod slot;
 pub mod spool;
+pub mod static_files;
+pub mod static_mounts;
 pub mod status;
 pub mod tls;
 pub mod transport;

@@ -265,10 +265,16 @@ impl WorkerShared {
             slot.state
                 .store(WorkerState::Busy as u32, Ordering::Relaxed);
         }
+    }
+
+    /// The request just started goes to the app (or gets the server's own refusal): it spends
+    /// the `max_requests` budget, unlike a static answer (ADR 0036). When it is the budget's
+    /// last, the master starts the replacement (promotes a standby) while this one runs, not
+    /// after its response (with `max_requests` 1 the next client would wait for it). One load
+    /// per request; `u64::MAX` when off.
+    #[inline]
+    pub(crate) fn request_spends_budget(&self) {
         if self.budget.load(Ordering::Relaxed) == 1 {
-            // The last request of `max_requests`: the master starts the replacement (promotes
-            // a standby) while this one runs, not after its response (with `max_requests` 1
-            // the next client would wait for it). One load per request; `u64::MAX` when off.
             self.announce_draining(StopReason::MaxRequests);
         }
     }
@@ -294,15 +300,19 @@ impl WorkerShared {
     }
 
     /// Records the end of a request on app thread `thread` (one add on the slot's
-    /// line: requests, after [`WorkerShared::response_ended`]); asks the worker to recycle
-    /// when the budget is spent.
-    pub(crate) fn request_finished(&self) {
+    /// line: requests, after [`WorkerShared::response_ended`]); when it `spends` (not a
+    /// static answer, ADR 0036), takes it from the `max_requests` budget and asks the worker
+    /// to recycle when the budget is spent.
+    pub(crate) fn request_finished(&self, spends: bool) {
         let slot = self.slot();
         self.add(&slot.requests, 1);
         if self.add_active(&slot.active, -1) == 1 && !self.is_stopping() {
             // The loop refines this (reading / keepalive / idle) on its next turn.
             slot.state
                 .store(WorkerState::KeepAlive as u32, Ordering::Relaxed);
+        }
+        if !spends {
+            return;
         }
         // Saturating: requests a draining worker still answers do not wrap the budget round
         // to "unlimited".

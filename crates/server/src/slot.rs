@@ -9,6 +9,7 @@ use crate::connection::{Connection, Linger, Next, Readiness};
 use crate::exchange::{Exchange, SlotContext};
 use crate::reactor::must_read_before_dispatch;
 use crate::shared::WorkerShared;
+use crate::static_files::Routed;
 use crate::transport::Link;
 use crate::App;
 
@@ -54,16 +55,24 @@ pub(crate) fn serve_connection(
             }
         }
         let mut exchange = Exchange::new(&mut conn, ctx, Arc::clone(shared), now);
-        let exchange = if exchange.body_too_large() {
+        let (exchange, spends) = if exchange.body_too_large() {
             // RFC 9110 15.5.14: refuse before reading (and before any 100 Continue).
+            shared.request_spends_budget();
             exchange.fail(413);
-            exchange
+            (exchange, true)
         } else {
-            app.serve(exchange)
+            match crate::static_files::route(exchange, None) {
+                // Answered from a static mount, without the app (ADR 0036).
+                Routed::Served(exchange) => (exchange, false),
+                Routed::App(exchange) => {
+                    shared.request_spends_budget();
+                    (app.serve(exchange), true)
+                }
+            }
         };
         let (parts, outcome, returned) = exchange.complete();
         ctx = returned;
-        shared.request_finished();
+        shared.request_finished(spends);
         let max_head_size = shared.config.limits.max_head_size;
         let (kept, vacant) = conn.take_back(parts, outcome, max_head_size);
         ctx.vacant = Some(vacant);

@@ -129,8 +129,6 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Apache", "Apache::SizeLimit `CHECK_EVERY_N_REQUESTS`",
                "{memory_sample_rate} (the master samples by time, not per request)"),
     Equivalent("Apache", "Apache::Resource `PERL_RLIMIT_NOFILE`, `PERL_RLIMIT_CORE`", "{limit_open_files}, {limit_core}"),
-    Equivalent("Apache", "`Alias /static/ DIR/` for files (mod_alias with the default handler)",
-               "{planned:static} `/static/=DIR` (repeatable; served by the worker's Rust code, docs/static-and-compression.md)"),
     Equivalent("Apache", "`mod_deflate` (`SetOutputFilter DEFLATE`), mod_perl Apache::GzipChain",
                "{planned:compression} `gzip` (and `br`, `zstd`), for the types in {planned:compression_types}"),
     Equivalent("Apache", "mod_perl Apache::SpeedLimit (requests per client and interval, in shared memory)",
@@ -254,12 +252,12 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Granian", "`http2_settings.max_headers_size`", "{h2_max_header_list_size}", ("--http2-max-headers-size",)),
     Equivalent("Granian", "`http2_settings.max_send_buffer_size`", _H2_SEND_BUFFER, ("--http2-max-send-buffer-size",)),
     Equivalent("Granian", "`static_path_mount` with `static_path_route` (default `/static`)",
-               "{planned:static} `ROUTE=DIR`: the prefix and the directory in one value, repeatable",
+               "{static} `ROUTE=DIR`: the prefix and the directory in one value, repeatable",
                ("--static-path-mount", "--static-path-route")),
     Equivalent("Granian", "`static_path_expires` (seconds, default 86400)",
-               "{planned:static_cache_control} (the whole `Cache-Control` value, `public, max-age=3600` by default), and "
-               "{planned:static_hashed_cache_control} for names carrying a content hash", ("--static-path-expires",)),
-    Equivalent("Granian", "`static_path_dir_to_file`", "{planned:static_index}", ("--static-path-dir-to-file",)),
+               "{static_cache_control} (the whole `Cache-Control` value, `public, max-age=3600` by default), and "
+               "{static_hashed_cache_control} for names carrying a content hash", ("--static-path-expires",)),
+    Equivalent("Granian", "`static_path_dir_to_file`", "{static_index}", ("--static-path-dir-to-file",)),
     Equivalent("uWSGI", "`http-socket`, `socket`", "{bind}"),
     Equivalent("uWSGI", "`https-socket` (`ADDRESS,CERT,KEY`), `https-socket-req-client-ca`",
                "{bind} with {certfile} and {keyfile} (every TCP bind speaks TLS; `plain:HOST:PORT` one that does not); "
@@ -284,31 +282,31 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "uWSGI's `spare`): starts 1, 2, 4, ... up to 32 workers a second while short (docs/pool.md)"),
     Equivalent("uWSGI", "`uid`, `gid`, `chdir`, `umask`", "{user}, {group}, {chdir}, {umask}"),
     Equivalent("uWSGI", "`static-map` (`MOUNTPOINT=DIR`), `static-map2` (the whole path appended to `DIR`)",
-               "{planned:static} `PREFIX=DIR`, repeatable (`static-map2 /static=DIR` is `--static /static=DIR/static`); "
+               "{static} `PREFIX=DIR`, repeatable (`static-map2 /static=DIR` is `--static /static=DIR/static`); "
                "served by the worker's Rust code, no offload threads needed", ("--static-map", "--static-map2")),
     Equivalent("uWSGI", "`check-static` (files of `DIR` for any path, else the app)",
-               "{planned:static} `/=DIR` with {planned:static_miss=app}", ("--check-static",)),
-    Equivalent("uWSGI", "`static-index`", "{planned:static_index} (one name)", ("--static-index",)),
+               "{static} `/=DIR` with {static_miss=app}", ("--check-static",)),
+    Equivalent("uWSGI", "`static-index`", "{static_index} (one name)"),
     Equivalent("uWSGI", "`static-expires-type`, `static-expires`, `static-expires-uri`, `static-expires-path` "
                "(and their `-mtime` forms): an `Expires` header by type or regexp",
-               "no `Expires`: {planned:static_cache_control} for every file of the mounts, and "
-               "{planned:static_hashed_cache_control} for names carrying a content hash (`app.3f2a9c1e.css`)",
+               "no `Expires`: {static_cache_control} for every file of the mounts, and "
+               "{static_hashed_cache_control} for names carrying a content hash (`app.3f2a9c1e.css`)",
                ("--static-expires-type", "--static-expires-type-mtime", "--static-expires", "--static-expires-mtime",
                 "--static-expires-uri", "--static-expires-uri-mtime", "--static-expires-path",
                 "--static-expires-path-mtime")),
     Equivalent("uWSGI", "`static-gzip-all`, `static-gzip-dir`, `static-gzip-ext`",
-               "not needed: precompressed siblings (`.br`, `.zst`, `.gz`) beside a file are always looked for and "
-               "chosen by `Accept-Encoding` (docs/static-and-compression.md)",
+               "not needed: {static} looks for precompressed siblings (`.br`, `.zst`, `.gz`) of text files and "
+               "chooses by `Accept-Encoding` (docs/static-and-compression.md)",
                ("--static-gzip-all", "--static-gzip-dir", "--static-gzip-prefix", "--static-gzip-ext",
                 "--static-gzip-suffix")),
     Equivalent("nginx", "`location /static/ { alias DIR/; }` (or `root`), `sendfile on`",
-               "{planned:static} `/static/=DIR` (sendfile on plain HTTP/1.1 always)"),
-    Equivalent("nginx", "`index`", "{planned:static_index}"),
-    Equivalent("nginx", "`try_files $uri @app`", "{planned:static_miss=app}"),
+               "{static} `/static/=DIR` (sendfile on plain HTTP/1.1 always)"),
+    Equivalent("nginx", "`index`", "{static_index}"),
+    Equivalent("nginx", "`try_files $uri @app`", "{static_miss=app}"),
     Equivalent("nginx", "`expires`, `add_header Cache-Control`",
-               "{planned:static_cache_control}, {planned:static_hashed_cache_control}"),
+               "{static_cache_control}, {static_hashed_cache_control}"),
     Equivalent("nginx", "`disable_symlinks` (off by default: every symlink is followed)",
-               "symlinks staying inside the mount are followed, others refused; {planned:static_follow_symlinks} "
+               "symlinks staying inside the mount are followed, others refused; {static_follow_symlinks} "
                "follows them all"),
     Equivalent("nginx", "`gzip on`, `gzip_comp_level` (`brotli on`, `brotli_comp_level` with ngx_brotli)",
                "{planned:compression} `gzip` (`br`, `zstd`), {planned:compression_gzip_level} "
@@ -316,7 +314,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("nginx", "`gzip_types`", "{planned:compression_types} (text/* and the usual text-like types by default)"),
     Equivalent("nginx", "`gzip_min_length`", "{planned:compression_min_size}"),
     Equivalent("nginx", "`gzip_static on` (and ngx_brotli's `brotli_static`)",
-               "always for static files: siblings `.br`, `.zst`, `.gz` chosen by `Accept-Encoding`"),
+               "always for static text files: siblings `.br`, `.zst`, `.gz` chosen by `Accept-Encoding`"),
     Equivalent("nginx", "`gzip_vary on`", "always: a response that could be compressed carries `Vary: Accept-Encoding`"),
     Equivalent("nginx", "`gzip off` in a `location`", "{planned:compression_exclude_paths}"),
     Equivalent("nginx", "`limit_req_zone $binary_remote_addr ... rate=10r/s`, `limit_req ... burst=20 nodelay`",
@@ -330,6 +328,8 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "{max_connections_per_client} (the TCP or PROXY address: never a trusted proxy's connection)"),
     Equivalent("nginx", "`set_real_ip_from`, `real_ip_header`, `listen ... proxy_protocol`",
                "{forwarded_allow_ips}, {proxy_protocol}: the limits count the real client"),
+    Equivalent("Apache", "mod_alias `Alias /static DIR` with mod_expires and `Options -Indexes`",
+               "{static} (never a listing), {static_cache_control}"),
 )
 """The rows of the "Coming from another server" table, which also answer their flags."""
 

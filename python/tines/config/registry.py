@@ -28,8 +28,8 @@ from tines.config.validators import (alpn_protocol, bind_address, boolean, ciphe
                                      optional_non_negative_seconds, optional_positive_int, optional_positive_size,
                                      optional_positive_whole_seconds, optional_size, optional_text, positive_int,
                                      positive_seconds, positive_whole_seconds, request_line_size, sample_rate,
-                                     size, sni_certificate, status_address, temp_dir, text, tls_version, umask,
-                                     user_id, window_bits)
+                                     size, sni_certificate, static_index, static_mount, status_address, temp_dir,
+                                     text, tls_version, umask, user_id, window_bits)
 
 ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
     ("h", "client address"),
@@ -60,7 +60,7 @@ ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
 """The access log's custom-format atoms, for the docs and ``--help`` (the formatter is Rust's
 ``tines_server::access_log``; a test checks both name the same atoms)."""
 
-SECTIONS = ("Server", "TLS", "HTTP/2", "Rate limits", "Workers", "HTTP", "Timeouts", "Limits", "Logging", "Process", "Resource limits")
+SECTIONS = ("Server", "TLS", "HTTP/2", "Rate limits", "Static files", "Workers", "HTTP", "Timeouts", "Limits", "Logging", "Process", "Resource limits")
 """Order of the sections in ``--help`` and in docs/settings.md."""
 
 
@@ -256,6 +256,21 @@ _REGISTRY = (
             rate_limit_table_size, 65536, ("--rate-limit-table-size",), "N"),
     Setting("max_connections_per_client", "Rate limits", "Most connections one client address (the TCP peer, or the PROXY protocol's client; never a trusted proxy's own connections, which carry many clients) may hold open at once across every worker; one more is closed at accept. 0: no cap.",
             non_negative_int, 0, ("--max-connections-per-client",), "N", worker=True),
+    # Static files (docs/static-and-compression.md, ADR 0036): read by the worker (StaticConfig in crates/server/src/static_mounts.rs)
+    Setting("static", "Static files", "Static file mounts, `PREFIX=DIR` (`/static=./public`): a request whose path is PREFIX or under `PREFIX/` is answered from DIR by the worker's Rust code, without entering the app (GET and HEAD; other methods get 405), on every MPM and for WSGI and ASGI apps: sendfile on plain HTTP/1.1, `ETag`, `Last-Modified` and 304, ranges, precompressed `.br`/`.zst`/`.gz` siblings, `Cache-Control`. Nothing outside DIR is ever served (`..` and encoded forms refused, symlinks leaving DIR refused unless `static_follow_symlinks`), only regular files, never a listing. DIR must exist; it is opened when each worker starts. The first matching mount, in order, serves. Comma-separated.",
+            static_mount, (), ("--static",), "PREFIX=DIR", worker=True, multiple=True),
+    Setting("static_index", "Static files", "A file name served for a directory under a static mount (`index.html`); a directory asked for without its trailing slash is redirected (301) to it, as nginx does. Unset: a directory gets 404 (never a listing).",
+            static_index, None, ("--static-index",), "NAME", worker=True, default_text="unset"),
+    Setting("static_miss", "Static files", "A request under a static mount that names no servable file: `404` answers it from Rust; `app` hands it to the app instead, as WhiteNoise does (for an app that serves some paths under the prefix itself). A refused path (traversal, a hidden file, not a regular file) is a miss too: with `app`, the app sees it as it would without the mount.",
+            text, "404", ("--static-miss",), choices=("404", "app"), worker=True),
+    Setting("static_cache_control", "Static files", "The `Cache-Control` of a static file whose name carries no content hash (empty: none sent).",
+            header_value, "public, max-age=3600", ("--static-cache-control",), "VALUE", worker=True),
+    Setting("static_hashed_cache_control", "Static files", "The `Cache-Control` of a static file whose name carries a content hash: a dot-separated part of the file name of 8 or more hex digits between its first part and its extension (`app.3f2a9c1e.css`: Django's `ManifestStaticFilesStorage`, webpack's `[name].[contenthash].js`), or a directory of 8 or more hex digits (`/static/3f2a9c1e/app.css`). Such a name changes with its content, so it may be cached for ever (empty: none sent).",
+            header_value, "public, max-age=31536000, immutable", ("--static-hashed-cache-control",), "VALUE", worker=True),
+    Setting("static_follow_symlinks", "Static files", "Follow symbolic links under a static mount wherever they lead. Off: links that stay inside the mount's directory by a relative target are followed, and links that leave it, or have an absolute target, are refused (a miss), resolved by the kernel (`openat2` with `RESOLVE_BENEATH`).",
+            boolean, False, ("--static-follow-symlinks",), worker=True),
+    Setting("static_hidden", "Static files", "Serve hidden files and directories under a static mount (a path segment starting with `.`: `.env`, `.git/`). Off: they get 404.",
+            boolean, False, ("--static-hidden",), worker=True),
     # Workers
     Setting("workers", "Workers", "Number of worker processes: a fixed count, the default mode (TTIN/TTOU add or remove one). For a pool that grows under load and shrinks when idle, set `max_workers` instead.",
             positive_int, _default_workers, ("-w", "--workers"), "N", default_text="2 x CPU cores"),

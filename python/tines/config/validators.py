@@ -644,3 +644,33 @@ rate_limit_ipv6_prefix = _bounded(1, 128, " (the bits of an IPv6 address that na
 
 rate_limit_table_size = _bounded(64, 1 << 24, " (entries; 16 bytes each)")
 """Entries of the shared rate-limit table: 64..16777216 (rounded up to a power of two)."""
+def static_mount(raw: object) -> str:
+    """``PREFIX=DIR``: a URL path prefix (``/static``: starts with ``/``, no ``.``, ``..`` or empty
+    segment, no ``%``, ``\\`` or whitespace; a trailing ``/`` is dropped, ``/`` alone mounts the
+    whole site) and an existing directory, returned as ``PREFIX=DIR`` with DIR made absolute (a
+    worker may change directory after it loads the app; the worker opens it at start)."""
+    if isinstance(raw, str) and "=" in raw:
+        given, _, path = raw.strip().partition("=")
+        prefix = given.rstrip("/")
+        segments = prefix.split("/")
+        # `/` alone mounts the whole site (its prefix is then empty).
+        if (given.startswith("/") and (prefix == "" or all(segments[1:]))
+                and not any(segment in (".", "..") for segment in segments)
+                and not any(char in prefix for char in "%\\?#") and all("!" <= char <= "~" for char in prefix)):
+            if not path:
+                raise ValueError("must name a directory after = (PREFIX=DIR)")
+            if not os.path.isdir(path):
+                raise ValueError(f"{path}: must be an existing directory")
+            return f"{prefix or '/'}={os.path.abspath(path)}"
+        raise ValueError("must start with / and hold no empty, . or .. segment, %, \\, ?, # or space "
+                         "(PREFIX=DIR, like /static=./public)")
+    raise ValueError("must be PREFIX=DIR (like /static=./public)")
+
+
+def static_index(raw: object) -> str | None:
+    """A file name served for a directory under a static mount (``index.html``), or None: a
+    name, not a path (no ``/``, not ``.`` or ``..``)."""
+    name = optional_text(raw)
+    if name is not None and ("/" in name or "\\" in name or name in (".", "..") or "\0" in name):
+        raise ValueError("must be a file name (no / or \\, not . or ..)")
+    return name

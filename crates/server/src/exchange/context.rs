@@ -1,6 +1,7 @@
 //! The per-slot scratch every exchange of a slot borrows in turn ([`SlotContext`]): the output
 //! buffer, the `Date` and access-log caches, the header memo, and the vacant parts that stand
-//! in a connection's place while its exchange holds its own (ADR 0018).
+//! in a connection's place while its exchange holds its own (ADR 0018); and what of the
+//! worker's shared context a module above the exchange reads through it (`static_files`).
 //!
 //! It must not hold anything of one request past its exchange.
 
@@ -73,3 +74,17 @@ impl Default for SlotContext {
 /// write; a larger piece is written straight from the caller's memory (no copy). 16 KiB is
 /// above the typical HTML page and below the point where the copy costs more than a syscall.
 pub const OUT_BUFFER_LIMIT: usize = 16 * 1024;
+
+impl super::Exchange {
+    /// The static file settings (`static_files` reads them for every request it is given).
+    #[inline]
+    pub(crate) fn statics(&self) -> &crate::config::StaticConfig {
+        &self.shared.config.statics
+    }
+
+    /// The worker's shared state, for a caller that must hold its settings while it writes the
+    /// response (`static_files`).
+    pub(crate) fn shared_handle(&self) -> std::sync::Arc<crate::shared::WorkerShared> {
+        std::sync::Arc::clone(&self.shared)
+    }
+}

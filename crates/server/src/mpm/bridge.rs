@@ -30,6 +30,7 @@ use crate::exchange::{Exchange, SlotContext};
 use crate::mpm::app_threads::lock;
 use crate::reactor::{Dispatch, Driver, Reactor};
 use crate::shared::WorkerShared;
+use crate::static_files::Routed;
 use crate::transport::Link;
 use crate::websocket::WsSession;
 
@@ -255,11 +256,24 @@ impl AsyncReactor {
             self.keep_shell(token, conn);
             if exchange.body_too_large() {
                 // RFC 9110 15.5.14: refused before the app sees it.
+                self.shared.request_spends_budget();
                 exchange.fail(413);
                 self.complete(token, exchange);
                 continue;
             }
-            out.push(AsyncEvent::Request { token, exchange });
+            // A static answer (ADR 0036): its file work runs with the interpreter released.
+            let driver = &mut self.driver;
+            let mut release = |work: &mut dyn FnMut()| driver.off_interpreter(work);
+            match crate::static_files::route(exchange, Some(&mut release)) {
+                Routed::Served(exchange) => {
+                    self.end(token, exchange, false);
+                    continue;
+                }
+                Routed::App(exchange) => {
+                    self.shared.request_spends_budget();
+                    out.push(AsyncEvent::Request { token, exchange });
+                }
+            }
         }
         self.driver.ready = ready;
         Ok(stopped)
@@ -269,11 +283,17 @@ impl AsyncReactor {
     /// when none started) and gives the connection back for the next turn. True when it is
     /// the first given back since the last turn (the event loop then schedules one).
     pub fn complete(&mut self, token: usize, exchange: Box<Exchange>) -> bool {
+        self.end(token, exchange, true)
+    }
+
+    /// [`AsyncReactor::complete`]; `spends`: the request counts toward `max_requests` (a
+    /// static answer does not).
+    fn end(&mut self, token: usize, exchange: Box<Exchange>, spends: bool) -> bool {
         let (parts, outcome, mut ctx) = exchange.complete();
         let max_head_size = self.shared.config.limits.max_head_size;
         let (kept, vacant) = self.shell(token).take_back(parts, outcome, max_head_size);
         ctx.vacant = Some(vacant);
-        self.shared.request_finished();
+        self.shared.request_finished(spends);
         self.spare.push(ctx);
         let first = self.driver.returned.is_empty();
         self.driver.returned.push((token, kept));
@@ -357,7 +377,7 @@ impl AsyncReactor {
     }
 
     fn return_websocket(&mut self, token: usize, conn: Option<Box<Connection>>) -> bool {
-        self.shared.request_finished();
+        self.shared.request_finished(true);
         self.driver.websockets -= 1;
         let first = self.driver.returned.is_empty();
         self.driver.returned.push((token, conn));

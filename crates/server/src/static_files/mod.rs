@@ -1,0 +1,441 @@
+//! Static files (ADR 0036): a request under a static mount (`static`) answered from the
+//! mount's directory by the worker, without entering the app, through the request's own
+//! [`Exchange`] (so TLS, HTTP/2, the poller's hand-off for a slow reader, the access log and
+//! the scoreboard treat it as any response). [`route`] is the one call the slots and the ASGI
+//! bridge make beside the 413 refusal: it answers the request, or gives the exchange back for
+//! the app (no mount matched, or a miss with `static_miss = "app"`).
+//!
+//! Files are opened beneath the mount's directory descriptor with `openat2`
+//! (`RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`: symlinks that stay inside are followed, ones that
+//! leave refused by the kernel), non-blocking (a FIFO never blocks the open), then `fstat`ed:
+//! only regular files are served. The opens and `fstat`s run on the caller's thread (the
+//! slot's; for ASGI the event loop's, with the interpreter released).
+//!
+//! It must not decide framing or write to the socket itself: the exchange does both.
+
+mod path;
+mod rules;
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::exchange::Exchange;
+use path::{name_under_mount, target_path, Named};
+use rules::{
+    accepted, carries_content_hash, http_date, if_range_holds, is_compressible, mime_type,
+    none_match_fails, parse_http_date, parse_ranges, preference, Ranges, Validators,
+};
+
+/// Runs the work it is given, perhaps with a lock released around it (the ASGI bridge's
+/// interpreter).
+pub type Release<'r> = &'r mut dyn FnMut(&mut dyn FnMut());
+
+/// What [`route`] did with a request.
+pub enum Routed {
+    /// Answered from a mount (a file, 304, 206, 416, 301, or a 404/405 from Rust): the
+    /// exchange's response is finished. It does not count toward `max_requests`.
+    Served(Box<Exchange>),
+    /// Not a static answer: the app serves it.
+    App(Box<Exchange>),
+}
+
+/// Answers `exchange` from a static mount when its path is under one, else gives it back for
+/// the app. Without mounts: one branch. The file work (opens, `fstat`s, the answer) runs
+/// inside `release`, which the ASGI bridge uses to run it with the event loop's interpreter
+/// released; a slot passes `None` (it holds no lock another thread needs meanwhile: a WSGI
+/// slot thread enters Python only in `App::serve`).
+#[inline]
+pub fn route(exchange: Box<Exchange>, release: Option<Release<'_>>) -> Routed {
+    if exchange.statics().mounts.is_empty() {
+        return Routed::App(exchange);
+    }
+    route_mounted(exchange, release)
+}
+
+/// An open representation: its file and its validators.
+struct Opened {
+    file: OwnedFd,
+    validators: Validators,
+}
+
+/// The flags of every open: read-only, never blocking (a FIFO's open returns at once), never
+/// becoming the controlling terminal, closed on exec.
+const OPEN_FLAGS: libc::c_int =
+    libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
+
+/// Opens `name` (relative; empty: the directory itself) beneath `dir`: with `openat2`
+/// confined to `dir` (`RESOLVE_BENEATH`, no magic links), or, when `follow` (symlinks may
+/// leave the mount), a plain `openat` (`name` holds no `..` and is relative, so only a symlink
+/// can lead out).
+fn open_beneath(dir: RawFd, name: &[u8], follow: bool) -> io::Result<OwnedFd> {
+    let c_name = CString::new(if name.is_empty() { &b"."[..] } else { name })
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let fd = if follow {
+        // SAFETY: c_name is NUL-terminated and outlives the call.
+        unsafe { libc::openat(dir, c_name.as_ptr(), OPEN_FLAGS) }
+    } else {
+        // SAFETY: open_how is plain data; zeroed then filled (it is non-exhaustive).
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = OPEN_FLAGS as u64;
+        how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+        // SAFETY: the pointers are valid for the call; the size is the struct's.
+        unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir,
+                c_name.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            ) as libc::c_int
+        }
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor that nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// What `fstat` says of an open file: its type and validators.
+fn stat(fd: &OwnedFd) -> io::Result<(libc::mode_t, Validators)> {
+    // SAFETY: stat is plain data, all zeroes a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is open; st is a valid stat to fill.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((
+        st.st_mode & libc::S_IFMT,
+        Validators {
+            mtime: st.st_mtime,
+            mtime_nsec: st.st_mtime_nsec,
+            size: st.st_size as u64,
+        },
+    ))
+}
+
+/// Opens `name` beneath `dir` when it is a regular file.
+fn open_regular(dir: RawFd, name: &[u8], follow: bool) -> Option<Opened> {
+    let file = open_beneath(dir, name, follow).ok()?;
+    let (kind, validators) = stat(&file).ok()?;
+    (kind == libc::S_IFREG).then_some(Opened { file, validators })
+}
+
+/// What the mount holds for a request, found before anything is answered.
+enum Found {
+    /// A regular file: its name beneath the mount (the index's, for a directory) and the file.
+    File { name: Vec<u8>, opened: Opened },
+    /// A directory asked for without its trailing slash while an index is set: 301 to it.
+    Redirect,
+    /// Nothing servable (missing, refused, not a regular file, a directory without index).
+    Miss,
+}
+
+fn find(rest: &[u8], statics: &crate::config::StaticConfig, dir: RawFd) -> Found {
+    let Named::Path { relative, slash } = name_under_mount(rest, statics.hidden) else {
+        return Found::Miss;
+    };
+    let follow = statics.follow_symlinks;
+    let Ok(file) = open_beneath(dir, &relative, follow) else {
+        return Found::Miss;
+    };
+    let Ok((kind, validators)) = stat(&file) else {
+        return Found::Miss;
+    };
+    match kind {
+        libc::S_IFREG if !slash => Found::File {
+            name: relative,
+            opened: Opened { file, validators },
+        },
+        libc::S_IFDIR => {
+            let Some(index) = &statics.index else {
+                return Found::Miss;
+            };
+            if !slash {
+                return Found::Redirect;
+            }
+            let mut name = relative;
+            if !name.is_empty() {
+                name.push(b'/');
+            }
+            name.extend_from_slice(index);
+            match open_regular(dir, &name, follow) {
+                Some(opened) => Found::File { name, opened },
+                None => Found::Miss,
+            }
+        }
+        // A FIFO, socket or device; or a file asked for as a directory (`a.css/`).
+        _ => Found::Miss,
+    }
+}
+
+fn route_mounted(mut exchange: Box<Exchange>, release: Option<Release<'_>>) -> Routed {
+    let shared = exchange.shared_handle();
+    let statics = &shared.config.statics;
+    let Some(path) = target_path(exchange.target()) else {
+        return Routed::App(exchange);
+    };
+    let Some((mount, rest)) = statics.mount_for(path) else {
+        return Routed::App(exchange);
+    };
+    let method = exchange.method();
+    if method != b"GET" && method != b"HEAD" {
+        if statics.miss_to_app {
+            return Routed::App(exchange);
+        }
+        small(
+            &mut exchange,
+            b"405 Method Not Allowed",
+            &[(b"Allow", b"GET, HEAD")],
+        );
+        return Routed::Served(exchange);
+    }
+    let prefix_len = path.len() - rest.len();
+    let mut routed = None;
+    let mut work = || routed = Some(answer(&mut exchange, statics, mount, prefix_len));
+    match release {
+        Some(release) => release(&mut work),
+        None => work(),
+    }
+    match routed.expect("the work ran") {
+        true => Routed::Served(exchange),
+        false => Routed::App(exchange),
+    }
+}
+
+/// Finds and answers what the mount holds for `exchange`'s path (whose first `prefix_len`
+/// bytes are the mount's prefix). False when it is a miss for the app.
+fn answer(
+    exchange: &mut Exchange,
+    statics: &crate::config::StaticConfig,
+    mount: &crate::static_mounts::Mount,
+    prefix_len: usize,
+) -> bool {
+    let target = exchange.target();
+    let path = target_path(target).expect("checked by the caller");
+    let found = find(&path[prefix_len..], statics, mount.dir_fd());
+    match found {
+        Found::Miss if statics.miss_to_app => false,
+        Found::Miss => {
+            small(exchange, b"404 Not Found", &[]);
+            true
+        }
+        Found::Redirect => {
+            let query = target.iter().position(|&b| b == b'?');
+            let mut location = path.to_vec();
+            location.push(b'/');
+            if let Some(query) = query {
+                location.extend_from_slice(&target[query..]);
+            }
+            small(
+                exchange,
+                b"301 Moved Permanently",
+                &[(b"Location", &location)],
+            );
+            true
+        }
+        Found::File { name, opened } => {
+            let cache_control = if carries_content_hash(&name) {
+                &statics.hashed_cache_control
+            } else {
+                &statics.cache_control
+            };
+            answer_file(
+                exchange,
+                mount.dir_fd(),
+                statics.follow_symlinks,
+                &name,
+                opened,
+                cache_control,
+            );
+            true
+        }
+    }
+}
+
+/// A short answer from Rust (404, 405, 301) with a text body, keeping the connection.
+fn small(exchange: &mut Exchange, status: &[u8], extra: &[(&[u8], &[u8])]) {
+    let body = &status[4..];
+    let mut headers: Vec<(&[u8], &[u8])> = vec![(b"Content-Type", b"text/plain; charset=utf-8")];
+    headers.extend_from_slice(extra);
+    if exchange
+        .begin_response(status, headers, Some(body.len() as u64 + 1))
+        .is_ok()
+    {
+        let _ = exchange.write_body(body);
+        let _ = exchange.write_body(b"\n");
+        let _ = exchange.finish();
+    }
+}
+
+/// The request header `name`'s first value.
+fn header<'e>(exchange: &'e Exchange, name: &[u8]) -> Option<&'e [u8]> {
+    exchange
+        .headers()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v)
+}
+
+/// Answers with the file `name` (opened as `identity`), or the precompressed sibling the
+/// request's `Accept-Encoding` prefers: 200, 206, 304 or 416.
+fn answer_file(
+    exchange: &mut Exchange,
+    dir: RawFd,
+    follow: bool,
+    name: &[u8],
+    identity: Opened,
+    cache_control: &[u8],
+) {
+    let mime = mime_type(name);
+    let compressible = is_compressible(mime);
+    let mut encoding = None;
+    let mut chosen = identity;
+    if compressible {
+        let weights = accepted(header(exchange, b"accept-encoding"));
+        let mut sibling = Vec::with_capacity(name.len() + 4);
+        for candidate in preference(weights) {
+            sibling.clear();
+            sibling.extend_from_slice(name);
+            sibling.push(b'.');
+            sibling.extend_from_slice(candidate.suffix());
+            if let Some(opened) = open_regular(dir, &sibling, follow) {
+                chosen = opened;
+                encoding = Some(candidate);
+                break;
+            }
+        }
+    }
+    let validators = chosen.validators;
+    let mut etag = Vec::with_capacity(40);
+    validators.etag(encoding, &mut etag);
+    let mut last_modified = Vec::with_capacity(29);
+    http_date(validators.mtime, &mut last_modified);
+    // RFC 9110 13.2.2: If-None-Match first; If-Modified-Since only without it.
+    let not_modified = match header(exchange, b"if-none-match") {
+        Some(value) => none_match_fails(value, &etag),
+        None => header(exchange, b"if-modified-since")
+            .and_then(parse_http_date)
+            .is_some_and(|since| validators.mtime <= since),
+    };
+    let mut headers: Vec<(&[u8], &[u8])> = Vec::with_capacity(10);
+    headers.push((b"ETag", &etag));
+    headers.push((b"Last-Modified", &last_modified));
+    if !cache_control.is_empty() {
+        headers.push((b"Cache-Control", cache_control));
+    }
+    if compressible {
+        // The answer depends on Accept-Encoding whenever a sibling may exist.
+        headers.push((b"Vary", b"Accept-Encoding"));
+    }
+    if not_modified {
+        if exchange
+            .begin_response(b"304 Not Modified", headers, None)
+            .is_ok()
+        {
+            let _ = exchange.finish();
+        }
+        return;
+    }
+    headers.push((b"Content-Type", mime.as_bytes()));
+    if let Some(encoding) = encoding {
+        headers.push((b"Content-Encoding", encoding.token()));
+    }
+    headers.push((b"Accept-Ranges", b"bytes"));
+    let size = validators.size;
+    // Range is defined for GET only (RFC 9110 14.2); If-Range may void it.
+    let ranges = match header(exchange, b"range") {
+        Some(value)
+            if exchange.method() == b"GET"
+                && header(exchange, b"if-range")
+                    .is_none_or(|value| if_range_holds(value, &etag, validators.mtime)) =>
+        {
+            parse_ranges(value, size)
+        }
+        _ => Ranges::Whole,
+    };
+    let file = chosen.file.as_raw_fd();
+    match ranges {
+        Ranges::Whole => {
+            if exchange
+                .begin_response(b"200 OK", headers, Some(size))
+                .is_ok()
+            {
+                if size > 0 {
+                    let _ = exchange.send_file(file, 0, size);
+                }
+                let _ = exchange.finish();
+            }
+        }
+        Ranges::Unsatisfiable => {
+            let content_range = format!("bytes */{size}");
+            // 416's body is not the file: drop what described it.
+            headers.retain(|(name, _)| *name != b"Content-Type" && *name != b"Content-Encoding");
+            headers.push((b"Content-Range", content_range.as_bytes()));
+            headers.push((b"Content-Type", b"text/plain; charset=utf-8"));
+            let body = b"Range Not Satisfiable\n";
+            if exchange
+                .begin_response(
+                    b"416 Range Not Satisfiable",
+                    headers,
+                    Some(body.len() as u64),
+                )
+                .is_ok()
+            {
+                let _ = exchange.write_body(body);
+                let _ = exchange.finish();
+            }
+        }
+        Ranges::Parts(parts) if parts.len() == 1 => {
+            let (first, last) = parts[0];
+            let content_range = format!("bytes {first}-{last}/{size}");
+            headers.push((b"Content-Range", content_range.as_bytes()));
+            let length = last - first + 1;
+            if exchange
+                .begin_response(b"206 Partial Content", headers, Some(length))
+                .is_ok()
+            {
+                let _ = exchange.send_file(file, first, length);
+                let _ = exchange.finish();
+            }
+        }
+        Ranges::Parts(parts) => {
+            let boundary = format!(
+                "tines-{}",
+                String::from_utf8_lossy(&etag[1..etag.len() - 1]).replace('.', "-")
+            );
+            let content_type = format!("multipart/byteranges; boundary={boundary}");
+            headers.retain(|(name, _)| *name != b"Content-Type");
+            headers.push((b"Content-Type", content_type.as_bytes()));
+            let heads: Vec<String> = parts
+                .iter()
+                .map(|(first, last)| {
+                    format!(
+                        "\r\n--{boundary}\r\nContent-Type: {mime}\r\nContent-Range: bytes {first}-{last}/{size}\r\n\r\n"
+                    )
+                })
+                .collect();
+            let closing = format!("\r\n--{boundary}--\r\n");
+            let length: u64 = heads.iter().map(|head| head.len() as u64).sum::<u64>()
+                + parts
+                    .iter()
+                    .map(|(first, last)| last - first + 1)
+                    .sum::<u64>()
+                + closing.len() as u64;
+            if exchange
+                .begin_response(b"206 Partial Content", headers, Some(length))
+                .is_ok()
+            {
+                for (head, (first, last)) in heads.iter().zip(&parts) {
+                    if exchange.write_body(head.as_bytes()).is_err()
+                        || exchange.send_file(file, *first, last - first + 1).is_err()
+                    {
+                        return;
+                    }
+                }
+                let _ = exchange.write_body(closing.as_bytes());
+                let _ = exchange.finish();
+            }
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! From a request path under a mount to the relative name opened beneath the mount's
+//! directory: decoded once, and refused unless every segment is a plain name. The kernel's
+//! `RESOLVE_BENEATH` is the guarantee; these checks refuse early what must never reach it and
+//! what the kernel would accept but we must not serve (hidden files, encoded separators).
+//!
+//! It must not touch the file system.
+
+/// What a request path under a mount names.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Named {
+    /// A file or directory: the relative name to open beneath the mount (empty: the mount's
+    /// directory itself), and whether the path ended with `/`.
+    Path { relative: Vec<u8>, slash: bool },
+    /// A path that may not be served (an encoded `/`, `\`, NUL or control byte, a bad escape,
+    /// a `.`/`..` or empty segment, a hidden segment, not UTF-8).
+    Refused,
+}
+
+/// The path of a request target: origin-form up to `?` or `#`; an absolute-form target
+/// (`http://host/p`) loses its scheme and authority. `None` for any other form (`*`, an
+/// authority).
+pub(crate) fn target_path(target: &[u8]) -> Option<&[u8]> {
+    let path = if target.first() == Some(&b'/') {
+        target
+    } else {
+        let scheme_end = target.windows(3).position(|w| w == b"://")?;
+        let scheme = &target[..scheme_end];
+        if !(scheme.eq_ignore_ascii_case(b"http") || scheme.eq_ignore_ascii_case(b"https")) {
+            return None;
+        }
+        let after = &target[scheme_end + 3..];
+        match after.iter().position(|&b| b == b'/') {
+            Some(slash) => &after[slash..],
+            None => b"/",
+        }
+    };
+    let end = path
+        .iter()
+        .position(|&b| b == b'?' || b == b'#')
+        .unwrap_or(path.len());
+    Some(&path[..end])
+}
+
+fn hex(digit: u8) -> Option<u8> {
+    match digit {
+        b'0'..=b'9' => Some(digit - b'0'),
+        b'a'..=b'f' => Some(digit - b'a' + 10),
+        b'A'..=b'F' => Some(digit - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Decodes `rest` (what follows the mount's prefix: empty or starting with `/`) once and
+/// checks each segment. `hidden`: segments starting with `.` are allowed.
+pub(crate) fn name_under_mount(rest: &[u8], hidden: bool) -> Named {
+    let mut relative = Vec::with_capacity(rest.len());
+    let mut i = 0;
+    // Decoded once: `%252e` is the three bytes `%2e`, a plain name, never a dot.
+    while i < rest.len() {
+        let byte = rest[i];
+        if byte == b'%' {
+            let (Some(high), Some(low)) = (
+                rest.get(i + 1).copied().and_then(hex),
+                rest.get(i + 2).copied().and_then(hex),
+            ) else {
+                return Named::Refused;
+            };
+            let decoded = high << 4 | low;
+            // An encoded separator would join segments the checks below saw apart.
+            if decoded == b'/' {
+                return Named::Refused;
+            }
+            relative.push(decoded);
+            i += 3;
+        } else {
+            relative.push(byte);
+            i += 1;
+        }
+    }
+    if relative
+        .iter()
+        .any(|&b| b < 0x20 || b == 0x7f || b == b'\\')
+        || std::str::from_utf8(&relative).is_err()
+    {
+        return Named::Refused;
+    }
+    let slash = relative.last() == Some(&b'/');
+    if slash {
+        relative.pop();
+    }
+    // `relative` is now empty or `/a/b`: every segment after the first `/` must be a name.
+    if !relative.is_empty() {
+        let mut segments = relative.split(|&b| b == b'/');
+        // What precedes the first `/`: nothing.
+        let _ = segments.next();
+        for segment in segments {
+            if segment.is_empty() || segment == b"." || segment == b".." {
+                return Named::Refused;
+            }
+            if segment[0] == b'.' && !hidden {
+                return Named::Refused;
+            }
+        }
+        relative.remove(0);
+    }
+    Named::Path { relative, slash }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(rest: &str) -> Named {
+        name_under_mount(rest.as_bytes(), false)
+    }
+
+    fn path(relative: &str, slash: bool) -> Named {
+        Named::Path {
+            relative: relative.as_bytes().to_vec(),
+            slash,
+        }
+    }
+
+    #[test]
+    fn plain_names_are_decoded_once() {
+        assert_eq!(named("/a/b.css"), path("a/b.css", false));
+        assert_eq!(named("/a%20b/c"), path("a b/c", false));
+        assert_eq!(named("/dir/"), path("dir", true));
+        assert_eq!(named(""), path("", false));
+        assert_eq!(named("/"), path("", true));
+        // `%252e%252e` decodes to the name `%2e%2e`: no dot segment.
+        assert_eq!(named("/%252e%252e/x"), path("%2e%2e/x", false));
+        assert_eq!(named("/caf%C3%A9"), path("café", false));
+    }
+
+    #[test]
+    fn traversal_and_its_encodings_are_refused() {
+        for rest in [
+            "/..",
+            "/../etc/passwd",
+            "/a/../../b",
+            "/%2e%2e/etc/passwd",
+            "/%2E%2E/x",
+            "/.%2e/x",
+            "/a/./b",
+            "/a%2f..%2f..%2fetc",
+            "/..%5c..%5cetc",
+            "/a\\b",
+            "/a%00.css",
+            "/a%0a",
+            "//etc/passwd",
+            "/a//b",
+            "/%c0%ae%c0%ae/x",
+            "/%",
+            "/%2",
+            "/%zz",
+            "/.env",
+            "/a/.git/config",
+            "/%2egit",
+        ] {
+            assert_eq!(named(rest), Named::Refused, "{rest}");
+        }
+    }
+
+    #[test]
+    fn hidden_segments_may_be_allowed_but_never_dot_segments() {
+        assert_eq!(
+            name_under_mount(b"/.well-known/a", true),
+            path(".well-known/a", false)
+        );
+        assert_eq!(name_under_mount(b"/../a", true), Named::Refused);
+        assert_eq!(name_under_mount(b"/./a", true), Named::Refused);
+    }
+
+    #[test]
+    fn the_path_of_a_target_drops_the_query_and_an_absolute_forms_authority() {
+        assert_eq!(target_path(b"/s/a.css?v=1"), Some(&b"/s/a.css"[..]));
+        assert_eq!(target_path(b"/s/a#frag"), Some(&b"/s/a"[..]));
+        assert_eq!(target_path(b"http://example.com/s/a?x"), Some(&b"/s/a"[..]));
+        assert_eq!(target_path(b"HTTPS://h"), Some(&b"/"[..]));
+        assert_eq!(target_path(b"*"), None);
+        assert_eq!(target_path(b"ftp://h/s"), None);
+    }
+}
