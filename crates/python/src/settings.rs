@@ -12,7 +12,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tines_proto::Limits;
 use tines_server::access_log::Format;
-use tines_server::config::{H2Config, RateLimitConfig, StaticConfig};
+use tines_server::compress::Coding;
+use tines_server::config::{CompressionConfig, H2Config, RateLimitConfig, StaticConfig};
 use tines_server::static_mounts::Mount;
 use tines_server::tls::rustls::ServerConfig;
 use tines_server::{Mpm, TrustedProxies, WorkerConfig};
@@ -202,6 +203,42 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         h2: h2_config(settings)?,
         rate_limit: rate_limit_config(settings)?,
         statics: static_config(settings)?,
+        compression: compression_config(settings)?,
+    })
+}
+
+/// Response compression's settings (the registry's "Compression" section, ADR 0037). The
+/// registry checks each value; a coding named twice is refused here.
+fn compression_config(settings: &Bound<'_, PyDict>) -> PyResult<CompressionConfig> {
+    let mut codings = Vec::new();
+    for name in get::<Vec<String>>(settings, "compression")? {
+        let coding = Coding::from_token(name.as_bytes()).ok_or_else(|| {
+            PyValueError::new_err(format!("compression: unknown coding {name:?}"))
+        })?;
+        if codings.contains(&coding) {
+            return Err(PyValueError::new_err(format!(
+                "compression: {name} is listed twice"
+            )));
+        }
+        codings.push(coding);
+    }
+    let bytes = |key| -> PyResult<Vec<Vec<u8>>> {
+        Ok(get::<Vec<String>>(settings, key)?
+            .into_iter()
+            .map(|item| item.to_ascii_lowercase().into_bytes())
+            .collect())
+    };
+    Ok(CompressionConfig {
+        codings,
+        min_size: get(settings, "compression_min_size")?,
+        types: bytes("compression_types")?,
+        gzip_level: get(settings, "compression_gzip_level")?,
+        brotli_level: get(settings, "compression_brotli_level")?,
+        zstd_level: get(settings, "compression_zstd_level")?,
+        exclude_paths: get::<Vec<String>>(settings, "compression_exclude_paths")?
+            .into_iter()
+            .map(String::into_bytes)
+            .collect(),
     })
 }
 
@@ -242,5 +279,6 @@ pub fn worker_config_fields(
         max_requests, max_requests_jitter, workers, debug, h2,
         rate_limit,
         statics,
+        compression,
     ))
 }

@@ -167,6 +167,8 @@ pub struct WorkerConfig {
     pub rate_limit: RateLimitConfig,
     /// Static files (ADR 0036): the mounts served from Rust and their rules.
     pub statics: StaticConfig,
+    /// Response compression (ADR 0037): the codings offered, for which responses, levels.
+    pub compression: CompressionConfig,
 }
 
 /// HTTP/2's settings, declared beside the connection they configure (below `transport`).
@@ -176,6 +178,8 @@ pub use crate::h2::H2Config;
 pub use crate::rate_limit::RateLimitConfig;
 /// The static file settings, declared beside the mounts they open (below `config`).
 pub use crate::static_mounts::StaticConfig;
+/// Response compression's settings, declared beside the encoders they configure.
+pub use crate::compress::CompressionConfig;
 
 impl WorkerConfig {
     /// The worker serves on one thread (prefork, event without app threads): its counters and
@@ -283,6 +287,7 @@ impl Default for WorkerConfig {
             h2: H2Config::default(),
             rate_limit: RateLimitConfig::default(),
             statics: StaticConfig::default(),
+            compression: CompressionConfig::default(),
         }
     }
 }

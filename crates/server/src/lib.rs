@@ -10,7 +10,9 @@
 //! the scoreboard), [`log`] (the error log), [`access_log`] (its formats and buffered sink),
 //! [`listener`] (accept, addresses), [`trusted_proxies`] (`forwarded_allow_ips`), [`rate_limit`] (per-client
 //! request limits: the shared table of buckets, the 429's fields), [`static_mounts`] (the static
-//! file settings and their mounts' directories), [`config`],
+//! file settings and their mounts' directories), [`compress`] (response compression: the
+//! codings, `Accept-Encoding`, the decision, the encoders; below `config`, which re-exports
+//! its settings), [`config`],
 //! [`spool`] (the buffer budgets and temporary files of bodies and responses that wait for a
 //! slow client), [`parked_body`] (a request body read before dispatch: memory or temporary
 //! file, chunked decoding), [`pending`] (response output the event loop finishes),
@@ -27,6 +29,7 @@
 pub mod access_log;
 mod batch;
 pub mod clock;
+pub mod compress;
 pub mod config;
 pub mod connection;
 pub mod control;

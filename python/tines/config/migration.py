@@ -130,7 +130,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "{memory_sample_rate} (the master samples by time, not per request)"),
     Equivalent("Apache", "Apache::Resource `PERL_RLIMIT_NOFILE`, `PERL_RLIMIT_CORE`", "{limit_open_files}, {limit_core}"),
     Equivalent("Apache", "`mod_deflate` (`SetOutputFilter DEFLATE`), mod_perl Apache::GzipChain",
-               "{planned:compression} `gzip` (and `br`, `zstd`), for the types in {planned:compression_types}"),
+               "{compression} `gzip` (and `br`, `zstd`), for the types in {compression_types}"),
     Equivalent("Apache", "mod_perl Apache::SpeedLimit (requests per client and interval, in shared memory)",
                "{rate_limit} with {rate_limit_burst}: a token bucket per client in one table every "
                "worker shares (docs/rate-limits.md)"),
@@ -309,14 +309,14 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "symlinks staying inside the mount are followed, others refused; {static_follow_symlinks} "
                "follows them all"),
     Equivalent("nginx", "`gzip on`, `gzip_comp_level` (`brotli on`, `brotli_comp_level` with ngx_brotli)",
-               "{planned:compression} `gzip` (`br`, `zstd`), {planned:compression_gzip_level} "
-               "({planned:compression_brotli_level}, {planned:compression_zstd_level})"),
-    Equivalent("nginx", "`gzip_types`", "{planned:compression_types} (text/* and the usual text-like types by default)"),
-    Equivalent("nginx", "`gzip_min_length`", "{planned:compression_min_size}"),
+               "{compression} `gzip` (`br`, `zstd`), {compression_gzip_level} "
+               "({compression_brotli_level}, {compression_zstd_level})"),
+    Equivalent("nginx", "`gzip_types`", "{compression_types} (text/* and the usual text-like types by default)"),
+    Equivalent("nginx", "`gzip_min_length`", "{compression_min_size}"),
     Equivalent("nginx", "`gzip_static on` (and ngx_brotli's `brotli_static`)",
                "always for static text files: siblings `.br`, `.zst`, `.gz` chosen by `Accept-Encoding`"),
     Equivalent("nginx", "`gzip_vary on`", "always: a response that could be compressed carries `Vary: Accept-Encoding`"),
-    Equivalent("nginx", "`gzip off` in a `location`", "{planned:compression_exclude_paths}"),
+    Equivalent("nginx", "`gzip off` in a `location`", "{compression_exclude_paths}"),
     Equivalent("nginx", "`limit_req_zone $binary_remote_addr ... rate=10r/s`, `limit_req ... burst=20 nodelay`",
                "{rate_limit} `10/s`, {rate_limit_burst} `20` (answered at once as with `nodelay`, "
                "with `429` and `Retry-After`, not nginx's default `503`)"),

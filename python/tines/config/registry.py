@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from tines.config.validators import (alpn_protocol, bind_address, boolean, cipher_suite, directory, group_id,
+from tines.config.validators import (alpn_protocol, bind_address, boolean, brotli_level, cipher_suite,
+                                     compression_coding, directory, group_id, gzip_level, media_type_pattern,
+                                     path_prefix, zstd_level,
                                      h2_connection_window, h2_count, h2_frame_size, h2_size, h2_stream_window,
                                      head_size, header_value, network, non_negative_int, non_negative_seconds,
                                      optional_rate, rate_limit_ipv6_prefix, rate_limit_table_size, rate_rule,
@@ -60,7 +62,7 @@ ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
 """The access log's custom-format atoms, for the docs and ``--help`` (the formatter is Rust's
 ``tines_server::access_log``; a test checks both name the same atoms)."""
 
-SECTIONS = ("Server", "TLS", "HTTP/2", "Rate limits", "Static files", "Workers", "HTTP", "Timeouts", "Limits", "Logging", "Process", "Resource limits")
+SECTIONS = ("Server", "TLS", "HTTP/2", "Rate limits", "Static files", "Workers", "HTTP", "Timeouts", "Limits", "Logging", "Process", "Compression", "Resource limits")
 """Order of the sections in ``--help`` and in docs/settings.md."""
 
 
@@ -434,6 +436,22 @@ _REGISTRY = (
             optional_non_negative_int, None, ("--ready-fd",), "FD"),
     Setting("pid_file", "Process", "Write the master's pid to this file (atomically) at start and remove it at exit; refused (exit 2) while a live process holds it. A relative path is taken from the directory `tines` starts in, not `chdir`. During a binary upgrade (`USR2`) the old master's file is `PATH.oldbin` and the new master writes PATH (docs/signals.md); put it in a directory the `user` owns (`/run/tines/`), since the master renames and removes it after dropping privileges.",
             optional_text, None, ("--pid-file",), "PATH", default_text="none"),
+    # Compression (app response bodies compressed by Accept-Encoding, in Rust; docs/static-and-compression.md, ADR 0037)
+    Setting("compression", "Compression", "Content codings the server compresses app responses with, in its order of preference (a tie between the client's `Accept-Encoding` q-values goes to the first): `gzip`, `br`, `zstd`, comma-separated. Empty (the default): off, at the cost of one branch per response. A response is compressed when the client accepts a coding, its type is on `compression_types`, its length (when known) is at least `compression_min_size`, its path is not under `compression_exclude_paths`, and it has no `Content-Encoding`, no `Cache-Control: no-transform` and is not a 206; it then gets `Content-Encoding`, `Vary: Accept-Encoding` and a weak `ETag`, and its Content-Length is the compressed one (a body known whole) or gone (chunked). Streamed bodies are flushed per block (server-sent events arrive event by event). `wsgi.file_wrapper` bodies are not compressed (sendfile kept). Mind BREACH (docs/static-and-compression.md).",
+            compression_coding, (), ("--compression",), "CODINGS", worker=True, multiple=True, default_text="none (off)"),
+    Setting("compression_min_size", "Compression", "Responses whose length is known and below this many bytes (or a size with a unit) are sent uncompressed: compressing a few hundred bytes saves less than it costs. A streamed body's length is not known: it is compressed whatever its size.",
+            size, 1024, ("--compression-min-size",), "SIZE", worker=True),
+    Setting("compression_types", "Compression", "Media types compressed (the response's `Content-Type` without its parameters): `type/subtype`, `type/*` for a whole type, `+suffix` for a structured syntax suffix (`+json`). Already-compressed types (images other than SVG and icons, audio, video, archives, PDF, WOFF fonts) are never compressed, whatever this lists. Giving it replaces the default. Comma-separated.",
+            media_type_pattern, ("text/*", "application/json", "application/javascript", "application/xml", "application/wasm", "image/svg+xml", "+json", "+xml"),
+            ("--compression-types",), "TYPES", worker=True, multiple=True),
+    Setting("compression_gzip_level", "Compression", "gzip's level, 1 (fastest) to 9 (smallest); 5 is close to 9's size at a fraction of its CPU.",
+            gzip_level, 5, ("--compression-gzip-level",), "LEVEL", worker=True),
+    Setting("compression_brotli_level", "Compression", "brotli's quality, 0 to 11; 4 compresses better than gzip 5 at about its speed (11 is for precompressed files, far too slow per response).",
+            brotli_level, 4, ("--compression-brotli-level",), "LEVEL", worker=True),
+    Setting("compression_zstd_level", "Compression", "zstd's level, 1 to 19; 3 (zstd's own default) is faster than gzip 5 and smaller.",
+            zstd_level, 3, ("--compression-zstd-level",), "LEVEL", worker=True),
+    Setting("compression_exclude_paths", "Compression", "Path prefixes (matched against the request target's path, before any `?`) whose responses are never compressed: pages that put a secret and attacker-controlled input in one body (BREACH). Comma-separated.",
+            path_prefix, (), ("--compression-exclude-paths",), "PATHS", worker=True, multiple=True),
     # Resource limits (setrlimit in each worker after fork, before post_fork and the app; docs/limits.md)
     Setting("limit_address_space", "Resource limits", "RLIMIT_AS of each worker, in bytes or with a unit (`4GiB`; soft and hard): its virtual address space. It counts every mapping, not what is resident: each thread's stack and glibc's malloc arena per thread (64 MiB of address space each), so the `thread` and `event` MPMs need far more than their RSS (docs/limits.md). Python raises `MemoryError` past it; Rust aborts the worker.",
             optional_positive_size, None, ("--limit-address-space",), "SIZE", default_text="unlimited"),

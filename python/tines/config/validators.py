@@ -674,3 +674,42 @@ def static_index(raw: object) -> str | None:
     if name is not None and ("/" in name or "\\" in name or name in (".", "..") or "\0" in name):
         raise ValueError("must be a file name (no / or \\, not . or ..)")
     return name
+COMPRESSION_CODINGS = ("gzip", "br", "zstd")
+"""The content codings the server can apply to responses (``compression``)."""
+
+
+def compression_coding(raw: object) -> str:
+    """A content coding the server can apply: ``gzip``, ``br`` or ``zstd`` (any case)."""
+    if isinstance(raw, str) and raw.strip().lower() in COMPRESSION_CODINGS:
+        return raw.strip().lower()
+    raise ValueError(f"must be one of {', '.join(COMPRESSION_CODINGS)}")
+
+
+def media_type_pattern(raw: object) -> str:
+    """A media type to compress: ``type/subtype``, ``type/*`` (a whole type) or ``+suffix`` (a
+    structured syntax suffix such as ``+json``), lower-cased."""
+    expected = "must be a media type (text/html), a type with /* (text/*) or a suffix (+json)"
+    if not isinstance(raw, str):
+        raise ValueError(expected)
+    item = raw.strip().lower()
+    token = r"[a-z0-9][a-z0-9!#$&^_.+-]*"
+    if re.fullmatch(rf"{token}/(\*|{token})|\+{token}", item) is None:
+        raise ValueError(expected)
+    return item
+
+
+def path_prefix(raw: object) -> str:
+    """A URL path prefix, starting with ``/``."""
+    if not isinstance(raw, str) or not raw.strip().startswith("/"):
+        raise ValueError("must be a path prefix starting with /")
+    return raw.strip()
+
+
+gzip_level = _bounded(1, 9)
+"""gzip's compression level: 1 (fastest) to 9."""
+
+brotli_level = _bounded(0, 11)
+"""brotli's quality: 0 (fastest) to 11."""
+
+zstd_level = _bounded(1, 19)
+"""zstd's level: 1 (fastest) to 19 (its levels 20-22 need large windows: not for responses)."""

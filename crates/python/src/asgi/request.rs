@@ -217,16 +217,26 @@ impl Request {
                 }
                 let trailers = self.trailers;
                 let exchange = self.exchange_mut()?;
-                let written = exchange.write_body(body).and_then(|()| {
-                    if more {
-                        exchange.flush()
-                    } else if trailers {
-                        // Kept (as far as the buffer holds it) for the trailers' one write.
-                        Ok(())
-                    } else {
-                        exchange.finish()
-                    }
-                });
+                let compressing = exchange.is_compressing();
+                let mut write = || {
+                    exchange.write_body(body).and_then(|()| {
+                        if more {
+                            exchange.flush()
+                        } else if trailers {
+                            // Kept (as far as the buffer holds it) for the trailers' one write.
+                            Ok(())
+                        } else {
+                            exchange.finish()
+                        }
+                    })
+                };
+                // Compressing is CPU work: done with the GIL released (ADR 0037), so that the
+                // worker's other Python threads run meanwhile; the send writes without waiting.
+                let written = if compressing {
+                    py.detach(write)
+                } else {
+                    write()
+                };
                 if !more {
                     self.response = if trailers {
                         Response::Trailers
@@ -388,7 +398,13 @@ impl Request {
             .iter()
             .map(|(name, value)| (name.as_slice(), value.as_slice()))
             .collect();
-        let written = self.exchange_mut()?.finish_with_trailers(&refs);
+        let exchange = self.exchange_mut()?;
+        // Ending a compressed stream is work: with the GIL released (ADR 0037).
+        let written = if exchange.is_compressing() {
+            py.detach(|| exchange.finish_with_trailers(&refs))
+        } else {
+            exchange.finish_with_trailers(&refs)
+        };
         self.response = Response::Complete;
         if let Err(err) = written {
             self.gone = true;

@@ -2,7 +2,7 @@
 //! write), a `wsgi.file_wrapper` over a regular file (sendfile), or any iterable (chunked for
 //! HTTP/1.1 unless the app gave a Content-Length), each block sent as soon as the iterable
 //! yields it (PEP 3333). Writes happen with the GIL released unless the bytes fit the output
-//! buffer. What the client does not take at once is handed to the poller: a whole list body;
+//! buffer; a compressed body's always do (ADR 0037), and a file body is never compressed. What the client does not take at once is handed to the poller: a whole list body;
 //! of a stream, up to `max_stream_buffer` (ADR 0024), so that a finite stream to a slow reader
 //! is pulled from the app whole and its iterator closed while the poller writes the rest.
 
@@ -43,9 +43,18 @@ fn write(py: Python<'_>, input: &Input, data: &[u8], send_now: bool) -> PyResult
         Some(true) => input
             .with_detached(py, |exchange| exchange.flush())?
             .map_err(io_error),
-        // write_body sends the buffer with these bytes: nothing is left waiting.
+        // write_body sends the buffer with these bytes: nothing is left waiting, unless the
+        // body is compressed (the bytes then wait in its encoder for the block's flush).
         None => input
-            .with_detached(py, |exchange| exchange.write_body(data))?
+            .with_detached(py, |exchange| {
+                exchange.write_body(data).and_then(|()| {
+                    if send_now && exchange.has_block_to_send() {
+                        exchange.flush()
+                    } else {
+                        Ok(())
+                    }
+                })
+            })?
             .map_err(io_error),
     }
 }
@@ -95,6 +104,9 @@ pub fn send<'py>(
     }
     if let Ok(wrapper) = iterable.cast::<FileWrapper>() {
         if let Some(span) = wrapper.get().span(py) {
+            // A file goes out with sendfile, never compressed (ADR 0037): precompressed
+            // siblings are the answer for files.
+            input.with(py, |exchange| exchange.keep_identity())?;
             start.get().begin(py, Some(span.length))?;
             let sent = input.with_detached(py, |exchange| {
                 exchange.send_file(span.fd, span.offset, span.length)

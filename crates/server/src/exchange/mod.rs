@@ -38,6 +38,7 @@ use crate::spool::{Held, SpoolFile};
 use crate::tls::TlsInfo;
 
 mod body;
+mod compressing;
 mod context;
 mod keepalive;
 mod response;
@@ -144,6 +145,10 @@ pub struct Exchange {
     /// The decoded length of a chunked body the loop read before dispatch (the app sees it
     /// as `CONTENT_LENGTH`).
     decoded_length: Option<u64>,
+    /// The response body's encoder while it is compressed (ADR 0037): made only then.
+    compressing: Option<Box<compressing::Compressing>>,
+    /// The response is never compressed ([`Exchange::keep_identity`]).
+    keep_identity: bool,
 }
 
 impl Exchange {
@@ -234,6 +239,8 @@ impl Exchange {
             must_close: false,
             _body_charge: body_charge,
             decoded_length,
+            compressing: None,
+            keep_identity: false,
         })
     }
 

@@ -15,7 +15,9 @@ use tines_proto::response::{
 };
 use tines_proto::Version;
 
+use super::compressing::WHOLE_BODY_LIMIT;
 use super::{Exchange, Phase, OUT_BUFFER_LIMIT};
+use crate::compress::Decision;
 
 /// Why a response could not be started.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +65,42 @@ impl Exchange {
                 format!("status {:?}", String::from_utf8_lossy(status)),
             )
         })?;
+        // Compression on (one branch when off): the fields are looked at before they are
+        // encoded, and the decision changes some of them (ADR 0037).
+        if self.shared.config.compression.is_on() && !self.keep_identity {
+            let headers: Vec<(&[u8], &[u8])> = headers.into_iter().collect();
+            let decision = self.compression_decision(code, &headers, body_length);
+            return self.encode_head(status, code, headers, body_length, decision);
+        }
+        self.encode_head(status, code, headers, body_length, Decision::Identity)
+    }
+
+    /// Encodes the head of `begin_response` as `decision` has it (a compressed response drops
+    /// the app's Content-Length, weakens a strong ETag, gets `Content-Encoding` and `Vary`).
+    fn encode_head<'h, I>(
+        &mut self,
+        status: &[u8],
+        code: u16,
+        headers: I,
+        body_length: Option<u64>,
+        mut decision: Decision,
+    ) -> Result<(), ResponseError>
+    where
+        I: IntoIterator<Item = (&'h [u8], &'h [u8])>,
+    {
+        // A body to compress needs its encoder, made before anything is encoded: one that
+        // cannot be made leaves the response as it is.
+        let mut encoder = None;
+        if let Decision::Compress(coding) = decision {
+            if status_allows_body(code, self.is_head) {
+                encoder = self.make_encoder(coding);
+                if encoder.is_none() {
+                    decision = Decision::VaryOnly;
+                }
+            }
+        }
+        let compressed = matches!(decision, Decision::Compress(_));
+        let mut vary_merged = false;
         let out = &mut self.ctx.out;
         out.clear();
         encode_status_line(out, Version::Http11, status);
@@ -94,10 +132,19 @@ impl Exchange {
                         continue;
                     }
                     declared = Some(length);
+                    if compressed {
+                        // The app's length is of the body before compression.
+                        continue;
+                    }
                 }
                 AppHeader::Plain => {
                     has_date |= name.eq_ignore_ascii_case(b"date");
                     has_server |= name.eq_ignore_ascii_case(b"server");
+                    if decision != Decision::Identity
+                        && rewrite_field(out, name, value, compressed, &mut vary_merged)
+                    {
+                        continue;
+                    }
                 }
             }
             match line {
@@ -105,14 +152,31 @@ impl Exchange {
                 None => encode_header(out, name, value),
             }
         }
+        if let Decision::Compress(coding) = decision {
+            encode_header(out, b"Content-Encoding", coding.token());
+        }
+        if decision != Decision::Identity && !vary_merged {
+            encode_header(out, b"Vary", b"Accept-Encoding");
+        }
+        // A whole body in hand is compressed in one go and gets one Content-Length, put in
+        // the head at its end (`compressing`).
+        let whole = compressed && body_length.is_some_and(|length| length <= WHOLE_BODY_LIMIT);
         let framing = if !status_allows_body(code, self.is_head) {
-            if self.is_head && declared.is_none() {
+            // HEAD: the fields GET would have, but a compressed length is not known.
+            if self.is_head && declared.is_none() && !compressed {
                 if let Some(length) = body_length {
                     let mut digits = itoa::Buffer::new();
                     encode_header(out, b"Content-Length", digits.format(length).as_bytes());
                 }
             }
             ResponseFraming::NoBody
+        } else if whole {
+            ResponseFraming::Length(body_length.unwrap_or(0))
+        } else if compressed && self.parts.head.version == Version::Http11 {
+            encode_header(out, b"Transfer-Encoding", b"chunked");
+            ResponseFraming::Chunked
+        } else if compressed {
+            ResponseFraming::CloseDelimited
         } else if let Some(length) = declared {
             ResponseFraming::Length(length)
         } else if let Some(length) = body_length {
@@ -138,6 +202,7 @@ impl Exchange {
         } else if self.parts.head.version == Version::Http10 {
             encode_header(out, b"Connection", b"keep-alive");
         }
+        let head_end = out.len();
         out.extend_from_slice(b"\r\n");
         if let Some(log) = &self.shared.access_log {
             let wanted = log.format().response_header_names();
@@ -153,6 +218,9 @@ impl Exchange {
         self.status = code;
         self.complete_body = body_length.is_some();
         self.phase = Phase::Buffered;
+        if let Some(encoder) = encoder {
+            self.start_compressing(encoder, whole, head_end);
+        }
         Ok(())
     }
 
@@ -176,12 +244,13 @@ impl Exchange {
             self.framing = ResponseFraming::NoBody;
             self.status = 0;
             self.complete_body = false;
+            self.compressing = None;
             return true;
         }
         self.phase == Phase::NotStarted
     }
 
-    fn allowed<'d>(&mut self, data: &'d [u8]) -> &'d [u8] {
+    pub(super) fn allowed<'d>(&mut self, data: &'d [u8]) -> &'d [u8] {
         if let Some(declared) = self.declared {
             let left = declared.saturating_sub(self.body_sent);
             if data.len() as u64 > left {
@@ -206,6 +275,10 @@ impl Exchange {
         }
         if self.discards_body() {
             return true;
+        }
+        if self.compressing.is_some() {
+            // Compressing is work: `write_body`, which callers run with the GIL released.
+            return false;
         }
         let data = self.allowed(data);
         if data.is_empty() {
@@ -232,6 +305,9 @@ impl Exchange {
                 "write_body before begin_response or after finish",
             ));
         }
+        if self.compressing.is_some() && !self.discards_body() {
+            return self.write_compressed(data);
+        }
         if self.buffer_body(data) {
             return Ok(());
         }
@@ -251,7 +327,15 @@ impl Exchange {
     }
 
     /// Writes out whatever is buffered (WSGI `write()` must send before it returns).
+    /// A compressed stream's block is ended with a sync flush first (a whole compressed body
+    /// waits for its end: its length goes in the head).
     pub fn flush(&mut self) -> io::Result<()> {
+        if self.compressing.is_some() {
+            if !self.compressed_block_waiting() {
+                return Ok(());
+            }
+            self.flush_encoder()?;
+        }
         if self.ctx.out.is_empty() || matches!(self.phase, Phase::NotStarted | Phase::Finished) {
             return Ok(());
         }
@@ -260,7 +344,7 @@ impl Exchange {
 
     /// Sends the output buffer, leaves it empty and moves to `phase`; a failed write ends
     /// keep-alive.
-    fn emit_buffered(&mut self, phase: Phase) -> io::Result<()> {
+    pub(super) fn emit_buffered(&mut self, phase: Phase) -> io::Result<()> {
         let out = std::mem::take(&mut self.ctx.out);
         let result = self.emit(&[&out], phase == Phase::Finished);
         self.ctx.out = out;
@@ -282,7 +366,7 @@ impl Exchange {
                 .declared
                 .is_some_and(|declared| self.body_sent >= declared);
         !complete
-            && !self.ctx.out.is_empty()
+            && self.compressed_block_waiting()
             && matches!(self.phase, Phase::Buffered | Phase::Committed)
     }
 
@@ -294,6 +378,7 @@ impl Exchange {
             Phase::NotStarted => return Err(io::Error::other("finish before begin_response")),
             _ => {}
         }
+        self.end_encoding()?;
         if self.framing == ResponseFraming::Chunked {
             self.ctx.out.extend_from_slice(LAST_CHUNK);
         }
@@ -312,6 +397,7 @@ impl Exchange {
             Phase::NotStarted => return Err(io::Error::other("finish before begin_response")),
             _ => {}
         }
+        self.end_encoding()?;
         if self.framing == ResponseFraming::Chunked {
             let out = &mut self.ctx.out;
             out.extend_from_slice(b"0\r\n");
@@ -342,6 +428,7 @@ impl Exchange {
     /// Gives up on the response (an error after bytes were sent): the connection closes.
     pub fn abort(&mut self) {
         self.keep_alive = false;
+        self.compressing = None;
         self.ctx.out.clear();
         self.phase = Phase::Finished;
     }
@@ -355,6 +442,7 @@ impl Exchange {
             let body = format!("{reason}\n");
             let length = body.len() as u64;
             self.must_close = true;
+            self.keep_identity();
             let headers: [(&[u8], &[u8]); 1] = [(b"Content-Type", b"text/plain; charset=utf-8")];
             if self
                 .begin_response(status.as_bytes(), headers, Some(length))
@@ -367,6 +455,46 @@ impl Exchange {
         }
         self.abort();
     }
+}
+
+/// Encodes the app's field `name: value` changed for a compressed response (`compressed`) or
+/// one that varies by `Accept-Encoding` all the same, if it needs a change: `Vary` gains
+/// `Accept-Encoding` (once, `vary_merged` then set; unchanged when it lists it or is `*`), a
+/// strong `ETag` becomes weak (the compressed bytes are another representation, RFC 9110
+/// 8.8.3). Returns whether it encoded the field (else the caller encodes it as it is).
+fn rewrite_field(
+    out: &mut Vec<u8>,
+    name: &[u8],
+    value: &[u8],
+    compressed: bool,
+    vary_merged: &mut bool,
+) -> bool {
+    if name.eq_ignore_ascii_case(b"vary") && !*vary_merged {
+        *vary_merged = true;
+        let listed = value.split(|&b| b == b',').any(|item| {
+            let item = item.trim_ascii();
+            item == b"*" || item.eq_ignore_ascii_case(b"accept-encoding")
+        });
+        if listed {
+            return false;
+        }
+        let mut merged = Vec::with_capacity(value.len() + 17);
+        merged.extend_from_slice(value.trim_ascii());
+        if !merged.is_empty() {
+            merged.extend_from_slice(b", ");
+        }
+        merged.extend_from_slice(b"Accept-Encoding");
+        encode_header(out, b"Vary", &merged);
+        return true;
+    }
+    if compressed && name.eq_ignore_ascii_case(b"etag") && !value.starts_with(b"W/") {
+        let mut weak = Vec::with_capacity(value.len() + 2);
+        weak.extend_from_slice(b"W/");
+        weak.extend_from_slice(value);
+        encode_header(out, b"ETag", &weak);
+        return true;
+    }
+    false
 }
 
 /// Keeps the values of the headers named `wanted` (lower-case) of the encoded response head

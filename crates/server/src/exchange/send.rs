@@ -116,6 +116,7 @@ impl Exchange {
     pub fn try_finish_queued(&mut self) -> bool {
         if !self.ctx.batch_responses
             || self.framing == ResponseFraming::Chunked
+            || self.compressing.is_some()
             || !matches!(self.phase, Phase::Buffered | Phase::Committed)
             || self.body_in_socket()
             || self.claim_response().is_err()
@@ -243,6 +244,9 @@ impl Exchange {
         }
         if self.discards_body() {
             return Ok(0);
+        }
+        if self.compressing.is_some() {
+            return self.send_file_compressed(file_fd, offset, count);
         }
         let count = match self.declared {
             Some(declared) => count.min(declared.saturating_sub(self.body_sent)),

@@ -1,0 +1,257 @@
+//! A compressed response body (ADR 0037): the decision at the head, the head's fields it
+//! changes (`Content-Encoding`, `Vary`, a weak `ETag`, no app `Content-Length`), and the body
+//! bytes passed through the response's encoder and framed as the head announced: chunked on
+//! HTTP/1.1 (one chunk per flushed block, so a stream's events leave one by one), or, for a
+//! whole body in hand, one `Content-Length` of the compressed bytes, put in the head at the end.
+//!
+//! The exchange's accounting stays the app's: `declared` and `body_sent` count the bytes the
+//! app gave, before compression. It must not write to the socket itself (`send` does), nor
+//! run while the caller holds the GIL (WSGI writes and ASGI sends go detached when compressing).
+
+use std::io;
+use std::os::fd::RawFd;
+
+use tines_proto::response::{encode_chunk_size, encode_header, ResponseFraming, CHUNK_END};
+
+use super::{Exchange, Phase, OUT_BUFFER_LIMIT};
+use crate::compress::{decide, negotiate, Coding, Decision, Encoder, ResponseFacts};
+
+/// A body whose length is known up to this size is compressed whole and sent with one
+/// `Content-Length`; a larger one is chunked as it is compressed.
+pub(super) const WHOLE_BODY_LIMIT: u64 = 1 << 20;
+
+/// The encoder of a response being compressed.
+pub(super) struct Compressing {
+    encoder: Encoder,
+    /// The whole body is in hand: nothing leaves before the end, and the head then gets the
+    /// compressed length.
+    whole: bool,
+    /// Where the head's closing empty line starts in the output buffer (for `whole`).
+    head_end: usize,
+    /// Bytes were written since the last flushed block.
+    dirty: bool,
+}
+
+/// The value of the first field `name` of `headers`.
+fn field<'h>(headers: &[(&'h [u8], &'h [u8])], name: &[u8]) -> Option<&'h [u8]> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|&(_, value)| value)
+}
+
+/// Whether the comma-separated list `value` has the token `token` (any case).
+fn lists(value: &[u8], token: &[u8]) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|item| item.trim_ascii().eq_ignore_ascii_case(token))
+}
+
+impl Exchange {
+    /// Decides how the response with status `code` and app fields `headers` is sent
+    /// (compression is on): `body_length` is the whole body's when known.
+    pub(super) fn compression_decision(
+        &self,
+        code: u16,
+        headers: &[(&[u8], &[u8])],
+        body_length: Option<u64>,
+    ) -> Decision {
+        let config = &self.shared.config.compression;
+        let declared = field(headers, b"content-length")
+            .and_then(|value| std::str::from_utf8(value).ok()?.trim().parse::<u64>().ok());
+        let facts = ResponseFacts {
+            status: code,
+            content_type: field(headers, b"content-type"),
+            content_encoding: field(headers, b"content-encoding").is_some(),
+            no_transform: headers.iter().any(|(name, value)| {
+                name.eq_ignore_ascii_case(b"cache-control") && lists(value, b"no-transform")
+            }),
+            length: declared.or(body_length),
+        };
+        decide(config, self.target(), facts, || {
+            let accept = self
+                .headers()
+                .filter(|(name, _)| name.eq_ignore_ascii_case(b"accept-encoding"))
+                .map(|(_, value)| value);
+            negotiate(accept, &config.codings)
+        })
+    }
+
+    /// The encoder for `coding`, or `None` when it cannot be made (the response then goes
+    /// out as it is).
+    pub(super) fn make_encoder(&self, coding: Coding) -> Option<Encoder> {
+        Encoder::new(coding, &self.shared.config.compression).ok()
+    }
+
+    /// Starts compressing the body after its head (whose closing empty line starts at
+    /// `head_end`); `whole`: the body is in hand and gets one `Content-Length`.
+    pub(super) fn start_compressing(&mut self, encoder: Encoder, whole: bool, head_end: usize) {
+        self.compressing = Some(Box::new(Compressing {
+            encoder,
+            whole,
+            head_end,
+            dirty: false,
+        }));
+    }
+
+    /// Whether the body is being compressed (its writes then belong with the GIL released,
+    /// [`Exchange::buffer_body`] declines them).
+    #[inline]
+    pub fn is_compressing(&self) -> bool {
+        self.compressing.is_some()
+    }
+
+    /// The next response is sent as it is, whatever the compression settings say: a file
+    /// body to go out with sendfile, an error response of the server's own.
+    pub fn keep_identity(&mut self) {
+        self.keep_identity = true;
+    }
+
+    /// Whether a compressed body has a block to send now (written since its last flush, or
+    /// framed and waiting); never for a whole body, which leaves at its end.
+    pub(super) fn compressed_block_waiting(&self) -> bool {
+        match &self.compressing {
+            Some(compressing) => {
+                !compressing.whole && (compressing.dirty || !self.ctx.out.is_empty())
+            }
+            None => !self.ctx.out.is_empty(),
+        }
+    }
+
+    /// Passes body bytes through the encoder; what it produced is framed into the output
+    /// buffer, which is sent once it is full (a whole body waits for its end).
+    pub(super) fn write_compressed(&mut self, data: &[u8]) -> io::Result<()> {
+        let data = self.allowed(data);
+        self.body_sent += data.len() as u64;
+        let Some(compressing) = self.compressing.as_mut() else {
+            return Err(io::Error::other("not compressing"));
+        };
+        if data.is_empty() {
+            return Ok(());
+        }
+        compressing
+            .encoder
+            .write(data)
+            .inspect_err(|_| self.keep_alive = false)?;
+        compressing.dirty = true;
+        if compressing.whole {
+            return Ok(());
+        }
+        self.take_encoded();
+        if self.ctx.out.len() >= OUT_BUFFER_LIMIT {
+            return self.emit_buffered(Phase::Committed);
+        }
+        Ok(())
+    }
+
+    /// Ends the block written so far with a sync flush and frames it into the output buffer
+    /// (the caller sends it): a stream's block decodes on the client before the next exists.
+    pub(super) fn flush_encoder(&mut self) -> io::Result<()> {
+        let Some(compressing) = self.compressing.as_mut() else {
+            return Ok(());
+        };
+        if compressing.whole || !compressing.dirty {
+            return Ok(());
+        }
+        compressing.dirty = false;
+        compressing
+            .encoder
+            .flush()
+            .inspect_err(|_| self.keep_alive = false)?;
+        self.take_encoded();
+        Ok(())
+    }
+
+    /// Ends the compressed stream into the output buffer: the last chunk's bytes before the
+    /// caller's last-chunk marker, or, for a whole body, its `Content-Length` into the head
+    /// and the compressed body after it. Nothing, when not compressing.
+    pub(super) fn end_encoding(&mut self) -> io::Result<()> {
+        let Some(compressing) = self.compressing.as_mut() else {
+            return Ok(());
+        };
+        compressing
+            .encoder
+            .finish()
+            .inspect_err(|_| self.keep_alive = false)?;
+        if compressing.whole {
+            let encoded = compressing.encoder.output();
+            let mut line = Vec::with_capacity(32);
+            let mut digits = itoa::Buffer::new();
+            encode_header(
+                &mut line,
+                b"Content-Length",
+                digits.format(encoded.len()).as_bytes(),
+            );
+            let at = compressing.head_end;
+            self.ctx.out.splice(at..at, line);
+            self.ctx.out.extend_from_slice(encoded);
+            self.framing = ResponseFraming::Length(encoded.len() as u64);
+        } else {
+            self.take_encoded();
+        }
+        self.compressing = None;
+        Ok(())
+    }
+
+    /// Moves what the encoder produced into the output buffer, framed as the head announced
+    /// (an empty chunk would end the body: nothing is framed for nothing).
+    fn take_encoded(&mut self) {
+        let Some(compressing) = self.compressing.as_mut() else {
+            return;
+        };
+        let encoded = compressing.encoder.output();
+        if encoded.is_empty() {
+            return;
+        }
+        let out = &mut self.ctx.out;
+        if self.framing == ResponseFraming::Chunked {
+            encode_chunk_size(out, encoded.len());
+            out.extend_from_slice(encoded);
+            out.extend_from_slice(CHUNK_END);
+        } else {
+            out.extend_from_slice(encoded);
+        }
+        encoded.clear();
+    }
+
+    /// A file body of a compressed response (a static answer or `wsgi.file_wrapper` begun
+    /// without [`Exchange::keep_identity`]): read in blocks and compressed, as sendfile cannot
+    /// carry a transformed body.
+    pub(super) fn send_file_compressed(
+        &mut self,
+        file_fd: RawFd,
+        offset: u64,
+        count: u64,
+    ) -> io::Result<u64> {
+        let mut block = vec![0u8; 64 * 1024];
+        let mut done = 0u64;
+        while done < count {
+            let want = (count - done).min(block.len() as u64) as usize;
+            // SAFETY: `block` is valid for `want` bytes; `file_fd` is the caller's open file.
+            let n = unsafe {
+                libc::pread(
+                    file_fd,
+                    block.as_mut_ptr().cast(),
+                    want,
+                    (offset + done) as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let err = io::Error::last_os_error();
+                if err.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                self.keep_alive = false;
+                return Err(err);
+            }
+            if n == 0 {
+                // The file is shorter than announced: the body ends short.
+                self.keep_alive = false;
+                break;
+            }
+            self.write_compressed(&block[..n as usize])?;
+            done += n as u64;
+        }
+        Ok(done)
+    }
+}

@@ -1,0 +1,107 @@
+"""Responses for the compression tests (tests/python/e2e/test_compression.py), the same routes
+as WSGI (``app``) and ASGI (``asgi``):
+
+- ``/page``: a 20 KB HTML page as one body (length known), with a strong ETag and ``Vary: Cookie``;
+- ``/stream``: a text body in several blocks, length unknown;
+- ``/sse?gate=FIFO``: five server-sent events; before each event after the first, the app
+  reads one byte from the FIFO, which the test writes only once it has decoded the previous
+  event, so an event held back by compression would stall the test, not pass it;
+- ``/encoded``: a body the app compressed itself (``Content-Encoding: gzip``);
+- ``/partial``: a 206; ``/png``: an ``image/png``; ``/small``: 100 bytes of text;
+- ``/private/page``: the page again, on a path the test excludes;
+- ``/file``: a ``wsgi.file_wrapper`` over a text file (WSGI; sendfile, never compressed).
+"""
+
+import asyncio
+import gzip
+import os
+import tempfile
+from urllib.parse import parse_qs
+
+PAGE = "".join(f"<p>line {n}: the quick brown fox jumps over the lazy dog</p>\n" for n in range(400)).encode()
+BLOCKS = [f"block {n}: {'lorem ipsum dolor sit amet ' * 40}\n".encode() for n in range(6)]
+EVENTS = [f"id: {n}\ndata: event {n} {'payload ' * 20}\n\n".encode() for n in range(5)]
+SMALL = b"s" * 100
+FILE_BODY = PAGE
+
+_file = tempfile.NamedTemporaryFile(prefix="compress-app-", suffix=".txt", delete=False)
+_file.write(FILE_BODY)
+_file.close()
+
+
+def route(path, query):
+    """``(status, headers, body blocks, gated)`` for ``path``."""
+    if path in ("/page", "/private/page"):
+        return "200 OK", [("Content-Type", "text/html; charset=utf-8"), ("ETag", '"page-v1"'),
+                          ("Vary", "Cookie")], [PAGE], None
+    if path == "/stream":
+        return "200 OK", [("Content-Type", "text/plain")], BLOCKS, None
+    if path == "/sse":
+        return "200 OK", [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")], EVENTS, \
+            parse_qs(query)["gate"][0]
+    if path == "/encoded":
+        return "200 OK", [("Content-Type", "text/html"), ("Content-Encoding", "gzip")], [gzip.compress(PAGE)], None
+    if path == "/partial":
+        part = PAGE[:5000]
+        return "206 Partial Content", [("Content-Type", "text/html"),
+                                       ("Content-Range", f"bytes 0-4999/{len(PAGE)}")], [part], None
+    if path == "/png":
+        return "200 OK", [("Content-Type", "image/png")], [PAGE], None
+    if path == "/small":
+        return "200 OK", [("Content-Type", "text/plain")], [SMALL], None
+    return "404 Not Found", [("Content-Type", "text/plain")], [b"not found\n"], None
+
+
+def app(environ, start_response):
+    path = environ["PATH_INFO"]
+    if path == "/file":
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(FILE_BODY)))])
+        return environ["wsgi.file_wrapper"](open(_file.name, "rb"))
+    status, headers, blocks, gate = route(path, environ.get("QUERY_STRING", ""))
+    if len(blocks) == 1:
+        headers.append(("Content-Length", str(len(blocks[0]))))
+        start_response(status, headers)
+        return blocks
+    start_response(status, headers)
+    return _gated(blocks, gate)
+
+
+def _gated(blocks, gate):
+    with open(gate, "rb", buffering=0) if gate else _nothing() as fifo:
+        for index, block in enumerate(blocks):
+            if fifo is not None and index > 0:
+                assert fifo.read(1) == b"x"
+            yield block
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *_):
+        return False
+
+
+async def asgi(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    status, headers, blocks, gate = route(scope["path"], scope["query_string"].decode())
+    code = int(status.split()[0])
+    fields = [(name.lower().encode(), value.encode()) for name, value in headers]
+    if len(blocks) == 1:
+        fields.append((b"content-length", str(len(blocks[0])).encode()))
+        await send({"type": "http.response.start", "status": code, "headers": fields})
+        await send({"type": "http.response.body", "body": blocks[0]})
+        return
+    await send({"type": "http.response.start", "status": code, "headers": fields})
+    loop = asyncio.get_running_loop()
+    fifo = open(gate, "rb", buffering=0) if gate else None
+    try:
+        for index, block in enumerate(blocks):
+            if fifo is not None and index > 0:
+                assert await loop.run_in_executor(None, fifo.read, 1) == b"x"
+            await send({"type": "http.response.body", "body": block, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    finally:
+        if fifo is not None:
+            fifo.close()

@@ -1,0 +1,181 @@
+"""Response compression (issue 39, ADR 0037) end to end: every MPM and an ASGI app, each over
+HTTP/1.1, HTTP/1.1 over TLS and HTTP/2 over TLS, with httpx reading the raw bytes (its own
+decoding bypassed) and the test decoding them: the coding chosen by a browser-like
+``Accept-Encoding`` and by q-values, the bytes decoded equal to what the app sent, the header
+rules (``Content-Encoding``, ``Vary`` merged, a weak ``ETag``, ``Content-Length`` the
+compressed one or none), the responses left alone (an app's own ``Content-Encoding``, a 206,
+an ``image/png``, a small body, an excluded path, a file body), HEAD's headers, and a stream of
+server-sent events received compressed, event by event: the app sends event N+1 only once
+the test has decoded event N (a FIFO gate, no sleep)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import brotli
+import httpx
+import pytest
+import zstandard
+from h2_tools import MPM_IDS, MPMS, serve_h2c
+from tls_certs import TlsCerts
+from tls_clients import client_context, tls_args
+
+BROWSER = "gzip, deflate, br, zstd"
+PAGE = "".join(f"<p>line {n}: the quick brown fox jumps over the lazy dog</p>\n" for n in range(400)).encode()
+BLOCKS = [f"block {n}: {'lorem ipsum dolor sit amet ' * 40}\n".encode() for n in range(6)]
+EVENTS = [f"id: {n}\ndata: event {n} {'payload ' * 20}\n\n".encode() for n in range(5)]
+TRANSPORTS = ("http/1.1", "https/1.1", "h2")
+WSGI = "compress_app:app"
+ASGI = "compress_app:asgi"
+SERVED = [(WSGI, *mpm) for mpm in MPMS] + [(ASGI,)]
+"""The app and its MPM options: every MPM, and an ASGI app."""
+SERVED_IDS = [*MPM_IDS, "asgi"]
+
+
+class Decoder:
+    """An incremental decoder of one content coding (``None``: identity)."""
+
+    def __init__(self, coding: str | None) -> None:
+        self.coding = coding
+        if coding == "gzip":
+            self.inner: Any = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif coding == "br":
+            self.inner = brotli.Decompressor()
+        elif coding == "zstd":
+            self.inner = zstandard.ZstdDecompressor().decompressobj()
+
+    def feed(self, data: bytes) -> bytes:
+        if self.coding is None:
+            return data
+        if self.coding == "br":
+            return bytes(self.inner.process(data))
+        return bytes(self.inner.decompress(data))
+
+
+def decode(coding: str | None, raw: bytes) -> bytes:
+    return Decoder(coding).feed(raw)
+
+
+@pytest.fixture
+def served_server(request: pytest.FixtureRequest, tines_server: Any, tls_certs: TlsCerts) -> Iterator[Any]:
+    """One worker of ``request.param`` with compression on (``/private/`` excluded): TLS (h2 and
+    HTTP/1.1 by ALPN) on its first bind, plain HTTP/1.1 on its second."""
+    served = request.param
+    server, plain_port = serve_h2c(tines_server, served, *tls_args(tls_certs.localhost), "--compression",
+                                   "gzip,br,zstd", "--compression-exclude-paths", "/private/", mode="http1+h2c")
+    yield served, server, plain_port
+
+
+def client(transport: str, tls_certs: TlsCerts, server: Any, plain_port: int) -> tuple[httpx.Client, str]:
+    if transport == "http/1.1":
+        return httpx.Client(timeout=20), f"http://127.0.0.1:{plain_port}"
+    return (httpx.Client(http1=transport != "h2", http2=transport == "h2", verify=client_context(tls_certs),
+                         timeout=20), f"https://localhost:{server.port}")
+
+
+def fetch(http: httpx.Client, method: str, url: str, accept: str | None) -> tuple[httpx.Response, bytes]:
+    """The response and its body's bytes as they came (not decoded by httpx)."""
+    headers = {"Accept-Encoding": accept} if accept is not None else {"Accept-Encoding": ""}
+    with http.stream(method, url, headers=headers) as response:
+        return response, b"".join(response.iter_raw())
+
+
+def check_version(response: httpx.Response, transport: str) -> None:
+    assert response.http_version == ("HTTP/2" if transport == "h2" else "HTTP/1.1")
+
+
+@pytest.mark.parametrize("served_server", SERVED, ids=SERVED_IDS, indirect=True)
+def test_negotiated_codings_and_header_rules(served_server: Any, tls_certs: TlsCerts) -> None:
+    served, server, plain_port = served_server
+    cases = [(BROWSER, "gzip"), ("gzip;q=0.5, br;q=0.8, zstd;q=0.1", "br"), ("zstd", "zstd"), ("*", "gzip"),
+             ("br;q=0, *;q=0.3", "gzip"), ("gzip;q=0, br;q=0, zstd;q=0", None), ("identity", None),
+             ("gzip;q=0.5, identity", None), (None, None)]
+    for transport in TRANSPORTS:
+        http, base = client(transport, tls_certs, server, plain_port)
+        with http:
+            for accept, coding in cases:
+                what = f"{transport} Accept-Encoding {accept!r}"
+                response, raw = fetch(http, "GET", f"{base}/page", accept)
+                check_version(response, transport)
+                assert response.status_code == 200, what
+                assert response.headers.get("content-encoding") == coding, what
+                assert decode(coding, raw) == PAGE, what
+                # Vary merged into the app's, whether or not this client took a coding.
+                assert response.headers.get_list("vary") == ["Cookie, Accept-Encoding"], what
+                assert response.headers["etag"] == ('W/"page-v1"' if coding else '"page-v1"'), what
+                if transport != "h2" or "content-length" in response.headers:
+                    assert int(response.headers["content-length"]) == len(raw), what
+                if coding:
+                    assert len(raw) < len(PAGE) // 4, what
+                # HEAD: the headers GET would get, no body.
+                head, nothing = fetch(http, "HEAD", f"{base}/page", accept)
+                assert nothing == b"", what
+                assert head.headers.get("content-encoding") == coding, what
+                assert head.headers.get_list("vary") == ["Cookie, Accept-Encoding"], what
+                assert head.headers["etag"] == response.headers["etag"], what
+
+            # A streamed body: compressed as it streams, chunked on HTTP/1.1.
+            response, raw = fetch(http, "GET", f"{base}/stream", BROWSER)
+            assert response.headers["content-encoding"] == "gzip"
+            assert response.headers["vary"] == "Accept-Encoding"
+            assert "content-length" not in response.headers
+            if transport != "h2":
+                assert response.headers["transfer-encoding"] == "chunked"
+            assert decode("gzip", raw) == b"".join(BLOCKS)
+
+            # Left alone: the app's own coding, a 206, an image, a small body, an excluded path.
+            response, raw = fetch(http, "GET", f"{base}/encoded", BROWSER)
+            assert response.headers["content-encoding"] == "gzip" and "vary" not in response.headers
+            assert gzip.decompress(raw) == PAGE
+            for path, status, length in (("/partial", 206, 5000), ("/png", 200, len(PAGE)), ("/small", 200, 100),
+                                         ("/private/page", 200, len(PAGE))):
+                response, raw = fetch(http, "GET", f"{base}{path}", BROWSER)
+                assert response.status_code == status, path
+                assert "content-encoding" not in response.headers, path
+                assert "Accept-Encoding" not in response.headers.get("vary", ""), path
+                assert len(raw) == length, path
+                if transport != "h2" or "content-length" in response.headers:
+                    assert int(response.headers["content-length"]) == length, path
+            if served[0] != ASGI:
+                # A wsgi.file_wrapper body keeps sendfile: never compressed.
+                response, raw = fetch(http, "GET", f"{base}/file", BROWSER)
+                assert "content-encoding" not in response.headers and raw == PAGE
+                assert "vary" not in response.headers
+
+
+@pytest.mark.parametrize("served_server", SERVED, ids=SERVED_IDS, indirect=True)
+def test_server_sent_events_arrive_compressed_event_by_event(served_server: Any, tls_certs: TlsCerts,
+                                                             tmp_path: Path) -> None:
+    _, server, plain_port = served_server
+    for number, (transport, accept, coding) in enumerate((("http/1.1", BROWSER, "gzip"), ("https/1.1", "br", "br"),
+                                                          ("h2", "zstd", "zstd"))):
+        gate = tmp_path / f"gate-{number}"
+        os.mkfifo(gate)
+        # Read and write ends held by the test: the app's open never blocks, its reads do.
+        gate_fd = os.open(gate, os.O_RDWR)
+        http, base = client(transport, tls_certs, server, plain_port)
+        try:
+            with http, http.stream("GET", f"{base}/sse", params={"gate": str(gate)},
+                                   headers={"Accept-Encoding": accept}) as response:
+                check_version(response, transport)
+                assert response.headers["content-encoding"] == coding
+                assert response.headers["content-type"] == "text/event-stream"
+                decoder = Decoder(coding)
+                received = b""
+                raw = response.iter_raw()
+                for index, event in enumerate(EVENTS):
+                    expected = b"".join(EVENTS[:index + 1])
+                    # Event N decodes from what arrived before the app may send event N+1.
+                    while len(received) < len(expected):
+                        received += decoder.feed(next(raw))
+                    assert received == expected, f"{transport}: event {index}"
+                    os.write(gate_fd, b"x")
+                received += b"".join(decoder.feed(piece) for piece in raw)
+                assert received == b"".join(EVENTS)
+        finally:
+            os.close(gate_fd)
