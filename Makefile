@@ -14,7 +14,7 @@ PYTHON_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.
 ZIG_STAMP := $(VENV)/.zig-stamp
 WHEEL_STAMP := dist/.wheel-stamp
 
-.PHONY: all build wheel serve chat test test-rust test-python typecheck bench bench-full bench-tls bench-h2 bench-isolation bench-ab bench-tool bench-deploy bench-tune fuzz fmt lint clean docs
+.PHONY: all build wheel serve chat test test-rust test-python typecheck bench bench-full bench-tls bench-h2 bench-edge bench-isolation bench-ab bench-tool bench-deploy bench-tune fuzz fmt lint clean docs
 
 all: build
 
@@ -54,9 +54,10 @@ $(WHEEL_STAMP): $(ZIG_STAMP) $(RUST_SOURCES) $(PYTHON_SOURCES)
 
 wheel: $(WHEEL_STAMP)
 
+# The example blog; its stylesheet is served by the static mount, without entering Python.
 serve: build
-	$(VENV)/bin/tines serve examples/blog/app.py:app --hooks examples/blog/tines_hooks.py --bind $(HOST):$(PORT) \
-		--static /static=examples/blog/static
+	$(VENV)/bin/tines serve examples/blog/app.py:app --hooks examples/blog/tines_hooks.py \
+		--static /static=examples/blog/static --bind $(HOST):$(PORT)
 
 # The ASGI example beside the blog: a Starlette chat room over WebSocket (one worker: the room
 # lives in the worker), on http://$(HOST):8001.
@@ -84,7 +85,8 @@ docs: build
 # both cores; it installs wrk, nginx, libev-dev and the peers (bjoern among them) itself. Then
 # tines tune's right-answer runs (bench-tune, about 6 minutes) and process per request against
 # the fork limit (bench-isolation, about 6 minutes), the TLS rows (bench-tls, about 30
-# minutes) and the HTTP/2 rows (bench-h2, about 15 minutes): about 90 minutes in all.
+# minutes), the HTTP/2 rows (bench-h2, about 15 minutes) and issue 39's static, compression
+# and rate-limit rows (bench-edge, about 15 minutes): about 105 minutes in all.
 # BENCH_QUICK=1 for a 5-minute development run of the suite.
 bench: build
 	cargo build --release --quiet -p tines-loadgen --bin tines-bench
@@ -93,6 +95,18 @@ bench: build
 	$(PY) benches/isolation.py $(ISOLATION_ARGS)
 	$(PY) benches/tls.py --instructions $(TLS_ARGS)
 	$(PY) benches/http2.py --instructions $(H2_ARGS)
+	$(PY) benches/edge.py --instructions $(EDGE_ARGS)
+
+# Issue 39: what people put nginx in front for, one server process pinned, 5 paired rounds per
+# cell: a 4 KiB and a 1 MiB static file (Tines' --static mount against nginx sendfile), the
+# blog page gzipped by Tines against nginx `gzip on` in front of Tines and against
+# uncompressed (CPU and bytes), hello keep-alive with the rate limiter on (never reached)
+# against off; then callgrind instructions per request for the marks' rows: about 15 minutes;
+# the report goes to benches/results/edge-*.md. EDGE_ARGS for more flags (benches/edge.py
+# --help), e.g. EDGE_ARGS="--out 2026-11-28-issue39-edge --cells static-4k,hello-rate-limit".
+bench-edge: build
+	cargo build --release --quiet -p tines-loadgen --bin tines-bench
+	$(PY) benches/edge.py --instructions $(EDGE_ARGS)
 
 # Issue 38: hello over HTTP/2, one worker pinned: Tines (event) over h2c with 10 streams per
 # connection and over h2 (TLS), against Granian (h2c, h2), Hypercorn (h2c), gunicorn (h2c) and

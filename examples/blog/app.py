@@ -59,6 +59,8 @@ NOTICES = {
 }
 
 # root_path is explicit because a server may load this file by path under any module name.
+# static/ is served by Tines' mount (`--static /static=examples/blog/static`, as `make serve`
+# runs it) without entering Python; Flask's own static route answers only without the mount.
 app = Flask(__name__, root_path=HERE)
 app.config["MAX_CONTENT_LENGTH"] = 1 << 20
 
@@ -124,7 +126,7 @@ def headers(response):
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault(
         "Content-Security-Policy",
-        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+        "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'",
     )
     return response
 

@@ -1,5 +1,6 @@
 """Coming from another server: Apache's, gunicorn's, uvicorn's, Hypercorn's, Granian's, uWSGI's and
-nginx's settings beside ours.
+nginx's settings beside ours (nginx's directives as docs rows only: no nginx flag reaches
+``tines serve``).
 
 Owns the rows (``EQUIVALENTS``), which give both the "Coming from another server" table of
 docs/settings.md (``tines.config.reference`` renders it) and ``tines serve``'s answer to another
@@ -128,6 +129,11 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Apache", "Apache::SizeLimit `CHECK_EVERY_N_REQUESTS`",
                "{memory_sample_rate} (the master samples by time, not per request)"),
     Equivalent("Apache", "Apache::Resource `PERL_RLIMIT_NOFILE`, `PERL_RLIMIT_CORE`", "{limit_open_files}, {limit_core}"),
+    Equivalent("Apache", "`mod_deflate` (`SetOutputFilter DEFLATE`), mod_perl Apache::GzipChain",
+               "{compression} `gzip` (and `br`, `zstd`), for the types in {compression_types}"),
+    Equivalent("Apache", "mod_perl Apache::SpeedLimit (requests per client and interval, in shared memory)",
+               "{rate_limit} with {rate_limit_burst}: a token bucket per client in one table every "
+               "worker shares (docs/rate-limits.md)"),
     Equivalent("gunicorn", "`bind`, `backlog`, `workers`", "same names"),
     Equivalent("gunicorn", "`threads` (above 1 it means gunicorn's `gthread` worker)",
                "{threads} with {mpm=thread} (or {mpm=event}, the same machine); the default `prefork` ignores it"),
@@ -245,6 +251,13 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                ("--http2-max-frame-size",)),
     Equivalent("Granian", "`http2_settings.max_headers_size`", "{h2_max_header_list_size}", ("--http2-max-headers-size",)),
     Equivalent("Granian", "`http2_settings.max_send_buffer_size`", _H2_SEND_BUFFER, ("--http2-max-send-buffer-size",)),
+    Equivalent("Granian", "`static_path_mount` with `static_path_route` (default `/static`)",
+               "{static} `ROUTE=DIR`: the prefix and the directory in one value, repeatable",
+               ("--static-path-mount", "--static-path-route")),
+    Equivalent("Granian", "`static_path_expires` (seconds, default 86400)",
+               "{static_cache_control} (the whole `Cache-Control` value, `public, max-age=3600` by default), and "
+               "{static_hashed_cache_control} for names carrying a content hash", ("--static-path-expires",)),
+    Equivalent("Granian", "`static_path_dir_to_file`", "{static_index}", ("--static-path-dir-to-file",)),
     Equivalent("uWSGI", "`http-socket`, `socket`", "{bind}"),
     Equivalent("uWSGI", "`https-socket` (`ADDRESS,CERT,KEY`), `https-socket-req-client-ca`",
                "{bind} with {certfile} and {keyfile} (every TCP bind speaks TLS; `plain:HOST:PORT` one that does not); "
@@ -268,41 +281,62 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("uWSGI", "`cheaper-algo`, `cheaper-step`", "one algorithm, Apache's spare-server maintenance (closest to "
                "uWSGI's `spare`): starts 1, 2, 4, ... up to 32 workers a second while short (docs/pool.md)"),
     Equivalent("uWSGI", "`uid`, `gid`, `chdir`, `umask`", "{user}, {group}, {chdir}, {umask}"),
-    # Static files (docs/static-and-compression.md)
-    Equivalent("uWSGI", "`static-map` (`/static=DIR`)", "{static} (the same `PREFIX=DIR`)", ("--static-map",)),
-    Equivalent("uWSGI", "`static-index`", "{static_index}"),
-    Equivalent("uWSGI", "`static-gzip-all` (a `.gz` beside each file)", "{static} looks for `.br`, `.zst` and `.gz` "
-               "siblings of text files and chooses by `Accept-Encoding`", ("--static-gzip-all",)),
-    Equivalent("uWSGI", "`static-expires` / `static-expires-uri`", "{static_cache_control}, "
-               "{static_hashed_cache_control} for names carrying a content hash", ("--static-expires",)),
-    Equivalent("Granian", "`static_path_route`, `static_path_mount`", "{static} (`ROUTE=MOUNT`, repeatable)",
-               ("--static-path-route", "--static-path-mount")),
-    Equivalent("Granian", "`static_path_expires`", "{static_cache_control}", ("--static-path-expires",)),
+    Equivalent("uWSGI", "`static-map` (`MOUNTPOINT=DIR`), `static-map2` (the whole path appended to `DIR`)",
+               "{static} `PREFIX=DIR`, repeatable (`static-map2 /static=DIR` is `--static /static=DIR/static`); "
+               "served by the worker's Rust code, no offload threads needed", ("--static-map", "--static-map2")),
+    Equivalent("uWSGI", "`check-static` (files of `DIR` for any path, else the app)",
+               "{static} `/=DIR` with {static_miss=app}", ("--check-static",)),
+    Equivalent("uWSGI", "`static-index`", "{static_index} (one name)"),
+    Equivalent("uWSGI", "`static-expires-type`, `static-expires`, `static-expires-uri`, `static-expires-path` "
+               "(and their `-mtime` forms): an `Expires` header by type or regexp",
+               "no `Expires`: {static_cache_control} for every file of the mounts, and "
+               "{static_hashed_cache_control} for names carrying a content hash (`app.3f2a9c1e.css`)",
+               ("--static-expires-type", "--static-expires-type-mtime", "--static-expires", "--static-expires-mtime",
+                "--static-expires-uri", "--static-expires-uri-mtime", "--static-expires-path",
+                "--static-expires-path-mtime")),
+    Equivalent("uWSGI", "`static-gzip-all`, `static-gzip-dir`, `static-gzip-ext`",
+               "not needed: {static} looks for precompressed siblings (`.br`, `.zst`, `.gz`) of text files and "
+               "chooses by `Accept-Encoding` (docs/static-and-compression.md)",
+               ("--static-gzip-all", "--static-gzip-dir", "--static-gzip-prefix", "--static-gzip-ext",
+                "--static-gzip-suffix")),
+    Equivalent("nginx", "`location /static/ { alias DIR/; }` (or `root`), `sendfile on`",
+               "{static} `/static/=DIR` (sendfile on plain HTTP/1.1 always)"),
+    Equivalent("nginx", "`index`", "{static_index}"),
+    Equivalent("nginx", "`try_files $uri @app`", "{static_miss=app}"),
+    Equivalent("nginx", "`expires`, `add_header Cache-Control`",
+               "{static_cache_control}, {static_hashed_cache_control}"),
+    Equivalent("nginx", "`disable_symlinks` (off by default: every symlink is followed)",
+               "symlinks staying inside the mount are followed, others refused; {static_follow_symlinks} "
+               "follows them all"),
+    Equivalent("nginx", "`gzip on`, `gzip_comp_level` (`brotli on`, `brotli_comp_level` with ngx_brotli)",
+               "{compression} `gzip` (`br`, `zstd`), {compression_gzip_level} "
+               "({compression_brotli_level}, {compression_zstd_level})"),
+    Equivalent("nginx", "`gzip_types`", "{compression_types} (text/* and the usual text-like types by default)"),
+    Equivalent("nginx", "`gzip_min_length`", "{compression_min_size}"),
+    Equivalent("nginx", "`gzip_static on` (and ngx_brotli's `brotli_static`)",
+               "always for static text files: siblings `.br`, `.zst`, `.gz` chosen by `Accept-Encoding`"),
+    Equivalent("nginx", "`gzip_vary on`", "always: a response that could be compressed carries `Vary: Accept-Encoding`"),
+    Equivalent("nginx", "`gzip off` in a `location`", "{compression_exclude_paths}"),
+    Equivalent("nginx", "`limit_req_zone $binary_remote_addr ... rate=10r/s`, `limit_req ... burst=20 nodelay`",
+               "{rate_limit} `10/s`, {rate_limit_burst} `20` (answered at once as with `nodelay`, "
+               "with `429` and `Retry-After`, not nginx's default `503`)"),
+    Equivalent("nginx", "the zone's size (`zone=one:10m`)", "{rate_limit_table_size} (entries, not bytes)"),
+    Equivalent("nginx", "`limit_req` in a `location`", "{rate_limit_paths} `PREFIX=RATE[:BURST]`"),
+    Equivalent("nginx", "a `geo` or `map` giving some networks an empty key (not limited)",
+               "{rate_limit_allow}"),
+    Equivalent("nginx", "`limit_conn_zone $binary_remote_addr`, `limit_conn`",
+               "{max_connections_per_client} (the TCP or PROXY address: never a trusted proxy's connection)"),
+    Equivalent("nginx", "`set_real_ip_from`, `real_ip_header`, `listen ... proxy_protocol`",
+               "{forwarded_allow_ips}, {proxy_protocol}: the limits count the real client"),
     Equivalent("Apache", "mod_alias `Alias /static DIR` with mod_expires and `Options -Indexes`",
                "{static} (never a listing), {static_cache_control}"),
-    # Rate limits (docs/rate-limits.md)
-    Equivalent("nginx", "`limit_req_zone $binary_remote_addr ... rate=10r/s` with `limit_req burst=20 nodelay`",
-               "{rate_limit=10/s} with {rate_limit_burst=20} (always `nodelay`: over the burst is a 429 at once, "
-               "never a delay); `zone=...:10m` is {rate_limit_table_size} (entries, not bytes)"),
-    Equivalent("nginx", "`limit_req` in a `location`", "{rate_limit_paths} (`PREFIX=RATE[:BURST]`, the longest "
-               "prefix wins)"),
     Equivalent("nginx", "`limit_req_status 429`, `limit_conn_status`", "always 429 (with `Retry-After` and the "
                "`RateLimit` fields); a connection over {max_connections_per_client} is closed unanswered"),
-    Equivalent("nginx", "`limit_conn_zone $binary_remote_addr` with `limit_conn addr 10`",
-               "{max_connections_per_client=10}"),
-    Equivalent("nginx", "`geo` / `map` to exempt networks from `limit_req`", "{rate_limit_allow}"),
     Equivalent("Apache", "mod_evasive `DOSPageCount`, `DOSSiteCount`", "{rate_limit} with {rate_limit_burst} "
                "(one bucket per client in shared memory: every worker counts in it)"),
     Equivalent("Apache", "mod_qos `QS_SrvMaxConnPerIP`", "{max_connections_per_client}"),
-    # Response compression (issue 39, ADR 0037).
-    Equivalent("Apache", "mod_deflate, mod_brotli (`AddOutputFilterByType DEFLATE text/html`), Apache::GzipChain",
-               "{compression} (`gzip`, `br`, `zstd`) and {compression_types}"),
     Equivalent("Apache", "`DeflateCompressionLevel`, `BrotliCompressionQuality`",
                "{compression_gzip_level}, {compression_brotli_level}"),
-    Equivalent("nginx", "`gzip on`, `gzip_types`, `gzip_min_length`, `gzip_comp_level`",
-               "{compression}, {compression_types}, {compression_min_size}, {compression_gzip_level}"),
-    Equivalent("nginx", "`gzip_vary on`", "always: `Vary: Accept-Encoding` on every response that could be compressed"),
-    Equivalent("nginx", "`gzip_disable`", "{compression_exclude_paths} (by path, not by User-Agent)"),
 )
 """The rows of the "Coming from another server" table, which also answer their flags."""
 

@@ -1,7 +1,8 @@
 """The example blog (Flask + SQLite) served by real Tines workers, driven by httpx.
 
 Covers what `make serve` shows a person: the index, create / show / edit (with optimistic
-locking) / delete, escaping, CSRF, and that several workers share one SQLite database.
+locking) / delete, escaping, CSRF, that several workers share one SQLite database, and that its
+stylesheet is served by Tines' static mount (`--static /static=examples/blog/static`), not Flask.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 BLOG = f"{ROOT / 'examples' / 'blog' / 'app.py'}:app"
 HOOKS = str(ROOT / "examples" / "blog" / "tines_hooks.py")
+STATIC = ROOT / "examples" / "blog" / "static"
 TOKEN = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 REVISION = re.compile(r'name="lock_revision" value="(\d+)"')
 
@@ -26,6 +28,14 @@ def blog(request: pytest.FixtureRequest, tines_server: Any, tmp_path: Path) -> A
     if request.param == "thread":
         extra += ["--threads", "4"]
     return tines_server(BLOG, *extra, env={"BLOG_DB": str(tmp_path / "blog.sqlite3")})
+
+
+@pytest.fixture(params=["prefork", "event"])
+def blog_with_mount(request: pytest.FixtureRequest, tines_server: Any, tmp_path: Path) -> Any:
+    """The blog as `make serve` runs it: its static files through the mount."""
+    return tines_server(BLOG, "-w", "1", "--mpm", request.param, "--hooks", HOOKS,
+                        "--static", f"/static={STATIC}",
+                        env={"BLOG_DB": str(tmp_path / "blog.sqlite3")})
 
 
 def token(client: httpx.Client, path: str) -> str:
@@ -114,17 +124,23 @@ def test_the_blog_hooks_open_each_workers_database_at_start_and_a_bad_one_stops_
     assert_one_line_error(result, "hook post_fork raised OperationalError: unable to open database file")
 
 
-def test_the_stylesheet_comes_from_the_static_mount_as_make_serve_runs_it(tines_server: Any, tmp_path: Path) -> None:
-    static = Path(__file__).resolve().parents[3] / "examples" / "blog" / "static"
-    server = tines_server(BLOG, "-w", "1", "--hooks", HOOKS, "--static", f"/static={static}",
-                          env={"BLOG_DB": str(tmp_path / "blog.sqlite3")})
-    with httpx.Client(base_url=server.url) as client:
+def test_the_stylesheet_is_served_by_the_mount_with_its_validators(blog_with_mount: Any) -> None:
+    with httpx.Client(base_url=blog_with_mount.url) as client:
         page = client.get("/blog/")
-        assert '<link rel="stylesheet" href="/static/blog.css">' in page.text, page.text
+        assert page.status_code == 200
+        assert '<link rel="stylesheet" href="/static/blog.css">' in page.text
+        assert "style-src 'self'" in page.headers["content-security-policy"]
         css = client.get("/static/blog.css")
-        assert css.status_code == 200 and css.content == (static / "blog.css").read_bytes()
-        # Tines' answer (Flask's static route says `no-cache`).
-        assert css.headers["cache-control"] == "public, max-age=3600"
+        assert css.status_code == 200
+        assert css.content == (STATIC / "blog.css").read_bytes()
         assert css.headers["content-type"] == "text/css; charset=utf-8"
-        again = client.get("/static/blog.css", headers={"If-None-Match": css.headers["etag"]})
-        assert again.status_code == 304
+        # The mount's answer, not Flask's (whose static route says `no-cache`):
+        # static_cache_control's default, and validators from the file.
+        assert css.headers["cache-control"] == "public, max-age=3600"
+        etag = css.headers["etag"]
+        assert css.headers["last-modified"]
+        again = client.get("/static/blog.css", headers={"If-None-Match": etag})
+        assert again.status_code == 304 and again.content == b""
+        assert again.headers["etag"] == etag
+        # A miss under the mount is the mount's 404 (static_miss's default), not the app's page.
+        assert client.get("/static/missing.css").status_code == 404
