@@ -9,7 +9,7 @@
 //! (`RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`: symlinks that stay inside are followed, ones that
 //! leave refused by the kernel), non-blocking (a FIFO never blocks the open), then `fstat`ed:
 //! only regular files are served. The opens and `fstat`s run on the caller's thread (the
-//! slot's; for ASGI the event loop's, with the interpreter released).
+//! slot's; for ASGI the event loop's), with the app's interpreter released.
 //!
 //! It must not decide framing or write to the socket itself: the exchange does both.
 
@@ -41,10 +41,10 @@ pub enum Routed {
 }
 
 /// Answers `exchange` from a static mount when its path is under one, else gives it back for
-/// the app. Without mounts: one branch. The file work (opens, `fstat`s, the answer) runs
-/// inside `release`, which the ASGI bridge uses to run it with the event loop's interpreter
-/// released; a slot passes `None` (it holds no lock another thread needs meanwhile: a WSGI
-/// slot thread enters Python only in `App::serve`).
+/// the app. Without mounts: one branch. The file work of a request under a mount (opens,
+/// `fstat`s, the answer) runs inside `release`, which runs it with the app's interpreter
+/// released (a slot: `App::wait`; the ASGI bridge: its loop's release), so that a cold open
+/// holds none of the app's other threads; `None` runs it as it is.
 #[inline]
 pub fn route(exchange: Box<Exchange>, release: Option<Release<'_>>) -> Routed {
     if exchange.statics().mounts.is_empty() {
