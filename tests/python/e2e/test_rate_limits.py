@@ -171,7 +171,13 @@ def test_the_429_says_when_to_come_back_in_the_draft_s_fields_and_is_access_logg
     assert 29 <= retry <= 30
     assert headers["ratelimit-policy"] == '"default";q=2;w=60'
     assert headers["ratelimit"] == f'"default";r=0;t={retry}'
-    wait_until(lambda: re.search(r'"GET / HTTP/1.1" 429 ', log.read_text()), what="the 429's access-log line")
+    wait_until(lambda: re.search(r'^127\.0\.0\.2 .*"GET / HTTP/1.1" 429 ', log.read_text(), re.M),
+               what="the 429's access-log line")
+    # Behind the trusted proxy, the line names the client the limit counted, not the proxy.
+    forwarded = {"X-Forwarded-For": "198.51.100.77"}
+    assert [get(server.port, headers=forwarded)[0] for _ in range(2)] == [200, 429]
+    wait_until(lambda: re.search(r'^198\.51\.100\.77 .*"GET / HTTP/1.1" 429 ', log.read_text(), re.M),
+               what="the forwarded client's 429 line")
 
 
 SERVED = [(APP, "--mpm", *mpm) for mpm in MPMS] + [("asgi_app:app",)]
@@ -313,6 +319,8 @@ def test_a_path_rule_limits_its_prefix_on_a_bucket_of_its_own(tines_server: Any)
     server = tines_server(APP, "-w", "1", "--rate-limit-paths", "/login=1/m:2,/login/slow=1/m:1")
     assert [get(server.port, "/", "127.0.0.2")[0] for _ in range(5)] == [200] * 5
     assert [get(server.port, "/login?next=/", "127.0.0.2")[0] for _ in range(3)] == [200, 200, 429]
+    # An escaped path is the same path to the app: the same rule.
+    assert get(server.port, "/%6Cogin", "127.0.0.2")[0] == 429
     # The longest prefix wins: /login/slow's own bucket, not /login's spent one.
     status, headers, _ = get(server.port, "/login/slow", "127.0.0.2")
     assert status == 200
