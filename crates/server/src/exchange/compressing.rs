@@ -77,10 +77,19 @@ impl Exchange {
         })
     }
 
-    /// The encoder for `coding`, or `None` when it cannot be made (the response then goes
-    /// out as it is).
-    pub(super) fn make_encoder(&self, coding: Coding) -> Option<Encoder> {
-        Encoder::new(coding, &self.shared.config.compression).ok()
+    /// The encoder for `coding` (one the slot kept, or a new one), or `None` when it cannot
+    /// be made (the response then goes out as it is).
+    pub(super) fn make_encoder(&mut self, coding: Coding) -> Option<Encoder> {
+        let config = &self.shared.config.compression;
+        self.ctx.encoders.take(coding, config).ok()
+    }
+
+    /// Stops compressing (the body ended, or the response was dropped): the encoder goes
+    /// back to the slot for its next compressed response.
+    pub(super) fn stop_compressing(&mut self) {
+        if let Some(compressing) = self.compressing.take() {
+            self.ctx.encoders.give_back(compressing.encoder);
+        }
     }
 
     /// Starts compressing the body after its head (whose closing empty line starts at
@@ -189,7 +198,7 @@ impl Exchange {
         } else {
             self.take_encoded();
         }
-        self.compressing = None;
+        self.stop_compressing();
         Ok(())
     }
 

@@ -244,7 +244,7 @@ impl Exchange {
             self.framing = ResponseFraming::NoBody;
             self.status = 0;
             self.complete_body = false;
-            self.compressing = None;
+            self.stop_compressing();
             return true;
         }
         self.phase == Phase::NotStarted
@@ -428,7 +428,7 @@ impl Exchange {
     /// Gives up on the response (an error after bytes were sent): the connection closes.
     pub fn abort(&mut self) {
         self.keep_alive = false;
-        self.compressing = None;
+        self.stop_compressing();
         self.ctx.out.clear();
         self.phase = Phase::Finished;
     }
