@@ -85,8 +85,8 @@ pub trait App: Send + Sync + 'static {
 
     /// Runs `wait`, the loop's sleep (in its poller, or for the next request), or another
     /// step of the loop that needs no interpreter (a TLS handshake's crypto on prefork's
-    /// loop), on a thread started by [`App::run_loop_thread`]: the Python implementation
-    /// releases the GIL for it.
+    /// loop, a static answer's opens and writes), on a thread started by
+    /// [`App::run_loop_thread`]: the Python implementation releases the GIL for it.
     fn wait(&self, wait: &mut dyn FnMut()) {
         wait()
     }

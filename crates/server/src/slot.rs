@@ -61,7 +61,9 @@ pub(crate) fn serve_connection(
             exchange.fail(413);
             (exchange, true)
         } else {
-            match crate::static_files::route(exchange, None) {
+            // The file work runs off the interpreter (`App::wait`: a WSGI slot thread keeps
+            // the GIL while it works, and a cold open must not hold the app's other threads).
+            match crate::static_files::route(exchange, Some(&mut |work| app.wait(work))) {
                 // Answered from a static mount, without the app (ADR 0036).
                 Routed::Served(exchange) => (exchange, false),
                 Routed::App(exchange) => {

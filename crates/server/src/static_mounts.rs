@@ -106,13 +106,14 @@ impl Default for StaticConfig {
 }
 
 impl StaticConfig {
-    /// The first mount whose prefix `path` (the request target's path, before any `?`) is
-    /// or is under, and what follows the prefix (empty, or starting with `/`).
+    /// The index in `mounts` of the first mount whose prefix `path` (the request target's
+    /// path, before any `?`) is or is under, and what follows the prefix (empty, or starting
+    /// with `/`).
     #[inline]
-    pub fn mount_for<'p>(&self, path: &'p [u8]) -> Option<(&Mount, &'p [u8])> {
-        self.mounts.iter().find_map(|mount| {
+    pub fn mount_for<'p>(&self, path: &'p [u8]) -> Option<(usize, &'p [u8])> {
+        self.mounts.iter().enumerate().find_map(|(index, mount)| {
             let rest = path.strip_prefix(mount.prefix.as_slice())?;
-            (rest.is_empty() || rest[0] == b'/').then_some((mount, rest))
+            (rest.is_empty() || rest[0] == b'/').then_some((index, rest))
         })
     }
 }
@@ -135,13 +136,13 @@ mod tests {
     #[test]
     fn a_mount_matches_its_prefix_and_what_is_under_it_only() {
         let config = config(&["/static", "/media/"]);
-        let (mount, rest) = config.mount_for(b"/static/app.css").unwrap();
         assert_eq!(
-            (mount.prefix.as_slice(), rest),
-            (&b"/static"[..], &b"/app.css"[..])
+            config.mount_for(b"/static/app.css"),
+            Some((0, &b"/app.css"[..]))
         );
-        assert_eq!(config.mount_for(b"/static").unwrap().1, b"");
-        assert_eq!(config.mount_for(b"/media/a").unwrap().0.prefix, b"/media");
+        assert_eq!(config.mount_for(b"/static"), Some((0, &b""[..])));
+        assert_eq!(config.mount_for(b"/media/a"), Some((1, &b"/a"[..])));
+        assert_eq!(config.mounts[1].prefix, b"/media");
         assert!(config.mount_for(b"/staticfiles/a").is_none());
         assert!(config.mount_for(b"/").is_none());
     }

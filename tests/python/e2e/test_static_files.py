@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import socket
 import ssl
@@ -22,7 +23,7 @@ import pytest
 from tls_certs import TlsCerts
 from tls_clients import client_context, tls_args
 
-from conftest import ROOT, Server, debian_tool
+from conftest import ROOT, Server, debian_tool, wait_until
 
 WSGI = "static_app:app"
 ASGI = "static_app:asgi"
@@ -295,6 +296,19 @@ def test_traversal_forms_and_symlinks_leaving_the_mount_never_give_the_file(
     assert len(TRAVERSALS) >= 20
     # The server still serves what is allowed.
     assert raw_get(plain_port(server), "/static/app.css").endswith(CSS)
+    # The same paths as HTTP/2 `:path`s (curl sends them as given: `--path-as-is`). A path h2
+    # itself refuses ends the stream instead: never the file either way.
+    debian_tool("curl")
+    for target in TRAVERSALS:
+        if not target.startswith("/"):
+            continue
+        result = subprocess.run(["curl", "-sS", "--http2", "--path-as-is", "--max-time", "20", "--cacert",
+                                 str(tls_certs.root), "--resolve", f"localhost:{server.port}:127.0.0.1",
+                                 "-w", "\n%{http_version} %{http_code}", f"https://localhost:{server.port}{target}"],
+                                capture_output=True, timeout=60)
+        assert SECRET not in result.stdout and passwd not in result.stdout, target
+        if result.returncode == 0:
+            assert result.stdout.endswith((b"2 404", b"2 400")), (target, result.stdout[-200:])
 
 
 def test_settings_open_what_the_defaults_refuse(tines_server: Any, tls_certs: TlsCerts, tmp_path: Path) -> None:
@@ -418,3 +432,29 @@ def test_a_bad_static_miss_stops_the_master_with_one_line() -> None:
                             capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "static_miss" in result.stderr
+
+
+@pytest.mark.parametrize("served", [SERVED[0], SERVED[3]], ids=["prefork", "asgi"])
+def test_static_answers_have_their_access_log_lines(tines_server: Any, tls_certs: TlsCerts, tmp_path: Path,
+                                                    served: tuple[str, ...]) -> None:
+    site = make_site(tmp_path)
+    log = tmp_path / "access.log"
+    server = start(tines_server, tls_certs, site, served, "--access-log", str(log), "--access-log-format", "json")
+    port = plain_port(server)
+    etag = raw_get(port, "/static/app.css").partition(b"ETag: ")[2].partition(b"\r\n")[0].decode()
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(f"GET /static/app.css HTTP/1.1\r\nHost: x\r\nIf-None-Match: {etag}\r\n"
+                     "Connection: close\r\n\r\n".encode())
+        assert sock.recv(100).startswith(b"HTTP/1.1 304 ")
+    raw_get(port, "/static/missing.css")
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(b"GET /static/big.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=10-19\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        assert data.endswith(site.big[10:20])
+    wait_until(lambda: log.exists() and len(log.read_text().splitlines()) >= 4, what="4 access log lines")
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(entry["path"], entry["status"], entry["bytes"]) for entry in entries] == [
+        ("/static/app.css", 200, len(CSS)), ("/static/app.css", 304, 0), ("/static/missing.css", 404, 10),
+        ("/static/big.bin", 206, 10)]

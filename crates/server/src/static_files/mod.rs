@@ -9,7 +9,7 @@
 //! (`RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`: symlinks that stay inside are followed, ones that
 //! leave refused by the kernel), non-blocking (a FIFO never blocks the open), then `fstat`ed:
 //! only regular files are served. The opens and `fstat`s run on the caller's thread (the
-//! slot's; for ASGI the event loop's, with the interpreter released).
+//! slot's; for ASGI the event loop's), with the app's interpreter released.
 //!
 //! It must not decide framing or write to the socket itself: the exchange does both.
 
@@ -41,10 +41,10 @@ pub enum Routed {
 }
 
 /// Answers `exchange` from a static mount when its path is under one, else gives it back for
-/// the app. Without mounts: one branch. The file work (opens, `fstat`s, the answer) runs
-/// inside `release`, which the ASGI bridge uses to run it with the event loop's interpreter
-/// released; a slot passes `None` (it holds no lock another thread needs meanwhile: a WSGI
-/// slot thread enters Python only in `App::serve`).
+/// the app. Without mounts: one branch. The file work of a request under a mount (opens,
+/// `fstat`s, the answer) runs inside `release`, which runs it with the app's interpreter
+/// released (a slot: `App::wait`; the ASGI bridge: its loop's release), so that a cold open
+/// holds none of the app's other threads; `None` runs it as it is.
 #[inline]
 pub fn route(exchange: Box<Exchange>, release: Option<Release<'_>>) -> Routed {
     if exchange.statics().mounts.is_empty() {
@@ -132,6 +132,7 @@ enum Found {
     Miss,
 }
 
+/// What the mount whose directory is `dir` holds for `rest`, the path after its prefix.
 fn find(rest: &[u8], statics: &crate::config::StaticConfig, dir: RawFd) -> Found {
     let Named::Path { relative, slash } = name_under_mount(rest, statics.hidden) else {
         return Found::Miss;
@@ -170,15 +171,25 @@ fn find(rest: &[u8], statics: &crate::config::StaticConfig, dir: RawFd) -> Found
     }
 }
 
+/// The mount `exchange`'s path is under (its index) and the length of its prefix.
+fn matched(exchange: &Exchange) -> Option<(usize, usize)> {
+    let path = target_path(exchange.target())?;
+    let (index, rest) = exchange.statics().mount_for(path)?;
+    Some((index, path.len() - rest.len()))
+}
+
+/// [`route`] with mounts: a request outside them costs a prefix comparison per mount and
+/// nothing else; one under a mount is answered, or is a miss for the app. Never inlined: the
+/// slot's loop keeps only [`route`]'s branch.
+#[inline(never)]
 fn route_mounted(mut exchange: Box<Exchange>, release: Option<Release<'_>>) -> Routed {
+    let Some((index, prefix_len)) = matched(&exchange) else {
+        return Routed::App(exchange);
+    };
+    // Held while the exchange writes (it borrows the settings and the mount's descriptor).
     let shared = exchange.shared_handle();
     let statics = &shared.config.statics;
-    let Some(path) = target_path(exchange.target()) else {
-        return Routed::App(exchange);
-    };
-    let Some((mount, rest)) = statics.mount_for(path) else {
-        return Routed::App(exchange);
-    };
+    let mount = &statics.mounts[index];
     let method = exchange.method();
     if method != b"GET" && method != b"HEAD" {
         if statics.miss_to_app {
@@ -191,16 +202,16 @@ fn route_mounted(mut exchange: Box<Exchange>, release: Option<Release<'_>>) -> R
         );
         return Routed::Served(exchange);
     }
-    let prefix_len = path.len() - rest.len();
-    let mut routed = None;
-    let mut work = || routed = Some(answer(&mut exchange, statics, mount, prefix_len));
+    let mut served = false;
+    let mut work = || served = answer(&mut exchange, statics, mount, prefix_len);
     match release {
         Some(release) => release(&mut work),
         None => work(),
     }
-    match routed.expect("the work ran") {
-        true => Routed::Served(exchange),
-        false => Routed::App(exchange),
+    if served {
+        Routed::Served(exchange)
+    } else {
+        Routed::App(exchange)
     }
 }
 

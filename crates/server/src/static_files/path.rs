@@ -162,6 +162,42 @@ mod tests {
         }
     }
 
+    /// Every path of up to five pieces from the traversal alphabet: what is accepted is a
+    /// relative name of plain segments (no `.`, `..`, empty or hidden one, no NUL, no `\`).
+    #[test]
+    fn whatever_the_pieces_an_accepted_name_holds_only_plain_segments() {
+        const PIECES: [&str; 13] = [
+            "/", ".", "..", "%2e", "%2E", "%2f", "%5c", "a", "%00", "%", "%25", "\\", ".a",
+        ];
+        let mut paths = vec![String::new()];
+        let mut checked = 0;
+        for _ in 0..5 {
+            let mut longer = Vec::new();
+            for path in &paths {
+                for piece in PIECES {
+                    let candidate = format!("{path}{piece}");
+                    let rest = format!("/{candidate}");
+                    if let Named::Path { relative, .. } = name_under_mount(rest.as_bytes(), false) {
+                        assert!(!relative.starts_with(b"/"), "{rest}");
+                        assert!(
+                            !relative.contains(&0) && !relative.contains(&b'\\'),
+                            "{rest}"
+                        );
+                        if !relative.is_empty() {
+                            for segment in relative.split(|&b| b == b'/') {
+                                assert!(!segment.is_empty() && segment[0] != b'.', "{rest}");
+                            }
+                        }
+                    }
+                    checked += 1;
+                    longer.push(candidate);
+                }
+            }
+            paths = longer;
+        }
+        assert!(checked > 400_000);
+    }
+
     #[test]
     fn hidden_segments_may_be_allowed_but_never_dot_segments() {
         assert_eq!(

@@ -211,8 +211,9 @@ pub(crate) fn parse_http_date(value: &[u8]) -> Option<i64> {
     Some(days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second)
 }
 
-/// Most ranges one request may ask for; more are served as the whole file (RFC 9110 14.2
-/// lets a server ignore a Range: many small ranges cost more than the file).
+/// Most ranges one request may ask for; more, or ranges adding up to more than the file, are
+/// served as the whole file (RFC 9110 14.2 lets a server ignore a Range: many small ranges
+/// cost more than the file, overlapping ones multiply it).
 pub(crate) const MAX_RANGES: usize = 16;
 
 /// What a `Range` header asks of a representation of `length` bytes.
@@ -283,7 +284,13 @@ pub(crate) fn parse_ranges(value: &[u8], length: u64) -> Ranges {
             parts.push((first, last.min(length - 1)));
         }
     }
-    if asked == 0 {
+    // Overlapping ranges that add up to more than the file (`0-,0-,0-`...) would multiply a
+    // large file's bytes (RFC 9110 14.2 lets a server ignore them): the whole file once.
+    let total = parts
+        .iter()
+        .map(|(first, last)| last - first + 1)
+        .fold(0u64, u64::saturating_add);
+    if asked == 0 || total > length {
         Ranges::Whole
     } else if parts.is_empty() {
         Ranges::Unsatisfiable

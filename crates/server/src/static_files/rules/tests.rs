@@ -153,6 +153,13 @@ fn ranges_single_several_suffix_open_and_unsatisfiable() {
             .join(",")
     );
     assert_eq!(parse_ranges(many.as_bytes(), 1000), Ranges::Whole);
+    // Overlaps adding up to more than the file: the file once.
+    assert_eq!(parse_ranges(b"bytes=0-,0-", 1000), Ranges::Whole);
+    assert_eq!(parse_ranges(b"bytes=0-599,400-999", 1000), Ranges::Whole);
+    assert_eq!(
+        parse_ranges(b"bytes=0-499,400-899", 1000),
+        Ranges::Parts(vec![(0, 499), (400, 899)])
+    );
 }
 
 fn chosen(header: Option<&str>) -> Vec<Encoding> {
