@@ -266,6 +266,7 @@ class Arbiter(Master):
             master_pid=self.pid, app=self.app, settings=generation.worker_settings, hooks=generation.hooks,
             profile_dir=profiler.profile_path(generation.cfg, self.pid), standby=standby,
             h2c_listeners=h2c_modes(self.listeners), rate_table=fleet.rate_table,
+            client_connections=fleet.client_connections,
         )
         # The fork server starts before pre_fork: what the hook does in the master for this
         # worker must not reach every worker the fork server forks (docs/hooks.md).
@@ -353,6 +354,8 @@ class Arbiter(Master):
         # makes it, before its workers fork.
         self.fleet.rate_table = rate_limits.ensure(generation.cfg, self.fleet.rate_table, None,
                                                    self.fleet.scoreboard)
+        self.fleet.client_connections = rate_limits.ensure_connections(
+            generation.cfg, self.fleet.client_connections, self.fleet.scoreboard)
         self.fleet.configure(generation.cfg)
         logging.getLogger(logs.LOGGER_NAME).setLevel(generation.cfg.log_level.upper())
 

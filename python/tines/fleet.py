@@ -39,6 +39,8 @@ class Fleet:
         """The ``tines._core.Scoreboard``, from ``Master.start`` on."""
         self.rate_table: Any = None
         """The rate limits' ``tines._core.RateTable`` once a generation needs it (``tines.rate_limits``)."""
+        self.client_connections: Any = None
+        """``max_connections_per_client``'s ``tines._core.ClientConnections``, likewise."""
         self.watchdog: watchdog.Watchdog | None = None
         """Requests over ``request_timeout``, boots over ``boot_timeout`` (``tines.watchdog``)."""
         self.memory_sampler = memory.Sampler(memory.sample_rate(cfg))
@@ -138,6 +140,8 @@ class Fleet:
             # Claimed before the fork: a claim after it could wipe the child's first records
             # (the request a quick child died serving) if the master is slow to run again.
             self.scoreboard.claim(context.slot, 0, context.generation)
+            if self.client_connections is not None:
+                self.client_connections.clear(context.slot)
             pid = self.fork_server.fork(context)
             if pid is None:
                 pid = os.fork()
@@ -304,6 +308,9 @@ class Fleet:
             in_flight = exits.InFlight.of(self.scoreboard.read(worker.slot))
         reason = watchdog.record_exit(self.scoreboard, worker.slot, status, worker.stopping)
         self.scoreboard.retire(worker.slot, pid, status)
+        if self.client_connections is not None:
+            # Its connections died with it: their counts go (ADR 0038).
+            self.client_connections.clear(worker.slot)
         exits.log_exit(cfg, worker, status, cpu_seconds, reason)
         if in_flight is not None:
             log.error("worker %d (slot %d) crashed %s", worker.pid, worker.slot, in_flight.describe())

@@ -1,7 +1,7 @@
 """The rate limits' shared table, the master's side (ADR 0038, docs/rate-limits.md).
 
-Owns: whether a table is needed (``needs_table``: a rate, a path rule or a connection cap is
-set) and getting one (``ensure``): the one an old master passed on USR2 (its memfd named in
+Owns: whether a table is needed (``needs_table``: a rate or a path rule is set) and getting one
+(``ensure``): the one an old master passed on USR2 (its memfd named in
 ``tines.upgrade.ENV_RATE_TABLE_FD``), else a new one, made before the first worker that needs it
 is forked, so every worker maps the same pages. The master keeps it for its whole life: a reload
 (HUP) keeps every client's bucket, and an upgrade passes it on.
@@ -22,8 +22,8 @@ log = logs.get("arbiter")
 
 
 def needs_table(cfg: Config) -> bool:
-    """Whether ``cfg`` sets any rate limit or the per-client connection cap."""
-    return bool(cfg.rate_limit or cfg.rate_limit_paths or cfg.max_connections_per_client)
+    """Whether ``cfg`` sets any request rate limit."""
+    return bool(cfg.rate_limit or cfg.rate_limit_paths)
 
 
 def ensure(cfg: Config, table: Any, inherited_fd: int | None, scoreboard: Any) -> Any:
@@ -32,6 +32,8 @@ def ensure(cfg: Config, table: Any, inherited_fd: int | None, scoreboard: Any) -
     else a new one when ``cfg`` needs one; None when it needs none. The scoreboard is told its
     size and fill (the status page's gauges)."""
     if table is not None or not needs_table(cfg):
+        if inherited_fd is not None and table is None:
+            os.close(inherited_fd)  # the old master's table, which these settings do not use
         return table
     import tines._core as _core
 
@@ -47,3 +49,14 @@ def ensure(cfg: Config, table: Any, inherited_fd: int | None, scoreboard: Any) -
         table = _core.RateTable(size, int.from_bytes(os.urandom(8), "little"))
     scoreboard.set_rate_table(table.capacity, table.entries_in_use())
     return table
+
+
+def ensure_connections(cfg: Config, counts: Any, scoreboard: Any) -> Any:
+    """The per-client connection counts the workers of ``cfg`` use: ``counts`` when there are
+    some already, else new ones when ``cfg`` caps connections per client (sized for
+    ``max_connections`` per worker); None when it does not."""
+    if counts is not None or not cfg.max_connections_per_client:
+        return counts
+    import tines._core as _core
+
+    return _core.ClientConnections(scoreboard.slots, cfg.max_connections, int.from_bytes(os.urandom(8), "little"))

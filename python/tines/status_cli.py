@@ -136,6 +136,11 @@ def render(report: dict[str, Any], width: int = 80, colour: bool = False) -> str
     line(f"conns {totals.get('connections', 0)} open, {totals.get('connections_idle', 0)} idle  "
          f"accepted {totals.get('accepted', 0)}  in {human_bytes(totals.get('bytes_in', 0))}  "
          f"out {human_bytes(totals.get('bytes_out', 0))}")
+    if totals.get("rate_limit_table_size") or totals.get("refused_connections_per_client"):
+        line(f"rate limits {totals.get('rate_limited', 0)} requests limited, "
+             f"{totals.get('refused_connections_per_client', 0)} connections refused, table "
+             f"{totals.get('rate_limit_table_entries', 0)}/{totals.get('rate_limit_table_size', 0)} "
+             f"({totals.get('rate_limit_evictions', 0)} evicted)")
     if totals.get("h2_connections") or totals.get("h2_streams"):
         line(f"http/2 {totals.get('h2_connections', 0)} conns, "
              f"{totals.get('h2_streams', 0)} streams open")

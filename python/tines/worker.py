@@ -138,6 +138,8 @@ class WorkerContext:
     empty: HTTP/1.1 on every one."""
     rate_table: Any = None
     """The rate limits' shared table (``tines._core.RateTable``; None: no limit is set)."""
+    client_connections: Any = None
+    """``max_connections_per_client``'s counts (``tines._core.ClientConnections``; None: off)."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,8 @@ class WorkerSpec:
     rate_table: Any = None
     """The rate limits' shared table (``tines._core.RateTable``, made by the master before the
     fork); None: no limit is set."""
+    client_connections: Any = None
+    """``max_connections_per_client``'s counts (``tines._core.ClientConnections``); None: off."""
 
     def __post_init__(self) -> None:
         if not self.tls_listeners:
@@ -197,7 +201,7 @@ def worker_spec(context: WorkerContext, pid: int, standby: Callable[[], bool] | 
                       scoreboard=context.scoreboard, slot=context.slot, life_fd=context.life_read,
                       ready=ready, draining=(context.notify_write, draining), standby=standby,
                       tls_listeners=context.tls_listeners, h2c_listeners=context.h2c_listeners,
-                      rate_table=context.rate_table)
+                      rate_table=context.rate_table, client_connections=context.client_connections)
 
 
 def worker_settings(cfg: Config, tls: object | None = None) -> dict[str, object]:

@@ -36,6 +36,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<scoreboard::PyScoreboard>()?;
     m.add_class::<rate_limit::PyRateTable>()?;
+    m.add_class::<rate_limit::PyClientConnections>()?;
     m.add_class::<tls::TlsMaterial>()?;
     m.add(
         "EXIT_REASONS",

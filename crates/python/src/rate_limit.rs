@@ -1,12 +1,13 @@
 //! The rate limits' shared table as a Python object (`tines._core.RateTable`): the master makes
 //! it before the first fork, or adopts the one its old master passed on USR2 (by fd), keeps it
-//! across reloads, and hands it to each worker's `run_worker` (ADR 0038).
+//! across reloads, and hands it to each worker's `run_worker` (ADR 0038); and the per-client
+//! connection counts of `max_connections_per_client` (`tines._core.ClientConnections`).
 
 use std::sync::Arc;
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
-use tines_server::rate_limit::RateTable;
+use tines_server::rate_limit::{ClientConnections, RateTable};
 
 /// `tines._core.RateTable(entries, seed)`: a new table of at least `entries` entries (rounded
 /// up to a power of two) in a memfd, keyed by `seed`; `RateTable.adopt(fd, entries)` maps the
@@ -61,5 +62,32 @@ impl PyRateTable {
     /// Entries ever taken (a scan of the table).
     fn entries_in_use(&self, py: Python<'_>) -> usize {
         py.detach(|| self.inner.entries_in_use())
+    }
+}
+
+/// `tines._core.ClientConnections(slots, connections_per_worker, seed)`: every worker's
+/// per-client connection counts for `max_connections_per_client`, one region per scoreboard
+/// slot, made by the master before the first fork; `clear(slot)` when it reaps a worker.
+#[pyclass(name = "ClientConnections", module = "tines._core", frozen)]
+pub struct PyClientConnections {
+    pub(crate) inner: Arc<ClientConnections>,
+}
+
+#[pymethods]
+impl PyClientConnections {
+    #[new]
+    fn new(slots: usize, connections_per_worker: usize, seed: u64) -> PyResult<Self> {
+        let inner =
+            ClientConnections::create(slots, connections_per_worker, seed).map_err(|err| {
+                PyOSError::new_err(format!("cannot make the connection counts: {err}"))
+            })?;
+        Ok(PyClientConnections {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Forgets what the worker in `slot` counted (it was reaped: nothing it held is open).
+    fn clear(&self, slot: usize) {
+        self.inner.clear(slot);
     }
 }

@@ -13,7 +13,7 @@ use pyo3::types::PyDict;
 use tines_server::listener::H2c;
 use tines_server::{run_worker as run, WorkerSpec};
 
-use crate::rate_limit::PyRateTable;
+use crate::rate_limit::{PyClientConnections, PyRateTable};
 use crate::scoreboard::PyScoreboard;
 use crate::settings::worker_config;
 use crate::wsgi::WsgiApp;
@@ -70,6 +70,9 @@ pub struct PythonSpec<'py> {
     /// The shared rate-limit table (`tines._core.RateTable`) the master made; None without.
     #[pyo3(default)]
     rate_table: Option<Bound<'py, PyRateTable>>,
+    /// The per-client connection counts (`tines._core.ClientConnections`); None without.
+    #[pyo3(default)]
+    client_connections: Option<Bound<'py, PyClientConnections>>,
 }
 
 impl PythonSpec<'_> {
@@ -88,6 +91,7 @@ impl PythonSpec<'_> {
             draining,
             standby,
             rate_table,
+            client_connections,
         } = self;
         Ok(WorkerSpec {
             config: worker_config(&settings)?,
@@ -106,6 +110,7 @@ impl PythonSpec<'_> {
                 .collect::<PyResult<Vec<_>>>()?,
             scoreboard: Arc::clone(&scoreboard.get().inner),
             rate_table: rate_table.map(|table| Arc::clone(&table.get().inner)),
+            client_connections: client_connections.map(|counts| Arc::clone(&counts.get().inner)),
             slot,
             life_fd,
             on_ready: ready.map(|(fd, message)| -> tines_server::worker::ReadyHook {

@@ -13,7 +13,7 @@ use crate::config::WorkerConfig;
 use crate::connection::Lent;
 use crate::control::StopReason;
 use crate::listener::Local;
-use crate::rate_limit::{Found, RateLimiter, RateTable, Refusal, Verdict};
+use crate::rate_limit::{ClientConnections, Found, RateLimiter, RateTable, Refusal, Verdict};
 use crate::scoreboard::thread::monotonic_ns_of;
 use crate::scoreboard::{Counted, ExitReason, Scoreboard, Slot, ThreadSlot, WorkerState};
 use crate::spool::Buffers;
@@ -49,6 +49,8 @@ pub struct WorkerShared {
     draining_announced: AtomicBool,
     /// The rate limits' check (ADR 0038); None when no limit is set: one branch per request.
     rate_limiter: Option<RateLimiter>,
+    /// Every worker's per-client connection counts (`max_connections_per_client`; ADR 0038).
+    pub(crate) client_connections: Option<Arc<ClientConnections>>,
 }
 
 /// What a worker runs once it can serve (e.g. telling its master it is ready).
@@ -83,15 +85,27 @@ impl WorkerShared {
             on_draining,
             draining_announced: AtomicBool::new(false),
             rate_limiter: None,
+            client_connections: None,
         }
     }
 
-    /// Gives the worker the shared rate-limit table (the master's, inherited at the fork):
-    /// its requests are checked from now on when the settings limit any.
-    pub(crate) fn with_rate_table(mut self, table: Option<Arc<RateTable>>) -> WorkerShared {
+    /// Gives the worker the shared rate-limit table and connection counts (the master's,
+    /// inherited at the fork): its requests and connections are checked from now on when the
+    /// settings limit any.
+    pub(crate) fn with_rate_limits(
+        mut self,
+        table: Option<Arc<RateTable>>,
+        connections: Option<Arc<ClientConnections>>,
+    ) -> WorkerShared {
         self.rate_limiter =
             table.and_then(|table| RateLimiter::new(&self.config.rate_limit, table));
+        self.client_connections = connections.filter(|counts| self.slot < counts.slots());
         self
+    }
+
+    /// This worker's scoreboard slot.
+    pub(crate) fn slot_index(&self) -> usize {
+        self.slot
     }
 
     /// Counts the request head in `lent` against the rate limits, once per request (the loop

@@ -59,6 +59,9 @@ pub struct WorkerSpec {
     pub standby: Option<StandbyHook>,
     /// The shared rate-limit table the master made (ADR 0038); None when it made none.
     pub rate_table: Option<Arc<crate::rate_limit::RateTable>>,
+    /// Every worker's per-client connection counts (`max_connections_per_client`), made by
+    /// the master; None when it made none.
+    pub client_connections: Option<Arc<crate::rate_limit::ClientConnections>>,
 }
 
 /// What a standby runs once its set-up is done, before its loop: it waits there for its
@@ -182,7 +185,7 @@ pub fn prepare(spec: WorkerSpec) -> io::Result<(crate::reactor::Reactor, Arc<Wor
         budget,
         spec.on_draining,
     )
-    .with_rate_table(spec.rate_table);
+    .with_rate_limits(spec.rate_table, spec.client_connections);
     *shared
         .on_ready
         .lock()

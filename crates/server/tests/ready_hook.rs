@@ -75,6 +75,7 @@ fn a_worker_whose_access_log_cannot_be_opened_fails_without_reporting_ready() {
         on_draining: None,
         standby: None,
         rate_table: None,
+        client_connections: None,
     };
     let error = run_worker(Arc::new(Echo), spec).unwrap_err();
     assert!(

@@ -317,15 +317,19 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "always for static text files: siblings `.br`, `.zst`, `.gz` chosen by `Accept-Encoding`"),
     Equivalent("nginx", "`gzip_vary on`", "always: a response that could be compressed carries `Vary: Accept-Encoding`"),
     Equivalent("nginx", "`gzip off` in a `location`", "{compression_exclude_paths}"),
-    Equivalent("nginx", "`limit_req_zone $binary_remote_addr ... rate=10r/s`, `limit_req ... burst=20 nodelay`",
-               "{rate_limit} `10/s`, {rate_limit_burst} `20` (answered at once as with `nodelay`, "
-               "with `429` and `Retry-After`, not nginx's default `503`)"),
-    Equivalent("nginx", "the zone's size (`zone=one:10m`)", "{rate_limit_table_size} (entries, not bytes)"),
-    Equivalent("nginx", "`limit_req` in a `location`", "{rate_limit_paths} `PREFIX=RATE[:BURST]`"),
-    Equivalent("nginx", "a `geo` or `map` giving some networks an empty key (not limited)",
-               "{rate_limit_allow}"),
-    Equivalent("nginx", "`limit_conn_zone $binary_remote_addr`, `limit_conn`",
-               "{max_connections_per_client} (the TCP or PROXY address: never a trusted proxy's connection)"),
+    Equivalent("nginx", "`limit_req_zone $binary_remote_addr ... rate=10r/s` with `limit_req burst=20 nodelay`",
+               "{rate_limit=10/s} with {rate_limit_burst=20} (always `nodelay`: over the burst is a 429 at once, "
+               "never a delay); `zone=...:10m` is {rate_limit_table_size} (entries, not bytes)"),
+    Equivalent("nginx", "`limit_req` in a `location`", "{rate_limit_paths} (`PREFIX=RATE[:BURST]`, the longest "
+               "prefix wins)"),
+    Equivalent("nginx", "`limit_req_status 429`, `limit_conn_status`", "always 429 (with `Retry-After` and the "
+               "`RateLimit` fields); a connection over {max_connections_per_client} is closed unanswered"),
+    Equivalent("nginx", "`limit_conn_zone $binary_remote_addr` with `limit_conn addr 10`",
+               "{max_connections_per_client=10}"),
+    Equivalent("nginx", "`geo` / `map` to exempt networks from `limit_req`", "{rate_limit_allow}"),
+    Equivalent("Apache", "mod_evasive `DOSPageCount`, `DOSSiteCount`", "{rate_limit} with {rate_limit_burst} "
+               "(one bucket per client in shared memory: every worker counts in it)"),
+    Equivalent("Apache", "mod_qos `QS_SrvMaxConnPerIP`", "{max_connections_per_client}"),
     Equivalent("nginx", "`set_real_ip_from`, `real_ip_header`, `listen ... proxy_protocol`",
                "{forwarded_allow_ips}, {proxy_protocol}: the limits count the real client"),
     Equivalent("Apache", "mod_alias `Alias /static DIR` with mod_expires and `Options -Indexes`",

@@ -248,10 +248,9 @@ impl AsyncReactor {
                     thread.serves_stream(link.stream().id());
                 }
             }
-            // Every head an async worker serves came through the loop's `advance`, which
-            // counted it against the rate limits before its body (pipelined ones too: each
-            // connection goes back to the loop after its response): not counted again.
-            conn.rate_counted = false;
+            // No rate-limit check here (ADR 0038): every head an async worker serves came
+            // through the loop's `advance`, which counted it before its body (pipelined ones
+            // too: each connection goes back to the loop after its response).
             let mut exchange = Exchange::new(&mut conn, ctx, Arc::clone(&self.shared), now);
             self.keep_shell(token, conn);
             if exchange.body_too_large() {

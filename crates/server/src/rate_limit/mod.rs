@@ -15,9 +15,14 @@ use std::sync::Arc;
 
 use crate::trusted_proxies::{TrustedProxies, TrustedProxiesError};
 
+pub mod connections;
 pub mod table;
 
+pub use connections::{ClientConnections, Opened};
 pub use table::{Bucket, Decision, Found, RateTable};
+
+/// The rule number of the connection cap's keys (the request rules' are their indices).
+pub const CONNECTION_RULE: u64 = u64::MAX;
 
 /// The revision of the IETF httpapi draft whose `RateLimit-Policy` and `RateLimit` fields a
 /// `429` carries (the latest found when this was written; its fields are those of -08 on).
@@ -184,6 +189,13 @@ impl RateLimitConfig {
             ipv6_prefix,
             max_connections_per_client,
         })
+    }
+
+    /// The key `max_connections_per_client` counts connection peer `ip` under (None: the
+    /// peer is never capped: an allowed network). Grouped as the rate limits group clients.
+    pub fn connection_key(&self, seed: u64, ip: IpAddr) -> Option<u64> {
+        let ip = ip.to_canonical();
+        (!self.allow.trusts(ip)).then(|| client_key(seed, ip, self.ipv6_prefix, CONNECTION_RULE))
     }
 
     /// Whether any request is limited (a rate, or a path rule).

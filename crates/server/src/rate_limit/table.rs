@@ -18,7 +18,9 @@
 //! probed entry whose TAT is the smallest (the bucket closest to full, so the least lost).
 //! Either replacement is an eviction (counted by the caller). The key is swapped in by CAS,
 //! then the TAT reset; a worker that raced the swap on the old key sees its CAS on the TAT
-//! fail (or loses its one count) and looks again.
+//! fail (or loses its one count) and looks again. Two workers placing the same new key at the
+//! same instant in two different entries leave it two buckets: the first in probe order is
+//! the one used from then on, the other goes with the next eviction.
 //!
 //! Must not: block, allocate or lock per check, or grow: the mapping's size is fixed when it
 //! is made.

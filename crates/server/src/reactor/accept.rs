@@ -319,6 +319,11 @@ impl Reactor {
                         conn.choose_protocol(choice);
                     }
                     let token = self.insert(conn);
+                    // With the PROXY protocol the client is known once its header is read.
+                    if !self.shared.config.proxy_protocol && !self.client_admitted(token, peer) {
+                        self.close(token);
+                        continue;
+                    }
                     match &self.entries[token] {
                         Entry::Head { .. } if !register => {}
                         Entry::Head { conn, .. } => {

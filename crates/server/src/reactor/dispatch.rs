@@ -136,6 +136,16 @@ impl Reactor {
                 conn.on_readable(&self.shared.config.limits)
             };
             match readiness {
+                // Off (no `max_connections_per_client`): one test of an `Option`.
+                Readiness::HeadComplete | Readiness::Http2
+                    if self.client_unchecked(token)
+                        && self.shared.config.proxy_protocol
+                        && !conn.link().is_h2()
+                        && !self.client_admitted(token, conn.peer) =>
+                {
+                    // Over `max_connections_per_client` by its PROXY header's client.
+                    return self.close(token);
+                }
                 Readiness::HeadComplete => {
                     // The rate limits, once per head, before its body is read (ADR 0038).
                     if !resumed {

@@ -176,6 +176,7 @@ impl Reactor {
                     self.stream_token_freed(token);
                 }
                 self.open -= 1;
+                self.client_closed(token);
                 self.shared
                     .slot()
                     .connections

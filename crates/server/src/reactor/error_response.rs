@@ -6,6 +6,8 @@
 //! It writes one short response and marks the connection closed; it must not decide when a
 //! connection is rejected.
 
+use std::net::IpAddr;
+
 use tines_proto::response::encode_error_response_with;
 use tines_proto::{DateCache, ParseError};
 
@@ -41,10 +43,13 @@ pub(crate) fn refuse_rate_limited(
     shared: &WorkerShared,
     ctx: &mut SlotContext,
 ) {
-    write_error_with(
+    // Its head was parsed: the access log names the client the limit counted, not its proxy.
+    let client = conn.client_ip(&shared.config.trusted_proxies);
+    write_error_for(
         conn,
         429,
         &refusal.fields(),
+        client,
         shared,
         &mut ctx.date,
         &mut ctx.out,
@@ -69,6 +74,29 @@ pub(super) fn write_error_with(
     date: &mut DateCache,
     out: &mut Vec<u8>,
 ) {
+    let peer = peer_ip(conn);
+    write_error_for(conn, code, extra, peer, shared, date, out)
+}
+
+/// The peer's address (`None`: a Unix-socket peer).
+fn peer_ip(conn: &Connection) -> Option<IpAddr> {
+    match conn.peer {
+        Peer::Tcp(addr) => Some(addr.ip()),
+        Peer::Unix => None,
+    }
+}
+
+/// [`write_error_with`], access-logged with `client` as the client's address.
+#[allow(clippy::too_many_arguments)] // write_error_with's, and the logged client
+fn write_error_for(
+    conn: &mut Connection,
+    code: u16,
+    extra: &[(&[u8], &[u8])],
+    client: Option<IpAddr>,
+    shared: &WorkerShared,
+    date: &mut DateCache,
+    out: &mut Vec<u8>,
+) {
     out.clear();
     encode_error_response_with(out, code, date.now(), &shared.config.server_header, extra);
     let head_len = out
@@ -85,7 +113,7 @@ pub(super) fn write_error_with(
     count_refused(conn, code, bytes.len() as u64, shared);
     let _ = conn.reject(bytes);
     out.clear();
-    log_refused(conn, code, body_sent, shared);
+    log_refused(conn, code, body_sent, client, shared);
 }
 
 /// The body of the 400 a plain HTTP request on a TLS port gets (nginx's 497 says as much).
@@ -122,7 +150,8 @@ pub(super) fn write_plain_http_on_tls(
     // Best effort, as `Connection::reject`: a fresh socket takes these 200-odd bytes at once.
     let _ = crate::io::write_all_from(conn.fd(), &[out], 0, std::time::Duration::ZERO);
     out.clear();
-    log_refused(conn, 400, PLAIN_HTTP_ON_TLS.len() as u64, shared);
+    let peer = peer_ip(conn);
+    log_refused(conn, 400, PLAIN_HTTP_ON_TLS.len() as u64, peer, shared);
 }
 
 /// Counts a response of `sent` bytes the server wrote itself in the worker's counters, before
@@ -148,9 +177,16 @@ fn count_refused(conn: &mut Connection, code: u16, sent: u64, shared: &WorkerSha
 const LOGGED_LINE: usize = 1024;
 
 /// Access-logs a response the server wrote itself, with the request line as received (its
-/// first line, if any came; a refused head is not parsed further) and the peer's address
-/// (headers that would name a forwarded client were not read).
-fn log_refused(conn: &Connection, code: u16, body_sent: u64, shared: &WorkerShared) {
+/// first line, if any came; a refused head is not parsed further) and `client`: the peer's
+/// address (headers that would name a forwarded client were not read), or for a `429` the
+/// client its rate limit counted.
+fn log_refused(
+    conn: &Connection,
+    code: u16,
+    body_sent: u64,
+    client: Option<IpAddr>,
+    shared: &WorkerShared,
+) {
     let Some(log) = &shared.access_log else {
         return;
     };
@@ -161,10 +197,7 @@ fn log_refused(conn: &Connection, code: u16, body_sent: u64, shared: &WorkerShar
         .position(|&b| b == b'\r' || b == b'\n')
         .unwrap_or(first.len());
     let request = LoggedRequest {
-        client: match conn.peer {
-            Peer::Tcp(addr) => Some(addr.ip()),
-            Peer::Unix => None,
-        },
+        client,
         // A stream's head was synthesized by role A: logged with the client's HTTP/2.0.
         line: if conn.link().is_h2() {
             RequestLine::RawH2(&first[..line_end])

@@ -12,7 +12,7 @@
 //! `linger` (lingering close), `error_response` (the responses the loop writes itself),
 //! `tls` (a TLS connection before its first head: the handshake flight, the plain 400,
 //! failed handshakes logged) and `h2` (HTTP/2 connections and their streams' connections,
-//! ADR 0035).
+//! ADR 0035), `client_cap` (`max_connections_per_client`).
 //!
 //! It must not decide how HTTP works (that is the connection's and the exchange's) nor run the
 //! app: the MPM's driver does.
@@ -33,6 +33,7 @@ use crate::shared::WorkerShared;
 
 mod accept;
 mod body;
+mod client_cap;
 mod dispatch;
 mod entries;
 mod error_response;
@@ -124,6 +125,8 @@ pub struct Reactor {
     interpreter_probe: Option<Arc<dyn crate::App>>,
     /// The HTTP/2 connections among the entries (`h2`).
     h2: h2::H2Connections,
+    /// `max_connections_per_client` (`client_cap`); None when off.
+    cap: Option<Box<client_cap::ClientCap>>,
 }
 
 /// The worker owns the listener fds it was given: whatever way the loop ends, its copies are
@@ -183,6 +186,7 @@ impl Reactor {
             abandoned: Vec::new(),
             interpreter_probe: None,
             h2: h2::H2Connections::default(),
+            cap: client_cap::ClientCap::new(&shared),
             shared,
         })
     }

@@ -423,6 +423,8 @@ impl Scoreboard {
                 rate_limited: retired.rate_limited.load(Ordering::Relaxed),
                 rate_evictions: retired.rate_evictions.load(Ordering::Relaxed),
                 refused_connections: retired.refused_connections.load(Ordering::Relaxed),
+                rate_entries: self.header().rate_entries.load(Ordering::Relaxed),
+                rate_capacity: self.header().rate_capacity.load(Ordering::Relaxed),
                 ..Totals::default()
             };
             for (total, exits) in totals.exits.iter_mut().zip(retired.exits.iter()) {
@@ -621,10 +623,10 @@ mod tests {
         assert_eq!(last - first, 11 * 256);
         assert!(board.thread_slot(2, 4).is_none());
         assert!(board.thread_slot(3, 0).is_none());
-        assert_eq!(std::mem::size_of::<Retired>(), 22 * 64);
+        assert_eq!(std::mem::size_of::<Retired>(), 23 * 64);
         assert_eq!(
             Scoreboard::mapping_len(3, 4),
-            Some(128 + 3 * 192 + 12 * 256 + 15 * 704 + 22 * 64)
+            Some(128 + 3 * 192 + 12 * 256 + 15 * 704 + 23 * 64)
         );
         let metrics = board.thread_metrics(0, 0).unwrap() as *const RequestMetrics as usize;
         assert_eq!(metrics - last, 256);

@@ -110,6 +110,10 @@ pub struct Totals {
     pub rate_evictions: u64,
     /// Connections closed at accept by `max_connections_per_client`.
     pub refused_connections: u64,
+    /// The rate-limit table's entries in use (0: no table).
+    pub rate_entries: u64,
+    /// The rate-limit table's size in entries (0: no table).
+    pub rate_capacity: u64,
 }
 
 /// A memory figure the master could not read (PSS and USS under `user`: docs/status.md).

@@ -147,6 +147,21 @@ pub fn render(snap: &Snapshot, refresh: u64) -> String {
         format!("{} / {}", totals.h2_connections, totals.h2_streams),
         "HTTP/2 connections / streams",
     );
+    if totals.rate_capacity > 0 || totals.refused_connections > 0 {
+        card(
+            &mut out,
+            format!("{} / {}", totals.rate_limited, totals.refused_connections),
+            "rate-limited requests / refused connections",
+        );
+        card(
+            &mut out,
+            format!(
+                "{} / {} ({} evicted)",
+                totals.rate_entries, totals.rate_capacity, totals.rate_evictions
+            ),
+            "rate-limit table entries / size",
+        );
+    }
     card(&mut out, totals.accepted.to_string(), "accepted");
     card(&mut out, human_bytes(totals.bytes_in), "received");
     card(&mut out, human_bytes(totals.bytes_out), "sent");

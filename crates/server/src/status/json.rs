@@ -61,7 +61,9 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
         out,
         "}},\"accepted\":{},\"bytes_in\":{},\"bytes_out\":{},\"in_flight\":{},\
          \"connections\":{},\"connections_idle\":{},\"h2_connections\":{},\
-         \"h2_streams\":{},\"duration_sum_s\":{:.6},\"queue_wait_sum_s\":{:.6}}}",
+         \"h2_streams\":{},\"rate_limited\":{},\"rate_limit_evictions\":{},\
+         \"rate_limit_table_entries\":{},\"rate_limit_table_size\":{},\
+         \"refused_connections_per_client\":{},\"duration_sum_s\":{:.6},\"queue_wait_sum_s\":{:.6}}}",
         totals.accepted,
         totals.bytes_in,
         totals.bytes_out,
@@ -70,6 +72,11 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
         snap.idle_connections(),
         totals.h2_connections,
         totals.h2_streams,
+        totals.rate_limited,
+        totals.rate_evictions,
+        totals.rate_entries,
+        totals.rate_capacity,
+        totals.refused_connections,
         metrics.duration_sum_us as f64 / 1e6,
         metrics.wait_sum_us as f64 / 1e6,
     );

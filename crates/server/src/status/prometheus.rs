@@ -189,6 +189,36 @@ pub fn render(snap: &Snapshot, openmetrics: bool) -> String {
         }
     }
     e.single(
+        "tines_rate_limited_total",
+        "counter",
+        "Requests answered 429 by the per-client rate limits.",
+        totals.rate_limited,
+    );
+    e.single(
+        "tines_rate_limit_evictions_total",
+        "counter",
+        "Rate-limit table entries taken from another client's bucket (the table was full).",
+        totals.rate_evictions,
+    );
+    e.single(
+        "tines_rate_limit_table_entries",
+        "gauge",
+        "Rate-limit table entries in use (0 without a table).",
+        totals.rate_entries,
+    );
+    e.single(
+        "tines_rate_limit_table_size",
+        "gauge",
+        "Rate-limit table entries in all, fixed at start (0 without a table).",
+        totals.rate_capacity,
+    );
+    e.single(
+        "tines_connections_refused_per_client_total",
+        "counter",
+        "Connections closed at accept by max_connections_per_client.",
+        totals.refused_connections,
+    );
+    e.single(
         "tines_connections_accepted_total",
         "counter",
         "Client connections accepted.",

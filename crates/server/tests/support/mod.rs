@@ -82,6 +82,7 @@ impl TestServer {
             on_draining: None,
             standby: None,
             rate_table: None,
+            client_connections: None,
         };
         let app: Arc<dyn App> = Arc::new(app);
         let handle = std::thread::spawn(move || run_worker(app, spec));
