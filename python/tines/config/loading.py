@@ -165,6 +165,9 @@ def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
                           f"got mpm {ordered['mpm']} ({sources['threads']})")
     _websocket_limits(ordered, sources)
     _tls(ordered, sources)
+    codings = list(ordered["compression"])  # type: ignore[call-overload]
+    if len(set(codings)) != len(codings):
+        raise ConfigError(f"compression names a coding twice ({sources['compression']}), got {','.join(codings)}")
     return Config(ordered, {name: sources[name] for name in SETTINGS}, config_path)
 
 

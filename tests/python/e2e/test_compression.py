@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import socket
+import subprocess
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,8 @@ import zstandard
 from h2_tools import MPM_IDS, MPMS, serve_h2c
 from tls_certs import TlsCerts
 from tls_clients import client_context, tls_args
+
+from conftest import debian_tool
 
 BROWSER = "gzip, deflate, br, zstd"
 PAGE = "".join(f"<p>line {n}: the quick brown fox jumps over the lazy dog</p>\n" for n in range(400)).encode()
@@ -146,6 +150,47 @@ def test_negotiated_codings_and_header_rules(served_server: Any, tls_certs: TlsC
                 response, raw = fetch(http, "GET", f"{base}/file", BROWSER)
                 assert "content-encoding" not in response.headers and raw == PAGE
                 assert "vary" not in response.headers
+                # PEP 3333's write(): each call compressed and sent before it returns.
+                response, raw = fetch(http, "GET", f"{base}/written", "zstd")
+                assert response.headers["content-encoding"] == "zstd"
+                assert decode("zstd", raw) == b"".join(BLOCKS)
+
+
+@pytest.mark.parametrize("served_server", SERVED, ids=SERVED_IDS, indirect=True)
+def test_curl_decodes_what_it_asked_for(served_server: Any, tls_certs: TlsCerts, tmp_path: Path) -> None:
+    """curl (built with zlib, brotli and zstd) sends a browser's Accept-Encoding over HTTP/1.1, TLS
+    and h2, and its own decoding gives the page back."""
+    curl = debian_tool("curl")
+    _, server, plain_port = served_server
+    tls = ["--cacert", str(tls_certs.root), "--resolve", f"localhost:{server.port}:127.0.0.1"]
+    for options, url in ((["--http1.1"], f"http://127.0.0.1:{plain_port}/page"),
+                         (["--http1.1", *tls], f"https://localhost:{server.port}/page"),
+                         (["--http2", *tls], f"https://localhost:{server.port}/page")):
+        for accept, coding in ((BROWSER, "gzip"), ("br", "br"), ("zstd;q=1, gzip;q=0.5", "zstd")):
+            headers = tmp_path / "headers"
+            result = subprocess.run([curl, "-sS", "--max-time", "20", *options, "--compressed", "-H",
+                                     f"Accept-Encoding: {accept}", "-D", str(headers), url],
+                                    capture_output=True, timeout=60, check=False)
+            assert result.returncode == 0, result.stderr
+            assert result.stdout == PAGE, (options, accept)
+            fields = headers.read_text().lower().splitlines()
+            assert f"content-encoding: {coding}" in fields, (options, accept, fields)
+
+
+@pytest.mark.parametrize("served_server", SERVED, ids=SERVED_IDS, indirect=True)
+def test_an_http10_stream_is_compressed_and_ends_with_the_connection(served_server: Any) -> None:
+    _, _, plain_port = served_server
+    with socket.create_connection(("127.0.0.1", plain_port), timeout=20) as conn:
+        conn.sendall(b"GET /stream HTTP/1.0\r\nHost: x\r\nAccept-Encoding: br\r\n\r\n")
+        answer = b""
+        while piece := conn.recv(65536):
+            answer += piece
+    head, _, body = answer.partition(b"\r\n\r\n")
+    fields = head.lower().split(b"\r\n")
+    assert fields[0].startswith(b"http/1.1 200")
+    assert b"content-encoding: br" in fields and b"connection: close" in fields
+    assert not any(field.startswith((b"content-length", b"transfer-encoding")) for field in fields)
+    assert decode("br", body) == b"".join(BLOCKS)
 
 
 @pytest.mark.parametrize("served_server", SERVED, ids=SERVED_IDS, indirect=True)

@@ -3,11 +3,13 @@
 The test makes (or finds up to date) ``dist/tines-*.whl``, installs it with pip into a fresh
 virtualenv with no package index and binaries only, with every directory holding ``cargo`` or
 ``rustc`` taken off PATH, and serves ``examples/hello.py`` with that virtualenv's ``tines``, over
-plain HTTP and over TLS (the wheel's rustls and ring, built by zig: ADR 0031).
+plain HTTP and over TLS (the wheel's rustls and ring, built by zig: ADR 0031), and with responses
+compressed by each coding (zstd is the C library, built by zig too: ADR 0037).
 """
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import os
 import platform
@@ -17,7 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import brotli
 import pytest
+import zstandard
 
 from conftest import ROOT, start_server
 from tls_certs import TlsCerts
@@ -95,5 +99,22 @@ def test_the_wheel_installs_without_rust_and_serves_a_request(tmp_path: Path, tl
         assert (response.status, response.read()) == (200, b"OK")
         assert isinstance(secure.sock, ssl.SSLSocket) and secure.sock.version() in ("TLSv1.2", "TLSv1.3")
         secure.close()
+    finally:
+        server.kill()
+
+    # Compression through the wheel's own extension: gzip (zlib-rs), br (Rust), zstd (C, zig cc).
+    server = start_server("examples/hello.py:app", "--compression", "zstd,br,gzip", "--compression-min-size", "0",
+                          env={**environment, "PYTHONPATH": ""}, log_path=tmp_path / "server-compression.log",
+                          program=[str(venv / "bin" / "tines")])
+    decoders = {"zstd": lambda raw: zstandard.ZstdDecompressor().decompressobj().decompress(raw),
+                "br": brotli.decompress, "gzip": gzip.decompress}
+    try:
+        for coding, decode in decoders.items():
+            connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+            connection.request("GET", "/", headers={"Accept-Encoding": coding})
+            response = connection.getresponse()
+            assert (response.status, response.getheader("Content-Encoding")) == (200, coding)
+            assert decode(response.read()) == b"OK"
+            connection.close()
     finally:
         server.kill()

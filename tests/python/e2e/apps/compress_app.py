@@ -9,7 +9,8 @@ as WSGI (``app``) and ASGI (``asgi``):
 - ``/encoded``: a body the app compressed itself (``Content-Encoding: gzip``);
 - ``/partial``: a 206; ``/png``: an ``image/png``; ``/small``: 100 bytes of text;
 - ``/private/page``: the page again, on a path the test excludes;
-- ``/file``: a ``wsgi.file_wrapper`` over a text file (WSGI; sendfile, never compressed).
+- ``/file``: a ``wsgi.file_wrapper`` over a text file (WSGI; sendfile, never compressed);
+- ``/written``: ``/stream``'s blocks through PEP 3333's ``write()`` (WSGI).
 """
 
 import asyncio
@@ -57,6 +58,11 @@ def app(environ, start_response):
     if path == "/file":
         start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(FILE_BODY)))])
         return environ["wsgi.file_wrapper"](open(_file.name, "rb"))
+    if path == "/written":
+        write = start_response("200 OK", [("Content-Type", "text/plain")])
+        for block in BLOCKS:
+            write(block)
+        return []
     status, headers, blocks, gate = route(path, environ.get("QUERY_STRING", ""))
     if len(blocks) == 1:
         headers.append(("Content-Length", str(len(blocks[0]))))
