@@ -12,7 +12,7 @@ mod encoder;
 mod negotiate;
 
 pub use decide::{decide, Decision, ResponseFacts};
-pub use encoder::Encoder;
+pub use encoder::{Encoder, Gzip, Spare, Zstd};
 pub use negotiate::negotiate;
 
 /// A content coding the server can apply (RFC 9110 8.4.1).

@@ -50,6 +50,8 @@ fn lists(value: &[u8], token: &[u8]) -> bool {
 impl Exchange {
     /// Decides how the response with status `code` and app fields `headers` is sent
     /// (compression is on): `body_length` is the whole body's when known.
+    #[cold]
+    #[inline(never)]
     pub(super) fn compression_decision(
         &self,
         code: u16,
@@ -77,10 +79,23 @@ impl Exchange {
         })
     }
 
-    /// The encoder for `coding`, or `None` when it cannot be made (the response then goes
-    /// out as it is).
-    pub(super) fn make_encoder(&self, coding: Coding) -> Option<Encoder> {
-        Encoder::new(coding, &self.shared.config.compression).ok()
+    /// The encoder for `coding` (one the slot kept, or a new one), or `None` when it cannot
+    /// be made (the response then goes out as it is).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn make_encoder(&mut self, coding: Coding) -> Option<Encoder> {
+        let config = &self.shared.config.compression;
+        self.ctx.encoders.take(coding, config).ok()
+    }
+
+    /// Stops compressing (the body ended, or the response was dropped): the encoder goes
+    /// back to the slot for its next compressed response.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn stop_compressing(&mut self) {
+        if let Some(compressing) = self.compressing.take() {
+            self.ctx.encoders.give_back(compressing.encoder);
+        }
     }
 
     /// Starts compressing the body after its head (whose closing empty line starts at
@@ -120,6 +135,8 @@ impl Exchange {
 
     /// Passes body bytes through the encoder; what it produced is framed into the output
     /// buffer, which is sent once it is full (a whole body waits for its end).
+    #[cold]
+    #[inline(never)]
     pub(super) fn write_compressed(&mut self, data: &[u8]) -> io::Result<()> {
         let data = self.allowed(data);
         self.body_sent += data.len() as u64;
@@ -146,6 +163,8 @@ impl Exchange {
 
     /// Ends the block written so far with a sync flush and frames it into the output buffer
     /// (the caller sends it): a stream's block decodes on the client before the next exists.
+    #[cold]
+    #[inline(never)]
     pub(super) fn flush_encoder(&mut self) -> io::Result<()> {
         let Some(compressing) = self.compressing.as_mut() else {
             return Ok(());
@@ -165,6 +184,8 @@ impl Exchange {
     /// Ends the compressed stream into the output buffer: the last chunk's bytes before the
     /// caller's last-chunk marker, or, for a whole body, its `Content-Length` into the head
     /// and the compressed body after it. Nothing, when not compressing.
+    #[cold]
+    #[inline(never)]
     pub(super) fn end_encoding(&mut self) -> io::Result<()> {
         let Some(compressing) = self.compressing.as_mut() else {
             return Ok(());
@@ -189,7 +210,7 @@ impl Exchange {
         } else {
             self.take_encoded();
         }
-        self.compressing = None;
+        self.stop_compressing();
         Ok(())
     }
 
@@ -217,6 +238,8 @@ impl Exchange {
     /// A file body of a compressed response (a static answer or `wsgi.file_wrapper` begun
     /// without [`Exchange::keep_identity`]): read in blocks and compressed, as sendfile cannot
     /// carry a transformed body.
+    #[cold]
+    #[inline(never)]
     pub(super) fn send_file_compressed(
         &mut self,
         file_fd: RawFd,

@@ -39,6 +39,9 @@ pub struct SlotContext {
     /// output beyond the response store's room is queued all the same, and the app is made
     /// to wait on its own loop until it is written.
     pub(crate) never_wait: bool,
+    /// The encoders of the slot's compressed responses, kept for its next ones (ADR 0037);
+    /// empty unless compression is on.
+    pub(crate) encoders: crate::compress::Spare,
 }
 
 impl SlotContext {
@@ -60,6 +63,7 @@ impl SlotContext {
             vacant: None,
             batch_responses: false,
             never_wait: false,
+            encoders: Default::default(),
         }
     }
 }

@@ -244,7 +244,9 @@ impl Exchange {
             self.framing = ResponseFraming::NoBody;
             self.status = 0;
             self.complete_body = false;
-            self.compressing = None;
+            if self.compressing.is_some() {
+                self.stop_compressing();
+            }
             return true;
         }
         self.phase == Phase::NotStarted
@@ -378,7 +380,9 @@ impl Exchange {
             Phase::NotStarted => return Err(io::Error::other("finish before begin_response")),
             _ => {}
         }
-        self.end_encoding()?;
+        if self.compressing.is_some() {
+            self.end_encoding()?;
+        }
         if self.framing == ResponseFraming::Chunked {
             self.ctx.out.extend_from_slice(LAST_CHUNK);
         }
@@ -397,7 +401,9 @@ impl Exchange {
             Phase::NotStarted => return Err(io::Error::other("finish before begin_response")),
             _ => {}
         }
-        self.end_encoding()?;
+        if self.compressing.is_some() {
+            self.end_encoding()?;
+        }
         if self.framing == ResponseFraming::Chunked {
             let out = &mut self.ctx.out;
             out.extend_from_slice(b"0\r\n");
@@ -428,7 +434,9 @@ impl Exchange {
     /// Gives up on the response (an error after bytes were sent): the connection closes.
     pub fn abort(&mut self) {
         self.keep_alive = false;
-        self.compressing = None;
+        if self.compressing.is_some() {
+            self.stop_compressing();
+        }
         self.ctx.out.clear();
         self.phase = Phase::Finished;
     }
@@ -462,6 +470,7 @@ impl Exchange {
 /// `Accept-Encoding` (once, `vary_merged` then set; unchanged when it lists it or is `*`), a
 /// strong `ETag` becomes weak (the compressed bytes are another representation, RFC 9110
 /// 8.8.3). Returns whether it encoded the field (else the caller encodes it as it is).
+#[cold]
 fn rewrite_field(
     out: &mut Vec<u8>,
     name: &[u8],
