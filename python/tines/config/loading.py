@@ -257,9 +257,23 @@ def ignored_settings(cfg: Config) -> list[str]:
         found.append(f"certfile ({cfg.source('certfile')}) is ignored: every bind is unix: or cleartext "
                      "(plain:, h2c:, http1+h2c:), so none speaks TLS")
     found += _ignored_http2(cfg)
+    found += _ignored_rate_limits(cfg)
     if cfg.mpm == "prefork" and cfg.threads > 1:
         found.append(f"threads {cfg.threads} ({cfg.source('threads')}) is ignored by mpm prefork, which runs "
                      "one request at a time per worker: for app threads use --mpm thread or --mpm event")
+    return found
+
+
+def _ignored_rate_limits(cfg: Config) -> list[str]:
+    """The rate limits' settings that do nothing beside the others (docs/rate-limits.md)."""
+    found = []
+    if cfg.rate_limit is None and cfg.source("rate_limit_burst") != "default":
+        found.append(f"rate_limit_burst ({cfg.source('rate_limit_burst')}) is ignored without rate_limit "
+                     "(--rate-limit): path rules give their burst as PREFIX=RATE:BURST")
+    if not (cfg.rate_limit or cfg.rate_limit_paths or cfg.max_connections_per_client):
+        found += [f"{name} ({cfg.source(name)}) is ignored without rate_limit, rate_limit_paths or "
+                  "max_connections_per_client" for name in ("rate_limit_allow", "rate_limit_ipv6_prefix")
+                  if cfg.source(name) != "default"]
     return found
 
 

@@ -319,6 +319,8 @@ def test_a_path_rule_limits_its_prefix_on_a_bucket_of_its_own(tines_server: Any)
     server = tines_server(APP, "-w", "1", "--rate-limit-paths", "/login=1/m:2,/login/slow=1/m:1")
     assert [get(server.port, "/", "127.0.0.2")[0] for _ in range(5)] == [200] * 5
     assert [get(server.port, "/login?next=/", "127.0.0.2")[0] for _ in range(3)] == [200, 200, 429]
+    # An escaped path is the same path to the app: the same rule.
+    assert get(server.port, "/%6Cogin", "127.0.0.2")[0] == 429
     # The longest prefix wins: /login/slow's own bucket, not /login's spent one.
     status, headers, _ = get(server.port, "/login/slow", "127.0.0.2")
     assert status == 200

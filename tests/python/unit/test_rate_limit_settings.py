@@ -12,7 +12,7 @@ import pytest
 
 import tines._core as _core
 from tines import rate_limits
-from tines.config import load
+from tines.config import ignored_settings, load
 from tines.errors import ConfigError
 from tines.worker import worker_settings
 
@@ -93,3 +93,12 @@ def test_an_upgrade_adopts_the_old_master_s_table_when_its_size_fits(caplog: Any
     assert rate_limits.ensure(load({}, {}), None, fd, board) is None
     with pytest.raises(OSError):
         os.fstat(fd)
+
+
+def test_settings_that_do_nothing_beside_the_others_are_named() -> None:
+    assert ignored_settings(load({"rate_limit": "1/s", "rate_limit_burst": "5"}, {})) == []
+    assert ignored_settings(load({"rate_limit_paths": "/a=1/s", "rate_limit_allow": "10.0.0.0/8"}, {})) == []
+    (line,) = ignored_settings(load({"rate_limit_burst": "5"}, {}))
+    assert line.startswith("rate_limit_burst (cli) is ignored without rate_limit")
+    lines = ignored_settings(load({"rate_limit_allow": "10.0.0.0/8", "rate_limit_ipv6_prefix": "56"}, {}))
+    assert [line.split()[0] for line in lines] == ["rate_limit_allow", "rate_limit_ipv6_prefix"]

@@ -298,14 +298,17 @@ impl RateLimiter {
         })
     }
 
-    /// Counts one request for path `path` (the target, query included: prefixes match its
-    /// start) from `client` at `now` (CLOCK_MONOTONIC ns). A request without a client
-    /// address (a Unix-socket peer with no forwarded one) is not limited.
+    /// Counts one request for the request target `path` from `client` at `now`
+    /// (CLOCK_MONOTONIC ns). Rules match the start of the path as the app sees it (its
+    /// percent-escapes decoded, an absolute-form target's scheme and authority and the query
+    /// left out), so `/%6Cogin` is under `/login`. A request without a client address (a
+    /// Unix-socket peer with no forwarded one) is not limited.
     pub fn check(&self, client: Option<IpAddr>, path: &[u8], now: u64) -> Verdict {
+        let path = path_of(path);
         let Some(index) = self
             .rules
             .iter()
-            .position(|rule| path.starts_with(&rule.prefix))
+            .position(|rule| decoded_starts_with(path, &rule.prefix))
         else {
             return Verdict::Pass(None);
         };
@@ -331,6 +334,63 @@ impl RateLimiter {
                 )
             }
         }
+    }
+}
+
+/// The path of request target `target`: an absolute-form target without its scheme and
+/// authority, any query or fragment left out (not decoded: see [`decoded_starts_with`]).
+fn path_of(target: &[u8]) -> &[u8] {
+    let end = target
+        .iter()
+        .position(|&b| b == b'?' || b == b'#')
+        .unwrap_or(target.len());
+    let target = &target[..end];
+    if target.first() == Some(&b'/') {
+        return target;
+    }
+    match target.windows(3).position(|w| w == b"://") {
+        Some(at) => {
+            let rest = &target[at + 3..];
+            rest.iter()
+                .position(|&b| b == b'/')
+                .map_or(&b"/"[..], |slash| &rest[slash..])
+        }
+        None => target,
+    }
+}
+
+/// Whether `path`, its `%XX` escapes decoded as the WSGI layer decodes them (a malformed one
+/// stays as sent), starts with `prefix`; without allocating.
+fn decoded_starts_with(path: &[u8], prefix: &[u8]) -> bool {
+    let mut at = 0;
+    for &wanted in prefix {
+        let Some(&byte) = path.get(at) else {
+            return false;
+        };
+        let decoded = match (byte, path.get(at + 1), path.get(at + 2)) {
+            (b'%', Some(&high), Some(&low)) => match (hex(high), hex(low)) {
+                (Some(high), Some(low)) => {
+                    at += 2;
+                    high << 4 | low
+                }
+                _ => byte,
+            },
+            _ => byte,
+        };
+        if decoded != wanted {
+            return false;
+        }
+        at += 1;
+    }
+    true
+}
+
+fn hex(digit: u8) -> Option<u8> {
+    match digit {
+        b'0'..=b'9' => Some(digit - b'0'),
+        b'a'..=b'f' => Some(digit - b'a' + 10),
+        b'A'..=b'F' => Some(digit - b'A' + 10),
+        _ => None,
     }
 }
 
@@ -501,6 +561,34 @@ mod tests {
             );
             assert_eq!(limiter.check(None, b"/api/x", now), Verdict::Pass(None));
         }
+    }
+
+    #[test]
+    fn rules_match_the_decoded_path_without_its_query_or_authority() {
+        assert!(decoded_starts_with(b"/%6Cogin", b"/login"));
+        assert!(decoded_starts_with(b"/%6cog%69n/x", b"/login"));
+        assert!(!decoded_starts_with(b"/%6Xogin", b"/login"));
+        assert!(decoded_starts_with(b"/%", b"/%"));
+        assert!(!decoded_starts_with(b"/log", b"/login"));
+        assert!(decoded_starts_with(b"/anything", b""));
+        assert_eq!(path_of(b"/login?next=/admin"), b"/login");
+        assert_eq!(path_of(b"/a#frag"), b"/a");
+        assert_eq!(path_of(b"http://example.com/login?x"), b"/login");
+        assert_eq!(path_of(b"https://example.com"), b"/");
+        let limiter = limiter(None, None, &["/login=1/m:1"], &[]);
+        let client = Some(ip("192.0.2.9"));
+        assert!(matches!(
+            limiter.check(client, b"/login", 0),
+            Verdict::Pass(Some(_))
+        ));
+        for evasion in [&b"/%6Cogin"[..], b"http://h/login", b"/login?/"] {
+            assert!(matches!(
+                limiter.check(client, evasion, 0),
+                Verdict::Limited(..)
+            ));
+        }
+        // The query is no part of the path: `/?/login` is not under /login.
+        assert_eq!(limiter.check(client, b"/?/login", 0), Verdict::Pass(None));
     }
 
     #[test]
