@@ -129,8 +129,6 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Apache", "Apache::SizeLimit `CHECK_EVERY_N_REQUESTS`",
                "{memory_sample_rate} (the master samples by time, not per request)"),
     Equivalent("Apache", "Apache::Resource `PERL_RLIMIT_NOFILE`, `PERL_RLIMIT_CORE`", "{limit_open_files}, {limit_core}"),
-    Equivalent("Apache", "`mod_deflate` (`SetOutputFilter DEFLATE`), mod_perl Apache::GzipChain",
-               "{compression} `gzip` (and `br`, `zstd`), for the types in {compression_types}"),
     Equivalent("Apache", "mod_perl Apache::SpeedLimit (requests per client and interval, in shared memory)",
                "{rate_limit} with {rate_limit_burst}: a token bucket per client in one table every "
                "worker shares (docs/rate-limits.md)"),
@@ -308,35 +306,33 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("nginx", "`disable_symlinks` (off by default: every symlink is followed)",
                "symlinks staying inside the mount are followed, others refused; {static_follow_symlinks} "
                "follows them all"),
-    Equivalent("nginx", "`gzip on`, `gzip_comp_level` (`brotli on`, `brotli_comp_level` with ngx_brotli)",
-               "{compression} `gzip` (`br`, `zstd`), {compression_gzip_level} "
-               "({compression_brotli_level}, {compression_zstd_level})"),
-    Equivalent("nginx", "`gzip_types`", "{compression_types} (text/* and the usual text-like types by default)"),
-    Equivalent("nginx", "`gzip_min_length`", "{compression_min_size}"),
+    Equivalent("Apache", "mod_deflate, mod_brotli (`AddOutputFilterByType DEFLATE text/html`), Apache::GzipChain",
+               "{compression} (`gzip`, `br`, `zstd`) and {compression_types}"),
+    Equivalent("Apache", "`DeflateCompressionLevel`, `BrotliCompressionQuality`",
+               "{compression_gzip_level}, {compression_brotli_level}"),
+    Equivalent("nginx", "`gzip on`, `gzip_types`, `gzip_min_length`, `gzip_comp_level`",
+               "{compression}, {compression_types}, {compression_min_size}, {compression_gzip_level}"),
+    Equivalent("nginx", "`gzip_vary on`", "always: `Vary: Accept-Encoding` on every response that could be compressed"),
+    Equivalent("nginx", "`gzip_disable`", "{compression_exclude_paths} (by path, not by User-Agent)"),
     Equivalent("nginx", "`gzip_static on` (and ngx_brotli's `brotli_static`)",
                "always for static text files: siblings `.br`, `.zst`, `.gz` chosen by `Accept-Encoding`"),
-    Equivalent("nginx", "`gzip_vary on`", "always: a response that could be compressed carries `Vary: Accept-Encoding`"),
-    Equivalent("nginx", "`gzip off` in a `location`", "{compression_exclude_paths}"),
-    Equivalent("nginx", "`limit_req_zone $binary_remote_addr ... rate=10r/s`, `limit_req ... burst=20 nodelay`",
-               "{rate_limit} `10/s`, {rate_limit_burst} `20` (answered at once as with `nodelay`, "
-               "with `429` and `Retry-After`, not nginx's default `503`)"),
-    Equivalent("nginx", "the zone's size (`zone=one:10m`)", "{rate_limit_table_size} (entries, not bytes)"),
-    Equivalent("nginx", "`limit_req` in a `location`", "{rate_limit_paths} `PREFIX=RATE[:BURST]`"),
-    Equivalent("nginx", "a `geo` or `map` giving some networks an empty key (not limited)",
-               "{rate_limit_allow}"),
-    Equivalent("nginx", "`limit_conn_zone $binary_remote_addr`, `limit_conn`",
-               "{max_connections_per_client} (the TCP or PROXY address: never a trusted proxy's connection)"),
+    Equivalent("nginx", "`limit_req_zone $binary_remote_addr ... rate=10r/s` with `limit_req burst=20 nodelay`",
+               "{rate_limit=10/s} with {rate_limit_burst=20} (always `nodelay`: over the burst is a 429 at once, "
+               "never a delay); `zone=...:10m` is {rate_limit_table_size} (entries, not bytes)"),
+    Equivalent("nginx", "`limit_req` in a `location`", "{rate_limit_paths} (`PREFIX=RATE[:BURST]`, the longest "
+               "prefix wins)"),
+    Equivalent("nginx", "`limit_req_status 429`, `limit_conn_status`", "always 429 (with `Retry-After` and the "
+               "`RateLimit` fields); a connection over {max_connections_per_client} is closed unanswered"),
+    Equivalent("nginx", "`limit_conn_zone $binary_remote_addr` with `limit_conn addr 10`",
+               "{max_connections_per_client=10}"),
+    Equivalent("nginx", "`geo` / `map` to exempt networks from `limit_req`", "{rate_limit_allow}"),
+    Equivalent("Apache", "mod_evasive `DOSPageCount`, `DOSSiteCount`", "{rate_limit} with {rate_limit_burst} "
+               "(one bucket per client in shared memory: every worker counts in it)"),
+    Equivalent("Apache", "mod_qos `QS_SrvMaxConnPerIP`", "{max_connections_per_client}"),
     Equivalent("nginx", "`set_real_ip_from`, `real_ip_header`, `listen ... proxy_protocol`",
                "{forwarded_allow_ips}, {proxy_protocol}: the limits count the real client"),
     Equivalent("Apache", "mod_alias `Alias /static DIR` with mod_expires and `Options -Indexes`",
                "{static} (never a listing), {static_cache_control}"),
-    Equivalent("nginx", "`limit_req_status 429`, `limit_conn_status`", "always 429 (with `Retry-After` and the "
-               "`RateLimit` fields); a connection over {max_connections_per_client} is closed unanswered"),
-    Equivalent("Apache", "mod_evasive `DOSPageCount`, `DOSSiteCount`", "{rate_limit} with {rate_limit_burst} "
-               "(one bucket per client in shared memory: every worker counts in it)"),
-    Equivalent("Apache", "mod_qos `QS_SrvMaxConnPerIP`", "{max_connections_per_client}"),
-    Equivalent("Apache", "`DeflateCompressionLevel`, `BrotliCompressionQuality`",
-               "{compression_gzip_level}, {compression_brotli_level}"),
 )
 """The rows of the "Coming from another server" table, which also answer their flags."""
 
