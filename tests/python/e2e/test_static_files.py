@@ -236,6 +236,37 @@ def test_every_header_rule_over_http1_tls_and_h2(tines_server: Any, tls_certs: T
         check_headers(Curl(server, tls_certs, transport, tmp_path), site)
 
 
+def test_static_answers_are_never_compressed_on_the_fly(tines_server: Any, tls_certs: TlsCerts,
+                                                        tmp_path: Path) -> None:
+    """With ``--compression`` on, a static file still goes out as it is on disk (sendfile on
+    plain HTTP/1.1): the identity with its strong ETag, or the precompressed sibling; a 304 says
+    the ETag the 200 said."""
+    debian_tool("curl")
+    site = make_site(tmp_path)
+    server = start(tines_server, tls_certs, site, (WSGI, "prefork"), "--compression", "gzip,br")
+    browser = ("-H", "Accept-Encoding: gzip, deflate, br")
+    for transport in ("plain", "tls", "h2"):
+        curl = Curl(server, tls_certs, transport, tmp_path)
+        assert curl.get("/static/app.css", *browser).headers["content-encoding"] == "br", "the sibling"
+        plain = curl.get("/static/app.3f2a9c1e.css", *browser)
+        assert (plain.status, plain.body) == (200, CSS), transport
+        assert "content-encoding" not in plain.headers and plain.headers["content-length"] == str(len(CSS))
+        etag = plain.headers["etag"]
+        assert etag.startswith('"') and not etag.endswith('-gz"'), etag
+        again = curl.get("/static/app.3f2a9c1e.css", *browser, "-H", f"If-None-Match: {etag}")
+        assert (again.status, again.body, again.headers["etag"]) == (304, b"", etag)
+        sibling = curl.get("/static/app.css", "-H", "Accept-Encoding: gzip")
+        assert (sibling.status, sibling.body) == (200, (site.root / "app.css.gz").read_bytes())
+        assert sibling.headers["content-encoding"] == "gzip" and sibling.headers["etag"].endswith('-gz"')
+        assert sibling.headers["content-length"] == str(len(sibling.body))
+        revalidated = curl.get("/static/app.css", "-H", "Accept-Encoding: gzip", "-H",
+                               f"If-None-Match: {sibling.headers['etag']}")
+        assert (revalidated.status, revalidated.headers["etag"]) == (304, sibling.headers["etag"])
+        # A range applies to the identity, not to a compressed stream.
+        part = curl.get("/static/app.3f2a9c1e.css", *browser, "-r", "0-9")
+        assert (part.status, part.body) == (206, CSS[:10]) and "content-encoding" not in part.headers
+
+
 TRAVERSALS = [
     "/static/../outside/secret.txt",
     "/static/%2e%2e/outside/secret.txt",

@@ -267,6 +267,7 @@ fn answer(
 
 /// A short answer from Rust (404, 405, 301) with a text body, keeping the connection.
 fn small(exchange: &mut Exchange, status: &[u8], extra: &[(&[u8], &[u8])]) {
+    exchange.keep_identity();
     let body = &status[4..];
     let mut headers: Vec<(&[u8], &[u8])> = vec![(b"Content-Type", b"text/plain; charset=utf-8")];
     headers.extend_from_slice(extra);
@@ -298,6 +299,10 @@ fn answer_file(
     identity: Opened,
     cache_control: &[u8],
 ) {
+    // Never compressed on the fly (whatever `compression` says): the file goes out with
+    // sendfile, a text file is compressed ahead by its sibling, and a 304's ETag stays the
+    // 200's.
+    exchange.keep_identity();
     let mime = mime_type(name);
     let compressible = is_compressible(mime);
     let mut encoding = None;
