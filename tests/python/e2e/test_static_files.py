@@ -429,14 +429,19 @@ def refuse_openat2() -> None:
 
 
 def test_without_openat2_the_master_stops_with_one_line(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "tines", "serve", "static_app:app", "--static",
-                             f"/static={tmp_path}"], capture_output=True, text=True, timeout=60, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT / "tests/python/e2e/apps")},
-                            preexec_fn=refuse_openat2)
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "static" in lines[0] and "openat2 is unavailable" in lines[0], result.stderr
-    assert os.strerror(errno.ENOSYS) in lines[0], result.stderr
+    errors = []
+    for command in ("check-config", "serve"):
+        result = subprocess.run([sys.executable, "-m", "tines", command, "static_app:app", "--static",
+                                 f"/static={tmp_path}"], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT / "tests/python/e2e/apps")},
+                                preexec_fn=refuse_openat2)
+        assert result.returncode == 2, result.stderr
+        errors.append([line for line in result.stderr.splitlines() if line.startswith("tines: error:")])
+        if command == "check-config":
+            assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    for lines in errors:
+        assert len(lines) == 1 and "static" in lines[0] and "openat2 is unavailable" in lines[0], lines
+        assert os.strerror(errno.ENOSYS) in lines[0], lines
 
 
 @pytest.mark.parametrize("served", [SERVED[0], SERVED[3]], ids=["prefork", "asgi"])
