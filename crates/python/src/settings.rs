@@ -90,12 +90,17 @@ fn h2_config(settings: &Bound<'_, PyDict>) -> PyResult<H2Config> {
 /// cannot be opened, and each worker holds its own descriptors from its start.
 fn static_config(settings: &Bound<'_, PyDict>) -> PyResult<StaticConfig> {
     let mut mounts = Vec::new();
+    let follow_symlinks = get(settings, "static_follow_symlinks")?;
     for item in get::<Vec<String>>(settings, "static")? {
         let (prefix, dir) = item
             .split_once('=')
             .ok_or_else(|| PyValueError::new_err(format!("static: {item:?} must be PREFIX=DIR")))?;
-        let mount = Mount::open(prefix.as_bytes(), std::path::Path::new(dir))
-            .map_err(|err| PyValueError::new_err(format!("static: {dir}: {err}")))?;
+        let mount = Mount::open(
+            prefix.as_bytes(),
+            std::path::Path::new(dir),
+            follow_symlinks,
+        )
+        .map_err(|err| PyValueError::new_err(format!("static: {dir}: {err}")))?;
         mounts.push(mount);
     }
     Ok(StaticConfig {
@@ -104,7 +109,7 @@ fn static_config(settings: &Bound<'_, PyDict>) -> PyResult<StaticConfig> {
         miss_to_app: get::<String>(settings, "static_miss")? == "app",
         cache_control: get::<String>(settings, "static_cache_control")?.into_bytes(),
         hashed_cache_control: get::<String>(settings, "static_hashed_cache_control")?.into_bytes(),
-        follow_symlinks: get(settings, "static_follow_symlinks")?,
+        follow_symlinks,
         hidden: get(settings, "static_hidden")?,
     })
 }

@@ -4,11 +4,15 @@
 //! proves the directories open), and the rules that decide what under a mount may be served.
 //!
 //! It sits below `config` (which holds it) and must not serve anything: the serving is
-//! `static_files`, above the exchange. Nothing here runs per request except
-//! [`StaticConfig::mount_for`], a prefix comparison per mount.
+//! `static_files`, above the exchange. Per request run only [`StaticConfig::mount_for`], a
+//! prefix comparison per mount, and the two ways of opening beneath a mount that
+//! [`Mount::open`] proves to work before the master forks ([`open_beneath`], [`reopen`]):
+//! a kernel or sandbox without them is refused at start, never a 404 for every file.
 
+use std::ffi::CStr;
 use std::fmt;
 use std::io;
+use std::io::Write as _;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -29,8 +33,11 @@ pub struct Mount {
 
 impl Mount {
     /// Opens `dir` (`O_PATH | O_DIRECTORY`: only for resolving beneath it) for `prefix`. Fails
-    /// when `dir` does not exist or is not a directory.
-    pub fn open(prefix: &[u8], dir: &Path) -> io::Result<Mount> {
+    /// when `dir` does not exist or is not a directory, or when the files under it could not
+    /// be opened as `static_files` opens them: `openat2` refused (`ENOSYS` on a kernel before
+    /// 5.6 or under valgrind, `EPERM` from a seccomp filter) unless `follow_symlinks` (plain
+    /// `openat` then), or `/proc/self/fd` not the kernel's (no procfs mounted).
+    pub fn open(prefix: &[u8], dir: &Path, follow_symlinks: bool) -> io::Result<Mount> {
         let mut c_path = dir.as_os_str().as_bytes().to_vec();
         if c_path.contains(&0) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"));
@@ -48,6 +55,30 @@ impl Mount {
         }
         // SAFETY: open returned a fresh descriptor that nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        if !follow_symlinks {
+            let here = open_beneath(fd.as_raw_fd(), c".", libc::O_PATH | libc::O_CLOEXEC).map_err(
+                |err| {
+                    io::Error::new(
+                        err.kind(),
+                        format!(
+                            "openat2 is unavailable ({err}: a kernel before 5.6, a seccomp \
+                             filter or an emulator), and without it files cannot be kept \
+                             beneath the directory (static_follow_symlinks does without)"
+                        ),
+                    )
+                },
+            )?;
+            drop(here);
+        }
+        probe_reopen(&fd).map_err(|err| {
+            io::Error::new(
+                err.kind(),
+                format!(
+                    "/proc/self/fd does not reopen files ({err}): static files are opened \
+                     through it to open only regular files (mount procfs on /proc)"
+                ),
+            )
+        })?;
         Ok(Mount {
             prefix: prefix.strip_suffix(b"/").unwrap_or(prefix).to_vec(),
             dir: dir.to_path_buf(),
@@ -59,6 +90,101 @@ impl Mount {
     pub fn dir_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
+}
+
+/// How often an `openat2` that answers `EAGAIN` is tried in all: `RESOLVE_BENEATH` refuses a
+/// lookup through `..` (an in-mount symlink `sub/up.css -> ../app.css`) that a concurrent
+/// rename may have raced, asking the caller to try again; a few tries make that a hit, and
+/// one that keeps racing (a rename storm) is a miss, never a loop.
+const EAGAIN_TRIES: u32 = 4;
+
+/// Runs `open` until it answers other than `EAGAIN`, at most `tries` times in all (the last
+/// `EAGAIN` is the answer then).
+fn retry_eagain<T>(tries: u32, mut open: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    let mut left = tries;
+    loop {
+        match open() {
+            Err(err) if err.raw_os_error() == Some(libc::EAGAIN) && left > 1 => left -= 1,
+            answer => return answer,
+        }
+    }
+}
+
+/// Opens `name` (relative) beneath `dir` with `flags` by `openat2`, confined to `dir`
+/// (`RESOLVE_BENEATH`: `..`, absolute names and symlinks leading out are refused by the
+/// kernel; `RESOLVE_NO_MAGICLINKS`: no `/proc/*/fd` jumps), `EAGAIN` retried
+/// ([`EAGAIN_TRIES`]).
+pub fn open_beneath(dir: RawFd, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: open_how is plain data; zeroed then filled (it is non-exhaustive).
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = flags as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    retry_eagain(EAGAIN_TRIES, || {
+        // SAFETY: the pointers are valid for the call; the size is the struct's.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir,
+                name.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        } as libc::c_int;
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor that nobody else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    })
+}
+
+/// Opens for reading (non-blocking, no controlling terminal, closed on exec) the file that
+/// `path`, an `O_PATH` descriptor, refers to: the very same file (the kernel follows the
+/// descriptor's `/proc/self/fd/N` link to it, not a name), so a caller that `fstat`ed `path`
+/// knows what it opens. [`Mount::open`] proved `/proc/self/fd` is the kernel's.
+pub fn reopen(path: &OwnedFd) -> io::Result<OwnedFd> {
+    reopen_with(
+        path,
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY,
+    )
+}
+
+/// [`reopen`] with `flags`.
+fn reopen_with(path: &OwnedFd, flags: libc::c_int) -> io::Result<OwnedFd> {
+    let mut name = [0u8; 32];
+    let mut cursor = &mut name[..];
+    // Cannot fail: 14 bytes, at most 10 digits and the NUL fit in 32.
+    let _ = write!(cursor, "/proc/self/fd/{}\0", path.as_raw_fd());
+    // SAFETY: name holds a NUL-terminated path and outlives the call.
+    let fd = unsafe { libc::open(name.as_ptr().cast(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor that nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The device and inode `fstat` gives for `fd`.
+fn identity(fd: &OwnedFd) -> io::Result<(u64, u64)> {
+    // SAFETY: stat is plain data, all zeroes a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is open; st is a valid stat to fill.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// Proves [`reopen`] opens the file its descriptor refers to (procfs on `/proc`, not another
+/// file system or nothing): the directory `dir` reopened is the same device and inode. Done
+/// once per mount, so a request pays the reopen's one syscall and no check. (`O_PATH`: a
+/// directory the worker may search but not list is still a mount.)
+fn probe_reopen(dir: &OwnedFd) -> io::Result<()> {
+    let again = reopen_with(dir, libc::O_PATH | libc::O_CLOEXEC)?;
+    if identity(&again)? != identity(dir)? {
+        return Err(io::Error::other("it reopened another file"));
+    }
+    Ok(())
 }
 
 impl fmt::Debug for Mount {
@@ -127,7 +253,7 @@ mod tests {
         StaticConfig {
             mounts: prefixes
                 .iter()
-                .map(|prefix| Mount::open(prefix.as_bytes(), &dir).unwrap())
+                .map(|prefix| Mount::open(prefix.as_bytes(), &dir, false).unwrap())
                 .collect(),
             ..StaticConfig::default()
         }
@@ -155,8 +281,111 @@ mod tests {
     }
 
     #[test]
+    fn eagain_is_tried_again_a_few_times_then_is_the_answer() {
+        let eagain = || io::Error::from_raw_os_error(libc::EAGAIN);
+        let mut calls = 0;
+        let answer = retry_eagain(4, || {
+            calls += 1;
+            if calls < 3 {
+                Err(eagain())
+            } else {
+                Ok(calls)
+            }
+        });
+        assert_eq!((answer.unwrap(), calls), (3, 3));
+        calls = 0;
+        let answer: io::Result<()> = retry_eagain(4, || {
+            calls += 1;
+            Err(eagain())
+        });
+        assert_eq!(answer.unwrap_err().raw_os_error(), Some(libc::EAGAIN));
+        assert_eq!(calls, 4, "never a loop");
+        calls = 0;
+        let answer: io::Result<()> = retry_eagain(4, || {
+            calls += 1;
+            Err(io::Error::from_raw_os_error(libc::ENOENT))
+        });
+        assert_eq!(
+            (answer.is_err(), calls),
+            (true, 1),
+            "a miss is not tried again"
+        );
+    }
+
+    /// Makes `openat2` answer `errno` on this thread only (a seccomp filter: a filter
+    /// applies to the thread that installs it and the threads and processes it starts).
+    fn refuse_openat2_on_this_thread(errno: libc::c_int) {
+        let rule = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+        let program = [
+            // The syscall number (offset 0 of seccomp_data).
+            rule((libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, 0, 0, 0),
+            rule(
+                (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+                0,
+                1,
+                libc::SYS_openat2 as u32,
+            ),
+            rule(
+                (libc::BPF_RET | libc::BPF_K) as u16,
+                0,
+                0,
+                libc::SECCOMP_RET_ERRNO | errno as u32,
+            ),
+            rule(
+                (libc::BPF_RET | libc::BPF_K) as u16,
+                0,
+                0,
+                libc::SECCOMP_RET_ALLOW,
+            ),
+        ];
+        let fprog = libc::sock_fprog {
+            len: program.len() as u16,
+            filter: program.as_ptr().cast_mut(),
+        };
+        // SAFETY: prctl with valid arguments; fprog and program outlive the calls.
+        unsafe {
+            assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+            assert_eq!(
+                libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &fprog as *const libc::sock_fprog,
+                ),
+                0,
+                "{}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+
+    #[test]
+    fn a_mount_is_refused_when_openat2_is_not_available() {
+        for errno in [libc::ENOSYS, libc::EPERM] {
+            let (refused, followed) = std::thread::spawn(move || {
+                refuse_openat2_on_this_thread(errno);
+                let dir = std::env::temp_dir();
+                (
+                    Mount::open(b"/s", &dir, false).map(drop),
+                    Mount::open(b"/s", &dir, true).map(drop),
+                )
+            })
+            .join()
+            .unwrap();
+            let message = refused.unwrap_err().to_string();
+            assert!(
+                message.starts_with("openat2 is unavailable")
+                    && message.contains(&io::Error::from_raw_os_error(errno).to_string()),
+                "{message}"
+            );
+            assert!(followed.is_ok(), "static_follow_symlinks needs no openat2");
+        }
+        // This thread was never filtered.
+        assert!(Mount::open(b"/s", &std::env::temp_dir(), false).is_ok());
+    }
+
+    #[test]
     fn a_missing_directory_or_a_file_is_refused() {
-        assert!(Mount::open(b"/s", Path::new("/nonexistent/tines")).is_err());
-        assert!(Mount::open(b"/s", Path::new("/etc/passwd")).is_err());
+        assert!(Mount::open(b"/s", Path::new("/nonexistent/tines"), false).is_err());
+        assert!(Mount::open(b"/s", Path::new("/etc/passwd"), false).is_err());
     }
 }

@@ -7,12 +7,15 @@ the mount (apps/static_app.py) answers ``app PATH PID``, so a test tells the two
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import gzip
 import hashlib
 import json
 import os
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -236,6 +239,37 @@ def test_every_header_rule_over_http1_tls_and_h2(tines_server: Any, tls_certs: T
         check_headers(Curl(server, tls_certs, transport, tmp_path), site)
 
 
+def test_static_answers_are_never_compressed_on_the_fly(tines_server: Any, tls_certs: TlsCerts,
+                                                        tmp_path: Path) -> None:
+    """With ``--compression`` on, a static file still goes out as it is on disk (sendfile on
+    plain HTTP/1.1): the identity with its strong ETag, or the precompressed sibling; a 304 says
+    the ETag the 200 said."""
+    debian_tool("curl")
+    site = make_site(tmp_path)
+    server = start(tines_server, tls_certs, site, (WSGI, "prefork"), "--compression", "gzip,br")
+    browser = ("-H", "Accept-Encoding: gzip, deflate, br")
+    for transport in ("plain", "tls", "h2"):
+        curl = Curl(server, tls_certs, transport, tmp_path)
+        assert curl.get("/static/app.css", *browser).headers["content-encoding"] == "br", "the sibling"
+        plain = curl.get("/static/app.3f2a9c1e.css", *browser)
+        assert (plain.status, plain.body) == (200, CSS), transport
+        assert "content-encoding" not in plain.headers and plain.headers["content-length"] == str(len(CSS))
+        etag = plain.headers["etag"]
+        assert etag.startswith('"') and not etag.endswith('-gz"'), etag
+        again = curl.get("/static/app.3f2a9c1e.css", *browser, "-H", f"If-None-Match: {etag}")
+        assert (again.status, again.body, again.headers["etag"]) == (304, b"", etag)
+        sibling = curl.get("/static/app.css", "-H", "Accept-Encoding: gzip")
+        assert (sibling.status, sibling.body) == (200, (site.root / "app.css.gz").read_bytes())
+        assert sibling.headers["content-encoding"] == "gzip" and sibling.headers["etag"].endswith('-gz"')
+        assert sibling.headers["content-length"] == str(len(sibling.body))
+        revalidated = curl.get("/static/app.css", "-H", "Accept-Encoding: gzip", "-H",
+                               f"If-None-Match: {sibling.headers['etag']}")
+        assert (revalidated.status, revalidated.headers["etag"]) == (304, sibling.headers["etag"])
+        # A range applies to the identity, not to a compressed stream.
+        part = curl.get("/static/app.3f2a9c1e.css", *browser, "-r", "0-9")
+        assert (part.status, part.body) == (206, CSS[:10]) and "content-encoding" not in part.headers
+
+
 TRAVERSALS = [
     "/static/../outside/secret.txt",
     "/static/%2e%2e/outside/secret.txt",
@@ -319,6 +353,95 @@ def test_settings_open_what_the_defaults_refuse(tines_server: Any, tls_certs: Tl
         assert raw_get(port, target).endswith(SECRET), target
     for target in ("/static/../outside/secret.txt", "/static/%2e%2e/outside/secret.txt", "/static/fifo"):
         assert SECRET not in raw_get(port, target), target
+
+
+IN_OPEN = 0x20
+
+
+class OpenWatch:
+    """Counts the opens of one file with inotify (``IN_OPEN``): an ``O_PATH`` lookup opens
+    nothing and makes no event, a real open does."""
+
+    def __init__(self, path: Path) -> None:
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        assert self.fd >= 0, os.strerror(ctypes.get_errno())
+        assert self.libc.inotify_add_watch(self.fd, os.fsencode(path), IN_OPEN) >= 0
+
+    def opens(self) -> int:
+        count = 0
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return count
+            offset = 0
+            while offset < len(data):
+                _, mask, _, length = struct.unpack_from("iIII", data, offset)
+                count += bool(mask & IN_OPEN)
+                offset += 16 + length
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+@pytest.mark.parametrize("follow", [False, True], ids=["beneath", "follow-symlinks"])
+def test_a_file_that_is_not_regular_is_never_opened(tines_server: Any, tls_certs: TlsCerts, tmp_path: Path,
+                                                    follow: bool) -> None:
+    site = make_site(tmp_path)
+    os.symlink("/dev/null", site.root / "null")
+    server = start(tines_server, tls_certs, site, (WSGI, "prefork"), *(["--static-follow-symlinks"] if follow else []))
+    port = plain_port(server)
+    watch = OpenWatch(site.root / "fifo")
+    try:
+        for target in ("/static/fifo", "/static/null", "/static/sock"):
+            answer = raw_get(port, target)
+            assert answer.startswith(b"HTTP/1.1 404 "), (target, answer[:200])
+        assert watch.opens() == 0, "the FIFO was opened"
+        # The watch sees an open: ours.
+        os.close(os.open(site.root / "fifo", os.O_RDONLY | os.O_NONBLOCK))
+        assert watch.opens() == 1
+    finally:
+        watch.close()
+    assert raw_get(port, "/static/app.css").endswith(CSS)
+
+
+def refuse_openat2() -> None:
+    """In the child before exec: a seccomp filter that answers ``openat2`` (437 on every
+    architecture) with ENOSYS, as an old kernel or a container's profile would; inherited by
+    the server and its workers."""
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    program = (SockFilter * 4)(SockFilter(0x20, 0, 0, 0),  # load the syscall number
+                               SockFilter(0x15, 0, 1, 437),  # openat2?
+                               SockFilter(0x06, 0, 0, 0x00050000 | errno.ENOSYS),  # SECCOMP_RET_ERRNO
+                               SockFilter(0x06, 0, 0, 0x7FFF0000))  # SECCOMP_RET_ALLOW
+    fprog = SockFprog(len(program), program)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # NO_NEW_PRIVS, SECCOMP
+        raise OSError(ctypes.get_errno(), "seccomp")
+
+
+def test_without_openat2_the_master_stops_with_one_line(tmp_path: Path) -> None:
+    errors = []
+    for command in ("check-config", "serve"):
+        result = subprocess.run([sys.executable, "-m", "tines", command, "static_app:app", "--static",
+                                 f"/static={tmp_path}"], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT / "tests/python/e2e/apps")},
+                                preexec_fn=refuse_openat2)
+        assert result.returncode == 2, result.stderr
+        errors.append([line for line in result.stderr.splitlines() if line.startswith("tines: error:")])
+        if command == "check-config":
+            assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    for lines in errors:
+        assert len(lines) == 1 and "static" in lines[0] and "openat2 is unavailable" in lines[0], lines
+        assert os.strerror(errno.ENOSYS) in lines[0], lines
 
 
 @pytest.mark.parametrize("served", [SERVED[0], SERVED[3]], ids=["prefork", "asgi"])

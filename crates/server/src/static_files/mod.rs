@@ -5,11 +5,13 @@
 //! bridge make beside the 413 refusal: it answers the request, or gives the exchange back for
 //! the app (no mount matched, or a miss with `static_miss = "app"`).
 //!
-//! Files are opened beneath the mount's directory descriptor with `openat2`
+//! Files are looked up beneath the mount's directory descriptor with `openat2`
 //! (`RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`: symlinks that stay inside are followed, ones that
-//! leave refused by the kernel), non-blocking (a FIFO never blocks the open), then `fstat`ed:
-//! only regular files are served. The opens and `fstat`s run on the caller's thread (the
-//! slot's; for ASGI the event loop's), with the app's interpreter released.
+//! leave refused by the kernel) as `O_PATH` descriptors, which open nothing (a device's driver
+//! never sees an open, a FIFO never blocks), then `fstat`ed: only a regular file is then opened
+//! for reading, through its descriptor ([`static_mounts::reopen`]). The opens and `fstat`s run
+//! on the caller's thread (the slot's; for ASGI the event loop's), with the app's interpreter
+//! released.
 //!
 //! It must not decide framing or write to the socket itself: the exchange does both.
 
@@ -21,6 +23,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::exchange::Exchange;
+use crate::static_mounts;
 use path::{name_under_mount, target_path, Named};
 use rules::{
     accepted, carries_content_hash, http_date, if_range_holds, is_compressible, mime_type,
@@ -59,37 +62,19 @@ struct Opened {
     validators: Validators,
 }
 
-/// The flags of every open: read-only, never blocking (a FIFO's open returns at once), never
-/// becoming the controlling terminal, closed on exec.
-const OPEN_FLAGS: libc::c_int =
-    libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
-
-/// Opens `name` (relative; empty: the directory itself) beneath `dir`: with `openat2`
-/// confined to `dir` (`RESOLVE_BENEATH`, no magic links), or, when `follow` (symlinks may
-/// leave the mount), a plain `openat` (`name` holds no `..` and is relative, so only a symlink
-/// can lead out).
-fn open_beneath(dir: RawFd, name: &[u8], follow: bool) -> io::Result<OwnedFd> {
+/// Looks `name` (relative; empty: the directory itself) up beneath `dir` as an `O_PATH`
+/// descriptor (opening nothing): with `openat2` confined to `dir`
+/// ([`static_mounts::open_beneath`]), or, when `follow` (symlinks may leave the mount), a
+/// plain `openat` (`name` holds no `..` and is relative, so only a symlink can lead out).
+fn look_up(dir: RawFd, name: &[u8], follow: bool) -> io::Result<OwnedFd> {
     let c_name = CString::new(if name.is_empty() { &b"."[..] } else { name })
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let fd = if follow {
-        // SAFETY: c_name is NUL-terminated and outlives the call.
-        unsafe { libc::openat(dir, c_name.as_ptr(), OPEN_FLAGS) }
-    } else {
-        // SAFETY: open_how is plain data; zeroed then filled (it is non-exhaustive).
-        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-        how.flags = OPEN_FLAGS as u64;
-        how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
-        // SAFETY: the pointers are valid for the call; the size is the struct's.
-        unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dir,
-                c_name.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            ) as libc::c_int
-        }
-    };
+    let flags = libc::O_PATH | libc::O_CLOEXEC;
+    if !follow {
+        return static_mounts::open_beneath(dir, &c_name, flags);
+    }
+    // SAFETY: c_name is NUL-terminated and outlives the call.
+    let fd = unsafe { libc::openat(dir, c_name.as_ptr(), flags) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -97,7 +82,7 @@ fn open_beneath(dir: RawFd, name: &[u8], follow: bool) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// What `fstat` says of an open file: its type and validators.
+/// What `fstat` says of a looked-up file: its type and validators.
 fn stat(fd: &OwnedFd) -> io::Result<(libc::mode_t, Validators)> {
     // SAFETY: stat is plain data, all zeroes a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -115,11 +100,20 @@ fn stat(fd: &OwnedFd) -> io::Result<(libc::mode_t, Validators)> {
     ))
 }
 
-/// Opens `name` beneath `dir` when it is a regular file.
+/// Opens `name` beneath `dir` when it is a regular file (and only then).
 fn open_regular(dir: RawFd, name: &[u8], follow: bool) -> Option<Opened> {
-    let file = open_beneath(dir, name, follow).ok()?;
-    let (kind, validators) = stat(&file).ok()?;
-    (kind == libc::S_IFREG).then_some(Opened { file, validators })
+    let path = look_up(dir, name, follow).ok()?;
+    let (kind, validators) = stat(&path).ok()?;
+    opened(kind, &path, validators)
+}
+
+/// The regular file `path` (of type `kind`) opened for reading; `None` for any other type.
+fn opened(kind: libc::mode_t, path: &OwnedFd, validators: Validators) -> Option<Opened> {
+    if kind != libc::S_IFREG {
+        return None;
+    }
+    let file = static_mounts::reopen(path).ok()?;
+    Some(Opened { file, validators })
 }
 
 /// What the mount holds for a request, found before anything is answered.
@@ -138,16 +132,19 @@ fn find(rest: &[u8], statics: &crate::config::StaticConfig, dir: RawFd) -> Found
         return Found::Miss;
     };
     let follow = statics.follow_symlinks;
-    let Ok(file) = open_beneath(dir, &relative, follow) else {
+    let Ok(path) = look_up(dir, &relative, follow) else {
         return Found::Miss;
     };
-    let Ok((kind, validators)) = stat(&file) else {
+    let Ok((kind, validators)) = stat(&path) else {
         return Found::Miss;
     };
     match kind {
-        libc::S_IFREG if !slash => Found::File {
-            name: relative,
-            opened: Opened { file, validators },
+        libc::S_IFREG if !slash => match opened(kind, &path, validators) {
+            Some(opened) => Found::File {
+                name: relative,
+                opened,
+            },
+            None => Found::Miss,
         },
         libc::S_IFDIR => {
             let Some(index) = &statics.index else {
@@ -267,6 +264,7 @@ fn answer(
 
 /// A short answer from Rust (404, 405, 301) with a text body, keeping the connection.
 fn small(exchange: &mut Exchange, status: &[u8], extra: &[(&[u8], &[u8])]) {
+    exchange.keep_identity();
     let body = &status[4..];
     let mut headers: Vec<(&[u8], &[u8])> = vec![(b"Content-Type", b"text/plain; charset=utf-8")];
     headers.extend_from_slice(extra);
@@ -298,6 +296,10 @@ fn answer_file(
     identity: Opened,
     cache_control: &[u8],
 ) {
+    // Never compressed on the fly (whatever `compression` says): the file goes out with
+    // sendfile, a text file is compressed ahead by its sibling, and a 304's ETag stays the
+    // 200's.
+    exchange.keep_identity();
     let mime = mime_type(name);
     let compressible = is_compressible(mime);
     let mut encoding = None;

@@ -67,14 +67,23 @@ pub(crate) fn is_compressible(mime: &str) -> bool {
         )
 }
 
+/// Whether `part` looks like a content hash: 8 or more hex digits, at least one a letter
+/// (`a`-`f`, either case) and one a digit. Digits only is a date or a counter
+/// (`20240115`), not a hash: a file under it may change, so it must not be cached for ever;
+/// a real hash is digits only once in about 40 (8 hex: (10/16)^8), and then merely gets the
+/// shorter `static_cache_control`.
 fn is_hex_hash(part: &[u8]) -> bool {
-    part.len() >= 8 && part.iter().all(u8::is_ascii_hexdigit)
+    part.len() >= 8
+        && part.iter().all(u8::is_ascii_hexdigit)
+        && part.iter().any(u8::is_ascii_digit)
+        && part.iter().any(u8::is_ascii_alphabetic)
 }
 
 /// Whether `relative` (a path beneath a mount) names a file whose name changes with its
-/// content: a directory of 8 or more hex digits (`3f2a9c1e/app.css`), or a dot-separated part
-/// of the file name of 8 or more hex digits between its first part and its extension
-/// (`app.3f2a9c1e.css`: Django's `ManifestStaticFilesStorage`, webpack's `[contenthash]`).
+/// content: a directory that looks like a hash (`3f2a9c1e/app.css`), or a dot-separated part
+/// of the file name that does, between its first part and its extension (`app.3f2a9c1e.css`:
+/// Django's `ManifestStaticFilesStorage`, webpack's `[contenthash]`). Looking like a hash: 8
+/// or more hex digits mixing letters and digits ([`is_hex_hash`]).
 pub(crate) fn carries_content_hash(relative: &[u8]) -> bool {
     let mut segments = relative.rsplit(|&b| b == b'/');
     let file = segments.next().unwrap_or(b"");

@@ -34,6 +34,23 @@ fn a_content_hash_is_a_hex_part_before_the_extension_or_a_hex_directory() {
 }
 
 #[test]
+fn a_content_hash_mixes_hex_letters_and_digits() {
+    assert!(
+        !carries_content_hash(b"uploads/20240115/photo.jpg"),
+        "a date directory"
+    );
+    assert!(!carries_content_hash(b"report.20240115.pdf"), "a date part");
+    assert!(!carries_content_hash(b"a.1234567890.css"), "digits only");
+    assert!(!carries_content_hash(b"deadbeef/app.css"), "letters only");
+    assert!(
+        !carries_content_hash(b"app.deadbeefcafe.css"),
+        "letters only"
+    );
+    assert!(carries_content_hash(b"app.2024011a.css"));
+    assert!(carries_content_hash(b"3F2A9C1E/app.css"), "upper case");
+}
+
+#[test]
 fn each_representation_has_its_own_strong_etag() {
     let validators = Validators {
         mtime: 0x5f00_0000,
