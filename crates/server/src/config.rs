@@ -174,12 +174,12 @@ pub struct WorkerConfig {
 /// HTTP/2's settings, declared beside the connection they configure (below `transport`).
 pub use crate::h2::H2Config;
 
-/// The static file settings, declared beside the mounts they open (below `config`).
-pub use crate::static_mounts::StaticConfig;
-/// The rate limits' settings, declared beside the table they apply (below `config`).
-pub use crate::rate_limit::RateLimitConfig;
 /// Response compression's settings, declared beside the encoders they configure.
 pub use crate::compress::CompressionConfig;
+/// The rate limits' settings, declared beside the table they apply (below `config`).
+pub use crate::rate_limit::RateLimitConfig;
+/// The static file settings, declared beside the mounts they open (below `config`).
+pub use crate::static_mounts::StaticConfig;
 
 impl WorkerConfig {
     /// The worker serves on one thread (prefork, event without app threads): its counters and
