@@ -126,7 +126,7 @@ impl PathRule {
         };
         let rate = Rate::parse(rate)?;
         let burst = burst.unwrap_or_else(|| rate.default_burst());
-        (burst > 0).then(|| PathRule {
+        (burst > 0).then_some(PathRule {
             prefix,
             rule: Rule { rate, burst },
         })
