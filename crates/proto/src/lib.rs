@@ -6,7 +6,8 @@
 //! spawn threads, touch Python, or allocate on the hot path once its reusable
 //! buffers have grown. The server crate drives it from its connection state
 //! machine; tests drive it from byte strings. `client` reads response heads
-//! for the load generator (`tines bench`); `proxy` reads the PROXY protocol header a
+//! for the load generator (`tines bench`); `path` is a target's path as
+//! the server's path rules compare it (decoded once, on segment boundaries); `proxy` reads the PROXY protocol header a
 //! load balancer sends before the first request (`proxy_protocol`); `websocket` is RFC 6455:
 //! the opening handshake, client frames decoded in place, server frames encoded.
 //!
@@ -17,6 +18,7 @@ pub mod chunked;
 pub mod client;
 pub mod date;
 pub mod fuzzing;
+pub mod path;
 pub mod proxy;
 pub mod request;
 pub mod response;
@@ -27,6 +29,7 @@ pub mod websocket;
 
 pub use chunked::{ChunkedDecoder, ChunkedError, ChunkedEvent};
 pub use date::DateCache;
+pub use path::{normal_prefix, NormalPath, PathFault};
 pub use proxy::{parse_proxy_header, ProxyError, ProxyHeader, ProxyStatus};
 pub use request::{
     parse_request_head, BodyFraming, ConnectionOption, HeadStatus, Limits, ParseError, RequestHead,

@@ -263,7 +263,7 @@ _REGISTRY = (
             optional_rate, None, ("--rate-limit",), "RATE", worker=True, default_text="unset: off"),
     Setting("rate_limit_burst", "Rate limits", "Requests a client may make at once above `rate_limit` (the bucket's size): a client idle long enough may send this many back to back.",
             optional_positive_int, None, ("--rate-limit-burst",), "N", worker=True, default_text="the rate's count per second, at least 1"),
-    Setting("rate_limit_paths", "Rate limits", "Rules per path prefix, `PREFIX=RATE[:BURST]` (`/login=5/m:3`), comma-separated: a request whose path starts with a rule's prefix (the longest wins) counts against that rule's own bucket per client instead of `rate_limit`'s. Works without `rate_limit` (only those paths are then limited).",
+    Setting("rate_limit_paths", "Rate limits", "Rules per path prefix, `PREFIX=RATE[:BURST]` (`/login=5/m:3`), comma-separated: a request whose path is under a rule's prefix (the longest wins) counts against that rule's own bucket per client instead of `rate_limit`'s. Paths are compared as the app routes on them: absolute-form stripped, query cut, percent-decoded once, `//` collapsed, on a segment boundary (`/login` matches `/login/x`, not `/loginx`); a path with no single reading (an encoded `/` or NUL, a bad escape, a dot segment) counts under the strictest rule. Works without `rate_limit` (only those paths are then limited).",
             rate_rule, (), ("--rate-limit-paths",), "RULES", worker=True, multiple=True),
     Setting("rate_limit_allow", "Rate limits", "Client networks never rate-limited nor capped by `max_connections_per_client` (IP addresses or CIDR networks, comma-separated): health checkers, your own services.",
             network, (), ("--rate-limit-allow",), "IPS", worker=True, multiple=True),
@@ -450,7 +450,7 @@ _REGISTRY = (
             brotli_level, 4, ("--compression-brotli-level",), "LEVEL", worker=True),
     Setting("compression_zstd_level", "Compression", "zstd's level, 1 to 19; 3 (zstd's own default) is faster than gzip 5 and smaller.",
             zstd_level, 3, ("--compression-zstd-level",), "LEVEL", worker=True),
-    Setting("compression_exclude_paths", "Compression", "Path prefixes (matched against the request target's path, before any `?`) whose responses are never compressed: pages that put a secret and attacker-controlled input in one body (BREACH). Comma-separated.",
+    Setting("compression_exclude_paths", "Compression", "Path prefixes (matched against the request's path as the app routes on it: absolute-form stripped, query cut, percent-decoded once, `//` collapsed, on a segment boundary; a path with no single reading is never compressed) whose responses are never compressed: pages that put a secret and attacker-controlled input in one body (BREACH). Comma-separated.",
             path_prefix, (), ("--compression-exclude-paths",), "PATHS", worker=True, multiple=True),
     # Resource limits (setrlimit in each worker after fork, before post_fork and the app; docs/limits.md)
     Setting("limit_address_space", "Resource limits", "RLIMIT_AS of each worker, in bytes or with a unit (`4GiB`; soft and hard): its virtual address space. It counts every mapping, not what is resident: each thread's stack and glibc's malloc arena per thread (64 MiB of address space each), so the `thread` and `event` MPMs need far more than their RSS (docs/limits.md). Python raises `MemoryError` past it; Rust aborts the worker.",

@@ -21,6 +21,7 @@ import os
 import pwd
 import re
 import sys
+import urllib.parse
 from collections.abc import Callable
 
 
@@ -653,6 +654,18 @@ def optional_rate(raw: object) -> str | None:
     return _rate(raw, f"must be RATE/s or RATE/m (RATE a whole number in 1..{MAX_RATE_COUNT})")
 
 
+def _reads_one_way(prefix: str) -> bool:
+    """Whether a rule's path prefix has the normal form requests' paths are compared in
+    (``tines_proto::normal_prefix``): no query or fragment, every ``%`` followed by two hex
+    digits, no encoded ``/`` or NUL, no ``.`` or ``..`` segment."""
+    if "?" in prefix or "#" in prefix or not re.fullmatch(r"(?:[^%]|%[0-9A-Fa-f]{2})*", prefix):
+        return False
+    if re.search(r"%(?:2[fF]|00)", prefix):
+        return False
+    segments = urllib.parse.unquote_to_bytes(prefix).split(b"/")
+    return not any(segment in (b".", b"..") for segment in segments)
+
+
 def rate_rule(raw: object) -> str:
     """``PREFIX=RATE[:BURST]``: a path prefix (starting with ``/``), its rate (``N/s`` or
     ``N/m``) and optionally its burst (a positive integer), returned normalized."""
@@ -662,6 +675,8 @@ def rate_rule(raw: object) -> str:
     prefix, equals, rest = raw.strip().partition("=")
     if not equals or not prefix.startswith("/") or any(c.isspace() for c in prefix):
         raise ValueError(expected)
+    if not _reads_one_way(prefix):
+        raise ValueError("PREFIX must be a plain path: no ?, #, bad or encoded / or NUL escape, . or .. segment")
     rate, colon, burst = rest.partition(":")
     normal = _rate(rate, expected)
     if colon:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import os
 import re
 import signal
@@ -160,16 +161,21 @@ def test_no_limit_set_maps_no_table(tines_server: Any) -> None:
 def test_the_429_says_when_to_come_back_in_the_draft_s_fields_and_is_access_logged(
         tines_server: Any, tmp_path: Any) -> None:
     log = tmp_path / "access.log"
-    server = tines_server(APP, "-w", "1", "--rate-limit", "2/m", "--rate-limit-burst", "1",
+    server = tines_server(APP, "-w", "1", "--rate-limit", "1/m", "--rate-limit-burst", "3",
                           "--access-log", str(log))
-    assert get(server.port, source="127.0.0.2")[0] == 200
+    start = time.monotonic()
+    assert [get(server.port, source="127.0.0.2")[0] for _ in range(3)] == [200] * 3
     status, headers, body = get(server.port, source="127.0.0.2")
+    elapsed = time.monotonic() - start
     assert status == 429
     assert body == b"429 Too Many Requests\n"
     assert headers["connection"] == "close"
+    # One request is admitted again 60 s after the first one, which came at most `elapsed`
+    # before the refusal.
     retry = int(headers["retry-after"])
-    assert 29 <= retry <= 30
-    assert headers["ratelimit-policy"] == '"default";q=2;w=60'
+    assert max(1, 60 - math.ceil(elapsed)) <= retry <= 60, (retry, elapsed)
+    # The burst (3) over the time an emptied bucket takes to refill (3 x 60 s).
+    assert headers["ratelimit-policy"] == '"default";q=3;w=180'
     assert headers["ratelimit"] == f'"default";r=0;t={retry}'
     wait_until(lambda: re.search(r'^127\.0\.0\.2 .*"GET / HTTP/1.1" 429 ', log.read_text(), re.M),
                what="the 429's access-log line")
@@ -193,7 +199,7 @@ def test_every_mpm_refuses_pipelined_requests_over_the_burst_counting_each_once(
         sock.sendall(request * 3)
         responses = parse(read_all(sock))
     assert [status for status, _, _ in responses] == [200, 200, 429]
-    assert responses[2][1]["ratelimit-policy"] == '"default";q=1;w=60'
+    assert responses[2][1]["ratelimit-policy"] == '"default";q=2;w=120'
 
 
 @pytest.mark.parametrize("served", SERVED, ids=SERVED_IDS)
@@ -229,7 +235,7 @@ def test_h2_streams_over_tls_are_counted_each_and_refused_with_the_same_fields(
     assert [answer.http_version for answer in answers] == ["HTTP/2"] * 3
     assert [answer.status_code for answer in answers] == [200, 200, 429]
     refused = answers[2]
-    assert refused.headers["ratelimit-policy"] == '"default";q=1;w=60'
+    assert refused.headers["ratelimit-policy"] == '"default";q=2;w=120'
     assert refused.headers["ratelimit"] == f'"default";r=0;t={refused.headers["retry-after"]}'
     # The same client over TLS and HTTP/1.1: the same bucket, spent.
     response = tls_request(server.port, context=client_context(tls_certs))
@@ -298,6 +304,27 @@ def test_the_proxy_protocol_s_client_is_limited_and_capped(tines_server: Any) ->
     held.close()
 
 
+def test_proxy_connections_count_from_their_header_before_any_head(tines_server: Any) -> None:
+    server = tines_server(APP, "-w", "2", "--proxy-protocol", "--max-connections-per-client", "2",
+                          "--status-bind", "127.0.0.1:0")
+    # Two connections of 192.0.2.9 that send their PROXY header and nothing else (idle, or a
+    # slowloris' head that never comes): they hold the client's two places ...
+    idle = []
+    for _ in range(2):
+        sock = connect(server.port)
+        sock.sendall(b"PROXY TCP4 192.0.2.9 198.51.100.1 40000 443\r\n")
+        idle.append(sock)
+    # ... so a third, with a whole request, is closed unanswered once the loop has read them.
+    wait_until(lambda: proxied(server.port, "192.0.2.9")[1] == 0, what="the idle connections counted")
+    assert proxied(server.port, "192.0.2.10")[1] == 200
+    assert status_json(status_port(server))["totals"]["refused_connections_per_client"] >= 1
+    # An idle one closed gives its place back.
+    idle.pop().close()
+    wait_until(lambda: proxied(server.port, "192.0.2.9")[1] == 200, what="the closed connection's count back")
+    for sock in idle:
+        sock.close()
+
+
 def test_ipv6_clients_are_grouped_by_their_prefix(tines_server: Any) -> None:
     server = tines_server(APP, "-w", "1", "--rate-limit", "1/m", "--rate-limit-burst", "1",
                           "--rate-limit-ipv6-prefix", "64")
@@ -328,14 +355,49 @@ def test_a_path_rule_limits_its_prefix_on_a_bucket_of_its_own(tines_server: Any)
     assert status == 429 and headers["ratelimit-policy"] == '"path-2";q=1;w=60'
 
 
+def refused_while_spent(port: int, source: str, spent_since: float) -> None:
+    """One request from ``source``, whose 1/m bucket was spent by requests sent no earlier than
+    ``spent_since``: refused if the answer came within the 60 s its bucket needs to admit one
+    again. Past that (a machine slow enough), the table's memory is not what decided it and
+    nothing is asserted: the expectation follows the time measured, never a guess of it."""
+    status = get(port, source=source)[0]
+    if time.monotonic() - spent_since < 60:
+        assert status == 429, source
+    else:
+        assert status in (200, 429), status
+
+
+def test_a_path_rule_holds_for_every_spelling_of_its_path(tines_server: Any) -> None:
+    server = tines_server(APP, "-w", "1", "--rate-limit-paths", "/login=1/m:1,/api=1/m:5")
+
+    def status_of(request_line: str, source: str) -> int:
+        with connect(server.port, source) as sock:
+            sock.sendall(f"{request_line}\r\nHost: t\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
+            (response,) = parse(read_all(sock))
+        return response[0]
+
+    # Each spelling from a client of its own: the second of them is over /login's burst of 1.
+    for n, target in enumerate(["http://t/login", "/%6cogin", "/%6C%6fgin?next=/", "//login/", "/login/step2"]):
+        source = f"127.0.1.{n + 1}"
+        assert status_of("POST /login HTTP/1.1", source) == 200, target
+        assert status_of(f"POST {target} HTTP/1.1", source) == 429, target
+    # A neighbour on no segment boundary is not under the rule.
+    assert [status_of("POST /loginx HTTP/1.1", "127.0.1.20") for _ in range(3)] == [200] * 3
+    # A path with no single reading (an encoded /) counts under the strictest rule: /login's.
+    assert status_of("POST /log%2Fin HTTP/1.1", "127.0.1.21") == 200
+    assert status_of("POST /login HTTP/1.1", "127.0.1.21") == 429
+
+
 def test_the_limit_holds_across_a_reload_and_an_upgrade(tines_server: Any) -> None:
     server = tines_server(APP, "-w", "2", "--rate-limit", "1/m", "--rate-limit-burst", "2")
+    spent_2 = time.monotonic()
     assert [get(server.port, source="127.0.0.2")[0] for _ in range(3)] == [200, 200, 429]
     old = set(server.worker_pids())
     server.signal(signal.SIGHUP)
     server.wait_for_log(r"reload done: generation 2 serves with 2 workers")
     wait_until(lambda: not set(server.worker_pids()) & old, what="the old workers to exit")
-    assert get(server.port, source="127.0.0.2")[0] == 429
+    refused_while_spent(server.port, "127.0.0.2", spent_2)
+    spent_3 = time.monotonic()
     assert get(server.port, source="127.0.0.3")[0] == 200
     server.signal(signal.SIGUSR2)
     server.wait_for_log(r"upgrade: new master \d+ is ready")
@@ -343,9 +405,10 @@ def test_the_limit_holds_across_a_reload_and_an_upgrade(tines_server: Any) -> No
     server.wait_for_log(r"this master's workers are gone; exiting")
     assert server.proc.wait(30) == 0
     # Only the new master's workers serve now: the same buckets.
-    assert get(server.port, source="127.0.0.2")[0] == 429
-    # 127.0.0.3 had one request of its two before the upgrade.
-    assert [get(server.port, source="127.0.0.3")[0] for _ in range(2)] == [200, 429]
+    refused_while_spent(server.port, "127.0.0.2", spent_2)
+    # 127.0.0.3 had one request of its two before the upgrade: one more, then refused.
+    assert get(server.port, source="127.0.0.3")[0] == 200
+    refused_while_spent(server.port, "127.0.0.3", spent_3)
     assert get(server.port, source="127.0.0.4")[0] == 200
 
 
@@ -363,17 +426,16 @@ def test_the_table_s_memory_is_fixed_under_a_flood_of_distinct_clients(tines_ser
                 return high - low
         raise AssertionError("no rate-limit table mapped")
 
-    def rss() -> int:
+    def private_rss() -> int:
+        # The worker's private resident memory: where anything kept per client address would
+        # grow (the table is shared memory, RssShmem, and fixed: checked by its mapping).
         for line in open(f"/proc/{worker}/status"):
-            if line.startswith("VmRSS:"):
+            if line.startswith("RssAnon:"):
                 return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS")
+        raise AssertionError("no RssAnon")
 
     mapped = mapping_bytes()
     assert mapped == 64 + size * 16 or mapped == ((64 + size * 16 + 4095) // 4096) * 4096
-    # Warm up the worker's own buffers before measuring.
-    assert get(server.port)[0] == 200
-    before = rss()
     clients = 100_000
     batch = 500
 
@@ -390,13 +452,22 @@ def test_the_table_s_memory_is_fixed_under_a_flood_of_distinct_clients(tines_ser
                 answers = read_all(sock)
             assert answers.count(b"HTTP/1.1 200 ") == end - start, answers[-300:]
 
-    threads = [threading.Thread(target=flood, args=(n * 25_000, 25_000)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    def flood_from_four_threads(first: int, each: int) -> None:
+        threads = [threading.Thread(target=flood, args=(first + n * each, each)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    # Warm up: the worker's buffers grow to what four connections of pipelined batches need,
+    # with clients of their own (the measured flood's are others).
+    flood_from_four_threads(1 << 24, 2 * batch)
+    before = private_rss()
+    flood_from_four_threads(0, clients // 4)
     assert mapping_bytes() == mapped
-    assert rss() - before < 16 * 1024 * 1024, (before, rss())
+    # 100,000 clients: even 8 bytes kept per client would be 800 KB.
+    grown = private_rss() - before
+    assert grown < 256 * 1024, (before, grown)
     totals = status_json(status)["totals"]
     assert totals["rate_limit_table_size"] == size
     assert totals["rate_limit_table_entries"] == size

@@ -33,13 +33,22 @@ def test_rates_are_normalized(raw: str, value: str) -> None:
 @pytest.mark.parametrize("name, raw", [
     ("rate_limit", "10/h"), ("rate_limit", "0/s"), ("rate_limit", "1000001/s"), ("rate_limit", "ten/s"),
     ("rate_limit_burst", "0"), ("rate_limit_paths", "login=1/s"), ("rate_limit_paths", "/login=1/s:0"),
-    ("rate_limit_paths", "/a b=1/s"), ("rate_limit_allow", "10.0.0.0/33"), ("rate_limit_ipv6_prefix", "0"),
+    ("rate_limit_paths", "/a b=1/s"), ("rate_limit_paths", "/login?x=1/s"), ("rate_limit_paths", "/a%2Fb=1/s"),
+    ("rate_limit_paths", "/a%00=1/s"), ("rate_limit_paths", "/a%zz=1/s"), ("rate_limit_paths", "/a/../b=1/s"),
+    ("rate_limit_paths", "/%2e/b=1/s"), ("rate_limit_allow", "10.0.0.0/33"), ("rate_limit_ipv6_prefix", "0"),
     ("rate_limit_ipv6_prefix", "129"), ("rate_limit_table_size", "63"), ("rate_limit_table_size", "16777217"),
     ("max_connections_per_client", "-1"),
 ])
 def test_bad_values_are_refused_naming_the_setting(name: str, raw: str) -> None:
     with pytest.raises(ConfigError, match=name):
         load({name: raw}, {})
+
+
+def test_a_rule_s_prefix_may_be_spelled_with_escapes_and_is_compared_decoded() -> None:
+    cfg = load({"rate_limit_paths": "/%61ccount/=1/m,//login=1/m:2"}, {})
+    text = dict(_core.worker_config_fields(worker_settings(cfg)))["rate_limit"]
+    assert "prefix: [47, 97, 99, 99, 111, 117, 110, 116, 47]" in text  # /account/
+    assert "prefix: [47, 108, 111, 103, 105, 110]" in text  # /login
 
 
 def test_the_worker_converts_every_rate_limit_setting() -> None:

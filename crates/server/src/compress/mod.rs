@@ -103,14 +103,58 @@ impl CompressionConfig {
         !self.codings.is_empty()
     }
 
-    /// Whether `path` (a request target, its query left on) is under an excluded prefix.
+    /// Whether request target `target` is under an excluded prefix: its path in normal form
+    /// (`tines_proto::NormalPath`: absolute-form stripped, decoded once, `//` collapsed) is
+    /// one of them or under one, on a segment boundary. A path with no normal form (an
+    /// encoded `/` or NUL, a bad escape, a dot segment) is excluded when any prefix is set:
+    /// no spelling may get an excluded page compressed (BREACH, docs).
     pub fn excludes(&self, target: &[u8]) -> bool {
-        let path = match memchr::memchr(b'?', target) {
-            Some(end) => &target[..end],
-            None => target,
+        if self.exclude_paths.is_empty() {
+            return false;
+        }
+        match tines_proto::NormalPath::of(target) {
+            Ok(path) => self
+                .exclude_paths
+                .iter()
+                .any(|prefix| path.is_under(prefix)),
+            Err(_) => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excluded_prefixes_hold_every_spelling_of_their_paths() {
+        let config = CompressionConfig {
+            exclude_paths: vec![b"/account/".to_vec(), b"/api/tokens".to_vec()],
+            ..CompressionConfig::default()
         };
-        self.exclude_paths
-            .iter()
-            .any(|prefix| path.starts_with(prefix))
+        for target in [
+            &b"/account/x"[..],
+            b"/%61ccount/x",
+            b"//account//x",
+            b"http://example.com/account/x?y",
+            b"/api/tokens",
+            b"/api/tokens/1",
+            b"/api/%74okens?x",
+            // No single reading: never compressed while a prefix is set.
+            b"/public%2Fx",
+            b"/public/../account/x",
+            b"/a%zz",
+        ] {
+            assert!(config.excludes(target), "{target:?}");
+        }
+        for target in [
+            &b"/accounts/x"[..],
+            b"/account",
+            b"/api/tokensx",
+            b"/?p=/account/",
+        ] {
+            assert!(!config.excludes(target), "{target:?}");
+        }
+        assert!(!CompressionConfig::default().excludes(b"/a%zz"));
     }
 }

@@ -25,7 +25,11 @@ pub use table::{Bucket, Decision, Found, RateTable};
 pub const CONNECTION_RULE: u64 = u64::MAX;
 
 /// The revision of the IETF httpapi draft whose `RateLimit-Policy` and `RateLimit` fields a
-/// `429` carries (the latest found when this was written; its fields are those of -08 on).
+/// `429` carries: -11 (23 May 2026), the latest on the IETF datatracker when this was
+/// checked. A policy's quota `q` over window `w` is the bucket's burst over the time it takes
+/// to refill ([`Rule::refill_secs`]); the `RateLimit` field's `t` is, as -11 defines it, the
+/// seconds until more quota is made available (here: until one request is admitted again),
+/// not until the whole quota is back.
 pub const DRAFT: &str = "draft-ietf-httpapi-ratelimit-headers-11";
 
 /// A rate: `count` requests per second, or per minute.
@@ -80,6 +84,17 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// The time an emptied bucket takes to hold its whole burst again (burst x interval), in
+    /// whole seconds rounded up, at least 1: the `w` of the policy whose `q` is the burst.
+    pub fn refill_secs(&self) -> u64 {
+        let bucket = self.bucket();
+        bucket
+            .interval_ns
+            .saturating_mul(bucket.burst)
+            .div_ceil(1_000_000_000)
+            .max(1)
+    }
+
     /// The bucket the table keeps for this rule.
     pub fn bucket(&self) -> Bucket {
         Bucket {
@@ -92,7 +107,8 @@ impl Rule {
 /// A rule for the paths under `prefix` (`rate_limit_paths`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PathRule {
-    /// The path prefix, as bytes of the request target.
+    /// The path prefix, in normal form (`tines_proto::normal_prefix`): it holds a request
+    /// whose normal path is it or under it, on a segment boundary.
     pub prefix: Vec<u8>,
     /// Its limit, on a bucket of its own per client.
     pub rule: Rule,
@@ -102,17 +118,16 @@ impl PathRule {
     /// Parses `PREFIX=RATE[:BURST]` (the burst defaulting as `rate_limit_burst` does).
     pub fn parse(text: &str) -> Option<PathRule> {
         let (prefix, rest) = text.trim().split_once('=')?;
-        if !prefix.starts_with('/') {
-            return None;
-        }
+        // Compared with requests' paths in normal form (decoded, `//` collapsed).
+        let prefix = tines_proto::normal_prefix(prefix.as_bytes())?;
         let (rate, burst) = match rest.split_once(':') {
             Some((rate, burst)) => (rate, Some(burst.trim().parse::<u32>().ok()?)),
             None => (rest, None),
         };
         let rate = Rate::parse(rate)?;
         let burst = burst.unwrap_or_else(|| rate.default_burst());
-        (burst > 0).then(|| PathRule {
-            prefix: prefix.as_bytes().to_vec(),
+        (burst > 0).then_some(PathRule {
+            prefix,
             rule: Rule { rate, burst },
         })
     }
@@ -220,8 +235,7 @@ impl Applied {
         Applied {
             prefix: prefix.to_vec(),
             bucket: rule.bucket(),
-            policy: format!("{name};q={};w={}", rule.rate.count, rule.rate.window_secs())
-                .into_bytes(),
+            policy: format!("{name};q={};w={}", rule.burst.max(1), rule.refill_secs()).into_bytes(),
             name,
         }
     }
@@ -265,6 +279,11 @@ pub struct RateLimiter {
     seed: u64,
     /// The path rules, longest prefix first, then the default rule (empty prefix).
     rules: Vec<Applied>,
+    /// Whether any rule has a prefix (else the request's path is never looked at).
+    by_path: bool,
+    /// The rule a request whose path has no normal form counts under: the strictest (the
+    /// slowest sustained rate, then the smallest burst), so that no spelling escapes a limit.
+    strictest: usize,
     allow: TrustedProxies,
     ipv6_prefix: u8,
 }
@@ -289,7 +308,15 @@ impl RateLimiter {
         if let Some(rule) = config.default {
             rules.push(Applied::new(b"", rule, "default".into()));
         }
+        let strictest = (0..rules.len())
+            .max_by_key(|&index| {
+                let bucket = rules[index].bucket;
+                (bucket.interval_ns, std::cmp::Reverse(bucket.burst))
+            })
+            .unwrap_or(0);
         Some(RateLimiter {
+            by_path: !config.paths.is_empty(),
+            strictest,
             seed: table.seed(),
             table,
             rules,
@@ -298,19 +325,27 @@ impl RateLimiter {
         })
     }
 
-    /// Counts one request for the request target `path` from `client` at `now`
-    /// (CLOCK_MONOTONIC ns). Rules match the start of the path as the app sees it (its
-    /// percent-escapes decoded, an absolute-form target's scheme and authority and the query
-    /// left out), so `/%6Cogin` is under `/login`. A request without a client address (a
-    /// Unix-socket peer with no forwarded one) is not limited.
-    pub fn check(&self, client: Option<IpAddr>, path: &[u8], now: u64) -> Verdict {
-        let path = path_of(path);
-        let Some(index) = self
-            .rules
-            .iter()
-            .position(|rule| decoded_starts_with(path, &rule.prefix))
-        else {
-            return Verdict::Pass(None);
+    /// Counts one request for `target` (the request target as received: its path in normal
+    /// form is matched against the rules' prefixes; one with no normal form counts under the
+    /// strictest rule) from `client` at `now` (CLOCK_MONOTONIC ns). A request without a
+    /// client address (a Unix-socket peer with no forwarded one) is not limited.
+    pub fn check(&self, client: Option<IpAddr>, target: &[u8], now: u64) -> Verdict {
+        let index = if !self.by_path {
+            0
+        } else {
+            match tines_proto::NormalPath::of(target) {
+                Ok(path) => {
+                    match self
+                        .rules
+                        .iter()
+                        .position(|rule| path.is_under(&rule.prefix))
+                    {
+                        Some(index) => index,
+                        None => return Verdict::Pass(None),
+                    }
+                }
+                Err(_) => self.strictest,
+            }
         };
         let Some(client) = client.map(|ip| ip.to_canonical()) else {
             return Verdict::Pass(None);
@@ -337,63 +372,6 @@ impl RateLimiter {
     }
 }
 
-/// The path of request target `target`: an absolute-form target without its scheme and
-/// authority, any query or fragment left out (not decoded: see [`decoded_starts_with`]).
-fn path_of(target: &[u8]) -> &[u8] {
-    let end = target
-        .iter()
-        .position(|&b| b == b'?' || b == b'#')
-        .unwrap_or(target.len());
-    let target = &target[..end];
-    if target.first() == Some(&b'/') {
-        return target;
-    }
-    match target.windows(3).position(|w| w == b"://") {
-        Some(at) => {
-            let rest = &target[at + 3..];
-            rest.iter()
-                .position(|&b| b == b'/')
-                .map_or(&b"/"[..], |slash| &rest[slash..])
-        }
-        None => target,
-    }
-}
-
-/// Whether `path`, its `%XX` escapes decoded as the WSGI layer decodes them (a malformed one
-/// stays as sent), starts with `prefix`; without allocating.
-fn decoded_starts_with(path: &[u8], prefix: &[u8]) -> bool {
-    let mut at = 0;
-    for &wanted in prefix {
-        let Some(&byte) = path.get(at) else {
-            return false;
-        };
-        let decoded = match (byte, path.get(at + 1), path.get(at + 2)) {
-            (b'%', Some(&high), Some(&low)) => match (hex(high), hex(low)) {
-                (Some(high), Some(low)) => {
-                    at += 2;
-                    high << 4 | low
-                }
-                _ => byte,
-            },
-            _ => byte,
-        };
-        if decoded != wanted {
-            return false;
-        }
-        at += 1;
-    }
-    true
-}
-
-fn hex(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        b'A'..=b'F' => Some(digit - b'A' + 10),
-        _ => None,
-    }
-}
-
 /// The client's group: an IPv4 address whole, an IPv6 one cut to `ipv6_prefix` bits (its
 /// canonical form: an IPv4-mapped IPv6 address is the IPv4 one).
 pub fn client_group(client: IpAddr, ipv6_prefix: u8) -> (u64, u64) {
@@ -412,12 +390,13 @@ pub fn client_group(client: IpAddr, ipv6_prefix: u8) -> (u64, u64) {
 }
 
 /// The table key of `client` under rule `rule`: its group and the rule, hashed with `seed`
-/// (murmur3's finalizer chained over the words; never 0, the table's "unused"). Not a MAC:
-/// the seed only keeps a client from choosing addresses that crowd one probe window.
+/// (murmur3's finalizer chained over the words; never 0, the table's "unused", nor
+/// [`table::CLAIMING`]). Not a MAC: the seed only keeps a client from choosing addresses
+/// that crowd one probe window.
 pub fn client_key(seed: u64, client: IpAddr, ipv6_prefix: u8, rule: u64) -> u64 {
     let (high, low) = client_group(client, ipv6_prefix);
     let hash = mix(mix(mix(seed ^ high) ^ low) ^ rule);
-    hash.max(1)
+    hash.clamp(1, table::CLAIMING - 1)
 }
 
 fn mix(mut hash: u64) -> u64 {
@@ -514,10 +493,26 @@ mod tests {
             refusal.fields(),
             [
                 (&b"Retry-After"[..], &b"1"[..]),
-                (b"RateLimit-Policy", b"\"default\";q=2;w=1"),
+                (b"RateLimit-Policy", b"\"default\";q=1;w=1"),
                 (b"RateLimit", b"\"default\";r=0;t=1"),
             ]
         );
+    }
+
+    #[test]
+    fn the_policy_states_the_burst_over_its_refill_time() {
+        let policy = |rate: &str, burst: u32| {
+            limiter(Some(rate), Some(burst), &[], &[]).rules[0]
+                .policy
+                .clone()
+        };
+        // 10/s with a burst of 20 admits 20 at once, and is full again 2 s after being emptied.
+        assert_eq!(policy("10/s", 20), b"\"default\";q=20;w=2");
+        assert_eq!(policy("1/m", 1), b"\"default\";q=1;w=60");
+        assert_eq!(policy("5/m", 3), b"\"default\";q=3;w=36");
+        // Rounded up to a whole second.
+        assert_eq!(policy("10/s", 5), b"\"default\";q=5;w=1");
+        assert_eq!(policy("3/s", 2), b"\"default\";q=2;w=1");
     }
 
     #[test]
@@ -540,7 +535,7 @@ mod tests {
         let Verdict::Limited(refusal, _) = limiter.check(client, b"/api/login", now) else {
             panic!("not limited");
         };
-        assert_eq!(refusal.policy, b"\"path-2\";q=1;w=60");
+        assert_eq!(refusal.policy, b"\"path-2\";q=2;w=120");
         assert_eq!(refusal.retry_after, b"60");
         // /api: one, untouched by /api/login's.
         assert!(matches!(
@@ -564,31 +559,79 @@ mod tests {
     }
 
     #[test]
-    fn rules_match_the_decoded_path_without_its_query_or_authority() {
-        assert!(decoded_starts_with(b"/%6Cogin", b"/login"));
-        assert!(decoded_starts_with(b"/%6cog%69n/x", b"/login"));
-        assert!(!decoded_starts_with(b"/%6Xogin", b"/login"));
-        assert!(decoded_starts_with(b"/%", b"/%"));
-        assert!(!decoded_starts_with(b"/log", b"/login"));
-        assert!(decoded_starts_with(b"/anything", b""));
-        assert_eq!(path_of(b"/login?next=/admin"), b"/login");
-        assert_eq!(path_of(b"/a#frag"), b"/a");
-        assert_eq!(path_of(b"http://example.com/login?x"), b"/login");
-        assert_eq!(path_of(b"https://example.com"), b"/");
-        let limiter = limiter(None, None, &["/login=1/m:1"], &[]);
-        let client = Some(ip("192.0.2.9"));
+    fn path_rules_match_the_normal_path_on_a_segment_boundary() {
+        let limiter = limiter(None, None, &["/login=1/m:1", "//%61ccount/=1/m:1"], &[]);
+        let now = 0;
+        let mut client = 0;
+        let mut from = |target: &[u8]| {
+            client += 1;
+            let ip = Some(IpAddr::from([192, 0, 2, client]));
+            (
+                limiter.check(ip, target, now),
+                limiter.check(ip, target, now),
+            )
+        };
+        // Every spelling of /login (absolute-form, escaped, doubled slashes, a query, under
+        // it) is counted: the second request from a client is refused.
+        for target in [
+            &b"/login"[..],
+            b"http://example.com/login",
+            b"HTTP://example.com//login?x=1",
+            b"/%6cogin",
+            b"/%6Cog%69n/",
+            b"//login/step2",
+            b"/account/",
+            b"/%61ccount/settings",
+        ] {
+            let (first, second) = from(target);
+            assert!(matches!(first, Verdict::Pass(Some(_))), "{target:?}");
+            assert!(matches!(second, Verdict::Limited(..)), "{target:?}");
+        }
+        // A neighbour on no segment boundary is not.
+        // A prefix ending in `/` holds its subtree only.
+        for target in [
+            &b"/loginx"[..],
+            b"/logins/x",
+            b"/x/login",
+            b"/accounts",
+            b"/account",
+        ] {
+            let (first, second) = from(target);
+            assert_eq!(first, Verdict::Pass(None), "{target:?}");
+            assert_eq!(second, Verdict::Pass(None), "{target:?}");
+        }
+    }
+
+    #[test]
+    fn a_path_with_no_normal_form_counts_under_the_strictest_rule() {
+        let limiter = limiter(
+            Some("100/s"),
+            Some(100),
+            &["/api=10/s:10", "/login=1/m:2", "/slow=1/m:5"],
+            &[],
+        );
+        let client = Some(ip("192.0.2.50"));
+        // The strictest: 1/m, then the smaller burst: /login's two.
+        let targets: [&[u8]; 3] = [b"/log%2Fin", b"/x/../login", b"/%zz"];
+        for target in targets.iter().take(2) {
+            assert!(
+                matches!(limiter.check(client, target, 0), Verdict::Pass(Some(_))),
+                "{target:?}"
+            );
+        }
+        let Verdict::Limited(refusal, _) = limiter.check(client, targets[2], 0) else {
+            panic!("not limited");
+        };
+        assert!(refusal.policy.starts_with(b"\"path-2\""));
+        // The same bucket as /login's.
         assert!(matches!(
             limiter.check(client, b"/login", 0),
+            Verdict::Limited(..)
+        ));
+        assert!(matches!(
+            limiter.check(Some(ip("192.0.2.51")), b"/login%00", 0),
             Verdict::Pass(Some(_))
         ));
-        for evasion in [&b"/%6Cogin"[..], b"http://h/login", b"/login?/"] {
-            assert!(matches!(
-                limiter.check(client, evasion, 0),
-                Verdict::Limited(..)
-            ));
-        }
-        // The query is no part of the path: `/?/login` is not under /login.
-        assert_eq!(limiter.check(client, b"/?/login", 0), Verdict::Pass(None));
     }
 
     #[test]

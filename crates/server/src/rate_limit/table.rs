@@ -16,11 +16,15 @@
 //! key not among them takes the first never-used entry; when there is none, an entry whose
 //! bucket is full again (`tat <= now`: it tells nothing a fresh bucket would not), else the
 //! probed entry whose TAT is the smallest (the bucket closest to full, so the least lost).
-//! Either replacement is an eviction (counted by the caller). The key is swapped in by CAS,
-//! then the TAT reset; a worker that raced the swap on the old key sees its CAS on the TAT
-//! fail (or loses its one count) and looks again. Two workers placing the same new key at the
-//! same instant in two different entries leave it two buckets: the first in probe order is
-//! the one used from then on, the other goes with the next eviction.
+//! Either replacement is an eviction (counted by the caller). Taking an entry is three steps:
+//! a CAS of its key from the old one to [`CLAIMING`] (never a real key), the fresh TAT
+//! stored, then the new key published by a Release store. A worker that sees the new key
+//! therefore sees its fresh TAT, never the evicted client's; one that sees [`CLAIMING`] looks
+//! again (the claim is two stores away from done; after a few looks it takes an entry of
+//! its own, and the first of the two found serves the key from then on); one that raced the claim on the old key
+//! sees its CAS on the TAT fail (or loses its one count, the old key's) and looks again. A
+//! worker killed mid-claim leaves one entry claimed for good: one place of the table lost,
+//! nothing held that anyone waits on.
 //!
 //! Must not: block, allocate or lock per check, or grow: the mapping's size is fixed when it
 //! is made.
@@ -32,6 +36,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Entries probed from a key's home before one is evicted (two cache lines).
 pub const PROBE: usize = 8;
+
+/// The key of an entry being taken (its TAT not yet the new key's): never a real key
+/// (`client_key` gives none), neither free nor evictable.
+pub const CLAIMING: u64 = u64::MAX;
 
 /// The header's first word: "tines rl" and a layout version.
 const MAGIC: u64 = 0x7469_6e65_7372_6c01;
@@ -267,18 +275,21 @@ impl RateTable {
             .count()
     }
 
-    /// Counts one request of `key` (non-zero) in its bucket of shape `bucket` at `now`
-    /// (CLOCK_MONOTONIC ns).
+    /// Counts one request of `key` (neither 0 nor [`CLAIMING`]) in its bucket of shape
+    /// `bucket` at `now` (CLOCK_MONOTONIC ns).
     pub fn check(&self, key: u64, bucket: Bucket, now: u64) -> (Decision, Found) {
-        debug_assert!(key != 0);
+        debug_assert!(key != 0 && key != CLAIMING);
         let mask = self.capacity - 1;
         let home = key as usize & mask;
-        // Lost races (another worker took the entry chosen) are retried a few times; past
-        // that the request is admitted uncounted rather than spin.
-        for _ in 0..4 {
+        // Lost races (another worker took the entry chosen, or is taking one in the window)
+        // are retried a few times; past that the request is admitted uncounted rather than
+        // spin.
+        const ATTEMPTS: usize = 4;
+        for attempt in 0..ATTEMPTS {
             let mut free = None;
             let mut full_again = None;
             let mut closest: Option<(usize, u64, u64)> = None;
+            let mut claimed = false;
             for step in 0..PROBE {
                 let index = (home + step) & mask;
                 let entry = self.entry(index);
@@ -297,12 +308,22 @@ impl RateTable {
                     free.get_or_insert(index);
                     continue;
                 }
+                if held == CLAIMING {
+                    // Perhaps this key's own entry, a moment from published.
+                    claimed = true;
+                    continue;
+                }
                 let tat = entry.tat.load(Ordering::Relaxed);
                 if tat <= now {
                     full_again.get_or_insert((index, held));
                 } else if closest.is_none_or(|(_, _, oldest)| tat < oldest) {
                     closest = Some((index, held, tat));
                 }
+            }
+            if claimed && attempt + 1 < ATTEMPTS {
+                // Look again rather than take a second entry for a key being published.
+                std::hint::spin_loop();
+                continue;
             }
             let (index, old, found) = match (free, full_again, closest) {
                 (Some(index), _, _) => (index, 0, Found::New),
@@ -313,14 +334,16 @@ impl RateTable {
             let entry = self.entry(index);
             if entry
                 .key
-                .compare_exchange(old, key, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange(old, CLAIMING, Ordering::Acquire, Ordering::Relaxed)
                 .is_err()
             {
                 continue;
             }
-            // A fresh bucket: full.
+            // A fresh bucket: full. Stored before the key is published (Release), so that no
+            // worker pairs the new key with the evicted client's TAT.
             let (decision, new_tat) = bucket.step(now, now);
-            entry.tat.store(new_tat.unwrap_or(now), Ordering::Release);
+            entry.tat.store(new_tat.unwrap_or(now), Ordering::Relaxed);
+            entry.key.store(key, Ordering::Release);
             return (decision, found);
         }
         (Decision::Admit { remaining: 0 }, Found::Nowhere)
@@ -526,6 +549,87 @@ mod tests {
             .collect();
         let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
         assert_eq!(admitted, 1000);
+    }
+
+    #[test]
+    fn a_new_key_never_inherits_an_evicted_bucket_under_racing_threads() {
+        // A tiny table: nearly every new key evicts another. Each key is handed out THREADS
+        // times in a row from one counter, so the threads check it at about the same moment;
+        // its bucket holds THREADS requests, so every check must be admitted. A check that
+        // saw the new key paired with the evicted key's spent bucket would be refused.
+        const THREADS: u64 = 4;
+        const KEYS: u64 = 300_000;
+        let table = Arc::new(RateTable::create(PROBE, 11).unwrap());
+        let bucket = Bucket {
+            interval_ns: 3600 * SECOND,
+            burst: THREADS,
+        };
+        let now = 9 * SECOND;
+        let next = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let table = Arc::clone(&table);
+                let next = Arc::clone(&next);
+                std::thread::spawn(move || {
+                    let mut refused = Vec::new();
+                    loop {
+                        let ticket = next.fetch_add(1, Ordering::Relaxed);
+                        if ticket >= KEYS * THREADS {
+                            return refused;
+                        }
+                        let key = ticket / THREADS + 1;
+                        if let (Decision::Refuse { .. }, found) = table.check(key, bucket, now) {
+                            refused.push((key, found));
+                        }
+                    }
+                })
+            })
+            .collect();
+        let refused: Vec<_> = threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "{} refused: {:?}",
+            refused.len(),
+            &refused[..refused.len().min(5)]
+        );
+    }
+
+    #[test]
+    fn an_entry_being_claimed_is_neither_matched_nor_evicted() {
+        // The moment between a claim's key CAS and its publication, held still: a worker
+        // paused there (or killed) left the sentinel over the evicted client's spent TAT.
+        let table = RateTable::create(PROBE, 13).unwrap();
+        let bucket = per_second(1, 1);
+        let now = 20 * SECOND;
+        for key in 1..=PROBE as u64 {
+            table.check(key, bucket, now);
+        }
+        let victim = (0..PROBE)
+            .find(|&index| table.entry(index).key.load(Ordering::Relaxed) == 3)
+            .unwrap();
+        table.entry(victim).key.store(CLAIMING, Ordering::Relaxed);
+        // A new key's first request gets a fresh bucket of its own, never the spent one
+        // under the sentinel (which the old order, key first, would have paired it with).
+        assert_eq!(
+            table.check(100, bucket, now),
+            (Decision::Admit { remaining: 0 }, Found::Evicted)
+        );
+        assert!(matches!(
+            table.check(100, bucket, now),
+            (Decision::Refuse { .. }, Found::Existing)
+        ));
+        // The claimed entry stays out of use until published; the others serve on.
+        assert_eq!(table.entry(victim).key.load(Ordering::Relaxed), CLAIMING);
+        for key in [101, 102, 103] {
+            assert_eq!(
+                table.check(key, bucket, now).0,
+                Decision::Admit { remaining: 0 }
+            );
+        }
+        assert_eq!(table.entry(victim).key.load(Ordering::Relaxed), CLAIMING);
     }
 
     #[test]

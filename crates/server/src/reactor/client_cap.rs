@@ -1,7 +1,8 @@
 //! `max_connections_per_client` in the loop (ADR 0038): each connection's client is counted
 //! in the worker's region of the shared [`ClientConnections`] when it is accepted (its TCP
-//! peer), or, with `proxy_protocol`, once its PROXY header named the client (at its first
-//! head); one over the cap is closed without a response. Never a trusted proxy's own
+//! peer), or, with `proxy_protocol`, as soon as its PROXY header named the client (before any
+//! head or TLS handshake, so idle and slow connections count); one over the cap is closed
+//! without a response. Never a trusted proxy's own
 //! connection (it carries many clients), nor an allowed network's. The count is given back
 //! when the token closes.
 //!

@@ -135,17 +135,18 @@ impl Reactor {
             } else {
                 conn.on_readable(&self.shared.config.limits)
             };
+            // `max_connections_per_client` by the PROXY header's client, as soon as the header
+            // is read (whatever follows: a head, part of one, a handshake, nothing), so that
+            // idle and slow connections count too.
+            if self.shared.config.proxy_protocol
+                && !conn.awaits_proxy_header()
+                && !conn.link().is_h2()
+                && self.client_unchecked(token)
+                && !self.client_admitted(token, conn.peer)
+            {
+                return self.close(token);
+            }
             match readiness {
-                // Off (no `max_connections_per_client`): one test of an `Option`.
-                Readiness::HeadComplete | Readiness::Http2
-                    if self.client_unchecked(token)
-                        && self.shared.config.proxy_protocol
-                        && !conn.link().is_h2()
-                        && !self.client_admitted(token, conn.peer) =>
-                {
-                    // Over `max_connections_per_client` by its PROXY header's client.
-                    return self.close(token);
-                }
                 Readiness::HeadComplete => {
                     // The rate limits, once per head, before its body is read (ADR 0038).
                     if !resumed {
