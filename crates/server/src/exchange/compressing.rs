@@ -193,6 +193,38 @@ impl Exchange {
         Ok(())
     }
 
+    /// Whether the body being compressed ends short of the app's Content-Length (asked at
+    /// its end): it must not be ended as a whole one.
+    pub(super) fn compressed_short(&self) -> bool {
+        self.compressing.is_some()
+            && !self.discards_body()
+            && self
+                .declared
+                .is_some_and(|declared| self.body_sent < declared)
+    }
+
+    /// Ends a compressed body the app cut short of its Content-Length as the client must see
+    /// it: incomplete. Unframed, the client would see truncation, but the compressed head
+    /// dropped the length and a finished stream (coding trailer, last chunk) would read as
+    /// the whole body. So the encoder is never finished and no last chunk is written: a
+    /// stream's bytes so far go out (a sync flush, as for a block), and the connection
+    /// closes mid-body (an HTTP/2 stream is reset); a whole body, whose head still waits for
+    /// its length, is dropped unsent ([`Exchange::abort`]): a head without a length would
+    /// read as a complete body ended by the close.
+    pub(super) fn cut_compressed_short(&mut self) -> io::Result<()> {
+        self.keep_alive = false;
+        if self.compressing.as_ref().is_some_and(|c| c.whole) {
+            self.abort();
+            return Ok(());
+        }
+        if let Err(err) = self.flush_encoder() {
+            self.abort();
+            return Err(err);
+        }
+        self.compressing = None;
+        self.emit_buffered(Phase::Finished)
+    }
+
     /// Moves what the encoder produced into the output buffer, framed as the head announced
     /// (an empty chunk would end the body: nothing is framed for nothing).
     fn take_encoded(&mut self) {

@@ -371,12 +371,16 @@ impl Exchange {
     }
 
     /// Completes the response: the last chunk, then one write of whatever is buffered.
-    /// A body shorter than its Content-Length closes the connection afterwards.
+    /// A body shorter than its Content-Length closes the connection afterwards (compressed,
+    /// it is cut off unended, so that the client sees it incomplete).
     pub fn finish(&mut self) -> io::Result<()> {
         match self.phase {
             Phase::Finished => return Ok(()),
             Phase::NotStarted => return Err(io::Error::other("finish before begin_response")),
             _ => {}
+        }
+        if self.compressed_short() {
+            return self.cut_compressed_short();
         }
         self.end_encoding()?;
         if self.framing == ResponseFraming::Chunked {
@@ -396,6 +400,9 @@ impl Exchange {
             Phase::Finished => return Ok(()),
             Phase::NotStarted => return Err(io::Error::other("finish before begin_response")),
             _ => {}
+        }
+        if self.compressed_short() {
+            return self.cut_compressed_short();
         }
         self.end_encoding()?;
         if self.framing == ResponseFraming::Chunked {
