@@ -32,14 +32,6 @@ pub(super) struct Compressing {
     dirty: bool,
 }
 
-/// The value of the first field `name` of `headers`.
-fn field<'h>(headers: &[(&'h [u8], &'h [u8])], name: &[u8]) -> Option<&'h [u8]> {
-    headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-        .map(|&(_, value)| value)
-}
-
 /// Whether the comma-separated list `value` has the token `token` (any case).
 fn lists(value: &[u8], token: &[u8]) -> bool {
     value
@@ -49,25 +41,39 @@ fn lists(value: &[u8], token: &[u8]) -> bool {
 
 impl Exchange {
     /// Decides how the response with status `code` and app fields `headers` is sent
-    /// (compression is on): `body_length` is the whole body's when known.
-    pub(super) fn compression_decision(
+    /// (compression is on): `body_length` is the whole body's when known. One pass over the
+    /// borrowed fields (the first of each name counts), nothing gathered.
+    pub(super) fn compression_decision<'h>(
         &self,
         code: u16,
-        headers: &[(&[u8], &[u8])],
+        headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
         body_length: Option<u64>,
     ) -> Decision {
         let config = &self.shared.config.compression;
-        let declared = field(headers, b"content-length")
-            .and_then(|value| std::str::from_utf8(value).ok()?.trim().parse::<u64>().ok());
-        let facts = ResponseFacts {
+        let mut declared = None;
+        let mut facts = ResponseFacts {
             status: code,
-            content_type: field(headers, b"content-type"),
-            content_encoding: field(headers, b"content-encoding").is_some(),
-            no_transform: headers.iter().any(|(name, value)| {
-                name.eq_ignore_ascii_case(b"cache-control") && lists(value, b"no-transform")
-            }),
-            length: declared.or(body_length),
+            ..ResponseFacts::default()
         };
+        for (name, value) in headers {
+            if name.eq_ignore_ascii_case(b"content-length") {
+                if declared.is_none() {
+                    // The first's value, parsed or not (an unparsable one is refused later).
+                    declared = Some(
+                        std::str::from_utf8(value)
+                            .ok()
+                            .and_then(|v| v.trim().parse::<u64>().ok()),
+                    );
+                }
+            } else if name.eq_ignore_ascii_case(b"content-type") {
+                facts.content_type = facts.content_type.or(Some(value));
+            } else if name.eq_ignore_ascii_case(b"content-encoding") {
+                facts.content_encoding = true;
+            } else if name.eq_ignore_ascii_case(b"cache-control") {
+                facts.no_transform |= lists(value, b"no-transform");
+            }
+        }
+        facts.length = declared.flatten().or(body_length);
         decide(config, self.target(), facts, || {
             let accept = self
                 .headers()

@@ -55,6 +55,7 @@ impl Exchange {
     ) -> Result<(), ResponseError>
     where
         I: IntoIterator<Item = (&'h [u8], &'h [u8])>,
+        I::IntoIter: Clone,
     {
         if self.phase != Phase::NotStarted {
             return Err(ResponseError::AlreadyStarted);
@@ -66,10 +67,11 @@ impl Exchange {
             )
         })?;
         // Compression on (one branch when off): the fields are looked at before they are
-        // encoded, and the decision changes some of them (ADR 0037).
+        // encoded, and the decision changes some of them (ADR 0037). The look goes through a
+        // copy of the borrowed iterator: nothing is gathered, nothing allocated.
+        let headers = headers.into_iter();
         if self.shared.config.compression.is_on() && !self.keep_identity {
-            let headers: Vec<(&[u8], &[u8])> = headers.into_iter().collect();
-            let decision = self.compression_decision(code, &headers, body_length);
+            let decision = self.compression_decision(code, headers.clone(), body_length);
             return self.encode_head(status, code, headers, body_length, decision);
         }
         self.encode_head(status, code, headers, body_length, Decision::Identity)
