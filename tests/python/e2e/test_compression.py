@@ -282,3 +282,25 @@ def test_a_body_short_of_its_content_length_arrives_incomplete(served_server: An
         # The connection serves on.
         response, raw = fetch(http, "GET", f"{base}/page", "gzip")
         assert response.status_code == 200 and decode("gzip", raw) == PAGE
+
+
+@pytest.mark.parametrize("served_server", SERVED, ids=SERVED_IDS, indirect=True)
+def test_a_304_carries_the_etag_and_vary_its_200_would(served_server: Any, tls_certs: TlsCerts) -> None:
+    """RFC 9110 15.4.5: the app's 304 (no Content-Type, as frameworks send it) gets the ``Vary``
+    and, for a client taking a coding, the weak ``ETag`` of the 200; no coding of its own; an
+    excluded path's 304 is left alone."""
+    _, server, plain_port = served_server
+    for transport in ("http/1.1", "h2"):
+        http, base = client(transport, tls_certs, server, plain_port)
+        with http:
+            for accept, etag in ((BROWSER, 'W/"page-v1"'), ("identity", '"page-v1"')):
+                what = f"{transport} {accept!r}"
+                response, _ = fetch(http, "GET", f"{base}/not-modified", accept)
+                assert response.status_code == 304, what
+                assert response.headers["etag"] == etag, what
+                assert response.headers.get_list("vary") == ["Cookie, Accept-Encoding"], what
+                assert "content-encoding" not in response.headers, what
+            response, _ = fetch(http, "GET", f"{base}/private/not-modified", BROWSER)
+            assert response.status_code == 304
+            assert response.headers["etag"] == '"page-v1"'
+            assert response.headers.get_list("vary") == ["Cookie"]

@@ -73,7 +73,11 @@ impl Exchange {
                 facts.no_transform |= lists(value, b"no-transform");
             }
         }
-        facts.length = declared.flatten().or(body_length);
+        // A 304's body (none) is not its 200's, whose length is the app's Content-Length.
+        facts.length = match code {
+            304 => declared.flatten(),
+            _ => declared.flatten().or(body_length),
+        };
         decide(config, self.target(), facts, || {
             let accept = self
                 .headers()

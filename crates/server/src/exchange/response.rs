@@ -154,7 +154,9 @@ impl Exchange {
                 None => encode_header(out, name, value),
             }
         }
-        if let Decision::Compress(coding) = decision {
+        // Not on a 304: representation metadata it need not carry (RFC 9110 15.4.5), and a
+        // cache updating a stored identity copy from it would mislabel that copy.
+        if let (Decision::Compress(coding), false) = (decision, code == 304) {
             encode_header(out, b"Content-Encoding", coding.token());
         }
         if decision != Decision::Identity && !vary_merged {
