@@ -231,3 +231,83 @@ def test_server_sent_events_arrive_compressed_event_by_event(served_server: Any,
                 assert received == b"".join(EVENTS)
         finally:
             os.close(gate_fd)
+
+
+def read_to_close(port: int, request: bytes) -> bytes:
+    """Everything the server sends on a new connection for ``request``, up to its close."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as conn:
+        conn.sendall(request)
+        answer = b""
+        while piece := conn.recv(65536):
+            answer += piece
+    return answer
+
+
+def dechunk(body: bytes) -> tuple[bytes, bool]:
+    """The chunks' data of a chunked body, and whether its last chunk came."""
+    data = b""
+    while body:
+        size_line, _, rest = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            return data, rest == b"\r\n"
+        data, body = data + rest[:size], rest[size + 2:]
+    return data, False
+
+
+@pytest.mark.parametrize("served_server", SERVED, ids=SERVED_IDS, indirect=True)
+def test_a_body_short_of_its_content_length_arrives_incomplete(served_server: Any, tls_certs: TlsCerts) -> None:
+    """The app declares ``Content-Length: 10000`` and sends 5000 bytes: compressed, the length is
+    dropped, so the response must end unended (no coding trailer, no last chunk, the connection
+    closed; an h2 stream reset), as truncation would show it uncompressed."""
+    short = PAGE[:5000]
+    _, server, plain_port = served_server
+    # Streamed: what the app sent arrives (a sync-flushed block), but neither the last chunk nor
+    # the gzip trailer does.
+    for version in (b"HTTP/1.1", b"HTTP/1.0"):
+        answer = read_to_close(plain_port, b"GET /short " + version + b"\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n")
+        head, _, body = answer.partition(b"\r\n\r\n")
+        fields = head.lower().split(b"\r\n")
+        assert fields[0].startswith(b"http/1.1 200") and b"content-encoding: gzip" in fields, version
+        assert not any(field.startswith(b"content-length") for field in fields), version
+        if version == b"HTTP/1.1":
+            assert b"transfer-encoding: chunked" in fields
+            body, ended = dechunk(body)
+            assert not ended, "a complete chunked body"
+        decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        assert decoder.decompress(body) == short, version
+        assert not decoder.eof, f"{version!r}: a complete gzip stream"
+    # A whole body waits for its end to get its compressed length: nothing of it is sent.
+    answer = read_to_close(plain_port, b"GET /short-whole HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n")
+    assert answer == b""
+    # HTTP/2: the stream is reset instead of ended.
+    http, base = client("h2", tls_certs, server, plain_port)
+    with http:
+        for path in ("/short", "/short-whole"):
+            with pytest.raises(httpx.RemoteProtocolError):
+                fetch(http, "GET", f"{base}{path}", "gzip")
+        # The connection serves on.
+        response, raw = fetch(http, "GET", f"{base}/page", "gzip")
+        assert response.status_code == 200 and decode("gzip", raw) == PAGE
+
+
+@pytest.mark.parametrize("served_server", SERVED, ids=SERVED_IDS, indirect=True)
+def test_a_304_carries_the_etag_and_vary_its_200_would(served_server: Any, tls_certs: TlsCerts) -> None:
+    """RFC 9110 15.4.5: the app's 304 (no Content-Type, as frameworks send it) gets the ``Vary``
+    and, for a client taking a coding, the weak ``ETag`` of the 200; no coding of its own; an
+    excluded path's 304 is left alone."""
+    _, server, plain_port = served_server
+    for transport in ("http/1.1", "h2"):
+        http, base = client(transport, tls_certs, server, plain_port)
+        with http:
+            for accept, etag in ((BROWSER, 'W/"page-v1"'), ("identity", '"page-v1"')):
+                what = f"{transport} {accept!r}"
+                response, _ = fetch(http, "GET", f"{base}/not-modified", accept)
+                assert response.status_code == 304, what
+                assert response.headers["etag"] == etag, what
+                assert response.headers.get_list("vary") == ["Cookie, Accept-Encoding"], what
+                assert "content-encoding" not in response.headers, what
+            response, _ = fetch(http, "GET", f"{base}/private/not-modified", BROWSER)
+            assert response.status_code == 304
+            assert response.headers["etag"] == '"page-v1"'
+            assert response.headers.get_list("vary") == ["Cookie"]

@@ -1,11 +1,13 @@
 //! Whether a response is compressed, from its head alone (the decision table of ADR 0037):
-//! never a response without a body (1xx, 204, 304) or a `206` (its range is of the
+//! never a response without a body (1xx, 204) or a `206` (its range is of the
 //! representation as it is), one that has a `Content-Encoding` or says `Cache-Control:
 //! no-transform`, one of a type off the allowlist or already compressed (images but SVG,
 //! audio, video, archives, web fonts), one whose known length is below the minimum, or one
 //! under an excluded path. A response that qualifies is compressed with the client's chosen
 //! coding, or, when it chose none, sent as it is with `Vary: Accept-Encoding` (another client
-//! would get it compressed).
+//! would get it compressed). A `304` is decided as its `200` would be, for the fields it
+//! shares with it (RFC 9110 15.4.5: `ETag` and `Vary`); as frameworks drop its `Content-Type`,
+//! one without that field is taken to be of a compressed type.
 //!
 //! It must not parse the request itself: the exchange gives it the negotiation as a closure,
 //! so that `Accept-Encoding` is read only for a response that qualifies.
@@ -23,7 +25,8 @@ pub struct ResponseFacts<'a> {
     pub content_encoding: bool,
     /// A `Cache-Control` field says `no-transform` (RFC 9110 7.7).
     pub no_transform: bool,
-    /// The body's length, when known (the app's `Content-Length`, or the whole body's).
+    /// The body's length, when known (the app's `Content-Length`, or the whole body's; for
+    /// a `304`, only the app's, which is its `200`'s).
     pub length: Option<u64>,
 }
 
@@ -101,15 +104,16 @@ pub fn decide(
     facts: ResponseFacts<'_>,
     accepted: impl FnOnce() -> Option<Coding>,
 ) -> Decision {
-    let has_body = !(100..200).contains(&facts.status) && !matches!(facts.status, 204 | 304);
+    let has_body = !(100..200).contains(&facts.status) && facts.status != 204;
+    let not_modified = facts.status == 304;
     let qualifies = has_body
         && facts.status != 206
         && !facts.content_encoding
         && !facts.no_transform
         && facts.length.is_none_or(|length| length >= config.min_size)
-        && facts
-            .content_type
-            .is_some_and(|content_type| type_listed(&config.types, content_type))
+        && facts.content_type.map_or(not_modified, |content_type| {
+            type_listed(&config.types, content_type)
+        })
         && !config.excludes(target);
     if !qualifies {
         return Decision::Identity;
@@ -172,7 +176,7 @@ mod tests {
         let c = config();
         let never =
             || -> Option<Coding> { panic!("negotiated for a response that does not qualify") };
-        for status in [101, 103, 204, 206, 304] {
+        for status in [101, 103, 204, 206] {
             assert_eq!(
                 decide(&c, b"/", facts(status, "text/html", None), never),
                 Decision::Identity
@@ -234,6 +238,42 @@ mod tests {
             decide(&c, b"/private", facts(200, "text/html", None), gzip),
             Decision::Compress(Coding::Gzip)
         );
+    }
+
+    #[test]
+    fn a_304_is_decided_as_its_200_would_be() {
+        let c = config();
+        let never =
+            || -> Option<Coding> { panic!("negotiated for a response that does not qualify") };
+        let bare = ResponseFacts {
+            status: 304,
+            ..ResponseFacts::default()
+        };
+        // Its ETag is weakened and Vary merged as the 200's (the exchange adds no coding).
+        assert_eq!(
+            decide(&c, b"/", bare, gzip),
+            Decision::Compress(Coding::Gzip)
+        );
+        assert_eq!(
+            decide(&c, b"/", facts(304, "text/html", None), gzip),
+            Decision::Compress(Coding::Gzip)
+        );
+        assert_eq!(decide(&c, b"/", bare, || None), Decision::VaryOnly);
+        // Left alone where the 200 would be.
+        assert_eq!(decide(&c, b"/private/x", bare, never), Decision::Identity);
+        assert_eq!(
+            decide(&c, b"/", facts(304, "image/png", None), never),
+            Decision::Identity
+        );
+        assert_eq!(
+            decide(&c, b"/", facts(304, "text/html", Some(100)), never),
+            Decision::Identity
+        );
+        let encoded = ResponseFacts {
+            content_encoding: true,
+            ..bare
+        };
+        assert_eq!(decide(&c, b"/", encoded, never), Decision::Identity);
     }
 
     #[test]

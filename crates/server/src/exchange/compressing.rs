@@ -32,14 +32,6 @@ pub(super) struct Compressing {
     dirty: bool,
 }
 
-/// The value of the first field `name` of `headers`.
-fn field<'h>(headers: &[(&'h [u8], &'h [u8])], name: &[u8]) -> Option<&'h [u8]> {
-    headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-        .map(|&(_, value)| value)
-}
-
 /// Whether the comma-separated list `value` has the token `token` (any case).
 fn lists(value: &[u8], token: &[u8]) -> bool {
     value
@@ -49,26 +41,44 @@ fn lists(value: &[u8], token: &[u8]) -> bool {
 
 impl Exchange {
     /// Decides how the response with status `code` and app fields `headers` is sent
-    /// (compression is on): `body_length` is the whole body's when known.
+    /// (compression is on): `body_length` is the whole body's when known. One pass over the
+    /// borrowed fields (the first of each name counts), nothing gathered.
     #[cold]
     #[inline(never)]
-    pub(super) fn compression_decision(
+    pub(super) fn compression_decision<'h>(
         &self,
         code: u16,
-        headers: &[(&[u8], &[u8])],
+        headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
         body_length: Option<u64>,
     ) -> Decision {
         let config = &self.shared.config.compression;
-        let declared = field(headers, b"content-length")
-            .and_then(|value| std::str::from_utf8(value).ok()?.trim().parse::<u64>().ok());
-        let facts = ResponseFacts {
+        let mut declared = None;
+        let mut facts = ResponseFacts {
             status: code,
-            content_type: field(headers, b"content-type"),
-            content_encoding: field(headers, b"content-encoding").is_some(),
-            no_transform: headers.iter().any(|(name, value)| {
-                name.eq_ignore_ascii_case(b"cache-control") && lists(value, b"no-transform")
-            }),
-            length: declared.or(body_length),
+            ..ResponseFacts::default()
+        };
+        for (name, value) in headers {
+            if name.eq_ignore_ascii_case(b"content-length") {
+                if declared.is_none() {
+                    // The first's value, parsed or not (an unparsable one is refused later).
+                    declared = Some(
+                        std::str::from_utf8(value)
+                            .ok()
+                            .and_then(|v| v.trim().parse::<u64>().ok()),
+                    );
+                }
+            } else if name.eq_ignore_ascii_case(b"content-type") {
+                facts.content_type = facts.content_type.or(Some(value));
+            } else if name.eq_ignore_ascii_case(b"content-encoding") {
+                facts.content_encoding = true;
+            } else if name.eq_ignore_ascii_case(b"cache-control") {
+                facts.no_transform |= lists(value, b"no-transform");
+            }
+        }
+        // A 304's body (none) is not its 200's, whose length is the app's Content-Length.
+        facts.length = match code {
+            304 => declared.flatten(),
+            _ => declared.flatten().or(body_length),
         };
         decide(config, self.target(), facts, || {
             let accept = self
@@ -212,6 +222,38 @@ impl Exchange {
         }
         self.stop_compressing();
         Ok(())
+    }
+
+    /// Whether the body being compressed ends short of the app's Content-Length (asked at
+    /// its end): it must not be ended as a whole one.
+    pub(super) fn compressed_short(&self) -> bool {
+        self.compressing.is_some()
+            && !self.discards_body()
+            && self
+                .declared
+                .is_some_and(|declared| self.body_sent < declared)
+    }
+
+    /// Ends a compressed body the app cut short of its Content-Length as the client must see
+    /// it: incomplete. Unframed, the client would see truncation, but the compressed head
+    /// dropped the length and a finished stream (coding trailer, last chunk) would read as
+    /// the whole body. So the encoder is never finished and no last chunk is written: a
+    /// stream's bytes so far go out (a sync flush, as for a block), and the connection
+    /// closes mid-body (an HTTP/2 stream is reset); a whole body, whose head still waits for
+    /// its length, is dropped unsent ([`Exchange::abort`]): a head without a length would
+    /// read as a complete body ended by the close.
+    pub(super) fn cut_compressed_short(&mut self) -> io::Result<()> {
+        self.keep_alive = false;
+        if self.compressing.as_ref().is_some_and(|c| c.whole) {
+            self.abort();
+            return Ok(());
+        }
+        if let Err(err) = self.flush_encoder() {
+            self.abort();
+            return Err(err);
+        }
+        self.compressing = None;
+        self.emit_buffered(Phase::Finished)
     }
 
     /// Moves what the encoder produced into the output buffer, framed as the head announced

@@ -55,6 +55,7 @@ impl Exchange {
     ) -> Result<(), ResponseError>
     where
         I: IntoIterator<Item = (&'h [u8], &'h [u8])>,
+        I::IntoIter: Clone,
     {
         if self.phase != Phase::NotStarted {
             return Err(ResponseError::AlreadyStarted);
@@ -66,10 +67,11 @@ impl Exchange {
             )
         })?;
         // Compression on (one branch when off): the fields are looked at before they are
-        // encoded, and the decision changes some of them (ADR 0037).
+        // encoded, and the decision changes some of them (ADR 0037). The look goes through a
+        // copy of the borrowed iterator: nothing is gathered, nothing allocated.
+        let headers = headers.into_iter();
         if self.shared.config.compression.is_on() && !self.keep_identity {
-            let headers: Vec<(&[u8], &[u8])> = headers.into_iter().collect();
-            let decision = self.compression_decision(code, &headers, body_length);
+            let decision = self.compression_decision(code, headers.clone(), body_length);
             return self.encode_head(status, code, headers, body_length, decision);
         }
         self.encode_head(status, code, headers, body_length, Decision::Identity)
@@ -152,7 +154,9 @@ impl Exchange {
                 None => encode_header(out, name, value),
             }
         }
-        if let Decision::Compress(coding) = decision {
+        // Not on a 304: representation metadata it need not carry (RFC 9110 15.4.5), and a
+        // cache updating a stored identity copy from it would mislabel that copy.
+        if let (Decision::Compress(coding), false) = (decision, code == 304) {
             encode_header(out, b"Content-Encoding", coding.token());
         }
         if decision != Decision::Identity && !vary_merged {
@@ -373,7 +377,8 @@ impl Exchange {
     }
 
     /// Completes the response: the last chunk, then one write of whatever is buffered.
-    /// A body shorter than its Content-Length closes the connection afterwards.
+    /// A body shorter than its Content-Length closes the connection afterwards (compressed,
+    /// it is cut off unended, so that the client sees it incomplete).
     pub fn finish(&mut self) -> io::Result<()> {
         match self.phase {
             Phase::Finished => return Ok(()),
@@ -381,6 +386,9 @@ impl Exchange {
             _ => {}
         }
         if self.compressing.is_some() {
+            if self.compressed_short() {
+                return self.cut_compressed_short();
+            }
             self.end_encoding()?;
         }
         if self.framing == ResponseFraming::Chunked {
@@ -402,6 +410,9 @@ impl Exchange {
             _ => {}
         }
         if self.compressing.is_some() {
+            if self.compressed_short() {
+                return self.cut_compressed_short();
+            }
             self.end_encoding()?;
         }
         if self.framing == ResponseFraming::Chunked {

@@ -10,7 +10,12 @@ as WSGI (``app``) and ASGI (``asgi``):
 - ``/partial``: a 206; ``/png``: an ``image/png``; ``/small``: 100 bytes of text;
 - ``/private/page``: the page again, on a path the test excludes;
 - ``/file``: a ``wsgi.file_wrapper`` over a text file (WSGI; sendfile, never compressed);
-- ``/written``: ``/stream``'s blocks through PEP 3333's ``write()`` (WSGI).
+- ``/written``: ``/stream``'s blocks through PEP 3333's ``write()`` (WSGI);
+- ``/short`` and ``/short-whole``: ``Content-Length: 10000`` and only ``SHORT`` (5000 bytes of
+  HTML) sent, streamed (a generator; ASGI: ``more_body``) or as the whole body (a list; ASGI: one
+  last body message);
+- ``/not-modified`` and ``/private/not-modified``: a 304 as frameworks send it (``ETag``,
+  ``Vary``, no ``Content-Type``).
 """
 
 import asyncio
@@ -23,6 +28,7 @@ PAGE = "".join(f"<p>line {n}: the quick brown fox jumps over the lazy dog</p>\n"
 BLOCKS = [f"block {n}: {'lorem ipsum dolor sit amet ' * 40}\n".encode() for n in range(6)]
 EVENTS = [f"id: {n}\ndata: event {n} {'payload ' * 20}\n\n".encode() for n in range(5)]
 SMALL = b"s" * 100
+SHORT = PAGE[:5000]
 FILE_BODY = PAGE
 
 _file = tempfile.NamedTemporaryFile(prefix="compress-app-", suffix=".txt", delete=False)
@@ -50,6 +56,10 @@ def route(path, query):
         return "200 OK", [("Content-Type", "image/png")], [PAGE], None
     if path == "/small":
         return "200 OK", [("Content-Type", "text/plain")], [SMALL], None
+    if path in ("/short", "/short-whole"):
+        return "200 OK", [("Content-Type", "text/html"), ("Content-Length", "10000")], [SHORT], None
+    if path in ("/not-modified", "/private/not-modified"):
+        return "304 Not Modified", [("ETag", '"page-v1"'), ("Vary", "Cookie")], [], None
     return "404 Not Found", [("Content-Type", "text/plain")], [b"not found\n"], None
 
 
@@ -64,6 +74,12 @@ def app(environ, start_response):
             write(block)
         return []
     status, headers, blocks, gate = route(path, environ.get("QUERY_STRING", ""))
+    if path == "/short":
+        start_response(status, headers)
+        return _gated(blocks, None)
+    if path == "/short-whole" or not blocks:
+        start_response(status, headers)
+        return blocks
     if len(blocks) == 1:
         headers.append(("Content-Length", str(len(blocks[0]))))
         start_response(status, headers)
@@ -94,6 +110,15 @@ async def asgi(scope, receive, send):
     status, headers, blocks, gate = route(scope["path"], scope["query_string"].decode())
     code = int(status.split()[0])
     fields = [(name.lower().encode(), value.encode()) for name, value in headers]
+    if scope["path"] == "/short":
+        await send({"type": "http.response.start", "status": code, "headers": fields})
+        await send({"type": "http.response.body", "body": SHORT, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if scope["path"] == "/short-whole" or not blocks:
+        await send({"type": "http.response.start", "status": code, "headers": fields})
+        await send({"type": "http.response.body", "body": b"".join(blocks)})
+        return
     if len(blocks) == 1:
         fields.append((b"content-length", str(len(blocks[0])).encode()))
         await send({"type": "http.response.start", "status": code, "headers": fields})
