@@ -24,9 +24,10 @@ $(PY):
 
 # Development dependencies (maturin to build, pytest & co. to test, Flask for the blog;
 # cryptography makes the TLS tests' certificates, sslyze scans the TLS server; h2 gives httpx
-# HTTP/2 and the HTTP/2 tests their frames; brotli and zstandard decode the compression tests' bodies).
+# HTTP/2 and the HTTP/2 tests their frames; brotli and zstandard decode the compression tests' bodies;
+# FastAPI and PyYAML are what the migration tests run: a FastAPI app, a YAML --log-config).
 $(STAMP): $(PY) pyproject.toml Makefile
-	$(PIP) install --quiet "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" "httpx>=0.27" "flask>=3" "prometheus_client>=0.20" "starlette>=0.37" "python-multipart>=0.0.9" "uvloop>=0.19" "websockets>=12" "django>=4.2" "mypy>=1.10" "cryptography>=42" "sslyze>=6" "h2>=4" "brotli>=1.1" "zstandard>=0.22"
+	$(PIP) install --quiet "maturin>=1.7,<2" "pytest>=8" "pytest-timeout>=2.3" "httpx>=0.27" "flask>=3" "prometheus_client>=0.20" "starlette>=0.37" "python-multipart>=0.0.9" "uvloop>=0.19" "websockets>=12" "django>=4.2" "mypy>=1.10" "cryptography>=42" "sslyze>=6" "h2>=4" "brotli>=1.1" "zstandard>=0.22" "fastapi>=0.110" "pyyaml>=6"
 	touch $(STAMP)
 
 # The extension, built in release mode and installed (editable) into the virtualenv; it also
