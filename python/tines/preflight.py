@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from tines import hooks as server_hooks
 from tines import limits, memory, pool, tls
 from tines.config import Config
+from tines.config import gunicorn as gunicorn_config
 from tines.errors import ConfigError
 from tines.hooks import Hooks
 
@@ -80,7 +81,8 @@ def check(cfg: Config, ticket_secret: bytes) -> Checked:
     pool_settings = pool.settings(cfg)
     if cfg.chdir:
         os.chdir(cfg.chdir)
-    return Checked(settings, server_hooks.load(cfg.hooks), pool_settings,
+    from_gunicorn = gunicorn_config.gives_hooks(cfg.config_file, cfg.source("hooks"))
+    return Checked(settings, server_hooks.load(cfg.hooks, from_gunicorn), pool_settings,
                    tuple(tls.expiry_warnings(material, time.time())), tls.describe(cfg, material))
 
 

@@ -25,6 +25,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+from tines.config import gunicorn
 from tines.config.registry import SETTINGS, Setting, format_value
 from tines.config.validators import is_cleartext, split_bind, temp_dir
 from tines.errors import ConfigError
@@ -41,16 +42,18 @@ class Config:
 
     ``cfg.<name>`` is the converted value of a setting (``cfg.workers``, ``cfg.app``); multiple
     settings are tuples; unset optional settings are None. ``config_file`` is the path of the
-    file that was read (as given), or None.
+    file that was read (as given), or None. ``file_notes`` are the warnings reading a gunicorn
+    config file gave (``tines.config.gunicorn``), which ``ignored_settings`` lists first.
     """
 
-    __slots__ = ("_values", "_sources", "config_file")
+    __slots__ = ("_values", "_sources", "config_file", "file_notes")
     _values: Mapping[str, object]
     _sources: Mapping[str, str]
     config_file: str | None
+    file_notes: tuple[str, ...]
 
     def __init__(self, values: Mapping[str, object], sources: Mapping[str, str],
-                 config_file: str | None = None) -> None:
+                 config_file: str | None = None, file_notes: tuple[str, ...] = ()) -> None:
         """``values`` and ``sources`` must both have a key for every name in ``SETTINGS``."""
         missing = set(SETTINGS) - set(values)
         if missing or set(values) - set(SETTINGS) or set(sources) != set(SETTINGS):
@@ -58,6 +61,7 @@ class Config:
         object.__setattr__(self, "_values", MappingProxyType(dict(values)))
         object.__setattr__(self, "_sources", MappingProxyType(dict(sources)))
         object.__setattr__(self, "config_file", config_file)
+        object.__setattr__(self, "file_notes", file_notes)
 
     def __getattr__(self, name: str) -> Any:
         values: Mapping[str, object] = object.__getattribute__(self, "_values")
@@ -135,7 +139,12 @@ def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
     values: dict[str, object] = {}
     sources: dict[str, str] = {}
     layers: list[tuple[Mapping[str, object], str, str]] = []
-    if config_path is not None:
+    file_notes: tuple[str, ...] = ()
+    if config_path is not None and gunicorn.is_python_config(config_path):
+        reading = gunicorn.read(config_path)
+        layers.append((reading.values, f"file {config_path}", f"{config_path}: "))
+        file_notes = reading.notes
+    elif config_path is not None:
         layers.append((_read_config_file(config_path), f"file {config_path}", f"{config_path}: "))
     for setting in SETTINGS.values():
         if setting.env in environ:
@@ -168,7 +177,7 @@ def load(overrides: Mapping[str, object] | argparse.Namespace | None = None,
     codings = list(ordered["compression"])  # type: ignore[call-overload]
     if len(set(codings)) != len(codings):
         raise ConfigError(f"compression names a coding twice ({sources['compression']}), got {','.join(codings)}")
-    return Config(ordered, {name: sources[name] for name in SETTINGS}, config_path)
+    return Config(ordered, {name: sources[name] for name in SETTINGS}, config_path, file_notes)
 
 
 WS_CEILING_PERCENT = 90
@@ -238,7 +247,7 @@ def ignored_settings(cfg: Config) -> list[str]:
     starts with different MPMs. ``tines serve`` logs each line as a warning at start and
     ``tines check-config`` prints it.
     """
-    found = []
+    found = list(cfg.file_notes)
     counted = "workers" if cfg.mpm == "prefork" else "threads"
     for kind in ("workers", "threads"):
         for bound in ("min", "max"):

@@ -55,8 +55,65 @@ PEER_SETTINGS: tuple[PeerSetting, ...] = (
     PeerSetting("gunicorn", "workers", ("-w", "--workers"), _same("workers")),
     PeerSetting("gunicorn", "bind", ("-b", "--bind"), _same("bind")),
     PeerSetting("gunicorn", "threads", ("--threads",), _same("threads")),
+    # gunicorn config-file names (GC)
+    PeerSetting("gunicorn", "wsgi_app", (), _same("app")),
+    PeerSetting("gunicorn", "worker_class", ("-k", "--worker-class"), lambda value, _others: _worker_class(value)),
+    PeerSetting("gunicorn", "timeout", ("-t", "--timeout"), lambda value, others: _timeout(value, others),
+                "gunicorn kills a worker silent for that long; Tines takes it as {boot_timeout} (a worker "
+                "must be ready in time) and, with sync workers (mpm prefork), as {request_timeout} "
+                "(an app holding a request that long)"),
+    PeerSetting("gunicorn", "graceful_timeout", ("--graceful-timeout",), _same("graceful_timeout")),
+    PeerSetting("gunicorn", "keepalive", ("--keep-alive",), _same("keepalive_timeout")),
+    PeerSetting("gunicorn", "max_requests", ("--max-requests",), _same("max_requests")),
+    PeerSetting("gunicorn", "max_requests_jitter", ("--max-requests-jitter",), _same("max_requests_jitter")),
+    PeerSetting("gunicorn", "preload_app", ("--preload",), _same("preload"), takes_value=False),
+    PeerSetting("gunicorn", "forwarded_allow_ips", ("--forwarded-allow-ips",), _same("forwarded_allow_ips")),
+    PeerSetting("gunicorn", "accesslog", ("--access-logfile",), _same("access_log")),
+    PeerSetting("gunicorn", "errorlog", ("--error-logfile", "--log-file"), _same("error_log")),
+    PeerSetting("gunicorn", "loglevel", ("--log-level",), _same("log_level")),
+    PeerSetting("gunicorn", "pidfile", ("-p", "--pid"), _same("pid_file")),
+    PeerSetting("gunicorn", "chdir", ("--chdir",), _same("chdir")),
+    PeerSetting("gunicorn", "backlog", ("--backlog",), _same("backlog")),
+    PeerSetting("gunicorn", "limit_request_line", ("--limit-request-line",), _same("max_request_line")),
+    PeerSetting("gunicorn", "limit_request_fields", ("--limit-request-fields",), _same("max_headers")),
+    PeerSetting("gunicorn", "limit_request_field_size", ("--limit-request-field_size",),
+                lambda _value, _others: {},
+                "not taken: Tines bounds the whole request head, {max_head_size}, not each field"),
+    PeerSetting("gunicorn", "statsd_host", ("--statsd-host",), None,
+                "Tines has no StatsD client: its metrics are Prometheus `/metrics` on {status_bind}"),
 )
 """Every gunicorn and uvicorn setting Tines answers, accepted or refused with a hint."""
+
+
+GUNICORN_ASGI_WORKERS = ("uvicorn.workers.UvicornWorker", "uvicorn_worker.UvicornWorker",
+                         "uvicorn.workers.UvicornH11Worker", "uvicorn_worker.UvicornH11Worker")
+"""gunicorn worker classes that run an ASGI app (uvicorn's, now in the ``uvicorn-worker`` package)."""
+
+GUNICORN_MPMS = {"sync": "prefork", "gunicorn.workers.sync.SyncWorker": "prefork", "egg:gunicorn#sync": "prefork",
+                 "gthread": "thread", "gunicorn.workers.gthread.ThreadWorker": "thread",
+                 "egg:gunicorn#gthread": "thread"}
+"""gunicorn's own worker classes Tines has (in each spelling gunicorn takes), by the MPM that
+does the same."""
+
+
+def _worker_class(value: object) -> Mapping[str, object]:
+    """gunicorn's ``worker_class``: its sync and gthread workers are MPMs; uvicorn's worker
+    means the app is ASGI (served by the event reactor); the others Tines has not."""
+    name = str(value).strip()
+    if name in GUNICORN_ASGI_WORKERS:
+        return {"interface": "asgi"}
+    if name not in GUNICORN_MPMS:
+        raise ValueError("must be sync, gthread or a uvicorn worker class (gevent, eventlet, tornado: "
+                         "Tines' event MPM serves many connections per worker without them)")
+    return {"mpm": GUNICORN_MPMS[name]}
+
+
+def _timeout(value: object, others: Mapping[str, object]) -> Mapping[str, object]:
+    """gunicorn's ``timeout``: the boot's bound always; a request's only on sync workers
+    (gunicorn's default), where a silent worker is a stuck request."""
+    if GUNICORN_MPMS.get(str(others.get("worker_class", "sync")).strip()) == "prefork":
+        return {"boot_timeout": value, "request_timeout": value}
+    return {"boot_timeout": value}
 
 
 def find(server: str, name: str) -> PeerSetting | None:
