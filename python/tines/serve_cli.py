@@ -86,8 +86,9 @@ def add_settings(parser: argparse.ArgumentParser) -> None:
     the messages are the same as for the environment and the file.
     """
     parser.add_argument("-c", "--config", metavar="PATH", default=argparse.SUPPRESS,
-                        help="config file (TOML; default: $TINES_CONFIG, else ./tines.toml "
-                             "when it exists)")
+                        help="config file: TOML, or gunicorn's Python config (FILE.py or "
+                             "python:MODULE; ./gunicorn.conf.py is never read unless named); "
+                             "default: $TINES_CONFIG, else ./tines.toml when it exists")
     for section in SECTIONS:
         group = parser.add_argument_group(section)
         for setting in SETTINGS.values():
