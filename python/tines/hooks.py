@@ -22,6 +22,7 @@ from typing import Any
 
 from tines import logs
 from tines.app_loader import import_target
+from tines.config import peers
 from tines.errors import AppLoadError, ConfigError
 
 HOOK_NAMES = (
@@ -144,7 +145,13 @@ def load(spec: str | None, gunicorn: bool = False) -> Hooks:
         if error.traceback:
             log.error("cannot import the hooks module:\n%s", error.traceback.rstrip())
         raise ConfigError(f"hooks: {error}") from None
-    return Hooks(_functions(module, spec), spec)
+    functions = _functions(module, spec)
+    settings = [name for name, value in vars(module).items()
+                if not callable(value) and not isinstance(value, ModuleType) and peers.find("gunicorn", name)]
+    if settings:
+        log.warning("hooks %r sets gunicorn settings (%s), which a hooks module does not read: "
+                    "name a gunicorn config file with -c (docs/hooks.md)", spec, ", ".join(settings))
+    return Hooks(functions, spec)
 
 
 def _functions(module: ModuleType, spec: str) -> dict[str, Callable[..., object]]:

@@ -286,3 +286,14 @@ def test_a_failing_gunicorn_pre_request_answers_500_without_the_app() -> None:
     worker = hooks.WorkerView(pid=2, slot=0, generation=1, mpm="prefork")
     wrapped = hooks.wrap_app(app, hooks.Hooks({"pre_request": pre_request}, "f.py", gunicorn=True), worker)
     assert run(wrapped) == ("500 Internal Server Error", hooks.PRE_REQUEST_FAILED)
+
+
+def test_a_gunicorn_file_given_as_hooks_says_its_settings_are_not_read(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = write(tmp_path, "import os\nworkers = 3\nbind = '127.0.0.1:1'\ndef post_fork(server, worker):\n    pass\n")
+    with caplog.at_level("WARNING", logger="tines.hooks"):
+        loaded = hooks.load(path)
+    assert list(loaded.functions) == ["post_fork"] and not loaded.gunicorn
+    assert [record.getMessage() for record in caplog.records] == [
+        f"hooks {path!r} sets gunicorn settings (workers, bind), which a hooks module does not read: "
+        "name a gunicorn config file with -c (docs/hooks.md)"]
