@@ -95,8 +95,8 @@ def read(location: str) -> Reading:
     """Run the file (or import the module) and map its module-level names; ConfigError (one
     line, exit 2) when it cannot run, sets a gunicorn setting Tines lacks, or a value its row
     cannot take."""
-    module, hooks_value = _run(location, f"config file {location!r}")
     label = f"config file {location!r}"
+    module, hooks_value = _run(location, label)
     names = {name: value for name, value in vars(module).items() if not name.startswith("_")}
     theirs = {name: value for name, value in names.items() if peers.find("gunicorn", name) is not None}
     values: dict[str, object] = {}
@@ -116,6 +116,8 @@ def read(location: str) -> Reading:
                 notes.append(f"{label}: {name} is not a gunicorn setting: ignored{_suggestion(name)}")
             continue  # imports, helper functions and classes: gunicorn ignores them too
         if row.apply is None:
+            if value is None or value is False or value in ("", [], ()):
+                continue  # off (``daemon = False``): nothing Tines lacks is asked for
             hint = f": {_plain_text(row.note)}" if row.note else ""
             raise ConfigError(f"{label}: gunicorn setting {name} has no equivalent in Tines{hint}")
         try:

@@ -79,6 +79,15 @@ PEER_SETTINGS: tuple[PeerSetting, ...] = (
     PeerSetting("gunicorn", "limit_request_field_size", ("--limit-request-field_size",),
                 lambda _value, _others: {},
                 "not taken: Tines bounds the whole request head, {max_head_size}, not each field"),
+    PeerSetting("gunicorn", "user", ("-u", "--user"), _same("user")),
+    PeerSetting("gunicorn", "group", ("-g", "--group"), _same("group")),
+    PeerSetting("gunicorn", "umask", ("-m", "--umask"), _same("umask")),
+    PeerSetting("gunicorn", "reload", ("--reload",), _same("reload"), takes_value=False),
+    PeerSetting("gunicorn", "certfile", ("--certfile",), _same("certfile")),
+    PeerSetting("gunicorn", "keyfile", ("--keyfile",), _same("keyfile")),
+    PeerSetting("gunicorn", "daemon", ("-D", "--daemon"), None,
+                "Tines stays in the foreground: run it under systemd or a supervisor "
+                "(`--ready-fd`, sd_notify; docs/deploy.md)"),
     PeerSetting("gunicorn", "statsd_host", ("--statsd-host",), None,
                 "Tines has no StatsD client: its metrics are Prometheus `/metrics` on {status_bind}"),
 )

@@ -166,6 +166,13 @@ def test_bad_files_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert "\n" not in str(raised.value)
 
 
+def test_a_setting_tines_lacks_left_off_is_no_error(tmp_path: Path) -> None:
+    cfg = load({"config": write(tmp_path, "daemon = False\nstatsd_host = None\nworkers = 2\n")}, environ={})
+    assert cfg.workers == 2 and ignored_settings(cfg) == []
+    with pytest.raises(ConfigError, match=r"gunicorn setting daemon has no equivalent in Tines: Tines stays in "):
+        load({"config": write(tmp_path, "daemon = True\n")}, environ={})
+
+
 def test_a_missing_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^cannot read config file '.*nope.py': no such file$"):
         load({"config": str(tmp_path / "nope.py")}, environ={})
