@@ -279,7 +279,7 @@ class Reloader:
             sources = {name: old.source(name) if name in kept else forced.source(name)
                        for name in config.SETTINGS}
             new = Config({name: forced.value(name) for name in config.SETTINGS}, sources,
-                         forced.config_file)
+                         forced.config_file, forced.file_notes)
         for message in config.ignored_settings(new):
             log.warning("%s", message)
         forget_hooks_module(new.hooks)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import multiprocessing
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -125,3 +126,20 @@ def test_a_gunicorn_setting_tines_lacks_stops_the_start_in_one_line(tmp_path: Pa
     result = subprocess.run([sys.executable, "-m", "tines", "serve", "-c", str(conf), HELLO, "-b", "127.0.0.1:0"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert_one_line_error(result, f"config file '{conf}': gunicorn setting statsd_host has no equivalent in Tines")
+
+
+def test_hup_reads_the_file_again_settings_and_hooks(tines_server: Any, tmp_path: Path) -> None:
+    conf, error_log = tmp_path / "gunicorn.conf.py", tmp_path / "error.log"
+    template = ('workers = {workers}\nerrorlog = {error!r}\n'
+                'def post_fork(server, worker):\n    server.log.info("{word} %s", worker.pid)\n')
+    conf.write_text(template.format(workers=1, error=str(error_log), word="first"))
+    server = tines_server(HELLO, "-c", str(conf))
+    wait_until(lambda: any("[INFO] first " in line for line in lines(error_log)), what="the first post_fork")
+    conf.write_text(template.format(workers=2, error=str(error_log), word="second"))
+    server.signal(signal.SIGHUP)
+    seconds = wait_until(lambda: [line for line in lines(error_log) if "[INFO] second " in line]
+                         if sum("[INFO] second " in line for line in lines(error_log)) == 2 else None,
+                         what="two workers of the new generation running the new post_fork")
+    wait_until(lambda: len(server.worker_pids()) == 2, what="the old worker gone")
+    assert {int(line.rsplit(" ", 1)[1]) for line in seconds} == set(server.worker_pids())  # type: ignore[union-attr]
+    assert sum("[INFO] first " in line for line in lines(error_log)) == 1
