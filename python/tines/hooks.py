@@ -271,6 +271,8 @@ class GunicornRequest:
             raw += f"?{self.query}" if self.query else ""
         self.uri: str = raw
         self.path: str = raw.split("?", 1)[0]
+        if "://" in self.path:  # absolute-form (a proxy's request): the path part, as gunicorn's
+            self.path = "/" + self.path.split("://", 1)[1].partition("/")[2]
         protocol = environ.get("SERVER_PROTOCOL", "HTTP/1.1").removeprefix("HTTP/")
         major, _, minor = protocol.partition(".")
         self.version: tuple[int, int] = (int(major) if major.isdigit() else 1, int(minor) if minor.isdigit() else 0)

@@ -246,6 +246,9 @@ def test_gunicorn_request_is_made_from_the_environ() -> None:
     bare = hooks.GunicornRequest({"REQUEST_METHOD": "GET", "SCRIPT_NAME": "/api", "PATH_INFO": "/x",
                                   "QUERY_STRING": "", "SERVER_PROTOCOL": "HTTP/1.0"})
     assert (bare.uri, bare.path, bare.version) == ("/api/x", "/api/x", (1, 0))
+    absolute = hooks.GunicornRequest({**ENVIRON, "RAW_URI": "http://example.com/a/b?c=d"})
+    assert (absolute.uri, absolute.path) == ("http://example.com/a/b?c=d", "/a/b")
+    assert hooks.GunicornRequest({**ENVIRON, "RAW_URI": "http://example.com"}).path == "/"
 
 
 def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
