@@ -119,8 +119,11 @@ def _worker_class(value: object) -> Mapping[str, object]:
 
 def _timeout(value: object, others: Mapping[str, object]) -> Mapping[str, object]:
     """gunicorn's ``timeout``: the boot's bound always; a request's only on sync workers
-    (gunicorn's default), where a silent worker is a stuck request."""
-    if GUNICORN_MPMS.get(str(others.get("worker_class", "sync")).strip()) == "prefork":
+    (gunicorn's default), where a silent worker is a stuck request. gunicorn runs its sync
+    worker class as gthread when ``threads`` is over 1."""
+    threads = others.get("threads", 1)
+    sync = GUNICORN_MPMS.get(str(others.get("worker_class", "sync")).strip()) == "prefork"
+    if sync and not (isinstance(threads, (int, str)) and str(threads).strip().isdigit() and int(threads) > 1):
         return {"boot_timeout": value, "request_timeout": value}
     return {"boot_timeout": value}
 

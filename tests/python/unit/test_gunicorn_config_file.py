@@ -142,9 +142,9 @@ def test_timeout_bounds_a_request_only_on_sync_workers(tmp_path: Path) -> None:
     for text in ("timeout = 60\n", "timeout = 60\nworker_class = 'sync'\n"):
         cfg = load({"config": write(tmp_path, text)}, environ={})
         assert (cfg.boot_timeout, cfg.request_timeout) == (60, 60), text
-    cfg = load({"config": write(tmp_path, "timeout = 60\nworker_class = 'uvicorn.workers.UvicornWorker'\n")},
-               environ={})
-    assert cfg.boot_timeout == 60 and cfg.source("request_timeout") == "default"
+    for text in ("timeout = 60\nworker_class = 'uvicorn.workers.UvicornWorker'\n", "timeout = 60\nthreads = 4\n"):
+        cfg = load({"config": write(tmp_path, text)}, environ={})
+        assert cfg.boot_timeout == 60 and cfg.source("request_timeout") == "default", text
 
 
 @pytest.mark.parametrize(("text", "message"), [
