@@ -24,7 +24,7 @@ from tines.config import SETTINGS, Config, environment_warnings, ignored_setting
 from tines.config.migration import peer_text
 from tines.errors import AppLoadError, ConfigError
 from tines.serve_cli import (APP_FORMS, EXIT_USAGE, SERVE_DESCRIPTION, ArgumentParser, add_peer_flags,
-                             add_serve_arguments, add_settings, check_config, resolve_peer_flags)
+                             add_serve_arguments, add_settings, check_config, resolve_peer_flags, their_spellings)
 
 
 class VersionAction(argparse.Action):
@@ -159,20 +159,14 @@ def _unknown_message(unknown: list[str]) -> str:
 
 
 def close_flag(option: str, flags: list[str]) -> str | None:
-    """The flag ``option`` is a likely misspelling of, or None: a guess only for a slip of a few
-    letters in the same words (``--wrokers``, ``--max-request``), never for a flag that merely
-    shares letters with another (``--statsd-host`` is not ``--start-workers``, ``--http`` not
-    ``--help``): the whole flag must be very close, or share a word and be close."""
+    """The flag ``option`` is a likely misspelling of, or None: a guess only for a slip of a letter
+    or two (``--wrokers``, ``--max-request``), never for a flag that merely shares letters or a
+    word with another (``--statsd-host`` is not ``--start-workers``, ``--http`` not ``--help``,
+    ``--timeout`` not ``--send-timeout``)."""
     import difflib  # only on this error path: the master that `serve` becomes has no use for it
 
-    words = {word for word in option.lstrip("-").split("-") if len(word) >= 4}
-    best: tuple[float, str] | None = None
-    for flag in flags:
-        ratio = difflib.SequenceMatcher(None, option, flag).ratio()
-        shared = words & set(flag.lstrip("-").split("-"))
-        if (ratio >= 0.85 or (shared and ratio >= 0.7)) and (best is None or ratio > best[0]):
-            best = (ratio, flag)
-    return best[1] if best else None
+    matches = difflib.get_close_matches(option, flags, n=1, cutoff=0.85)
+    return matches[0] if matches else None
 
 
 COMMANDS = ("serve", "check-config", "status", "bench", "tune")
@@ -256,6 +250,8 @@ def status(arguments: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``tines`` and ``python -m tines``; returns the exit status."""
     words = _implied_serve(list(sys.argv[1:] if argv is None else argv))
+    if words[:1] in (["serve"], ["check-config"]):
+        words = [words[0], *their_spellings(words[1:])]
     if words[:1] == ["bench"]:
         return bench(words[1:])
     if words[:1] == ["tune"]:

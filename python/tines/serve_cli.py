@@ -130,6 +130,45 @@ def serve_parser() -> ArgumentParser:
     return parser
 
 
+_ON = frozenset({"true", "yes", "on", "1"})
+_OFF = frozenset({"false", "no", "off", "0"})
+_THEIR_VALUES = {("--interface", "asgi3"): "asgi", ("--log-level", "trace"): "debug"}
+"""uvicorn's names for values Tines spells otherwise (its ``trace`` is Tines' most verbose level)."""
+
+
+def their_spellings(words: Sequence[str]) -> list[str]:
+    """``words`` (a ``serve`` or ``check-config`` command line) with gunicorn's and uvicorn's
+    spellings of Tines' own flags that argparse would misread spelt as Tines' are: an on/off flag
+    given a value (uvicorn's ``--ws-per-message-deflate false``, gunicorn's ``--proxy-protocol
+    v2``), uvicorn's ``--access-log`` alone (its access log on stdout: ``--access-log -``) and
+    ``--server-header`` alone (on, Tines' default too: dropped), ``--interface asgi3``,
+    ``--log-level trace``."""
+    switches = {flag for setting in SETTINGS.values() if setting.is_flag for flag in setting.flags}
+    spelt: list[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        following = words[index + 1] if index + 1 < len(words) else None
+        value = following.lower() if following is not None else None
+        alone = following is None or following.startswith("-")
+        if word in switches and value is not None and (
+                value in _ON | _OFF or (word == "--proxy-protocol" and value in ("v1", "v2", "auto"))):
+            spelt.append("--no-" + word[2:] if value in _OFF else word)
+            index += 2
+            continue
+        if word == "--access-log" and alone:
+            spelt += [word, "-"]
+        elif word == "--server-header" and alone:
+            pass
+        elif following is not None and (word, following) in _THEIR_VALUES:
+            spelt += [word, _THEIR_VALUES[word, following]]
+            index += 1
+        else:
+            spelt.append(word)
+        index += 1
+    return spelt
+
+
 class PeerFlag(argparse.Action):
     """One of gunicorn's or uvicorn's flags that no setting declares (``-k``, ``--host``): kept
     as typed, in order, in ``peer_flags`` (``resolve_peer_flags`` turns them into settings)."""

@@ -327,7 +327,7 @@ GUNICORN: tuple[PeerSetting, ...] = (
     _refused(_G, "pythonpath", ("--pythonpath",), "none: set PYTHONPATH in the environment, or {chdir} (the app "
              "is imported from there)"),
     _refused(_G, "paste", ("--paste", "--paster"), "none: Tines reads no PasteDeploy file; name the app "
-             "`module:attr` ({app})"),
+             "as APP, `module:attr`"),
     _refused(_G, "raw_paste_global_conf", ("--paste-global",), "none: Tines reads no PasteDeploy file"),
     *(PeerSetting(_G, hook, (), _nothing, "", True, _HOOK)
       for hook in ("on_starting", "when_ready", "pre_fork", "post_fork", "post_worker_init", "worker_exit",
