@@ -150,7 +150,7 @@ def their_spellings(words: Sequence[str]) -> list[str]:
         word = words[index]
         following = words[index + 1] if index + 1 < len(words) else None
         value = following.lower() if following is not None else None
-        alone = following is None or following.startswith("-")
+        alone = following is None or (following.startswith("-") and following != "-")
         if word in switches and value is not None and (
                 value in _ON | _OFF or (word == "--proxy-protocol" and value in ("v1", "v2", "auto"))):
             spelt.append("--no-" + word[2:] if value in _OFF else word)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tines.config import SETTINGS, ignored_settings, load, migration_hint, render_markdown
+from tines.config import SETTINGS, ignored_settings, load, migration_hint, peers, render_markdown
 from tines.errors import ConfigError
 from tines.serve_cli import add_settings, resolve_peer_flags
 from tines.sockets import FDNAMES, bind_all, h2c_modes, tls_flags
@@ -44,8 +44,10 @@ def test_the_http2_section_holds_the_names_and_defaults_of_the_contract() -> Non
     assert [setting.name for setting in SETTINGS.values() if setting.section == "HTTP/2"] == list(DEFAULTS)
     assert all(SETTINGS[name].worker for name in DEFAULTS)  # the worker's H2Config reads them
     assert SETTINGS["http2"].is_flag and SETTINGS["http2"].flags == ("--http2",)
-    assert {name: SETTINGS[name].flags for name in DEFAULTS if name != "http2"} == {
-        name: ("--" + name.replace("_", "-"),) for name in DEFAULTS if name != "http2"}
+    assert {name: SETTINGS[name].flags[0] for name in DEFAULTS if name != "http2"} == {
+        name: "--" + name.replace("_", "-") for name in DEFAULTS if name != "http2"}
+    # The other spellings are gunicorn's aliases (--http2-max-frame-size), from its row.
+    assert all(peers.by_flag(flag) for name in DEFAULTS for flag in SETTINGS[name].flags[1:])
 
 
 def test_every_source_spells_them() -> None:

@@ -203,7 +203,7 @@ def test_uvicorn_on_off_flags() -> None:
     (["--proxy-protocol", "v2"], ["--proxy-protocol"]), (["--proxy-protocol", "off"], ["--no-proxy-protocol"]),
     (["--proxy-protocol", "app:app"], ["--proxy-protocol", "app:app"]),
     (["--access-log", "--workers", "2"], ["--access-log", "-", "--workers", "2"]), (["--access-log"], ["--access-log", "-"]),
-    (["--access-log", "a.log"], ["--access-log", "a.log"]),
+    (["--access-log", "a.log"], ["--access-log", "a.log"]), (["--access-log", "-", "-w", "1"], ["--access-log", "-", "-w", "1"]),
     (["--server-header"], []), (["--server-header", "shop"], ["--server-header", "shop"]),
     (["--interface", "asgi3"], ["--interface", "asgi"]), (["--log-level", "trace"], ["--log-level", "debug"]),
 ])
