@@ -97,6 +97,11 @@ def _text(value: object) -> str:
     return str(value).strip()
 
 
+def _limit(name: str) -> Apply:
+    """gunicorn's request limits, where 0 means none: Tines always has one."""
+    return lambda value, _others: None if _text(value) == "0" else {name: value}
+
+
 def _worker_class(value: object, _others: Mapping[str, object]) -> Mapping[str, object] | None:
     """gunicorn's ``-k``: ``sync`` is prefork, ``gthread`` the thread MPM, an ASGI worker class
     (gunicorn's own ``asgi``, uvicorn's) says the app is ASGI; no gevent, eventlet, tornado."""
@@ -261,10 +266,14 @@ GUNICORN: tuple[PeerSetting, ...] = (
                 "{boot_timeout}, and {request_timeout} with `-k sync`"),
     _same_row(_G, "graceful_timeout", ("--graceful-timeout",), "graceful_timeout"),
     _same_row(_G, "keepalive", ("--keep-alive",), "keepalive_timeout"),
-    _same_row(_G, "limit_request_line", ("--limit-request-line",), "max_request_line"),
-    _same_row(_G, "limit_request_fields", ("--limit-request-fields",), "max_headers"),
-    _same_row(_G, "limit_request_field_size", ("--limit-request-field_size",), "max_head_size",
-              "taken as max_head_size, which limits the whole head (request line and every field), not each field"),
+    PeerSetting(_G, "limit_request_line", ("--limit-request-line",), _limit("max_request_line"), "", True,
+                "{max_request_line}", refusal="none for 0 (no limit): Tines always limits the request line, "
+                "{max_request_line}"),
+    PeerSetting(_G, "limit_request_fields", ("--limit-request-fields",), _limit("max_headers"), "", True,
+                "{max_headers}", refusal="none for 0 (no limit): Tines always limits the fields, {max_headers}"),
+    _nothing_row(_G, "limit_request_field_size", ("--limit-request-field_size",), "not taken: Tines limits the "
+                 "whole head (request line and every field together) with max_head_size, not each field; set that "
+                 "for a bound"),
     _same_row(_G, "reload", ("--reload",), "reload", takes_value=False),
     _nothing_row(_G, "reload_engine", ("--reload-engine",), "nothing to do: Tines' reload always uses inotify"),
     _same_row(_G, "reload_extra_files", ("--reload-extra-file",), "reload_include",
