@@ -237,7 +237,7 @@ _DIRTY = "none: Tines has no dirty arbiters; run long tasks in a task queue besi
 _CONTROL = "none: Tines is driven by signals (docs/signals.md) and observed through {status_bind} (`tines status`)"
 _HOOK = "a function of that name in the `-c FILE.py` config file (gunicorn's arguments) or in {hooks} (docs/hooks.md)"
 _NO_HOOK = "none: Tines has no such moment; the hooks it runs are listed under {hooks} (docs/hooks.md)"
-_KILL_SILENT = ("gunicorn's timeout kills a worker silent this long, at boot too: Tines sets {boot_timeout} (a worker "
+_KILL_SILENT = ("in gunicorn a worker silent this long is killed, at boot too; Tines sets {boot_timeout} (a worker "
                 "not ready in time is killed) and, with `-k sync` only, {request_timeout} (a request held that long "
                 "without progress replaces its worker); a streaming response that keeps producing is never cut")
 

@@ -94,7 +94,7 @@ def test_gunicorn_timeout_with_sync_becomes_boot_and_request_timeouts() -> None:
     rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines() if line.strip()}
     assert rows["boot_timeout"] == ["45", "cli"] and rows["request_timeout"] == ["45", "cli"]
     assert rows["mpm"] == ['"prefork"', "cli"] and rows["access_log"] == ['"-"', "cli"]
-    assert result.stderr.startswith("tines: warning: gunicorn's -t: gunicorn's timeout kills a worker silent")
+    assert result.stderr.startswith("tines: warning: gunicorn's -t: in gunicorn a worker silent this long is killed")
 
 
 def test_a_refused_flag_is_one_line_naming_what_tines_has() -> None:

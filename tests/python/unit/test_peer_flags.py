@@ -136,7 +136,7 @@ def loaded(words: list[str]) -> argparse.Namespace:
 def test_gunicorn_timeout_is_boot_timeout_and_request_timeout_only_with_sync(capsys: pytest.CaptureFixture[str]) -> None:
     cfg = loaded(["-t", "45"])
     assert (cfg.boot_timeout, cfg.request_timeout, cfg.sources["request_timeout"]) == (45.0, 60.0, "default")
-    assert "gunicorn's -t: gunicorn's timeout kills a worker silent this long" in capsys.readouterr().err
+    assert "gunicorn's -t: in gunicorn a worker silent this long is killed, at boot too" in capsys.readouterr().err
     cfg = loaded(["-k", "sync", "--timeout", "45"])
     assert (cfg.boot_timeout, cfg.request_timeout, cfg.mpm) == (45.0, 45.0, "prefork")
     cfg = loaded(["-k", "gthread", "--timeout", "45"])
@@ -291,7 +291,7 @@ def test_a_flag_in_neither_table_nor_close_gets_no_guess() -> None:
 
 @pytest.mark.parametrize("line, says", [
     ("timeout = 30", "unknown setting 'timeout' in '{path}' (gunicorn's timeout: boot_timeout, and "
-     "request_timeout with -k sync; gunicorn's timeout kills"),
+     "request_timeout with -k sync; in gunicorn a worker silent"),
     ('worker_class = "gthread"', "unknown setting 'worker_class' in '{path}' (gunicorn's worker_class: "
      'mpm = "prefork" for sync, mpm = "thread" with threads for gthread'),
     ("keepalive = 3", "unknown setting 'keepalive' in '{path}' (gunicorn's keepalive: keepalive_timeout)"),
