@@ -222,6 +222,7 @@ def resolve_peer_flags(given: Sequence[tuple[str, object]], tines_given: Collect
             others.setdefault(row.name, value)
     resolved = PeerFlags()
     origin: dict[str, str] = {}
+    origin_row: dict[str, peers.PeerSetting] = {}
     for flag, value in given:
         rows = [row for row in peers.by_flag(flag) if row.apply is not None]
         taken = None
@@ -244,10 +245,15 @@ def resolve_peer_flags(given: Sequence[tuple[str, object]], tines_given: Collect
             if name in tines_given:
                 raise ConfigError(f"{shown} ({row.server}) and --{name.replace('_', '-')} both set {name}: "
                                   "give one")
-            if name in resolved.settings and resolved.settings[name] != raw:
+            before = resolved.settings.get(name)
+            if isinstance(before, list) and origin_row[name] is row:
+                before += [] if raw in before else [raw]  # a repeated flag of a list (--reload-extra-file)
+                continue
+            value_of = [raw] if name in SETTINGS and SETTINGS[name].multiple else raw
+            if before is not None and before != value_of:
                 raise ConfigError(f"{shown} ({row.server}) and {origin[name]} both set {name}: give one")
-            resolved.settings[name] = raw
-            origin[name] = shown
+            resolved.settings[name] = value_of
+            origin[name], origin_row[name] = shown, row
         warning = f"{row.server}'s {flag}: {peer_text(row.note)}"
         if row.note and warning not in resolved.warnings:
             resolved.warnings.append(warning)

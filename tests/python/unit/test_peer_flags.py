@@ -234,6 +234,13 @@ def test_two_flags_for_one_setting_are_an_error() -> None:
         resolve(["--port", "9", "--uds", "/x"])
 
 
+def test_a_repeated_flag_of_a_list_setting_adds_to_it() -> None:
+    settings, warnings, _ = resolve(["--reload-extra-file", "templates/*.html", "--reload-extra-file", "*.py"])
+    assert settings == {"reload_include": ["templates/*.html", "*.py"]} and len(warnings) == 1
+    assert loaded(["--reload-extra-file", "*.html", "--reload-extra-file", "*.py"]).reload_include == ("*.html", "*.py")
+    assert resolve(["--host", "127.0.0.1", "--port", "9000"])[0] == {"bind": ["127.0.0.1:9000"]}
+
+
 def test_environment_from_env_and_env_file(tmp_path: Path) -> None:
     env_file = tmp_path / ".env"
     env_file.write_text("# the app's\nexport DATABASE_URL='postgres://db/app'\nDEBUG=0\n\nNAME=\"a b\"\n")
