@@ -15,14 +15,16 @@ untouched; so is ``tune``, whose argv goes to ``tines.tune.main``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
-from tines.config import SETTINGS, Config, environment_warnings, ignored_settings, load, migration_hint
+from tines.config import SETTINGS, Config, environment_warnings, ignored_settings, load, migration_hint, peers
+from tines.config.migration import peer_text
 from tines.errors import AppLoadError, ConfigError
-from tines.serve_cli import (APP_FORMS, EXIT_USAGE, SERVE_DESCRIPTION, ArgumentParser, add_serve_arguments,
-                             add_settings, check_config)
+from tines.serve_cli import (APP_FORMS, EXIT_USAGE, SERVE_DESCRIPTION, ArgumentParser, add_peer_flags,
+                             add_serve_arguments, add_settings, check_config, resolve_peer_flags, their_spellings)
 
 
 class VersionAction(argparse.Action):
@@ -52,6 +54,7 @@ def build_parser() -> ArgumentParser:
     serve = commands.add_parser("serve", help="run the server for a WSGI or ASGI app", allow_abbrev=False,
                                 description=SERVE_DESCRIPTION)
     add_serve_arguments(serve)
+    add_peer_flags(serve)
 
     check = commands.add_parser(
         "check-config", help="print every resolved setting and where it came from",
@@ -69,6 +72,7 @@ def build_parser() -> ArgumentParser:
                        help="also import APP (running its import-time code), as a worker would, "
                             "so a deploy can be checked before it runs")
     add_settings(check)
+    add_peer_flags(check)
 
     status = commands.add_parser(
         "status", help="show the workers and totals from the status listener, like top",
@@ -128,11 +132,16 @@ def bench(argv: Sequence[str]) -> int:
 
 
 def _unknown_message(unknown: list[str]) -> str:
-    """Name the first unknown option, with what Tines has instead when it is another server's
-    flag (``tines.config.migration_hint``), else with the closest known flag when there is one."""
+    """Name the first unknown option, with what Tines has instead when it is gunicorn's or
+    uvicorn's (``tines.config.peers``) or another server's flag (``tines.config.migration_hint``),
+    else with the closest known flag when it is a likely misspelling of one (``close_flag``)."""
     options = [word.partition("=")[0] for word in unknown if word.startswith("-")]
     if not options:
         return "unrecognized arguments: " + " ".join(unknown)
+    theirs = [row for row in peers.by_flag(options[0]) if row.hint]
+    if theirs:
+        servers = ", ".join(dict.fromkeys(row.server for row in theirs))
+        return f"unknown option {options[0]!r} ({servers}): {peer_text(theirs[0].hint)}"
     instead = migration_hint(options[0])
     if instead is not None:
         return f"unknown option {options[0]!r} {instead}"
@@ -144,11 +153,53 @@ def _unknown_message(unknown: list[str]) -> str:
     for setting in SETTINGS.values():
         flags += [flag for flag in setting.flags if flag.startswith("--")]
         flags += [f"--no-{flag[2:]}" for flag in setting.flags if setting.is_flag and flag.startswith("--")]
+    match = close_flag(options[0], flags)
+    hint = f" (did you mean {match!r}?)" if match else ""
+    return f"unknown option {options[0]!r}{hint}"
+
+
+def close_flag(option: str, flags: list[str]) -> str | None:
+    """The flag ``option`` is a likely misspelling of, or None: a guess only for a slip of a letter
+    or two (``--wrokers``, ``--max-request``), never for a flag that merely shares letters or a
+    word with another (``--statsd-host`` is not ``--start-workers``, ``--http`` not ``--help``,
+    ``--timeout`` not ``--send-timeout``)."""
     import difflib  # only on this error path: the master that `serve` becomes has no use for it
 
-    matches = difflib.get_close_matches(options[0], flags, n=1)
-    hint = f" (did you mean {matches[0]!r}?)" if matches else ""
-    return f"unknown option {options[0]!r}{hint}"
+    matches = difflib.get_close_matches(option, flags, n=1, cutoff=0.85)
+    return matches[0] if matches else None
+
+
+COMMANDS = ("serve", "check-config", "status", "bench", "tune")
+"""The subcommands; any other first word is the APP of an implied ``serve`` (``tines app:app``)."""
+
+
+def _implied_serve(words: list[str]) -> list[str]:
+    """``tines APP [flags]`` and ``tines --bind ... APP`` serve, as gunicorn's and uvicorn's
+    command lines do; a first word that looks like a misspelt command is left for the error."""
+    if not words or words[0] in COMMANDS or words[0] in ("-h", "--help", "--version"):
+        return words
+    first = words[0]
+    if not first.startswith("-") and ":" not in first and "." not in first and "/" not in first:
+        import difflib  # a misspelt command (`tines stauts`) is an error, not an app to import
+
+        if difflib.get_close_matches(first, COMMANDS, n=1, cutoff=0.75):
+            return words
+    return ["serve", *words]
+
+
+def _apply_peer_flags(arguments: argparse.Namespace) -> dict[str, str]:
+    """Put what gunicorn's and uvicorn's flags mean into ``arguments`` as settings given on the
+    command line, print their warnings, and return the app's environment they set."""
+    given = getattr(arguments, "peer_flags", [])
+    if not given:
+        return {}
+    delattr(arguments, "peer_flags")
+    resolved = resolve_peer_flags(given, [name for name in vars(arguments) if name in SETTINGS])
+    for name, raw in resolved.settings.items():
+        setattr(arguments, name, raw)
+    for warning in resolved.warnings:
+        print(f"tines: warning: {warning}", file=sys.stderr)
+    return resolved.environ
 
 
 def format_table(cfg: Config) -> str:
@@ -198,7 +249,9 @@ def status(arguments: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``tines`` and ``python -m tines``; returns the exit status."""
-    words = list(sys.argv[1:] if argv is None else argv)
+    words = _implied_serve(list(sys.argv[1:] if argv is None else argv))
+    if words[:1] in (["serve"], ["check-config"]):
+        words = [words[0], *their_spellings(words[1:])]
     if words[:1] == ["bench"]:
         return bench(words[1:])
     if words[:1] == ["tune"]:
@@ -216,7 +269,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if arguments.command == "status":
             return status(arguments)
+        environ = _apply_peer_flags(arguments)
         cfg = load(arguments)
+        os.environ.update(environ)  # the app's (-e, --env-file), after the settings: as gunicorn's raw_env
         if arguments.command == "check-config":
             for message in ignored_settings(cfg):
                 print(f"tines: warning: {message}", file=sys.stderr)

@@ -17,9 +17,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from tines.config import SECTIONS, SETTINGS, Config, format_value
+from tines.config import peers
 from tines.errors import AppLoadError, ConfigError
 
 EXIT_USAGE = 2
@@ -126,6 +129,136 @@ def serve_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="tines serve", allow_abbrev=False, description=SERVE_DESCRIPTION)
     add_serve_arguments(parser)
     return parser
+
+
+_ON = frozenset({"true", "yes", "on", "1"})
+_OFF = frozenset({"false", "no", "off", "0"})
+_THEIR_VALUES = {("--interface", "asgi3"): "asgi", ("--log-level", "trace"): "debug"}
+"""uvicorn's names for values Tines spells otherwise (its ``trace`` is Tines' most verbose level)."""
+
+
+def their_spellings(words: Sequence[str]) -> list[str]:
+    """``words`` (a ``serve`` or ``check-config`` command line) with gunicorn's and uvicorn's
+    spellings of Tines' own flags that argparse would misread spelt as Tines' are: an on/off flag
+    given a value (uvicorn's ``--ws-per-message-deflate false``, gunicorn's ``--proxy-protocol
+    v2``), uvicorn's ``--access-log`` alone (its access log on stdout: ``--access-log -``) and
+    ``--server-header`` alone (on, Tines' default too: dropped), ``--interface asgi3``,
+    ``--log-level trace``."""
+    switches = {flag for setting in SETTINGS.values() if setting.is_flag for flag in setting.flags}
+    spelt: list[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        following = words[index + 1] if index + 1 < len(words) else None
+        value = following.lower() if following is not None else None
+        alone = following is None or (following.startswith("-") and following != "-")
+        if word in switches and value is not None and (
+                value in _ON | _OFF or (word == "--proxy-protocol" and value in ("v1", "v2", "auto"))):
+            spelt.append("--no-" + word[2:] if value in _OFF else word)
+            index += 2
+            continue
+        if word == "--access-log" and alone:
+            spelt += [word, "-"]
+        elif word == "--server-header" and alone:
+            pass
+        elif following is not None and (word, following) in _THEIR_VALUES:
+            spelt += [word, _THEIR_VALUES[word, following]]
+            index += 1
+        else:
+            spelt.append(word)
+        index += 1
+    return spelt
+
+
+class PeerFlag(argparse.Action):
+    """One of gunicorn's or uvicorn's flags that no setting declares (``-k``, ``--host``): kept
+    as typed, in order, in ``peer_flags`` (``resolve_peer_flags`` turns them into settings)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        flag = option_string or self.option_strings[0]
+        value = values if self.nargs != 0 else not flag.startswith("--no-")
+        given = list(getattr(namespace, "peer_flags", []))
+        setattr(namespace, "peer_flags", [*given, (flag, value)])
+
+
+def add_peer_flags(parser: argparse.ArgumentParser) -> None:
+    """Accept gunicorn's and uvicorn's flags that Tines takes (``tines.config.peers``) and that no
+    setting declares already; left out of ``--help`` (docs/settings.md's migration table and
+    docs/migrating.md list them). Their refused flags stay unknown: ``tines.cli`` answers
+    those with the row's hint."""
+    taken = set(parser._option_string_actions)  # argparse keeps no public view of its flags
+    for row in peers.PEER_SETTINGS:
+        for flag in row.flags:
+            if row.apply is None or flag in taken:
+                continue
+            taken.add(flag)
+            parser.add_argument(flag, dest="peer_flags", action=PeerFlag, nargs=None if row.takes_value else 0,
+                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
+@dataclass
+class PeerFlags:
+    """What gunicorn's and uvicorn's flags on a command line come to: Tines settings (raw values
+    by name), the app's environment (``-e``, ``--env-file``) and one warning per flag whose
+    meaning differs (``-t``), said once."""
+
+    settings: dict[str, object] = field(default_factory=dict)
+    environ: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def resolve_peer_flags(given: Sequence[tuple[str, object]], tines_given: Collection[str]) -> PeerFlags:
+    """Turn ``given`` (flag, value as typed, in order) into Tines settings through each flag's row.
+
+    A flag in both servers' tables (``--log-config``) takes the first row that accepts the value.
+    Two flags that give one setting different values, or a flag and the setting's own flag
+    (``tines_given``: the settings given by their Tines flags), are an error: nothing says which
+    one the user meant. Raises ConfigError with one line (the flag, its value and the hint)."""
+    from tines.config.migration import peer_text
+
+    others: dict[str, object] = {}
+    for flag, value in given:
+        for row in peers.by_flag(flag):
+            others.setdefault(row.name, value)
+    resolved = PeerFlags()
+    origin: dict[str, str] = {}
+    origin_row: dict[str, peers.PeerSetting] = {}
+    for flag, value in given:
+        rows = [row for row in peers.by_flag(flag) if row.apply is not None]
+        taken = None
+        for row in rows:
+            assert row.apply is not None
+            taken = row.apply(value, others)
+            if taken is not None:
+                break
+        shown = flag if value is True or value is False else f"{flag} {value}"
+        if taken is None:
+            raise ConfigError(f"{shown} ({rows[0].server}) is refused: {peer_text(rows[0].hint)}")
+        if row.environ:
+            try:
+                resolved.environ.update(peers.environment(value, read_file=flag == "--env-file"))
+            except ValueError as error:
+                raise ConfigError(f"{shown}: {error}") from None
+            except OSError as error:
+                raise ConfigError(f"{shown}: cannot read it: [Errno {error.errno}] {error.strerror}") from None
+        for name, raw in taken.items():
+            if name in tines_given:
+                raise ConfigError(f"{shown} ({row.server}) and --{name.replace('_', '-')} both set {name}: "
+                                  "give one")
+            before = resolved.settings.get(name)
+            if isinstance(before, list) and origin_row[name] is row:
+                before += [] if raw in before else [raw]  # a repeated flag of a list (--reload-extra-file)
+                continue
+            value_of = [raw] if name in SETTINGS and SETTINGS[name].multiple else raw
+            if before is not None and before != value_of:
+                raise ConfigError(f"{shown} ({row.server}) and {origin[name]} both set {name}: give one")
+            resolved.settings[name] = value_of
+            origin[name], origin_row[name] = shown, row
+        warning = f"{row.server}'s {flag}: {peer_text(row.note)}"
+        if row.note and warning not in resolved.warnings:
+            resolved.warnings.append(warning)
+    return resolved
 
 
 def check_config(cfg: Config, check_app: bool) -> list[str]:

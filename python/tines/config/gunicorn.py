@@ -122,8 +122,14 @@ def read(location: str) -> Reading:
             raise ConfigError(f"{label}: gunicorn setting {name} has no equivalent in Tines{hint}")
         try:
             mapped = row.apply(value, theirs)
+            if row.environ:
+                # gunicorn's raw_env: the app's environment, set in the master (before any fork,
+                # and again at each HUP, as gunicorn's arbiter does), never a setting.
+                os.environ.update(peers.environment(value, read_file=False))
         except (TypeError, ValueError) as error:
             raise ConfigError(f"{label}: {name} {error}, got {value!r}") from None
+        if mapped is None:
+            raise ConfigError(f"{label}: {name} = {value!r} is refused: {_plain_text(row.hint)}")
         values.update(mapped)
         if row.note:
             notes.append(f"{label}: {name}: {_plain_text(row.note)}")

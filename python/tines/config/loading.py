@@ -360,8 +360,21 @@ def _read_config_file(path: str) -> dict[str, object]:
         raise ConfigError(f"config file {path!r} line {position.group(1)}: {message[: position.start()]}") from None
     for key in table:
         if key not in SETTINGS:
-            raise ConfigError(f"unknown setting {key!r} in {path!r}{_suggestion(key)}")
+            raise ConfigError(f"unknown setting {key!r} in {path!r}{_peer_hint(key) or _suggestion(key)}")
     return table
+
+
+def _peer_hint(key: str) -> str:
+    """`` (gunicorn's timeout: ...)`` when ``key`` is gunicorn's or uvicorn's setting: the answer
+    their flag gets on the command line, in the file's terms; else an empty string."""
+    from tines.config import peers
+    from tines.config.migration import peer_text
+
+    rows = [row for row in (peers.find("gunicorn", key), peers.find("uvicorn", key)) if row is not None]
+    if not rows:
+        return ""
+    servers = " and ".join(row.server for row in rows)
+    return f" ({servers}'s {key}: {peer_text(rows[0].answer, in_file=True)})"
 
 
 def environment_warnings(environ: Mapping[str, str] | None = None) -> list[str]:

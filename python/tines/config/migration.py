@@ -4,7 +4,9 @@ nginx's settings beside ours (nginx's directives as docs rows only: no nginx fla
 
 Owns the rows (``EQUIVALENTS``), which give both the "Coming from another server" table of
 docs/settings.md (``tines.config.reference`` renders it) and ``tines serve``'s answer to another
-server's flag (``migration_hint``). A row names Tines' settings as ``{name}``, looked up in the
+server's flag (``migration_hint``). gunicorn's and uvicorn's rows are made from
+``tines.config.peers`` (the table their flags and gunicorn's config file go through), so the
+docs list what the command line does; ``peer_text`` renders a peers row for a command line. A row names Tines' settings as ``{name}``, looked up in the
 registry when it is rendered, so a renamed setting fails the docs test instead of going stale.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tines.config.peers import PEER_SETTINGS, PeerSetting
 from tines.config.registry import SETTINGS, format_value
 
 
@@ -68,12 +71,13 @@ def _reference_on_command_line(match: re.Match[str]) -> str:
     return f"{flag} {raw}" if raw else f"{flag} ''"
 
 
-_CIPHERS = ("not an OpenSSL cipher string: {tls_cipher_suites} takes IANA names (`TLS_AES_128_GCM_SHA256`), "
-            "AEAD and forward-secret suites only")
-_NO_HOOK = ("not needed: the handshake always completes in the worker's loop before the request is "
-            "read, and a ragged end is a closed connection")
-_PASSWORD = ("not on the command line (every user can read it): {keyfile_password_file}, or "
-             "`TINES_KEYFILE_PASSWORD` or `keyfile_password` in the config file")
+def _peer_row(row: PeerSetting) -> Equivalent:
+    """A gunicorn or uvicorn row of ``tines.config.peers`` as a docs row: their name and flags, what
+    Tines makes of it. Its flags are not ``Equivalent.flags``: Tines accepts some of them, and
+    ``tines.cli`` answers the refused ones from the peers' row itself."""
+    flags = " (" + ", ".join(f"`{flag}`" for flag in row.flags) + ")" if row.flags else ""
+    return Equivalent(row.server, f"`{row.name}`{flags}", row.answer)
+
 
 _HTTP = ("not needed: every connection is served by Tines' own HTTP/1.1 parser or its HTTP/2 (docs/http2.md). "
          "{http2} (on by default) offers `h2` by ALPN on TLS binds and {http2=false} does not (Granian's `1`); "
@@ -132,97 +136,8 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Apache", "mod_perl Apache::SpeedLimit (requests per client and interval, in shared memory)",
                "{rate_limit} with {rate_limit_burst}: a token bucket per client in one table every "
                "worker shares (docs/rate-limits.md)"),
-    Equivalent("gunicorn", "`bind`, `backlog`, `workers`", "same names"),
-    Equivalent("gunicorn", "`threads` (above 1 it means gunicorn's `gthread` worker)",
-               "{threads} with {mpm=thread} (or {mpm=event}, the same machine); the default `prefork` ignores it"),
-    Equivalent("gunicorn", "`worker_class`", "{mpm=prefork} for `sync`, {mpm=thread} (the same machine as {mpm=event}) "
-               "with {threads} for `gthread`; an ASGI app (`uvicorn.workers.UvicornWorker`) needs no flag, and there is no gevent or eventlet worker", ("-k", "--worker-class")),
-    Equivalent("gunicorn", "`worker_connections`", "{max_connections}", ("--worker-connections",)),
-    Equivalent("gunicorn", "`max_requests`, `max_requests_jitter`", "same names"),
-    Equivalent("gunicorn", "`keepalive`", "{keepalive_timeout}", ("--keep-alive",)),
-    Equivalent("gunicorn", "`graceful_timeout`", "{graceful_timeout}"),
-    Equivalent("gunicorn", "`timeout`: a worker silent this many seconds is killed",
-               "{request_timeout}: an app thread held this long without progress gets its worker's "
-               "stacks logged and the worker replaced (a stuck request, not a silent worker: a "
-               "streaming response that keeps producing is not cut; on thread and event the "
-               "worker drains, its other requests finishing); waits on the client have "
-               "{header_timeout}, {body_timeout}, {send_timeout}; a slow boot {boot_timeout}",
-               ("-t", "--timeout")),
-    Equivalent("gunicorn", "`limit_request_line`", "{max_request_line}", ("--limit-request-line",)),
-    Equivalent("gunicorn", "`limit_request_fields`", "{max_headers}", ("--limit-request-fields",)),
-    Equivalent("gunicorn", "`limit_request_field_size`", "{max_head_size} (limits the whole head)",
-               ("--limit-request-field_size",)),
-    Equivalent("gunicorn", "`forwarded_allow_ips`", "{forwarded_allow_ips}"),
-    Equivalent("gunicorn", "`proxy_protocol`, `proxy_allow_ips`",
-               "{proxy_protocol} (versions 1 and 2), from the peers in {forwarded_allow_ips}",
-               ("--proxy-allow-from",)),
-    Equivalent("gunicorn", "`preload_app`", "{preload}"),
     Equivalent("gunicorn", "none: no memory limit per worker (its issue 3581)", "{max_worker_memory}"),
-    Equivalent("gunicorn", "`accesslog`", "{access_log}", ("--access-logfile",)),
-    Equivalent("gunicorn", "`access_log_format`", "{access_log_format}: the same `%(atom)s` atoms, but not environ variables",
-               ("--access-logformat",)),
-    Equivalent("gunicorn", "`errorlog`", "{error_log}", ("--error-logfile", "--log-file")),
-    Equivalent("gunicorn", "`loglevel`", "{log_level}"),
-    Equivalent("gunicorn", "`capture_output`", "not needed for stderr: with {error_log} set to a file, every "
-               "process's stderr (prints, tracebacks) goes to it; stdout is not redirected", ("--capture-output",)),
-    Equivalent("gunicorn", "`user`, `group`, `chdir`, `umask`", "same names"),
-    Equivalent("gunicorn", "`pidfile`", "{pid_file}",
-               ("-p", "--pid")),
-    Equivalent("gunicorn", "`daemon`", "not supported: run Tines in the foreground under a supervisor "
-               "(systemd, a container)", ("-D", "--daemon")),
-    Equivalent("gunicorn", "`reload`", "{reload} (inotify in the master's own loop, no thread; a syntax error "
-               "keeps the old code serving)"),
-    Equivalent("gunicorn", "`reload_engine`", "not needed: {reload} always uses inotify", ("--reload-engine",)),
-    Equivalent("gunicorn", "`reload_extra_files`", "{reload_include} (globs, relative to the watched tree)",
-               ("--reload-extra-file",)),
-    Equivalent("gunicorn", "`certfile`, `keyfile`", "same names (docs/tls.md)"),
-    Equivalent("gunicorn", "`ca_certs`", "{client_ca}", ("--ca-certs",)),
-    Equivalent("gunicorn", "`cert_reqs` (0, 1, 2)", "{client_cert} `none`, `optional`, `required` (`optional` "
-               "also serves a client whose certificate does not verify, and tells the app why)", ("--cert-reqs",)),
-    Equivalent("gunicorn", "`ssl_version`", "{tls_min_version} (TLS 1.0 and 1.1 are not offered)", ("--ssl-version",)),
-    Equivalent("gunicorn", "`ciphers`", _CIPHERS, ("--ciphers",)),
-    Equivalent("gunicorn", "`do_handshake_on_connect`, `suppress_ragged_eofs`", _NO_HOOK,
-               ("--do-handshake-on-connect", "--suppress-ragged-eofs")),
-    Equivalent("gunicorn", "`ssl_context` (a hook building the `SSLContext`)",
-               "not supported: the TLS settings only (rustls, not Python's `ssl`)"),
-    Equivalent("gunicorn", "server hooks (`on_starting`, `post_fork`, `pre_request`... in the config file)",
-               "{hooks}: the same functions, in a module of their own (docs/hooks.md)"),
-    Equivalent("gunicorn", "`check_config`, `print_config`", "the `tines check-config` command",
-               ("--check-config", "--print-config")),
-    Equivalent("uvicorn", "`host`, `port`", "{bind} with `HOST:PORT`", ("--host", "--port")),
-    Equivalent("uvicorn", "`uds`", "{bind} with `unix:/path`", ("--uds",)),
-    Equivalent("uvicorn", "`fd`", "{bind} with `fd://N`", ("--fd",)),
-    Equivalent("uvicorn", "`workers`, `backlog`, `factory`, `log_level`, `forwarded_allow_ips`", "same names"),
-    Equivalent("uvicorn", "`interface`", "{interface} (same values, and `asgi2`)"),
-    Equivalent("uvicorn", "`lifespan`, `loop`", "{lifespan}, {loop} (no `h11`/`httptools` choice: the parser is Tines' own)"),
-    Equivalent("uvicorn", "`reload`", "{reload}"),
-    Equivalent("uvicorn", "`reload_dirs`", "not supported: {reload} watches the directory the app is imported "
-               "from (docs/signals.md)", ("--reload-dir",)),
-    Equivalent("uvicorn", "`reload_includes`, `reload_excludes`", "{reload_include}, {reload_exclude}"),
-    Equivalent("uvicorn", "`reload_delay`", "not needed: {reload} acts once a save has gone quiet for 0.1 s",
-               ("--reload-delay",)),
-    Equivalent("uvicorn", "`app_dir`", "{chdir} (the app is imported from there)", ("--app-dir",)),
-    Equivalent("uvicorn", "`proxy_headers`", "always on for the peers in {forwarded_allow_ips}; "
-               "{forwarded_allow_ips=} trusts none", ("--proxy-headers", "--no-proxy-headers")),
-    Equivalent("uvicorn", "`timeout_keep_alive`", "{keepalive_timeout}", ("--timeout-keep-alive",)),
-    Equivalent("uvicorn", "`timeout_graceful_shutdown`", "{graceful_timeout}", ("--timeout-graceful-shutdown",)),
-    Equivalent("uvicorn", "`limit_concurrency`", "{max_connections} per worker (above it the worker stops "
-               "accepting) and, for an ASGI app, {max_concurrency} (above it, 503)", ("--limit-concurrency",)),
-    Equivalent("uvicorn", "`limit_max_requests`", "{max_requests}", ("--limit-max-requests",)),
-    Equivalent("uvicorn", "`h11_max_incomplete_event_size`", "{max_head_size}", ("--h11-max-incomplete-event-size",)),
-    Equivalent("uvicorn", "`access_log`", "off unless {access_log} names a file, or `-` for stdout",
-               ("--no-access-log",)),
-    Equivalent("uvicorn", "`server_header`", "{server_header=} (an empty value omits the header)", ("--no-server-header",)),
-    Equivalent("uvicorn", "`ssl_certfile`, `ssl_keyfile`", "{certfile}, {keyfile} (`--ssl-certfile` and "
-               "`--ssl-keyfile` are accepted)"),
-    Equivalent("uvicorn", "`ssl_keyfile_password`", _PASSWORD, ("--ssl-keyfile-password",)),
-    Equivalent("uvicorn", "`ssl_version`", "{tls_min_version} (TLS 1.0 and 1.1 are not offered)", ("--ssl-version",)),
-    Equivalent("uvicorn", "`ssl_cert_reqs`", "{client_cert} `none`, `optional`, `required`", ("--ssl-cert-reqs",)),
-    Equivalent("uvicorn", "`ssl_ca_certs`", "{client_ca}", ("--ssl-ca-certs",)),
-    Equivalent("uvicorn", "`ssl_ciphers`", _CIPHERS, ("--ssl-ciphers",)),
-    Equivalent("uvicorn", "`http` (`auto`, `h11`, `httptools`, `zttp`: the HTTP implementation)", _HTTP, ("--http",)),
-    Equivalent("uvicorn", "`http2` (needs `--http zttp`)", "{http2} (the same flag, on by default: `h2` by ALPN on "
-               "TLS binds); cleartext HTTP/2 is a bind written `h2c:` or `http1+h2c:`"),
+    *(_peer_row(row) for row in PEER_SETTINGS),
     Equivalent("Hypercorn", "`bind` (a cleartext bind speaks HTTP/1.1 and h2c, a TLS one h2 and HTTP/1.1)",
                "{bind}: a cleartext bind speaks h2c too when written `http1+h2c:HOST:PORT` (`h2c:HOST:PORT`: "
                "HTTP/2 only); with {certfile}, TLS binds offer `h2` by ALPN ({http2})"),
@@ -231,7 +146,7 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Hypercorn", "`alpn_protocols`", "{alpn}"),
     Equivalent("Hypercorn", "`h2_max_concurrent_streams`, `h2_max_header_list_size`", "same names"),
     Equivalent("Hypercorn", "`h2_max_inbound_frame_size`", "{h2_max_frame_size}"),
-    Equivalent("Granian", "`http` (`auto`, `1`, `2`)", _HTTP, ("--http",)),
+    Equivalent("Granian", "`http` (`--http`: `auto`, `1`, `2`; taken as uvicorn's, with nothing to do)", _HTTP),
     Equivalent("Granian", "`http2_settings.adaptive_window`", "not supported: the windows are fixed "
                "({h2_initial_window_size} per stream, {h2_connection_window_size} per connection) and reopen as "
                "the body is read", ("--http2-adaptive-window", "--no-http2-adaptive-window")),
@@ -243,10 +158,10 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "not needed: Tines sends no PING of its own (it answers the client's); an HTTP/2 connection "
                "with no open stream is closed after {keepalive_timeout}",
                ("--http2-keep-alive-interval", "--http2-keep-alive-timeout")),
-    Equivalent("Granian", "`http2_settings.max_concurrent_streams`", "{h2_max_concurrent_streams}",
-               ("--http2-max-concurrent-streams",)),
-    Equivalent("Granian", "`http2_settings.max_frame_size`", "{h2_max_frame_size} (16384 at least, RFC 9113 6.5.2)",
-               ("--http2-max-frame-size",)),
+    Equivalent("Granian", "`http2_settings.max_concurrent_streams` (`--http2-max-concurrent-streams`, "
+               "accepted as gunicorn's)", "{h2_max_concurrent_streams}"),
+    Equivalent("Granian", "`http2_settings.max_frame_size` (`--http2-max-frame-size`, accepted as gunicorn's)",
+               "{h2_max_frame_size} (16384 at least, RFC 9113 6.5.2)"),
     Equivalent("Granian", "`http2_settings.max_headers_size`", "{h2_max_header_list_size}", ("--http2-max-headers-size",)),
     Equivalent("Granian", "`http2_settings.max_send_buffer_size`", _H2_SEND_BUFFER, ("--http2-max-send-buffer-size",)),
     Equivalent("Granian", "`static_path_mount` with `static_path_route` (default `/static`)",
@@ -335,6 +250,12 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
                "{static} (never a listing), {static_cache_control}"),
 )
 """The rows of the "Coming from another server" table, which also answer their flags."""
+
+
+def peer_text(text: str, in_file: bool = False) -> str:
+    """A ``tines.config.peers`` row's Markdown (``{name}`` references) for a command-line line:
+    settings as flags (``in_file``: as the config file's keys), no backticks."""
+    return _REFERENCE.sub(_reference_in_markdown if in_file else _reference_on_command_line, text).replace("`", "")
 
 
 def migration_hint(option: str) -> str | None:

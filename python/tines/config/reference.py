@@ -92,7 +92,11 @@ def render_markdown() -> str:
             lines.append(f"| `{setting.toml_key}` | {_cell(flag)} | `{setting.env}` | "
                          f"{_cell(_default_cell(setting))} | {_cell(setting.description)} |")
     lines += ["", "## Coming from another server", "",
-              "Their flags that Tines does not accept are listed beside their settings; given one,",
+              "gunicorn's and uvicorn's settings are all here (`tines.config.peers`): one whose meaning",
+              "Tines has is taken, from their flag on the command line (`tines APP` serves, as theirs do)",
+              "or their name in a gunicorn `-c FILE.py`; one whose meaning differs is taken with a warning",
+              "saying what Tines does (`-t`); one Tines lacks is refused with the Tines column as the error.",
+              "Other servers' flags that Tines does not accept are listed beside their settings; given one,",
               "`tines serve` exits with the Tines column as its error.",
               "",
               "| server | their setting | Tines |", "| --- | --- | --- |"]

@@ -232,9 +232,10 @@ def test_an_asgi_app_under_interface_wsgi_is_refused_in_one_line(extra: list[str
 
 
 @pytest.mark.parametrize("words, says", [
-    (["--timeout", "30"], "(gunicorn): use --request-timeout"),
-    (["--reload-engine", "inotify"], "(gunicorn): not needed: --reload always uses inotify"),
-    (["--pid", "tines.pid"], "(gunicorn): use --pid-file"),
+    (["--statsd-host", "localhost:8125"], "(gunicorn): none: Tines has no StatsD client; it serves Prometheus "
+     "/metrics (and /status.json) on --status-bind"),
+    (["--daemon"], "(gunicorn): none: run Tines in the foreground"),
+    (["--reload-dir", "src"], "(uvicorn): none: --reload watches the tree the app is imported from"),
 ])
 def test_gunicorn_flags_get_what_tines_has_instead_not_a_similar_spelling(words: list[str], says: str) -> None:
     result = tines("serve", *words, "examples/hello.py:app")

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tines.cli import _unknown_message
-from tines.config import SETTINGS, ignored_settings, load, migration_hint
+from tines.config import SETTINGS, ignored_settings, load, migration_hint, peers, render_markdown
 from tines.errors import ConfigError
-from tines.serve_cli import add_settings
+from tines.serve_cli import add_settings, resolve_peer_flags
 from tines.sockets import FDNAMES, bind_all, h2c_modes, tls_flags
 from tines.worker import WorkerSpec
 
@@ -45,8 +44,10 @@ def test_the_http2_section_holds_the_names_and_defaults_of_the_contract() -> Non
     assert [setting.name for setting in SETTINGS.values() if setting.section == "HTTP/2"] == list(DEFAULTS)
     assert all(SETTINGS[name].worker for name in DEFAULTS)  # the worker's H2Config reads them
     assert SETTINGS["http2"].is_flag and SETTINGS["http2"].flags == ("--http2",)
-    assert {name: SETTINGS[name].flags for name in DEFAULTS if name != "http2"} == {
-        name: ("--" + name.replace("_", "-"),) for name in DEFAULTS if name != "http2"}
+    assert {name: SETTINGS[name].flags[0] for name in DEFAULTS if name != "http2"} == {
+        name: "--" + name.replace("_", "-") for name in DEFAULTS if name != "http2"}
+    # The other spellings are gunicorn's aliases (--http2-max-frame-size), from its row.
+    assert all(peers.by_flag(flag) for name in DEFAULTS for flag in SETTINGS[name].flags[1:])
 
 
 def test_every_source_spells_them() -> None:
@@ -243,20 +244,18 @@ def test_http2_without_certfile_is_said_to_be_ignored() -> None:
 # --- coming from another server -------------------------------------------------------------------
 
 
-def test_uvicorn_and_granian_http_flags_get_one_answer() -> None:
-    answer = migration_hint("--http")
-    assert answer is not None and answer.startswith("(uvicorn, Granian): not needed: ")
-    assert "--http2 (on by default) offers h2 by ALPN on TLS binds and --no-http2 does not" in answer
-    assert "h2c:HOST:PORT (HTTP/2 only, Granian's 2)" in answer
-    assert _unknown_message(["--http", "h11"]) == "unknown option '--http' " + answer
-    assert migration_hint("--http2") is None  # uvicorn's flag is Tines' own
+def test_uvicorn_http_flag_is_taken_and_granian_http_is_in_the_docs() -> None:
+    # uvicorn's --http chooses its parser: Tines' is its own, so it is taken with nothing to do.
+    warnings = resolve_peer_flags([("--http", "h11")], ()).warnings
+    assert warnings == ["uvicorn's --http: nothing to do: the HTTP/1.1 parser and HTTP/2 are Tines' own"]
+    assert migration_hint("--http2") is None and "--http2" in SETTINGS["http2"].flags  # uvicorn's flag is Tines' own
+    text = render_markdown()
+    assert "| Granian | `http` (`--http`: `auto`, `1`, `2`; taken as uvicorn's, with nothing to do) | not needed: " in text
 
 
 @pytest.mark.parametrize("flag, answer", [
-    ("--http2-max-concurrent-streams", "(Granian): use --h2-max-concurrent-streams"),
     ("--http2-initial-connection-window-size", "(Granian): use --h2-connection-window-size"),
     ("--http2-initial-stream-window-size", "(Granian): use --h2-initial-window-size"),
-    ("--http2-max-frame-size", "(Granian): use --h2-max-frame-size (16384 at least, RFC 9113 6.5.2)"),
     ("--http2-max-headers-size", "(Granian): use --h2-max-header-list-size"),
     ("--http2-adaptive-window", "(Granian): not supported: the windows are fixed (--h2-initial-window-size per "
      "stream, --h2-connection-window-size per connection) and reopen as the body is read"),
@@ -267,11 +266,18 @@ def test_granian_and_hypercorn_http2_flags_name_the_setting(flag: str, answer: s
     assert migration_hint(flag) == answer
 
 
+@pytest.mark.parametrize("flag, setting", [
+    ("--http2-max-concurrent-streams", "h2_max_concurrent_streams"),  # gunicorn's and Granian's
+    ("--http2-max-frame-size", "h2_max_frame_size"),
+])
+def test_gunicorn_http2_flags_are_aliases(flag: str, setting: str) -> None:
+    assert flag in SETTINGS[setting].flags
+
+
 @pytest.mark.parametrize("flag", [
-    "--http", "--http2-adaptive-window", "--no-http2-adaptive-window", "--http2-initial-connection-window-size",
+    "--http2-adaptive-window", "--no-http2-adaptive-window", "--http2-initial-connection-window-size",
     "--http2-initial-stream-window-size", "--http2-keep-alive-interval", "--http2-keep-alive-timeout",
-    "--http2-max-concurrent-streams", "--http2-max-frame-size", "--http2-max-headers-size",
-    "--http2-max-send-buffer-size", "--insecure-bind",
+    "--http2-max-headers-size", "--http2-max-send-buffer-size", "--insecure-bind",
 ])
 def test_every_peer_http2_flag_is_covered(flag: str) -> None:
     assert migration_hint(flag) is not None

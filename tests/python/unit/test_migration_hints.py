@@ -1,5 +1,6 @@
 """The "coming from another server" table: one set of rows gives docs/settings.md its table and
-``tines serve`` its answer to a gunicorn or uvicorn flag Tines spells differently or lacks."""
+``tines serve`` its answer to another server's flag Tines spells differently or lacks (gunicorn's
+and uvicorn's rows come from ``tines.config.peers``: tests/python/unit/test_peer_flags.py)."""
 
 from __future__ import annotations
 
@@ -8,37 +9,31 @@ import re
 import pytest
 
 from tines.cli import _unknown_message
-from tines.config import EQUIVALENTS, SETTINGS, load, migration_hint, render_markdown
+from tines.config import EQUIVALENTS, SETTINGS, load, migration_hint, peers, render_markdown
+from tines.serve_cli import resolve_peer_flags
 
 TINES_FLAGS = {flag for setting in SETTINGS.values() for flag in setting.flags} | {
     f"--no-{flag[2:]}" for setting in SETTINGS.values() if setting.is_flag for flag in setting.flags
     if flag.startswith("--")} | {"-c", "--config", "-h", "--help", "--version"}
 
 
-def test_the_three_reported_flags_get_what_tines_has_instead() -> None:
-    assert migration_hint("--timeout") == (
-        "(gunicorn): use --request-timeout: an app thread held this long without progress gets its "
-        "worker's stacks logged and the worker replaced (a stuck request, not a silent worker: a "
-        "streaming response that keeps producing is not cut; on thread and event the worker "
-        "drains, its other requests finishing); waits on the client have "
-        "--header-timeout, --body-timeout, --send-timeout; a slow boot --boot-timeout")
+def test_the_three_reported_flags_are_taken_or_answered() -> None:
+    # gunicorn's and uvicorn's flags go through tines.config.peers now (test_peer_flags.py).
+    assert [row.name for row in peers.by_flag("--timeout")] == ["timeout"] and migration_hint("--timeout") is None
     assert "--reload" in TINES_FLAGS and migration_hint("--reload") is None  # the reload setting
-    assert migration_hint("--reload-dir") == (
-        "(uvicorn): not supported: --reload watches the directory the app is imported from "
-        "(docs/signals.md)")
-    assert migration_hint("--pid") == "(gunicorn): use --pid-file"
+    assert _unknown_message(["--reload-dir"]) == (
+        "unknown option '--reload-dir' (uvicorn): none: --reload watches the tree the app is imported from "
+        "(docs/signals.md); --reload-include and --reload-exclude choose its files")
+    assert "--pid" in SETTINGS["pid_file"].flags and migration_hint("--pid") is None
 
 
-def test_renamed_settings_are_given_as_tines_flags_with_their_values() -> None:
-    assert migration_hint("--keep-alive") == "(gunicorn): use --keepalive-timeout"
-    assert migration_hint("--timeout-keep-alive") == "(uvicorn): use --keepalive-timeout"
-    assert migration_hint("--limit-request-fields") == "(gunicorn): use --max-headers"
-    assert migration_hint("--no-server-header") == (
-        "(uvicorn): use --server-header '' (an empty value omits the header)")
-    assert migration_hint("-k") == migration_hint("--worker-class") == (
-        "(gunicorn): use --mpm prefork for sync, --mpm thread (the same machine as --mpm event) with "
-        "--threads for gthread; an ASGI app (uvicorn.workers.UvicornWorker) needs no flag, and there is no "
-        "gevent or eventlet worker")
+def test_renamed_settings_are_aliases_or_given_as_tines_settings() -> None:
+    assert "--keep-alive" in SETTINGS["keepalive_timeout"].flags
+    assert "--timeout-keep-alive" in SETTINGS["keepalive_timeout"].flags
+    assert "--limit-request-fields" in SETTINGS["max_headers"].flags
+    assert resolve_peer_flags([("--no-server-header", False)], ()).settings == {"server_header": ""}
+    assert resolve_peer_flags([("-k", "sync")], ()).settings == {"mpm": "prefork"}
+    assert resolve_peer_flags([("--worker-class", "gthread")], ()).settings == {"mpm": "thread"}
 
 
 def test_a_flag_outside_the_table_gets_no_hint() -> None:
@@ -83,7 +78,7 @@ def test_a_flag_in_several_rows_gets_one_answer() -> None:
     "--suppress-ragged-eofs", "--ssl-keyfile-password", "--ssl-cert-reqs", "--ssl-ca-certs", "--ssl-ciphers",
 ])
 def test_common_gunicorn_and_uvicorn_flags_are_covered(flag: str) -> None:
-    assert migration_hint(flag) is not None
+    assert flag in TINES_FLAGS or peers.by_flag(flag)
 
 
 @pytest.mark.parametrize("flag, setting", [
@@ -97,16 +92,16 @@ def test_gunicorn_and_uvicorn_tls_flags_are_tines_flags(flag: str, setting: str)
 
 
 def test_tls_rows_say_what_to_use_instead() -> None:
-    assert migration_hint("--ssl-keyfile-password") == (
-        "(uvicorn): not on the command line (every user can read it): --keyfile-password-file, or "
-        "TINES_KEYFILE_PASSWORD or keyfile_password in the config file")
-    assert migration_hint("--cert-reqs") == (
-        "(gunicorn): use --client-cert none, optional, required (optional also serves a client whose "
-        "certificate does not verify, and tells the app why)")
-    assert migration_hint("--ca-certs") == migration_hint("--ssl-ca-certs").replace("uvicorn", "gunicorn") == (
-        "(gunicorn): use --client-ca")
-    assert migration_hint("--ssl-version") == "(gunicorn, uvicorn): use --tls-min-version (TLS 1.0 and 1.1 are not offered)"
-    assert "IANA names" in str(migration_hint("--ciphers")) and "IANA names" in str(migration_hint("--ssl-ciphers"))
+    assert _unknown_message(["--ssl-keyfile-password"]) == (
+        "unknown option '--ssl-keyfile-password' (uvicorn): none on the command line (every user can read it): "
+        "--keyfile-password-file, or TINES_KEYFILE_PASSWORD")
+    assert resolve_peer_flags([("--cert-reqs", "1")], ()).settings == {"client_cert": "optional"}
+    assert resolve_peer_flags([("--ssl-cert-reqs", "2")], ()).settings == {"client_cert": "required"}
+    assert "--ca-certs" in SETTINGS["client_ca"].flags and "--ssl-ca-certs" in SETTINGS["client_ca"].flags
+    assert _unknown_message(["--ssl-version"]) == (
+        "unknown option '--ssl-version' (gunicorn, uvicorn): none as an ssl module constant: --tls-min-version "
+        "(1.2 or 1.3; 1.0 and 1.1 are never offered)")
+    assert "IANA names" in _unknown_message(["--ciphers"]) and "IANA names" in _unknown_message(["--ssl-ciphers"])
     text = render_markdown()
     assert "| uWSGI | `https-socket` (`ADDRESS,CERT,KEY`), `https-socket-req-client-ca` | `bind` with `certfile`" in text
     assert "terminate TLS in a proxy" not in text
@@ -122,14 +117,14 @@ def test_the_docs_table_is_rendered_from_the_same_rows() -> None:
     assert "| gunicorn | `keepalive` (`--keep-alive`) | `keepalive_timeout` |" in text
     assert "| uvicorn | `proxy_headers` (`--proxy-headers`, `--no-proxy-headers`) |" in text
     assert "| Apache | `KeepAlive Off` | `keepalive_timeout = 0` |" in text
-    assert ("| gunicorn | `timeout`: a worker silent this many seconds is killed (`-t`, `--timeout`) | "
-            "`request_timeout`: an app thread held this long") in text
+    assert ("| gunicorn | `timeout` (`-t`, `--timeout`) | `boot_timeout`, and `request_timeout` with "
+            "`-k sync`; ") in text
     assert "| uWSGI | `harakiri` | `request_timeout` (also answers 503" in text
     assert len([line for line in text.splitlines() if line.startswith("| gunicorn |")]) == len(
         [row for row in EQUIVALENTS if row.server == "gunicorn"])
 
 
 def test_the_unknown_option_message_prefers_the_table_to_spelling() -> None:
-    assert _unknown_message(["--timeout", "30"]) == "unknown option '--timeout' " + str(migration_hint("--timeout"))
-    assert _unknown_message(["--pid=x.pid"]) == "unknown option '--pid' " + str(migration_hint("--pid"))
+    assert _unknown_message(["--check-static", "x"]) == "unknown option '--check-static' " + str(migration_hint("--check-static"))
+    assert _unknown_message(["--static-map=/s=d"]) == "unknown option '--static-map' " + str(migration_hint("--static-map"))
     assert _unknown_message(["--wokers"]) == "unknown option '--wokers' (did you mean '--workers'?)"
