@@ -19,10 +19,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
-from tines.config import SETTINGS, Config, environment_warnings, ignored_settings, load, migration_hint
+from tines.config import SECTIONS, SETTINGS, Config, environment_warnings, ignored_settings, load, migration_hint
 from tines.errors import AppLoadError, ConfigError
 from tines.serve_cli import (APP_FORMS, EXIT_USAGE, SERVE_DESCRIPTION, ArgumentParser, add_serve_arguments,
-                             add_settings, check_config)
+                             add_settings, check_config, find_setting, setting_help)
 
 
 class VersionAction(argparse.Action):
@@ -50,7 +50,7 @@ def build_parser() -> ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     serve = commands.add_parser("serve", help="run the server for a WSGI or ASGI app", allow_abbrev=False,
-                                description=SERVE_DESCRIPTION)
+                                description=SERVE_DESCRIPTION, add_help=False)
     add_serve_arguments(serve)
 
     check = commands.add_parser(
@@ -101,6 +101,15 @@ def build_parser() -> ArgumentParser:
     status.add_argument("--top", type=int, default=20, metavar="N",
                         help="functions in the profile table (default: 20)")
 
+    explain = commands.add_parser(
+        "help", help="one setting's whole text, flag, env var, config key and default",
+        allow_abbrev=False,
+        description="Print one setting's documentation (as docs/settings.md has it): its text, "
+                    "flags, environment variable, config-file key and default. SETTING is its "
+                    "name, a flag, the env var or the key (workers, --workers, -w, "
+                    "TINES_WORKERS). Without SETTING: the settings' names by section.")
+    explain.add_argument("setting", nargs="?", metavar="SETTING", help="the setting to explain")
+
     # Listed for --help only: main() hands `bench` argv to Rust before argparse sees it.
     commands.add_parser(
         "bench", help="load-test an HTTP or HTTPS server (wrk/ab-style; tines bench --help for its "
@@ -149,6 +158,20 @@ def _unknown_message(unknown: list[str]) -> str:
     matches = difflib.get_close_matches(options[0], flags, n=1)
     hint = f" (did you mean {matches[0]!r}?)" if matches else ""
     return f"unknown option {options[0]!r}{hint}"
+
+
+def explain(word: str | None) -> str:
+    """``tines help [SETTING]``: one setting's whole documentation, or every setting's name by
+    section."""
+    if word is not None:
+        return setting_help(find_setting(word))
+    import textwrap  # argparse has it loaded already
+
+    out = []
+    for section in SECTIONS:
+        names = [setting.name for setting in SETTINGS.values() if setting.section == section]
+        out += textwrap.wrap(f"{section}: {', '.join(names)}", 80, subsequent_indent="    ")
+    return "\n".join(out) + "\n\ntines help SETTING for one of them; tines serve --help for the ones that matter first.\n"
 
 
 def format_table(cfg: Config) -> str:
@@ -201,6 +224,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["bench"]:
         return bench(words[1:])
+    if words[:1] == ["help"] and len(words) == 2 and words[1] not in ("-h", "--help"):
+        # Before argparse, which would take a flag named as SETTING (-w) for one of its own.
+        try:
+            sys.stdout.write(explain(words[1]))
+        except ConfigError as error:
+            print(f"tines: error: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        return 0
     if words[:1] == ["tune"]:
         from tines import tune
 
@@ -210,10 +241,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(_unknown_message(unknown))
     if arguments.command is None:
-        parser.error("missing COMMAND (serve, check-config, status, bench or tune); see tines --help")
+        parser.error("missing COMMAND (serve, check-config, status, help, bench or tune); see tines --help")
     for warning in environment_warnings():
         print(f"tines: warning: {warning}", file=sys.stderr)
     try:
+        if arguments.command == "help":
+            sys.stdout.write(explain(arguments.setting))
+            return 0
         if arguments.command == "status":
             return status(arguments)
         cfg = load(arguments)
