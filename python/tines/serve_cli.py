@@ -19,6 +19,7 @@ import os
 import sys
 from typing import Any, NoReturn
 
+from tines import serving
 from tines.config import SECTIONS, SETTINGS, Config, Setting, format_value
 from tines.errors import AppLoadError, ConfigError
 
@@ -271,26 +272,29 @@ def check_config(cfg: Config, check_app: bool) -> list[str]:
     workers' own conversion, resource limits, the dynamic pool's bounds, the TLS files and
     material, the hooks module) and, with ``check_app``, the app itself (imported from ``chdir``
     as the workers do; a traceback from the app's code goes to stderr before the error line).
-    Returns the lines to print after the table: what TLS will serve, then (last) the worker
-    mode in force (fixed count or dynamic pool); warnings (a certificate that expires soon) go to stderr."""
+    Returns the lines to print after the table: the app's interface (with ``check_app``: that
+    the app imported, its interface and what serves it; without, what the setting tells), what
+    TLS will serve, then (last) the worker mode in force (fixed count or dynamic pool); warnings (a certificate that expires soon) go to stderr."""
     from tines import pool, preflight, tls
 
     checked = preflight.check(cfg, tls.new_ticket_secret())
     for warning in checked.warnings:
         print(f"tines: warning: {warning}", file=sys.stderr)
-    lines = [f"tls: {checked.tls}", f"mode: {pool.describe_mode(cfg, checked.pool)}"]
+    mode = f"mode: {pool.describe_mode(cfg, checked.pool)}"
     if not check_app:
-        return lines
+        return [serving.interface_line(cfg.interface, cfg.mpm), f"tls: {checked.tls}", mode]
     if cfg.app is None:
         raise ConfigError(f"--check-app needs APP ({APP_FORMS})")
     from tines.app_loader import check_mpm, interface_of, load_app
 
     try:
         app = load_app(cfg.app, cfg.factory, cfg.interface)
-        if interface_of(app, cfg.interface, repr(str(cfg.app))) != "wsgi":
+        interface = interface_of(app, cfg.interface, repr(str(cfg.app)))
+        if interface != "wsgi":
             check_mpm(cfg)
     except AppLoadError as error:
         if error.traceback:
             sys.stderr.write(error.traceback)
         raise
-    return lines
+    return [f"interface: {cfg.interface}", f"app: {cfg.app} imported: {serving.app_is(interface, cfg.mpm)}",
+            f"tls: {checked.tls}", mode]

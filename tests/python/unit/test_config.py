@@ -314,8 +314,9 @@ def test_check_config_prints_values_and_sources(in_empty_directory: Path) -> Non
     result = run_tines("check-config", "-w", "3", "-b", "[::1]:9000", "--preload", "web:app",
                        cwd=in_empty_directory, env={"TINES_BACKLOG": "64"})
     assert result.returncode == 0, result.stderr
-    *table, tls, mode = result.stdout.splitlines()
+    *table, interface, tls, mode = result.stdout.splitlines()
     assert mode == "mode: fixed: 3 workers (max_workers unset; TTIN/TTOU add or remove one)"
+    assert interface.startswith("interface: auto: not known until the app is imported (--check-app imports it)")
     assert tls == "tls: off (no certfile)"
     rows = {line.split()[0]: line.split(None, 1)[1].strip() for line in table}
     assert rows["setting"].split() == ["value", "source"]
