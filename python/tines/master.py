@@ -174,7 +174,7 @@ class Master:
     def worker_view(self, worker: Worker) -> WorkerView:
         """The read-only view of one worker that hooks receive."""
         return WorkerView(pid=worker.pid, slot=worker.slot, generation=worker.generation,
-                          mpm=self.cfg.mpm)
+                          mpm=serving.serving_mpm(self.interface, self.cfg.mpm))
 
     # ----- the loop's own mechanism ---------------------------------------------------------
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
-from conftest import APPS, ROOT
+from conftest import APPS, ROOT, wait_until
 
 WSGI = "examples/hello.py:app"
 ASGI = "asgi_features:app"
@@ -74,3 +74,14 @@ def test_check_config_says_the_interface_and_with_check_app_that_the_app_importe
     assert wsgi.returncode == 0, wsgi.stderr
     assert f"app: {WSGI} imported: a WSGI app, on mpm thread" in wsgi.stdout
     assert "interface: auto" in wsgi.stdout
+
+
+def test_a_preloaded_asgi_app_forked_by_the_fork_server_shows_the_event_reactor_in_every_title(
+        tines_server: Any) -> None:
+    server = tines_server(ASGI, "-w", "1", "--preload", "--max-requests", "1")
+    # The fork server, the worker and its standby (max_requests 1); a process the fork server has
+    # just forked shows its title until it sets its own.
+    expected = ["tines: fork server [asgi event] gen 1", "tines: worker 0 [asgi event] gen 1",
+                "tines: worker 1 [asgi event] gen 1"]
+    wait_until(lambda: sorted(title(pid) for pid in server.worker_pids()) == expected,
+               what=f"the titles {expected}")
