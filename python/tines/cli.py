@@ -1,6 +1,6 @@
 """The ``tines`` command: argument parsing generated from the settings registry.
 
-Owns: the subcommands (``serve``, ``check-config``, ``status``, ``bench``, ``tune``), turning argv into a ``Config`` through
+Owns: the subcommands (``serve``, ``check-config``, ``status``, ``help``, ``bench``, ``tune``), turning argv into a ``Config`` through
 ``tines.config.load``, and the exit-status contract: 0 on success, 2 with exactly one line
 ``tines: error: <message>`` on stderr for a usage, config or app-loading error. The flags of
 ``serve`` and ``check-config`` and the checks of ``check-config`` come from ``tines.serve_cli``,
@@ -60,9 +60,11 @@ def build_parser() -> ArgumentParser:
                     "workers' own conversion, the resource limits, the dynamic pool's bounds, "
                     "the TLS files and certificates, and the hooks module, print each setting "
                     "with its value and source, the worker mode in force (a fixed count or "
-                    "the dynamic pool) and what TLS will serve, and "
+                    "the dynamic pool), the app's interface as the settings tell it and what TLS "
+                    "will serve, and "
                     "exit 0; exit 2 with the error when the config is invalid. With "
-                    "--check-app, also import the app as a worker would.")
+                    "--check-app, also import the app as a worker would and say what it is "
+                    "(WSGI, ASGI 3 or ASGI 2) and what serves it.")
     check.add_argument("app", nargs="?", metavar="APP", default=argparse.SUPPRESS,
                        help=f"the WSGI or ASGI app: {APP_FORMS}")
     check.add_argument("--check-app", action="store_true",

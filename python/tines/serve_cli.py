@@ -1,5 +1,7 @@
 """``tines serve``'s command line, below both ``tines.cli`` and ``tines.tune``: the parser of APP
-and the settings' flags (derived from the registry), and what ``check-config`` checks.
+and the settings' flags (derived from the registry), its help (``--help``: the settings that
+matter first, ``ESSENTIALS``; ``--help-all``: every flag; ``tines help SETTING``'s text), and what
+``check-config`` checks.
 
 The ``tines`` command (``tines.cli``) builds its ``serve`` and ``check-config`` subcommands from
 these and hands ``tune`` to ``tines.tune``; ``tines tune`` starts its servers with the flags given
