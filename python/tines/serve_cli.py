@@ -239,7 +239,7 @@ def setting_help(setting: Setting) -> str:
         metavar = "{" + ",".join(setting.choices) + "}" if setting.choices else setting.metavar
         flags = ", ".join(f"{flag} {metavar}" for flag in setting.flags)
     lines = [f"{setting.name} ({setting.section})", "", *textwrap.wrap(setting.description.replace("`", ""), 80), "",
-             f"  flag:        {flags or '(none: ' + setting.env + ' or the config file)'}",
+             f"  flag:        {flags or ('APP (the positional argument)' if setting.name == 'app' else '(none)')}",
              f"  env:         {setting.env}",
              f"  config key:  {setting.toml_key}",
              f"  default:     {default.replace('`', '')}"]

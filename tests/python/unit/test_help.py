@@ -81,6 +81,9 @@ def test_tines_help_setting_prints_its_whole_doc_env_var_config_key_and_default(
         assert part in text, part
     boolean = " ".join(run_tines("help", "preload", cwd=tmp_path).stdout.split())
     assert "flag: --preload, --no-preload" in boolean and "default: false" in boolean
+    secret = " ".join(setting_help(SETTINGS["keyfile_password"]).split())
+    assert "flag: (none)" in secret and "env: TINES_KEYFILE_PASSWORD" in secret
+    assert "flag: APP (the positional argument)" in " ".join(setting_help(SETTINGS["app"]).split())
     listed = " ".join(run_tines("help", "bind", cwd=tmp_path).stdout.split())
     assert "repeatable" in listed and "env: TINES_BIND" in listed
 
