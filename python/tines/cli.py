@@ -167,7 +167,7 @@ def explain(word: str | None) -> str:
     section."""
     if word is not None:
         return setting_help(find_setting(word))
-    import textwrap  # argparse has it loaded already
+    import textwrap  # only for help text, as argparse does: the master that `serve` becomes never loads it
 
     out = []
     for section in SECTIONS:

@@ -174,7 +174,7 @@ def brief_help(prog: str) -> str:
     """``tines serve --help``: usage, then ``ESSENTIALS`` by group, one line per setting."""
     width = max(len(_invocation(name)) for _, rows in ESSENTIALS for name, _ in rows)
     shown = sum(len(rows) for _, rows in ESSENTIALS)
-    import textwrap  # argparse has it loaded already
+    import textwrap  # only for help text, as argparse does: the master that `serve` becomes never loads it
 
     lines = [f"usage: {prog} [APP] [options]", "", *textwrap.wrap(SERVE_DESCRIPTION, 80), "",
              f"  {'APP':<{width}}  the WSGI or ASGI app: {APP_FORMS}",
@@ -229,7 +229,7 @@ def find_setting(word: str) -> Setting:
 def setting_help(setting: Setting) -> str:
     """``tines help SETTING``: one setting's whole text, its flags, env var, config key and
     default, as docs/settings.md has them."""
-    import textwrap  # argparse has it loaded already
+    import textwrap  # only for help text, as argparse does: the master that `serve` becomes never loads it
 
     default = (setting.default_text if setting.default_text is not None
                else format_value(setting.default))
