@@ -45,7 +45,7 @@ def build_parser() -> ArgumentParser:
     """The ``tines`` parser with its subcommands."""
     parser = ArgumentParser(
         prog="tines", allow_abbrev=False,
-        description="Tines: an application server for Python web apps (WSGI and ASGI 3) with a Rust core.")
+        description="Tines: an application server for Python web apps (WSGI and ASGI) with a Rust core.")
     parser.add_argument("--version", action=VersionAction)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 

@@ -461,7 +461,10 @@ def _serve(context: WorkerContext) -> int:
     if cfg.memory_merge:
         memory.opt_in_merge()  # before post_fork and the app: all they map can be merged
     server = ServerView(pid=context.master_pid, config=cfg, app=repr(str(cfg.app)))
-    worker = WorkerView(pid=pid, slot=context.slot, generation=context.generation, mpm=cfg.mpm)
+    # Before the app is loaded: the MPM that serves as far as the setting or the preloaded app tell.
+    known = context.interface or serving.known_interface(cfg.interface)
+    worker = WorkerView(pid=pid, slot=context.slot, generation=context.generation,
+                        mpm=serving.serving_mpm(known, cfg.mpm))
     try:
         context.hooks.call("post_fork", server, worker)
     except HookError as error:
