@@ -220,9 +220,14 @@ def tines_mpms(help_text: str) -> set[str]:
 
 
 def tines_serve_help(binary: Path | None = None) -> str:
-    """``tines serve --help`` of ``binary`` (default: ``tines_binary()``)."""
-    result = subprocess.run([str(binary or tines_binary()), "serve", "--help"],
-                            capture_output=True, text=True, timeout=60)
+    """Every flag ``tines serve`` of ``binary`` (default: ``tines_binary()``) knows: its
+    ``--help-all``, or its ``--help`` for a build from before ``--help-all`` (whose ``--help``
+    listed every flag; today's shows only the ones that matter first)."""
+    for flag in ("--help-all", "--help"):
+        result = subprocess.run([str(binary or tines_binary()), "serve", flag],
+                                capture_output=True, text=True, timeout=60)
+        if result.returncode == 0:
+            return result.stdout
     return result.stdout
 
 

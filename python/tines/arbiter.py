@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 from setproctitle import setproctitle
 
-from tines import exits, forkserver, logs, profiler, rate_limits, upgrade, watchdog
+from tines import exits, forkserver, logs, profiler, rate_limits, serving, upgrade, watchdog
 from tines import standby as standby_policy
 from tines import pool as spare_pool
 from tines import reload as reloading
@@ -155,7 +155,7 @@ class Arbiter(Master):
         return timeout if due is None else min(timeout, due)
 
     def read_notifications(self) -> None:
-        """Handle every complete ready / standby / draining / boot_error message from the
+        """Handle every complete ready / standby / interface / draining / boot_error message from the
         workers. A draining worker's standby is promoted at once (the rest of the loop's turn,
         a fork among it, would delay the promotion)."""
         now = time.monotonic()
@@ -165,6 +165,8 @@ class Arbiter(Master):
             elif kind == "draining":
                 self.fleet.draining(pid, text, now)
                 self.promote_standbys()
+            elif kind == "interface":
+                self.interface = text  # the ready line names it (tines.serving)
             else:
                 self.on_boot_error(pid, slot, text)
         self.fleet.log_recycles(now)
@@ -364,8 +366,8 @@ class Arbiter(Master):
         still does (the error line was logged). systemd hears ``READY=1`` either way (a
         reload it was told of: HUP, or HUP with --preload's upgrade)."""
         if succeeded:
-            log.info("reload done: generation %d serves with %d workers", self.generation.number,
-                     len(self.live_workers()))
+            log.info("reload done: generation %d serves with %s", self.generation.number,
+                     serving.plural(len(self.live_workers()), "worker"))
         self.notifier.reload_finished(succeeded, self.status_text())
 
     # ----- upgrades and the status process ----------------------------------------------------
@@ -527,7 +529,7 @@ class Arbiter(Master):
                                                                self.owed_starts())))
             return
         self.num_workers += 1
-        log.info("TTIN: %d workers", self.num_workers)
+        log.info("TTIN: %s", serving.plural(self.num_workers, "worker"))
 
     def handle_ttou(self) -> None:
         """One worker fewer, at least one stays (dynamic pool: retire one and lower the spare
@@ -538,7 +540,7 @@ class Arbiter(Master):
                                                                  self.owed_starts())))
             return
         self.num_workers = max(1, self.num_workers - 1)
-        log.info("TTOU: %d workers", self.num_workers)
+        log.info("TTOU: %s", serving.plural(self.num_workers, "worker"))
 
     def handle_usr1(self) -> None:
         """Reopen log files here and in the workers (their access logs)."""

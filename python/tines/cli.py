@@ -1,6 +1,6 @@
 """The ``tines`` command: argument parsing generated from the settings registry.
 
-Owns: the subcommands (``serve``, ``check-config``, ``status``, ``bench``, ``tune``), turning argv into a ``Config`` through
+Owns: the subcommands (``serve``, ``check-config``, ``status``, ``help``, ``bench``, ``tune``), turning argv into a ``Config`` through
 ``tines.config.load``, and the exit-status contract: 0 on success, 2 with exactly one line
 ``tines: error: <message>`` on stderr for a usage, config or app-loading error. The flags of
 ``serve`` and ``check-config`` and the checks of ``check-config`` come from ``tines.serve_cli``,
@@ -20,11 +20,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
-from tines.config import SETTINGS, Config, environment_warnings, ignored_settings, load, migration_hint, peers
+from tines.config import (SECTIONS, SETTINGS, Config, environment_warnings, ignored_settings, load,
+                          migration_hint, peers)
 from tines.config.migration import peer_text
 from tines.errors import AppLoadError, ConfigError
 from tines.serve_cli import (APP_FORMS, EXIT_USAGE, SERVE_DESCRIPTION, ArgumentParser, add_peer_flags,
-                             add_serve_arguments, add_settings, check_config, resolve_peer_flags, their_spellings)
+                             add_serve_arguments, add_settings, check_config, find_setting, resolve_peer_flags,
+                             setting_help, their_spellings)
 
 
 class VersionAction(argparse.Action):
@@ -47,12 +49,12 @@ def build_parser() -> ArgumentParser:
     """The ``tines`` parser with its subcommands."""
     parser = ArgumentParser(
         prog="tines", allow_abbrev=False,
-        description="Tines: an application server for Python web apps (WSGI and ASGI 3) with a Rust core.")
+        description="Tines: an application server for Python web apps (WSGI and ASGI) with a Rust core.")
     parser.add_argument("--version", action=VersionAction)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     serve = commands.add_parser("serve", help="run the server for a WSGI or ASGI app", allow_abbrev=False,
-                                description=SERVE_DESCRIPTION)
+                                description=SERVE_DESCRIPTION, add_help=False)
     add_serve_arguments(serve)
     add_peer_flags(serve)
 
@@ -63,9 +65,11 @@ def build_parser() -> ArgumentParser:
                     "workers' own conversion, the resource limits, the dynamic pool's bounds, "
                     "the TLS files and certificates, and the hooks module, print each setting "
                     "with its value and source, the worker mode in force (a fixed count or "
-                    "the dynamic pool) and what TLS will serve, and "
+                    "the dynamic pool), the app's interface as the settings tell it and what TLS "
+                    "will serve, and "
                     "exit 0; exit 2 with the error when the config is invalid. With "
-                    "--check-app, also import the app as a worker would.")
+                    "--check-app, also import the app as a worker would and say what it is "
+                    "(WSGI, ASGI 3 or ASGI 2) and what serves it.")
     check.add_argument("app", nargs="?", metavar="APP", default=argparse.SUPPRESS,
                        help=f"the WSGI or ASGI app: {APP_FORMS}")
     check.add_argument("--check-app", action="store_true",
@@ -104,6 +108,15 @@ def build_parser() -> ArgumentParser:
                         help="also write profile.pstats and profile.collapsed (flame graphs) there")
     status.add_argument("--top", type=int, default=20, metavar="N",
                         help="functions in the profile table (default: 20)")
+
+    explain = commands.add_parser(
+        "help", help="one setting's whole text, flag, env var, config key and default",
+        allow_abbrev=False,
+        description="Print one setting's documentation (as docs/settings.md has it): its text, "
+                    "flags, environment variable, config-file key and default. SETTING is its "
+                    "name, a flag, the env var or the key (workers, --workers, -w, "
+                    "TINES_WORKERS). Without SETTING: the settings' names by section.")
+    explain.add_argument("setting", nargs="?", metavar="SETTING", help="the setting to explain")
 
     # Listed for --help only: main() hands `bench` argv to Rust before argparse sees it.
     commands.add_parser(
@@ -149,7 +162,7 @@ def _unknown_message(unknown: list[str]) -> str:
     if secret is not None and secret.secret:
         return (f"unknown option {options[0]!r}: {secret.name} is never given on the command line (every user "
                 f"of the machine can read it): set {secret.env}, or {secret.toml_key} in the config file")
-    flags = ["--config", "--help", "--version"]
+    flags = ["--config", "--help", "--help-all", "--version"]
     for setting in SETTINGS.values():
         flags += [flag for flag in setting.flags if flag.startswith("--")]
         flags += [f"--no-{flag[2:]}" for flag in setting.flags if setting.is_flag and flag.startswith("--")]
@@ -169,7 +182,7 @@ def close_flag(option: str, flags: list[str]) -> str | None:
     return matches[0] if matches else None
 
 
-COMMANDS = ("serve", "check-config", "status", "bench", "tune")
+COMMANDS = ("serve", "check-config", "status", "bench", "tune", "help")
 """The subcommands; any other first word is the APP of an implied ``serve`` (``tines app:app``)."""
 
 
@@ -200,6 +213,20 @@ def _apply_peer_flags(arguments: argparse.Namespace) -> dict[str, str]:
     for warning in resolved.warnings:
         print(f"tines: warning: {warning}", file=sys.stderr)
     return resolved.environ
+
+
+def explain(word: str | None) -> str:
+    """``tines help [SETTING]``: one setting's whole documentation, or every setting's name by
+    section."""
+    if word is not None:
+        return setting_help(find_setting(word))
+    import textwrap  # only for help text, as argparse does: the master that `serve` becomes never loads it
+
+    out = []
+    for section in SECTIONS:
+        names = [setting.name for setting in SETTINGS.values() if setting.section == section]
+        out += textwrap.wrap(f"{section}: {', '.join(names)}", 80, subsequent_indent="    ")
+    return "\n".join(out) + "\n\ntines help SETTING for one of them; tines serve --help for the ones that matter first.\n"
 
 
 def format_table(cfg: Config) -> str:
@@ -254,6 +281,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         words = [words[0], *their_spellings(words[1:])]
     if words[:1] == ["bench"]:
         return bench(words[1:])
+    if words[:1] == ["help"] and len(words) == 2 and words[1] not in ("-h", "--help"):
+        # Before argparse, which would take a flag named as SETTING (-w) for one of its own.
+        try:
+            sys.stdout.write(explain(words[1]))
+        except ConfigError as error:
+            print(f"tines: error: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        return 0
     if words[:1] == ["tune"]:
         from tines import tune
 
@@ -263,10 +298,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(_unknown_message(unknown))
     if arguments.command is None:
-        parser.error("missing COMMAND (serve, check-config, status, bench or tune); see tines --help")
+        parser.error("missing COMMAND (serve, check-config, status, help, bench or tune); see tines --help")
     for warning in environment_warnings():
         print(f"tines: warning: {warning}", file=sys.stderr)
     try:
+        if arguments.command == "help":
+            sys.stdout.write(explain(arguments.setting))
+            return 0
         if arguments.command == "status":
             return status(arguments)
         environ = _apply_peer_flags(arguments)

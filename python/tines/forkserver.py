@@ -30,7 +30,7 @@ from typing import NoReturn
 
 from setproctitle import setproctitle
 
-from tines import logs
+from tines import logs, serving
 from tines import worker as worker_process
 from tines.config import Config
 
@@ -184,6 +184,9 @@ def _serve(template: worker_process.WorkerContext, requests: int, replies: int,
         setproctitle(f"tines: fork server [{template.cfg.mpm}] gen {template.generation}")
         worker_process.close_fds(masters)
         worker_process.share_set_up(template)
+        if template.interface not in (None, "wsgi"):  # the preloaded app is ASGI: not served by mpm
+            setproctitle(f"tines: fork server [{serving.title_tag(template.interface, template.cfg.mpm)}] "
+                         f"gen {template.generation}")
         worker_process.set_parent_death_signal()
         if os.getppid() != template.master_pid:
             os._exit(0)  # the master died before we set the death signal

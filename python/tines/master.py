@@ -26,7 +26,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from tines import logs, memory, preflight, profiler, rate_limits, reloader, sdnotify, standby, tls, upgrade, watchdog
+from tines import logs, memory, preflight, profiler, rate_limits, reloader, sdnotify, serving, standby, tls, upgrade, watchdog
 from tines import pool as spare_pool
 from tines import status as status_process
 from tines.app_loader import check_mpm, interface_of, load_app
@@ -63,6 +63,10 @@ class Master:
         self.wakeup = Wakeup()
         """The queued signals and the wake-up fd the loop sleeps on (``tines.wakeup``)."""
         self.app: Callable[..., object] | None = None
+        self.interface: str | None = serving.known_interface(cfg.interface)
+        """The app's interface ("wsgi", "asgi3", "asgi2"): from the ``interface`` setting, the
+        preloaded app, or the workers' ``interface`` messages (``Arbiter.read_notifications``);
+        None until one of them tells. The messages name it and the MPM serving it."""
         self.announced = False
         self.exit_room = 0
         """Scoreboard slots sized at start for processes on their way out
@@ -121,7 +125,8 @@ class Master:
         self.upgrade.adopt(self.status.listeners())
         if cfg.preload:
             self.app = load_app(cfg.app, cfg.factory, cfg.interface)
-            if interface_of(self.app, cfg.interface, repr(str(cfg.app))) != "wsgi":
+            self.interface = interface_of(self.app, cfg.interface, repr(str(cfg.app)))
+            if self.interface != "wsgi":
                 check_mpm(cfg)
                 # The loop (and asyncio, ssl), loaded once for every worker to inherit. For a
                 # WSGI app no process loads it: every fork would copy its mappings for nothing.
@@ -158,10 +163,8 @@ class Master:
             log.info("Listening at: %s (%d)%s", where, self.pid, H2C_SAYS[listener.h2c])
         for warning in checked.warnings:
             log.warning("%s", warning)
-        if pool is None:
-            log.info("Using mpm %s with %d workers", cfg.mpm, self.num_workers)
-        else:
-            log.info("Using mpm %s with a %s", cfg.mpm, pool.settings.describe())
+        workers = serving.plural(self.num_workers, "worker") if pool is None else f"a {pool.settings.describe()}"
+        log.info("%s", serving.start_line(self.interface, cfg.mpm, cfg.source("mpm") != "default", workers))
 
     def server_view(self) -> ServerView:
         """The read-only view of the master that hooks receive."""
@@ -171,7 +174,7 @@ class Master:
     def worker_view(self, worker: Worker) -> WorkerView:
         """The read-only view of one worker that hooks receive."""
         return WorkerView(pid=worker.pid, slot=worker.slot, generation=worker.generation,
-                          mpm=self.cfg.mpm, born=worker.born)
+                          mpm=serving.serving_mpm(self.interface, self.cfg.mpm), born=worker.born)
 
     # ----- the loop's own mechanism ---------------------------------------------------------
 
@@ -206,12 +209,13 @@ class Master:
         """Log and (with --ready-fd) write the machine-readable ready line, once."""
         self.announced = True
         binds = [listener.address for listener in self.listeners]
-        log.info("ready: %d workers, mpm=%s", self.num_workers, self.cfg.mpm)
+        log.info("ready: %s", serving.workers_line(self.interface, self.cfg.mpm, self.num_workers))
         # A master started by an upgrade does not write --ready-fd: that fd was its old
         # master's (closed after its own ready line; the number may be a listener here).
         if self.cfg.ready_fd is not None and self.upgrade.old_master is None:
             line = json.dumps({"event": "ready", "pid": self.pid, "workers": self.num_workers,
-                               "mpm": self.cfg.mpm, "binds": binds})
+                               "mpm": serving.serving_mpm(self.interface, self.cfg.mpm),
+                               "interface": self.interface, "binds": binds})
             try:
                 os.write(self.cfg.ready_fd, line.encode() + b"\n")
                 os.close(self.cfg.ready_fd)
@@ -222,9 +226,9 @@ class Master:
         self.upgrade.tell_old_master_ready()
 
     def status_text(self) -> str:
-        """One line for sd_notify's ``STATUS=``: workers, MPM, binds."""
+        """One line for sd_notify's ``STATUS=``: workers, interface and MPM, binds."""
         binds = ", ".join(listener.address for listener in self.listeners)
-        return f"{self.num_workers} workers, mpm {self.cfg.mpm}, listening on {binds}"
+        return f"{serving.workers_line(self.interface, self.cfg.mpm, self.num_workers)}, listening on {binds}"
 
     def tell_stopping(self) -> None:
         """Not ready from now on: in the scoreboard (the status listener's ``/readyz``), and

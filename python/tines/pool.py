@@ -145,7 +145,7 @@ def settings(cfg: Config, cpu_count: int | None = None) -> PoolSettings | None:
 def describe_mode(cfg: Config, pool: PoolSettings | None) -> str:
     """Which worker mode is in force, in one line (``check-config`` prints it)."""
     if pool is None:
-        return f"fixed: {cfg.workers} workers (max_workers unset; TTIN/TTOU add or remove one)"
+        return f"fixed: {cfg.workers} worker{'' if cfg.workers == 1 else 's'} (max_workers unset; TTIN/TTOU add or remove one)"
     return pool.describe()
 
 

@@ -1,5 +1,7 @@
 """``tines serve``'s command line, below both ``tines.cli`` and ``tines.tune``: the parser of APP
-and the settings' flags (derived from the registry), and what ``check-config`` checks.
+and the settings' flags (derived from the registry), its help (``--help``: the settings that
+matter first, ``ESSENTIALS``; ``--help-all``: every flag; ``tines help SETTING``'s text), and what
+``check-config`` checks.
 
 The ``tines`` command (``tines.cli``) builds its ``serve`` and ``check-config`` subcommands from
 these and hands ``tune`` to ``tines.tune``; ``tines tune`` starts its servers with the flags given
@@ -21,7 +23,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from tines.config import SECTIONS, SETTINGS, Config, format_value
+from tines import serving
+from tines.config import SECTIONS, SETTINGS, Config, Setting, format_value
 from tines.config import peers
 from tines.errors import AppLoadError, ConfigError
 
@@ -116,8 +119,146 @@ def _plain(doc: str) -> str:
     return doc.replace("`", "").replace("%", "%%")
 
 
+ESSENTIALS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("Binding", (
+        ("bind", "HOST:PORT, unix:PATH or fd://N; repeat for more (127.0.0.1:8000)"),
+        ("status_bind", "the status page, /metrics, tines status listen here (off)"),
+        ("forwarded_allow_ips", "proxies trusted for X-Forwarded-* (127.0.0.1, ::1)"),
+    )),
+    ("App", (
+        ("interface", "wsgi, asgi, asgi2, or auto: ASGI 3 for an async def app (auto)"),
+        ("preload", "import the app once in the master, before forking the workers"),
+        ("reload", "restart the workers when a source file changes (development)"),
+        ("hooks", "a module of server hooks: on_starting, post_fork... (none)"),
+    )),
+    ("Workers", (
+        ("workers", "worker processes (2 x CPU cores)"),
+        ("mpm", "a WSGI app's: prefork, or event/thread with --threads (prefork)"),
+        ("threads", "app threads per worker, with the event MPM (1)"),
+        ("max_requests", "recycle a worker after N requests, 0 never (0)"),
+    )),
+    ("Timeouts", (
+        ("request_timeout", "seconds the app may hold a thread without progress (60)"),
+        ("keepalive_timeout", "seconds an idle kept-alive connection stays open (5)"),
+        ("graceful_timeout", "seconds workers get to finish on a stop or reload (30)"),
+        ("boot_timeout", "seconds a worker may take to load the app (60)"),
+    )),
+    ("Logging", (
+        ("access_log", "the access log: a path, or - for stderr (off)"),
+        ("error_log", "the error log: a path, or - for stderr (-)"),
+        ("log_level", "debug, info, warning, error or critical (info)"),
+    )),
+    ("TLS and HTTP", (
+        ("certfile", "the certificate chain (PEM): serve HTTPS (unset: TLS off)"),
+        ("keyfile", "its private key, unless certfile holds it"),
+        ("max_body_size", "the largest request body; a larger one gets 413 (100 MiB)"),
+    )),
+    ("Process", (
+        ("user", "the user the workers run as, switched to after binding"),
+        ("pid_file", "write the master's pid there"),
+    )),
+)
+"""The settings ``tines serve --help`` shows, grouped, one line each (the rest: ``--help-all``,
+``tines help SETTING``, docs/settings.md). Kept here, not in each ``Setting``: which settings
+matter first is a choice about the help, not a property of a setting."""
+
+
+def _invocation(name: str) -> str:
+    """A setting's flags as the brief help shows them: ``-w, --workers N``."""
+    setting = SETTINGS[name]
+    shown = [flag for flag in setting.flags if not flag.startswith("--")]
+    shown += [flag for flag in setting.flags if flag.startswith("--")][:1]
+    flags = ", ".join(shown)
+    if setting.is_flag:
+        return flags
+    return f"{flags} {'CHOICE' if setting.choices else setting.metavar}"
+
+
+def brief_help(prog: str) -> str:
+    """``tines serve --help``: usage, then ``ESSENTIALS`` by group, one line per setting."""
+    width = max(len(_invocation(name)) for _, rows in ESSENTIALS for name, _ in rows)
+    shown = sum(len(rows) for _, rows in ESSENTIALS)
+    import textwrap  # only for help text, as argparse does: the master that `serve` becomes never loads it
+
+    lines = [f"usage: {prog} [APP] [options]", "", *textwrap.wrap(SERVE_DESCRIPTION, 80), "",
+             f"  {'APP':<{width}}  the WSGI or ASGI app: {APP_FORMS}",
+             f"  {'-c, --config PATH':<{width}}  config file (TOML, default ./tines.toml when it exists)"]
+    for title, rows in ESSENTIALS:
+        lines += ["", f"{title}:"]
+        lines += [f"  {_invocation(name):<{width}}  {text}" for name, text in rows]
+    lines += ["", f"These are {shown} of the {len(SETTINGS)} settings. All of them: {prog} --help-all;",
+              "one setting's whole text, env var, config key and default: tines help SETTING;",
+              "docs/settings.md. Every flag also reads TINES_<NAME> and the config file's key."]
+    return "\n".join(lines) + "\n"
+
+
+class BriefHelpAction(argparse.Action):
+    """``-h/--help`` of ``tines serve``: the settings that matter first (``brief_help``)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> NoReturn:
+        sys.stdout.write(brief_help(parser.prog))
+        parser.exit(0)
+
+
+class FullHelpAction(BriefHelpAction):
+    """``--help-all``: argparse's help of every flag, each with its whole description."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> NoReturn:
+        parser.print_help()
+        parser.exit(0)
+
+
+def find_setting(word: str) -> Setting:
+    """The setting ``word`` names: its name, a flag, its env var or its config key (``workers``,
+    ``--workers``, ``-w``, ``TINES_WORKERS``); ConfigError naming the closest name otherwise."""
+    for setting in SETTINGS.values():
+        if word in (setting.name, setting.env, setting.toml_key, *setting.flags):
+            return setting
+    name = word.lstrip("-").lower().removeprefix("tines_").replace("-", "_")
+    if name in SETTINGS:
+        return SETTINGS[name]
+    import difflib  # only on this error path
+
+    matches = difflib.get_close_matches(name, list(SETTINGS), n=1)
+    hint = f" (did you mean {matches[0]!r}?)" if matches else ""
+    raise ConfigError(f"no setting {word!r}{hint}; tines serve --help-all lists them all")
+
+
+def setting_help(setting: Setting) -> str:
+    """``tines help SETTING``: one setting's whole text, its flags, env var, config key and
+    default, as docs/settings.md has them."""
+    import textwrap  # only for help text, as argparse does: the master that `serve` becomes never loads it
+
+    default = (setting.default_text if setting.default_text is not None
+               else format_value(setting.default))
+    if setting.is_flag:
+        flags = ", ".join(f"{flag}, --no-{flag[2:]}" if flag.startswith("--") else flag for flag in setting.flags)
+    else:
+        metavar = "{" + ",".join(setting.choices) + "}" if setting.choices else setting.metavar
+        flags = ", ".join(f"{flag} {metavar}" for flag in setting.flags)
+    lines = [f"{setting.name} ({setting.section})", "", *textwrap.wrap(setting.description.replace("`", ""), 80), "",
+             f"  flag:        {flags or ('APP (the positional argument)' if setting.name == 'app' else '(none)')}",
+             f"  env:         {setting.env}",
+             f"  config key:  {setting.toml_key}",
+             f"  default:     {default.replace('`', '')}"]
+    if setting.multiple:
+        lines.append("  repeatable:  the flag may be given more than once (a list in the config file)")
+    return "\n".join(lines) + "\n"
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """``tines serve``'s arguments: the positional APP and every setting's flag."""
+    """``tines serve``'s arguments: the positional APP and every setting's flag; ``--help`` is
+    the brief one (``brief_help``), ``--help-all`` the full one. ``parser`` is made with
+    ``add_help=False``."""
+    parser.add_argument("-h", "--help", action=BriefHelpAction,
+                        help="show the settings that matter first and exit")
+    parser.add_argument("--help-all", action=FullHelpAction, help="show every setting's flag and exit")
     parser.add_argument("app", nargs="?", metavar="APP", default=argparse.SUPPRESS,
                         help=f"the WSGI or ASGI app: {APP_FORMS} (or the config key 'app')")
     add_settings(parser)
@@ -126,7 +267,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def serve_parser() -> ArgumentParser:
     """The parser of ``tines serve``'s arguments (APP, then flags), as the subcommand's, for an
     argv without the word ``serve``."""
-    parser = ArgumentParser(prog="tines serve", allow_abbrev=False, description=SERVE_DESCRIPTION)
+    parser = ArgumentParser(prog="tines serve", allow_abbrev=False, description=SERVE_DESCRIPTION,
+                            add_help=False)
     add_serve_arguments(parser)
     return parser
 
@@ -266,26 +408,29 @@ def check_config(cfg: Config, check_app: bool) -> list[str]:
     workers' own conversion, resource limits, the dynamic pool's bounds, the TLS files and
     material, the hooks module) and, with ``check_app``, the app itself (imported from ``chdir``
     as the workers do; a traceback from the app's code goes to stderr before the error line).
-    Returns the lines to print after the table: what TLS will serve, then (last) the worker
-    mode in force (fixed count or dynamic pool); warnings (a certificate that expires soon) go to stderr."""
+    Returns the lines to print after the table: the app's interface (with ``check_app``: that
+    the app imported, its interface and what serves it; without, what the setting tells), what
+    TLS will serve, then (last) the worker mode in force (fixed count or dynamic pool); warnings (a certificate that expires soon) go to stderr."""
     from tines import pool, preflight, tls
 
     checked = preflight.check(cfg, tls.new_ticket_secret())
     for warning in checked.warnings:
         print(f"tines: warning: {warning}", file=sys.stderr)
-    lines = [f"tls: {checked.tls}", f"mode: {pool.describe_mode(cfg, checked.pool)}"]
+    mode = f"mode: {pool.describe_mode(cfg, checked.pool)}"
     if not check_app:
-        return lines
+        return [serving.interface_line(cfg.interface, cfg.mpm), f"tls: {checked.tls}", mode]
     if cfg.app is None:
         raise ConfigError(f"--check-app needs APP ({APP_FORMS})")
     from tines.app_loader import check_mpm, interface_of, load_app
 
     try:
         app = load_app(cfg.app, cfg.factory, cfg.interface)
-        if interface_of(app, cfg.interface, repr(str(cfg.app))) != "wsgi":
+        interface = interface_of(app, cfg.interface, repr(str(cfg.app)))
+        if interface != "wsgi":
             check_mpm(cfg)
     except AppLoadError as error:
         if error.traceback:
             sys.stderr.write(error.traceback)
         raise
-    return lines
+    return [f"interface: {cfg.interface}", f"app: {cfg.app} imported: {serving.app_is(interface, cfg.mpm)}",
+            f"tls: {checked.tls}", mode]

@@ -20,6 +20,9 @@ Notify-pipe messages (one ``write`` each, at most PIPE_BUF = 4096 bytes, so atom
   booted and waits for its promotion; promoted, a WSGI standby serves without another message
   (an ASGI one writes ``ready`` once its lifespan startup is done).
 - boot error: ``b"E" + struct.pack("<iiH", pid, slot, n) + <n bytes of UTF-8 message>``
+- interface:  ``b"I" + struct.pack("<iiH", pid, slot, n) + <n bytes of ASCII interface>``
+  ("wsgi", "asgi3", "asgi2"), written once the app is loaded and checked, before ``ready``: the
+  master's ready line names it and what serves it (``tines.serving``).
 - draining:   ``b"D" + struct.pack("<iiH", pid, slot, n) + <n bytes of ASCII reason>``, written
   by Rust the moment a worker starts draining by its own decision (reason ``max_requests`` or
   ``cpu_limit``), so that the master starts its replacement in the same turn.
@@ -58,7 +61,7 @@ from typing import Any, NoReturn
 
 from setproctitle import setproctitle
 
-from tines import limits, logs, memory, watchdog
+from tines import limits, logs, memory, serving, watchdog
 from tines.app_loader import check_mpm, interface_of, load_app
 from tines.config import Config
 from tines.config.validators import H2C_MODES
@@ -69,6 +72,7 @@ READY = b"R"
 STANDBY = b"S"
 BOOT_ERROR = b"E"
 DRAINING = b"D"
+INTERFACE = b"I"
 DRAINING_REASONS = ("max_requests", "cpu_limit", "request_timeout")
 """The reasons a worker drains by its own decision (``run_worker``'s stop reasons)."""
 READY_FORMAT = "<ii"
@@ -244,6 +248,12 @@ def encode_boot_error(pid: int, slot: int, message: str) -> bytes:
     return BOOT_ERROR + struct.pack(ERROR_FORMAT, pid, slot, len(data)) + data
 
 
+def encode_interface(pid: int, slot: int, interface: str) -> bytes:
+    """The interface message (``interface`` is one of ``serving.INTERFACES``)."""
+    data = interface.encode("ascii")
+    return INTERFACE + struct.pack(ERROR_FORMAT, pid, slot, len(data)) + data
+
+
 def encode_draining(pid: int, slot: int, reason: str) -> bytes:
     """The draining message (a worker stops by its own decision; ``reason`` is short ASCII)."""
     data = reason.encode("ascii")
@@ -261,7 +271,7 @@ def decode(buffer: bytearray) -> list[tuple[str, int, int, str]]:
                 break
             pid, slot = struct.unpack_from(READY_FORMAT, buffer, 1)
             messages.append(("ready" if kind == READY else "standby", pid, slot, ""))
-        elif kind in (BOOT_ERROR, DRAINING):
+        elif kind in (BOOT_ERROR, DRAINING, INTERFACE):
             head = 1 + struct.calcsize(ERROR_FORMAT)
             if len(buffer) < head:
                 break
@@ -269,7 +279,7 @@ def decode(buffer: bytearray) -> list[tuple[str, int, int, str]]:
             size = head + length
             if len(buffer) < size:
                 break
-            name = "boot_error" if kind == BOOT_ERROR else "draining"
+            name = {BOOT_ERROR: "boot_error", DRAINING: "draining", INTERFACE: "interface"}[kind]
             messages.append((name, pid, slot, buffer[head:size].decode("utf-8", "replace")))
         else:
             # Not a message we know: drop the byte rather than stall the stream.
@@ -424,7 +434,10 @@ def _serve(context: WorkerContext) -> int:
     # callers that fork without it.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
     # First, so ps tells this process from the master (whose title it inherited) at once.
-    setproctitle(f"tines: worker {context.slot} [{context.cfg.mpm}] gen {context.generation}")
+    # The tag names the MPM that serves, which an ASGI app's interface decides: "loading" until
+    # it is known (the setting names it, or the app is loaded below).
+    tag = serving.title_tag(context.interface or serving.known_interface(context.cfg.interface), context.cfg.mpm)
+    setproctitle(f"tines: worker {context.slot} [{tag}] gen {context.generation}")
     if not context.set_up_shared:
         share_set_up(context)  # a fork server did it once for all its workers
     if not context.standby:
@@ -448,7 +461,10 @@ def _serve(context: WorkerContext) -> int:
     if cfg.memory_merge:
         memory.opt_in_merge()  # before post_fork and the app: all they map can be merged
     server = ServerView(pid=context.master_pid, config=cfg, app=repr(str(cfg.app)))
-    worker = WorkerView(pid=pid, slot=context.slot, generation=context.generation, mpm=cfg.mpm)
+    # Before the app is loaded: the MPM that serves as far as the setting or the preloaded app tell.
+    known = context.interface or serving.known_interface(cfg.interface)
+    worker = WorkerView(pid=pid, slot=context.slot, generation=context.generation,
+                        mpm=serving.serving_mpm(known, cfg.mpm))
     try:
         context.hooks.call("post_fork", server, worker)
     except HookError as error:
@@ -477,6 +493,9 @@ def _serve(context: WorkerContext) -> int:
         except AppLoadError as error:
             _write(context.notify_write, encode_boot_error(pid, context.slot, str(error)))
             return EXIT_BOOT_ERROR
+    _write(context.notify_write, encode_interface(pid, context.slot, interface))
+    if serving.title_tag(interface, cfg.mpm) != tag:
+        setproctitle(f"tines: worker {context.slot} [{serving.title_tag(interface, cfg.mpm)}] gen {context.generation}")
     context.hooks.call_logged("post_worker_init", worker)
     if interface != "wsgi":
         from tines import asgi
@@ -515,9 +534,6 @@ def _serve_asgi(context: WorkerContext, app: Any, server: ServerView, worker: Wo
 
     cfg = context.cfg
     pid = os.getpid()
-    setproctitle(f"tines: worker {context.slot} [asgi] gen {context.generation}")
-    if context.slot == 0 and context.generation <= 1 and cfg.source("mpm") == "default":
-        log.info("ASGI app: served by the event MPM's reactor and an asyncio loop per worker")
     for hook in ("pre_request", "post_request"):
         if hook in context.hooks.functions:
             log.warning("the %s hook runs for WSGI apps only: not called for this ASGI app", hook)

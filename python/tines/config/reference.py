@@ -48,7 +48,8 @@ def render_markdown() -> str:
         "",
         "## Where settings come from",
         "",
-        "- **Command line**: the flags below. `tines serve --help` lists them.",
+        "- **Command line**: the flags below. `tines serve --help` shows the ones that matter first, "
+        "`tines serve --help-all` every one, `tines help SETTING` one setting's whole text.",
         "- **Environment**: `TINES_` followed by the name in upper case (`TINES_WORKERS=4`).",
         "  On/off settings take `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`. List settings take",
         "  comma-separated values. An unknown `TINES_*` variable is ignored with a warning on",

@@ -83,7 +83,8 @@ def test_a_coroutine_app_is_served_with_no_mpm_or_interface_flag_and_the_log_say
             response = client.get("/")
             assert (response.status_code, response.text) == (200, "hello from ASGI")
     assert response.headers["content-length"] == "15"
-    assert "ASGI app: served by the event MPM's reactor and an asyncio loop per worker" in server.log_text()
+    assert ("ready: 1 worker, ASGI 3 app on the event MPM's reactor and an asyncio loop per worker"
+            in server.log_text())
     assert "Traceback" not in server.log_text()
 
 

@@ -70,7 +70,7 @@ def test_the_master_notifies_ready_then_reloading_and_ready_on_hup_then_stopping
     server = tines_server("notify_env:app", "-w", "2", env={"NOTIFY_SOCKET": listener.address})
     ready = listener.next()
     assert ready["READY"] == "1"
-    assert ready["STATUS"] == f"2 workers, mpm prefork, listening on 127.0.0.1:{server.port}"
+    assert ready["STATUS"] == f"2 workers, WSGI app on mpm prefork, listening on 127.0.0.1:{server.port}"
     # Workers (and so the app) never see NOTIFY_SOCKET.
     status, body = http_get(server.port)
     assert status == 200 and body.startswith(b"NOTIFY_SOCKET=\n")

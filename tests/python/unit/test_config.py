@@ -314,8 +314,9 @@ def test_check_config_prints_values_and_sources(in_empty_directory: Path) -> Non
     result = run_tines("check-config", "-w", "3", "-b", "[::1]:9000", "--preload", "web:app",
                        cwd=in_empty_directory, env={"TINES_BACKLOG": "64"})
     assert result.returncode == 0, result.stderr
-    *table, tls, mode = result.stdout.splitlines()
+    *table, interface, tls, mode = result.stdout.splitlines()
     assert mode == "mode: fixed: 3 workers (max_workers unset; TTIN/TTOU add or remove one)"
+    assert interface.startswith("interface: auto: not known until the app is imported (--check-app imports it)")
     assert tls == "tls: off (no certfile)"
     rows = {line.split()[0]: line.split(None, 1)[1].strip() for line in table}
     assert rows["setting"].split() == ["value", "source"]
@@ -364,11 +365,11 @@ def test_missing_command_is_an_error(in_empty_directory: Path) -> None:
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("tines: error: ")
 
 
-def test_help_lists_commands_and_serve_help_lists_every_flag(in_empty_directory: Path) -> None:
+def test_help_lists_commands_and_serve_help_all_lists_every_flag(in_empty_directory: Path) -> None:
     top = run_tines("--help", cwd=in_empty_directory)
     assert top.returncode == 0
     assert "serve" in top.stdout and "check-config" in top.stdout
-    serve = run_tines("serve", "--help", cwd=in_empty_directory)
+    serve = run_tines("serve", "--help-all", cwd=in_empty_directory)
     assert serve.returncode == 0
     for setting in SETTINGS.values():
         for flag in setting.flags:
@@ -390,8 +391,14 @@ def test_the_serve_parser_alone_reads_and_shows_what_tines_serve_does(capsys: py
     assert vars(alone)["bind"] == ["a:1", "b:2"] and vars(alone)["preload"] is False
     assert alone_unknown == whole_unknown == ["--bogus"]
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["serve", "--help"])
+        build_parser().parse_args(["serve", "--help-all"])
     assert serve_parser().format_help() == capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        serve_parser().parse_args(["--help"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    brief, again = capsys.readouterr().out.split("usage: tines serve ")[1:]
+    assert brief == again
 
 
 def test_version(in_empty_directory: Path) -> None:
