@@ -88,6 +88,8 @@ def render_markdown() -> str:
             lines.append(f"| `{setting.toml_key}` | {_cell(flag)} | `{setting.env}` | "
                          f"{_cell(_default_cell(setting))} | {_cell(setting.description)} |")
     lines += ["", "## Coming from another server", "",
+              "Moving from gunicorn, uvicorn, uWSGI or Granian, with tested examples: [migrating.md](migrating.md).",
+              "",
               "Their flags that Tines does not accept are listed beside their settings; given one,",
               "`tines serve` exits with the Tines column as its error.",
               "",
