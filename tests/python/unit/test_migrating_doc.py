@@ -69,3 +69,42 @@ def test_arriving_settings_have_the_doc_s_flags() -> None:
     for name, flag in ARRIVING.items():
         if name in SETTINGS:
             assert flag in SETTINGS[name].flags, name
+
+
+def peer_rows(server: str) -> list[tuple[int, list[str], list[str]]]:
+    """(line, their setting names, their flags) of each row of ``server``'s table (gunicorn's,
+    uvicorn's): the first cell's names and the second cell's flags."""
+    lines = DOC.read_text(encoding="utf-8").splitlines()
+    header = f"| {server} | flag | Tines |"
+    start = lines.index(header) + 2
+    rows = []
+    for number in range(start, len(lines)):
+        if not lines[number].startswith("|"):
+            break
+        theirs, flags = lines[number].strip("|").split(" | ")[:2]
+        rows.append((number + 1, [code for code in CODE.findall(theirs) if re.fullmatch(r"[a-z][a-z0-9_]*", code)],
+                     [code for code in CODE.findall(flags) if code.startswith("-")]))
+    return rows
+
+
+DOC_ONLY = {("uvicorn", "app")}
+"""Their names the doc's tables show that are not settings of theirs (uvicorn's positional APP)."""
+
+
+def test_their_names_and_flags_are_the_peer_table_s() -> None:
+    """gunicorn's and uvicorn's rows name settings `tines.config.peers` has, with its flags, so
+    the doc and what the command line does are one table's."""
+    from tines.config import peers
+
+    wrong = []
+    for server in ("gunicorn", "uvicorn"):
+        rows = peer_rows(server)
+        assert len(rows) > 20, server
+        for number, names, flags in rows:
+            known = [peers.find(server, name) for name in names if (server, name) not in DOC_ONLY]
+            if None in known or not names:
+                wrong.append((number, names, "not a setting of theirs in peers.py"))
+                continue
+            theirs = {flag for row in known if row is not None for flag in row.flags}
+            wrong += [(number, flag, "not their flag in peers.py") for flag in flags if flag not in theirs]
+    assert wrong == []
