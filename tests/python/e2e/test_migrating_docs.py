@@ -247,10 +247,12 @@ LOG_CONFIG = {
 
 
 def test_uvicorn_command_line_behind_a_prefix(tmp_path: Path) -> None:
-    """uvicorn's command line for a FastAPI app behind `/api`, as a uvicorn user types it: the
-    app sees uvicorn's `root_path` and `path` for `/items` and `/api/items`, the scheme and
-    client the trusted proxy (this test, at 127.0.0.1) sent, and its logging goes through the
-    `--log-config` file."""
+    """uvicorn's command line for a FastAPI app behind `/api`, as a uvicorn user types it: for
+    `/items` (a proxy that strips the prefix) the app sees the `root_path` and `path` uvicorn
+    gives, and the same for `/api/items` (a proxy that does not: uvicorn would make it
+    `/api/api/items`); the scheme and client the trusted proxy (this test, at 127.0.0.1) sent;
+    and its logging goes through the `--log-config` file, not the error log. (uvicorn 0.54 run
+    with these flags answers `/items` with this JSON and writes these records.)"""
     (tmp_path / "logging.json").write_text(json.dumps(LOG_CONFIG), encoding="utf-8")
     argv = [sys.executable, "-m", "tines", "main:app", "--host", "127.0.0.1", "--port", "0", "--workers", "2",
             "--root-path", "/api", "--proxy-headers", "--forwarded-allow-ips", "127.0.0.1",
