@@ -104,9 +104,9 @@ def localised(text: str) -> str:
     return re.sub(r"\b8000\b", "0", text.replace("0.0.0.0", "127.0.0.1"))
 
 
-def write_files_used(example: Example, directory: Path) -> None:
+def write_files_used(example: Example, directory: Path) -> str:
     """Write the doc's files that the command names, or that a file it uses names (a TOML file
-    naming the static directory), into ``directory``."""
+    naming the static directory), into ``directory``; the command and those files' text."""
     used: dict[str, str] = {}
     texts = [example.text]
     while texts:
@@ -119,6 +119,7 @@ def write_files_used(example: Example, directory: Path) -> None:
         path = directory / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(localised(content), encoding="utf-8")
+    return "\n".join([example.text, *used.values()])
 
 
 def command_of(example: Example) -> list[str]:
@@ -194,15 +195,16 @@ class Serving:
         self.proc.wait(10)
 
 
-def check_answer(example: Example, status: int, body: bytes, log: str) -> None:
-    """The answer is 200 and says what the example's comment expects."""
+def check_answer(example: Example, text: str, status: int, body: bytes, log: str) -> None:
+    """The answer is 200 and says what the example's comment expects; ``text`` is the command
+    and its files, which name the app (``main:app`` is the ASGI one)."""
     where = f"docs/migrating.md line {example.line}"
     assert status == 200, f"{where}: {status} {body[:200]!r}; log:\n{log}"
     if isinstance(example.expect, str):
         assert example.expect in body.decode(), f"{where}: {example.expect!r} not in {body[:200]!r}"
         return
     seen = json.loads(body)
-    assert seen["interface"] == ("asgi" if "main:app" in example.text else "wsgi"), f"{where}: {seen}"
+    assert seen["interface"] == ("asgi" if "main:app" in text else "wsgi"), f"{where}: {seen}"
     for key, value in (example.expect or {}).items():  # type: ignore[attr-defined]
         assert seen[key] == value, f"{where}: {key} is {seen[key]!r}, not {value!r}"
 
@@ -219,7 +221,7 @@ def test_every_command_is_run() -> None:
 def test_doc_example_answers(example: Example, tmp_path: Path) -> None:
     """The example's command starts and answers as the doc says (check-config: exits 0 and
     says what the doc says it says)."""
-    write_files_used(example, tmp_path)
+    text = write_files_used(example, tmp_path)
     argv = command_of(example)
     if argv[3] == "check-config":
         done = subprocess.run(argv, cwd=tmp_path, env=environment(), capture_output=True, text=True,
@@ -232,7 +234,7 @@ def test_doc_example_answers(example: Example, tmp_path: Path) -> None:
     server = Serving(argv, tmp_path)
     try:
         status, body = server.get(example.path)
-        check_answer(example, status, body, server.log())
+        check_answer(example, text, status, body, server.log())
     finally:
         server.kill()
 
