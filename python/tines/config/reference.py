@@ -88,8 +88,6 @@ def render_markdown() -> str:
             lines.append(f"| `{setting.toml_key}` | {_cell(flag)} | `{setting.env}` | "
                          f"{_cell(_default_cell(setting))} | {_cell(setting.description)} |")
     lines += ["", "## Coming from another server", "",
-              "Moving from gunicorn, uvicorn, uWSGI or Granian, with tested examples: [migrating.md](migrating.md).",
-              "",
               "Their flags that Tines does not accept are listed beside their settings; given one,",
               "`tines serve` exits with the Tines column as its error.",
               "",
@@ -97,4 +95,5 @@ def render_markdown() -> str:
     for row in EQUIVALENTS:
         theirs, ours = row.markdown()
         lines.append(f"| {row.server} | {_cell(theirs)} | {_cell(ours)} |")
+    lines += ["", "Moving from gunicorn, uvicorn, uWSGI or Granian, with tested examples: [migrating.md](migrating.md)."]
     return "\n".join(lines) + "\n"
