@@ -104,4 +104,5 @@ def render_markdown() -> str:
     for row in EQUIVALENTS:
         theirs, ours = row.markdown()
         lines.append(f"| {row.server} | {_cell(theirs)} | {_cell(ours)} |")
+    lines += ["", "Moving from gunicorn, uvicorn, uWSGI or Granian, with tested examples: [migrating.md](migrating.md)."]
     return "\n".join(lines) + "\n"

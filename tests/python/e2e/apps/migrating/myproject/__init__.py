@@ -1,0 +1,1 @@
+"""The Django-shaped project docs/migrating.md's gunicorn and uWSGI examples serve."""
