@@ -21,6 +21,7 @@ loggers leaves the ``tines`` ones enabled).
 from __future__ import annotations
 
 import configparser
+import importlib
 import json
 import logging
 import logging.config
@@ -125,7 +126,7 @@ def read_config(path: str) -> dict[str, Any] | None:
             raise ConfigError(f"{where}: not JSON: {error.msg} (line {error.lineno}, column {error.colno})") from None
     elif path.endswith(YAML_SUFFIXES):
         try:
-            import yaml
+            yaml: Any = importlib.import_module("yaml")  # optional (PyYAML), untyped
         except ImportError:
             raise ConfigError(f"{where}: a YAML file needs PyYAML (pip install pyyaml), "
                               "or write it as JSON") from None

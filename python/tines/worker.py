@@ -109,7 +109,7 @@ it at once."""
 
 def interrupt_deadline(cfg: Config) -> float:
     """How long an interrupted ASGI worker gives its lifespan shutdown (``INTERRUPT_DEADLINE``)."""
-    return min(INTERRUPT_DEADLINE, cfg.graceful_timeout)
+    return min(INTERRUPT_DEADLINE, float(cfg.graceful_timeout))
 
 
 log = logs.get("worker")
