@@ -55,3 +55,13 @@ def test_a_second_ctrl_c_ends_a_lifespan_shutdown_at_once(tines_server: Callable
     assert events_of(record, "shutdown") == []
     assert "lifespan shutdown not done" not in log
     assert "killing" not in log
+
+
+def test_quit_stays_immediate(tines_server: Callable[..., Server], tmp_path: Path) -> None:
+    record = tmp_path / "lifespan.txt"
+    server = tines_server("lifespan_lines:app", "--workers", "2", env={"LIFESPAN_FILE": str(record)})
+    wait_until(lambda: len(events_of(record, "startup")) == 2, what="both workers' lifespan startup")
+    os.killpg(server.pid, signal.SIGQUIT)
+    assert server.wait() == 0
+    assert "sent SIGQUIT to 2 worker(s)" in server.log_text()
+    assert events_of(record, "shutdown") == []
