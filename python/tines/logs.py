@@ -24,7 +24,6 @@ import configparser
 import importlib
 import json
 import logging
-import logging.config
 import os
 import sys
 import time
@@ -163,6 +162,8 @@ def apply_config(path: str) -> None:
     loggers stay enabled whatever the config's ``disable_existing_loggers`` says, so Tines' own
     lines still reach the error log. Raises ConfigError (one line) when logging refuses the
     config (a handler class that does not import, a file handler's directory missing...)."""
+    import logging.config  # here: only a worker with a log_config needs it (socketserver...)
+
     data = read_config(path)
     try:
         if data is None:
