@@ -171,7 +171,9 @@ def apply_config(path: str) -> None:
         else:
             logging.config.dictConfig(data)
     except (ValueError, TypeError, AttributeError, ImportError, KeyError, OSError, configparser.Error) as error:
-        raise ConfigError(f"log_config {path!r}: logging refused it: {' '.join(str(error).split())}") from None
+        # dictConfig says which entry ("Unable to configure formatter 'default'") and chains why.
+        why = str(error) if error.__cause__ is None else f"{error}: {error.__cause__}"
+        raise ConfigError(f"log_config {path!r}: logging refused it: {' '.join(why.split())}") from None
     for name, logger in logging.root.manager.loggerDict.items():
         if (name == LOGGER_NAME or name.startswith(LOGGER_NAME + ".")) and isinstance(logger, logging.Logger):
             logger.disabled = False
