@@ -187,3 +187,18 @@ def test_the_master_checks_the_file_before_the_first_fork(tmp_path: Path) -> Non
     assert child.stderr.strip().splitlines()[-1] == (
         f"tines: error: log_config {path!r}: a dictConfig needs \"version\": 1 "
         "(the only version logging.config knows), got None")
+
+
+def test_a_yaml_file_without_pyyaml_says_what_to_do(tmp_path: Path) -> None:
+    path = write(tmp_path / "log.yaml", "version: 1\n")
+    child = run_child(f"""
+        import sys
+        sys.modules["yaml"] = None  # not installed
+        from tines import logs
+        from tines.errors import ConfigError
+        try:
+            logs.read_config({path!r})
+        except ConfigError as error:
+            print(error)
+    """)
+    assert child.stdout == f"log_config {path!r}: a YAML file needs PyYAML (pip install pyyaml), or write it as JSON\n"
