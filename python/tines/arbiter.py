@@ -483,10 +483,14 @@ class Arbiter(Master):
         self.stop(graceful=True)
 
     def handle_int(self) -> None:
-        """Quick stop."""
-        log.info("INT: quick stop")
+        """Ctrl-C: a quick stop in which each worker gets INT, so an ASGI app's lifespan
+        shutdown runs (for at most ``worker.interrupt_deadline``; a terminal sends the same INT
+        to the workers itself, and a worker takes the second as the first). Ctrl-C again
+        (``wait_for_workers``): QUIT, at once."""
+        log.info("INT: quick stop, the ASGI lifespan shutdown given up to %g s (Ctrl-C again: at once)",
+                 worker_process.interrupt_deadline(self.cfg))
         self.tell_stopping()
-        self.stop(graceful=False)
+        self.stop(graceful=False, signum=signal.SIGINT)
 
     def handle_quit(self) -> None:
         """Quick stop."""
@@ -570,13 +574,17 @@ class Arbiter(Master):
 
     # ----- stop ------------------------------------------------------------------------------
 
-    def stop(self, graceful: bool) -> None:
-        """Stop every worker (TERM and wait up to graceful_timeout, or QUIT and a short wait),
-        then SIGKILL whatever is left; leave the loop with status 0."""
+    def stop(self, graceful: bool, signum: int | None = None) -> None:
+        """Stop every worker (TERM and wait up to graceful_timeout, or QUIT and a short wait;
+        INT: the short wait after the workers' lifespan shutdown deadline), then SIGKILL
+        whatever is left; leave the loop with status 0."""
         self.upgrade.final_stop()
         self.fleet.fork_server.stop()  # it forks nothing more; the workers are the master's
-        signum = signal.SIGTERM if graceful else signal.SIGQUIT
+        if signum is None:
+            signum = signal.SIGTERM if graceful else signal.SIGQUIT
         timeout = self.cfg.graceful_timeout if graceful else min(QUICK_STOP_WAIT, self.cfg.graceful_timeout)
+        if signum == signal.SIGINT:
+            timeout += worker_process.interrupt_deadline(self.cfg)
         self.wait_for_workers(signum, timeout)
         raise Stop(EXIT_OK)
 
@@ -598,10 +606,11 @@ class Arbiter(Master):
             remaining = deadline - time.monotonic()
             if not self.workers or remaining <= 0:
                 break
-            # A second INT/QUIT during a graceful stop makes it quick.
+            # A second INT/QUIT during a graceful stop, or during an INT's, makes it quick.
             while self.wakeup.signals:
                 queued = self.wakeup.signals.popleft()
-                if queued in (signal.SIGINT, signal.SIGQUIT) and signum == signal.SIGTERM:
+                if queued in (signal.SIGINT, signal.SIGQUIT) and signum in (signal.SIGTERM, signal.SIGINT):
+                    log.info("%s during the stop: QUIT to the workers, at once", signal.Signals(queued).name)
                     signum = signal.SIGQUIT
                     self.fleet.signal_all(signum)
                     deadline = min(deadline, time.monotonic() + QUICK_STOP_WAIT)

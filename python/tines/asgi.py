@@ -1,7 +1,8 @@
 """ASGI 3 in a worker (ADR 0014): the event loop, lifespan, one task per request, timeouts.
 
 Owns: adapting an ASGI 2 app, picking the loop (``loop``: uvloop when installed and asked for),
-the ``lifespan`` protocol (startup before the worker is ready, shutdown after it drained),
+the ``lifespan`` protocol (startup before the worker is ready, shutdown after it drained, or
+at once under a short deadline after an INT: a terminal's Ctrl-C, as uvicorn runs it),
 running each request's app call as a task on the loop, cancelling a task that overruns
 ``request_timeout`` (its stack logged), and marking the loop alive in the scoreboard for the
 master's watchdog.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import signal
 import traceback
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -285,7 +287,37 @@ def await_stack(task: asyncio.Task[Any]) -> str:
     return "".join(traceback.format_list(traceback.StackSummary.extract(frames))).rstrip()
 
 
-async def _main(app: ASGIApp, worker: Any, cfg: Any) -> str:
+async def shutdown_interrupted(lifespan: Lifespan, deadline: float) -> str:
+    """After an INT (Ctrl-C): the requests were cut, the app's lifespan shutdown runs for at
+    most ``deadline`` seconds. A QUIT ends it at once (the master sends it on a second Ctrl-C;
+    the terminal's own second INT, which comes with it, finds Rust's handler, which no longer
+    looks, so it cannot cut the shutdown before the master's QUIT does). Returns how it ended:
+    ``done``, ``deadline`` or ``quit``."""
+    loop = asyncio.get_running_loop()
+    shutdown = loop.create_task(lifespan.shutdown())
+    quit_sent: asyncio.Future[None] = loop.create_future()
+
+    def on_quit() -> None:
+        if not quit_sent.done():
+            quit_sent.set_result(None)
+
+    loop.add_signal_handler(signal.SIGQUIT, on_quit)
+    try:
+        await asyncio.wait({shutdown, quit_sent}, timeout=deadline,
+                           return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        loop.remove_signal_handler(signal.SIGQUIT)
+    if shutdown.done():
+        return "done"
+    shutdown.cancel()
+    if quit_sent.done():
+        log.info("QUIT during the lifespan shutdown (Ctrl-C again): leaving at once")
+        return "quit"
+    log.warning("lifespan shutdown not done %g s after the INT (Ctrl-C): leaving without it", deadline)
+    return "deadline"
+
+
+async def _main(app: ASGIApp, worker: Any, cfg: Any, interrupt_deadline: float) -> str:
     loop = asyncio.get_running_loop()
     lifespan = Lifespan(app, cfg.lifespan, loop)
     await lifespan.startup()
@@ -293,7 +325,9 @@ async def _main(app: ASGIApp, worker: Any, cfg: Any) -> str:
     server.start(lifespan.state if lifespan.supported else None)
     try:
         reason = await server.stopped
-        if reason != "quick":
+        if reason == "interrupt":
+            await shutdown_interrupted(lifespan, interrupt_deadline)
+        elif reason != "quick":
             # A WebSocket's connection went back to the reactor when it closed (ADR 0023): its
             # app may still be on its way out (a handler's cleanup after the disconnect).
             await server.websockets_returned()
@@ -303,13 +337,15 @@ async def _main(app: ASGIApp, worker: Any, cfg: Any) -> str:
     return reason
 
 
-def serve(app: ASGIApp, worker: Any, cfg: Any) -> str:
+def serve(app: ASGIApp, worker: Any, cfg: Any, interrupt_deadline: float) -> str:
     """Runs the worker's loop until the reactor stops; returns why (as ``run_worker`` does).
-    Raises LifespanError when the app's startup fails (the worker was never ready)."""
+    After an INT the lifespan shutdown runs for at most ``interrupt_deadline`` seconds
+    (``shutdown_interrupted``); after a QUIT not at all. Raises LifespanError when the app's
+    startup fails (the worker was never ready)."""
     loop = new_loop(cfg.loop)
     asyncio.set_event_loop(loop)
     try:
-        reason = loop.run_until_complete(_main(app, worker, cfg))
+        reason = loop.run_until_complete(_main(app, worker, cfg, interrupt_deadline))
     finally:
         if not loop.is_closed():
             _cancel_all(loop)

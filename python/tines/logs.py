@@ -7,14 +7,27 @@ The error log is file descriptor 2 in every process: with ``--error-log PATH`` t
 the file (append mode) and puts it on fd 2 before forking, so Python tracebacks, Rust error
 lines and anything a C extension prints all land in one place. ``reopen()`` (USR1) does that
 again after log rotation. No handler threads, no queue: the master starts no threads.
+
+Also the app's own ``logging`` records (docs/logging.md): ``log_config`` (a dictConfig file in
+JSON or YAML, or a ``fileConfig`` ini) is read and checked in the master before the first fork
+(``read_config``) and applied in each worker after fork (``apply_config``), never in the master,
+whose handlers a config could give threads; without it, a root logger the app left without a
+handler gets one in the error log's format (``handle_app_records``).
+
+Must not: touch Tines' own handler from a ``log_config`` (a config that disables existing
+loggers leaves the ``tines`` ones enabled).
 """
 
 from __future__ import annotations
 
+import configparser
+import importlib
+import json
 import logging
 import os
 import sys
 import time
+from typing import Any
 
 from tines.errors import ConfigError
 
@@ -83,3 +96,100 @@ def reopen(error_log: str) -> None:
 def get(name: str) -> logging.Logger:
     """The logger ``tines.<name>``."""
     return logging.getLogger(f"{LOGGER_NAME}.{name}")
+
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def read_config(path: str) -> dict[str, Any] | None:
+    """Read and check the ``log_config`` file as uvicorn tells its kinds apart: ``.json`` is a
+    dictConfig in JSON, ``.yaml``/``.yml`` one in YAML (PyYAML needed), anything else an ini for
+    ``logging.config.fileConfig``. The dictConfig's dict, or None for an ini.
+
+    Raises ConfigError (one line naming the setting and the file) when the file cannot be read
+    or is not a logging config: a missing file, bad JSON or YAML, no ``version: 1``, an ini
+    without its ``[formatters]``, ``[handlers]`` and ``[loggers]`` sections.
+    """
+    where = f"log_config {path!r}"
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except OSError as error:
+        raise ConfigError(f"{where}: cannot read it: [Errno {error.errno}] {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{where}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    if path.endswith(".json"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{where}: not JSON: {error.msg} (line {error.lineno}, column {error.colno})") from None
+    elif path.endswith(YAML_SUFFIXES):
+        try:
+            yaml: Any = importlib.import_module("yaml")  # optional (PyYAML), untyped
+        except ImportError:
+            raise ConfigError(f"{where}: a YAML file needs PyYAML (pip install pyyaml), "
+                              "or write it as JSON") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{where}: not YAML: {' '.join(str(error).split())}") from None
+    else:
+        _check_ini(where, text)
+        return None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: a dictConfig must be a mapping, got {type(data).__name__}")
+    if data.get("version") != 1:
+        raise ConfigError(f"{where}: a dictConfig needs \"version\": 1 (the only version "
+                          f"logging.config knows), got {data.get('version')!r}")
+    return data
+
+
+def _check_ini(where: str, text: str) -> None:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(text)
+    except configparser.Error as error:
+        raise ConfigError(f"{where}: not an ini file for logging.config.fileConfig: "
+                          f"{' '.join(str(error).split())}") from None
+    missing = [name for name in ("formatters", "handlers", "loggers") if not parser.has_section(name)]
+    if missing:
+        raise ConfigError(f"{where}: an ini file for logging.config.fileConfig needs the sections "
+                          f"{', '.join(f'[{name}]' for name in missing)} (.json or .yaml for a dictConfig)")
+
+
+def apply_config(path: str) -> None:
+    """Apply the ``log_config`` file in this process (a worker, after fork). The ``tines``
+    loggers stay enabled whatever the config's ``disable_existing_loggers`` says, so Tines' own
+    lines still reach the error log. Raises ConfigError (one line) when logging refuses the
+    config (a handler class that does not import, a file handler's directory missing...)."""
+    import logging.config  # here: only a worker with a log_config needs it (socketserver...)
+
+    data = read_config(path)
+    try:
+        if data is None:
+            logging.config.fileConfig(path)
+        else:
+            logging.config.dictConfig(data)
+    except (ValueError, TypeError, AttributeError, ImportError, KeyError, OSError, configparser.Error) as error:
+        # dictConfig says which entry ("Unable to configure formatter 'default'") and chains why.
+        why = str(error) if error.__cause__ is None else f"{error}: {error.__cause__}"
+        raise ConfigError(f"log_config {path!r}: logging refused it: {' '.join(why.split())}") from None
+    for name, logger in logging.root.manager.loggerDict.items():
+        if (name == LOGGER_NAME or name.startswith(LOGGER_NAME + ".")) and isinstance(logger, logging.Logger):
+            logger.disabled = False
+
+
+def handle_app_records() -> bool:
+    """Give the root logger a handler in the error log's format (to fd 2) when it has none, so
+    the app's ``logging`` records are written with a time, pid and level instead of through
+    ``logging.lastResort`` (the bare message) or not at all. Called once the app is loaded, so
+    an app that configured logging itself (Django's ``LOGGING``, ``logging.basicConfig``) is
+    left alone. The root's level is the app's (``WARNING`` unless it set one). True when the
+    handler was added."""
+    root = logging.getLogger()
+    if root.handlers:
+        return False
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_UTCFormatter(FORMAT, DATE_FORMAT))
+    root.addHandler(handler)
+    return True

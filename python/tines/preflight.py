@@ -6,8 +6,8 @@ be made in ``request_buffer_dir`` (as the workers make them, for request bodies 
 memory) and that every TLS file can be read (the master reads them again on HUP, by then as the
 user it switched to), both as the user the workers run as (checked in a short-lived child that
 switches to ``user`` when the master is root), the TLS material (``tines.tls``: certificates and
-keys read and checked, made once here and carried by the worker settings), and the hooks module
-(imported from ``chdir``).
+keys read and checked, made once here and carried by the worker settings), the hooks module
+(imported from ``chdir``) and the ``log_config`` file (read and checked; each worker applies it).
 
 The switch to ``user`` / ``group`` itself (``drop_privileges``) is here too: the master makes it
 once after binding (privileged ports first), and the checking child makes the very same switch
@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 
 from tines import hooks as server_hooks
-from tines import limits, memory, pool, tls
+from tines import limits, logs, memory, pool, tls
 from tines.config import Config
 from tines.config import gunicorn as gunicorn_config
 from tines.errors import ConfigError
@@ -76,6 +76,8 @@ def check(cfg: Config, ticket_secret: bytes) -> Checked:
             if cfg.user is not None and os.geteuid() == cfg.user:  # a reload, after the switch
                 raise ConfigError(f"{error} (as user {_user_name(cfg.user)}, whom the master switched to)") from None
             raise
+    if cfg.log_config is not None:
+        logs.read_config(cfg.log_config)  # applied by each worker after fork
     material = tls.make_material(cfg, base, ticket_secret)
     settings = worker_settings(cfg, material)
     pool_settings = pool.settings(cfg)

@@ -147,6 +147,7 @@ ESSENTIALS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("access_log", "the access log: a path, or - for stderr (off)"),
         ("error_log", "the error log: a path, or - for stderr (-)"),
         ("log_level", "debug, info, warning, error or critical (info)"),
+        ("log_config", "a logging dictConfig file for the app's records: JSON, YAML or ini"),
     )),
     ("TLS and HTTP", (
         ("certfile", "the certificate chain (PEM): serve HTTPS (unset: TLS off)"),
@@ -182,7 +183,7 @@ def brief_help(prog: str) -> str:
 
     lines = [f"usage: {prog} [APP] [options]", "", *textwrap.wrap(SERVE_DESCRIPTION, 80), "",
              f"  {'APP':<{width}}  the WSGI or ASGI app: {APP_FORMS}",
-             f"  {'-c, --config PATH':<{width}}  config file (TOML, default ./tines.toml when it exists)"]
+             f"  {'-c, --config PATH':<{width}}  config file: TOML, or gunicorn's FILE.py (default ./tines.toml)"]
     for title, rows in ESSENTIALS:
         lines += ["", f"{title}:"]
         lines += [f"  {_invocation(name):<{width}}  {text}" for name, text in rows]

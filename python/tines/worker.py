@@ -7,7 +7,9 @@ into Rust with the worker's fds and messages (``WorkerSpec``), the child side of
 process title, signal reset, closing the master's fds, the parent-death signal, the resource limits;
 the part that depends on neither its slot nor its process, ``share_set_up``, is done once by the
 fork server when there is one), the worker's server hooks
-(post_fork, post_worker_init, worker_exit; the request hooks wrap the app), loading the app,
+(post_fork, post_worker_init, worker_exit; the request hooks wrap the app), the app's logging
+(``log_config`` applied before the app loads, or a handler for a root logger it left without),
+loading the app,
 telling the master ``boot_error`` through the notify pipe (also for a failing post_fork), and handing over to ``tines._core.run_worker``
 (or ``tines._core.AsgiWorker``, for an ASGI app), which
 writes the ``ready`` message once its set-up is complete. It never returns into the master's
@@ -101,6 +103,18 @@ STANDBY_ENDS = STOP_SIGNALS | {PROMOTE_SIGNAL, signal.SIGUSR2}
 
 BLOCKED_AT_FORK = STANDBY_ENDS
 """What the master blocks around ``fork``, so the child is born with it blocked (above)."""
+
+INTERRUPT_DEADLINE = 3.0
+"""The longest an ASGI worker runs its app's lifespan shutdown after an INT (a terminal's
+Ctrl-C, or the master's INT passed on), or ``graceful_timeout`` when that is shorter: a person
+at a terminal waits for it, so it is short; a QUIT (the master's answer to a second Ctrl-C) ends
+it at once."""
+
+
+def interrupt_deadline(cfg: Config) -> float:
+    """How long an interrupted ASGI worker gives its lifespan shutdown (``INTERRUPT_DEADLINE``)."""
+    return min(INTERRUPT_DEADLINE, float(cfg.graceful_timeout))
+
 
 log = logs.get("worker")
 
@@ -460,6 +474,12 @@ def _serve(context: WorkerContext) -> int:
     cfg = context.cfg
     if cfg.memory_merge:
         memory.opt_in_merge()  # before post_fork and the app: all they map can be merged
+    if cfg.log_config is not None:
+        try:  # before post_fork and the app, so their records follow it
+            logs.apply_config(cfg.log_config)
+        except ConfigError as error:
+            _write(context.notify_write, encode_boot_error(pid, context.slot, str(error)))
+            return EXIT_BOOT_ERROR
     server = ServerView(pid=context.master_pid, config=cfg, app=repr(str(cfg.app)))
     # Before the app is loaded: the MPM that serves as far as the setting or the preloaded app tell.
     known = context.interface or serving.known_interface(cfg.interface)
@@ -496,6 +516,8 @@ def _serve(context: WorkerContext) -> int:
     _write(context.notify_write, encode_interface(pid, context.slot, interface))
     if serving.title_tag(interface, cfg.mpm) != tag:
         setproctitle(f"tines: worker {context.slot} [{serving.title_tag(interface, cfg.mpm)}] gen {context.generation}")
+    if cfg.log_config is None:
+        logs.handle_app_records()  # once the app is loaded: one that set up logging is left alone
     context.hooks.call_logged("post_worker_init", worker)
     if interface != "wsgi":
         from tines import asgi
@@ -539,7 +561,7 @@ def _serve_asgi(context: WorkerContext, app: Any, server: ServerView, worker: Wo
             log.warning("the %s hook runs for WSGI apps only: not called for this ASGI app", hook)
     bridge = _core.AsgiWorker(worker_spec(context, pid))
     try:
-        reason = asgi.serve(app, bridge, cfg)
+        reason = asgi.serve(app, bridge, cfg, interrupt_deadline(cfg))
     except (asgi.LifespanError, AppLoadError) as error:
         prefix = "lifespan startup failed: " if isinstance(error, asgi.LifespanError) else ""
         _write(context.notify_write, encode_boot_error(pid, context.slot, f"{prefix}{error}"))

@@ -21,8 +21,12 @@ pub enum StopReason {
     /// USR2 (the master retires this worker while the others go on: fewer workers, a spare
     /// too many, an old generation after a reload): stopped accepting at once, drained.
     Retire,
-    /// INT or QUIT: left at once.
+    /// QUIT: left at once.
     Quick,
+    /// INT (a terminal's Ctrl-C, or the master's own INT passed on): left at once like
+    /// [`StopReason::Quick`]; the embedder may still run a short clean-up of its own (the
+    /// ASGI lifespan shutdown, under a deadline: `tines.asgi`).
+    Interrupt,
     /// The life pipe closed: the master died; drained like a graceful stop.
     MasterGone,
     /// `max_requests` reached: drained, to be replaced by the master.
@@ -43,6 +47,7 @@ impl StopReason {
             StopReason::Graceful => "graceful",
             StopReason::Retire => "retire",
             StopReason::Quick => "quick",
+            StopReason::Interrupt => "interrupt",
             StopReason::MasterGone => "master_gone",
             StopReason::MaxRequests => "max_requests",
             StopReason::CpuLimit => "cpu_limit",
@@ -56,6 +61,11 @@ impl StopReason {
     /// others go on leaves the queue to them (and to its replacement).
     pub fn accepts_backlog(self) -> bool {
         matches!(self, StopReason::Graceful | StopReason::MasterGone)
+    }
+
+    /// True when the worker leaves at once, in-flight requests cut (QUIT or INT).
+    pub fn is_immediate(self) -> bool {
+        matches!(self, StopReason::Quick | StopReason::Interrupt)
     }
 
     /// True when the worker decided to stop by itself (the master must hear of it at once, to
@@ -73,8 +83,10 @@ impl StopReason {
 pub struct Requests {
     /// TERM arrived.
     pub graceful: bool,
-    /// INT or QUIT arrived.
+    /// QUIT arrived.
     pub quick: bool,
+    /// INT arrived.
+    pub interrupt: bool,
     /// USR1 arrived: reopen log files.
     pub reopen_logs: bool,
     /// XCPU arrived: the soft CPU time limit was reached; recycle gracefully.
@@ -89,6 +101,7 @@ pub struct Control {
     pipe_write: OwnedFd,
     graceful: Arc<AtomicBool>,
     quick: Arc<AtomicBool>,
+    interrupt: Arc<AtomicBool>,
     reopen: Arc<AtomicBool>,
     hup: Arc<AtomicBool>,
     cpu_limit: Arc<AtomicBool>,
@@ -121,6 +134,7 @@ impl Control {
         let (pipe_read, pipe_write) = pipe_nonblocking()?;
         let graceful = Arc::new(AtomicBool::new(false));
         let quick = Arc::new(AtomicBool::new(false));
+        let interrupt = Arc::new(AtomicBool::new(false));
         let reopen = Arc::new(AtomicBool::new(false));
         let hup = Arc::new(AtomicBool::new(false));
         let cpu_limit = Arc::new(AtomicBool::new(false));
@@ -128,7 +142,7 @@ impl Control {
         let mut signal_ids = Vec::new();
         let table: [(i32, &Arc<AtomicBool>); 7] = [
             (SIGTERM, &graceful),
-            (SIGINT, &quick),
+            (SIGINT, &interrupt),
             (SIGQUIT, &quick),
             (SIGUSR1, &reopen),
             (SIGHUP, &hup),
@@ -149,6 +163,7 @@ impl Control {
             pipe_write,
             graceful,
             quick,
+            interrupt,
             reopen,
             hup,
             cpu_limit,
@@ -203,6 +218,7 @@ impl Control {
         Requests {
             graceful: self.graceful.swap(false, Ordering::Relaxed),
             quick: self.quick.swap(false, Ordering::Relaxed),
+            interrupt: self.interrupt.swap(false, Ordering::Relaxed),
             reopen_logs: self.reopen.swap(false, Ordering::Relaxed),
             cpu_limit: self.cpu_limit.swap(false, Ordering::Relaxed),
             retire: self.retire.swap(false, Ordering::Relaxed),
@@ -213,9 +229,15 @@ impl Control {
     /// the loop looks before each accept, since a prefork worker that has just served a long
     /// request inline would otherwise take the listen queue before it reads its signals.
     pub fn stop_pending(&self) -> bool {
-        [&self.graceful, &self.quick, &self.retire, &self.cpu_limit]
-            .iter()
-            .any(|flag| flag.load(Ordering::Relaxed))
+        [
+            &self.graceful,
+            &self.quick,
+            &self.interrupt,
+            &self.retire,
+            &self.cpu_limit,
+        ]
+        .iter()
+        .any(|flag| flag.load(Ordering::Relaxed))
     }
 
     /// True when the life pipe reports EOF (the master is gone). Call when it is readable.

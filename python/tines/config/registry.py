@@ -32,6 +32,7 @@ from tines.config.validators import (alpn_protocol, bind_address, boolean, brotl
                                      positive_seconds, positive_whole_seconds, request_line_size, sample_rate,
                                      size, sni_certificate, static_index, static_mount, status_address, temp_dir,
                                      text, tls_version, umask, user_id, window_bits)
+from tines.config.validators import optional_absolute_path  # log_config
 
 ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
     ("h", "client address"),
@@ -417,6 +418,8 @@ _REGISTRY = (
             text, "-", ("--error-log", "--error-logfile", "--log-file"), "PATH", worker=True),
     Setting("log_level", "Logging", "Least severe level written to the error log.",
             text, "info", ("--log-level",), choices=("debug", "info", "warning", "error", "critical"), worker=True),
+    Setting("log_config", "Logging", "A `logging` configuration for the app's records (uvicorn's `--log-config`): a dictConfig file in JSON (`.json`) or YAML (`.yaml`, `.yml`; needs PyYAML), or any other name an ini file for `logging.config.fileConfig`. Read and checked by the master before the first fork (a file that is not one stops the start with one line), applied in each worker after fork and before the app loads (never in the master, which starts no threads). Tines' own lines stay in the error log; the access log is not `logging`'s. Each worker opens the config's file handlers itself: see docs/logging.md for what that means for rotation. Unset: a root logger the app leaves without a handler gets one writing to the error log in its format.",
+            optional_absolute_path, None, ("--log-config",), "FILE", default_text="unset"),
     # Process
     Setting("user", "Process", "Switch to this user (name or uid) after binding the sockets.",
             user_id, None, ("--user", "-u"), "USER"),

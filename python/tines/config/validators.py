@@ -280,6 +280,14 @@ def optional_text(raw: object) -> str | None:
     return text(raw)
 
 
+def optional_absolute_path(raw: object) -> str | None:
+    """A path made absolute from the current directory (the one ``tines`` starts in, where a
+    reload reads its settings again), or None: a worker that runs in ``chdir`` reads the same
+    file as the master that checked it."""
+    value = optional_text(raw)
+    return None if value is None else os.path.abspath(value)
+
+
 def header_value(raw: object) -> str:
     """A string that can be sent as an HTTP header value: printable ASCII, no CR or LF."""
     if not isinstance(raw, str) or not all(" " <= char <= "~" for char in raw):

@@ -37,7 +37,7 @@ pub(crate) fn spawn<S: Send + Sync + 'static>(
 /// Waits for the app threads after the loop returned `result` (`shutdown` already told
 /// them to stop), except on a quick stop, where the process exits without waiting.
 pub(crate) fn join(threads: &mut Vec<JoinHandle<()>>, result: &io::Result<StopReason>) {
-    if matches!(result, Ok(StopReason::Quick)) {
+    if matches!(result, Ok(reason) if reason.is_immediate()) {
         return;
     }
     for thread in threads.drain(..) {

@@ -236,9 +236,7 @@ impl Reactor {
         {
             if let Some(reason) = self.stop {
                 let stuck = self.abandoned.len();
-                if reason == StopReason::Quick
-                    || (self.open == stuck && driver.in_flight() == stuck)
-                {
+                if reason.is_immediate() || (self.open == stuck && driver.in_flight() == stuck) {
                     return Ok(Some(reason));
                 }
             }
@@ -361,6 +359,8 @@ impl Reactor {
         }
         if requests.quick {
             self.begin_stop(StopReason::Quick);
+        } else if requests.interrupt {
+            self.begin_stop(StopReason::Interrupt);
         } else if requests.graceful {
             self.begin_stop(StopReason::Graceful);
         } else if requests.retire {
@@ -394,8 +394,11 @@ impl Reactor {
     /// socket), so a retiring worker leaves the queue to the others and its replacement:
     /// nothing queued is lost when it stops.
     fn begin_stop(&mut self, reason: StopReason) {
-        if reason == StopReason::Quick {
-            self.stop = Some(reason);
+        if reason.is_immediate() {
+            // A QUIT after an INT still wins: it is the one that means "no clean-up at all".
+            if self.stop != Some(StopReason::Quick) {
+                self.stop = Some(reason);
+            }
             return;
         }
         if reason.accepts_backlog() && !self.stop.is_some_and(StopReason::accepts_backlog) {

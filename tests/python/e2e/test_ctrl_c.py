@@ -1,0 +1,67 @@
+"""Ctrl-C (INT to the whole process group, as a terminal sends it) runs the ASGI lifespan
+shutdown in every worker; a second Ctrl-C makes the stop immediate (docs/signals.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import Server, wait_until
+
+
+def lines(path: Path) -> list[tuple[int, str]]:
+    if not path.exists():
+        return []
+    return [(int(pid), event) for pid, event in (line.split() for line in path.read_text().splitlines())]
+
+
+def events_of(path: Path, event: str) -> list[int]:
+    return sorted(pid for pid, seen in lines(path) if seen == event)
+
+
+def test_ctrl_c_runs_the_lifespan_shutdown_in_every_worker(tines_server: Callable[..., Server], tmp_path: Path) -> None:
+    record = tmp_path / "lifespan.txt"
+    server = tines_server("lifespan_lines:app", "--workers", "2", env={"LIFESPAN_FILE": str(record)})
+    started = wait_until(lambda: len(events_of(record, "startup")) == 2 and events_of(record, "startup"),
+                         what="both workers' lifespan startup")
+    assert sorted(server.worker_pids()) == started
+    os.killpg(server.pid, signal.SIGINT)
+    assert server.wait() == 0
+    assert events_of(record, "shutdown") == started
+    log = server.log_text()
+    assert "INT: quick stop, the ASGI lifespan shutdown given up to 3 s (Ctrl-C again: at once)" in log
+    assert "sent SIGINT to 2 worker(s)" in log
+    assert "killing" not in log
+    assert "lifespan shutdown not done" not in log
+
+
+def test_a_second_ctrl_c_ends_a_lifespan_shutdown_at_once(tines_server: Callable[..., Server], tmp_path: Path) -> None:
+    record = tmp_path / "lifespan.txt"
+    server = tines_server("lifespan_lines:app", "--workers", "2",
+                          env={"LIFESPAN_FILE": str(record), "LIFESPAN_STALL": "1"})
+    started = wait_until(lambda: len(events_of(record, "startup")) == 2 and events_of(record, "startup"),
+                         what="both workers' lifespan startup")
+    os.killpg(server.pid, signal.SIGINT)
+    # Each worker took the terminal's INT and the master's as one: both are in their shutdown.
+    wait_until(lambda: events_of(record, "shutdown-begin") == started, what="both lifespan shutdowns begun")
+    os.killpg(server.pid, signal.SIGINT)
+    assert server.wait() == 0
+    log = server.log_text()
+    assert "SIGINT during the stop: QUIT to the workers, at once" in log
+    assert log.count("QUIT during the lifespan shutdown (Ctrl-C again): leaving at once") == 2
+    assert events_of(record, "shutdown-cancelled") == started
+    assert events_of(record, "shutdown") == []
+    assert "lifespan shutdown not done" not in log
+    assert "killing" not in log
+
+
+def test_quit_stays_immediate(tines_server: Callable[..., Server], tmp_path: Path) -> None:
+    record = tmp_path / "lifespan.txt"
+    server = tines_server("lifespan_lines:app", "--workers", "2", env={"LIFESPAN_FILE": str(record)})
+    wait_until(lambda: len(events_of(record, "startup")) == 2, what="both workers' lifespan startup")
+    os.killpg(server.pid, signal.SIGQUIT)
+    assert server.wait() == 0
+    assert "sent SIGQUIT to 2 worker(s)" in server.log_text()
+    assert events_of(record, "shutdown") == []
