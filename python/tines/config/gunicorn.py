@@ -118,7 +118,7 @@ def read(location: str) -> Reading:
         if row.apply is None:
             if value is None or value is False or value in ("", [], ()):
                 continue  # off (``daemon = False``): nothing Tines lacks is asked for
-            hint = f": {_plain_text(row.note)}" if row.note else ""
+            hint = f": {_plain_text(row.note).removeprefix('none: ')}" if row.note else ""
             raise ConfigError(f"{label}: gunicorn setting {name} has no equivalent in Tines{hint}")
         try:
             mapped = row.apply(value, theirs)
