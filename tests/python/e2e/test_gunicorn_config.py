@@ -109,7 +109,7 @@ def test_check_config_shows_the_file_as_the_source(tmp_path: Path) -> None:
                         ("max_requests", "1000"), ("hooks", re.escape(f'"{conf}"'))):
         assert re.search(rf"^{name} +{value}s? +{re.escape(source)}$", result.stdout, re.M), (name, result.stdout)
     assert re.search(r"^app +\"examples/hello.py:app\" +cli$", result.stdout, re.M)
-    assert f"config file '{conf}': timeout: gunicorn kills a worker silent" in result.stderr, result.stderr
+    assert f"config file '{conf}': timeout: in gunicorn a worker silent" in result.stderr, result.stderr
 
 
 def test_a_uvicorn_worker_class_serves_an_asgi_app(tines_server: Any, tmp_path: Path) -> None:
