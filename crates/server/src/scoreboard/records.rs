@@ -104,6 +104,10 @@ pub struct Totals {
     pub h2_connections: u64,
     /// HTTP/2 streams open now (live workers).
     pub h2_streams: u64,
+    /// Requests waiting for an app thread now (live workers; not among `in_flight`).
+    pub queued: u64,
+    /// When the longest-waiting of them was read, CLOCK_MONOTONIC ns (0: none waits).
+    pub queued_since_ns: u64,
     /// Requests refused `429` by the rate limits.
     pub rate_limited: u64,
     /// Rate-limit table entries taken from another client's bucket (the table was full).
@@ -184,7 +188,16 @@ pub struct Slot {
     pub rate_evictions: AtomicU64,
     /// Connections this worker closed at accept by `max_connections_per_client`.
     pub refused_connections: AtomicU64,
-    pub(super) _reserved: [AtomicU64; 3],
+    /// Requests the loop queued for an app thread that no app thread took yet (thread and
+    /// event MPMs; the pool's own queue count, kept here so the status output sees it). They
+    /// are not `active` and not idle connections.
+    pub queued: AtomicU64,
+    /// When the oldest of the [`Slot::queued`] requests that wait for a busy app thread was
+    /// read, CLOCK_MONOTONIC nanoseconds (0: none waits). Set under the pool's queue lock
+    /// when a request finds every app thread busy, and when an app thread takes a request
+    /// with others behind it; a gauge for people.
+    pub queued_since_ns: AtomicU64,
+    pub(super) _reserved: [AtomicU64; 1],
 }
 
 /// A snapshot of one slot, for readers.
@@ -232,6 +245,10 @@ pub struct SlotReading {
     pub h2_connections: u64,
     /// See [`Slot::h2_streams`].
     pub h2_streams: u64,
+    /// See [`Slot::queued`].
+    pub queued: u64,
+    /// See [`Slot::queued_since_ns`].
+    pub queued_since_ns: u64,
 }
 
 impl Slot {
