@@ -109,9 +109,9 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
         let _ = write!(
             out,
             "{{\"slot\":{},\"pid\":{},\"generation\":{},\"state\":\"{}\",\
-             \"requests\":{},\"active\":{},\"queued\":{},\"queued_wait_ms\":{:.3},\
-             \"connections\":{},\"h2_connections\":{},\
+             \"requests\":{},\"active\":{},\"connections\":{},\"h2_connections\":{},\
              \"h2_streams\":{},\"accepted\":{},\"bytes_in\":{},\"bytes_out\":{},\"heartbeat_age_ms\":{},\
+             \"queued\":{},\"queued_wait_ms\":{:.3},\
              \"memory\":{{\"rss\":{},\"pss\":{},\"uss\":{},\"swap\":{}}},\"last_exit\":",
             worker.index,
             slot.pid,
@@ -119,8 +119,6 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
             slot.state.name(),
             slot.requests,
             slot.active,
-            slot.queued,
-            snap.queued_wait_ms(slot.queued_since_ns),
             slot.connections,
             slot.h2_connections,
             slot.h2_streams,
@@ -128,6 +126,8 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
             slot.bytes_in,
             slot.bytes_out,
             snap.now_ms.saturating_sub(slot.heartbeat_ms),
+            slot.queued,
+            snap.queued_wait_ms(slot.queued_since_ns),
             slot.rss,
             Figure(slot.pss),
             Figure(slot.uss),
