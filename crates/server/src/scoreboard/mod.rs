@@ -623,6 +623,9 @@ mod tests {
         // The HTTP/2 gauges start the third.
         assert_eq!(std::mem::offset_of!(Slot, h2_connections), 128);
         assert_eq!(std::mem::offset_of!(Slot, h2_streams), 136);
+        // The pool's queue is on the third line too, never on the first (the requests').
+        assert_eq!(std::mem::offset_of!(Slot, queued), 168);
+        assert_eq!(std::mem::offset_of!(Slot, queued_since_ns), 176);
     }
 
     #[test]

@@ -127,8 +127,11 @@ pub const MEMORY_UNKNOWN: u64 = u64::MAX;
 /// the worker writes per request, the second what the master writes (exit reason, memory)
 /// and what a dump leaves (the flag, the interpreter probe's time), so the master's writes
 /// never take the line the worker's requests use; the third the HTTP/2 gauges (written per
-/// HTTP/2 connection and stream only, so an HTTP/1.1 request never touches that line) and
-/// room for more (the size test in `mod.rs` says how big a slot is).
+/// HTTP/2 connection and stream only) and the pool's queue (thread and event MPMs: the count
+/// the loop adds to and the app threads take from per hand-off, which was the pool's own
+/// atomic before the status output showed it, so a hand-off writes no more than it did; a
+/// prefork HTTP/1.1 request never touches that line), and room for more (the size test in
+/// `mod.rs` says how big a slot is).
 #[repr(C, align(64))]
 pub struct Slot {
     /// Worker pid (0 when free).
