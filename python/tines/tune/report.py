@@ -217,8 +217,10 @@ def bar_chart(rows: Sequence[tuple[str, Sequence[tuple[str, float]]]], unit: str
     """Horizontal stacked bars: one row per label, parts (name, value) stacked; ``figure``
     writes a value (as the tables beside the chart write it; default: one decimal and
     ``unit``)."""
-    if figure is None:
-        figure = lambda value: f"{value:,.1f} {unit}"  # noqa: E731
+    def default_figure(value: float) -> str:
+        return f"{value:,.1f} {unit}"
+
+    figure = figure or default_figure
     if not rows:
         return f'<p class="empty">{html.escape(title)}: nothing measured.</p>'
     width, label_w, row_h = 640, 200, 30
