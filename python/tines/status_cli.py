@@ -110,6 +110,15 @@ def human_seconds(seconds: float) -> str:
     return f"{seconds:.1f}s"
 
 
+def human_ms(ms: float) -> str:
+    """``0.4ms``, ``298ms``, then as :func:`human_seconds` from a second up."""
+    if ms < 10:
+        return f"{ms:.1f}ms"
+    if ms < 1000:
+        return f"{ms:.0f}ms"
+    return human_seconds(ms / 1000)
+
+
 def render(report: dict[str, Any], width: int = 80, colour: bool = False) -> str:
     """The table for ``report`` (a ``/status.json`` document), each line at most ``width``
     characters (not counting colour codes)."""
@@ -128,11 +137,15 @@ def render(report: dict[str, Any], width: int = 80, colour: bool = False) -> str
          f"up {human_seconds(report['uptime_s'])}  {state}", RED if report.get("stopping") else BOLD)
     by_status = totals.get("by_status", {})
     classes = " ".join(f"{name} {count}" for name, count in by_status.items() if count)
-    line(f"requests {report['requests']}" + (f" ({classes})" if classes else ""),
+    mean = totals.get("mean_response_ms")
+    line(f"requests {report['requests']}" + (f" ({classes})" if classes else "")
+         + (f"  mean {human_ms(mean)}" if mean and report["requests"] else ""),
          RED if by_status.get("5xx") else "")
     rates = report.get("rates", {})
     line("req/s " + "  ".join(f"{window} {rate:.1f}" for window, rate in rates.items())
-         + f"   in flight {totals.get('in_flight', 0)}")
+         + f"   in flight {totals.get('in_flight', 0)}"
+         + (f"  waiting {totals['queued']} (longest {human_ms(totals.get('queued_wait_ms', 0.0))})"
+            if totals.get("queued") else ""), YELLOW if totals.get("queued") else "")
     line(f"conns {totals.get('connections', 0)} open, {totals.get('connections_idle', 0)} idle  "
          f"accepted {totals.get('accepted', 0)}  in {human_bytes(totals.get('bytes_in', 0))}  "
          f"out {human_bytes(totals.get('bytes_out', 0))}")

@@ -109,6 +109,61 @@ def us(value: float | None) -> str:
 # --- the workload -------------------------------------------------------------------------------
 
 
+def split_time(cpu: float, server: float | None, wall: float) -> tuple[float | None, float, float]:
+    """A request's time split as every figure of the report shows it: ``(server, app CPU, app
+    waiting)`` in µs from its CPU time ``cpu`` (server and app, /proc), the server's own cost
+    ``server`` (the same configuration under a no-op app; None when not calibrated: the app
+    CPU is then all of ``cpu`` up to the wall time) and the app's wall time ``wall``
+    (scoreboard). One function, so the text, the tables and the chart cannot disagree."""
+    own = min(server, cpu) if server is not None else None
+    app_cpu = min(wall, max(0.0, cpu - own) if own is not None else cpu)
+    return own, app_cpu, max(0.0, wall - app_cpu)
+
+
+@dataclass(frozen=True)
+class RequestCost:
+    """What one request cost in one measurement, split by :func:`split_time`: the probe's
+    (one connection at a time: what the recommendation's W/C rests on) or a configuration's at
+    its peak. The two differ for the same app (at the peak the server's per-request costs,
+    the wake-ups and the syscalls, are shared by a batch of requests; one at a time each
+    request pays them all): each is shown with the connections it was measured at, and with
+    the same figure wherever it appears."""
+
+    label: str
+    """``probe, <shape>`` or the configuration's name."""
+    connections: int
+    cpu_us: float
+    server_us: float | None
+    app_cpu_us: float
+    wait_us: float
+
+
+def request_costs(doc: dict[str, Any]) -> list[RequestCost]:
+    """The probe's cost per request (the figures of :func:`workload`), then each measured
+    configuration's at its peak (:func:`peak`); empty without a probe."""
+    if not doc.get("probe"):
+        return []
+    work = workload(doc)
+    costs = [RequestCost(f"probe, {doc['probe']['shape']['name']}", 1, work["cpu_us"], work["server_us"],
+                         work["app_cpu_us"], work["wait_us"])]
+    for config in doc.get("configs", []):
+        top = peak(config)
+        if not top or not top.get("cpu_us_per_request"):
+            continue
+        cpu = float(top["cpu_us_per_request"])
+        server, app_cpu, wait = split_time(cpu, config.get("server_us"), float(top.get("app_us_per_request") or 0.0))
+        costs.append(RequestCost(config["shape"]["name"], int(top["concurrency"]), cpu, server, app_cpu, wait))
+    return costs
+
+
+def cost_text(cost: RequestCost) -> str:
+    """One request cost in words, as the text report and the HTML report's table give it."""
+    at = "one connection at a time" if cost.connections == 1 else f"at the peak, {cost.connections} connections"
+    server = f"the server {us(cost.server_us)}" if cost.server_us is not None else "the server not calibrated"
+    return (f"{us(cost.cpu_us)} of CPU per request {at} (the app {us(cost.app_cpu_us)}, {server}), "
+            f"{us(cost.wait_us)} waiting in the app")
+
+
 def workload(doc: dict[str, Any]) -> dict[str, Any]:
     """CPU and wait time per request from the probe (one request at a time): ``{"cpu_us",
     "server_us", "app_cpu_us", "app_wall_us", "wait_us", "wait_ratio", "bound": "cpu"|"wait"}``.
@@ -135,9 +190,7 @@ def workload(doc: dict[str, Any]) -> dict[str, Any]:
     wall = float(step["app_us_per_request"] or 0.0)
     mpm = doc["probe"]["shape"]["mpm"]
     calibration = doc.get("calibration", {}).get(mpm)
-    server = min(float(calibration["cpu_us_per_request"]), cpu) if calibration else None
-    app_cpu = min(wall, max(0.0, cpu - server) if server is not None else cpu)
-    wait = max(0.0, wall - app_cpu)
+    server, app_cpu, wait = split_time(cpu, float(calibration["cpu_us_per_request"]) if calibration else None, wall)
     ratio = wait / cpu if cpu > 0 else 0.0
     return {"cpu_us": cpu, "cpu_bounded": bounded, "server_us": server, "app_cpu_us": app_cpu,
             "app_wall_us": wall, "wait_us": wait, "wait_ratio": ratio,
@@ -309,7 +362,8 @@ def recommend(doc: dict[str, Any]) -> Recommendation:
         mpm = chosen["shape"]["mpm"]
     ratio = work["wait_ratio"]
     at_most = "at most " if work.get("cpu_bounded") else ""
-    class_text = (f"a request takes {at_most}{us(work['cpu_us'])} of CPU (the app {us(work['app_cpu_us'])}, the "
+    class_text = (f"one connection at a time (the probe), a request takes {at_most}{us(work['cpu_us'])} of CPU "
+                  f"(the app {us(work['app_cpu_us'])}, the "
                   f"server {us(work['server_us'])}) and waits {us(work['wait_us'])} in the app: "
                   f"W/C = {'at least ' if at_most else ''}{ratio:.2f}"
                   + (" (the probe's CPU time was under the clock's resolution)" if at_most else ""))

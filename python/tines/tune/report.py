@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tines import __version__
 from tines.config import SETTINGS, format_value, load
 from tines.memory import format_size
 from tines.serve_cli import serve_parser
-from tines.tune.recommend import Recommendation, knee, peak, us
+from tines.tune.recommend import Recommendation, RequestCost, cost_text, knee, peak, request_costs, us
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 
@@ -44,7 +44,11 @@ def text(rec: Recommendation, doc: dict[str, Any]) -> str:
     lines += ["", "Why:"]
     for item in rec.items:
         lines.append(f"  {item.setting}: {item.why}")
+    costs = {cost.label: cost for cost in request_costs(doc)}
     lines += ["", "Measured (closed-loop sweeps: requests/s and p99 by connections):"]
+    probe = next((cost for cost in costs.values() if cost.label.startswith("probe, ")), None)
+    if probe:
+        lines.append(f"  {probe.label}: {cost_text(probe)}")
     for config in doc.get("configs", []):
         name = config["shape"]["name"]
         if config.get("error"):
@@ -54,12 +58,8 @@ def text(rec: Recommendation, doc: dict[str, Any]) -> str:
                           + (" (disturbed)" if s.get("disturbed") else "")
                           for s in config["sweep"])
         lines.append(f"  {name}: {cells}")
-        top = peak(config)
-        if top and top.get("cpu_us_per_request"):
-            split = f"server CPU {us(top['cpu_us_per_request'])} per request at the peak"
-            if config.get("server_us") is not None:
-                split += f"; under a no-op app (the server's own cost) {us(config['server_us'])}"
-            lines.append(f"    {split}")
+        if cost := costs.get(name):
+            lines.append(f"    {cost_text(cost)}")
         lines.append(f"    worker USS / PSS / shared: {worker_memory(config.get('memory_start'))} at start, "
                      f"{worker_memory(config.get('memory_after'))} after the sweep")
         for run in config.get("open_loop", []):
@@ -212,8 +212,15 @@ def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], x_la
     return "".join(out)
 
 
-def bar_chart(rows: Sequence[tuple[str, Sequence[tuple[str, float]]]], unit: str, title: str) -> str:
-    """Horizontal stacked bars: one row per label, parts (name, value) stacked."""
+def bar_chart(rows: Sequence[tuple[str, Sequence[tuple[str, float]]]], unit: str, title: str,
+              figure: Callable[[float], str] | None = None) -> str:
+    """Horizontal stacked bars: one row per label, parts (name, value) stacked; ``figure``
+    writes a value (as the tables beside the chart write it; default: one decimal and
+    ``unit``)."""
+    def default_figure(value: float) -> str:
+        return f"{value:,.1f} {unit}"
+
+    figure = figure or default_figure
     if not rows:
         return f'<p class="empty">{html.escape(title)}: nothing measured.</p>'
     width, label_w, row_h = 640, 200, 30
@@ -234,9 +241,9 @@ def bar_chart(rows: Sequence[tuple[str, Sequence[tuple[str, float]]]], unit: str
             w = max(0.0, value * scale)
             out.append(f'<rect x="{x:.1f}" y="{y + 4}" width="{w:.1f}" height="{row_h - 8}" '
                        f'fill="{COLOURS[names.index(name) % len(COLOURS)]}"><title>{html.escape(name)}: '
-                       f'{value:,.1f} {html.escape(unit)}</title></rect>')
+                       f'{html.escape(figure(value))}</title></rect>')
             x += w
-        out.append(f'<text x="{x + 6:.1f}" y="{y + 17}" class="axis">{sum(v for _, v in parts):,.1f} {html.escape(unit)}</text>')
+        out.append(f'<text x="{x + 6:.1f}" y="{y + 17}" class="axis">{html.escape(figure(sum(v for _, v in parts)))}</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -250,16 +257,18 @@ def worker_memory(snapshot: dict[str, Any] | None) -> str:
     return f"{format_size(w['uss'])} / {format_size(w['pss'])} / {format_size(w['shared'])}"
 
 
-def config_row(config: dict[str, Any]) -> str:
-    """One configuration's row of the report's summary table."""
+def config_row(config: dict[str, Any], costs: dict[str, RequestCost]) -> str:
+    """One configuration's row of the report's summary table (its CPU per request from
+    ``costs``, the figures the text and the chart give)."""
     e = html.escape
     name = e(config["shape"]["name"])
     if config.get("error"):
         return f"<tr><td>{name}</td><td colspan=\"7\">failed: {e(config['error'])}</td></tr>"
     top, bend = peak(config), knee(config)
     errors = sum(s["errors"] for s in config.get("sweep", []))
-    cpu = us(top["cpu_us_per_request"]) if top else "n/a"
-    own = f" ({us(config['server_us'])})" if config.get("server_us") is not None else ""
+    cost = costs.get(config["shape"]["name"])
+    cpu = us(cost.cpu_us) if cost else "n/a"
+    own = f" ({us(cost.server_us)})" if cost and cost.server_us is not None else ""
     return (f"<tr><td>{name}</td><td>{config.get('boot_s', 0):.2f} s</td>"
             f"<td>{top['rps']:,.0f}/s at {top['concurrency']}</td>" if top else f"<tr><td>{name}</td><td></td><td>n/a</td>") + (
             f"<td>{bend['concurrency']} connections, {bend['rps']:,.0f}/s, p99 {us(bend['latency_us']['p99'])}</td>"
@@ -282,21 +291,19 @@ def report_html(rec: Recommendation, doc: dict[str, Any]) -> str:
     memory_chart = line_chart([("USS", [(s["requests"], s["uss"] / 2**20) for s in samples]),
                                ("PSS", [(s["requests"], s["pss"] / 2**20) for s in samples])],
                               "requests served by the worker", "MiB", title="memory per worker over requests")
+    costs = request_costs(doc)
+    by_label = {cost.label: cost for cost in costs}
     split_rows = []
-    for config in configs:
-        top = peak(config)
-        if not top or not top.get("cpu_us_per_request"):
-            continue
-        cpu = top["cpu_us_per_request"]
-        own = config.get("server_us")
-        parts = ([("server (Tines)", min(own, cpu)), ("app CPU", max(0.0, cpu - own))] if own is not None
-                 else [("server + app CPU", cpu)])
-        wall = top.get("app_us_per_request") or 0.0
-        app_cpu = max(0.0, cpu - (own or 0.0))
-        if wall > app_cpu:
-            parts.append(("app waiting", wall - app_cpu))
-        split_rows.append((config["shape"]["name"], parts))
-    split = bar_chart(split_rows, "µs/request", "time per request, app and server")
+    for cost in costs:
+        parts = ([("server (Tines)", cost.server_us), ("app CPU", cost.app_cpu_us)] if cost.server_us is not None
+                 else [("server + app CPU", cost.app_cpu_us)])
+        if cost.wait_us > 0:
+            parts.append(("app waiting", cost.wait_us))
+        split_rows.append((f"{cost.label} ({cost.connections} conn.)", parts))
+    split = bar_chart(split_rows, "µs/request", "time per request, app and server", figure=us)
+    cost_rows = "".join(
+        f"<tr><td>{e(c.label)}</td><td>{c.connections}</td><td>{us(c.cpu_us)}</td><td>{us(c.server_us)}</td>"
+        f"<td>{us(c.app_cpu_us)}</td><td>{us(c.wait_us)}</td></tr>" for c in costs)
     mem_rows = []
     for variant in doc.get("memory", []):
         if variant.get("after") and variant["after"]["workers"]:
@@ -318,7 +325,7 @@ def report_html(rec: Recommendation, doc: dict[str, Any]) -> str:
         f"<td>{r['rps']:,.0f}</td><td>{us(r['latency_us']['p50'])}</td><td>{us(r['latency_us']['p99'])}</td>"
         f"<td>{us(r['latency_us']['p99_9'])}</td><td>{r['errors']}</td></tr>"
         for c in configs for r in c.get("open_loop", []))
-    config_rows = "".join(config_row(c) for c in doc.get("configs", []))
+    config_rows = "".join(config_row(c, by_label) for c in doc.get("configs", []))
     knees = "".join(f"<li>{e(c['shape']['name'])}: knee at {k['concurrency']} connections, "
                     f"{k['rps']:,.0f} requests/s</li>" for c in configs if (k := knee(c)))
     notes = "".join(f"<li>{e(n)}</li>" for n in rec.notes)
@@ -350,8 +357,12 @@ tines {e(__version__)}.</p>
 <h2>Throughput by concurrency</h2>{throughput}<ul>{knees}</ul>
 <h2>p99 latency by concurrency</h2>{latency}
 <h2>Time per request: server and app</h2>{split}
-<p>Server CPU per request at each configuration's peak; "server (Tines)" is the same configuration under a
-no-op app (the framework penalty); "app waiting" is the app's wall time (from the scoreboard) beyond its CPU.</p>
+<table><tr><th>measured</th><th>connections</th><th>CPU/request</th><th>server (Tines)</th><th>app CPU</th>
+<th>app waiting</th></tr>{cost_rows}</table>
+<p>The probe (one connection at a time: the figures the recommendation's W/C rests on), then each
+configuration at its peak, where a batch of requests shares the server's wake-ups and syscalls (so a
+request costs less CPU there than one at a time). "server (Tines)" is the same configuration under a no-op
+app (the framework penalty); "app waiting" is the app's wall time (from the scoreboard) beyond its CPU.</p>
 <h2>Memory per worker over requests</h2>{memory_chart}
 <p>One worker of the chosen configuration under steady load ({e(str(leak.get('shape', {}).get('name', 'not run')))}).</p>
 <h2>Memory per worker by variant</h2>{memory_bars}

@@ -146,31 +146,71 @@ def test_bad_arguments_get_one_line_and_status_2(tmp_path: Path) -> None:
         assert lines[-1].startswith("tines tune: error: ") and needle in lines[-1], (args, lines)
 
 
+GATED_APP = """\
+import os
+from pathlib import Path
+
+# Loaded by a server the tuner starts after the probe was measured (the servers' log names
+# more than the probe and its calibration): say so, then wait until the test lets go (the
+# FIFO's open returns once the test holds its other end). Until then that server cannot be
+# ready, so the run cannot end before the test's Ctrl-C, however slow or fast the machine.
+_out = Path(os.environ["TUNE_GATE_OUT"])
+_log = _out / "servers.log"
+if _log.exists() and _log.read_text().count("# tines tune: ") >= 2:
+    (_out.parent / "gate-reached").write_text(str(os.getpid()))
+    with open(_out.parent / "gate", "rb"):
+        pass
+
+
+def app(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+    return [b"OK"]
+"""
+
+
 def test_ctrl_c_stops_and_reports_what_was_measured(tmp_path: Path) -> None:
     """SIGINT after the probe: exit 130, the files written from what was measured, marked
-    interrupted, no server left behind; on a terminal, the progress line was drawn."""
+    interrupted, no server left behind; on a terminal, the progress line was drawn.
+
+    The SIGINT waits on the run itself, not on a clock: the app blocks its import in the
+    first server started after the probe and its calibration, and says so; the run cannot end
+    while that server boots, so the signal always comes mid-run."""
     out = tmp_path / "out"
+    app = tmp_path / "gated.py"
+    app.write_text(GATED_APP)
+    os.mkfifo(tmp_path / "gate")
     controller, terminal = pty.openpty()
-    proc = subprocess.Popen([*TINES, "tune", "examples/hello.py:app", "--budget", "120s", "--out", str(out)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=terminal, stdin=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen([*TINES, "tune", f"{app}:app", "--budget", "120s", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=terminal, stdin=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "TUNE_GATE_OUT": str(out)})
     os.close(terminal)
     drawn = b""
-    log = out / "servers.log"
+    reached = tmp_path / "gate-reached"
+    gate = -1
+    try:
+        def gate_reached() -> bool:
+            nonlocal drawn
+            while select.select([controller], [], [], 0)[0]:
+                try:
+                    drawn += os.read(controller, 65536)
+                except OSError:
+                    break
+            assert proc.poll() is None, "the run ended before a server after the probe loaded the app"
+            return reached.exists()
 
-    def started_twice() -> bool:
-        nonlocal drawn
-        while select.select([controller], [], [], 0)[0]:
-            try:
-                drawn += os.read(controller, 65536)
-            except OSError:
-                break
-        return log.exists() and log.read_text().count("# tines tune: ") >= 2
-
-    # The second server is the calibration: the probe is measured by then.
-    wait_until(started_twice, deadline=120, what="the probe measured")
-    proc.send_signal(signal.SIGINT)
-    stdout, _ = proc.communicate(timeout=120)
-    os.close(controller)
+        wait_until(gate_reached, deadline=240, what="a server after the probe loading the app")
+        proc.send_signal(signal.SIGINT)
+        # Lets the blocked import go on (O_RDWR: the open does not wait for a reader), so that
+        # the server the tuner stops on its way out exits promptly.
+        gate = os.open(tmp_path / "gate", os.O_RDWR)
+        stdout, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if gate >= 0:
+            os.close(gate)
+        os.close(controller)
     assert proc.returncode == 130, stdout
     assert b"tines tune [" in drawn and b"s of 120 s, " in drawn and b" s left] " in drawn
     doc = json.loads((out / "measurements.json").read_text())

@@ -23,3 +23,15 @@ def test_http2_connections_and_streams_get_a_line_only_when_open() -> None:
     assert with_h2[4] == "http/2 1 conns, 2 streams open"
     assert with_h2[3].startswith("conns 4 open, 1 idle")
     assert with_h2[:4] + with_h2[5:] == plain
+
+
+def test_requests_waiting_for_an_app_thread_and_the_mean_a_client_saw() -> None:
+    """Issue 40: requests queued for an app thread are shown apart (count and longest wait),
+    and the mean time is what a client saw (the status process adds the queue wait)."""
+    quiet = render(report(mean_response_ms=0.42)).splitlines()
+    assert quiet[1] == "requests 3  mean 0.4ms"
+    assert "waiting" not in quiet[2]
+    loaded = render(report(queued=4, queued_wait_ms=1250.0, mean_response_ms=497.0)).splitlines()
+    assert loaded[1] == "requests 3  mean 497ms"
+    assert loaded[2] == "req/s 1m 0.2   in flight 3  waiting 4 (longest 1.2s)"
+    assert loaded[3].startswith("conns 4 open, 1 idle")

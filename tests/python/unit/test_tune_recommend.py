@@ -347,3 +347,41 @@ def test_a_document_of_another_schema_is_refused() -> None:
     doc["schema"] = "tines-tune/0"
     with pytest.raises(ValueError, match="tines-tune/1"):
         recommend.recommend(doc)
+
+
+@pytest.mark.parametrize("name", ["cpu_bound", "sleepy", "leaky", "big_import"])
+def test_each_cost_per_request_is_one_figure_in_the_text_the_tables_and_the_chart(name: str) -> None:
+    """Issue 40: the text said 455 µs of CPU per request (the probe, one connection at a time)
+    where the table and the chart said 258 µs (the peak, where a batch shares the server's
+    wake-ups), both unlabelled. Each measurement is now named with its connections, and its
+    figures are the same wherever they appear."""
+    doc = fixture(name)
+    rec = recommend.recommend(doc)
+    costs = recommend.request_costs(doc)
+    assert costs[0].label.startswith("probe, ") and costs[0].connections == 1
+    assert len(costs) == 1 + len([c for c in doc["configs"] if recommend.peak(c)])
+    work = recommend.workload(doc)
+    assert (costs[0].cpu_us, costs[0].server_us, costs[0].app_cpu_us, costs[0].wait_us) == (
+        work["cpu_us"], work["server_us"], work["app_cpu_us"], work["wait_us"])
+    summary = report.text(rec, doc)
+    page = report.report_html(rec, doc)
+    # The recommendation's reason gives the probe's CPU per request, and says it is the probe's.
+    why = " ".join(item.why for item in rec.items)
+    assert f"one connection at a time (the probe), a request takes {recommend.us(work['cpu_us'])}" in why
+    for cost in costs:
+        line = recommend.cost_text(cost)
+        assert line in summary
+        cells = (f"<td>{cost.connections}</td><td>{recommend.us(cost.cpu_us)}</td><td>{recommend.us(cost.server_us)}"
+                 f"</td><td>{recommend.us(cost.app_cpu_us)}</td><td>{recommend.us(cost.wait_us)}</td>")
+        assert cells in page
+        assert f"<title>app CPU: {recommend.us(cost.app_cpu_us)}</title>" in page
+        if cost.server_us is not None:
+            assert f"<title>server (Tines): {recommend.us(cost.server_us)}</title>" in page
+    for cost in costs[1:]:
+        # The configurations table's CPU column: the chart's figure, not another reading.
+        assert f"<td>{recommend.us(cost.cpu_us)} ({recommend.us(cost.server_us)})</td>" in page
+    # The bars and the words split a request's time by one rule.
+    sleepy = recommend.split_time(227.0, 30.0, 50_000.0)
+    assert sleepy == (30.0, 197.0, 49_803.0)
+    assert recommend.split_time(600.0, None, 100.0) == (None, 100.0, 0.0)
+    assert recommend.split_time(20.0, 30.0, 5.0) == (20.0, 0.0, 5.0)

@@ -60,8 +60,6 @@ struct Returned {
 struct Shared {
     queue: Mutex<Queue>,
     ready: Condvar,
-    /// Requests queued and not yet taken by an app thread (read by the loop without a lock).
-    queued: AtomicUsize,
     /// App threads serving a request (for admission: the others take queued requests at
     /// once).
     busy: AtomicUsize,
@@ -88,6 +86,9 @@ struct Shared {
 
 struct Pool {
     shared: Arc<Shared>,
+    /// The worker: its scoreboard slot holds the count of queued requests (`Slot::queued`,
+    /// read by the loop without a lock, and by the status output).
+    worker: Arc<WorkerShared>,
     threads: Vec<JoinHandle<()>>,
     in_flight: usize,
     /// Requests found ready in this loop iteration, queued together by `flush`.
@@ -105,8 +106,8 @@ impl Driver for Pool {
             .threads
             .len()
             .saturating_sub(self.shared.busy.load(Ordering::Relaxed));
-        let waiting =
-            (self.shared.queued.load(Ordering::Relaxed) + self.batch.len()).saturating_sub(free);
+        let queued = self.worker.slot().queued.load(Ordering::Relaxed) as usize;
+        let waiting = (queued + self.batch.len()).saturating_sub(free);
         if self.max_queued > 0 && waiting >= self.max_queued {
             return Dispatch::Refused(conn);
         }
@@ -122,8 +123,15 @@ impl Driver for Pool {
         let count = self.batch.len();
         let mut queue = lock(&self.shared.queue);
         queue.jobs.extend(self.batch.drain(..));
-        self.shared.queued.fetch_add(count, Ordering::Relaxed);
+        let slot = self.worker.slot();
+        slot.queued.fetch_add(count as u64, Ordering::Relaxed);
         let wake = queue.idle.min(count);
+        // The first request no sleeping app thread will take waits for a busy one: when it is
+        // the oldest such, its read time is the status output's queue wait (nothing is stored
+        // while app threads are free).
+        if queue.jobs.len() > queue.idle && slot.queued_since_ns.load(Ordering::Relaxed) == 0 {
+            note_oldest(slot, queue.jobs.get(queue.idle));
+        }
         drop(queue);
         for _ in 0..wake {
             self.shared.ready.notify_one();
@@ -185,8 +193,10 @@ impl Driver for Pool {
         let mut queue = lock(&self.shared.queue);
         let count = queue.jobs.len();
         into.extend(queue.jobs.drain(..));
+        let slot = self.worker.slot();
+        slot.queued_since_ns.store(0, Ordering::Relaxed);
         drop(queue);
-        self.shared.queued.fetch_sub(count, Ordering::Relaxed);
+        slot.queued.fetch_sub(count as u64, Ordering::Relaxed);
         self.in_flight -= count;
     }
 
@@ -223,7 +233,14 @@ fn app_thread(index: usize, app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: 
                 loop {
                     if let Some(job) = queue.jobs.pop_front() {
                         pool.busy.fetch_add(1, Ordering::Relaxed);
-                        pool.queued.fetch_sub(1, Ordering::Relaxed);
+                        let slot = worker.slot();
+                        slot.queued.fetch_sub(1, Ordering::Relaxed);
+                        // One load when nothing waited (the usual case): no store.
+                        if slot.queued_since_ns.load(Ordering::Relaxed) != 0
+                            || !queue.jobs.is_empty()
+                        {
+                            note_oldest(slot, queue.jobs.front());
+                        }
                         break Some(job);
                     }
                     if !held.is_empty() {
@@ -307,6 +324,16 @@ fn app_thread(index: usize, app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: 
     });
 }
 
+/// Publishes, in the worker's slot, when `oldest` (the longest-waiting queued request, if any)
+/// was read: [`crate::scoreboard::Slot::queued_since_ns`], 0 for none. Called under the
+/// queue's lock, so the loop's and the app threads' stores come in the queue's order.
+fn note_oldest(slot: &crate::scoreboard::Slot, oldest: Option<&(usize, Box<Connection>)>) {
+    let since = oldest
+        .and_then(|(_, conn)| conn.ready_at)
+        .map_or(0, crate::scoreboard::thread::monotonic_ns_of);
+    slot.queued_since_ns.store(since, Ordering::Relaxed);
+}
+
 /// Ends an app thread's batch: writes each held response, back to back, then hands the
 /// connections back together (one that the socket could not take whole goes back with its
 /// output pending, for the loop to finish; a write error is met again there, and closes it).
@@ -358,7 +385,7 @@ fn hand_back(
     // The last return before this thread goes idle rings too, so that connections returned
     // during a burst start their keep-alive timers promptly; tokens of closed connections
     // alone need no wake-up while the loop listens (see `Shared::loop_listening`).
-    let idle_next = pool.queued.load(Ordering::Relaxed) == 0
+    let idle_next = worker.slot().queued.load(Ordering::Relaxed) == 0
         && (back.open > 0 || !pool.loop_listening.load(Ordering::SeqCst));
     if (urgent || edges > 0 || idle_next) && !back.rung {
         // Under the lock, so that `rung` always means the eventfd is set: `collect` resets it
@@ -428,7 +455,6 @@ pub fn run(
             shutdown: false,
         }),
         ready: Condvar::new(),
-        queued: AtomicUsize::new(0),
         busy: AtomicUsize::new(0),
         returned: Mutex::new(Returned {
             conns: Vec::new(),
@@ -443,6 +469,7 @@ pub fn run(
     let threads = app_threads::spawn(threads, &app, &worker, &shared, app_thread)?;
     let mut pool = Pool {
         shared,
+        worker: Arc::clone(&worker),
         threads,
         in_flight: 0,
         batch: Vec::new(),

@@ -284,6 +284,8 @@ impl Scoreboard {
             &slot.rate_limited,
             &slot.rate_evictions,
             &slot.refused_connections,
+            &slot.queued,
+            &slot.queued_since_ns,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
@@ -334,6 +336,8 @@ impl Scoreboard {
         slot.connections.store(0, Ordering::Relaxed);
         slot.h2_connections.store(0, Ordering::Relaxed);
         slot.h2_streams.store(0, Ordering::Relaxed);
+        slot.queued.store(0, Ordering::Relaxed);
+        slot.queued_since_ns.store(0, Ordering::Relaxed);
         slot.pid.store(0, Ordering::Release);
         true
     }
@@ -447,6 +451,12 @@ impl Scoreboard {
                     totals.connections += slot.connections.load(Ordering::Relaxed);
                     totals.h2_connections += slot.h2_connections.load(Ordering::Relaxed);
                     totals.h2_streams += slot.h2_streams.load(Ordering::Relaxed);
+                    totals.queued += slot.queued.load(Ordering::Relaxed);
+                    let since = slot.queued_since_ns.load(Ordering::Relaxed);
+                    if since != 0 && (totals.queued_since_ns == 0 || since < totals.queued_since_ns)
+                    {
+                        totals.queued_since_ns = since;
+                    }
                 }
                 for thread in 0..self.threads_per_slot {
                     if let Some(metrics) = self.thread_metrics(index, thread) {
@@ -545,6 +555,8 @@ impl Scoreboard {
             interpreter_seen_ns: slot.interpreter_seen_ns.load(Ordering::Relaxed),
             h2_connections: slot.h2_connections.load(Ordering::Relaxed),
             h2_streams: slot.h2_streams.load(Ordering::Relaxed),
+            queued: slot.queued.load(Ordering::Relaxed),
+            queued_since_ns: slot.queued_since_ns.load(Ordering::Relaxed),
         })
     }
 
@@ -611,6 +623,9 @@ mod tests {
         // The HTTP/2 gauges start the third.
         assert_eq!(std::mem::offset_of!(Slot, h2_connections), 128);
         assert_eq!(std::mem::offset_of!(Slot, h2_streams), 136);
+        // The pool's queue is on the third line too, never on the first (the requests').
+        assert_eq!(std::mem::offset_of!(Slot, queued), 168);
+        assert_eq!(std::mem::offset_of!(Slot, queued_since_ns), 176);
     }
 
     #[test]

@@ -104,6 +104,10 @@ pub struct Totals {
     pub h2_connections: u64,
     /// HTTP/2 streams open now (live workers).
     pub h2_streams: u64,
+    /// Requests waiting for an app thread now (live workers; not among `in_flight`).
+    pub queued: u64,
+    /// When the longest-waiting of them was read, CLOCK_MONOTONIC ns (0: none waits).
+    pub queued_since_ns: u64,
     /// Requests refused `429` by the rate limits.
     pub rate_limited: u64,
     /// Rate-limit table entries taken from another client's bucket (the table was full).
@@ -123,8 +127,11 @@ pub const MEMORY_UNKNOWN: u64 = u64::MAX;
 /// the worker writes per request, the second what the master writes (exit reason, memory)
 /// and what a dump leaves (the flag, the interpreter probe's time), so the master's writes
 /// never take the line the worker's requests use; the third the HTTP/2 gauges (written per
-/// HTTP/2 connection and stream only, so an HTTP/1.1 request never touches that line) and
-/// room for more (the size test in `mod.rs` says how big a slot is).
+/// HTTP/2 connection and stream only) and the pool's queue (thread and event MPMs: the count
+/// the loop adds to and the app threads take from per hand-off, which was the pool's own
+/// atomic before the status output showed it, so a hand-off writes no more than it did; a
+/// prefork HTTP/1.1 request never touches that line), and room for more (the size test in
+/// `mod.rs` says how big a slot is).
 #[repr(C, align(64))]
 pub struct Slot {
     /// Worker pid (0 when free).
@@ -184,7 +191,16 @@ pub struct Slot {
     pub rate_evictions: AtomicU64,
     /// Connections this worker closed at accept by `max_connections_per_client`.
     pub refused_connections: AtomicU64,
-    pub(super) _reserved: [AtomicU64; 3],
+    /// Requests the loop queued for an app thread that no app thread took yet (thread and
+    /// event MPMs; the pool's own queue count, kept here so the status output sees it). They
+    /// are not `active` and not idle connections.
+    pub queued: AtomicU64,
+    /// When the oldest of the [`Slot::queued`] requests that wait for a busy app thread was
+    /// read, CLOCK_MONOTONIC nanoseconds (0: none waits). Set under the pool's queue lock
+    /// when a request finds every app thread busy, and when an app thread takes a request
+    /// with others behind it; a gauge for people.
+    pub queued_since_ns: AtomicU64,
+    pub(super) _reserved: [AtomicU64; 1],
 }
 
 /// A snapshot of one slot, for readers.
@@ -232,6 +248,10 @@ pub struct SlotReading {
     pub h2_connections: u64,
     /// See [`Slot::h2_streams`].
     pub h2_streams: u64,
+    /// See [`Slot::queued`].
+    pub queued: u64,
+    /// See [`Slot::queued_since_ns`].
+    pub queued_since_ns: u64,
 }
 
 impl Slot {

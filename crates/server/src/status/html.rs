@@ -139,6 +139,15 @@ pub fn render(snap: &Snapshot, refresh: u64) -> String {
     card(&mut out, totals.in_flight.to_string(), "in flight");
     card(
         &mut out,
+        format!(
+            "{} / {:.1} ms",
+            totals.queued,
+            snap.queued_wait_ms(totals.queued_since_ns)
+        ),
+        "waiting for an app thread / longest wait",
+    );
+    card(
+        &mut out,
         format!("{} / {}", totals.connections, snap.idle_connections()),
         "connections open / idle",
     );
@@ -169,15 +178,11 @@ pub fn render(snap: &Snapshot, refresh: u64) -> String {
     for name in STATUS_CLASSES {
         let _ = write!(out, "<th>{name}</th>");
     }
-    out.push_str("<th>mean time</th></tr><tr>");
+    out.push_str("<th title=\"queue wait included: what a client sees\">mean time</th></tr><tr>");
     for class in 0..STATUS_CLASSES.len() {
         let _ = write!(out, "<td class=\"n\">{}</td>", metrics.by_class(class));
     }
-    let mean_ms = if metrics.total() > 0 {
-        metrics.duration_sum_us as f64 / metrics.total() as f64 / 1000.0
-    } else {
-        0.0
-    };
+    let mean_ms = snap.mean_response_ms();
     let _ = write!(
         out,
         "<td class=\"n\">{mean_ms:.2} ms</td></tr></table></div>"

@@ -63,7 +63,8 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
          \"connections\":{},\"connections_idle\":{},\"h2_connections\":{},\
          \"h2_streams\":{},\"rate_limited\":{},\"rate_limit_evictions\":{},\
          \"rate_limit_table_entries\":{},\"rate_limit_table_size\":{},\
-         \"refused_connections_per_client\":{},\"duration_sum_s\":{:.6},\"queue_wait_sum_s\":{:.6}}}",
+         \"refused_connections_per_client\":{},\"duration_sum_s\":{:.6},\"queue_wait_sum_s\":{:.6},\
+         \"queued\":{},\"queued_wait_ms\":{:.3},\"mean_response_ms\":{:.3}}}",
         totals.accepted,
         totals.bytes_in,
         totals.bytes_out,
@@ -79,6 +80,9 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
         totals.refused_connections,
         metrics.duration_sum_us as f64 / 1e6,
         metrics.wait_sum_us as f64 / 1e6,
+        totals.queued,
+        snap.queued_wait_ms(totals.queued_since_ns),
+        snap.mean_response_ms(),
     );
     out.extend_from_slice(b",\"rates\":{");
     for (index, (window, rate)) in RATE_WINDOWS_S.iter().zip(snap.rates).enumerate() {
@@ -107,6 +111,7 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
             "{{\"slot\":{},\"pid\":{},\"generation\":{},\"state\":\"{}\",\
              \"requests\":{},\"active\":{},\"connections\":{},\"h2_connections\":{},\
              \"h2_streams\":{},\"accepted\":{},\"bytes_in\":{},\"bytes_out\":{},\"heartbeat_age_ms\":{},\
+             \"queued\":{},\"queued_wait_ms\":{:.3},\
              \"memory\":{{\"rss\":{},\"pss\":{},\"uss\":{},\"swap\":{}}},\"last_exit\":",
             worker.index,
             slot.pid,
@@ -121,6 +126,8 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
             slot.bytes_in,
             slot.bytes_out,
             snap.now_ms.saturating_sub(slot.heartbeat_ms),
+            slot.queued,
+            snap.queued_wait_ms(slot.queued_since_ns),
             slot.rss,
             Figure(slot.pss),
             Figure(slot.uss),

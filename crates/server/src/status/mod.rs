@@ -252,4 +252,69 @@ mod tests {
             "{page}"
         );
     }
+
+    #[test]
+    fn requests_waiting_for_an_app_thread_are_not_idle_connections() {
+        let board = Scoreboard::new(2, 1).unwrap();
+        board.claim(0, 41, 1);
+        board.claim(1, 42, 1);
+        // Worker 42: 5 connections, one request in the app, three waiting for its app thread
+        // since 2 ms before the reading; worker 41: one waiting since 1 ms before.
+        let slot = board.slot(1).unwrap();
+        slot.connections.store(5, Ordering::Relaxed);
+        slot.active.store(1, Ordering::Relaxed);
+        slot.queued.store(3, Ordering::Relaxed);
+        let now = crate::scoreboard::monotonic_ns();
+        slot.queued_since_ns
+            .store(now - 2_000_000, Ordering::Relaxed);
+        let other = board.slot(0).unwrap();
+        other.connections.store(1, Ordering::Relaxed);
+        other.queued.store(1, Ordering::Relaxed);
+        other
+            .queued_since_ns
+            .store(now - 1_000_000, Ordering::Relaxed);
+        // Two requests counted: 1 ms and 3 ms in the app, after 0 and 4 ms in the queue.
+        let metrics = board.thread_metrics(1, 0).unwrap();
+        metrics.record_owned(crate::scoreboard::Counted::new(b"GET", 200, 0));
+        metrics.observe_duration_owned(1_000);
+        metrics.record_owned(crate::scoreboard::Counted::new(b"GET", 200, 4_000));
+        metrics.observe_duration_owned(3_000);
+        let snap = Snapshot::take(&board, "thread", Shown::Whole, &mut History::default());
+        assert_eq!((snap.totals.queued, snap.idle_connections()), (4, 1));
+        assert_eq!(snap.totals.queued_since_ns, now - 2_000_000);
+        let waited = snap.queued_wait_ms(snap.totals.queued_since_ns);
+        assert!(waited >= 2.0, "{waited}");
+        assert_eq!(snap.queued_wait_ms(0), 0.0);
+        // The mean a client saw: (1 + 3 + 0 + 4) ms over 2 requests, not the 2 ms of the
+        // durations alone.
+        assert_eq!(snap.mean_response_ms(), 4.0);
+
+        let json = String::from_utf8(json::render(&snap)).unwrap();
+        assert!(
+            json.contains("\"connections\":6,\"connections_idle\":1,"),
+            "{json}"
+        );
+        assert!(json.contains(",\"queued\":4,\"queued_wait_ms\":"), "{json}");
+        assert!(json.contains(",\"mean_response_ms\":4.000}"), "{json}");
+        assert!(json.contains(",\"queued\":3,\"queued_wait_ms\":"), "{json}");
+        let text = prometheus::render(&snap, false);
+        assert!(text.contains("\ntines_requests_queued 4\n"), "{text}");
+        assert!(text.contains("\ntines_connections_idle 1\n"), "{text}");
+        assert!(
+            text.contains("\ntines_requests_queued_oldest_wait_seconds 0.00"),
+            "{text}"
+        );
+        let page = html::render(&snap, 0);
+        assert!(
+            page.contains("<b>6 / 1</b><span>connections open / idle</span>"),
+            "{page}"
+        );
+        assert!(page.contains("<b>4 / "), "{page}");
+        assert!(page.contains("<td class=\"n\">4.00 ms</td>"), "{page}");
+
+        // Freed, the slot forgets its queue.
+        board.clear(1);
+        assert_eq!(board.read(1).unwrap().queued, 0);
+        assert_eq!(board.read(1).unwrap().queued_since_ns, 0);
+    }
 }

@@ -144,6 +144,18 @@ pub fn render(snap: &Snapshot, openmetrics: bool) -> String {
         totals.in_flight,
     );
     e.single(
+        "tines_requests_queued",
+        "gauge",
+        "Requests read and waiting for an app thread now (not in flight, not idle connections).",
+        totals.queued,
+    );
+    e.single(
+        "tines_requests_queued_oldest_wait_seconds",
+        "gauge",
+        "How long the longest-waiting queued request has waited for an app thread (0: none waits).",
+        snap.queued_wait_ms(totals.queued_since_ns) / 1000.0,
+    );
+    e.single(
         "tines_connections_open",
         "gauge",
         "Client connections open now.",
@@ -152,7 +164,7 @@ pub fn render(snap: &Snapshot, openmetrics: bool) -> String {
     e.single(
         "tines_connections_idle",
         "gauge",
-        "Open connections with no request in the app (idle keep-alive, or a request being read).",
+        "Open connections with no request in the app nor queued for it (idle keep-alive, or a request being read).",
         snap.idle_connections(),
     );
     e.single(

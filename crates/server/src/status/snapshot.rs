@@ -173,8 +173,8 @@ impl Snapshot {
         }
     }
 
-    /// Open HTTP/1.1 connections with no request in the app (idle keep-alive, or being
-    /// read). An HTTP/2 connection is counted by its streams instead ([`Totals::h2_streams`]):
+    /// Open HTTP/1.1 connections with no request in the app nor waiting for an app thread
+    /// (idle keep-alive, or being read). An HTTP/2 connection is counted by its streams instead ([`Totals::h2_streams`]):
     /// the requests in flight on them (at most its open streams) are not taken from the
     /// HTTP/1.1 connections, and which of them have no stream open is not known.
     ///
@@ -183,7 +183,30 @@ impl Snapshot {
         let totals = &self.totals;
         let http1 = totals.connections.saturating_sub(totals.h2_connections);
         let http1_in_flight = totals.in_flight.saturating_sub(totals.h2_streams);
-        http1.saturating_sub(http1_in_flight)
+        http1
+            .saturating_sub(http1_in_flight)
+            .saturating_sub(totals.queued)
+    }
+
+    /// How long the longest-waiting queued request has waited for an app thread, ms (0: none
+    /// waits); `since_ns` a [`crate::scoreboard::Slot::queued_since_ns`] reading.
+    pub fn queued_wait_ms(&self, since_ns: u64) -> f64 {
+        if since_ns == 0 {
+            return 0.0;
+        }
+        self.now_mono_ns.saturating_sub(since_ns) as f64 / 1e6
+    }
+
+    /// The mean time a client saw per request counted, ms: the queue wait (request read to
+    /// an app thread taking it) plus the duration (from there to the last byte handed to the
+    /// socket). The duration alone leaves out the wait, which is most of the time under
+    /// load.
+    pub fn mean_response_ms(&self) -> f64 {
+        let metrics = &self.totals.metrics;
+        if metrics.total() == 0 {
+            return 0.0;
+        }
+        (metrics.duration_sum_us + metrics.wait_sum_us) as f64 / metrics.total() as f64 / 1000.0
     }
 
     /// How long the request on `thread` has run, ms.
