@@ -30,7 +30,7 @@ from tines.config.validators import (alpn_protocol, bind_address, boolean, brotl
                                      optional_non_negative_seconds, optional_positive_int, optional_positive_size,
                                      optional_positive_whole_seconds, optional_size, optional_text, positive_int,
                                      positive_seconds, positive_whole_seconds, request_line_size, sample_rate,
-                                     size, sni_certificate, static_index, static_mount, status_address, temp_dir,
+                                     root_path, size, sni_certificate, static_index, static_mount, status_address, temp_dir,
                                      text, tls_version, umask, user_id, window_bits)
 
 ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
@@ -342,6 +342,8 @@ _REGISTRY = (
             network, ("127.0.0.1", "::1"), ("--forwarded-allow-ips",), "IPS", worker=True, multiple=True),
     Setting("proxy_protocol", "HTTP", "Every connection, on every bind, must begin with a PROXY protocol header (HAProxy's, version 1 or 2, told apart by its first bytes) before its first request: the header's client address and port become `REMOTE_ADDR`/`REMOTE_PORT` and the access log's client, once per connection. Only peers in `forwarded_allow_ips` may send it (a Unix-socket peer always may); a connection from any other peer, or one that does not begin with a valid header, is closed without a response and logged at info. A `LOCAL` header (a proxy's health check) or `UNKNOWN` keeps the real peer. The header shares the first request's `header_timeout`. See docs/proxy-protocol.md.",
             boolean, False, ("--proxy-protocol",), worker=True),
+    Setting("root_path", "HTTP", "The URL path the app is mounted under behind a proxy (`/api`; uvicorn's `--root-path`, gunicorn's `SCRIPT_NAME`): ASGI gets it as `root_path` and a `path` that starts with it (the request's path when it already does: on a segment boundary, `/api` or `/api/...`; else `root_path` + the path, the proxy having stripped it); WSGI gets it as `SCRIPT_NAME`, and `PATH_INFO` the rest of the path when the path starts with it, else the whole path. Empty: none. Fixed per server: `X-Forwarded-Prefix` is not read (ADR 0040).",
+            root_path, "", ("--root-path",), "PATH", worker=True),
     Setting("server_header", "HTTP", "Value of the `Server` response header; an empty string omits the header.",
             header_value, "tines", ("--server-header",), "TEXT", worker=True),
     # Timeouts
