@@ -51,6 +51,34 @@ pub struct WorkerShared {
     rate_limiter: Option<RateLimiter>,
     /// Every worker's per-client connection counts (`max_connections_per_client`; ADR 0038).
     pub(crate) client_connections: Option<Arc<ClientConnections>>,
+    /// How often a body refused 413 is logged ([`WorkerShared::log_too_large`]): locked
+    /// only by a refusal.
+    too_large_log: Mutex<crate::log::LineThrottle>,
+}
+
+/// The longest part of a refused request's target its 413 line quotes.
+const QUOTED_TARGET: usize = 200;
+
+/// The error-log line of a request refused 413 because its body is over `max_body_size`
+/// (`limit` bytes): `length` is its `Content-Length`, `None` for a chunked body that grew
+/// past the limit. It names the request, the limit and the setting that sets it.
+pub(crate) fn max_body_size_line(
+    method: &[u8],
+    target: &[u8],
+    length: Option<u64>,
+    limit: u64,
+) -> String {
+    let target = &target[..target.len().min(QUOTED_TARGET)];
+    let body = match length {
+        Some(length) => format!("its body of {length} bytes (Content-Length)"),
+        None => "its chunked body".to_string(),
+    };
+    format!(
+        "413 for {} {}: {body} is over max_body_size ({limit} bytes); \
+         raise max_body_size (--max-body-size) to accept such bodies",
+        String::from_utf8_lossy(method),
+        String::from_utf8_lossy(target).escape_debug(),
+    )
 }
 
 /// What a worker runs once it can serve (e.g. telling its master it is ready).
@@ -86,6 +114,30 @@ impl WorkerShared {
             draining_announced: AtomicBool::new(false),
             rate_limiter: None,
             client_connections: None,
+            too_large_log: Mutex::default(),
+        }
+    }
+
+    /// Logs a request answered 413 for a body over a limit (`line`, made only when it is
+    /// written): one warning, at most one a second per worker whichever thread refuses, the
+    /// next one saying how many were held back (a client retrying a large upload, or a flood,
+    /// must not bury the log). Only a refusal calls it: a request within the limits pays
+    /// nothing.
+    pub(crate) fn log_too_large(&self, line: impl FnOnce() -> String) {
+        let noted = match self.too_large_log.lock() {
+            Ok(mut throttle) => throttle.note(Instant::now()),
+            Err(poisoned) => poisoned.into_inner().note(Instant::now()),
+        };
+        let Some(held_back) = noted else {
+            return;
+        };
+        let line = line();
+        if held_back == 0 {
+            crate::log::warning(&line);
+        } else {
+            crate::log::warning(&format!(
+                "{line} ({held_back} more such refusals since the last such line, not logged)"
+            ));
         }
     }
 
