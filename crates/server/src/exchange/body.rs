@@ -141,9 +141,8 @@ impl Exchange {
             _ => None,
         };
         let limit = self.shared.config.max_body_size;
-        self.shared.log_too_large(|| {
-            max_body_size_line(self.method(), self.target(), length, limit)
-        });
+        self.shared
+            .log_too_large(|| max_body_size_line(self.method(), self.target(), length, limit));
         self.fail(413);
     }
 
