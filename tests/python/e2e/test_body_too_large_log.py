@@ -60,3 +60,16 @@ def test_a_body_within_max_body_size_logs_nothing(tines_server: Any) -> None:
     assert post(server.port, "/", 30000, False) == 413
     server.wait_for_log("413 for POST /: ")
     assert server.log_text().count("413 for") == 1
+
+
+def test_a_413_for_a_body_over_the_whole_disk_budget_names_buffer_disk_total(tines_server: Any) -> None:
+    """Under max_body_size, but larger than every byte of temporary file the worker may hold:
+    it would wait for room for ever, so it is refused, and the line names the setting that
+    refused it, not max_body_size's limit. (The body is larger than the head's read buffer,
+    max_head_size, which would take a smaller one whole with the head.)"""
+    server = tines_server("upload_limits:raw", "-w", "1", "--request-buffer-memory", "1024",
+                          "--buffer-disk-total", "2000")
+    assert post(server.port, "/big", 100_000, False) == 413
+    server.wait_for_log(r"\[WARNING\] 413 for POST /big: its body would not fit in buffer_disk_total "
+                        r"\(2000 bytes\) even alone; raise buffer_disk_total \(--buffer-disk-total\) "
+                        r"or lower max_body_size \(104857600 bytes\)\n")
