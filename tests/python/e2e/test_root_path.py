@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 import pytest
+from websockets.sync.client import connect
 
 from conftest import APPS
 
@@ -64,6 +65,15 @@ def test_asgi_gets_root_path_and_a_path_that_holds_it(tines_server: Any) -> None
         {"root_path": "/api", "path": "/api/items", "raw_path": "/api/it%65ms"},
         {"root_path": "/api", "path": "/api/items", "raw_path": "/api/it%65ms"},
     ]
+
+
+def test_a_websocket_scope_gets_the_same_root_path_and_path(tines_server: Any) -> None:
+    server = tines_server("root_path_app:asgi", "-w", "1", "--root-path", "/api")
+    seen = []
+    for path in ["/ws", "/api/ws"]:
+        with connect(f"ws://127.0.0.1:{server.port}{path}", open_timeout=30) as websocket:
+            seen.append(json.loads(websocket.recv(timeout=30)))
+    assert seen == [{"root_path": "/api", "path": "/api/ws", "raw_path": "/api/ws"}] * 2
 
 
 def test_without_a_root_path_asgi_sees_an_empty_one(tines_server: Any) -> None:

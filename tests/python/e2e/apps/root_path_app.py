@@ -1,7 +1,7 @@
 """Apps that show what they see of ``root_path``, for test_root_path.py: each answers JSON.
 
 ``wsgi`` and ``asgi`` report the raw values (``SCRIPT_NAME``/``PATH_INFO``; ``root_path``,
-``path``, ``raw_path``); ``flask_app`` and ``starlette_app`` route ``/items`` as the frameworks
+``path``, ``raw_path``, of an ``http`` scope or, in a message, a ``websocket`` one); ``flask_app`` and ``starlette_app`` route ``/items`` as the frameworks
 do behind a prefix, and build the URL of that route (which must hold the prefix).
 """
 
@@ -35,6 +35,12 @@ async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 return
     body = json.dumps({"root_path": scope["root_path"], "path": scope["path"],
                        "raw_path": scope["raw_path"].decode("latin-1")})
+    if scope["type"] == "websocket":
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.send", "text": body})
+        await send({"type": "websocket.close", "code": 1000})
+        return
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": body.encode()})
