@@ -163,10 +163,13 @@ impl AsgiWorker {
                 intern!(py, "path"),
                 PyString::new(py, &String::from_utf8_lossy(&[root, &decoded[..]].concat())),
             )?;
-            scope.set_item(
-                intern!(py, "raw_path"),
-                PyBytes::new(py, &[root, raw_path].concat()),
-            )?;
+            let joined = PyBytes::new_with(py, root.len() + raw_path.len(), |bytes| {
+                let (head, tail) = bytes.split_at_mut(root.len());
+                head.copy_from_slice(root);
+                tail.copy_from_slice(raw_path);
+                Ok(())
+            })?;
+            scope.set_item(intern!(py, "raw_path"), joined)?;
         }
         scope.set_item(intern!(py, "query_string"), PyBytes::new(py, query))?;
         let headers = PyList::empty(py);
