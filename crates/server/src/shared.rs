@@ -59,26 +59,45 @@ pub struct WorkerShared {
 /// The longest part of a refused request's target its 413 line quotes.
 const QUOTED_TARGET: usize = 200;
 
-/// The error-log line of a request refused 413 because its body is over `max_body_size`
-/// (`limit` bytes): `length` is its `Content-Length`, `None` for a chunked body that grew
-/// past the limit. It names the request, the limit and the setting that sets it.
+/// How a request's body was found over `max_body_size`, for its error-log line.
+#[derive(Clone, Copy)]
+pub(crate) enum Oversize {
+    /// Its `Content-Length` (refused 413 before any of it is read).
+    Announced(u64),
+    /// A chunked body that grew past the limit while the server read it (refused 413).
+    Chunked,
+    /// A chunked body on `stream_body_paths` that grew past the limit while the app read it:
+    /// the read failed, and the response is 413 unless the app answers otherwise.
+    Streamed,
+}
+
+/// The error-log line of a request whose body is over `max_body_size` (`limit` bytes): it
+/// names the request, the limit and the setting that sets it.
 pub(crate) fn max_body_size_line(
     method: &[u8],
     target: &[u8],
-    length: Option<u64>,
+    oversize: Oversize,
     limit: u64,
 ) -> String {
-    let target = &target[..target.len().min(QUOTED_TARGET)];
-    let body = match length {
-        Some(length) => format!("its body of {length} bytes (Content-Length)"),
-        None => "its chunked body".to_string(),
-    };
-    format!(
-        "413 for {} {}: {body} is over max_body_size ({limit} bytes); \
-         raise max_body_size (--max-body-size) to accept such bodies",
+    let request = format!(
+        "{} {}",
         String::from_utf8_lossy(method),
-        String::from_utf8_lossy(target).escape_debug(),
-    )
+        String::from_utf8_lossy(&target[..target.len().min(QUOTED_TARGET)]).escape_debug(),
+    );
+    let over = format!("over max_body_size ({limit} bytes)");
+    let fix = "raise max_body_size (--max-body-size) to accept such bodies";
+    match oversize {
+        Oversize::Announced(length) => {
+            format!(
+                "413 for {request}: its body of {length} bytes (Content-Length) is {over}; {fix}"
+            )
+        }
+        Oversize::Chunked => format!("413 for {request}: its chunked body is {over}; {fix}"),
+        Oversize::Streamed => format!(
+            "{request}: its chunked body went {over} as the app read it (stream_body_paths): \
+             the read failed, 413 unless the app answers otherwise; {fix}"
+        ),
+    }
 }
 
 /// What a worker runs once it can serve (e.g. telling its master it is ready).

@@ -73,3 +73,14 @@ def test_a_413_for_a_body_over_the_whole_disk_budget_names_buffer_disk_total(tin
     server.wait_for_log(r"\[WARNING\] 413 for POST /big: its body would not fit in buffer_disk_total "
                         r"\(2000 bytes\) even alone; raise buffer_disk_total \(--buffer-disk-total\) "
                         r"or lower max_body_size \(104857600 bytes\)\n")
+
+
+def test_a_streamed_body_over_max_body_size_is_logged_as_the_failed_read_it_is(tines_server: Any) -> None:
+    """On stream_body_paths the app reads the body: the line says the read failed, and the
+    status is the app's to choose (this app lets the error propagate: 413)."""
+    server = tines_server("upload_limits:raw", "-w", "1", "--max-body-size", "5000", "--stream-body-paths", "/up")
+    assert post(server.port, "/up", 20000, True) == 413
+    server.wait_for_log(
+        r"\[WARNING\] POST /up: its chunked body went over max_body_size \(5000 bytes\) as the app read it "
+        r"\(stream_body_paths\): the read failed, 413 unless the app answers otherwise; "
+        r"raise max_body_size \(--max-body-size\) to accept such bodies\n")

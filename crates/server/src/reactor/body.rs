@@ -26,7 +26,7 @@ use super::{Driver, Entry, Reactor};
 use crate::config::WorkerConfig;
 use crate::connection::Connection;
 use crate::parked_body::{Area, BodyFault, ParkedBody, Room};
-use crate::shared::{max_body_size_line, WorkerShared};
+use crate::shared::{max_body_size_line, Oversize, WorkerShared};
 
 /// The most one read takes off a socket while a body is read before dispatch (one buffer per
 /// loop, so 1 MiB per worker). Each read is followed by one write to the body's temporary
@@ -143,7 +143,7 @@ impl Reactor {
                         max_body_size_line(
                             head.method.of(&conn.buf),
                             head.target.of(&conn.buf),
-                            Some(length),
+                            Oversize::Announced(length),
                             config.max_body_size,
                         )
                     });
@@ -318,7 +318,7 @@ fn body_failed(
                 max_body_size_line(
                     head.method.of(&conn.buf),
                     head.target.of(&conn.buf),
-                    None,
+                    Oversize::Chunked,
                     config.max_body_size,
                 )
             });
