@@ -56,6 +56,15 @@ pub fn percent_decode(path: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     std::borrow::Cow::Owned(out)
 }
 
+/// The rest of the decoded `path` after `root` (`root_path`, not empty) when the path is under
+/// it on a segment boundary: `root` itself (the rest is empty) or `root/...` (the rest starts
+/// with `/`); `None` otherwise (`/apix` is not under `/api`). Both WSGI's split of
+/// `SCRIPT_NAME` and `PATH_INFO` and ASGI's "the path already holds the root" ask it.
+pub fn under_root<'a>(path: &'a [u8], root: &[u8]) -> Option<&'a [u8]> {
+    path.strip_prefix(root)
+        .filter(|rest| rest.is_empty() || rest[0] == b'/')
+}
+
 /// Splits a request target into (path, query). Absolute-form targets lose their scheme and
 /// authority (RFC 9112 3.2.2); `*` and authority-form keep no path.
 pub fn split_target(target: &[u8]) -> (&[u8], &[u8]) {
@@ -110,6 +119,17 @@ pub fn ipv4_text(ip: std::net::Ipv4Addr, out: &mut [u8; 15]) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_is_under_the_root_only_on_a_segment_boundary() {
+        assert_eq!(under_root(b"/api/items", b"/api"), Some(&b"/items"[..]));
+        assert_eq!(under_root(b"/api", b"/api"), Some(&b""[..]));
+        assert_eq!(under_root(b"/api/", b"/api"), Some(&b"/"[..]));
+        assert_eq!(under_root(b"/apix", b"/api"), None);
+        assert_eq!(under_root(b"/items", b"/api"), None);
+        assert_eq!(under_root(b"/a/b/c", b"/a/b"), Some(&b"/c"[..]));
+        assert_eq!(under_root(b"*", b"/api"), None);
+    }
 
     #[test]
     fn splits_origin_and_absolute_targets() {

@@ -193,6 +193,7 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         max_body_size: get(settings, "max_body_size")?,
         max_body_drain: get(settings, "max_body_drain")?,
         server_header: server_header.into_bytes(),
+        root_path: get(settings, "root_path")?,
         access_log: get(settings, "access_log")?,
         error_log: Some(get::<String>(settings, "error_log")?).filter(|path| path != "-"),
         access_log_format: Format::parse(&get::<String>(settings, "access_log_format")?)
@@ -279,7 +280,7 @@ pub fn worker_config_fields(
         stream_body_paths, response_buffer_total, keepalive_timeout, drain_timeout,
         max_keepalive_requests, header_timeout, header_timeout_max, header_min_rate,
         body_timeout, body_min_rate, send_timeout, linger_timeout, limits, max_body_size,
-        max_body_drain, server_header, access_log, error_log, access_log_format,
+        max_body_drain, server_header, root_path, access_log, error_log, access_log_format,
         access_log_exclude,
         max_requests, max_requests_jitter, workers, debug, h2,
         statics,

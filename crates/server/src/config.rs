@@ -144,6 +144,10 @@ pub struct WorkerConfig {
     pub max_body_drain: u64,
     /// Value of the `Server` header (empty: omitted).
     pub server_header: Vec<u8>,
+    /// The path the app is mounted under (`root_path`: ASGI's `root_path`, WSGI's
+    /// `SCRIPT_NAME`); empty for none. Validated by the registry: `""`, or `/...` without a
+    /// trailing `/`.
+    pub root_path: String,
     /// Access log destination: `None` off, `Some("-")` stdout, else a file path.
     pub access_log: Option<String>,
     /// The error log's file, reopened onto fd 2 on `USR1` as the master reopens its own
@@ -276,6 +280,7 @@ impl Default for WorkerConfig {
             max_body_size: 100 * 1024 * 1024,
             max_body_drain: 64 * 1024,
             server_header: b"tines".to_vec(),
+            root_path: String::new(),
             access_log: None,
             error_log: None,
             access_log_format: Default::default(),

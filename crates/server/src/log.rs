@@ -6,6 +6,7 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::clock::{civil_from_days, unix_seconds};
 
@@ -59,6 +60,38 @@ pub fn debug(message: &str) {
     }
 }
 
+/// The least time between two lines of one kind a worker logs about its clients (a failed
+/// accept, a failed TLS handshake, a body over `max_body_size`): a lasting failure (EMFILE
+/// while connections wait in the queue; a scanner's handshakes; a client retrying a large
+/// upload) at one line each was ten a second or more per worker, burying every other line.
+const LOG_PERIOD: Duration = Duration::from_secs(1);
+
+/// Which lines of one kind are logged: the first at once, then at most one per
+/// [`LOG_PERIOD`], each saying how many were held back since the line before (a count the
+/// next line carries; a failure that stops for good leaves its last count unsaid).
+#[derive(Debug, Default)]
+pub struct LineThrottle {
+    last_line: Option<Instant>,
+    held_back: u64,
+}
+
+impl LineThrottle {
+    /// Counts one occurrence at `now`: `Some(held back since the last line)` when this one
+    /// is to be logged, `None` when it is held back.
+    pub fn note(&mut self, now: Instant) -> Option<u64> {
+        match self.last_line {
+            Some(last) if now.saturating_duration_since(last) < LOG_PERIOD => {
+                self.held_back += 1;
+                None
+            }
+            _ => {
+                self.last_line = Some(now);
+                Some(std::mem::take(&mut self.held_back))
+            }
+        }
+    }
+}
+
 /// Puts the error log's file `path` on fd 2 again (`USR1`, after a rotation): the master does
 /// the same for itself (`tines.logs.reopen`), and a worker's fd 2 would otherwise stay the
 /// rotated file for its whole life. `dup2` swaps it atomically, so a line written meanwhile
@@ -80,5 +113,24 @@ pub fn reopen_stderr(path: &str) {
             }
         },
         Err(err) => error(&format!("cannot reopen the error log {path}: {err}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lasting_failure_is_logged_once_a_second_with_what_was_held_back() {
+        let mut errors = LineThrottle::default();
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        assert_eq!(errors.note(at(0)), Some(0));
+        for ms in (100..1000).step_by(100) {
+            assert_eq!(errors.note(at(ms)), None, "{ms} ms");
+        }
+        assert_eq!(errors.note(at(1000)), Some(9));
+        assert_eq!(errors.note(at(1100)), None);
+        assert_eq!(errors.note(at(5000)), Some(1));
     }
 }

@@ -67,6 +67,9 @@ pub enum Room {
 pub enum BodyFault {
     /// Over `max_body_size` (413).
     TooLarge,
+    /// Larger than the whole disk budget for bodies, `buffer_disk_total` (413): it would
+    /// wait for room for ever.
+    OverDiskBudget,
     /// Bad chunked framing (400).
     BadChunk(ChunkedError),
     /// The temporary file could not be created or written: 507 when the disk (or a quota)
@@ -78,7 +81,7 @@ impl BodyFault {
     /// The response status this fault earns.
     pub fn status(&self) -> u16 {
         match self {
-            BodyFault::TooLarge => 413,
+            BodyFault::TooLarge | BodyFault::OverDiskBudget => 413,
             BodyFault::BadChunk(err) => err.status(),
             BodyFault::Storage(err) if is_storage_full(err) => 507,
             BodyFault::Storage(_) => 500,
@@ -254,7 +257,7 @@ impl ParkedBody {
             let needed = body.len() as u64 + claim;
             if needed > buffers.disk.limit() {
                 // It would wait for ever.
-                return Err(BodyFault::TooLarge);
+                return Err(BodyFault::OverDiskBudget);
             }
             if buffers.disk.limit().saturating_sub(buffers.disk.used()) < needed {
                 // The buffered bytes stay in memory until the disk has room.
@@ -687,7 +690,7 @@ mod tests {
     }
 
     #[test]
-    fn a_content_length_body_larger_than_the_whole_disk_budget_is_too_large() {
+    fn a_content_length_body_larger_than_the_whole_disk_budget_is_refused() {
         let dir = temp_dir("over-disk");
         let buffers = buffers(0, 10, &dir);
         let mut buf = b"H".to_vec();
@@ -702,7 +705,7 @@ mod tests {
             &[7u8; 10],
             64,
         );
-        assert!(matches!(result, Err(BodyFault::TooLarge)));
+        assert!(matches!(result, Err(BodyFault::OverDiskBudget)));
         std::fs::remove_dir(&dir).unwrap();
     }
 

@@ -51,6 +51,53 @@ pub struct WorkerShared {
     rate_limiter: Option<RateLimiter>,
     /// Every worker's per-client connection counts (`max_connections_per_client`; ADR 0038).
     pub(crate) client_connections: Option<Arc<ClientConnections>>,
+    /// How often a body refused 413 is logged ([`WorkerShared::log_too_large`]): locked
+    /// only by a refusal.
+    too_large_log: Mutex<crate::log::LineThrottle>,
+}
+
+/// The longest part of a refused request's target its 413 line quotes.
+const QUOTED_TARGET: usize = 200;
+
+/// How a request's body was found over `max_body_size`, for its error-log line.
+#[derive(Clone, Copy)]
+pub(crate) enum Oversize {
+    /// Its `Content-Length` (refused 413 before any of it is read).
+    Announced(u64),
+    /// A chunked body that grew past the limit while the server read it (refused 413).
+    Chunked,
+    /// A chunked body on `stream_body_paths` that grew past the limit while the app read it:
+    /// the read failed, and the response is 413 unless the app answers otherwise.
+    Streamed,
+}
+
+/// The error-log line of a request whose body is over `max_body_size` (`limit` bytes): it
+/// names the request, the limit and the setting that sets it.
+pub(crate) fn max_body_size_line(
+    method: &[u8],
+    target: &[u8],
+    oversize: Oversize,
+    limit: u64,
+) -> String {
+    let request = format!(
+        "{} {}",
+        String::from_utf8_lossy(method),
+        String::from_utf8_lossy(&target[..target.len().min(QUOTED_TARGET)]).escape_debug(),
+    );
+    let over = format!("over max_body_size ({limit} bytes)");
+    let fix = "raise max_body_size (--max-body-size) to accept such bodies";
+    match oversize {
+        Oversize::Announced(length) => {
+            format!(
+                "413 for {request}: its body of {length} bytes (Content-Length) is {over}; {fix}"
+            )
+        }
+        Oversize::Chunked => format!("413 for {request}: its chunked body is {over}; {fix}"),
+        Oversize::Streamed => format!(
+            "{request}: its chunked body went {over} as the app read it (stream_body_paths): \
+             the read failed, 413 unless the app answers otherwise; {fix}"
+        ),
+    }
 }
 
 /// What a worker runs once it can serve (e.g. telling its master it is ready).
@@ -86,6 +133,30 @@ impl WorkerShared {
             draining_announced: AtomicBool::new(false),
             rate_limiter: None,
             client_connections: None,
+            too_large_log: Mutex::default(),
+        }
+    }
+
+    /// Logs a request answered 413 for a body over a limit (`line`, made only when it is
+    /// written): one warning, at most one a second per worker whichever thread refuses, the
+    /// next one saying how many were held back (a client retrying a large upload, or a flood,
+    /// must not bury the log). Only a refusal calls it: a request within the limits pays
+    /// nothing.
+    pub(crate) fn log_too_large(&self, line: impl FnOnce() -> String) {
+        let noted = match self.too_large_log.lock() {
+            Ok(mut throttle) => throttle.note(Instant::now()),
+            Err(poisoned) => poisoned.into_inner().note(Instant::now()),
+        };
+        let Some(held_back) = noted else {
+            return;
+        };
+        let line = line();
+        if held_back == 0 {
+            crate::log::warning(&line);
+        } else {
+            crate::log::warning(&format!(
+                "{line} ({held_back} more such refusals since the last such line, not logged)"
+            ));
         }
     }
 

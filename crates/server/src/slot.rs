@@ -58,7 +58,7 @@ pub(crate) fn serve_connection(
         let (exchange, spends) = if exchange.body_too_large() {
             // RFC 9110 15.5.14: refuse before reading (and before any 100 Continue).
             shared.request_spends_budget();
-            exchange.fail(413);
+            exchange.refuse_too_large();
             (exchange, true)
         } else {
             // The file work runs off the interpreter (`App::wait`: a WSGI slot thread keeps

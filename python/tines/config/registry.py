@@ -30,7 +30,7 @@ from tines.config.validators import (alpn_protocol, bind_address, boolean, brotl
                                      optional_non_negative_seconds, optional_positive_int, optional_positive_size,
                                      optional_positive_whole_seconds, optional_size, optional_text, positive_int,
                                      positive_seconds, positive_whole_seconds, request_line_size, sample_rate,
-                                     size, sni_certificate, static_index, static_mount, status_address, temp_dir,
+                                     root_path, size, sni_certificate, static_index, static_mount, status_address, temp_dir,
                                      text, tls_version, umask, user_id, window_bits)
 from tines.config.validators import optional_absolute_path  # log_config
 
@@ -343,6 +343,8 @@ _REGISTRY = (
             network, ("127.0.0.1", "::1"), ("--forwarded-allow-ips",), "IPS", worker=True, multiple=True),
     Setting("proxy_protocol", "HTTP", "Every connection, on every bind, must begin with a PROXY protocol header (HAProxy's, version 1 or 2, told apart by its first bytes) before its first request: the header's client address and port become `REMOTE_ADDR`/`REMOTE_PORT` and the access log's client, once per connection. Only peers in `forwarded_allow_ips` may send it (a Unix-socket peer always may); a connection from any other peer, or one that does not begin with a valid header, is closed without a response and logged at info. A `LOCAL` header (a proxy's health check) or `UNKNOWN` keeps the real peer. The header shares the first request's `header_timeout`. See docs/proxy-protocol.md.",
             boolean, False, ("--proxy-protocol",), worker=True),
+    Setting("root_path", "HTTP", "The URL path the app is mounted under behind a proxy (`/api`; uvicorn's `--root-path`, gunicorn's `SCRIPT_NAME`): ASGI gets it as `root_path` and a `path` that starts with it (the request's path when it already does: on a segment boundary, `/api` or `/api/...`; else `root_path` + the path, the proxy having stripped it); WSGI gets it as `SCRIPT_NAME`, and `PATH_INFO` the rest of the path when the path starts with it, else the whole path. Empty: none. Fixed per server: `X-Forwarded-Prefix` is not read (ADR 0040).",
+            root_path, "", ("--root-path",), "PATH", worker=True),
     Setting("server_header", "HTTP", "Value of the `Server` response header; an empty string omits the header.",
             header_value, "tines", ("--server-header",), "TEXT", worker=True),
     # Timeouts
@@ -381,7 +383,7 @@ _REGISTRY = (
             positive_int, 100, ("--max-headers", "--limit-request-fields"), "N", worker=True),
     Setting("max_head_size", "Limits", "Largest request head (request line and headers), in bytes; at least 27, the size of the smallest valid HTTP/1.1 request (`GET / HTTP/1.1`, `Host: a` and the blank line).",
             head_size, 32768, ("--max-head-size",), "BYTES", worker=True),
-    Setting("max_body_size", "Limits", "Largest request body, in bytes or with a unit (`100MiB`): a larger Content-Length gets 413 before any of the body is read (and without `100 Continue`); a chunked body that grows past it while the server reads it gets 413 before the app runs. On `stream_body_paths` routes a chunked body's size is known only as the app reads it: once it grows past the limit, the app's read of `wsgi.input` raises `OSError`; if the app lets that propagate, Tines answers 413, but an app or framework that catches it answers with its own status, and that stands (Flask answers 500). 0 means no limit. Bodies beyond `request_buffer_memory` go to temporary files, so this bounds disk per request, not memory.",
+    Setting("max_body_size", "Limits", "Largest request body, in bytes or with a unit (`100MiB`): a larger Content-Length gets 413 before any of the body is read (and without `100 Continue`); a chunked body that grows past it while the server reads it gets 413 before the app runs. On `stream_body_paths` routes a chunked body's size is known only as the app reads it: once it grows past the limit, the app's read of `wsgi.input` raises `OSError`; if the app lets that propagate, Tines answers 413, but an app or framework that catches it answers with its own status, and that stands (Flask answers 500). Each 413 the server answers leaves a warning in the error log naming the request, the limit and this setting (at most one a second per worker; the next says how many were held back). 0 means no limit. Bodies beyond `request_buffer_memory` go to temporary files, so this bounds disk per request, not memory.",
             size, 104857600, ("--max-body-size",), "BYTES", worker=True, default_text="104857600 (100 MiB)"),
     Setting("request_buffer_memory", "Limits", "Request bodies are read whole before the app runs, on every MPM, by the worker's poller, not by an app slot (docs/slow-clients.md): a body up to this many bytes is held in memory; a larger one (or one that would take the worker's parked bodies past `request_buffer_total`) goes to an unlinked temporary file in `request_buffer_dir`. The app's `wsgi.input` then reads memory or the file at full speed. Paths in `stream_body_paths` are the exception.",
             size, 262144, ("--request-buffer-memory",), "SIZE", worker=True, default_text="262144 (256 KiB)"),

@@ -728,6 +728,26 @@ def path_prefix(raw: object) -> str:
     return raw.strip()
 
 
+def root_path(raw: object) -> str:
+    """An ASGI ``root_path`` / WSGI ``SCRIPT_NAME``: ``""`` (none), or a path starting with ``/``
+    and not ending with one (``SCRIPT_NAME`` + ``PATH_INFO`` must rebuild the path: a trailing
+    ``/`` would double the one ``PATH_INFO`` starts with), in printable ASCII without ``?``,
+    ``#``, ``%`` or spaces (it is compared with the percent-decoded path and sent back verbatim
+    in the URLs the app builds)."""
+    if not isinstance(raw, str):
+        raise ValueError("must be a string")
+    if raw == "":
+        return raw
+    if not raw.startswith("/"):
+        raise ValueError(f"must start with / (or be empty for none), not {raw!r}")
+    if raw.endswith("/"):
+        hint = '""' if raw == "/" else repr(raw.rstrip("/"))
+        raise ValueError(f"must not end with / (use {hint})")
+    if not all("!" <= char <= "~" and char not in "?#%" for char in raw):
+        raise ValueError("must be printable ASCII without spaces, ?, # or %")
+    return raw
+
+
 gzip_level = _bounded(1, 9)
 """gzip's compression level: 1 (fastest) to 9."""
 

@@ -97,6 +97,7 @@ impl AsgiWorker {
     fn new(spec: PythonSpec<'_>) -> PyResult<Self> {
         let spec = spec.into_spec()?;
         let max_response_buffer = spec.config.max_response_buffer as u64;
+        let root_path = spec.config.root_path.clone();
         let ws_budget = WsBudget::new(
             spec.config.ws_receive_buffer_total,
             spec.config.ws_receive_buffer_timeout,
@@ -121,7 +122,7 @@ impl AsgiWorker {
             state: None,
             done: None,
             max_response_buffer,
-            cache: ScopeCache::default(),
+            cache: ScopeCache::new(root_path),
         })
     }
 

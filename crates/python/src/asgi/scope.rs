@@ -14,7 +14,7 @@ use tines_server::tls::{ClientVerify, TlsInfo};
 use tines_server::{Exchange, Local, Peer};
 
 use super::AsgiWorker;
-use crate::cgi::{percent_decode, split_target};
+use crate::cgi::{percent_decode, split_target, under_root};
 
 /// What a scope shares with the last one, kept to be copied or reused instead of rebuilt (an
 /// IP address formatted into a string, and a dict grown key by key, were a quarter of a hello
@@ -34,9 +34,19 @@ pub(super) struct ScopeCache {
     /// one certificate show the same PEM (compared by address first: held here, the `Arc`
     /// names that certificate only; then by text).
     server_cert: Option<(Arc<str>, Py<PyString>)>,
+    /// `root_path` (the template's `root_path`); empty for none.
+    root_path: String,
 }
 
 impl ScopeCache {
+    /// A cache for a worker mounted under `root_path` (empty for none).
+    pub(super) fn new(root_path: String) -> ScopeCache {
+        ScopeCache {
+            root_path,
+            ..ScopeCache::default()
+        }
+    }
+
     /// asgiref's `tls` extension (specs/tls.rst) for a connection whose handshake told `info`.
     fn tls_extension<'py>(
         &mut self,
@@ -105,7 +115,7 @@ impl AsgiWorker {
             let template = PyDict::new(py);
             template.set_item(intern!(py, "type"), intern!(py, "http"))?;
             template.set_item(intern!(py, "http_version"), intern!(py, "1.1"))?;
-            template.set_item(intern!(py, "root_path"), intern!(py, ""))?;
+            template.set_item(intern!(py, "root_path"), self.cache.root_path.as_str())?;
             template.set_item(intern!(py, "scheme"), intern!(py, "http"))?;
             let asgi = PyDict::new(py);
             asgi.set_item(intern!(py, "version"), intern!(py, "3.0"))?;
@@ -139,11 +149,28 @@ impl AsgiWorker {
         )?;
         let (raw_path, query) = split_target(exchange.target());
         let decoded = percent_decode(raw_path);
-        scope.set_item(
-            intern!(py, "path"),
-            PyString::new(py, &String::from_utf8_lossy(&decoded)),
-        )?;
-        scope.set_item(intern!(py, "raw_path"), PyBytes::new(py, raw_path))?;
+        let root = self.cache.root_path.as_bytes();
+        if root.is_empty() || under_root(&decoded, root).is_some() {
+            scope.set_item(
+                intern!(py, "path"),
+                PyString::new(py, &String::from_utf8_lossy(&decoded)),
+            )?;
+            scope.set_item(intern!(py, "raw_path"), PyBytes::new(py, raw_path))?;
+        } else {
+            // The proxy stripped the prefix: the path the app routes on holds it again
+            // (uvicorn's rule; the ASGI spec's `path` includes `root_path`).
+            scope.set_item(
+                intern!(py, "path"),
+                PyString::new(py, &String::from_utf8_lossy(&[root, &decoded[..]].concat())),
+            )?;
+            let joined = PyBytes::new_with(py, root.len() + raw_path.len(), |bytes| {
+                let (head, tail) = bytes.split_at_mut(root.len());
+                head.copy_from_slice(root);
+                tail.copy_from_slice(raw_path);
+                Ok(())
+            })?;
+            scope.set_item(intern!(py, "raw_path"), joined)?;
+        }
         scope.set_item(intern!(py, "query_string"), PyBytes::new(py, query))?;
         let headers = PyList::empty(py);
         // Trailers reach a client that can take them: always on HTTP/2, on HTTP/1.1 (chunked)

@@ -15,7 +15,7 @@ use tines_proto::Version;
 use tines_server::{Exchange, Local, Peer};
 
 use super::input::Input;
-use crate::cgi::{host_and_port, ipv4_text, latin1, percent_decode, split_target};
+use crate::cgi::{host_and_port, ipv4_text, latin1, percent_decode, split_target, under_root};
 use headers::KNOWN_HEADERS;
 
 mod headers;
@@ -44,6 +44,9 @@ pub struct EnvironContext {
     template: Py<PyDict>,
     /// The interned keys of [`KNOWN_HEADERS`].
     header_keys: Vec<Py<PyString>>,
+    /// `root_path` (the template's `SCRIPT_NAME`), as bytes; empty for none. A path under it
+    /// gets the rest as `PATH_INFO` ([`under_root`]).
+    root_path: Vec<u8>,
 }
 
 /// The per-request values a thread's template remembers, by what they are made from.
@@ -215,7 +218,8 @@ impl ThreadTemplate {
 
 impl EnvironContext {
     /// A context whose template holds `constants`, `None` under each of
-    /// [`PER_REQUEST_KEYS`], and room for about twenty request headers.
+    /// [`PER_REQUEST_KEYS`], and room for about twenty request headers; `root_path` is the
+    /// `SCRIPT_NAME` the constants hold (empty for none).
     ///
     /// Why: CPython copies a dict by cloning its hash table at the same size. A copy of the
     /// constants alone (a table of 16) grew twice per request as the per-request keys and
@@ -225,7 +229,11 @@ impl EnvironContext {
     /// room for the header fields it keeps, and the copies room for the few keys set in them
     /// (`wsgi.url_scheme` from a proxy, a decoded body's `CONTENT_LENGTH`). Behaviour does
     /// not depend on it: only the number of resizes does.
-    pub fn new<'py>(py: Python<'py>, constants: &Bound<'py, PyDict>) -> PyResult<Self> {
+    pub fn new<'py>(
+        py: Python<'py>,
+        constants: &Bound<'py, PyDict>,
+        root_path: &str,
+    ) -> PyResult<Self> {
         // Interned keys, the same objects as the `intern!` keys `build` sets: a lookup then
         // matches by identity instead of comparing the characters.
         let template = PyDict::new(py);
@@ -256,6 +264,7 @@ impl EnvironContext {
         Ok(EnvironContext {
             template: template.unbind(),
             header_keys,
+            root_path: root_path.as_bytes().to_vec(),
         })
     }
 }
@@ -304,7 +313,7 @@ fn build_with<'py>(
     exchange: &Exchange,
     input: &Bound<'py, Input>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    remember_request_line(py, template, exchange)?;
+    remember_request_line(py, template, exchange, &context.root_path)?;
     let decoded_length = exchange.decoded_body_length();
     let mut host = None;
     for (name, value) in exchange.headers() {
@@ -349,6 +358,7 @@ fn remember_request_line(
     py: Python<'_>,
     template: &mut ThreadTemplate,
     exchange: &Exchange,
+    root_path: &[u8],
 ) -> PyResult<()> {
     let line = exchange.method_and_target();
     let protocol = protocol_byte(exchange);
@@ -358,7 +368,7 @@ fn remember_request_line(
     if !same_line {
         // Unknown until the values are all set (an error part-way drops the template).
         template.request_line.clear();
-        set_request_line(py, template, exchange)?;
+        set_request_line(py, template, exchange, root_path)?;
         template.request_line.extend_from_slice(line);
         template.request_line.push(protocol);
     }
@@ -367,11 +377,15 @@ fn remember_request_line(
 
 /// The values made from the request line: `REQUEST_METHOD`, `PATH_INFO`, `QUERY_STRING`,
 /// `RAW_URI`, `REQUEST_URI` and `SERVER_PROTOCOL` (each only when its bytes differ from the
-/// last request's).
+/// last request's). Under a `root_path` (the template's constant `SCRIPT_NAME`), `PATH_INFO`
+/// is what follows it when the decoded path is under it, else the whole path (gunicorn's
+/// split; the proxy may have stripped the prefix): the root is fixed per worker, so the
+/// remembered path bytes still decide `PATH_INFO`.
 fn set_request_line(
     py: Python<'_>,
     template: &mut ThreadTemplate,
     exchange: &Exchange,
+    root_path: &[u8],
 ) -> PyResult<()> {
     let method = exchange.method();
     template.remember(py, Remembered::Method, &[method], |env| {
@@ -388,7 +402,13 @@ fn set_request_line(
     let target = exchange.target();
     let (path, query) = split_target(target);
     template.remember(py, Remembered::Path, &[path], |env| {
-        env.set_item(intern!(py, "PATH_INFO"), latin1(py, &percent_decode(path))?)
+        let decoded = percent_decode(path);
+        let info = if root_path.is_empty() {
+            &decoded[..]
+        } else {
+            under_root(&decoded, root_path).unwrap_or(&decoded)
+        };
+        env.set_item(intern!(py, "PATH_INFO"), latin1(py, info)?)
     })?;
     template.remember(py, Remembered::Query, &[query], |env| {
         let value = if query.is_empty() {

@@ -136,13 +136,14 @@ impl WsgiApp {
             "SERVER_SOFTWARE",
             format!("tines/{}", env!("CARGO_PKG_VERSION")),
         )?;
-        template.set_item("SCRIPT_NAME", "")?;
+        // `root_path` (empty for none): `PATH_INFO` is then the rest of a path under it.
+        template.set_item("SCRIPT_NAME", config.root_path.as_str())?;
         let logger = py
             .import("logging")?
             .call_method1("getLogger", ("tines.error",))?;
         Ok(WsgiApp {
             app,
-            environ: EnvironContext::new(py, &template)?,
+            environ: EnvironContext::new(py, &template, &config.root_path)?,
             logger: logger.unbind(),
         })
     }

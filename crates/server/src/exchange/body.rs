@@ -15,6 +15,7 @@ use std::time::Instant;
 use tines_proto::{BodyFraming, ChunkedEvent};
 
 use super::{Body, Continue, Exchange, Phase};
+use crate::shared::{max_body_size_line, Oversize};
 
 /// Room reserved after the head in the read buffer for body reads.
 const BODY_READ_CHUNK: usize = 16 * 1024;
@@ -132,6 +133,20 @@ impl Exchange {
         matches!(self.parts.head.body, BodyFraming::Length(n) if limit > 0 && n > limit)
     }
 
+    /// Answers 413 to a request whose announced body is over `max_body_size`
+    /// ([`Exchange::body_too_large`]), and says so in the error log (rate-limited).
+    pub(crate) fn refuse_too_large(&mut self) {
+        let oversize = match self.parts.head.body {
+            BodyFraming::Length(n) => Oversize::Announced(n),
+            // Not asked for (only an announced length is over before reading).
+            _ => Oversize::Chunked,
+        };
+        let limit = self.shared.config.max_body_size;
+        self.shared
+            .log_too_large(|| max_body_size_line(self.method(), self.target(), oversize, limit));
+        self.fail(413);
+    }
+
     fn produce_body(&mut self) -> io::Result<()> {
         self.send_continue()?;
         loop {
@@ -183,6 +198,14 @@ impl Exchange {
                             let limit = self.shared.config.max_body_size;
                             if limit > 0 && self.chunked_received > limit {
                                 self.fault = Some(413);
+                                self.shared.log_too_large(|| {
+                                    max_body_size_line(
+                                        self.method(),
+                                        self.target(),
+                                        Oversize::Streamed,
+                                        limit,
+                                    )
+                                });
                                 return Err(invalid_data(
                                     "the chunked request body is larger than max_body_size",
                                 ));

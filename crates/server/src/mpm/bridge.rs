@@ -256,7 +256,7 @@ impl AsyncReactor {
             if exchange.body_too_large() {
                 // RFC 9110 15.5.14: refused before the app sees it.
                 self.shared.request_spends_budget();
-                exchange.fail(413);
+                exchange.refuse_too_large();
                 self.complete(token, exchange);
                 continue;
             }

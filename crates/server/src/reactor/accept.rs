@@ -1,6 +1,6 @@
 //! Accepting connections: watching the listeners or not (level-triggered, so a paused
 //! listener must be deregistered), the fair-share throttle between workers, `max_connections`,
-//! and the back-off after a failed accept (and how often one is logged: [`LineThrottle`]).
+//! and the back-off after a failed accept (how often one is logged: `log::LineThrottle`).
 //!
 //! It registers what it accepts in the entry table (a TLS listener's connections wrapped in a
 //! session, `Transport::Tls`, whose handshake the connection's first reads run) and hands it
@@ -20,40 +20,8 @@ use crate::transport::Transport;
 /// the backlog when every worker is over its share, long enough not to spin.
 const THROTTLE_PAUSE: Duration = Duration::from_millis(5);
 
-/// The least time between two lines of one kind a worker logs about its clients (a failed
-/// accept, a failed TLS handshake): a lasting failure (EMFILE while connections wait in the
-/// queue, retried every [`ACCEPT_RETRY`]; a scanner's handshakes) at one line each was ten a
-/// second or more per worker, burying every other line of the log.
-const LOG_PERIOD: Duration = Duration::from_secs(1);
-
 /// How long accept pauses after a failure before trying the queue again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
-
-/// Which lines of one kind are logged: the first at once, then at most one per
-/// [`LOG_PERIOD`], each saying how many were held back since the line before (a count the
-/// next line carries; a failure that stops for good leaves its last count unsaid).
-#[derive(Debug, Default)]
-pub(super) struct LineThrottle {
-    last_line: Option<Instant>,
-    held_back: u64,
-}
-
-impl LineThrottle {
-    /// Counts one occurrence at `now`: `Some(held back since the last line)` when this one
-    /// is to be logged, `None` when it is held back.
-    pub(super) fn note(&mut self, now: Instant) -> Option<u64> {
-        match self.last_line {
-            Some(last) if now.duration_since(last) < LOG_PERIOD => {
-                self.held_back += 1;
-                None
-            }
-            _ => {
-                self.last_line = Some(now);
-                Some(std::mem::take(&mut self.held_back))
-            }
-        }
-    }
-}
 
 /// The log line of a failed accept logged with `held_back` not logged before it.
 fn accept_error_line(err: &std::io::Error, held_back: u64) -> String {
@@ -364,17 +332,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lasting_accept_failure_is_logged_once_a_second_with_what_was_held_back() {
-        let mut errors = LineThrottle::default();
-        let start = Instant::now();
-        let at = |ms: u64| start + Duration::from_millis(ms);
-        assert_eq!(errors.note(at(0)), Some(0));
-        for ms in (100..1000).step_by(100) {
-            assert_eq!(errors.note(at(ms)), None, "{ms} ms");
-        }
-        assert_eq!(errors.note(at(1000)), Some(9));
-        assert_eq!(errors.note(at(1100)), None);
-        assert_eq!(errors.note(at(5000)), Some(1));
+    fn a_failed_accept_line_says_what_was_held_back() {
         let err = std::io::Error::from_raw_os_error(24);
         assert!(accept_error_line(&err, 0).ends_with("(os error 24)"));
         assert!(

@@ -26,6 +26,7 @@ use super::{Driver, Entry, Reactor};
 use crate::config::WorkerConfig;
 use crate::connection::Connection;
 use crate::parked_body::{Area, BodyFault, ParkedBody, Room};
+use crate::shared::{max_body_size_line, Oversize, WorkerShared};
 
 /// The most one read takes off a socket while a body is read before dispatch (one buffer per
 /// loop, so 1 MiB per worker). Each read is followed by one write to the body's temporary
@@ -138,6 +139,14 @@ impl Reactor {
             if let BodyFraming::Length(length) = head.body {
                 if config.max_body_size > 0 && length > config.max_body_size {
                     // RFC 9110 15.5.14: refuse before reading (and without a 100 Continue).
+                    shared.log_too_large(|| {
+                        max_body_size_line(
+                            head.method.of(&conn.buf),
+                            head.target.of(&conn.buf),
+                            Oversize::Announced(length),
+                            config.max_body_size,
+                        )
+                    });
                     return BodyStep::Refuse(413);
                 }
             }
@@ -197,7 +206,9 @@ impl Reactor {
             let room = match body.room(&mut area, &shared.buffers, want) {
                 Ok(Room::Bytes(room)) => room,
                 Ok(Room::DiskFull { needed }) => return BodyStep::WaitDisk(needed),
-                Err(fault) => return body_failed(&fault, config, &mut self.bodies.storage_log),
+                Err(fault) => {
+                    return body_failed(&fault, conn, &shared, &mut self.bodies.storage_log)
+                }
             };
             let stored = if early {
                 body.take_early(&mut area, room)
@@ -217,7 +228,7 @@ impl Reactor {
             };
             body.release_reserved();
             if let Err(fault) = stored {
-                return body_failed(&fault, config, &mut self.bodies.storage_log);
+                return body_failed(&fault, conn, &shared, &mut self.bodies.storage_log);
             }
         }
     }
@@ -290,11 +301,43 @@ impl Reactor {
     }
 }
 
-/// The answer to a body that failed, logging a temporary-file failure.
-fn body_failed(fault: &BodyFault, config: &WorkerConfig, log: &mut LogLimit) -> BodyStep {
+/// The answer to a body that failed, logging a temporary-file failure and (rate-limited, as
+/// [`WorkerShared::log_too_large`] says) a body over a limit, with `conn`'s request line.
+fn body_failed(
+    fault: &BodyFault,
+    conn: &Connection,
+    shared: &WorkerShared,
+    log: &mut LogLimit,
+) -> BodyStep {
+    let config = &shared.config;
+    let head = conn.head();
     match fault {
         BodyFault::Storage(_) => storage_failed(fault, config, log),
-        BodyFault::TooLarge => BodyStep::Refuse(413),
+        BodyFault::TooLarge => {
+            shared.log_too_large(|| {
+                max_body_size_line(
+                    head.method.of(&conn.buf),
+                    head.target.of(&conn.buf),
+                    Oversize::Chunked,
+                    config.max_body_size,
+                )
+            });
+            BodyStep::Refuse(413)
+        }
+        BodyFault::OverDiskBudget => {
+            shared.log_too_large(|| {
+                format!(
+                    "413 for {} {}: its body would not fit in buffer_disk_total ({} bytes) \
+                     even alone; raise buffer_disk_total (--buffer-disk-total) or lower \
+                     max_body_size ({} bytes)",
+                    String::from_utf8_lossy(head.method.of(&conn.buf)),
+                    String::from_utf8_lossy(head.target.of(&conn.buf)).escape_debug(),
+                    shared.buffers.disk.limit(),
+                    config.max_body_size,
+                )
+            });
+            BodyStep::Refuse(413)
+        }
         BodyFault::BadChunk(err) => {
             crate::log::debug(&format!("bad chunked request body: {}", err.reason()));
             BodyStep::Refuse(fault.status())

@@ -75,10 +75,10 @@ pub struct Reactor {
     listening: bool,
     throttled_until: Option<Instant>,
     /// Failed accepts, for logging at most one line a second.
-    accept_errors: accept::LineThrottle,
+    accept_errors: crate::log::LineThrottle,
     /// Failed TLS handshakes (and plain requests on a TLS port, handshakes past the header
     /// deadline), for logging at most one line a second (`tls`).
-    tls_failures: accept::LineThrottle,
+    tls_failures: crate::log::LineThrottle,
     control: Control,
     entries: Vec<Entry>,
     free: Vec<usize>,
@@ -163,8 +163,8 @@ impl Reactor {
             listeners,
             listening: true,
             throttled_until: None,
-            accept_errors: accept::LineThrottle::default(),
-            tls_failures: accept::LineThrottle::default(),
+            accept_errors: crate::log::LineThrottle::default(),
+            tls_failures: crate::log::LineThrottle::default(),
             control,
             entries: Vec::new(),
             free: Vec::new(),

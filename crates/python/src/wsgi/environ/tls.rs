@@ -198,7 +198,7 @@ mod tests {
         Python::attach(|py| {
             let constants = pyo3::types::PyDict::new(py);
             constants.set_item("wsgi.url_scheme", "http").unwrap();
-            let context = super::super::EnvironContext::new(py, &constants).unwrap();
+            let context = super::super::EnvironContext::new(py, &constants, "").unwrap();
             let mut template = ThreadTemplate::new(py, &context).unwrap();
             let plain = held(&template, py);
             assert_eq!(plain, [("wsgi.url_scheme".into(), "http".into())]);
