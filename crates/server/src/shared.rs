@@ -447,3 +447,24 @@ impl WorkerShared {
         self.recycle.load(Ordering::Relaxed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_max_body_size_line_quotes_at_most_200_bytes_of_the_target_escaped() {
+        let long = [b"/up?".as_slice(), &[b'a'; 300]].concat();
+        let line = max_body_size_line(b"PUT", &long, Oversize::Chunked, 5);
+        let quoted = format!("/up?{}", "a".repeat(QUOTED_TARGET - 4));
+        assert_eq!(
+            line,
+            format!(
+                "413 for PUT {quoted}: its chunked body is over max_body_size (5 bytes); \
+                 raise max_body_size (--max-body-size) to accept such bodies"
+            )
+        );
+        let line = max_body_size_line(b"POST", b"/a\nb", Oversize::Announced(9), 5);
+        assert!(line.starts_with("413 for POST /a\\nb: its body of 9 bytes (Content-Length)"));
+    }
+}
