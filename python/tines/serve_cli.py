@@ -124,7 +124,7 @@ ESSENTIALS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("bind", "HOST:PORT, unix:PATH or fd://N; repeat for more (127.0.0.1:8000)"),
         ("status_bind", "the status page, /metrics, tines status listen here (off)"),
         ("forwarded_allow_ips", "proxies trusted for X-Forwarded-* (127.0.0.1, ::1)"),
-        ("root_path", "the path prefix the app is mounted at behind a proxy (uvicorn's --root-path)"),
+        ("root_path", "the prefix the app is mounted at behind a proxy, as /api (none)"),
     )),
     ("App", (
         ("interface", "wsgi, asgi, asgi2, or auto: ASGI 3 for an async def app (auto)"),
