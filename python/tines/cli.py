@@ -207,7 +207,7 @@ def _apply_peer_flags(arguments: argparse.Namespace) -> dict[str, str]:
     if not given:
         return {}
     delattr(arguments, "peer_flags")
-    resolved = resolve_peer_flags(given, [name for name in vars(arguments) if name in SETTINGS])
+    resolved = resolve_peer_flags(given, {name: value for name, value in vars(arguments).items() if name in SETTINGS})
     for name, raw in resolved.settings.items():
         setattr(arguments, name, raw)
     for warning in resolved.warnings:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -352,16 +352,22 @@ class PeerFlags:
     warnings: list[str] = field(default_factory=list)
 
 
-def resolve_peer_flags(given: Sequence[tuple[str, object]], tines_given: Collection[str]) -> PeerFlags:
+def resolve_peer_flags(given: Sequence[tuple[str, object]], tines_given: Collection[str] | Mapping[str, object]
+                       ) -> PeerFlags:
     """Turn ``given`` (flag, value as typed, in order) into Tines settings through each flag's row.
 
     A flag in both servers' tables (``--log-config``) takes the first row that accepts the value.
     Two flags that give one setting different values, or a flag and the setting's own flag
     (``tines_given``: the settings given by their Tines flags), are an error: nothing says which
-    one the user meant. Raises ConfigError with one line (the flag, its value and the hint)."""
+    one the user meant. Raises ConfigError with one line (the flag, its value and the hint).
+    When ``tines_given`` maps names to values, a Tines flag gunicorn spells the same (``--threads``)
+    counts as gunicorn's for the rows that read it: ``-k sync --threads 4`` is gthread, as in
+    gunicorn (``--threads`` alone stays Tines' own: a gunicorn worker class must be given)."""
     from tines.config.migration import peer_text
 
     others: dict[str, object] = {}
+    if isinstance(tines_given, Mapping) and "threads" in tines_given:
+        others["threads"] = tines_given["threads"]
     for flag, value in given:
         for row in peers.by_flag(flag):
             others.setdefault(row.name, value)

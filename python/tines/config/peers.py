@@ -102,15 +102,34 @@ def _limit(name: str) -> Apply:
     return lambda value, _others: None if _text(value) == "0" else {name: value}
 
 
-def _worker_class(value: object, _others: Mapping[str, object]) -> Mapping[str, object] | None:
-    """gunicorn's ``-k``: ``sync`` is prefork, ``gthread`` the thread MPM, an ASGI worker class
-    (gunicorn's own ``asgi``, uvicorn's) says the app is ASGI; no gevent, eventlet, tornado."""
-    text = _text(value).lower()
-    if text in ("sync", "gunicorn.workers.sync.syncworker"):
+_SYNC = ("sync", "gunicorn.workers.sync.syncworker")
+_GTHREAD = ("gthread", "gunicorn.workers.gthread.threadworker")
+
+
+def effective_worker_class(worker_class: object, threads: object) -> str:
+    """The worker class gunicorn runs (lower case): the one given, else ``sync``; ``sync`` with
+    ``threads`` above 1 is ``gthread`` (gunicorn switches). One rule for ``worker_class``,
+    ``threads`` and ``timeout``, whatever order a config file assigns them in."""
+    given = _text(worker_class).lower() if worker_class is not None else "sync"
+    try:
+        many = threads is not None and int(_text(threads)) > 1
+    except ValueError:
+        many = False
+    if given in _SYNC:
+        return "gthread" if many else "sync"
+    return "gthread" if given in _GTHREAD else given
+
+
+def _worker_class(value: object, others: Mapping[str, object]) -> Mapping[str, object] | None:
+    """gunicorn's ``-k``: ``sync`` is prefork (gthread when ``threads`` is above 1, as gunicorn
+    switches), ``gthread`` the thread MPM, an ASGI worker class (gunicorn's own ``asgi``,
+    uvicorn's) says the app is ASGI; no gevent, eventlet, tornado."""
+    effective = effective_worker_class(value, others.get("threads"))
+    if effective == "sync":
         return {"mpm": "prefork"}
-    if text in ("gthread", "gunicorn.workers.gthread.threadworker"):
+    if effective == "gthread":
         return {"mpm": "thread"}
-    if text in ASGI_WORKER_CLASSES:
+    if effective in ASGI_WORKER_CLASSES:
         return {"interface": "asgi"}
     return None
 
@@ -124,21 +143,19 @@ uvicorn worker classes (``uvicorn.workers``, and the ``uvicorn-worker`` package'
 
 def _threads(value: object, others: Mapping[str, object]) -> Mapping[str, object] | None:
     """gunicorn's ``threads``: above 1 with the sync worker (its default), gunicorn runs gthread."""
-    worker_class = _text(others.get("worker_class", "sync")).lower()
-    try:
-        many = int(_text(value)) > 1
-    except ValueError:
-        many = False
-    if many and worker_class in ("sync", "gunicorn.workers.sync.syncworker"):
+    given = others.get("worker_class")
+    if (given is None or _text(given).lower() in _SYNC) and effective_worker_class(given, value) == "gthread":
         return {"threads": value, "mpm": "thread"}
     return {"threads": value}
 
 
 def _timeout(value: object, others: Mapping[str, object]) -> Mapping[str, object] | None:
     """gunicorn's ``-t``: a worker silent this long is killed (also at boot). ``boot_timeout``
-    always; ``request_timeout`` only with ``-k sync``, where silence means a request held."""
+    always; ``request_timeout`` only with ``-k sync`` given (one thread), where silence means a
+    request held."""
     taken: dict[str, object] = {"boot_timeout": value}
-    if _text(others.get("worker_class", "")).lower() in ("sync", "gunicorn.workers.sync.syncworker"):
+    worker_class = others.get("worker_class")
+    if worker_class is not None and effective_worker_class(worker_class, others.get("threads")) == "sync":
         taken["request_timeout"] = value
     return taken
 

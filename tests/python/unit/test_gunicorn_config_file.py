@@ -149,6 +149,18 @@ def test_timeout_bounds_a_request_only_on_sync_workers(tmp_path: Path) -> None:
         assert cfg.boot_timeout == 60 and cfg.source("request_timeout") == "default", text
 
 
+@pytest.mark.parametrize("text", [
+    "threads = 4\nworker_class = 'sync'\ntimeout = 30\n",
+    "worker_class = 'sync'\ntimeout = 30\nthreads = 4\n",
+    "timeout = 30\nthreads = 4\nworker_class = 'sync'\n",
+])
+def test_sync_with_threads_is_gthread_whatever_the_order_of_the_names(tmp_path: Path, text: str) -> None:
+    """gunicorn runs gthread for the sync worker with threads above 1; its -t then bounds no request."""
+    cfg = load({"config": write(tmp_path, text)}, environ={})
+    assert (cfg.mpm, cfg.threads, cfg.boot_timeout) == ("thread", 4, 30)
+    assert cfg.source("request_timeout") == "default" and cfg.source("mpm").startswith("file ")
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("worker_class = 'gevent'\n", r"^config file '.*': worker_class = 'gevent' is refused: .*no gevent, eventlet "
                                   r"or tornado worker; sync is mpm = prefork, gthread mpm = thread"),

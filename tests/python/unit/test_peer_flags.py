@@ -118,7 +118,7 @@ def resolve(words: list[str]) -> tuple[dict[str, object], list[str], dict[str, s
     """Parse ``tines serve APP WORDS``; the peer flags' settings, warnings and environment."""
     arguments = build_parser().parse_args(["serve", "app:app", *their_spellings(words)])
     given = getattr(arguments, "peer_flags", [])
-    resolved = resolve_peer_flags(given, [name for name in vars(arguments) if name in SETTINGS])
+    resolved = resolve_peer_flags(given, {name: value for name, value in vars(arguments).items() if name in SETTINGS})
     return resolved.settings, resolved.warnings, resolved.environ
 
 
@@ -167,6 +167,31 @@ def test_threads_above_one_with_the_sync_worker_is_gthread_as_in_gunicorn() -> N
     assert row.apply(4, {}) == {"threads": 4, "mpm": "thread"}
     assert row.apply(4, {"worker_class": "gthread"}) == {"threads": 4}
     assert row.apply(1, {}) == {"threads": 1}
+
+
+def test_a_gunicorn_worker_class_with_tines_threads_flag_is_gthread_as_in_gunicorn() -> None:
+    """``-k sync --threads 4`` runs gthread in gunicorn; ``--threads`` alone stays Tines' own."""
+    assert resolve(["-k", "sync", "--threads", "4"])[0] == {"mpm": "thread"}
+    cfg = loaded(["-k", "sync", "--threads", "4", "-t", "45"])
+    assert (cfg.mpm, cfg.threads, cfg.boot_timeout, cfg.request_timeout) == ("thread", 4, 45.0, 60.0)
+    cfg = loaded(["-k", "sync", "--threads", "1", "-t", "45"])
+    assert (cfg.mpm, cfg.threads, cfg.request_timeout) == ("prefork", 1, 45.0)
+    assert (loaded(["--threads", "4"]).mpm, loaded(["--threads", "4"]).threads) == ("prefork", 4)
+
+
+def test_one_worker_class_rule_for_threads_and_timeout_in_any_order() -> None:
+    timeout = peers.find("gunicorn", "timeout")
+    worker_class = peers.find("gunicorn", "worker_class")
+    assert timeout is not None and timeout.apply is not None and worker_class is not None
+    assert worker_class.apply is not None
+    assert timeout.apply(30, {"worker_class": "sync", "threads": 4}) == {"boot_timeout": 30}
+    assert timeout.apply(30, {"worker_class": "sync", "threads": 1}) == {"boot_timeout": 30, "request_timeout": 30}
+    assert timeout.apply(30, {"threads": 1}) == {"boot_timeout": 30}  # sync by default, not given: no
+    assert worker_class.apply("sync", {"threads": 4}) == {"mpm": "thread"}
+    assert worker_class.apply("sync", {"threads": "1"}) == {"mpm": "prefork"}
+    assert peers.effective_worker_class(None, None) == "sync"
+    assert peers.effective_worker_class(None, 8) == "gthread"
+    assert peers.effective_worker_class("uvicorn.workers.UvicornWorker", 8) == "uvicorn.workers.uvicornworker"
 
 
 @pytest.mark.parametrize("words, bind", [
