@@ -387,11 +387,15 @@ def resolve_peer_flags(given: Sequence[tuple[str, object]], tines_given: Collect
             raise ConfigError(f"{shown} ({rows[0].server}) is refused: {peer_text(rows[0].hint)}")
         if row.environ:
             try:
-                resolved.environ.update(peers.environment(value, read_file=flag == "--env-file"))
+                environ = peers.environment(value, read_file=flag == "--env-file")
             except ValueError as error:
                 raise ConfigError(f"{shown}: {error}") from None
             except OSError as error:
                 raise ConfigError(f"{shown}: cannot read it: [Errno {error.errno}] {error.strerror}") from None
+            resolved.environ.update(environ)
+            line = peers.script_name_line(environ) if "root_path" in taken else ""
+            if line:
+                resolved.warnings.append(f"{row.server}'s {flag}: {line}")
         for name, raw in taken.items():
             if name in tines_given:
                 raise ConfigError(f"{shown} ({row.server}) and --{name.replace('_', '-')} both set {name}: "

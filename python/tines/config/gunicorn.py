@@ -124,8 +124,11 @@ def read(location: str) -> Reading:
             mapped = row.apply(value, theirs)
             if row.environ:
                 # gunicorn's raw_env: the app's environment, set in the master (before any fork,
-                # and again at each HUP, as gunicorn's arbiter does), never a setting.
-                os.environ.update(peers.environment(value, read_file=False))
+                # and again at each HUP, as gunicorn's arbiter does); its SCRIPT_NAME is root_path.
+                environ = peers.environment(value, read_file=False)
+                os.environ.update(environ)
+                if mapped is not None and "root_path" in mapped:
+                    notes.append(f"{label}: {name}: {peers.script_name_line(environ)}")
         except (TypeError, ValueError) as error:
             raise ConfigError(f"{label}: {name} {error}, got {value!r}") from None
         if mapped is None:

@@ -238,8 +238,28 @@ def environment(value: object, read_file: bool) -> dict[str, str]:
     return found
 
 
-def _environ_row(server: str, name: str, flags: tuple[str, ...], ours: str) -> PeerSetting:
-    return PeerSetting(server, name, flags, _nothing, "", True, ours, environ=True)
+def _environ_row(server: str, name: str, flags: tuple[str, ...], ours: str, apply: Apply = _nothing) -> PeerSetting:
+    return PeerSetting(server, name, flags, apply, "", True, ours, environ=True)
+
+
+def _raw_env(value: object, _others: Mapping[str, object]) -> Mapping[str, object] | None:
+    """gunicorn's ``-e``/``raw_env``: the app's environment (read by ``environment``), and
+    ``SCRIPT_NAME`` in it, gunicorn's path prefix for every request, is ``root_path`` (a malformed
+    item gives nothing here: ``environment`` says what is wrong with it)."""
+    try:
+        found = environment(value, read_file=False)
+    except ValueError:
+        return {}
+    return {"root_path": found["SCRIPT_NAME"]} if "SCRIPT_NAME" in found else {}
+
+
+def script_name_line(environ: Mapping[str, str]) -> str:
+    """The line said when gunicorn's environment (``-e``, ``raw_env``) sets ``SCRIPT_NAME``: it
+    is taken as ``root_path``; empty when it does not."""
+    if "SCRIPT_NAME" not in environ:
+        return ""
+    return (f"SCRIPT_NAME={environ['SCRIPT_NAME']} is taken as root_path: Tines gives the app SCRIPT_NAME "
+            "(and PATH_INFO the rest of the path) from that setting (--root-path)")
 
 
 _STATSD = "none: Tines has no StatsD client; it serves Prometheus `/metrics` (and `/status.json`) on {status_bind}"
@@ -310,7 +330,7 @@ GUNICORN: tuple[PeerSetting, ...] = (
     _refused(_G, "daemon", ("-D", "--daemon"), "none: run Tines in the foreground under a supervisor (systemd, "
              "a container)", takes_value=False),
     _environ_row(_G, "raw_env", ("-e", "--env"), "the app's environment: set in the master before any worker "
-                 "starts, as gunicorn does"),
+                 "starts, as gunicorn does; `SCRIPT_NAME` in it sets `root_path` (with a line)", _raw_env),
     _same_row(_G, "pidfile", ("-p", "--pid"), "pid_file"),
     _nothing_row(_G, "worker_tmp_dir", ("--worker-tmp-dir",), "nothing to do: Tines' workers show they are alive "
                  "in the scoreboard in shared memory, not by touching a temporary file"),

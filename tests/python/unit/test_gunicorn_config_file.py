@@ -161,6 +161,18 @@ def test_sync_with_threads_is_gthread_whatever_the_order_of_the_names(tmp_path: 
     assert cfg.source("request_timeout") == "default" and cfg.source("mpm").startswith("file ")
 
 
+def test_script_name_in_raw_env_is_root_path_with_a_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SCRIPT_NAME", raising=False)
+    path = write(tmp_path, 'raw_env = ["SCRIPT_NAME=/api", "DEBUG=1"]\n')
+    reading = gunicorn.read(path)
+    assert reading.values == {"root_path": "/api"}
+    assert reading.notes == (f"config file {path!r}: raw_env: SCRIPT_NAME=/api is taken as root_path: Tines gives "
+                             "the app SCRIPT_NAME (and PATH_INFO the rest of the path) from that setting (--root-path)",)
+    cfg = load({"config": path}, environ={})
+    assert (cfg.root_path, cfg.source("root_path")) == ("/api", f"file {path}")
+    assert gunicorn.read(write(tmp_path, 'raw_env = ["DEBUG=1"]\n')).values == {}
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("worker_class = 'gevent'\n", r"^config file '.*': worker_class = 'gevent' is refused: .*no gevent, eventlet "
                                   r"or tornado worker; sync is mpm = prefork, gthread mpm = thread"),

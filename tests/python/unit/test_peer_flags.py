@@ -279,6 +279,17 @@ def test_environment_from_env_and_env_file(tmp_path: Path) -> None:
         resolve(["--env-file", "/nonexistent/.env"])
 
 
+def test_gunicorn_script_name_in_its_environment_is_root_path_with_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+    settings, warnings, environ = resolve(["-e", "SCRIPT_NAME=/api", "-e", "DEBUG=1"])
+    assert settings == {"root_path": "/api"} and environ == {"SCRIPT_NAME": "/api", "DEBUG": "1"}
+    assert warnings == ["gunicorn's -e: SCRIPT_NAME=/api is taken as root_path: Tines gives the app SCRIPT_NAME "
+                        "(and PATH_INFO the rest of the path) from that setting (--root-path)"]
+    cfg = loaded(["--env", "SCRIPT_NAME=/shop"])
+    assert (cfg.root_path, cfg.sources["root_path"]) == ("/shop", "cli")
+    assert "SCRIPT_NAME=/shop is taken as root_path" in capsys.readouterr().err
+    assert resolve(["-e", "DEBUG=1"])[:2] == ({}, [])
+
+
 # --- the unknown-flag path -------------------------------------------------------------------------
 
 
