@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -121,39 +122,39 @@ def _plain(doc: str) -> str:
 
 ESSENTIALS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("Binding", (
-        ("bind", "HOST:PORT, unix:PATH or fd://N; repeat for more (127.0.0.1:8000)"),
-        ("status_bind", "the status page, /metrics, tines status listen here (off)"),
-        ("forwarded_allow_ips", "proxies trusted for X-Forwarded-* (127.0.0.1, ::1)"),
-        ("root_path", "the prefix the app is mounted at behind a proxy, as /api (none)"),
+        ("bind", "HOST:PORT, unix:PATH or fd://N; repeat for more"),
+        ("status_bind", "the status page, /metrics, tines status listen here"),
+        ("forwarded_allow_ips", "proxies trusted for X-Forwarded-*"),
+        ("root_path", "the prefix the app is mounted at behind a proxy, as /api"),
     )),
     ("App", (
-        ("interface", "wsgi, asgi, asgi2, or auto: ASGI 3 for an async def app (auto)"),
+        ("interface", "wsgi, asgi, asgi2, or auto: ASGI 3 for an async def app"),
         ("preload", "import the app once in the master, before forking the workers"),
-        ("reload", "restart the workers when a source file changes (development)"),
-        ("hooks", "a module of server hooks: on_starting, post_fork... (none)"),
+        ("reload", "restart the workers when a source file changes: development only"),
+        ("hooks", "a module of server hooks: on_starting, post_fork..."),
     )),
     ("Workers", (
-        ("workers", "worker processes (2 x CPU cores)"),
-        ("mpm", "a WSGI app's: prefork, or event/thread with --threads (prefork)"),
-        ("threads", "app threads per worker, with the event MPM (1)"),
-        ("max_requests", "recycle a worker after N requests, 0 never (0)"),
+        ("workers", "worker processes"),
+        ("mpm", "a WSGI app's: prefork, or event/thread with --threads"),
+        ("threads", "app threads per worker, with the event or thread MPM"),
+        ("max_requests", "recycle a worker after N requests, 0 never"),
     )),
     ("Timeouts", (
-        ("request_timeout", "seconds the app may hold a thread without progress (60)"),
-        ("keepalive_timeout", "seconds an idle kept-alive connection stays open (5)"),
-        ("graceful_timeout", "seconds workers get to finish on a stop or reload (30)"),
-        ("boot_timeout", "seconds a worker may take to load the app (60)"),
+        ("request_timeout", "seconds the app may hold a thread without progress"),
+        ("keepalive_timeout", "seconds an idle kept-alive connection stays open"),
+        ("graceful_timeout", "seconds workers get to finish on a stop or reload"),
+        ("boot_timeout", "seconds a worker may take to load the app"),
     )),
     ("Logging", (
-        ("access_log", "the access log: a path, or - for stderr (off)"),
-        ("error_log", "the error log: a path, or - for stderr (-)"),
-        ("log_level", "debug, info, warning, error or critical (info)"),
-        ("log_config", "a logging dictConfig file for the app's records: JSON, YAML or ini"),
+        ("access_log", "the access log: a path, or - for stdout"),
+        ("error_log", "the error log: a path, or - for stderr"),
+        ("log_level", "debug, info, warning, error or critical"),
+        ("log_config", "a dictConfig file for the app's logging: JSON, YAML or ini"),
     )),
     ("TLS and HTTP", (
-        ("certfile", "the certificate chain (PEM): serve HTTPS (unset: TLS off)"),
-        ("keyfile", "its private key, unless certfile holds it"),
-        ("max_body_size", "the largest request body; a larger one gets 413 (100 MiB)"),
+        ("certfile", "the certificate chain (PEM): serve HTTPS"),
+        ("keyfile", "its private key, PEM"),
+        ("max_body_size", "the largest request body; a larger one gets 413"),
     )),
     ("Process", (
         ("user", "the user the workers run as, switched to after binding"),
@@ -162,7 +163,26 @@ ESSENTIALS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 )
 """The settings ``tines serve --help`` shows, grouped, one line each (the rest: ``--help-all``,
 ``tines help SETTING``, docs/settings.md). Kept here, not in each ``Setting``: which settings
-matter first is a choice about the help, not a property of a setting."""
+matter first is a choice about the help, not a property of a setting. Each line's default, in
+brackets, is the registry's (``brief_default``), never written here."""
+
+
+def brief_default(setting: Setting) -> str | None:
+    """A setting's default as the brief help shows it: its ``default_text`` (a size as people
+    read it: ``100 MiB``), else the default without TOML's quotes (a list comma-separated, an
+    empty string ``none``); None for an on/off flag (off by default, said by its name)."""
+    if setting.default_text is not None:
+        text = setting.default_text.replace("`", "")
+        readable = re.fullmatch(r"\d+ \((.+)\)", text)
+        return readable[1] if readable else text
+    default = setting.default
+    if isinstance(default, bool):
+        return None
+    if isinstance(default, (tuple, list)):
+        return ", ".join(str(item) for item in default) or "none"
+    if isinstance(default, str):
+        return default or "none"
+    return "unset" if default is None else format_value(default)
 
 
 def _invocation(name: str) -> str:
@@ -187,11 +207,16 @@ def brief_help(prog: str) -> str:
              f"  {'-c, --config PATH':<{width}}  config file: TOML, or gunicorn's FILE.py (default ./tines.toml)"]
     for title, rows in ESSENTIALS:
         lines += ["", f"{title}:"]
-        lines += [f"  {_invocation(name):<{width}}  {text}" for name, text in rows]
+        lines += [f"  {_invocation(name):<{width}}  {text}{_bracketed(brief_default(SETTINGS[name]))}"
+                  for name, text in rows]
     lines += ["", f"These are {shown} of the {len(SETTINGS)} settings. All of them: {prog} --help-all;",
               "one setting's whole text, env var, config key and default: tines help SETTING;",
               "docs/settings.md. Every flag also reads TINES_<NAME> and the config file's key."]
     return "\n".join(lines) + "\n"
+
+
+def _bracketed(default: str | None) -> str:
+    return "" if default is None else f" ({default})"
 
 
 class BriefHelpAction(argparse.Action):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tines.config import SETTINGS
-from tines.serve_cli import ESSENTIALS, brief_help, find_setting, setting_help
+from tines.serve_cli import ESSENTIALS, brief_default, brief_help, find_setting, setting_help
 
 ESSENTIAL_NAMES = [name for _, rows in ESSENTIALS for name, _ in rows]
 
@@ -100,3 +100,24 @@ def test_tines_help_alone_lists_every_setting_by_section(tmp_path: Path) -> None
     assert result.returncode == 0
     words = set(result.stdout.replace(",", " ").split())
     assert set(SETTINGS) <= words
+
+
+def test_each_brief_line_shows_the_registrys_default_and_the_access_log_is_on_stdout() -> None:
+    """The bracketed defaults come from the registry (``brief_default``), never typed in the list."""
+    lines = brief_help("tines serve").splitlines()
+    indented = [line for line in lines[lines.index("Binding:"):] if line.startswith("  -")]
+    for name, line in zip(ESSENTIAL_NAMES, indented):
+        default = brief_default(SETTINGS[name])
+        if default is None:
+            assert SETTINGS[name].is_flag and not line.endswith(")"), (name, line)
+        else:
+            assert line.endswith(f" ({default})"), (name, line, default)
+    for _, rows in ESSENTIALS:
+        for name, text in rows:
+            assert not text.endswith(")"), f"{name}: a default typed into ESSENTIALS: {text!r}"
+    shown = dict(zip(ESSENTIAL_NAMES, indented))
+    assert shown["bind"].endswith("(127.0.0.1:8000)") and shown["workers"].endswith("(2 x CPU cores)")
+    assert shown["forwarded_allow_ips"].endswith("(127.0.0.1, ::1)")
+    assert shown["max_body_size"].endswith("(100 MiB)") and shown["request_timeout"].endswith("(60)")
+    assert "- for stdout" in shown["access_log"] and "stdout" in SETTINGS["access_log"].doc
+    assert "- for stderr" in shown["error_log"]
