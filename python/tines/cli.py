@@ -25,8 +25,8 @@ from tines.config import (SECTIONS, SETTINGS, Config, environment_warnings, igno
 from tines.config.migration import peer_text
 from tines.errors import AppLoadError, ConfigError
 from tines.serve_cli import (APP_FORMS, EXIT_USAGE, SERVE_DESCRIPTION, ArgumentParser, add_peer_flags,
-                             add_serve_arguments, add_settings, check_config, find_setting, resolve_peer_flags,
-                             setting_help, their_spellings)
+                             add_serve_arguments, add_settings, check_config, find_setting, reload_warnings,
+                             resolve_peer_flags, setting_help, their_spellings)
 
 
 class VersionAction(argparse.Action):
@@ -310,6 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         environ = _apply_peer_flags(arguments)
         cfg = load(arguments)
         os.environ.update(environ)  # the app's (-e, --env-file), after the settings: as gunicorn's raw_env
+        for warning in reload_warnings(cfg):
+            print(f"tines: warning: {warning}", file=sys.stderr)
         if arguments.command == "check-config":
             for message in ignored_settings(cfg):
                 print(f"tines: warning: {message}", file=sys.stderr)

@@ -426,10 +426,11 @@ def resolve_peer_flags(given: Sequence[tuple[str, object]], tines_given: Collect
                 raise ConfigError(f"{shown} ({row.server}) and --{name.replace('_', '-')} both set {name}: "
                                   "give one")
             before = resolved.settings.get(name)
+            items = raw if isinstance(raw, list) else [raw]
             if isinstance(before, list) and origin_row[name] is row:
-                before += [] if raw in before else [raw]  # a repeated flag of a list (--reload-extra-file)
+                before += [item for item in items if item not in before]  # a repeated flag (--reload-extra-file)
                 continue
-            value_of = [raw] if name in SETTINGS and SETTINGS[name].multiple else raw
+            value_of = items if name in SETTINGS and SETTINGS[name].multiple else raw
             if before is not None and before != value_of:
                 raise ConfigError(f"{shown} ({row.server}) and {origin[name]} both set {name}: give one")
             resolved.settings[name] = value_of
@@ -438,6 +439,20 @@ def resolve_peer_flags(given: Sequence[tuple[str, object]], tines_given: Collect
         if row.note and warning not in resolved.warnings:
             resolved.warnings.append(warning)
     return resolved
+
+
+def reload_warnings(cfg: Config) -> list[str]:
+    """A line when ``reload`` is on and ``reload_include`` was given without a glob matching a
+    ``.py`` file: Tines' replaces the default ``*.py`` where uvicorn's ``--reload-include`` adds to
+    it, so a uvicorn command line would stop reloading on a code change without a word."""
+    if not cfg.reload or cfg.source("reload_include") == "default":
+        return []
+    import fnmatch  # only when reload is on, a development server
+
+    if any(fnmatch.fnmatchcase("app.py", glob) for glob in cfg.reload_include):
+        return []
+    return [f"reload_include {' '.join(cfg.reload_include)} matches no .py file: a change to the app's code does "
+            "not reload (it replaces the default *.py, where uvicorn's --reload-include adds to it): list '*.py' too"]
 
 
 def check_config(cfg: Config, check_app: bool) -> list[str]:

@@ -160,6 +160,13 @@ def _timeout(value: object, others: Mapping[str, object]) -> Mapping[str, object
     return taken
 
 
+def _reload_extra_files(value: object, _others: Mapping[str, object]) -> Mapping[str, object] | None:
+    """gunicorn's ``reload_extra_files`` (uvicorn's ``reload_includes``): watched besides the
+    Python modules, where Tines' ``reload_include`` replaces its default ``*.py``: both."""
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    return {"reload_include": ["*.py", *(item for item in items if item != "*.py")]}
+
+
 def _host_port(value: object, others: Mapping[str, object]) -> Mapping[str, object] | None:
     """uvicorn's ``--host`` and ``--port`` (defaults 127.0.0.1 and 8000) make one bind."""
     host = _text(others.get("host", "127.0.0.1"))
@@ -313,8 +320,10 @@ GUNICORN: tuple[PeerSetting, ...] = (
                  "for a bound"),
     _same_row(_G, "reload", ("--reload",), "reload", takes_value=False),
     _nothing_row(_G, "reload_engine", ("--reload-engine",), "nothing to do: Tines' reload always uses inotify"),
-    _same_row(_G, "reload_extra_files", ("--reload-extra-file",), "reload_include",
-              "taken as reload_include: globs relative to the watched tree, replacing the default `*.py`"),
+    PeerSetting(_G, "reload_extra_files", ("--reload-extra-file",), _reload_extra_files,
+                "taken as reload_include with `*.py` (as gunicorn watches the app's modules too): the paths are "
+                "globs relative to the watched tree (the app's directory); a file outside it is not watched", True,
+                "{reload_include} `*.py` and the files, relative to the watched tree"),
     _refused(_G, "spew", ("--spew",), "none: {profile} samples the app's stacks instead of tracing every line",
              takes_value=False),
     _refused(_G, "check_config", ("--check-config",), "none as a flag: the `tines check-config` command",
@@ -454,7 +463,9 @@ UVICORN: tuple[PeerSetting, ...] = (
     _same_row(_U, "reload", ("--reload",), "reload", takes_value=False),
     _refused(_U, "reload_dirs", ("--reload-dir",), "none: {reload} watches the tree the app is imported from "
              "(docs/signals.md); {reload_include} and {reload_exclude} choose its files"),
-    _same_row(_U, "reload_includes", ("--reload-include",), "reload_include"),
+    PeerSetting(_U, "reload_includes", ("--reload-include",), _reload_extra_files, "", True,
+                "{reload_include}, which replaces the default `*.py` where uvicorn adds to it: list `*.py` "
+                "too (a warning says so when it is missing)"),
     _same_row(_U, "reload_excludes", ("--reload-exclude",), "reload_exclude"),
     _nothing_row(_U, "reload_delay", ("--reload-delay",), "nothing to do: reload acts once a save has gone quiet "
                  "for 0.1 s"),

@@ -173,6 +173,12 @@ def test_script_name_in_raw_env_is_root_path_with_a_line(tmp_path: Path, monkeyp
     assert gunicorn.read(write(tmp_path, 'raw_env = ["DEBUG=1"]\n')).values == {}
 
 
+def test_reload_extra_files_are_watched_with_the_python_modules(tmp_path: Path) -> None:
+    cfg = load({"config": write(tmp_path, "reload = True\nreload_extra_files = ['templates/index.html']\n")},
+               environ={})
+    assert cfg.reload_include == ("*.py", "templates/index.html") and cfg.source("reload_include").startswith("file ")
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("worker_class = 'gevent'\n", r"^config file '.*': worker_class = 'gevent' is refused: .*no gevent, eventlet "
                                   r"or tornado worker; sync is mpm = prefork, gthread mpm = thread"),

@@ -261,9 +261,36 @@ def test_two_flags_for_one_setting_are_an_error() -> None:
 
 def test_a_repeated_flag_of_a_list_setting_adds_to_it() -> None:
     settings, warnings, _ = resolve(["--reload-extra-file", "templates/*.html", "--reload-extra-file", "*.py"])
-    assert settings == {"reload_include": ["templates/*.html", "*.py"]} and len(warnings) == 1
-    assert loaded(["--reload-extra-file", "*.html", "--reload-extra-file", "*.py"]).reload_include == ("*.html", "*.py")
+    assert settings == {"reload_include": ["*.py", "templates/*.html"]} and len(warnings) == 1
+    assert loaded(["--reload-extra-file", "*.html", "--reload-extra-file", "b.txt"]).reload_include == (
+        "*.py", "*.html", "b.txt")
     assert resolve(["--host", "127.0.0.1", "--port", "9000"])[0] == {"bind": ["127.0.0.1:9000"]}
+
+
+def test_gunicorn_extra_reload_files_add_to_the_python_modules_as_in_gunicorn() -> None:
+    """gunicorn watches the app's modules and the extra files; Tines' reload_include replaces *.py."""
+    settings, warnings, _ = resolve(["--reload", "--reload-extra-file", "templates/index.html"])
+    assert settings == {"reload_include": ["*.py", "templates/index.html"]}
+    assert warnings == ["gunicorn's --reload-extra-file: taken as reload_include with *.py (as gunicorn watches the "
+                        "app's modules too): the paths are globs relative to the watched tree (the app's directory); "
+                        "a file outside it is not watched"]
+
+
+def test_a_reload_include_without_python_files_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    """uvicorn's --reload-include adds to *.py; Tines' (the same flag) replaces it: a line says so."""
+    from tines.serve_cli import reload_warnings
+
+    def warnings(words: list[str]) -> list[str]:
+        arguments = build_parser().parse_args(["serve", "app:app", *words])
+        return reload_warnings(load(arguments, {}))
+
+    assert warnings(["--reload", "--reload-include", "*.html"]) == [
+        "reload_include *.html matches no .py file: a change to the app's code does not reload (it replaces the "
+        "default *.py, where uvicorn's --reload-include adds to it): list '*.py' too"]
+    assert warnings(["--reload", "--reload-include", "*.html", "--reload-include", "*.py"]) == []
+    assert warnings(["--reload"]) == [] and warnings(["--reload-include", "*.html"]) == []
+    row = peers.find("uvicorn", "reload_includes")
+    assert row is not None and "replaces the default" in row.answer
 
 
 def test_environment_from_env_and_env_file(tmp_path: Path) -> None:
