@@ -311,7 +311,8 @@ def their_spellings(words: Sequence[str]) -> list[str]:
     spellings of Tines' own flags that argparse would misread spelt as Tines' are: an on/off flag
     given a value (uvicorn's ``--ws-per-message-deflate false``, gunicorn's ``--proxy-protocol
     v2``), uvicorn's ``--access-log`` alone (its access log on stdout: ``--access-log -``) and
-    ``--server-header`` alone (on, Tines' default too: dropped), ``--interface asgi3``,
+    ``--server-header`` alone (on, Tines' default too: dropped; "alone" also when APP follows:
+    ``--access-log main:app`` keeps main:app the APP), ``--interface asgi3``,
     ``--log-level trace``."""
     switches = {flag for setting in SETTINGS.values() if setting.is_flag for flag in setting.flags}
     spelt: list[str] = []

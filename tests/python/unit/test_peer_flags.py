@@ -231,9 +231,26 @@ def test_uvicorn_on_off_flags() -> None:
     (["--access-log", "a.log"], ["--access-log", "a.log"]), (["--access-log", "-", "-w", "1"], ["--access-log", "-", "-w", "1"]),
     (["--server-header"], []), (["--server-header", "shop"], ["--server-header", "shop"]),
     (["--interface", "asgi3"], ["--interface", "asgi"]), (["--log-level", "trace"], ["--log-level", "debug"]),
+    # uvicorn's bare switches before the APP: the APP stays the APP.
+    (["--access-log", "main:app"], ["--access-log", "-", "main:app"]),
+    (["--access-log", "src/app.py:app"], ["--access-log", "-", "src/app.py:app"]),
+    (["--server-header", "main:app"], ["main:app"]), (["--server-header", "pkg.main:create_app()"], ["pkg.main:create_app()"]),
+    (["--access-log", "/var/log/access.log"], ["--access-log", "/var/log/access.log"]),
 ])
 def test_their_spellings_of_tines_flags(words: list[str], spelt: list[str]) -> None:
     assert their_spellings(words) == spelt
+
+
+def test_a_bare_uvicorn_switch_before_the_app_leaves_the_app(capsys: pytest.CaptureFixture[str]) -> None:
+    from tines.cli import main
+
+    assert main(["check-config", "--check-app", "--server-header", "missing_module_of_fx:app"]) == 2
+    assert "missing_module_of_fx" in capsys.readouterr().err  # taken as APP (and not found), not the header
+    assert main(["check-config", "--access-log", "missing_module_of_fx:app"]) == 0
+    out = capsys.readouterr().out
+    assert "missing_module_of_fx:app" in next(line for line in out.splitlines() if line.startswith("app "))
+    arguments = build_parser().parse_args(["serve", *their_spellings(["--access-log", "main:app"])])
+    assert (arguments.app, arguments.access_log) == ("main:app", "-")
 
 
 def test_uvicorn_limit_concurrency_is_max_concurrency_with_a_line() -> None:
