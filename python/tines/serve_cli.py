@@ -321,7 +321,7 @@ def their_spellings(words: Sequence[str]) -> list[str]:
         word = words[index]
         following = words[index + 1] if index + 1 < len(words) else None
         value = following.lower() if following is not None else None
-        alone = following is None or (following.startswith("-") and following != "-")
+        alone = following is None or (following.startswith("-") and following != "-") or _could_be_app(following)
         if word in switches and value is not None and (
                 value in _ON | _OFF or (word == "--proxy-protocol" and value in ("v1", "v2", "auto"))):
             spelt.append("--no-" + word[2:] if value in _OFF else word)
@@ -338,6 +338,15 @@ def their_spellings(words: Sequence[str]) -> list[str]:
             spelt.append(word)
         index += 1
     return spelt
+
+
+_APP = re.compile(r"(?:[A-Za-z_][\w.]*|\S*\.py):[A-Za-z_][\w.]*(?:\(.*\))?")
+
+
+def _could_be_app(word: str) -> bool:
+    """``word`` has APP's form (``main:app``, ``path/to/app.py:app``, a factory call): after
+    uvicorn's bare ``--access-log`` or ``--server-header`` it is the APP, not their value."""
+    return _APP.fullmatch(word) is not None
 
 
 class PeerFlag(argparse.Action):
