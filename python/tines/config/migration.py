@@ -146,7 +146,8 @@ EQUIVALENTS: tuple[Equivalent, ...] = (
     Equivalent("Hypercorn", "`alpn_protocols`", "{alpn}"),
     Equivalent("Hypercorn", "`h2_max_concurrent_streams`, `h2_max_header_list_size`", "same names"),
     Equivalent("Hypercorn", "`h2_max_inbound_frame_size`", "{h2_max_frame_size}"),
-    Equivalent("Granian", "`http` (`--http`: `auto`, `1`, `2`; taken as uvicorn's, with nothing to do)", _HTTP),
+    Equivalent("Granian", "`http` (`--http`: `auto` taken as uvicorn's, with nothing to do; `1` and `2` refused "
+               "with this answer)", _HTTP),
     Equivalent("Granian", "`http2_settings.adaptive_window`", "not supported: the windows are fixed "
                "({h2_initial_window_size} per stream, {h2_connection_window_size} per connection) and reopen as "
                "the body is read", ("--http2-adaptive-window", "--no-http2-adaptive-window")),

@@ -214,6 +214,12 @@ def _only_when_true(value: object, _others: Mapping[str, object]) -> Mapping[str
     return {} if value is None or value is True or _text(value).lower() in ("true", "1", "on") else None
 
 
+def _http(value: object, _others: Mapping[str, object]) -> Mapping[str, object] | None:
+    """uvicorn's ``--http`` names its parser (nothing to do); Granian's ``--http 1`` and ``2``
+    choose the protocol, which Tines sets otherwise (``_GRANIAN_HTTP``): refused."""
+    return {} if _text(value).lower() in ("auto", "h11", "httptools", "zttp") else None
+
+
 def _ws(value: object, _others: Mapping[str, object]) -> Mapping[str, object] | None:
     return {"ws_max_connections": 0} if _text(value).lower() == "none" else {}
 
@@ -284,6 +290,10 @@ _NO_HOOK = "none: Tines has no such moment; the hooks it runs are listed under {
 _KILL_SILENT = ("in gunicorn a worker silent this long is killed, at boot too; Tines sets {boot_timeout} (a worker "
                 "not ready in time is killed) and, with `-k sync` only, {request_timeout} (a request held that long "
                 "without progress replaces its worker); a streaming response that keeps producing is never cut")
+
+_GRANIAN_HTTP = ("uvicorn's `auto`, `h11`, `httptools` or `zttp` (its parser, nothing to do); as Granian's protocol: "
+                 "{http2=false} for HTTP/1.1 only (`1`), a cleartext {bind} written `h2c:HOST:PORT` for HTTP/2 only "
+                 "(`2`), `http1+h2c:HOST:PORT` for both")
 
 _G = "gunicorn"
 _U = "uvicorn"
@@ -471,7 +481,8 @@ UVICORN: tuple[PeerSetting, ...] = (
                  "for 0.1 s"),
     _same_row(_U, "workers", ("--workers",), "workers"),
     _same_row(_U, "loop", ("--loop",), "loop"),
-    _nothing_row(_U, "http", ("--http",), "nothing to do: the HTTP/1.1 parser and HTTP/2 are Tines' own"),
+    PeerSetting(_U, "http", ("--http",), _http, "nothing to do: the HTTP/1.1 parser and HTTP/2 are Tines' own",
+                True, "nothing to do for `auto`, `h11`, `httptools`, `zttp`", refusal=_GRANIAN_HTTP),
     _same_row(_U, "http2", ("--http2",), "http2", takes_value=False),
     PeerSetting(_U, "ws", ("--ws",), _ws, "nothing to do: the WebSocket protocol is Tines' own "
                 "(`none` sets ws_max_connections 0)", True, "nothing to do (`none`: {ws_max_connections=0})"),

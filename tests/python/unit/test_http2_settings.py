@@ -250,7 +250,8 @@ def test_uvicorn_http_flag_is_taken_and_granian_http_is_in_the_docs() -> None:
     assert warnings == ["uvicorn's --http: nothing to do: the HTTP/1.1 parser and HTTP/2 are Tines' own"]
     assert migration_hint("--http2") is None and "--http2" in SETTINGS["http2"].flags  # uvicorn's flag is Tines' own
     text = render_markdown()
-    assert "| Granian | `http` (`--http`: `auto`, `1`, `2`; taken as uvicorn's, with nothing to do) | not needed: " in text
+    assert ("| Granian | `http` (`--http`: `auto` taken as uvicorn's, with nothing to do; `1` and `2` refused with "
+            "this answer) | not needed: ") in text
 
 
 @pytest.mark.parametrize("flag, answer", [

@@ -253,6 +253,20 @@ def test_a_bare_uvicorn_switch_before_the_app_leaves_the_app(capsys: pytest.Capt
     assert (arguments.app, arguments.access_log) == ("main:app", "-")
 
 
+@pytest.mark.parametrize("value", ["1", "2"])
+def test_granian_http_values_are_refused_with_the_h2c_hint(value: str) -> None:
+    """Granian's --http 2 is HTTP/2 only: not uvicorn's parser choice, so no "nothing to do"."""
+    with pytest.raises(ConfigError) as error:
+        resolve(["--http", value])
+    assert str(error.value) == (
+        f"--http {value} (uvicorn) is refused: uvicorn's auto, h11, httptools or zttp (its parser, nothing to do); "
+        "as Granian's protocol: --no-http2 for HTTP/1.1 only (1), a cleartext --bind written h2c:HOST:PORT for "
+        "HTTP/2 only (2), http1+h2c:HOST:PORT for both")
+    for theirs in ("auto", "h11", "httptools"):
+        assert resolve(["--http", theirs])[:2] == (
+            {}, ["uvicorn's --http: nothing to do: the HTTP/1.1 parser and HTTP/2 are Tines' own"])
+
+
 def test_uvicorn_limit_concurrency_is_max_concurrency_with_a_line() -> None:
     settings, warnings, _ = resolve(["--limit-concurrency", "50"])
     assert settings == {"max_concurrency": "50"}
