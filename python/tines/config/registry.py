@@ -378,9 +378,9 @@ _REGISTRY = (
             non_negative_seconds, 60.0, ("--boot-timeout",), "SECONDS"),
     # Limits
     Setting("max_request_line", "Limits", "Longest request line (method, target, version), in bytes; at least 14, the length of `GET / HTTP/1.1`.",
-            request_line_size, 8190, ("--max-request-line", "--limit-request-line"), "BYTES", worker=True),
+            request_line_size, 8190, ("--max-request-line",), "BYTES", worker=True),
     Setting("max_headers", "Limits", "Most header fields in one request.",
-            positive_int, 100, ("--max-headers", "--limit-request-fields"), "N", worker=True),
+            positive_int, 100, ("--max-headers",), "N", worker=True),
     Setting("max_head_size", "Limits", "Largest request head (request line and headers), in bytes; at least 27, the size of the smallest valid HTTP/1.1 request (`GET / HTTP/1.1`, `Host: a` and the blank line).",
             head_size, 32768, ("--max-head-size",), "BYTES", worker=True),
     Setting("max_body_size", "Limits", "Largest request body, in bytes or with a unit (`100MiB`): a larger Content-Length gets 413 before any of the body is read (and without `100 Continue`); a chunked body that grows past it while the server reads it gets 413 before the app runs. On `stream_body_paths` routes a chunked body's size is known only as the app reads it: once it grows past the limit, the app's read of `wsgi.input` raises `OSError`; if the app lets that propagate, Tines answers 413, but an app or framework that catches it answers with its own status, and that stands (Flask answers 500). Each 413 the server answers leaves a warning in the error log naming the request, the limit and this setting (at most one a second per worker; the next says how many were held back). 0 means no limit. Bodies beyond `request_buffer_memory` go to temporary files, so this bounds disk per request, not memory.",

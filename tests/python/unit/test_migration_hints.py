@@ -30,7 +30,9 @@ def test_the_three_reported_flags_are_taken_or_answered() -> None:
 def test_renamed_settings_are_aliases_or_given_as_tines_settings() -> None:
     assert "--keep-alive" in SETTINGS["keepalive_timeout"].flags
     assert "--timeout-keep-alive" in SETTINGS["keepalive_timeout"].flags
-    assert "--limit-request-fields" in SETTINGS["max_headers"].flags
+    # gunicorn's --limit-request-fields is its peer row's (0, no limit, gets the row's hint), not an alias.
+    assert "--limit-request-fields" not in SETTINGS["max_headers"].flags
+    assert resolve_peer_flags([("--limit-request-fields", "50")], ()).settings == {"max_headers": "50"}
     assert resolve_peer_flags([("--no-server-header", False)], ()).settings == {"server_header": ""}
     assert resolve_peer_flags([("-k", "sync")], ()).settings == {"mpm": "prefork"}
     assert resolve_peer_flags([("--worker-class", "gthread")], ()).settings == {"mpm": "thread"}

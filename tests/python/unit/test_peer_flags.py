@@ -253,6 +253,18 @@ def test_a_bare_uvicorn_switch_before_the_app_leaves_the_app(capsys: pytest.Capt
     assert (arguments.app, arguments.access_log) == ("main:app", "-")
 
 
+@pytest.mark.parametrize("flag, setting, hint", [
+    ("--limit-request-line", "max_request_line", "Tines always limits the request line, --max-request-line"),
+    ("--limit-request-fields", "max_headers", "Tines always limits the fields, --max-headers"),
+])
+def test_gunicorns_request_limits_take_a_number_and_refuse_0_with_the_hint(flag: str, setting: str, hint: str) -> None:
+    """gunicorn's 0 means no limit: its row's hint, not the converter's generic error."""
+    assert getattr(loaded([flag, "50"]), setting) == 50
+    with pytest.raises(ConfigError) as error:
+        resolve([flag, "0"])
+    assert str(error.value) == f"{flag} 0 (gunicorn) is refused: none for 0 (no limit): {hint}"
+
+
 @pytest.mark.parametrize("value", ["1", "2"])
 def test_granian_http_values_are_refused_with_the_h2c_hint(value: str) -> None:
     """Granian's --http 2 is HTTP/2 only: not uvicorn's parser choice, so no "nothing to do"."""
