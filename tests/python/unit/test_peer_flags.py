@@ -58,16 +58,54 @@ def test_the_help_lists_are_theirs() -> None:
     assert {"--host", "--port", "--root-path", "--no-proxy-headers", "--env-file", "--ws"} <= set(help_flags("uvicorn"))
 
 
+SAMPLES = {
+    "-c": "tines.toml", "--config": "tines.toml", "-b": "127.0.0.1:8000", "--bind": "127.0.0.1:8000",
+    "-k": "gthread", "--worker-class": "gthread", "--limit-request-line": "4094", "--chdir": "d", "--app-dir": "d",
+    "-e": "A=1", "--env": "A=1", "--env-file": ".env", "--forwarded-allow-ips": "127.0.0.1",
+    "--proxy-allow-from": "127.0.0.1", "--log-level": "info", "--protocol": "http", "--cert-reqs": "0",
+    "--ssl-cert-reqs": "0", "--http-protocols": "h1,h2", "--http2-initial-window-size": "65535",
+    "--http2-max-frame-size": "16384", "--asgi-loop": "auto", "--loop": "auto", "--asgi-lifespan": "on",
+    "--lifespan": "on", "--root-path": "/api", "--http": "h11", "--interface": "asgi3",
+    "--h11-max-incomplete-event-size": "16384", "--log-config": "logging.json", "--log-config-json": "logging.json",
+    "--access-logfile": "-", "--error-logfile": "-", "--log-file": "-", "-p": "t.pid", "--pid": "t.pid",
+    "--reload-include": "*.html", "--reload-exclude": "*.tmp", "--reload-extra-file": "templates/a.html",
+    "--keyfile": "key.pem", "--certfile": "cert.pem", "--ssl-keyfile": "key.pem", "--ssl-certfile": "cert.pem",
+}
+"""A value their ``--help`` would show for a flag whose value is not a number (``1`` for the rest)."""
+
+REFUSED_SPELLINGS = {"--no-sendfile", "--no-date-header"}
+"""Spellings of accepted rows that turn off what Tines always does: refused with the row's hint."""
+
+
 @pytest.mark.parametrize("server, flag", ALL_FLAGS)
-def test_every_flag_of_theirs_is_accepted_or_refused_with_a_hint(server: str, flag: str) -> None:
+def test_every_flag_of_theirs_is_accepted_or_refused_with_a_hint(
+        server: str, flag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if flag in ANSWERED_BY_TINES:
         return
     rows = [row for row in peers.by_flag(flag) if row.server == server]
     assert rows, f"{server}'s {flag} is in no row of tines.config.peers"
     row = rows[0]
-    words = [flag] if not row.takes_value else [flag, "1"]
+    words = [flag] if not row.takes_value else [flag, SAMPLES.get(flag, "1")]
     if row.apply is not None:
         assert parses(words), f"{flag} is accepted by its row but not by the command line"
+        # Accepted means it loads: through the row (or the setting's own flag) into the settings
+        # the row names, each from the command line.
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "tines.toml").write_text("")
+        (tmp_path / ".env").write_text("A=1\n")
+        (tmp_path / "logging.json").write_text('{"version": 1}')
+        (tmp_path / "d").mkdir()
+        if flag in REFUSED_SPELLINGS:
+            with pytest.raises(ConfigError, match=re.escape(peers_text(row.hint))):
+                loaded(words)
+            return
+        cfg = loaded(words)
+        value: object = words[1] if row.takes_value else not flag.startswith("--no-")
+        others = {row.name: value}
+        taken = row.apply(value, others)
+        assert taken is not None, (flag, value)
+        for name in taken:  # ``config`` names the file the settings come from, not a setting
+            assert name == "config" or cfg.sources[name] == "cli", (flag, name, cfg.sources[name])
         return
     assert not parses(words)
     message = _unknown_message(words)
@@ -363,15 +401,41 @@ def test_gunicorn_script_name_in_its_environment_is_root_path_with_a_line(capsys
 # --- the unknown-flag path -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("flag", ["--statsd-host", "--worker-tmp-dir", "--ws", "--http", "--env-file",
-                                  "--log-config"])
-def test_the_reported_bad_guesses_are_gone(flag: str) -> None:
-    """Each of these once got a look-alike: --start-workers, --workers, --help, --no-profile, --config."""
-    words = [flag, "x"]
-    if parses(words):
-        return  # taken now (the flag's row says what it does)
-    message = _unknown_message(words)
-    assert "did you mean" not in message and message.startswith(f"unknown option {flag!r} (gunicorn")
+@pytest.mark.parametrize("words, status, says", [
+    (["--statsd-host", "localhost:8125"], 2, "tines: error: unknown option '--statsd-host' (gunicorn): none: Tines "
+     "has no StatsD client; it serves Prometheus /metrics (and /status.json) on --status-bind"),
+    (["--worker-tmp-dir", "/dev/shm"], 0, "tines: warning: gunicorn's --worker-tmp-dir: nothing to do: Tines' "
+     "workers show they are alive in the scoreboard"),
+    (["--ws", "websockets"], 0, "tines: warning: uvicorn's --ws: nothing to do: the WebSocket protocol is Tines' own"),
+    (["--http", "h11"], 0, "tines: warning: uvicorn's --http: nothing to do: the HTTP/1.1 parser and HTTP/2 are "
+     "Tines' own"),
+    (["--env-file", ".env"], 0, ""),
+    (["--log-config", "logging.json"], 0, ""),
+])
+def test_the_reported_bad_guesses_are_gone(words: list[str], status: int, says: str, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each of these once got a look-alike (--start-workers, --workers, --help, --no-profile,
+    --config): now ``tines check-config`` takes it, or refuses it with its row's hint, no guess."""
+    from tines.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("FX1_ENV_FILE_VALUE=1\n")
+    (tmp_path / "logging.json").write_text('{"version": 1}')
+    monkeypatch.setenv("FX1_ENV_FILE_VALUE", "")  # restored after the test: check-config sets it
+    try:
+        code = main(["check-config", "app:app", *words])
+    except SystemExit as exit:  # argparse's error path (an unknown option)
+        code = exit.code
+    assert code == status
+    out, err = capsys.readouterr()
+    assert "did you mean" not in err and says in err, err
+    if status == 0:
+        table = dict(line.split(None, 1) for line in out.splitlines() if line.strip() and " " in line)
+        assert "app:app" in table["app"]
+        if words[0] == "--log-config":
+            assert table["log_config"].split()[0].strip("\"").endswith("/logging.json") and "cli" in table["log_config"]
+    else:
+        assert err.count("\n") == 1
 
 
 def test_statsd_points_to_prometheus_on_the_status_listener() -> None:
