@@ -291,12 +291,41 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     add_settings(parser)
 
 
-def serve_parser() -> ArgumentParser:
-    """The parser of ``tines serve``'s arguments (APP, then flags), as the subcommand's, for an
-    argv without the word ``serve``."""
-    parser = ArgumentParser(prog="tines serve", allow_abbrev=False, description=SERVE_DESCRIPTION,
-                            add_help=False)
+class ServeParser(ArgumentParser):
+    """``tines serve``'s parser alone (``tines tune`` reads the flags after its ``--`` with it):
+    it reads gunicorn's and uvicorn's flags as ``tines serve`` does (``their_spellings``, then
+    ``resolve_peer_flags`` into the settings given on the command line; their warnings are the
+    server's to print, and a refused one is this parser's one-line error). The app's environment
+    they set (``-e``, ``--env-file``) is in ``peer_environ``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.peer_environ: dict[str, str] = {}
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        words = their_spellings(list(sys.argv[1:] if args is None else args))
+        arguments, unknown = super().parse_known_args(words, namespace)
+        given = getattr(arguments, "peer_flags", [])
+        if given:
+            delattr(arguments, "peer_flags")
+            try:
+                resolved = resolve_peer_flags(
+                    given, {name: value for name, value in vars(arguments).items() if name in SETTINGS})
+            except ConfigError as error:
+                self.error(str(error))
+            for name, raw in resolved.settings.items():
+                setattr(arguments, name, raw)
+            self.peer_environ = resolved.environ
+        return arguments, unknown
+
+
+def serve_parser() -> ServeParser:
+    """The parser of ``tines serve``'s arguments (APP, then flags, gunicorn's and uvicorn's
+    too), as the subcommand's, for an argv without the word ``serve``."""
+    parser = ServeParser(prog="tines serve", allow_abbrev=False, description=SERVE_DESCRIPTION, add_help=False)
     add_serve_arguments(parser)
+    add_peer_flags(parser)
     return parser
 
 

@@ -25,6 +25,7 @@ def main(argv: Sequence[str]) -> int:
         parser.error("unrecognized arguments: " + " ".join(unknown))
     try:
         cfg = load(arguments)
+        os.environ.update(parser.peer_environ)  # the app's (-e, --env-file), as `tines serve` sets it
         from tines.tune.plan import OVERRIDES, SPOILING_FLAGS
 
         for flag, why in SPOILING_FLAGS.items():

@@ -658,8 +658,10 @@ def tls_flags_of(words: Sequence[str]) -> list[str]:
 
 
 OWNED_FLAGS = {"--bind", "-b", "--mpm", "--workers", "-w", "--threads", "--preload", "--no-preload",
-               "--status-bind", "--ready-fd", "--memory-merge", "--no-memory-merge"}
-"""Flags the tuner sets on every server it starts."""
+               "--status-bind", "--ready-fd", "--memory-merge", "--no-memory-merge",
+               "-k", "--worker-class", "--host", "--port", "--uds", "--fd"}
+"""Flags the tuner sets on every server it starts (gunicorn's ``-k`` and uvicorn's ``--host``... set
+``mpm`` and ``bind``)."""
 
 OVERRIDES = ["--max-requests", "0", "--max-requests-jitter", "0", "--max-worker-memory", "0", "--no-reload"]
 """Given to every server after the app's own flags: recycling and reloading off whatever a

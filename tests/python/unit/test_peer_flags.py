@@ -505,3 +505,27 @@ def test_the_migration_table_lists_every_row_of_theirs() -> None:
         assert f"| {row.server} | `{row.name}`" in text, row
     assert "| uvicorn | `host` (`--host`) | `bind` `HOST:PORT` (with `--port`, default 8000) |" in text
     assert "| gunicorn | `statsd_host` (`--statsd-host`) | none: Tines has no StatsD client" in text
+
+
+def test_tines_tune_reads_their_flags_after_its_double_dash_as_serve_does() -> None:
+    """``tines tune -- -k gthread -t 30 --access-logfile -``: the flags ``serve_parser`` reads
+    (tune's app check and the tines.toml it proposes) are the server's."""
+    from tines.serve_cli import serve_parser
+    from tines.tune import plan
+    from tines.tune.report import serve_settings
+
+    parser = serve_parser()
+    arguments, unknown = parser.parse_known_args(["app:app", "-t", "30", "--access-logfile", "-", "-e", "A=1",
+                                                  "--limit-concurrency", "64", "--access-log", "main:app"])
+    assert unknown == ["main:app"] and parser.peer_environ == {"A": "1"}
+    assert (arguments.boot_timeout, arguments.access_log, arguments.max_concurrency) == ("30", "-", "64")
+    settings = serve_settings({"app": "app:app", "serve_args": ["--timeout", "30", "--proxy-headers",
+                                                                 "--limit-concurrency", "64"]})
+    assert (settings["boot_timeout"], settings["max_concurrency"]) == (30.0, 64)
+    with pytest.raises(SystemExit) as exit:
+        parser.parse_known_args(["app:app", "-k", "gevent"])
+    assert exit.value.code == 2
+    for flag in ("-k", "--host", "--port"):  # tune sets mpm and bind on each server itself
+        with pytest.raises(plan.TuneError, match=f"^{flag} is set by tines tune itself"):
+            plan.serve_flags_of([flag, "x"])
+
