@@ -103,3 +103,23 @@ def test_a_refused_flag_is_one_line_naming_what_tines_has() -> None:
     assert result.returncode == 2
     assert result.stderr == ("tines: error: unknown option '--statsd-host' (gunicorn): none: Tines has no StatsD "
                              "client; it serves Prometheus /metrics (and /status.json) on --status-bind\n")
+
+
+def test_gunicorn_sync_with_threads_runs_gthread_and_its_timeout_bounds_no_request(
+        tmp_path: Path, started: list[subprocess.Popen[bytes]]) -> None:
+    """gunicorn runs ``-k sync --threads 2`` as gthread, where ``-t`` is no request's bound."""
+    log = tmp_path / "server.log"
+    ready = start(started, ["peer_env:app", "-b", "127.0.0.1:0", "-k", "sync", "--threads", "2", "-w", "1",
+                            "-t", "45", "--error-logfile", "-"], log)
+    assert (ready["mpm"], ready["workers"]) == ("thread", 1)
+    status, _ = http_get(int(str(ready["binds"][0]).rpartition(":")[2]), "/")  # type: ignore[index]
+    assert status == 200
+    text = log.read_text(errors="replace")
+    assert "ignored by mpm" not in text
+    result = subprocess.run([sys.executable, "-m", "tines", "check-config", "peer_env:app", "-k", "sync",
+                             "--threads", "2", "-t", "45", "-b", "127.0.0.1:0"],
+                            capture_output=True, text=True, env=environment(), cwd=ROOT, timeout=60)
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines() if line.strip()}
+    assert result.returncode == 0, result.stderr
+    assert rows["boot_timeout"] == ["45", "cli"] and rows["request_timeout"] == ["60", "default"]
+    assert rows["mpm"] == ['"thread"', "cli"] and rows["threads"] == ["2", "cli"]
