@@ -143,3 +143,26 @@ def test_hup_reads_the_file_again_settings_and_hooks(tines_server: Any, tmp_path
     wait_until(lambda: len(server.worker_pids()) == 2, what="the old worker gone")
     assert {int(line.rsplit(" ", 1)[1]) for line in seconds} == set(server.worker_pids())  # type: ignore[union-attr]
     assert sum("[INFO] first " in line for line in lines(error_log)) == 1
+
+
+def test_sync_threads_in_any_order_and_script_name_from_raw_env(tines_server: Any, tmp_path: Path) -> None:
+    """``threads = 2`` above ``worker_class = "sync"`` is gthread, as gunicorn runs it (its
+    ``timeout`` then bounds no request); ``raw_env``'s SCRIPT_NAME is root_path, said in a line."""
+    import json
+
+    conf, error_log = tmp_path / "gunicorn.conf.py", tmp_path / "error.log"
+    conf.write_text(f'threads = 2\nworker_class = "sync"\ntimeout = 30\nworkers = 1\nerrorlog = {str(error_log)!r}\n'
+                    f'raw_env = ["SCRIPT_NAME=/api"]\nchdir = {str(ROOT / "tests/python/e2e/apps/migrating")!r}\n')
+    server = tines_server("myproject.wsgi:application", "-c", str(conf))
+    status, body = http_get(server.port, "/api/items", close=True)
+    assert status == 200
+    seen = json.loads(body)
+    assert (seen["script_name"], seen["path_info"]) == ("/api", "/items")
+    result = subprocess.run([sys.executable, "-m", "tines", "check-config", "-c", str(conf), "myproject.wsgi:application"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "raw_env: SCRIPT_NAME=/api is taken as root_path" in result.stderr
+    source = re.escape(f"file {conf}")
+    for name, value in (("mpm", '"thread"'), ("threads", "2"), ("boot_timeout", "30"), ("root_path", '"/api"')):
+        assert re.search(rf"^{name} +{value} +{source}$", result.stdout, re.M), (name, result.stdout)
+    assert re.search(r"^request_timeout +60 +default$", result.stdout, re.M), result.stdout
