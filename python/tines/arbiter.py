@@ -484,11 +484,11 @@ class Arbiter(Master):
 
     def handle_int(self) -> None:
         """Ctrl-C: a quick stop in which each worker gets INT, so an ASGI app's lifespan
-        shutdown runs (for at most ``worker.interrupt_deadline``; a terminal sends the same INT
+        shutdown runs (for at most ``interrupt_timeout``; a terminal sends the same INT
         to the workers itself, and a worker takes the second as the first). Ctrl-C again
         (``wait_for_workers``): QUIT, at once."""
         log.info("INT: quick stop, the ASGI lifespan shutdown given up to %g s (Ctrl-C again: at once)",
-                 worker_process.interrupt_deadline(self.cfg))
+                 self.cfg.interrupt_timeout)
         self.tell_stopping()
         self.stop(graceful=False, signum=signal.SIGINT)
 
@@ -584,7 +584,7 @@ class Arbiter(Master):
             signum = signal.SIGTERM if graceful else signal.SIGQUIT
         timeout = self.cfg.graceful_timeout if graceful else min(QUICK_STOP_WAIT, self.cfg.graceful_timeout)
         if signum == signal.SIGINT:
-            timeout += worker_process.interrupt_deadline(self.cfg)
+            timeout += self.cfg.interrupt_timeout
         self.wait_for_workers(signum, timeout)
         raise Stop(EXIT_OK)
 

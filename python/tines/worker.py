@@ -104,18 +104,6 @@ STANDBY_ENDS = STOP_SIGNALS | {PROMOTE_SIGNAL, signal.SIGUSR2}
 BLOCKED_AT_FORK = STANDBY_ENDS
 """What the master blocks around ``fork``, so the child is born with it blocked (above)."""
 
-INTERRUPT_DEADLINE = 3.0
-"""The longest an ASGI worker runs its app's lifespan shutdown after an INT (a terminal's
-Ctrl-C, or the master's INT passed on), or ``graceful_timeout`` when that is shorter: a person
-at a terminal waits for it, so it is short; a QUIT (the master's answer to a second Ctrl-C) ends
-it at once."""
-
-
-def interrupt_deadline(cfg: Config) -> float:
-    """How long an interrupted ASGI worker gives its lifespan shutdown (``INTERRUPT_DEADLINE``)."""
-    return min(INTERRUPT_DEADLINE, float(cfg.graceful_timeout))
-
-
 log = logs.get("worker")
 
 
@@ -561,7 +549,7 @@ def _serve_asgi(context: WorkerContext, app: Any, server: ServerView, worker: Wo
             log.warning("the %s hook runs for WSGI apps only: not called for this ASGI app", hook)
     bridge = _core.AsgiWorker(worker_spec(context, pid))
     try:
-        reason = asgi.serve(app, bridge, cfg, interrupt_deadline(cfg))
+        reason = asgi.serve(app, bridge, cfg, cfg.interrupt_timeout)
     except (asgi.LifespanError, AppLoadError) as error:
         prefix = "lifespan startup failed: " if isinstance(error, asgi.LifespanError) else ""
         _write(context.notify_write, encode_boot_error(pid, context.slot, f"{prefix}{error}"))

@@ -39,7 +39,8 @@ def test_ctrl_c_runs_the_lifespan_shutdown_in_every_worker(tines_server: Callabl
 
 def test_a_second_ctrl_c_ends_a_lifespan_shutdown_at_once(tines_server: Callable[..., Server], tmp_path: Path) -> None:
     record = tmp_path / "lifespan.txt"
-    server = tines_server("lifespan_lines:app", "--workers", "2",
+    # interrupt_timeout far beyond the test: only the second Ctrl-C can end the shutdown.
+    server = tines_server("lifespan_lines:app", "--workers", "2", "--interrupt-timeout", "300",
                           env={"LIFESPAN_FILE": str(record), "LIFESPAN_STALL": "1"})
     started = wait_until(lambda: len(events_of(record, "startup")) == 2 and events_of(record, "startup"),
                          what="both workers' lifespan startup")
@@ -49,6 +50,7 @@ def test_a_second_ctrl_c_ends_a_lifespan_shutdown_at_once(tines_server: Callable
     os.killpg(server.pid, signal.SIGINT)
     assert server.wait() == 0
     log = server.log_text()
+    assert "sent SIGINT to 2 worker(s): waiting up to 302 s for them to exit" in log  # not capped
     assert "SIGINT during the stop: QUIT to the workers, at once" in log
     assert log.count("QUIT during the lifespan shutdown (Ctrl-C again): leaving at once") == 2
     assert events_of(record, "shutdown-cancelled") == started
