@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,6 +36,22 @@ def test_ctrl_c_runs_the_lifespan_shutdown_in_every_worker(tines_server: Callabl
     assert "sent SIGINT to 2 worker(s)" in log
     assert "killing" not in log
     assert "lifespan shutdown not done" not in log
+
+
+def test_ctrl_c_cancels_the_requests_before_the_lifespan_shutdown(tines_server: Callable[..., Server],
+                                                                   tmp_path: Path) -> None:
+    record = tmp_path / "lifespan.txt"
+    server = tines_server("lifespan_lines:app", "--workers", "1", env={"LIFESPAN_FILE": str(record)})
+    [pid] = wait_until(lambda: events_of(record, "startup"), what="the lifespan startup")
+    with socket.create_connection(("127.0.0.1", server.port)) as client:
+        client.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_until(lambda: events_of(record, "request-begin"), what="the request in the app")
+        os.killpg(server.pid, signal.SIGINT)
+        assert server.wait() == 0
+    # The handler unwound before the shutdown began, not beside it (nor after it).
+    assert [event for seen, event in lines(record) if seen == pid] == \
+        ["startup", "request-begin", "request-cancelled", "shutdown"]
+    assert "lifespan shutdown not done" not in server.log_text()
 
 
 def test_a_second_ctrl_c_ends_a_lifespan_shutdown_at_once(tines_server: Callable[..., Server], tmp_path: Path) -> None:
