@@ -331,6 +331,9 @@ async def shutdown_interrupted(server: Server, lifespan: Lifespan, deadline: flo
                                return_when=asyncio.FIRST_COMPLETED)
     finally:
         loop.remove_signal_handler(signal.SIGQUIT)
+        # Not back to QUIT's default action, a core dump, for the rest of the exit (the app's
+        # clean-up, worker_exit, atexit): a QUIT from now on finds the worker already leaving.
+        signal.signal(signal.SIGQUIT, signal.SIG_IGN)
     if shutdown is not None and shutdown.done():
         return "done"
     if shutdown is not None:

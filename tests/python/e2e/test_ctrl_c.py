@@ -3,6 +3,7 @@ shutdown in every worker; a second Ctrl-C makes the stop immediate (docs/signals
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -15,7 +16,7 @@ from conftest import Server, wait_until
 def lines(path: Path) -> list[tuple[int, str]]:
     if not path.exists():
         return []
-    return [(int(pid), event) for pid, event in (line.split() for line in path.read_text().splitlines())]
+    return [(int(pid), event) for pid, event in (line.split(None, 1) for line in path.read_text().splitlines())]
 
 
 def events_of(path: Path, event: str) -> list[int]:
@@ -84,3 +85,34 @@ def test_quit_stays_immediate(tines_server: Callable[..., Server], tmp_path: Pat
     assert server.wait() == 0
     assert "sent SIGQUIT to 2 worker(s)" in server.log_text()
     assert events_of(record, "shutdown") == []
+
+
+def test_a_quit_late_in_an_interrupted_exit_finds_it_ignored(tines_server: Callable[..., Server],
+                                                            tmp_path: Path) -> None:
+    # After the interrupted shutdown a QUIT (the master's, on a second Ctrl-C) must not find
+    # QUIT's default action, a core dump, while the worker is still leaving (here: in worker_exit).
+    record = tmp_path / "hooks.txt"
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    server = tines_server("lifespan_lines:app", "--workers", "1", "--hooks", "exit_hooks",
+                          "--interrupt-timeout", "300",
+                          env={"LIFESPAN_FILE": str(tmp_path / "lifespan.txt"), "EXIT_HOOKS_FILE": str(record),
+                               "EXIT_HOOKS_GATE": str(gate)})
+    [pid] = wait_until(lambda: events_of(tmp_path / "lifespan.txt", "startup"), what="the lifespan startup")
+    os.killpg(server.pid, signal.SIGINT)
+    wait_until(lambda: events_of(record, "exit-begin") == [pid], what="the worker in worker_exit")
+    os.kill(pid, signal.SIGQUIT)
+
+    def open_gate() -> int | None:
+        try:  # succeeds once the worker waits in its open of the FIFO's other end
+            return os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as error:
+            if error.errno == errno.ENXIO:
+                return None
+            raise
+
+    os.close(wait_until(open_gate, what="the worker's worker_exit opening the gate"))  # type: ignore[arg-type]
+    assert server.wait() == 0
+    assert events_of(record, "exit-end") == [pid]
+    assert events_of(tmp_path / "lifespan.txt", "shutdown") == [pid]
+    assert "killing" not in server.log_text()
