@@ -58,7 +58,7 @@ import struct
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
 from setproctitle import setproctitle
@@ -502,6 +502,10 @@ def _serve(context: WorkerContext) -> int:
             _write(context.notify_write, encode_boot_error(pid, context.slot, str(error)))
             return EXIT_BOOT_ERROR
     _write(context.notify_write, encode_interface(pid, context.slot, interface))
+    if serving.serving_mpm(interface, cfg.mpm) != worker.mpm:
+        # post_fork saw the MPM the setting names (the app was not loaded yet); the hooks from
+        # here on (post_worker_init, the request hooks, worker_exit) see the one that serves.
+        worker = replace(worker, mpm=serving.serving_mpm(interface, cfg.mpm))
     if serving.title_tag(interface, cfg.mpm) != tag:
         setproctitle(f"tines: worker {context.slot} [{serving.title_tag(interface, cfg.mpm)}] gen {context.generation}")
     if cfg.log_config is None:
