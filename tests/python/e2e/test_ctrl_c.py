@@ -1,5 +1,6 @@
 """Ctrl-C (INT to the whole process group, as a terminal sends it) runs the ASGI lifespan
-shutdown in every worker; a second Ctrl-C makes the stop immediate (docs/signals.md)."""
+shutdown in every worker (a WSGI app has none: nothing is said or waited for); a second Ctrl-C
+makes the stop immediate (docs/signals.md)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,17 @@ def test_a_second_ctrl_c_ends_a_lifespan_shutdown_at_once(tines_server: Callable
     assert events_of(record, "shutdown") == []
     assert "lifespan shutdown not done" not in log
     assert "killing" not in log
+
+
+def test_ctrl_c_on_a_wsgi_app_names_no_lifespan_shutdown_and_waits_for_none(
+        tines_server: Callable[..., Server]) -> None:
+    server = tines_server("examples/hello.py:app", "--workers", "2", "--interrupt-timeout", "300")
+    os.killpg(server.pid, signal.SIGINT)
+    assert server.wait() == 0
+    log = server.log_text()
+    assert "INT: quick stop (Ctrl-C again: at once)" in log
+    assert "lifespan" not in log
+    assert "sent SIGINT to 2 worker(s): waiting up to 2 s for them to exit" in log  # not 302 s
 
 
 def test_quit_stays_immediate(tines_server: Callable[..., Server], tmp_path: Path) -> None:
