@@ -202,3 +202,22 @@ def test_a_yaml_file_without_pyyaml_says_what_to_do(tmp_path: Path) -> None:
             print(error)
     """)
     assert child.stdout == f"log_config {path!r}: a YAML file needs PyYAML (pip install pyyaml), or write it as JSON\n"
+
+
+@pytest.mark.parametrize("args, raised", [("(nowhere, 'a')", "NameError: name 'nowhere' is not defined"),
+                                          ("('unclosed", "SyntaxError: ")])
+def test_an_ini_whose_args_do_not_evaluate_is_one_line_not_a_crash(tmp_path: Path, args: str, raised: str) -> None:
+    # fileConfig eval()s a handler's args: what that raises is the config's fault, a boot error
+    # (ConfigError, one line) and not a worker crashing with a traceback.
+    path = write(tmp_path / "logging.conf", INI.replace("args=('{path}', 'a')", f"args={args}"))
+    child = run_child(f"""
+        from tines import logs
+        from tines.errors import ConfigError
+        try:
+            logs.apply_config({path!r})
+        except ConfigError as error:
+            print(error)
+    """)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.startswith(f"log_config {path!r}: logging refused it: {raised}"), child.stdout
+    assert child.stdout.count("\n") == 1
