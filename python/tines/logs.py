@@ -27,6 +27,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Collection
 from typing import Any
 
 from tines.errors import ConfigError
@@ -162,10 +163,19 @@ REFUSALS = (ValueError, TypeError, AttributeError, ImportError, KeyError, OSErro
 (for anything else ``apply_config`` names the exception too)."""
 
 
-def apply_config(path: str) -> None:
+def logger_names() -> frozenset[str]:
+    """The names of the loggers made so far in this process (``logging.getLogger``)."""
+    return frozenset(name for name, logger in logging.root.manager.loggerDict.items()
+                     if isinstance(logger, logging.Logger))
+
+
+def apply_config(path: str, made_by_app: Collection[str] = ()) -> None:
     """Apply the ``log_config`` file in this process (a worker, after fork). The ``tines``
     loggers stay enabled whatever the config's ``disable_existing_loggers`` says, so Tines' own
-    lines still reach the error log. Raises ConfigError (one line) when logging refuses the
+    lines still reach the error log; so do ``made_by_app``, the loggers a preloaded app made
+    while the master imported it (``logger_names`` before and after): without ``preload`` the
+    config is applied before the app is imported, so it does not find them to disable, and
+    ``preload`` must not silence an app's module-level loggers. Raises ConfigError (one line) when logging refuses the
     config (a handler class that does not import, a file handler's directory missing, an ini
     handler's ``args`` that do not evaluate...)."""
     import logging.config  # here: only a worker with a log_config needs it (socketserver...)
@@ -185,7 +195,8 @@ def apply_config(path: str) -> None:
             why = f"{type(error).__name__}: {why}"
         raise ConfigError(f"log_config {path!r}: logging refused it: {' '.join(why.split())}") from None
     for name, logger in logging.root.manager.loggerDict.items():
-        if (name == LOGGER_NAME or name.startswith(LOGGER_NAME + ".")) and isinstance(logger, logging.Logger):
+        if (name == LOGGER_NAME or name.startswith(LOGGER_NAME + ".") or name in made_by_app) \
+                and isinstance(logger, logging.Logger):
             logger.disabled = False
 
 

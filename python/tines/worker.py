@@ -124,6 +124,9 @@ class WorkerContext:
     master_pid: int
     app: Callable[..., object] | None
     """The preloaded app, or None to load it in the worker."""
+    app_loggers: frozenset[str]
+    """The loggers the preloaded app made as the master imported it: a ``log_config`` applied
+    here leaves them enabled (``logs.apply_config``)."""
     settings: dict[str, object]
     """The worker settings for ``tines._core.run_worker`` (from ``worker_settings``)."""
     hooks: Hooks
@@ -464,7 +467,7 @@ def _serve(context: WorkerContext) -> int:
         memory.opt_in_merge()  # before post_fork and the app: all they map can be merged
     if cfg.log_config is not None:
         try:  # before post_fork and the app, so their records follow it
-            logs.apply_config(cfg.log_config)
+            logs.apply_config(cfg.log_config, context.app_loggers)
         except ConfigError as error:
             _write(context.notify_write, encode_boot_error(pid, context.slot, str(error)))
             return EXIT_BOOT_ERROR

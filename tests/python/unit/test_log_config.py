@@ -221,3 +221,24 @@ def test_an_ini_whose_args_do_not_evaluate_is_one_line_not_a_crash(tmp_path: Pat
     assert child.returncode == 0, child.stderr
     assert child.stdout.startswith(f"log_config {path!r}: logging refused it: {raised}"), child.stdout
     assert child.stdout.count("\n") == 1
+
+
+def test_a_config_leaves_the_loggers_a_preloaded_app_made_enabled(tmp_path: Path) -> None:
+    out = tmp_path / "app.log"
+    config = dict(DICT_CONFIG, handlers={"file": dict(DICT_CONFIG["handlers"]["file"], filename=str(out))})  # type: ignore[call-overload]
+    path = write(tmp_path / "log.json", json.dumps(config))
+    child = run_child(f"""
+        import logging
+        from tines import logs
+        before = logs.logger_names()
+        library = logging.getLogger("some.library")  # made before the app: the config disables it
+        app = logging.getLogger("myapp.views")  # made by the app's import (in the master, with preload)
+        made_by_app = logs.logger_names() - before - {{"some.library"}}
+        print(sorted(made_by_app))
+        logs.apply_config({path!r}, made_by_app)
+        app.info("from the app")
+        library.warning("disabled by the config")
+    """)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout == "['myapp.views']\n"  # not "myapp": a placeholder, no logger
+    assert out.read_text() == "APP INFO myapp.views from the app\n"
