@@ -265,7 +265,8 @@ class Arbiter(Master):
                             *filter(None, [self.notifier.fileno()]), *self.upgrade.inherited_fds(),
                             *self.status.close_in_child(), *fleet.fork_server.fds(),
                             *self.ready_fd_held()],
-            master_pid=self.pid, app=self.app, settings=generation.worker_settings, hooks=generation.hooks,
+            master_pid=self.pid, app=self.app, app_loggers=self.app_loggers,
+            settings=generation.worker_settings, hooks=generation.hooks,
             profile_dir=profiler.profile_path(generation.cfg, self.pid), standby=standby,
             h2c_listeners=h2c_modes(self.listeners), rate_table=fleet.rate_table,
             client_connections=fleet.client_connections,
@@ -484,11 +485,11 @@ class Arbiter(Master):
 
     def handle_int(self) -> None:
         """Ctrl-C: a quick stop in which each worker gets INT, so an ASGI app's lifespan
-        shutdown runs (for at most ``worker.interrupt_deadline``; a terminal sends the same INT
+        shutdown runs (for at most ``interrupt_timeout``; a terminal sends the same INT
         to the workers itself, and a worker takes the second as the first). Ctrl-C again
-        (``wait_for_workers``): QUIT, at once."""
-        log.info("INT: quick stop, the ASGI lifespan shutdown given up to %g s (Ctrl-C again: at once)",
-                 worker_process.interrupt_deadline(self.cfg))
+        (``wait_for_workers``): QUIT, at once. The line and the wait are by the interface the
+        master knows (``serving.interrupt_line``, ``serving.interrupt_wait``)."""
+        log.info("%s", serving.interrupt_line(self.interface, self.cfg.interrupt_timeout))
         self.tell_stopping()
         self.stop(graceful=False, signum=signal.SIGINT)
 
@@ -576,7 +577,7 @@ class Arbiter(Master):
 
     def stop(self, graceful: bool, signum: int | None = None) -> None:
         """Stop every worker (TERM and wait up to graceful_timeout, or QUIT and a short wait;
-        INT: the short wait after the workers' lifespan shutdown deadline), then SIGKILL
+        INT: for an ASGI app, the short wait after the workers' lifespan shutdown deadline), then SIGKILL
         whatever is left; leave the loop with status 0."""
         self.upgrade.final_stop()
         self.fleet.fork_server.stop()  # it forks nothing more; the workers are the master's
@@ -584,7 +585,7 @@ class Arbiter(Master):
             signum = signal.SIGTERM if graceful else signal.SIGQUIT
         timeout = self.cfg.graceful_timeout if graceful else min(QUICK_STOP_WAIT, self.cfg.graceful_timeout)
         if signum == signal.SIGINT:
-            timeout += worker_process.interrupt_deadline(self.cfg)
+            timeout += serving.interrupt_wait(self.interface, self.cfg.interrupt_timeout)
         self.wait_for_workers(signum, timeout)
         raise Stop(EXIT_OK)
 

@@ -2,7 +2,8 @@
 
 Owns: adapting an ASGI 2 app, picking the loop (``loop``: uvloop when installed and asked for),
 the ``lifespan`` protocol (startup before the worker is ready, shutdown after it drained, or
-at once under a short deadline after an INT: a terminal's Ctrl-C, as uvicorn runs it),
+after an INT, a terminal's Ctrl-C, as uvicorn runs it: at once, the request tasks cancelled
+first, under ``interrupt_timeout``),
 running each request's app call as a task on the loop, cancelling a task that overruns
 ``request_timeout`` (its stack logged), and marking the loop alive in the scoreboard for the
 master's watchdog.
@@ -221,6 +222,14 @@ class Server:
                 self.timer.cancel()
             self.timer = self.loop.call_at(deadline, self.on_timer)
 
+    def cancel_requests(self) -> set[asyncio.Task[None]]:
+        """Cancels every request's and WebSocket's task still running (after an INT: the
+        reactor stopped); returns them, for the caller to wait on."""
+        tasks = {task for task in (*self.active.values(), *self.websocket_tasks) if not task.done()}
+        for task in tasks:
+            task.cancel()
+        return tasks
+
     async def websockets_returned(self) -> None:
         """Waits until every WebSocket's app returned (the master's `graceful_timeout`
         bounds it)."""
@@ -287,14 +296,17 @@ def await_stack(task: asyncio.Task[Any]) -> str:
     return "".join(traceback.format_list(traceback.StackSummary.extract(frames))).rstrip()
 
 
-async def shutdown_interrupted(lifespan: Lifespan, deadline: float) -> str:
-    """After an INT (Ctrl-C): the requests were cut, the app's lifespan shutdown runs for at
-    most ``deadline`` seconds. A QUIT ends it at once (the master sends it on a second Ctrl-C;
-    the terminal's own second INT, which comes with it, finds Rust's handler, which no longer
-    looks, so it cannot cut the shutdown before the master's QUIT does). Returns how it ended:
-    ``done``, ``deadline`` or ``quit``."""
+async def shutdown_interrupted(server: Server, lifespan: Lifespan, deadline: float) -> str:
+    """After an INT (Ctrl-C): the reactor cut the connections, so the app's request and
+    WebSocket tasks still running are cancelled (what they would send goes nowhere, and a
+    handler must not run beside the shutdown that closes what it uses); once they have
+    unwound, the app's lifespan shutdown runs. Both within ``deadline`` seconds
+    (``interrupt_timeout``) of the INT. A QUIT ends it at once (the master sends it on a second
+    Ctrl-C; the terminal's own second INT, which comes with it, finds Rust's handler, which no
+    longer looks, so it cannot cut the shutdown before the master's QUIT does). Returns how it
+    ended: ``done``, ``deadline`` or ``quit``."""
     loop = asyncio.get_running_loop()
-    shutdown = loop.create_task(lifespan.shutdown())
+    end = loop.time() + deadline
     quit_sent: asyncio.Future[None] = loop.create_future()
 
     def on_quit() -> None:
@@ -302,14 +314,30 @@ async def shutdown_interrupted(lifespan: Lifespan, deadline: float) -> str:
             quit_sent.set_result(None)
 
     loop.add_signal_handler(signal.SIGQUIT, on_quit)
+    shutdown: asyncio.Task[None] | None = None
     try:
-        await asyncio.wait({shutdown, quit_sent}, timeout=deadline,
-                           return_when=asyncio.FIRST_COMPLETED)
+        requests = server.cancel_requests()
+        if requests:
+            unwound: asyncio.Future[Any] = asyncio.gather(*requests, return_exceptions=True)
+            await asyncio.wait({unwound, quit_sent}, timeout=deadline, return_when=asyncio.FIRST_COMPLETED)
+            if not unwound.done() and not quit_sent.done():
+                log.warning("%d cancelled request(s) still running %g s after the INT (Ctrl-C): "
+                            "leaving without the lifespan shutdown", sum(not task.done() for task in requests),
+                            deadline)
+                return "deadline"
+        if not quit_sent.done():
+            shutdown = loop.create_task(lifespan.shutdown())
+            await asyncio.wait({shutdown, quit_sent}, timeout=max(0.0, end - loop.time()),
+                               return_when=asyncio.FIRST_COMPLETED)
     finally:
         loop.remove_signal_handler(signal.SIGQUIT)
-    if shutdown.done():
+        # Not back to QUIT's default action, a core dump, for the rest of the exit (the app's
+        # clean-up, worker_exit, atexit): a QUIT from now on finds the worker already leaving.
+        signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+    if shutdown is not None and shutdown.done():
         return "done"
-    shutdown.cancel()
+    if shutdown is not None:
+        shutdown.cancel()
     if quit_sent.done():
         log.info("QUIT during the lifespan shutdown (Ctrl-C again): leaving at once")
         return "quit"
@@ -326,7 +354,7 @@ async def _main(app: ASGIApp, worker: Any, cfg: Any, interrupt_deadline: float) 
     try:
         reason = await server.stopped
         if reason == "interrupt":
-            await shutdown_interrupted(lifespan, interrupt_deadline)
+            await shutdown_interrupted(server, lifespan, interrupt_deadline)
         elif reason != "quick":
             # A WebSocket's connection went back to the reactor when it closed (ADR 0023): its
             # app may still be on its way out (a handler's cleanup after the disconnect).

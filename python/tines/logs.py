@@ -27,6 +27,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Collection
 from typing import Any
 
 from tines.errors import ConfigError
@@ -157,11 +158,26 @@ def _check_ini(where: str, text: str) -> None:
                           f"{', '.join(f'[{name}]' for name in missing)} (.json or .yaml for a dictConfig)")
 
 
-def apply_config(path: str) -> None:
+REFUSALS = (ValueError, TypeError, AttributeError, ImportError, KeyError, OSError, configparser.Error)
+"""What ``logging.config`` raises itself for a config it refuses, with a message that says why
+(for anything else ``apply_config`` names the exception too)."""
+
+
+def logger_names() -> frozenset[str]:
+    """The names of the loggers made so far in this process (``logging.getLogger``)."""
+    return frozenset(name for name, logger in logging.root.manager.loggerDict.items()
+                     if isinstance(logger, logging.Logger))
+
+
+def apply_config(path: str, made_by_app: Collection[str] = ()) -> None:
     """Apply the ``log_config`` file in this process (a worker, after fork). The ``tines``
     loggers stay enabled whatever the config's ``disable_existing_loggers`` says, so Tines' own
-    lines still reach the error log. Raises ConfigError (one line) when logging refuses the
-    config (a handler class that does not import, a file handler's directory missing...)."""
+    lines still reach the error log; so do ``made_by_app``, the loggers a preloaded app made
+    while the master imported it (``logger_names`` before and after): without ``preload`` the
+    config is applied before the app is imported, so it does not find them to disable, and
+    ``preload`` must not silence an app's module-level loggers. Raises ConfigError (one line) when logging refuses the
+    config (a handler class that does not import, a file handler's directory missing, an ini
+    handler's ``args`` that do not evaluate...)."""
     import logging.config  # here: only a worker with a log_config needs it (socketserver...)
 
     data = read_config(path)
@@ -170,12 +186,17 @@ def apply_config(path: str) -> None:
             logging.config.fileConfig(path)
         else:
             logging.config.dictConfig(data)
-    except (ValueError, TypeError, AttributeError, ImportError, KeyError, OSError, configparser.Error) as error:
+    except Exception as error:  # noqa: BLE001 - logging runs the config's own code: an ini's
+        # ``args`` and ``kwargs`` go through eval(), a dictConfig's ``()`` factories are called;
+        # whatever they raise (NameError, SyntaxError...) is the config's fault, a boot error.
         # dictConfig says which entry ("Unable to configure formatter 'default'") and chains why.
         why = str(error) if error.__cause__ is None else f"{error}: {error.__cause__}"
+        if not isinstance(error, REFUSALS):  # not logging's own words: name what was raised
+            why = f"{type(error).__name__}: {why}"
         raise ConfigError(f"log_config {path!r}: logging refused it: {' '.join(why.split())}") from None
     for name, logger in logging.root.manager.loggerDict.items():
-        if (name == LOGGER_NAME or name.startswith(LOGGER_NAME + ".")) and isinstance(logger, logging.Logger):
+        if (name == LOGGER_NAME or name.startswith(LOGGER_NAME + ".") or name in made_by_app) \
+                and isinstance(logger, logging.Logger):
             logger.disabled = False
 
 

@@ -63,6 +63,8 @@ class Master:
         self.wakeup = Wakeup()
         """The queued signals and the wake-up fd the loop sleeps on (``tines.wakeup``)."""
         self.app: Callable[..., object] | None = None
+        self.app_loggers: frozenset[str] = frozenset()
+        """The loggers the preloaded app made as it was imported (``logs.apply_config``)."""
         self.interface: str | None = serving.known_interface(cfg.interface)
         """The app's interface ("wsgi", "asgi3", "asgi2"): from the ``interface`` setting, the
         preloaded app, or the workers' ``interface`` messages (``Arbiter.read_notifications``);
@@ -124,7 +126,9 @@ class Master:
         self.status.bind(self.listeners)
         self.upgrade.adopt(self.status.listeners())
         if cfg.preload:
+            before = logs.logger_names()
             self.app = load_app(cfg.app, cfg.factory, cfg.interface)
+            self.app_loggers = logs.logger_names() - before
             self.interface = interface_of(self.app, cfg.interface, repr(str(cfg.app)))
             if self.interface != "wsgi":
                 check_mpm(cfg)

@@ -1,6 +1,6 @@
 """Which interface runs and which MPM really serves it, in the words every message uses: the
-master's start-up and ready lines, sd_notify's status, ``--ready-fd``'s line, check-config and
-the workers' process titles.
+master's start-up and ready lines, sd_notify's status, ``--ready-fd``'s line, check-config,
+the workers' process titles, and what the master says and waits on Ctrl-C (INT).
 
 An ASGI app always runs on the event MPM's reactor (ADR 0014), whatever ``mpm`` says (a set
 ``mpm`` other than event is refused: ``app_loader.check_mpm``), so a message naming ``cfg.mpm``
@@ -8,7 +8,8 @@ for it would be wrong. Until an app is imported its interface is known only when
 ``interface`` setting names it; otherwise the master learns it from its first worker (the
 ``interface`` message of ``tines.worker``).
 
-Owns: those words, as pure functions of the interface, the ``mpm`` setting and the worker count.
+Owns: those words, as pure functions of the interface, the ``mpm`` setting and the worker count
+(and Ctrl-C's wait, of the interface and ``interrupt_timeout``).
 Must not: import the app or read anything: callers pass what they know.
 """
 
@@ -92,3 +93,20 @@ def title_tag(interface: str | None, mpm: str) -> str:
     if interface is None:
         return "loading"
     return mpm if interface == "wsgi" else "asgi event"
+
+
+def interrupt_wait(interface: str | None, interrupt_timeout: float) -> float:
+    """What Ctrl-C's stop adds to the quick stop's wait for the workers: ``interrupt_timeout``
+    for an ASGI app, whose workers run its lifespan shutdown; nothing for a WSGI app, which has
+    none to run. While no worker has said which (interface ``auto``, no worker loaded the app
+    yet), as for ASGI: an ASGI app's shutdown must not be cut for want of a message."""
+    return 0.0 if interface == "wsgi" else interrupt_timeout
+
+
+def interrupt_line(interface: str | None, interrupt_timeout: float) -> str:
+    """The master's line on INT (Ctrl-C): the ASGI lifespan shutdown and its deadline named
+    only for an app that has one (``interrupt_wait``)."""
+    if interface == "wsgi":
+        return "INT: quick stop (Ctrl-C again: at once)"
+    app = "an ASGI app's" if interface is None else "the ASGI"
+    return f"INT: quick stop, {app} lifespan shutdown given up to {interrupt_timeout:g} s (Ctrl-C again: at once)"

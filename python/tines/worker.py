@@ -58,7 +58,7 @@ import struct
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
 from setproctitle import setproctitle
@@ -104,18 +104,6 @@ STANDBY_ENDS = STOP_SIGNALS | {PROMOTE_SIGNAL, signal.SIGUSR2}
 BLOCKED_AT_FORK = STANDBY_ENDS
 """What the master blocks around ``fork``, so the child is born with it blocked (above)."""
 
-INTERRUPT_DEADLINE = 3.0
-"""The longest an ASGI worker runs its app's lifespan shutdown after an INT (a terminal's
-Ctrl-C, or the master's INT passed on), or ``graceful_timeout`` when that is shorter: a person
-at a terminal waits for it, so it is short; a QUIT (the master's answer to a second Ctrl-C) ends
-it at once."""
-
-
-def interrupt_deadline(cfg: Config) -> float:
-    """How long an interrupted ASGI worker gives its lifespan shutdown (``INTERRUPT_DEADLINE``)."""
-    return min(INTERRUPT_DEADLINE, float(cfg.graceful_timeout))
-
-
 log = logs.get("worker")
 
 
@@ -136,6 +124,9 @@ class WorkerContext:
     master_pid: int
     app: Callable[..., object] | None
     """The preloaded app, or None to load it in the worker."""
+    app_loggers: frozenset[str]
+    """The loggers the preloaded app made as the master imported it: a ``log_config`` applied
+    here leaves them enabled (``logs.apply_config``)."""
     settings: dict[str, object]
     """The worker settings for ``tines._core.run_worker`` (from ``worker_settings``)."""
     hooks: Hooks
@@ -476,7 +467,7 @@ def _serve(context: WorkerContext) -> int:
         memory.opt_in_merge()  # before post_fork and the app: all they map can be merged
     if cfg.log_config is not None:
         try:  # before post_fork and the app, so their records follow it
-            logs.apply_config(cfg.log_config)
+            logs.apply_config(cfg.log_config, context.app_loggers)
         except ConfigError as error:
             _write(context.notify_write, encode_boot_error(pid, context.slot, str(error)))
             return EXIT_BOOT_ERROR
@@ -514,6 +505,10 @@ def _serve(context: WorkerContext) -> int:
             _write(context.notify_write, encode_boot_error(pid, context.slot, str(error)))
             return EXIT_BOOT_ERROR
     _write(context.notify_write, encode_interface(pid, context.slot, interface))
+    if serving.serving_mpm(interface, cfg.mpm) != worker.mpm:
+        # post_fork saw the MPM the setting names (the app was not loaded yet); the hooks from
+        # here on (post_worker_init, the request hooks, worker_exit) see the one that serves.
+        worker = replace(worker, mpm=serving.serving_mpm(interface, cfg.mpm))
     if serving.title_tag(interface, cfg.mpm) != tag:
         setproctitle(f"tines: worker {context.slot} [{serving.title_tag(interface, cfg.mpm)}] gen {context.generation}")
     if cfg.log_config is None:
@@ -561,7 +556,7 @@ def _serve_asgi(context: WorkerContext, app: Any, server: ServerView, worker: Wo
             log.warning("the %s hook runs for WSGI apps only: not called for this ASGI app", hook)
     bridge = _core.AsgiWorker(worker_spec(context, pid))
     try:
-        reason = asgi.serve(app, bridge, cfg, interrupt_deadline(cfg))
+        reason = asgi.serve(app, bridge, cfg, cfg.interrupt_timeout)
     except (asgi.LifespanError, AppLoadError) as error:
         prefix = "lifespan startup failed: " if isinstance(error, asgi.LifespanError) else ""
         _write(context.notify_write, encode_boot_error(pid, context.slot, f"{prefix}{error}"))

@@ -46,6 +46,29 @@ def test_log_config_is_applied_in_the_workers(tines_server: Callable[..., Server
     assert "ready" in server.log_text()  # Tines' own lines are still there
 
 
+def test_log_config_with_preload_leaves_the_apps_module_loggers_enabled(tines_server: Callable[..., Server],
+                                                                       tmp_path: Path) -> None:
+    # A root handler and dictConfig's default disable_existing_loggers: with --preload the app's
+    # module-level logger already exists when a worker applies the config; it must not be
+    # silenced by it (without --preload the config comes first and never sees it).
+    out = tmp_path / "app.log"
+    config = {
+        "version": 1,
+        "formatters": {"mine": {"format": "MINE %(process)d %(name)s %(levelname)s %(message)s"}},
+        "handlers": {"file": {"class": "logging.FileHandler", "filename": str(out), "formatter": "mine"}},
+        "root": {"handlers": ["file"], "level": "INFO"},
+    }
+    (tmp_path / "log.json").write_text(json.dumps(config))
+    server = tines_server("module_logger:app", "--preload", "-w", "1", "--log-config", str(tmp_path / "log.json"))
+    status, body = http_get(server.port, "/")
+    assert status == 200
+    pid = int(body)
+    assert out.read_text().splitlines() == [f"MINE {pid} module_logger WARNING a record from the app, pid {pid}"]
+    # Imported in the master, which never applies the config: that record went to the error log
+    # through logging's last resort, the bare message (docs/logging.md).
+    assert "\na record at import\n" in "\n" + server.log_text()
+
+
 def test_a_log_config_logging_refuses_stops_the_first_boot_with_one_line(tmp_path: Path) -> None:
     # uvicorn's own formatter, with uvicorn not installed: the master's check reads a right
     # dictConfig; the worker that applies it fails to boot, and the first boot's failure stops

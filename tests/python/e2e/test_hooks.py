@@ -167,3 +167,15 @@ def test_an_app_gets_the_exit_status_of_its_own_subprocesses(tines_server: Any, 
     assert get(server.port, "/true") == (200, b"0")
     assert get(server.port, "/false") == (200, b"1")
     assert get(server.port, "/true") == (200, b"0")
+
+
+def test_an_asgi_apps_worker_hooks_after_its_load_see_the_mpm_that_serves_it(tines_server: Any, tmp_path: Path) -> None:
+    # interface auto, mpm prefork (the default): post_fork cannot know yet, the hooks run once
+    # the app is loaded must say what serves it, the event reactor.
+    record = tmp_path / "hooks.txt"
+    server = tines_server("lifespan_lines:app", "-w", "1", "--hooks", "exit_hooks",
+                          env={"LIFESPAN_FILE": str(tmp_path / "lifespan.txt"), "EXIT_HOOKS_FILE": str(record)})
+    wait_until(lambda: calls(record), what="post_worker_init")
+    server.signal(signal.SIGTERM)
+    assert server.wait() == 0
+    assert [line.split(" ", 1)[1] for line in calls(record)] == ["post_worker_init mpm=event", "worker_exit mpm=event"]

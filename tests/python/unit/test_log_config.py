@@ -202,3 +202,43 @@ def test_a_yaml_file_without_pyyaml_says_what_to_do(tmp_path: Path) -> None:
             print(error)
     """)
     assert child.stdout == f"log_config {path!r}: a YAML file needs PyYAML (pip install pyyaml), or write it as JSON\n"
+
+
+@pytest.mark.parametrize("args, raised", [("(nowhere, 'a')", "NameError: name 'nowhere' is not defined"),
+                                          ("('unclosed", "SyntaxError: ")])
+def test_an_ini_whose_args_do_not_evaluate_is_one_line_not_a_crash(tmp_path: Path, args: str, raised: str) -> None:
+    # fileConfig eval()s a handler's args: what that raises is the config's fault, a boot error
+    # (ConfigError, one line) and not a worker crashing with a traceback.
+    path = write(tmp_path / "logging.conf", INI.replace("args=('{path}', 'a')", f"args={args}"))
+    child = run_child(f"""
+        from tines import logs
+        from tines.errors import ConfigError
+        try:
+            logs.apply_config({path!r})
+        except ConfigError as error:
+            print(error)
+    """)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.startswith(f"log_config {path!r}: logging refused it: {raised}"), child.stdout
+    assert child.stdout.count("\n") == 1
+
+
+def test_a_config_leaves_the_loggers_a_preloaded_app_made_enabled(tmp_path: Path) -> None:
+    out = tmp_path / "app.log"
+    config = dict(DICT_CONFIG, handlers={"file": dict(DICT_CONFIG["handlers"]["file"], filename=str(out))})  # type: ignore[call-overload]
+    path = write(tmp_path / "log.json", json.dumps(config))
+    child = run_child(f"""
+        import logging
+        from tines import logs
+        before = logs.logger_names()
+        library = logging.getLogger("some.library")  # made before the app: the config disables it
+        app = logging.getLogger("myapp.views")  # made by the app's import (in the master, with preload)
+        made_by_app = logs.logger_names() - before - {{"some.library"}}
+        print(sorted(made_by_app))
+        logs.apply_config({path!r}, made_by_app)
+        app.info("from the app")
+        library.warning("disabled by the config")
+    """)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout == "['myapp.views']\n"  # not "myapp": a placeholder, no logger
+    assert out.read_text() == "APP INFO myapp.views from the app\n"

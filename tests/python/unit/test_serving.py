@@ -54,3 +54,17 @@ def test_the_interface_message_round_trips_between_other_messages() -> None:
     assert worker_process.decode(buffer) == [("interface", 41, 3, "asgi3"), ("ready", 41, 3, "")]
     buffer += partial[5:]
     assert worker_process.decode(buffer) == [("interface", 42, 0, "wsgi")] and not buffer
+
+
+def test_ctrl_c_waits_for_a_lifespan_shutdown_and_names_it_only_for_an_asgi_app() -> None:
+    # A WSGI app has no lifespan shutdown: no line about one, no wait for one.
+    assert serving.interrupt_line("wsgi", 3.0) == "INT: quick stop (Ctrl-C again: at once)"
+    assert serving.interrupt_wait("wsgi", 3.0) == 0.0
+    for interface in ("asgi3", "asgi2"):
+        assert serving.interrupt_line(interface, 3.0) == (
+            "INT: quick stop, the ASGI lifespan shutdown given up to 3 s (Ctrl-C again: at once)")
+        assert serving.interrupt_wait(interface, 3.0) == 3.0
+    # Not known yet (interface auto, no worker said): it may be ASGI, whose shutdown must not be cut.
+    assert serving.interrupt_line(None, 2.5) == (
+        "INT: quick stop, an ASGI app's lifespan shutdown given up to 2.5 s (Ctrl-C again: at once)")
+    assert serving.interrupt_wait(None, 2.5) == 2.5

@@ -3,7 +3,8 @@
 their shutdown. With ``LIFESPAN_STALL`` set, the shutdown writes ``<pid> shutdown-begin`` and
 then waits for ever (``<pid> shutdown-cancelled`` if the server cancels it), for the tests of
 what ends a shutdown that does not end by itself. Its own ``logging`` records: ``/log`` logs a
-warning on the ``lifespan_lines`` logger."""
+warning on the ``lifespan_lines`` logger. ``/hang`` writes ``<pid> request-begin`` and waits for
+ever (``<pid> request-cancelled`` once the server cancels it)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,13 @@ app = FastAPI(lifespan=lifespan)
 async def log_a_line() -> dict[str, int]:
     logging.getLogger("lifespan_lines").warning("a record from the app, pid %d", os.getpid())
     return {"pid": os.getpid()}
+
+
+@app.get("/hang")
+async def hang() -> None:
+    record("request-begin")
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        record("request-cancelled")
+        raise
