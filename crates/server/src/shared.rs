@@ -71,6 +71,25 @@ pub(crate) enum Oversize {
     Streamed,
 }
 
+/// What [`WorkerShared::log_too_large`] logs for a refusal at `now` (`line` made only then):
+/// `None` while `throttle` holds it back, else the line, with the count of those held back
+/// since the previous one. Apart, so that the rate and the count are tested with made-up
+/// times, not by racing the clock.
+fn too_large_line(
+    throttle: &mut crate::log::LineThrottle,
+    now: Instant,
+    line: impl FnOnce() -> String,
+) -> Option<String> {
+    let held_back = throttle.note(now)?;
+    let line = line();
+    Some(if held_back == 0 {
+        line
+    } else {
+        let s = if held_back == 1 { "" } else { "s" };
+        format!("{line} ({held_back} more such refusal{s} since the last such line, not logged)")
+    })
+}
+
 /// The error-log line of a request whose body is over `max_body_size` (`limit` bytes): it
 /// names the request, the limit and the setting that sets it.
 pub(crate) fn max_body_size_line(
@@ -143,20 +162,13 @@ impl WorkerShared {
     /// must not bury the log). Only a refusal calls it: a request within the limits pays
     /// nothing.
     pub(crate) fn log_too_large(&self, line: impl FnOnce() -> String) {
-        let noted = match self.too_large_log.lock() {
-            Ok(mut throttle) => throttle.note(Instant::now()),
-            Err(poisoned) => poisoned.into_inner().note(Instant::now()),
+        let now = Instant::now();
+        let logged = match self.too_large_log.lock() {
+            Ok(mut throttle) => too_large_line(&mut throttle, now, line),
+            Err(poisoned) => too_large_line(&mut poisoned.into_inner(), now, line),
         };
-        let Some(held_back) = noted else {
-            return;
-        };
-        let line = line();
-        if held_back == 0 {
-            crate::log::warning(&line);
-        } else {
-            crate::log::warning(&format!(
-                "{line} ({held_back} more such refusals since the last such line, not logged)"
-            ));
+        if let Some(logged) = logged {
+            crate::log::warning(&logged);
         }
     }
 
@@ -466,5 +478,45 @@ mod tests {
         );
         let line = max_body_size_line(b"POST", b"/a\nb", Oversize::Announced(9), 5);
         assert!(line.starts_with("413 for POST /a\\nb: its body of 9 bytes (Content-Length)"));
+    }
+
+    #[test]
+    fn refusals_within_a_second_of_a_413_line_are_held_back_and_counted_in_the_next() {
+        // Review of issue 40, item 15b: the rate and the count, with made-up times.
+        let mut throttle = crate::log::LineThrottle::default();
+        let start = Instant::now();
+        let at = |ms: u64| start + std::time::Duration::from_millis(ms);
+        let mut made = 0;
+        let mut refuse = |ms: u64, n: u32| {
+            too_large_line(&mut throttle, at(ms), || {
+                made += 1;
+                format!("413 for POST /upload?n={n}")
+            })
+        };
+        // The first is logged whole, with no count.
+        assert_eq!(refuse(0, 0).as_deref(), Some("413 for POST /upload?n=0"));
+        // Three more within the second: held back, and their lines never made.
+        assert_eq!(refuse(1, 1), None);
+        assert_eq!(refuse(500, 2), None);
+        assert_eq!(refuse(999, 3), None);
+        // A second after the last line: logged, counting the three.
+        assert_eq!(
+            refuse(1000, 4).as_deref(),
+            Some(
+                "413 for POST /upload?n=4 (3 more such refusals since the last such line, \
+                 not logged)"
+            )
+        );
+        assert_eq!(refuse(1500, 5), None);
+        assert_eq!(
+            refuse(2000, 6).as_deref(),
+            Some(
+                "413 for POST /upload?n=6 (1 more such refusal since the last such line, \
+                 not logged)"
+            )
+        );
+        // None held back since: no count.
+        assert_eq!(refuse(9000, 7).as_deref(), Some("413 for POST /upload?n=7"));
+        assert_eq!(made, 4);
     }
 }

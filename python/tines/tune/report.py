@@ -295,8 +295,10 @@ def report_html(rec: Recommendation, doc: dict[str, Any]) -> str:
     by_label = {cost.label: cost for cost in costs}
     split_rows = []
     for cost in costs:
+        # Uncalibrated, the server's share is unknown: one bar of all the request's CPU (the
+        # table's and the text's CPU figure), not the app's share capped at its wall time.
         parts = ([("server (Tines)", cost.server_us), ("app CPU", cost.app_cpu_us)] if cost.server_us is not None
-                 else [("server + app CPU", cost.app_cpu_us)])
+                 else [("server + app CPU", cost.cpu_us)])
         if cost.wait_us > 0:
             parts.append(("app waiting", cost.wait_us))
         split_rows.append((f"{cost.label} ({cost.connections} conn.)", parts))

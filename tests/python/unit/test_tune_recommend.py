@@ -385,3 +385,26 @@ def test_each_cost_per_request_is_one_figure_in_the_text_the_tables_and_the_char
     assert sleepy == (30.0, 197.0, 49_803.0)
     assert recommend.split_time(600.0, None, 100.0) == (None, 100.0, 0.0)
     assert recommend.split_time(20.0, 30.0, 5.0) == (20.0, 0.0, 5.0)
+
+
+def test_an_uncalibrated_run_shows_its_whole_cpu_in_the_server_and_app_bar() -> None:
+    """Review of issue 40, item 7: a run whose calibration was skipped (interrupted, or out of
+    time) has no server cost, so the chart's one CPU bar is "server + app CPU": all of the
+    request's CPU, the figure the table's CPU column and the text give. It showed the app's
+    share (capped at its wall time: 585 µs where the table said 623 µs for the same request)."""
+    doc = copy.deepcopy(fixture("cpu_bound"))
+    doc["calibration"] = {}
+    for config in doc["configs"]:
+        config.pop("server_us", None)
+    rec = recommend.recommend(doc)
+    costs = recommend.request_costs(doc)
+    page = report.report_html(rec, doc)
+    summary = report.text(rec, doc)
+    assert costs and all(cost.server_us is None for cost in costs)
+    # The fixture's requests take more CPU than the app's wall time: the case that disagreed.
+    assert all(cost.app_cpu_us < cost.cpu_us for cost in costs)
+    for cost in costs:
+        assert recommend.cost_text(cost) in summary
+        assert f"<td>{cost.connections}</td><td>{recommend.us(cost.cpu_us)}</td>" in page
+        assert f"<title>server + app CPU: {recommend.us(cost.cpu_us)}</title>" in page
+    assert "<title>server (Tines):" not in page

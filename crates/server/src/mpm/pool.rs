@@ -96,6 +96,10 @@ struct Pool {
     max_queued: usize,
     /// What `loop_listening` last told the app threads (stored only when it changes).
     listening: bool,
+    /// The read time of the request last published as the oldest waiting for a busy app
+    /// thread (`Slot::queued_since_ns`; `None`: 0, none waits). Only the loop publishes it,
+    /// from `flush` and `collect` (see `note_oldest`): an app thread's pop touches no clock.
+    oldest: Option<Instant>,
 }
 
 impl Driver for Pool {
@@ -126,12 +130,8 @@ impl Driver for Pool {
         let slot = self.worker.slot();
         slot.queued.fetch_add(count as u64, Ordering::Relaxed);
         let wake = queue.idle.min(count);
-        // The first request no sleeping app thread will take waits for a busy one: when it is
-        // the oldest such, its read time is the status output's queue wait (nothing is stored
-        // while app threads are free).
-        if queue.jobs.len() > queue.idle && slot.queued_since_ns.load(Ordering::Relaxed) == 0 {
-            note_oldest(slot, queue.jobs.get(queue.idle));
-        }
+        // Under the lock taken anyway: no store while app threads are free.
+        note_oldest(slot, &mut self.oldest, &queue);
         drop(queue);
         for _ in 0..wake {
             self.shared.ready.notify_one();
@@ -148,6 +148,15 @@ impl Driver for Pool {
         returned.open = 0;
         self.in_flight -= returned.conns.len();
         into.append(&mut returned.conns);
+        drop(returned);
+        // App threads took requests since the last turn: the oldest one waiting may have
+        // changed. Only while one waited (a lock per turn under a backlog, nothing else); after
+        // `returned`'s lock, never under it (an app thread going idle takes `returned` under
+        // the queue's lock).
+        if self.oldest.is_some() {
+            let queue = lock(&self.shared.queue);
+            note_oldest(self.worker.slot(), &mut self.oldest, &queue);
+        }
     }
 
     fn has_returns(&self) -> bool {
@@ -194,7 +203,7 @@ impl Driver for Pool {
         let count = queue.jobs.len();
         into.extend(queue.jobs.drain(..));
         let slot = self.worker.slot();
-        slot.queued_since_ns.store(0, Ordering::Relaxed);
+        note_oldest(slot, &mut self.oldest, &queue);
         drop(queue);
         slot.queued.fetch_sub(count as u64, Ordering::Relaxed);
         self.in_flight -= count;
@@ -215,6 +224,7 @@ impl Driver for Pool {
 /// instructions and six of its locked instructions (callgrind).
 fn app_thread(index: usize, app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: Arc<Shared>) {
     let app_ref = Arc::clone(&app);
+    let slot = worker.slot();
     app.run_loop_thread(&mut || {
         let mut batch = BatchClock::new(worker.config.response_batch_delay);
         let mut ctx = Box::new(SlotContext {
@@ -233,14 +243,9 @@ fn app_thread(index: usize, app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: 
                 loop {
                     if let Some(job) = queue.jobs.pop_front() {
                         pool.busy.fetch_add(1, Ordering::Relaxed);
-                        let slot = worker.slot();
+                        // The pool's count, in the slot for the status output. The oldest
+                        // waiting request's time is the loop's to update (`note_oldest`).
                         slot.queued.fetch_sub(1, Ordering::Relaxed);
-                        // One load when nothing waited (the usual case): no store.
-                        if slot.queued_since_ns.load(Ordering::Relaxed) != 0
-                            || !queue.jobs.is_empty()
-                        {
-                            note_oldest(slot, queue.jobs.front());
-                        }
                         break Some(job);
                     }
                     if !held.is_empty() {
@@ -324,14 +329,27 @@ fn app_thread(index: usize, app: Arc<dyn App>, worker: Arc<WorkerShared>, pool: 
     });
 }
 
-/// Publishes, in the worker's slot, when `oldest` (the longest-waiting queued request, if any)
-/// was read: [`crate::scoreboard::Slot::queued_since_ns`], 0 for none. Called under the
-/// queue's lock, so the loop's and the app threads' stores come in the queue's order.
-fn note_oldest(slot: &crate::scoreboard::Slot, oldest: Option<&(usize, Box<Connection>)>) {
-    let since = oldest
-        .and_then(|(_, conn)| conn.ready_at)
-        .map_or(0, crate::scoreboard::thread::monotonic_ns_of);
-    slot.queued_since_ns.store(since, Ordering::Relaxed);
+/// Publishes, in the worker's slot, when the oldest queued request that waits for a busy app
+/// thread was read ([`crate::scoreboard::Slot::queued_since_ns`], 0 for none): the first one
+/// past those the sleeping app threads will take. The loop's alone, under the queue's lock,
+/// from `flush` (requests queued), `collect` (app threads took some since) and
+/// `take_stranded`; `noted` is what it last published, so an unchanged oldest costs a
+/// comparison and no store or clock conversion.
+///
+/// Why not in the app threads' pop: that is the per-request hand-off; the figure is a gauge
+/// for people, and the loop turns at least once a heartbeat while app threads hand
+/// connections back, so it lags the pops by at most that (an over-statement: the real
+/// oldest came later), and readers show no wait once the count is 0.
+fn note_oldest(slot: &crate::scoreboard::Slot, noted: &mut Option<Instant>, queue: &Queue) {
+    let oldest = queue
+        .jobs
+        .get(queue.idle)
+        .and_then(|(_, conn)| conn.ready_at);
+    if oldest != *noted {
+        *noted = oldest;
+        let since = oldest.map_or(0, crate::scoreboard::thread::monotonic_ns_of);
+        slot.queued_since_ns.store(since, Ordering::Relaxed);
+    }
 }
 
 /// Ends an app thread's batch: writes each held response, back to back, then hands the
@@ -473,6 +491,7 @@ pub fn run(
         threads,
         in_flight: 0,
         batch: Vec::new(),
+        oldest: None,
         max_queued: worker.config.max_queued_requests,
         listening: true,
     };

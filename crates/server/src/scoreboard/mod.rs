@@ -451,8 +451,9 @@ impl Scoreboard {
                     totals.connections += slot.connections.load(Ordering::Relaxed);
                     totals.h2_connections += slot.h2_connections.load(Ordering::Relaxed);
                     totals.h2_streams += slot.h2_streams.load(Ordering::Relaxed);
-                    totals.queued += slot.queued.load(Ordering::Relaxed);
-                    let since = slot.queued_since_ns.load(Ordering::Relaxed);
+                    let queued = slot.queued.load(Ordering::Relaxed);
+                    totals.queued += queued;
+                    let since = slot.queued_since_shown(queued);
                     if since != 0 && (totals.queued_since_ns == 0 || since < totals.queued_since_ns)
                     {
                         totals.queued_since_ns = since;
@@ -533,6 +534,7 @@ impl Scoreboard {
     /// Reads one slot.
     pub fn read(&self, index: usize) -> Option<SlotReading> {
         let slot = self.slot(index)?;
+        let queued = slot.queued.load(Ordering::Relaxed);
         Some(SlotReading {
             pid: slot.pid.load(Ordering::Acquire),
             generation: slot.generation.load(Ordering::Relaxed),
@@ -555,8 +557,8 @@ impl Scoreboard {
             interpreter_seen_ns: slot.interpreter_seen_ns.load(Ordering::Relaxed),
             h2_connections: slot.h2_connections.load(Ordering::Relaxed),
             h2_streams: slot.h2_streams.load(Ordering::Relaxed),
-            queued: slot.queued.load(Ordering::Relaxed),
-            queued_since_ns: slot.queued_since_ns.load(Ordering::Relaxed),
+            queued,
+            queued_since_ns: slot.queued_since_shown(queued),
         })
     }
 

@@ -129,8 +129,10 @@ pub const MEMORY_UNKNOWN: u64 = u64::MAX;
 /// never take the line the worker's requests use; the third the HTTP/2 gauges (written per
 /// HTTP/2 connection and stream only) and the pool's queue (thread and event MPMs: the count
 /// the loop adds to and the app threads take from per hand-off, which was the pool's own
-/// atomic before the status output showed it, so a hand-off writes no more than it did; a
-/// prefork HTTP/1.1 request never touches that line), and room for more (the size test in
+/// atomic before the status output showed it; the oldest request's time, which only the
+/// loop writes, per turn and only while requests wait: an app thread's pop does the one
+/// `fetch_sub` it did before; measured in benches/results/2026-11-28-issue40-status-queue.md;
+/// a prefork HTTP/1.1 request never touches that line), and room for more (the size test in
 /// `mod.rs` says how big a slot is).
 #[repr(C, align(64))]
 pub struct Slot {
@@ -196,9 +198,12 @@ pub struct Slot {
     /// are not `active` and not idle connections.
     pub queued: AtomicU64,
     /// When the oldest of the [`Slot::queued`] requests that wait for a busy app thread was
-    /// read, CLOCK_MONOTONIC nanoseconds (0: none waits). Set under the pool's queue lock
-    /// when a request finds every app thread busy, and when an app thread takes a request
-    /// with others behind it; a gauge for people.
+    /// read, CLOCK_MONOTONIC nanoseconds (0: none waits). Written by the loop alone, under
+    /// the pool's queue lock, when it queues requests and when it collects connections
+    /// handed back (app threads took requests meanwhile), never by an app thread's pop: a
+    /// gauge for people, which may lag the pops by up to a turn of the loop (at most its
+    /// heartbeat), overstating the wait. Readers ([`super::Scoreboard::read`], the totals)
+    /// take no wait from a slot whose [`Slot::queued`] is 0.
     pub queued_since_ns: AtomicU64,
     pub(super) _reserved: [AtomicU64; 1],
 }
@@ -255,6 +260,17 @@ pub struct SlotReading {
 }
 
 impl Slot {
+    /// [`Slot::queued_since_ns`] as readers show it, `queued` a [`Slot::queued`] reading: 0
+    /// when nothing is queued. Only the loop updates the time, at its next turn (see the
+    /// field), while the count drops with each app thread's pop: without this, a drained
+    /// queue would show its last wait growing until then.
+    pub fn queued_since_shown(&self, queued: u64) -> u64 {
+        if queued == 0 {
+            return 0;
+        }
+        self.queued_since_ns.load(Ordering::Relaxed)
+    }
+
     /// The loop made an HTTP/2 connection (its `H2Conn` entered the loop's table).
     pub fn h2_connection_opened(&self) {
         self.h2_connections.fetch_add(1, Ordering::Relaxed);

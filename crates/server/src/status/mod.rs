@@ -312,6 +312,19 @@ mod tests {
         assert!(page.contains("<b>4 / "), "{page}");
         assert!(page.contains("<td class=\"n\">4.00 ms</td>"), "{page}");
 
+        // Drained by the app threads' pops before the loop's next turn updated the time (it
+        // alone does: review of issue 40, item 10): the stale time shows no wait.
+        slot.queued.store(0, Ordering::Relaxed);
+        other.queued.store(0, Ordering::Relaxed);
+        assert_eq!(board.read(1).unwrap().queued_since_ns, 0);
+        let snap = Snapshot::take(&board, "thread", Shown::Whole, &mut History::default());
+        assert_eq!((snap.totals.queued, snap.totals.queued_since_ns), (0, 0));
+        let json = String::from_utf8(json::render(&snap)).unwrap();
+        assert!(
+            json.contains(",\"queued\":0,\"queued_wait_ms\":0.000,"),
+            "{json}"
+        );
+
         // Freed, the slot forgets its queue.
         board.clear(1);
         assert_eq!(board.read(1).unwrap().queued, 0);
