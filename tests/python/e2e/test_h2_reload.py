@@ -178,7 +178,7 @@ def test_hup_lets_an_open_stream_finish_after_a_two_step_goaway(tines_server: An
         answer = connection.response(held, 60)
         assert (answer.status, answer.body, answer.reset) == (200, b"released", None), connection.describe()
         connection.wait_closed(60)
-    server.wait_for_log(r"reload done: generation 2 serves with 1 workers", deadline=60)
+    server.wait_for_log(r"reload done: generation 2 serves with 1 worker\b", deadline=60)
 
 
 @pytest.mark.parametrize("served", [(WSGI, "prefork"), (WSGI, "event", "--threads", "0")], ids=["prefork", "event-inline"])
@@ -192,7 +192,7 @@ def test_hup_lets_a_stream_held_on_the_loops_thread_finish(tines_server: Any, se
         gate, _ = gate_listener.accept()
         with gate:
             server.signal(signal.SIGHUP)
-            server.wait_for_log(r"reload done: generation 2 serves with 1 workers", deadline=60)
+            server.wait_for_log(r"reload done: generation 2 serves with 1 worker\b", deadline=60)
         answer = connection.response(held, 60)
         assert (answer.status, answer.body, answer.reset) == (200, b"released", None), connection.describe()
         final = answer_pings(connection)
@@ -238,4 +238,4 @@ def test_every_stream_sent_before_the_goaway_is_answered(tines_server: Any, serv
         goaways = [frame for frame in connection.frames if isinstance(frame, GoAwayFrame)]
     assert [(g.error_code, g.last_stream_id) for g in goaways] == [(0, 2**31 - 1), (0, max(sent))], goaways
     assert sorted(ended) == sent, f"unanswered: {sorted(set(sent) - ended)[:20]}"
-    server.wait_for_log(r"reload done: generation 2 serves with 1 workers", deadline=60)
+    server.wait_for_log(r"reload done: generation 2 serves with 1 worker\b", deadline=60)
