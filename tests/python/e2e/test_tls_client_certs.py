@@ -123,7 +123,7 @@ def test_a_ticket_made_before_client_certificates_were_required_does_not_resume_
 
     config.write_text(tls + f'client_cert = "required"\nclient_ca = "{tls_certs.client_ca}"\n')
     server.signal(signal.SIGHUP)
-    server.wait_for_log(r"reload done: generation 2 serves with 1 workers")
+    server.wait_for_log(r"reload done: generation 2 serves with 1 worker\b")
 
     try:
         with tls_connect(server.port, anonymous, "localhost", before.session, ragged_eofs=False) as sock:

@@ -104,7 +104,9 @@ def test_the_report_renders_in_chromium_with_its_plots(smoke: dict[str, Any], tm
     page = smoke["out"] / "report.html"
     dom = run_chromium(chromium, tmp_path, "--allow-file-access-from-files", "--dump-dom", page.as_uri())
     assert "<h1>tines tune: examples/hello.py:app</h1>" in dom
-    assert dom.count("<svg") >= 5
+    # Every chart the report holds is rendered. How many it holds depends on what the budget
+    # measured (the server's own cost is skipped on a loaded machine, and with it its chart).
+    assert dom.count("<svg") == page.read_text().count("<svg") >= 4
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     png = ARTIFACTS / "tune-report.png"
     png.unlink(missing_ok=True)
@@ -182,7 +184,11 @@ def test_ctrl_c_stops_and_reports_what_was_measured(tmp_path: Path) -> None:
     controller, terminal = pty.openpty()
     proc = subprocess.Popen([*TINES, "tune", f"{app}:app", "--budget", "120s", "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=terminal, stdin=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "TUNE_GATE_OUT": str(out)})
+                            env={**os.environ, "TUNE_GATE_OUT": str(out)},
+                            # SIGINT as a terminal's foreground job has it: a test run started in
+                            # the background (`make test &`) inherits it ignored, and Python then
+                            # installs no KeyboardInterrupt, so the tuner would run to its end.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(terminal)
     drawn = b""
     reached = tmp_path / "gate-reached"
