@@ -127,16 +127,29 @@ UNKNOWN = 2**64 - 1
 ``user``); the status page shows it as n/a (Rust ``scoreboard::MEMORY_UNKNOWN``)."""
 
 
-def format_size(size: int) -> str:
-    """``512 MiB``, ``530.2 MiB``, ``3.6 MiB``, ``900 B``: one decimal, none when whole."""
+def format_size(size: int, decimals: int = 1) -> str:
+    """``512 MiB``, ``530.2 MiB``, ``3.6 MiB``, ``900 B``: one decimal (or ``decimals``), none
+    when whole."""
     value = float(size)
     unit = UNITS[0]
     for unit in UNITS:
         if abs(value) < KIB or unit == UNITS[-1]:
             break
         value /= KIB
-    shown = f"{value:.1f}".removesuffix(".0")
+    shown = f"{value:.{decimals}f}"
+    if "." in shown:
+        shown = shown.rstrip("0").removesuffix(".")
     return f"{shown} {unit}"
+
+
+def format_above(size: int, limit: int) -> str:
+    """``size`` as ``format_size`` shows it, with as many more decimals as it takes to read as
+    more than ``limit`` (128.0004 MiB is ``128.0004 MiB``, never ``128 MiB > ... 128 MiB``)."""
+    for decimals in range(1, 7):
+        shown = format_size(size, decimals)
+        if shown != format_size(limit, decimals) or size <= limit:
+            return shown
+    return f"{size} B"
 
 
 def parse_smaps_rollup(text: str) -> MemoryUsage | None:
@@ -330,7 +343,7 @@ def over_limit(cfg: Config, usage: MemoryUsage) -> str | None:
     figure = usage.figure(kind)
     if not limit or figure is None or figure <= limit:
         return None
-    return f"{kind.upper()} {format_size(figure)} > max_worker_memory {format_size(limit)}"
+    return f"{kind.upper()} {format_above(figure, limit)} > max_worker_memory {format_size(limit)}"
 
 
 # --- kernel same-page merging ------------------------------------------------------------------

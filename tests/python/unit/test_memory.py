@@ -110,6 +110,17 @@ def test_the_limit_is_decided_on_the_figure_its_kind_names() -> None:
     assert memory.over_limit(_cfg(), usage) is None  # 0: off
 
 
+@pytest.mark.parametrize(("rss", "shown"), [(128 * MIB + 4 * 1024, "RSS 128.004 MiB"), (128 * MIB + 1, "RSS 128.000001 MiB"),
+                                            (int(128.3 * MIB), "RSS 128.3 MiB"), (129 * MIB, "RSS 129 MiB")])
+def test_a_figure_just_over_the_limit_never_reads_as_the_limit(rss: int, shown: str) -> None:
+    # /proc/PID/status counts in kB: 4 KiB over 128 MiB was logged as "RSS 128 MiB > 128 MiB".
+    usage = memory.MemoryUsage(rss=rss, pss=0, uss=0, shared=0, swap=0, rss_only=True)
+    assert memory.over_limit(_cfg(max_worker_memory="128MiB", max_worker_memory_kind="rss"), usage) == \
+        f"{shown} > max_worker_memory 128 MiB"
+    assert memory.over_limit(_cfg(max_worker_memory="128MiB", max_worker_memory_kind="rss"),
+                             memory.MemoryUsage(rss=128 * MIB, pss=0, uss=0, shared=0, swap=0, rss_only=True)) is None
+
+
 STATUS = """\
 Name:\tpython3
 VmPeak:\t  120000 kB
