@@ -9,7 +9,12 @@
 //! the side its rule cannot be escaped by (the rate limits count it under their strictest
 //! rule; compression leaves it uncompressed).
 //!
-//! Must not allocate: the decoded bytes are produced as they are compared.
+//! It is also the one decoder of the server's other path readers: `stream_body_paths` takes
+//! [`target_path`] (the raw path) and static files [`decode_name`] (decoded once into a name,
+//! refusing what a file name must not hold), so that every rule reads a target alike.
+//!
+//! Must not allocate: the decoded bytes are produced as they are compared ([`decode_name`]
+//! writes into its caller's buffer).
 
 /// Why a request target's path has no normal form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +30,11 @@ pub enum PathFault {
     /// A `.` or `..` segment (decoded): clients resolve them; one that sends them raw is
     /// aiming at a path other than the one it names.
     DotSegment,
+    /// A control byte other than NUL (raw or decoded): no file name holds one
+    /// ([`decode_name`] only).
+    Control,
+    /// The decoded bytes are not UTF-8 ([`decode_name`] only).
+    NotUtf8,
 }
 
 /// The path of a request target, checked to have a normal form. Compare it with
@@ -35,9 +45,10 @@ pub struct NormalPath<'t> {
     raw: &'t [u8],
 }
 
-/// The raw path of `target`: origin-form up to `?` or `#`; an absolute-form (`http://a/p`,
-/// `https`, any case) loses its scheme and authority, an empty path being `/`.
-fn raw_path(target: &[u8]) -> Option<&[u8]> {
+/// The raw path of `target` (not decoded): origin-form up to `?` or `#`; an absolute-form
+/// (`http://a/p`, `https`, any case) loses its scheme and authority, an empty path being `/`.
+/// `None` for any other form (`*`, an authority).
+pub fn target_path(target: &[u8]) -> Option<&[u8]> {
     let path = if target.first() == Some(&b'/') {
         target
     } else {
@@ -70,6 +81,51 @@ fn hex(digit: u8) -> Option<u8> {
         b'A'..=b'F' => Some(digit - b'A' + 10),
         _ => None,
     }
+}
+
+/// The byte the escape at `raw[at]` (a `%`) stands for; refused when it has no two hex
+/// digits, or stands for a `/` (a separator the app may or may not split on) or NUL.
+fn unescape(raw: &[u8], at: usize) -> Result<u8, PathFault> {
+    let (Some(high), Some(low)) = (
+        raw.get(at + 1).copied().and_then(hex),
+        raw.get(at + 2).copied().and_then(hex),
+    ) else {
+        return Err(PathFault::BadEscape);
+    };
+    match high << 4 | low {
+        b'/' => Err(PathFault::EncodedSlash),
+        0 => Err(PathFault::Nul),
+        other => Ok(other),
+    }
+}
+
+/// Decodes `raw` (a raw path or the part of one after a prefix, as [`target_path`] gives it)
+/// once into `name` (cleared first), for a caller that turns it into a file name: refused as
+/// [`NormalPath::of`] refuses an escape (a bad one, `%2F`, `%00`), and when a byte of the
+/// result is a control byte or the result is not UTF-8. Repeated `/` and `.` segments are
+/// left as they are: the caller's rules for names are stricter than a prefix match's.
+pub fn decode_name(raw: &[u8], name: &mut Vec<u8>) -> Result<(), PathFault> {
+    name.clear();
+    let mut at = 0;
+    while let Some(&byte) = raw.get(at) {
+        let decoded = if byte == b'%' {
+            let decoded = unescape(raw, at)?;
+            at += 3;
+            decoded
+        } else {
+            at += 1;
+            byte
+        };
+        if decoded == 0 {
+            return Err(PathFault::Nul);
+        }
+        if decoded < 0x20 || decoded == 0x7f {
+            return Err(PathFault::Control);
+        }
+        name.push(decoded);
+    }
+    std::str::from_utf8(name).map_err(|_| PathFault::NotUtf8)?;
+    Ok(())
 }
 
 /// The decoded bytes of a checked raw path, repeated `/` collapsed.
@@ -108,7 +164,7 @@ impl<'t> NormalPath<'t> {
     /// The path of `target` (a request target as the parser accepted it), or why it has no
     /// single reading. One pass over the path; no allocation.
     pub fn of(target: &'t [u8]) -> Result<NormalPath<'t>, PathFault> {
-        let raw = raw_path(target).ok_or(PathFault::NotAPath)?;
+        let raw = target_path(target).ok_or(PathFault::NotAPath)?;
         let mut at = 0;
         // The decoded segment so far: its length, and whether it is all dots.
         let mut segment_len = 0usize;
@@ -117,18 +173,9 @@ impl<'t> NormalPath<'t> {
             let decoded = match raw.get(at) {
                 None => b'/',
                 Some(b'%') => {
-                    let (Some(high), Some(low)) = (
-                        raw.get(at + 1).copied().and_then(hex),
-                        raw.get(at + 2).copied().and_then(hex),
-                    ) else {
-                        return Err(PathFault::BadEscape);
-                    };
+                    let decoded = unescape(raw, at)?;
                     at += 2;
-                    match high << 4 | low {
-                        b'/' => return Err(PathFault::EncodedSlash),
-                        0 => return Err(PathFault::Nul),
-                        other => other,
-                    }
+                    decoded
                 }
                 Some(&byte) => byte,
             };
@@ -279,6 +326,44 @@ mod tests {
         }
         assert!(under("/api/v1/x", "/api/v1"));
         assert!(!under("/api/v10", "/api/v1"));
+    }
+
+    fn name(raw: &str) -> Result<Vec<u8>, PathFault> {
+        let mut name = b"stale".to_vec();
+        decode_name(raw.as_bytes(), &mut name).map(|()| name)
+    }
+
+    #[test]
+    fn a_name_is_decoded_once_with_its_slashes_and_dots_left_to_the_caller() {
+        assert_eq!(name("/a%20b/c"), Ok(b"/a b/c".to_vec()));
+        assert_eq!(name(""), Ok(Vec::new()));
+        assert_eq!(name("/%252e%252e/x"), Ok(b"/%2e%2e/x".to_vec()));
+        assert_eq!(name("//a/../.b/"), Ok(b"//a/../.b/".to_vec()));
+        assert_eq!(name("/caf%C3%A9"), Ok("/caf\u{e9}".as_bytes().to_vec()));
+        assert_eq!(name("/a%5Cb"), Ok(b"/a\\b".to_vec()));
+    }
+
+    #[test]
+    fn a_name_refuses_what_no_file_name_may_hold() {
+        assert_eq!(name("/a%2Fb"), Err(PathFault::EncodedSlash));
+        assert_eq!(name("/a%00"), Err(PathFault::Nul));
+        assert_eq!(name("/a\0"), Err(PathFault::Nul));
+        assert_eq!(name("/a%0a"), Err(PathFault::Control));
+        assert_eq!(name("/a\t"), Err(PathFault::Control));
+        assert_eq!(name("/a%7f"), Err(PathFault::Control));
+        assert_eq!(name("/%c0%ae"), Err(PathFault::NotUtf8));
+        assert_eq!(name("/%"), Err(PathFault::BadEscape));
+        assert_eq!(name("/%2"), Err(PathFault::BadEscape));
+        assert_eq!(name("/%zz"), Err(PathFault::BadEscape));
+    }
+
+    #[test]
+    fn the_raw_path_is_the_path_before_any_query_not_decoded() {
+        assert_eq!(target_path(b"/s/%61?v=1"), Some(&b"/s/%61"[..]));
+        assert_eq!(target_path(b"/s/a#x?y"), Some(&b"/s/a"[..]));
+        assert_eq!(target_path(b"http://h?x=/s/a"), Some(&b"/"[..]));
+        assert_eq!(target_path(b"http://h#/s/a"), Some(&b"/"[..]));
+        assert_eq!(target_path(b"*"), None);
     }
 
     #[test]

@@ -81,21 +81,12 @@ pub(super) enum BodyStep {
     Refuse(u16),
 }
 
-/// The path of a request target (origin-form, or the path of an absolute-form one), without
-/// its query.
-fn target_path(target: &[u8]) -> &[u8] {
-    let mut path = target;
-    if let Some(scheme_end) = path.windows(3).position(|w| w == b"://") {
-        if !path[..scheme_end].contains(&b'/') {
-            let rest = &path[scheme_end + 3..];
-            path = rest
-                .iter()
-                .position(|&b| b == b'/')
-                .map_or(&b"/"[..], |slash| &rest[slash..]);
-        }
-    }
-    let end = path.iter().position(|&b| b == b'?').unwrap_or(path.len());
-    &path[..end]
+/// The path of a request target as `stream_body_paths` compares it: its raw path
+/// (`tines_proto::path::target_path`, the one reading every path rule shares: origin-form, or
+/// the path of an absolute-form one, without its query), matched as sent, not decoded. A
+/// target with no path (`*`) is compared whole.
+pub(crate) fn target_path(target: &[u8]) -> &[u8] {
+    tines_proto::path::target_path(target).unwrap_or(target)
 }
 
 /// True when `target` is on one of `stream_body_paths`: its body streams through the app.
@@ -406,6 +397,96 @@ mod tests {
         assert_eq!(target_path(b"http://example.com"), b"/");
         assert_eq!(target_path(b"/a?b=http://c/d"), b"/a");
         assert_eq!(target_path(b"*"), b"*");
+    }
+
+    /// A target's path as each of its three readers decodes it: the rate limits' and
+    /// compression's normal form, `stream_body_paths`' raw path put in that form, and the name
+    /// static files open under a mount at `/` (hidden names allowed). `None`: refused.
+    fn three_readings(target: &[u8]) -> [Option<Vec<u8>>; 3] {
+        use crate::static_files::path::{name_under_mount, target_path as static_path, Named};
+        let normal = |target: &[u8]| {
+            tines_proto::NormalPath::of(target)
+                .ok()
+                .map(|path| path.bytes().collect::<Vec<u8>>())
+        };
+        let streamed = target_path(target);
+        let named = static_path(target).and_then(|raw| {
+            assert_eq!(raw, streamed, "one raw path");
+            match name_under_mount(raw, true) {
+                Named::Path { relative, slash } => {
+                    let mut name = b"/".to_vec();
+                    if !relative.is_empty() {
+                        name.extend_from_slice(&relative);
+                        if slash {
+                            name.push(b'/');
+                        }
+                    }
+                    Some(name)
+                }
+                Named::Refused => None,
+            }
+        });
+        [normal(target), normal(streamed), named]
+    }
+
+    #[test]
+    fn the_three_path_readers_agree_on_a_target_s_decoded_form() {
+        let table: [(&str, Option<&str>); 20] = [
+            ("/s/a.css", Some("/s/a.css")),
+            ("/s/a.css?v=1", Some("/s/a.css")),
+            ("/s/a%20b.css?x=%2F&y=%zz", Some("/s/a b.css")),
+            ("/s/%61.css", Some("/s/a.css")),
+            ("/s/caf%C3%A9", Some("/s/caf\u{e9}")),
+            ("/s/%2561", Some("/s/%61")),
+            ("/s/a%3Fb?c", Some("/s/a?b")),
+            ("/s/dir/", Some("/s/dir/")),
+            ("/s/a#frag", Some("/s/a")),
+            ("/.well-known/x", Some("/.well-known/x")),
+            ("http://example.com/s/a.css?v=1", Some("/s/a.css")),
+            ("HTTPS://example.com:8443/s/%61", Some("/s/a")),
+            ("http://example.com", Some("/")),
+            ("http://example.com?x=/s/a", Some("/")),
+            ("http://[::1]:80/s/a#x", Some("/s/a")),
+            ("/s/a%2Fb", None),
+            ("/s/a%00", None),
+            ("/s/%zz", None),
+            ("/s/../etc", None),
+            ("/s/%2e%2e/etc", None),
+        ];
+        for (target, decoded) in table {
+            let want = decoded.map(|decoded| decoded.as_bytes().to_vec());
+            assert_eq!(
+                three_readings(target.as_bytes()),
+                [want.clone(), want.clone(), want],
+                "{target}"
+            );
+        }
+    }
+
+    /// Static files refuse more than a prefix match does (a name must be plain): the same
+    /// reading, refused.
+    #[test]
+    fn static_files_refuse_what_the_normal_form_reads() {
+        for (target, normal) in [
+            ("//s/a", "/s/a"),
+            ("/s//a", "/s/a"),
+            ("/s/a%01", "/s/a\u{1}"),
+            ("/s/a%7F", "/s/a\u{7f}"),
+            ("/s/a%5Cb", "/s/a\\b"),
+        ] {
+            let want = Some(normal.as_bytes().to_vec());
+            assert_eq!(
+                three_readings(target.as_bytes()),
+                [want.clone(), want, None],
+                "{target}"
+            );
+        }
+        let [normal, streamed, named] = three_readings(b"/s/%C3");
+        assert_eq!(
+            (normal, streamed, named),
+            (Some(b"/s/\xc3".to_vec()), Some(b"/s/\xc3".to_vec()), None)
+        );
+        assert_eq!(three_readings(b"*"), [None, None, None]);
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //!
 //! It must not decide framing or write to the socket itself: the exchange does both.
 
-mod path;
+pub(crate) mod path;
 mod rules;
 
 use std::ffi::CString;

@@ -16,72 +16,18 @@ pub(crate) enum Named {
     Refused,
 }
 
-/// The path of a request target: origin-form up to `?` or `#`; an absolute-form target
-/// (`http://host/p`) loses its scheme and authority. `None` for any other form (`*`, an
-/// authority).
-pub(crate) fn target_path(target: &[u8]) -> Option<&[u8]> {
-    let path = if target.first() == Some(&b'/') {
-        target
-    } else {
-        let scheme_end = target.windows(3).position(|w| w == b"://")?;
-        let scheme = &target[..scheme_end];
-        if !(scheme.eq_ignore_ascii_case(b"http") || scheme.eq_ignore_ascii_case(b"https")) {
-            return None;
-        }
-        let after = &target[scheme_end + 3..];
-        match after.iter().position(|&b| b == b'/') {
-            Some(slash) => &after[slash..],
-            None => b"/",
-        }
-    };
-    let end = path
-        .iter()
-        .position(|&b| b == b'?' || b == b'#')
-        .unwrap_or(path.len());
-    Some(&path[..end])
-}
-
-fn hex(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        b'A'..=b'F' => Some(digit - b'A' + 10),
-        _ => None,
-    }
-}
+/// The raw path of a request target: the one reading every path rule of the server shares
+/// (`tines_proto::path`).
+pub(crate) use tines_proto::path::target_path;
 
 /// Decodes `rest` (what follows the mount's prefix: empty or starting with `/`) once and
 /// checks each segment. `hidden`: segments starting with `.` are allowed.
 pub(crate) fn name_under_mount(rest: &[u8], hidden: bool) -> Named {
     let mut relative = Vec::with_capacity(rest.len());
-    let mut i = 0;
-    // Decoded once: `%252e` is the three bytes `%2e`, a plain name, never a dot.
-    while i < rest.len() {
-        let byte = rest[i];
-        if byte == b'%' {
-            let (Some(high), Some(low)) = (
-                rest.get(i + 1).copied().and_then(hex),
-                rest.get(i + 2).copied().and_then(hex),
-            ) else {
-                return Named::Refused;
-            };
-            let decoded = high << 4 | low;
-            // An encoded separator would join segments the checks below saw apart.
-            if decoded == b'/' {
-                return Named::Refused;
-            }
-            relative.push(decoded);
-            i += 3;
-        } else {
-            relative.push(byte);
-            i += 1;
-        }
-    }
-    if relative
-        .iter()
-        .any(|&b| b < 0x20 || b == 0x7f || b == b'\\')
-        || std::str::from_utf8(&relative).is_err()
-    {
+    // Decoded once (`%252e` is the three bytes `%2e`, a plain name, never a dot) by the
+    // shared decoder, which refuses an encoded separator (it would join segments the checks
+    // below saw apart), NUL and control bytes, and a name that is not UTF-8.
+    if tines_proto::path::decode_name(rest, &mut relative).is_err() || relative.contains(&b'\\') {
         return Named::Refused;
     }
     let slash = relative.last() == Some(&b'/');
