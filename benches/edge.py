@@ -18,8 +18,6 @@ the reason. Writes ``results/edge-STAMP.{md,json}`` (``--out NAME``: ``results/N
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 import os
 import random
 import shutil
@@ -32,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import edge_model as em
+import paired
 from loadgen import Load, LoadFailed, Tool, run_load
 from procfs import cpu_times, tree, tree_cpu_ticks
 from provision import ensure_tools, machine_info, tool_path, versions
@@ -41,7 +40,6 @@ from servers import (APPS, REPO, App, Running, Server, StartFailed, free_port, s
                      tines_binary, tines_command, tines_serve_help)
 
 WORKDIR = TMP / "edge"
-CALLGRIND_READY_S = 300.0
 DEFAULT_INSTRUCTION_REQUESTS = 10_000
 BLOG_HOOKS = REPO / "examples" / "blog" / "tines_hooks.py"
 GZIP = ("Accept-Encoding: gzip",)
@@ -204,9 +202,7 @@ def make_files(root: Path) -> None:
 
 
 def environment() -> dict[str, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "BLOG_DB": str(WORKDIR / "blog.sqlite3")}
-    env.pop("VIRTUAL_ENV", None)
-    return env
+    return paired.environment(BLOG_DB=str(WORKDIR / "blog.sqlite3"))
 
 
 def url(port: int, app: App) -> str:
@@ -287,12 +283,11 @@ def instructions(row: Row, bench: Path, requests: int,
     """Instructions of the server's tree per request, by callgrind (user space only)."""
     out_dir = Path(tempfile.mkdtemp(prefix="tines-edge-callgrind-"))
     port = free_port()
-    wrapper = ("valgrind", "--tool=callgrind", "--trace-children=yes",
-               f"--callgrind-out-file={out_dir}/callgrind.out.%p")
     counted = row if row.callgrind is None else replace(row, server=row.callgrind)
     try:
         started = start_row(counted, port, f"{row.cell}-{row.server.name}-callgrind", WORKDIR,
-                            upstream_port, wrapper=wrapper, ready_deadline_s=CALLGRIND_READY_S)
+                            upstream_port, wrapper=paired.callgrind_wrapper(out_dir),
+                            ready_deadline_s=paired.CALLGRIND_READY_S)
     except StartFailed as error:
         log(f"callgrind {row.cell} {row.server.name}: start: {error}")
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -302,19 +297,8 @@ def instructions(row: Row, bench: Path, requests: int,
         # The workers only: a master serves no request (nginx runs as one process here).
         root = started[-1].process.pid
         pids = [s.pid for s in tree(root) if s.pid != root] or [root]
-        for pid in pids:
-            control(["-z", str(pid)])
-        exactly(bench, row, port, requests)
-        for pid in pids:
-            control(["-d", str(pid)])
-        total = 0
-        for path in glob.glob(str(out_dir / "callgrind.out.*.*")):
-            with open(path) as handle:
-                for line in handle:
-                    if line.startswith("summary:"):
-                        total += int(line.split()[1])
-                        break
-        return total / requests if total else None
+        return paired.callgrind_count(pids, lambda count: exactly(bench, row, port, count),
+                                      requests, out_dir)
     except (subprocess.SubprocessError, OSError, RuntimeError, ValueError) as error:
         log(f"callgrind {row.cell} {row.server.name}: {error}")
         return None
@@ -326,19 +310,8 @@ def instructions(row: Row, bench: Path, requests: int,
 
 def exactly(bench: Path, row: Row, port: int, count: int) -> None:
     """Exactly ``count`` requests of the row's load, every one answered 2xx."""
-    command = ["taskset", "-c", "0", str(bench), "-t", "1", "-c", str(em.CONNECTIONS[row.cell]),
-               "-n", str(count), "--json", "--timeout", "120s"]
-    for header in row.headers:
-        command += ["-H", header]
-    result = subprocess.run([*command, url(port, row.app)], capture_output=True, text=True,
-                            timeout=3600)
-    report = json.loads(result.stdout)
-    if report["ok"] != count or report["errors"]["total"]:
-        raise RuntimeError(f"{report['ok']} of {count} answered 2xx ({report['errors']})")
-
-
-def control(words: list[str]) -> None:
-    subprocess.run(["callgrind_control", *words], check=True, capture_output=True, timeout=120)
+    headers = [word for header in row.headers for word in ("-H", header)]
+    paired.exactly(bench, url(port, row.app), em.CONNECTIONS[row.cell], count, headers)
 
 
 # --------------------------------------------------------------------------- the whole
@@ -346,30 +319,20 @@ def control(words: list[str]) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=5, help="rounds (pairs) per cell")
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measured run")
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of warm-up per run")
+    paired.add_common_arguments(parser, "cell", "edge")
     parser.add_argument("--cells", help=f"comma-separated cells of {', '.join(em.CELLS)} "
                                         "(default: all)")
     parser.add_argument("--instructions", action="store_true",
                         help="also count instructions per request with callgrind (the marks' rows)")
     parser.add_argument("--instruction-requests", type=int, default=DEFAULT_INSTRUCTION_REQUESTS,
                         help="requests counted under callgrind per row (default: %(default)s)")
-    parser.add_argument("--no-provision", action="store_true",
-                        help="install nothing (rows whose server is missing are skipped)")
-    parser.add_argument("--out", help="write results/NAME.{md,json} (default: edge-STAMP)")
-    parser.add_argument("--report-only", type=Path, metavar="JSON",
-                        help="render JSON (a report of this script) to markdown beside it")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_args(argv)
     if arguments.report_only is not None:
-        document = json.loads(arguments.report_only.read_text())
-        arguments.report_only.with_suffix(".md").write_text(em.markdown(
-            document["results"], document["instructions"], document["skipped"],
-            document["meta"]))
+        paired.render_report(arguments.report_only, em.markdown)
         return 0
     raise_nofile()
     started_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -429,12 +392,9 @@ def run_all(arguments: argparse.Namespace, bench: Path, files: Path, started_at:
                                               if arguments.instructions else None)},
             "notes": notes(arguments)}
     stem = arguments.out or f"edge-{time.strftime('%Y-%m-%d-%H%M', time.gmtime())}"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{stem}.json").write_text(json.dumps(
-        {"schema": "tines-bench-edge/1", "meta": meta, "skipped": skipped, "results": results,
-         "instructions": counts}, indent=1) + "\n")
-    (RESULTS / f"{stem}.md").write_text(em.markdown(results, counts, skipped, meta))
-    log(f"wrote {RESULTS / stem}.md and .json")
+    written = paired.write_report(RESULTS, stem, "tines-bench-edge/1", meta, skipped, results,
+                                  counts, em.markdown)
+    log(f"wrote {written}.md and .json")
     return 0
 
 

@@ -14,7 +14,7 @@ Cells, each measured with one server process pinned to CPU 1 and ``tines bench``
 
 A *round* measures every row of a cell once, the order turned by one each round; two rows of
 one round form a *pair* and a mark is judged by the median of the per-pair ratios
-(tls_model's rules: within 15% of the mark the clock cannot tell on this 2-core VM and
+(benches/paired.py's rules: within 15% of the mark the clock cannot tell on this 2-core VM and
 callgrind's instructions per request judge). The rate limiter's mark is absolute (0.5 µs more
 per request) and judged by instructions: the extra instructions per request are turned into
 µs at the off row's own pace (its CPU µs per request over its instructions per request).
@@ -30,9 +30,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from tls_model import Mark as ClockMark
-from tls_model import fmt, fmt_share, medians, order, pair_ratios
-from tls_model import verdict as clock_verdict
+from paired import Mark as ClockMark
+from paired import fmt, fmt_share, medians, noise_lines, order, pair_ratios
+from paired import verdict as clock_verdict
 
 STATIC_4K = "static-4k"
 STATIC_1M = "static-1m"
@@ -72,8 +72,6 @@ RATE_LIMIT = "1000000/s"
 GZIP_LEVEL = 5
 """gzip level of both the Tines and the nginx row (Tines' default ``compression_gzip_level``;
 nginx's own default is 1, so its row sets ``gzip_comp_level`` to this)."""
-
-JUDGE_BAND = 0.15
 
 
 @dataclass(frozen=True)
@@ -136,11 +134,7 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, dict[str, float]],
     """The report: a table per cell, the marks' verdicts, the blog's comparisons, skips."""
     out = [f"# Static files, compression and rate limits (issue 39), {meta.get('started', '')}", ""]
     out += [f"- {line}" for line in meta.get("notes", [])]
-    noise = [float(r["other_cpu"]) for r in results if r.get("other_cpu") is not None]
-    if noise:
-        out.append(f"- other processes used a median of {statistics.median(noise):.2f} CPUs "
-                   f"(max {max(noise):.2f}) of the 2 during the timed runs: where that is well "
-                   "above 0, the clock figures are noisy and the instruction counts judge")
+    out += noise_lines(results)
     for cell in CELLS:
         out += ["", f"## {cell}", "",
                 "| server | CPU µs/request | spread | runs | req/s | bytes/response "

@@ -27,7 +27,6 @@ Tines runs from the venv running this script (``tines_binary()``): a Tines whose
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import http2_model as hm
+import paired
 from loadgen import Load, LoadFailed, Tool, run_load
 from procfs import tree
 from provision import (PEERS_VENV, ensure_peers, ensure_tools, machine_info, peer_versions,
@@ -54,7 +54,6 @@ PEERS = ("granian", "hypercorn", "gunicorn", "h2")
 """The peers' packages (h2: gunicorn's HTTP/2, its ``[http2]`` extra)."""
 INSTRUCTION_REQUESTS = 20_000
 DEFAULT_INSTRUCTION_ROWS = (hm.TINES_H2C, hm.TINES_H1, "granian-h2c")
-CALLGRIND_READY_S = 300.0
 GUNICORN_THREADS = 4
 
 
@@ -182,12 +181,6 @@ def skipped_rows(help_text: str | None) -> dict[str, str]:
 # --------------------------------------------------------------------------- measurements
 
 
-def environment() -> dict[str, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("VIRTUAL_ENV", None)
-    return env
-
-
 def flags(protocol: str, material: Material) -> tuple[str, ...]:
     """``tines bench`` flags for a row's protocol."""
     if protocol == "h2c":
@@ -234,7 +227,7 @@ def measure_round(row: Row, round_index: int, arguments: argparse.Namespace,
     port = free_port()
     log_path = WORKDIR / f"{row.server.name}-round{round_index}.log"
     try:
-        running = start(row.server, row.app, port, log_path, environment(), WORKDIR,
+        running = start(row.server, row.app, port, log_path, paired.environment(), WORKDIR,
                         probe=bench_probe(bench, row.protocol, material))
     except StartFailed as error:
         return {**base, "failed": f"start: {error}"}
@@ -261,12 +254,11 @@ def instructions(row: Row, material: Material, bench: Path, requests: int) -> fl
     out_dir = Path(tempfile.mkdtemp(prefix="tines-h2-callgrind-"))
     port = free_port()
     log_path = WORKDIR / f"{row.server.name}-callgrind.log"
-    wrapper = ("valgrind", "--tool=callgrind", "--trace-children=yes",
-               f"--callgrind-out-file={out_dir}/callgrind.out.%p")
     try:
-        running = start(row.server, row.app, port, log_path, environment(), WORKDIR,
-                        probe=bench_probe(bench, row.protocol, material), wrapper=wrapper,
-                        ready_deadline_s=CALLGRIND_READY_S)
+        running = start(row.server, row.app, port, log_path, paired.environment(), WORKDIR,
+                        probe=bench_probe(bench, row.protocol, material),
+                        wrapper=paired.callgrind_wrapper(out_dir),
+                        ready_deadline_s=paired.CALLGRIND_READY_S)
     except StartFailed as error:
         log(f"callgrind {row.server.name}: start: {error}")
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -274,19 +266,8 @@ def instructions(row: Row, material: Material, bench: Path, requests: int) -> fl
     try:
         exactly(bench, row, material, port, max(10, requests // 10))
         pids = [s.pid for s in tree(running.process.pid)]
-        for pid in pids:
-            control(["-z", str(pid)])
-        exactly(bench, row, material, port, requests)
-        for pid in pids:
-            control(["-d", str(pid)])
-        total = 0
-        for path in glob.glob(str(out_dir / "callgrind.out.*.*")):
-            with open(path) as handle:
-                for line in handle:
-                    if line.startswith("summary:"):
-                        total += int(line.split()[1])
-                        break
-        return total / requests if total else None
+        return paired.callgrind_count(
+            pids, lambda count: exactly(bench, row, material, port, count), requests, out_dir)
     except (subprocess.SubprocessError, OSError, RuntimeError, ValueError) as error:
         log(f"callgrind {row.server.name}: {error}")
         return None
@@ -298,17 +279,8 @@ def instructions(row: Row, material: Material, bench: Path, requests: int) -> fl
 def exactly(bench: Path, row: Row, material: Material, port: int, count: int) -> None:
     """Exactly ``count`` requests of the row's load, every one answered 2xx."""
     connections = hm.H1_CONNECTIONS if row.protocol == "h1" else hm.H2_CONNECTIONS
-    command = ["taskset", "-c", "0", str(bench), *flags(row.protocol, material), "-t", "1",
-               "-c", str(connections), "-n", str(count), "--json", "--timeout", "120s",
-               url(row.protocol, port)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=3600)
-    report = json.loads(result.stdout)
-    if report["ok"] != count or report["errors"]["total"]:
-        raise RuntimeError(f"{report['ok']} of {count} answered 2xx ({report['errors']})")
-
-
-def control(words: list[str]) -> None:
-    subprocess.run(["callgrind_control", *words], check=True, capture_output=True, timeout=120)
+    paired.exactly(bench, url(row.protocol, port), connections, count,
+                   flags(row.protocol, material))
 
 
 # --------------------------------------------------------------------------- the whole
@@ -316,9 +288,7 @@ def control(words: list[str]) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=5, help="rounds (pairs) per row")
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measured run")
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of warm-up per run")
+    paired.add_common_arguments(parser, "row", "http2")
     parser.add_argument("--servers", help=f"comma-separated rows of {', '.join(hm.ROWS)} "
                                           "(default: all)")
     parser.add_argument("--instructions", action="store_true",
@@ -328,22 +298,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="rows counted with --instructions (default: %(default)s)")
     parser.add_argument("--instruction-requests", type=int, default=INSTRUCTION_REQUESTS,
                         help="requests counted under callgrind per row (default: %(default)s)")
-    parser.add_argument("--no-provision", action="store_true",
-                        help="install nothing (rows whose server is missing are skipped)")
-    parser.add_argument("--out", help="write results/NAME.{md,json} (default: http2-STAMP)")
-    parser.add_argument("--report-only", type=Path, metavar="JSON",
-                        help="render JSON (a report of this script) to markdown beside it, "
-                             "run nothing")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_args(argv)
     if arguments.report_only is not None:
-        document = json.loads(arguments.report_only.read_text())
-        arguments.report_only.with_suffix(".md").write_text(hm.markdown(
-            document["results"], document["instructions"], document["skipped"],
-            document["meta"]))
+        paired.render_report(arguments.report_only, hm.markdown)
         return 0
     raise_nofile()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -407,12 +368,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"load average at start: {machine_info()['load_average_at_start']}",
             ]}
     stem = arguments.out or f"http2-{time.strftime('%Y-%m-%d-%H%M', time.gmtime())}"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{stem}.json").write_text(json.dumps(
-        {"schema": "tines-bench-http2/1", "meta": meta, "skipped": skipped, "results": results,
-         "instructions": counts}, indent=1) + "\n")
-    (RESULTS / f"{stem}.md").write_text(hm.markdown(results, counts, skipped, meta))
-    log(f"wrote {RESULTS / stem}.md and .json")
+    written = paired.write_report(RESULTS, stem, "tines-bench-http2/1", meta, skipped, results,
+                                  counts, hm.markdown)
+    log(f"wrote {written}.md and .json")
     return 0
 
 

@@ -4,9 +4,9 @@
 Every row serves hello (examples/hello.py; Hypercorn the ASGI hello, nginx its static ``OK``)
 with one worker. A *round* measures every row once, the rows' order turned by one each round;
 a Tines row and a peer measured in the same round form a *pair*, and a mark is judged by the
-median of the per-pair ratios of server CPU per request (tls_model's rules: within 15% of the
-mark the clock cannot tell on this noisy machine and callgrind's instructions per request
-judge). The mark against Tines' own HTTP/1.1 is an aim the issue judges by instructions per
+median of the per-pair ratios of server CPU per request (benches/paired.py's rules: within
+15% of the mark the clock cannot tell on this noisy machine and callgrind's instructions per
+request judge). The mark against Tines' own HTTP/1.1 is an aim the issue judges by instructions per
 request: with a count it is the judge, without one the clock's ratio is reported as such.
 """
 
@@ -16,9 +16,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from tls_model import fmt, fmt_share, instruction_ratio, medians, order, pair_ratios
-from tls_model import verdict as clock_verdict
-from tls_model import Mark as ClockMark
+from paired import Mark as ClockMark
+from paired import fmt, fmt_share, instruction_ratio, medians, noise_lines, order, pair_ratios
+from paired import verdict as clock_verdict
 
 CELL = "hello"
 TINES_H2C = "tines-event-h2c"
@@ -45,7 +45,7 @@ PROTOCOLS = {TINES_H2C: "h2c", TINES_H2: "h2", TINES_H1: "HTTP/1.1", "granian-h2
 @dataclass(frozen=True)
 class Mark:
     """Issue 38's target: ``row``'s figure at most ``ratio`` times ``peer``'s; ``judge`` is
-    "clock" (tls_model's rule) or "instructions" (the count judges whenever there is one)."""
+    "clock" (benches/paired.py's rule) or "instructions" (the count judges whenever there is one)."""
 
     row: str
     peer: str
@@ -86,11 +86,7 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, float],
     """The report: a row per server, the marks' verdicts, what was skipped."""
     out = [f"# HTTP/2 rows (issue 38), {meta.get('started', '')}", ""]
     out += [f"- {line}" for line in meta.get("notes", [])]
-    noise = [float(r["other_cpu"]) for r in results if r.get("other_cpu") is not None]
-    if noise:
-        out.append(f"- other processes used a median of {statistics.median(noise):.2f} CPUs "
-                   f"(max {max(noise):.2f}) of the 2 during the timed runs: where that is well "
-                   "above 0, the clock figures are noisy and the instruction counts judge")
+    out += noise_lines(results)
     out += ["", f"## hello, one worker (server CPU µs per request)", "",
             "| server | protocol | median | spread | runs | req/s | load generator µs/request "
             "| instructions/request | notes |",

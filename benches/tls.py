@@ -25,8 +25,6 @@ N requests (connections), dumped, the tree's instructions over N. A Tines build 
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 import os
 import shutil
 import socket
@@ -39,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import paired
 import tls_model as tm
 from loadgen import Load, LoadFailed, Tool, run_load
 from procfs import tree, tree_memory
@@ -56,7 +55,6 @@ INSTRUCTION_COUNTS = {"keep-alive": 100_000, "handshake-full": 1_000, "handshake
 connections with full handshakes (a new tines bench has no session to resume): 100,000
 requests keep their share small (about 1,400 instructions a request at nginx's 2.8 million a
 handshake)."""
-CALLGRIND_READY_S = 300.0  # Python's start-up and the app's import under valgrind are slow
 
 
 def log(message: str) -> None:
@@ -216,12 +214,6 @@ def skipped_rows(help_text: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- measurements
 
 
-def environment() -> dict[str, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("VIRTUAL_ENV", None)
-    return env
-
-
 def bench_tool(bench: Path, material: Material, cell: str) -> Tool:
     flags = ["--cacert", str(material.root)]
     if cell == "handshake-full":
@@ -242,7 +234,7 @@ def measure_round(server: Server, app: App, cells: list[str], round_index: int,
     port = free_port()
     log_path = WORKDIR / f"{server.name}-round{round_index}.log"
     try:
-        running = start(server, app, port, log_path, environment(), WORKDIR,
+        running = start(server, app, port, log_path, paired.environment(), WORKDIR,
                         probe=https_probe(material))
     except StartFailed as error:
         return [{**base, "cell": cell, "failed": f"start: {error}"} for cell in cells]
@@ -280,7 +272,7 @@ def idle_round(server: Server, app: App, round_index: int, material: Material,
     port = free_port()
     log_path = WORKDIR / f"{server.name}-idle{round_index}.log"
     try:
-        running = start(server, app, port, log_path, environment(), WORKDIR,
+        running = start(server, app, port, log_path, paired.environment(), WORKDIR,
                         probe=https_probe(material))
     except StartFailed as error:
         return {**base, "failed": f"start: {error}"}
@@ -338,12 +330,10 @@ def instructions(server: Server, app: App, cell: str, material: Material, bench:
     out_dir = Path(tempfile.mkdtemp(prefix="tines-tls-callgrind-"))
     port = free_port()
     log_path = WORKDIR / f"{server.name}-callgrind-{cell}.log"
-    wrapper = ("valgrind", "--tool=callgrind", "--trace-children=yes",
-               f"--callgrind-out-file={out_dir}/callgrind.out.%p")
     try:
-        running = start(server, app, port, log_path, environment(), WORKDIR,
-                        probe=https_probe(material), wrapper=wrapper,
-                        ready_deadline_s=CALLGRIND_READY_S)
+        running = start(server, app, port, log_path, paired.environment(), WORKDIR,
+                        probe=https_probe(material), wrapper=paired.callgrind_wrapper(out_dir),
+                        ready_deadline_s=paired.CALLGRIND_READY_S)
     except StartFailed as error:
         log(f"callgrind {server.name} {cell}: start: {error}")
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -352,19 +342,8 @@ def instructions(server: Server, app: App, cell: str, material: Material, bench:
         count = max(10, int(INSTRUCTION_COUNTS[cell] * scale))
         exactly(bench, material, cell, port, count // 10)
         pids = [s.pid for s in tree(running.process.pid)]
-        for pid in pids:
-            control(["-z", str(pid)])
-        exactly(bench, material, cell, port, count)
-        for pid in pids:
-            control(["-d", str(pid)])
-        total = 0
-        for path in glob.glob(str(out_dir / "callgrind.out.*.*")):
-            with open(path) as handle:
-                for line in handle:
-                    if line.startswith("summary:"):
-                        total += int(line.split()[1])
-                        break
-        return total / count if total else None
+        return paired.callgrind_count(
+            pids, lambda requests: exactly(bench, material, cell, port, requests), count, out_dir)
     except (subprocess.SubprocessError, OSError, RuntimeError) as error:
         log(f"callgrind {server.name} {cell}: {error}")
         return None
@@ -375,21 +354,12 @@ def instructions(server: Server, app: App, cell: str, material: Material, bench:
 
 def exactly(bench: Path, material: Material, cell: str, port: int, count: int) -> None:
     """Exactly ``count`` requests of ``cell``, every one answered 2xx."""
-    command = ["taskset", "-c", "0", str(bench), "--cacert", str(material.root), "-t", "1",
-               "-c", str(CONNECTIONS[cell]), "-n", str(count), "--json", "--timeout", "120s"]
+    flags = ["--cacert", str(material.root)]
     if cell != "keep-alive":
-        command.append("--no-keepalive")
+        flags.append("--no-keepalive")
     if cell == "handshake-full":
-        command.append("--no-resumption")
-    result = subprocess.run([*command, f"https://localhost:{port}/"], capture_output=True,
-                            text=True, timeout=3600)
-    report = json.loads(result.stdout)
-    if report["ok"] != count or report["errors"]["total"]:
-        raise RuntimeError(f"{report['ok']} of {count} answered 2xx ({report['errors']})")
-
-
-def control(words: list[str]) -> None:
-    subprocess.run(["callgrind_control", *words], check=True, capture_output=True, timeout=120)
+        flags.append("--no-resumption")
+    paired.exactly(bench, f"https://localhost:{port}/", CONNECTIONS[cell], count, flags)
 
 
 # --------------------------------------------------------------------------- the whole
@@ -397,9 +367,7 @@ def control(words: list[str]) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=5, help="rounds (pairs) per cell")
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measured run")
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of warm-up per cell")
+    paired.add_common_arguments(parser, "cell", "tls")
     parser.add_argument("--servers", help="comma-separated rows (default: all)")
     parser.add_argument("--cells", help=f"comma-separated cells of {', '.join(tm.CELLS)}, "
                                         f"{tm.IDLE_CELL} (default: all)")
@@ -409,20 +377,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--instruction-scale", type=float, default=1.0,
                         help="scale the counted requests (100,000 keep-alive, 1,000 connections "
                              "per handshake cell) by this factor")
-    parser.add_argument("--no-provision", action="store_true",
-                        help="install nothing (rows whose server is missing are skipped)")
-    parser.add_argument("--out", help="write results/NAME.{md,json} (default: tls-STAMP)")
-    parser.add_argument("--report-only", type=Path, metavar="JSON",
-                        help="render JSON (a report of this script) to markdown beside it, run nothing")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_args(argv)
     if arguments.report_only is not None:
-        document = json.loads(arguments.report_only.read_text())
-        arguments.report_only.with_suffix(".md").write_text(tm.markdown(
-            document["results"], document["instructions"], document["skipped"], document["meta"]))
+        paired.render_report(arguments.report_only, tm.markdown)
         return 0
     raise_nofile()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -486,12 +447,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"load average at start: {machine_info()['load_average_at_start']}",
             ]}
     stem = arguments.out or f"tls-{time.strftime('%Y-%m-%d-%H%M', time.gmtime())}"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{stem}.json").write_text(json.dumps(
-        {"schema": "tines-bench-tls/1", "meta": meta, "skipped": skipped, "results": results,
-         "instructions": counts}, indent=1) + "\n")
-    (RESULTS / f"{stem}.md").write_text(tm.markdown(results, counts, skipped, meta))
-    log(f"wrote {RESULTS / stem}.md and .json")
+    written = paired.write_report(RESULTS, stem, "tines-bench-tls/1", meta, skipped, results,
+                                  counts, tm.markdown)
+    log(f"wrote {written}.md and .json")
     return 0
 
 
