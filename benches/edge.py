@@ -33,9 +33,8 @@ import edge_model as em
 import paired
 from loadgen import Load, LoadFailed, Tool, run_load
 from procfs import cpu_times, tree, tree_cpu_ticks
-from provision import ensure_tools, machine_info, tool_path, versions
-from run import (BENCH_CPUS, RESULTS, STANDALONE_BENCH, TMP, raise_nofile, script,
-                 server_figures, settle)
+from provision import machine_info, tool_path, versions
+from run import BENCH_CPUS, RESULTS, TMP, script, server_figures, settle
 from servers import (APPS, REPO, App, Running, Server, StartFailed, free_port, start, stop,
                      tines_binary, tines_command, tines_serve_help)
 
@@ -331,20 +330,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_args(argv)
-    if arguments.report_only is not None:
-        paired.render_report(arguments.report_only, em.markdown)
-        return 0
-    raise_nofile()
     started_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    if not arguments.no_provision:
-        ensure_tools(["nginx"])
-    bench = STANDALONE_BENCH
-    if not bench.exists():
-        log(f"{bench} is missing: cargo build --release -p tines-loadgen --bin tines-bench")
-        return 2
-    if WORKDIR.exists():
-        shutil.rmtree(WORKDIR)
-    WORKDIR.mkdir(parents=True)
+    bench = paired.begin(arguments, em.markdown, WORKDIR, (), log)
+    if isinstance(bench, int):
+        return bench
     # The files live outside the repository, world-readable: nginx started by root serves
     # them from an unprivileged worker (nobody), which cannot enter a private checkout.
     files = Path(tempfile.mkdtemp(prefix="tines-edge-static-"))

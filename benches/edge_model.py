@@ -14,7 +14,7 @@ Cells, each measured with one server process pinned to CPU 1 and ``tines bench``
 
 A *round* measures every row of a cell once, the order turned by one each round; two rows of
 one round form a *pair* and a mark is judged by the median of the per-pair ratios
-(benches/paired.py's rules: within 15% of the mark the clock cannot tell on this 2-core VM and
+(benches/paired_model.py's rules: within 15% of the mark the clock cannot tell on this 2-core VM and
 callgrind's instructions per request judge). The rate limiter's mark is absolute (0.5 µs more
 per request) and judged by instructions: the extra instructions per request are turned into
 µs at the off row's own pace (its CPU µs per request over its instructions per request).
@@ -30,9 +30,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from paired import Mark as ClockMark
-from paired import fmt, fmt_share, medians, noise_lines, order, pair_ratios
-from paired import verdict as clock_verdict
+from paired_model import Mark as ClockMark
+from paired_model import fmt, fmt_share, medians, noise_lines, order, pair_ratios
+from paired_model import verdict as clock_verdict
 
 STATIC_4K = "static-4k"
 STATIC_1M = "static-1m"

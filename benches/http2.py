@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -42,9 +41,8 @@ import http2_model as hm
 import paired
 from loadgen import Load, LoadFailed, Tool, run_load
 from procfs import tree
-from provision import (PEERS_VENV, ensure_peers, ensure_tools, machine_info, peer_versions,
-                       tool_path, versions)
-from run import RESULTS, STANDALONE_BENCH, TMP, measured, raise_nofile, script, settle
+from provision import PEERS_VENV, machine_info, peer_versions, tool_path, versions
+from run import RESULTS, TMP, measured, script, settle
 from servers import (APPS, App, Probe, Server, StartFailed, free_port, http_status, start, stop,
                      tines_binary, tines_command, tines_serve_help)
 from tls import Material, make_material
@@ -303,21 +301,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_args(argv)
-    if arguments.report_only is not None:
-        paired.render_report(arguments.report_only, hm.markdown)
-        return 0
-    raise_nofile()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    if not arguments.no_provision:
-        ensure_tools(["nginx"])
-        ensure_peers(PEERS)
-    bench = STANDALONE_BENCH
-    if not bench.exists():
-        log(f"{bench} is missing: cargo build --release -p tines-loadgen --bin tines-bench")
-        return 2
-    if os.path.exists(WORKDIR):
-        shutil.rmtree(WORKDIR)
-    WORKDIR.mkdir(parents=True)
+    bench = paired.begin(arguments, hm.markdown, WORKDIR, PEERS, log)
+    if isinstance(bench, int):
+        return bench
     material = make_material(WORKDIR / "certs")
     help_text: str | None
     try:

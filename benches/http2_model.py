@@ -4,7 +4,7 @@
 Every row serves hello (examples/hello.py; Hypercorn the ASGI hello, nginx its static ``OK``)
 with one worker. A *round* measures every row once, the rows' order turned by one each round;
 a Tines row and a peer measured in the same round form a *pair*, and a mark is judged by the
-median of the per-pair ratios of server CPU per request (benches/paired.py's rules: within
+median of the per-pair ratios of server CPU per request (benches/paired_model.py's rules: within
 15% of the mark the clock cannot tell on this noisy machine and callgrind's instructions per
 request judge). The mark against Tines' own HTTP/1.1 is an aim the issue judges by instructions per
 request: with a count it is the judge, without one the clock's ratio is reported as such.
@@ -16,9 +16,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from paired import Mark as ClockMark
-from paired import fmt, fmt_share, instruction_ratio, medians, noise_lines, order, pair_ratios
-from paired import verdict as clock_verdict
+from paired_model import Mark as ClockMark
+from paired_model import fmt, fmt_share, instruction_ratio, medians, noise_lines, order, pair_ratios
+from paired_model import verdict as clock_verdict
 
 CELL = "hello"
 TINES_H2C = "tines-event-h2c"
@@ -45,7 +45,7 @@ PROTOCOLS = {TINES_H2C: "h2c", TINES_H2: "h2", TINES_H1: "HTTP/1.1", "granian-h2
 @dataclass(frozen=True)
 class Mark:
     """Issue 38's target: ``row``'s figure at most ``ratio`` times ``peer``'s; ``judge`` is
-    "clock" (benches/paired.py's rule) or "instructions" (the count judges whenever there is one)."""
+    "clock" (benches/paired_model.py's rule) or "instructions" (the count judges whenever there is one)."""
 
     row: str
     peer: str

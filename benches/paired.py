@@ -1,16 +1,8 @@
-"""The paired-round benches' shared rules and tools (tls.py, http2.py, edge.py and their
-models): how a round is ordered, how two rows of one round pair up and how a mark is judged,
-the report's noise line, instructions per request counted by callgrind, a run of exactly N
-requests, the flags every one of them takes and the report files they write.
-
-A *round* measures every row once, the rows' order turned by one each round (interleaved
-runs); two rows measured in the same round form a *pair*, and a mark is judged by the median
-of the per-pair ratios. Where that median is within 15% of the mark the clock cannot tell on
-this noisy 2-core machine, and the ratio of callgrind's instruction counts (when measured)
-judges; without one the verdict is "inconclusive".
-
-Standard library only, so that the pure models import it without the measuring machinery;
-what a bench owns (its rows, servers, cells, marks and markdown) stays in the bench.
+"""The paired-round benches' measuring side (tls.py, http2.py, edge.py; their judging is
+paired_model's): the start every one of them makes (flags, provisioning, the load generator,
+an empty work directory), instructions per request counted by callgrind, a run of exactly N
+requests, and the report files they write. What a bench owns (its rows, servers, cells, marks
+and markdown) stays in the bench.
 """
 
 from __future__ import annotations
@@ -19,14 +11,13 @@ import argparse
 import glob
 import json
 import os
-import statistics
+import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-JUDGE_BAND = 0.15
-"""Within this share of the mark, instructions judge (the issues' "within 15%")."""
+from provision import ensure_peers, ensure_tools
+from run import STANDALONE_BENCH, raise_nofile
 
 CALLGRIND_READY_S = 300.0
 """How long a server under callgrind may take to be ready (Python's start-up and the app's
@@ -34,101 +25,6 @@ import are slow under valgrind)."""
 
 Markdown = Callable[[list[dict[str, Any]], Any, dict[str, str], dict[str, Any]], str]
 """A bench's report: ``markdown(results, instruction counts, skipped rows, meta)``."""
-
-
-# --------------------------------------------------------------------------- judging (pure)
-
-
-@dataclass(frozen=True)
-class Mark:
-    """A target judged by the clock: the row's figure in ``cell`` at most ``ratio`` times
-    ``peer``'s."""
-
-    cell: str
-    peer: str
-    ratio: float
-
-
-def figure(result: dict[str, Any]) -> float | None:
-    """The figure a measurement is judged by, or None when it failed."""
-    if result.get("failed"):
-        return None
-    if "pss_per_connection" in result:
-        return float(result["pss_per_connection"])
-    value = result.get("cpu_us_per_request")
-    return float(value) if value else None
-
-
-def order(rows: list[str], round_index: int) -> list[str]:
-    """The rows in round ``round_index``'s order: turned by one each round."""
-    if not rows:
-        return []
-    shift = round_index % len(rows)
-    return rows[shift:] + rows[:shift]
-
-
-def pair_ratios(results: list[dict[str, Any]], cell: str, row: str, peer: str) -> list[float]:
-    """Per-round ratios row/peer in ``cell`` (rounds where both have a figure)."""
-    by_round: dict[int, dict[str, float]] = {}
-    for result in results:
-        if result["cell"] != cell:
-            continue
-        value = figure(result)
-        if value is not None and value > 0:
-            by_round.setdefault(int(result["round"]), {})[result["server"]] = value
-    return [r[row] / r[peer] for _, r in sorted(by_round.items()) if row in r and peer in r]
-
-
-def medians(results: list[dict[str, Any]], cell: str, row: str) -> tuple[float | None, float | None]:
-    """Median of the row's figures in ``cell`` and their spread (max-min over median)."""
-    values = [v for r in results if r["cell"] == cell and r["server"] == row
-              if (v := figure(r)) is not None]
-    if not values:
-        return None, None
-    middle = statistics.median(values)
-    return middle, (max(values) - min(values)) / middle if middle else None
-
-
-def verdict(mark: Mark, ratios: list[float], instructions: float | None) -> tuple[str, str]:
-    """(verdict, why) for one mark: pass, fail, inconclusive, or not measured."""
-    if not ratios:
-        return "not measured", "no pair of runs"
-    ratio = statistics.median(ratios)
-    if abs(ratio - mark.ratio) > JUDGE_BAND * mark.ratio:
-        ok = ratio <= mark.ratio
-        return ("pass" if ok else "fail"), f"median ratio {ratio:.3f} vs {mark.ratio} (clock)"
-    if instructions is None:
-        return "inconclusive", (f"median ratio {ratio:.3f} within 15% of {mark.ratio}; "
-                                "no instruction count")
-    ok = instructions <= mark.ratio
-    return ("pass" if ok else "fail"), (f"median ratio {ratio:.3f} within 15% of {mark.ratio}; "
-                                        f"instructions ratio {instructions:.3f} judges")
-
-
-def instruction_ratio(counts: dict[str, dict[str, float]], cell: str, row: str,
-                      peer: str) -> float | None:
-    """``counts[server][cell]`` instructions per request (or connection): row over peer."""
-    mine, theirs = counts.get(row, {}).get(cell), counts.get(peer, {}).get(cell)
-    return mine / theirs if mine and theirs else None
-
-
-def noise_lines(results: list[dict[str, Any]]) -> list[str]:
-    """The report's line on the other processes' CPU during the timed runs (none when no run
-    measured it)."""
-    noise = [float(r["other_cpu"]) for r in results if r.get("other_cpu") is not None]
-    if not noise:
-        return []
-    return [f"- other processes used a median of {statistics.median(noise):.2f} CPUs "
-            f"(max {max(noise):.2f}) of the 2 during the timed runs: where that is well "
-            "above 0, the clock figures are noisy and the instruction counts judge"]
-
-
-def fmt(value: float | None) -> str:
-    return "" if value is None else (f"{value:,.0f}" if value >= 100 else f"{value:.2f}")
-
-
-def fmt_share(value: float | None) -> str:
-    return "" if value is None else f"{value:.0%}"
 
 
 # --------------------------------------------------------------------------- measuring
@@ -202,6 +98,31 @@ def add_common_arguments(parser: argparse.ArgumentParser, per: str, stem: str) -
                              "run nothing")
 
 
+def begin(arguments: argparse.Namespace, markdown: Markdown, workdir: Path,
+          peers: tuple[str, ...], log: Callable[[str], None]) -> Path | int:
+    """The start every paired bench makes (after :func:`add_common_arguments`'s flags are
+    parsed): nginx and ``peers`` installed unless ``--no-provision``, the open-file limit
+    raised, ``workdir`` made empty. The load generator to run, or the script's exit status
+    when there is nothing to measure: 0 once ``--report-only`` is rendered, 2 when the load
+    generator is missing (logged)."""
+    if arguments.report_only is not None:
+        render_report(arguments.report_only, markdown)
+        return 0
+    raise_nofile()
+    if not arguments.no_provision:
+        ensure_tools(["nginx"])
+        if peers:
+            ensure_peers(peers)
+    if not STANDALONE_BENCH.exists():
+        log(f"{STANDALONE_BENCH} is missing: cargo build --release -p tines-loadgen "
+            "--bin tines-bench")
+        return 2
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    return STANDALONE_BENCH
+
+
 def render_report(path: Path, markdown: Markdown) -> None:
     """``path`` (a report's JSON) rendered again to the markdown beside it."""
     document = json.loads(path.read_text())
@@ -222,7 +143,6 @@ def write_report(results_dir: Path, stem: str, schema: str, meta: dict[str, Any]
     return results_dir / stem
 
 
-__all__ = ["CALLGRIND_READY_S", "JUDGE_BAND", "Mark", "Markdown", "add_common_arguments",
-           "callgrind_count", "callgrind_wrapper", "control", "environment", "exactly",
-           "figure", "fmt", "fmt_share", "instruction_ratio", "medians", "noise_lines", "order",
-           "pair_ratios", "render_report", "verdict", "write_report"]
+__all__ = ["CALLGRIND_READY_S", "Markdown", "add_common_arguments", "begin", "callgrind_count",
+           "callgrind_wrapper", "control", "environment", "exactly", "render_report",
+           "write_report"]

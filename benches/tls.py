@@ -25,7 +25,6 @@ N requests (connections), dumped, the tree's instructions over N. A Tines build 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import socket
 import ssl
@@ -41,8 +40,8 @@ import paired
 import tls_model as tm
 from loadgen import Load, LoadFailed, Tool, run_load
 from procfs import tree, tree_memory
-from provision import PEERS_VENV, ensure_peers, ensure_tools, machine_info, tool_path, versions
-from run import RESULTS, STANDALONE_BENCH, TMP, measured, raise_nofile, script, settle
+from provision import PEERS_VENV, machine_info, tool_path, versions
+from run import RESULTS, TMP, measured, script, settle
 from servers import (APPS, App, Probe, Server, StartFailed, free_port, start, stop,
                      tines_binary, tines_command, tines_serve_help)
 
@@ -382,20 +381,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_args(argv)
-    if arguments.report_only is not None:
-        paired.render_report(arguments.report_only, tm.markdown)
-        return 0
-    raise_nofile()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    if not arguments.no_provision:
-        ensure_tools(["nginx"])
-        ensure_peers(PEERS)
-    bench = STANDALONE_BENCH
-    if not bench.exists():
-        log(f"{bench} is missing: cargo build --release -p tines-loadgen --bin tines-bench")
-        return 2
-    if os.path.exists(WORKDIR):
-        shutil.rmtree(WORKDIR)
+    bench = paired.begin(arguments, tm.markdown, WORKDIR, PEERS, log)
+    if isinstance(bench, int):
+        return bench
     material = make_material(WORKDIR / "certs")
     rows = servers(material)
     try:

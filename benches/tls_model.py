@@ -5,7 +5,7 @@ A *round* measures every server once in every cell; the servers' order turns by 
 round (interleaved runs). A Tines row and a peer measured in the same round form a *pair*; the
 verdict takes the median of the per-pair ratios of CPU per request (per connection in the
 handshake cells; PSS growth per connection in the idle cell), by the rules of
-benches/paired.py (which the HTTP/2 and edge rows share).
+benches/paired_model.py (which the HTTP/2 and edge rows share).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from paired import (JUDGE_BAND, Mark, figure, fmt, fmt_share, instruction_ratio, medians,
+from paired_model import (JUDGE_BAND, Mark, figure, fmt, fmt_share, instruction_ratio, medians,
                     noise_lines, order, pair_ratios, verdict)
 
 TINES_ROWS = ("tines-prefork-tls", "tines-event-tls")
