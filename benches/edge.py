@@ -71,19 +71,12 @@ NGINX_HEAD = """\
 worker_processes 1;
 daemon off;
 master_process {master};
-pid {prefix}/nginx-{port}.pid;
+pid {workdir}/nginx-{port}.pid;
 error_log stderr warn;
 events {{ worker_connections 1024; }}
 http {{
-    access_log off;
-    keepalive_requests 1000000;
-    keepalive_timeout 300s;
+""" + paired.NGINX_HTTP + """\
     default_type application/octet-stream;
-    client_body_temp_path {prefix}/nginx-{port}-body;
-    proxy_temp_path {prefix}/nginx-{port}-proxy;
-    fastcgi_temp_path {prefix}/nginx-{port}-fastcgi;
-    uwsgi_temp_path {prefix}/nginx-{port}-uwsgi;
-    scgi_temp_path {prefix}/nginx-{port}-scgi;
 """
 
 NGINX_STATIC = NGINX_HEAD + """\
@@ -122,7 +115,7 @@ def nginx_server(name: str, template: str, single: bool = False, **fields: Any) 
     from the worker a root master forks (and which runs as nobody) here."""
     def command(_app: App, port: int, _ready_fd: int | None, workdir: Path) -> list[str]:
         conf = workdir / f"{name}-{port}.conf"
-        conf.write_text(template.format(prefix=workdir, port=port,
+        conf.write_text(template.format(workdir=workdir, stem="nginx", port=port,
                                         master="off" if single else "on", **fields))
         return [tool_path("nginx") or "nginx", "-e", "stderr", "-p", str(workdir), "-c",
                 str(conf)]
@@ -280,31 +273,29 @@ def measure_round(row: Row, round_index: int, arguments: argparse.Namespace, ben
 def instructions(row: Row, bench: Path, requests: int,
                  upstream_port: list[int]) -> float | None:
     """Instructions of the server's tree per request, by callgrind (user space only)."""
-    out_dir = Path(tempfile.mkdtemp(prefix="tines-edge-callgrind-"))
-    port = free_port()
-    counted = row if row.callgrind is None else replace(row, server=row.callgrind)
-    try:
-        started = start_row(counted, port, f"{row.cell}-{row.server.name}-callgrind", WORKDIR,
-                            upstream_port, wrapper=paired.callgrind_wrapper(out_dir),
-                            ready_deadline_s=paired.CALLGRIND_READY_S)
-    except StartFailed as error:
-        log(f"callgrind {row.cell} {row.server.name}: start: {error}")
-        shutil.rmtree(out_dir, ignore_errors=True)
-        return None
-    try:
-        exactly(bench, row, port, max(10, requests // 10))
-        # The workers only: a master serves no request (nginx runs as one process here).
-        root = started[-1].process.pid
-        pids = [s.pid for s in tree(root) if s.pid != root] or [root]
-        return paired.callgrind_count(pids, lambda count: exactly(bench, row, port, count),
-                                      requests, out_dir)
-    except (subprocess.SubprocessError, OSError, RuntimeError, ValueError) as error:
-        log(f"callgrind {row.cell} {row.server.name}: {error}")
-        return None
-    finally:
-        for running in reversed(started):
-            stop(running)
-        shutil.rmtree(out_dir, ignore_errors=True)
+    with paired.callgrind_dir("edge") as out_dir:
+        port = free_port()
+        counted = row if row.callgrind is None else replace(row, server=row.callgrind)
+        try:
+            started = start_row(counted, port, f"{row.cell}-{row.server.name}-callgrind",
+                                WORKDIR, upstream_port, wrapper=paired.callgrind_wrapper(out_dir),
+                                ready_deadline_s=paired.CALLGRIND_READY_S)
+        except StartFailed as error:
+            log(f"callgrind {row.cell} {row.server.name}: start: {error}")
+            return None
+        try:
+            exactly(bench, row, port, max(10, requests // 10))
+            # The workers only: a master serves no request (nginx runs as one process here).
+            root = started[-1].process.pid
+            pids = [s.pid for s in tree(root) if s.pid != root] or [root]
+            return paired.callgrind_count(pids, lambda count: exactly(bench, row, port, count),
+                                          requests, out_dir)
+        except (subprocess.SubprocessError, OSError, RuntimeError, ValueError) as error:
+            log(f"callgrind {row.cell} {row.server.name}: {error}")
+            return None
+        finally:
+            for running in reversed(started):
+                stop(running)
 
 
 def exactly(bench: Path, row: Row, port: int, count: int) -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paired_model import Mark as ClockMark
-from paired_model import fmt, fmt_share, medians, noise_lines, order, pair_ratios
+from paired_model import fmt, fmt_share, medians, noise_lines, order, pair_ratios, ratios_text
 from paired_model import verdict as clock_verdict
 
 STATIC_4K = "static-4k"
@@ -169,7 +169,7 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, dict[str, float]],
         ratios = pair_ratios(results, mark.cell, mark.row, mark.peer)
         result, why = verdict(mark, results, counts)
         out.append(f"| {mark.cell} | {mark.row} | {mark.peer} | {target} | "
-                   f"{', '.join(f'{r:.3f}' for r in ratios)} | {result} | {why} |")
+                   f"{ratios_text(ratios)} | {result} | {why} |")
     out += ["", "## The blog page, compressed (no mark: CPU and bytes)", "",
             "| row | against | CPU ratios per round | median | bytes/response ratio |",
             "| --- | --- | --- | ---: | ---: |"]
@@ -178,7 +178,7 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, dict[str, float]],
         mine, theirs = bytes_per_response(results, cell, row), bytes_per_response(results, cell, peer)
         size = f"{mine / theirs:.3f}" if mine and theirs else ""
         median = f"{statistics.median(ratios):.3f}" if ratios else ""
-        out.append(f"| {row} | {peer} | {', '.join(f'{r:.3f}' for r in ratios)} | {median} | "
+        out.append(f"| {row} | {peer} | {ratios_text(ratios)} | {median} | "
                    f"{size} |")
     out.append("")
     return "\n".join(out)

@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,14 +79,7 @@ pid {workdir}/nginx-h2-{port}.pid;
 error_log stderr warn;
 events {{ worker_connections 1024; }}
 http {{
-    access_log off;
-    keepalive_requests 1000000;
-    keepalive_timeout 300s;
-    client_body_temp_path {workdir}/nginx-h2-{port}-body;
-    proxy_temp_path {workdir}/nginx-h2-{port}-proxy;
-    fastcgi_temp_path {workdir}/nginx-h2-{port}-fastcgi;
-    uwsgi_temp_path {workdir}/nginx-h2-{port}-uwsgi;
-    scgi_temp_path {workdir}/nginx-h2-{port}-scgi;
+""" + paired.NGINX_HTTP + """\
     server {{
         listen 127.0.0.1:{port} ssl http2;
         ssl_certificate {chain};
@@ -137,7 +128,8 @@ def rows(material: Material) -> list[Row]:
 
     def nginx(_app: App, port: int, _ready_fd: int | None, workdir: Path) -> list[str]:
         conf = workdir / f"nginx-h2-{port}.conf"
-        conf.write_text(NGINX_H2_CONF.format(workdir=workdir, port=port, chain=chain, key=key))
+        conf.write_text(NGINX_H2_CONF.format(workdir=workdir, stem="nginx-h2", port=port, chain=chain,
+                                              key=key))
         return [tool_path("nginx") or "nginx", "-e", "stderr", "-p", str(workdir), "-c", str(conf)]
 
     unlimited = ("--max-keepalive-requests", "0")
@@ -249,29 +241,27 @@ def measure_round(row: Row, round_index: int, arguments: argparse.Namespace,
 
 def instructions(row: Row, material: Material, bench: Path, requests: int) -> float | None:
     """Instructions of the server's tree per request, by callgrind; None when the run failed."""
-    out_dir = Path(tempfile.mkdtemp(prefix="tines-h2-callgrind-"))
-    port = free_port()
-    log_path = WORKDIR / f"{row.server.name}-callgrind.log"
-    try:
-        running = start(row.server, row.app, port, log_path, paired.environment(), WORKDIR,
-                        probe=bench_probe(bench, row.protocol, material),
-                        wrapper=paired.callgrind_wrapper(out_dir),
-                        ready_deadline_s=paired.CALLGRIND_READY_S)
-    except StartFailed as error:
-        log(f"callgrind {row.server.name}: start: {error}")
-        shutil.rmtree(out_dir, ignore_errors=True)
-        return None
-    try:
-        exactly(bench, row, material, port, max(10, requests // 10))
-        pids = [s.pid for s in tree(running.process.pid)]
-        return paired.callgrind_count(
-            pids, lambda count: exactly(bench, row, material, port, count), requests, out_dir)
-    except (subprocess.SubprocessError, OSError, RuntimeError, ValueError) as error:
-        log(f"callgrind {row.server.name}: {error}")
-        return None
-    finally:
-        stop(running)
-        shutil.rmtree(out_dir, ignore_errors=True)
+    with paired.callgrind_dir("h2") as out_dir:
+        port = free_port()
+        log_path = WORKDIR / f"{row.server.name}-callgrind.log"
+        try:
+            running = start(row.server, row.app, port, log_path, paired.environment(), WORKDIR,
+                            probe=bench_probe(bench, row.protocol, material),
+                            wrapper=paired.callgrind_wrapper(out_dir),
+                            ready_deadline_s=paired.CALLGRIND_READY_S)
+        except StartFailed as error:
+            log(f"callgrind {row.server.name}: start: {error}")
+            return None
+        try:
+            exactly(bench, row, material, port, max(10, requests // 10))
+            pids = [s.pid for s in tree(running.process.pid)]
+            return paired.callgrind_count(
+                pids, lambda count: exactly(bench, row, material, port, count), requests, out_dir)
+        except (subprocess.SubprocessError, OSError, RuntimeError, ValueError) as error:
+            log(f"callgrind {row.server.name}: {error}")
+            return None
+        finally:
+            stop(running)
 
 
 def exactly(bench: Path, row: Row, material: Material, port: int, count: int) -> None:

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from paired_model import Mark as ClockMark
-from paired_model import fmt, fmt_share, instruction_ratio, medians, noise_lines, order, pair_ratios
+from paired_model import (fmt, fmt_share, instruction_ratio, medians, noise_lines, order,
+                          pair_ratios, ratios_text, skipped_lines)
 from paired_model import verdict as clock_verdict
 
 CELL = "hello"
@@ -45,7 +46,8 @@ PROTOCOLS = {TINES_H2C: "h2c", TINES_H2: "h2", TINES_H1: "HTTP/1.1", "granian-h2
 @dataclass(frozen=True)
 class Mark:
     """Issue 38's target: ``row``'s figure at most ``ratio`` times ``peer``'s; ``judge`` is
-    "clock" (benches/paired_model.py's rule) or "instructions" (the count judges whenever there is one)."""
+    "clock" (benches/paired_model.py's rule) or "instructions" (the count judges whenever
+    there is one)."""
 
     row: str
     peer: str
@@ -122,11 +124,9 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, float],
         result, why = verdict(mark, ratios, instruction_ratio(by_instructions, CELL, mark.row,
                                                               mark.peer))
         out.append(f"| {mark.row} | {mark.peer} | {mark.ratio} | "
-                   f"{', '.join(f'{r:.3f}' for r in ratios)} | {result} | {why} |")
+                   f"{ratios_text(ratios)} | {result} | {why} |")
     out.append("")
-    others = {k: v for k, v in skipped.items() if k not in ROWS}
-    if others:
-        out += ["## Skipped", ""] + [f"- {k}: {v}" for k, v in sorted(others.items())] + [""]
+    out += skipped_lines(skipped, ROWS)
     return "\n".join(out)
 
 

@@ -13,8 +13,10 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from provision import ensure_peers, ensure_tools
 from run import STANDALONE_BENCH, raise_nofile
@@ -22,6 +24,20 @@ from run import STANDALONE_BENCH, raise_nofile
 CALLGRIND_READY_S = 300.0
 """How long a server under callgrind may take to be ready (Python's start-up and the app's
 import are slow under valgrind)."""
+
+NGINX_HTTP = """\
+    access_log off;
+    keepalive_requests 1000000;
+    keepalive_timeout 300s;
+    client_body_temp_path {workdir}/{stem}-{port}-body;
+    proxy_temp_path {workdir}/{stem}-{port}-proxy;
+    fastcgi_temp_path {workdir}/{stem}-{port}-fastcgi;
+    uwsgi_temp_path {workdir}/{stem}-{port}-uwsgi;
+    scgi_temp_path {workdir}/{stem}-{port}-scgi;
+"""
+"""The first lines of every bench's nginx ``http`` block (a ``str.format`` template: its
+``workdir``, ``stem`` and ``port``): nothing logged, keep-alive without a practical limit,
+every temporary file under the work directory, named by the configuration's stem and port."""
 
 Markdown = Callable[[list[dict[str, Any]], Any, dict[str, str], dict[str, Any]], str]
 """A bench's report: ``markdown(results, instruction counts, skipped rows, meta)``."""
@@ -42,6 +58,17 @@ def callgrind_wrapper(out_dir: Path) -> tuple[str, ...]:
     ``out_dir/callgrind.out.PID``."""
     return ("valgrind", "--tool=callgrind", "--trace-children=yes",
             f"--callgrind-out-file={out_dir}/callgrind.out.%p")
+
+
+@contextmanager
+def callgrind_dir(bench: str) -> Iterator[Path]:
+    """A temporary directory for callgrind's output files (``bench`` names it), removed
+    afterwards."""
+    out_dir = Path(tempfile.mkdtemp(prefix=f"tines-{bench}-callgrind-"))
+    try:
+        yield out_dir
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
 
 
 def control(words: list[str]) -> None:
@@ -143,6 +170,7 @@ def write_report(results_dir: Path, stem: str, schema: str, meta: dict[str, Any]
     return results_dir / stem
 
 
-__all__ = ["CALLGRIND_READY_S", "Markdown", "add_common_arguments", "begin", "callgrind_count",
+__all__ = ["CALLGRIND_READY_S", "Markdown", "NGINX_HTTP", "add_common_arguments", "begin",
+           "callgrind_count", "callgrind_dir",
            "callgrind_wrapper", "control", "environment", "exactly", "render_report",
            "write_report"]

@@ -103,6 +103,20 @@ def noise_lines(results: list[dict[str, Any]]) -> list[str]:
             "above 0, the clock figures are noisy and the instruction counts judge"]
 
 
+def ratios_text(ratios: list[float]) -> str:
+    """A mark's per-round ratios as the reports list them."""
+    return ", ".join(f"{r:.3f}" for r in ratios)
+
+
+def skipped_lines(skipped: dict[str, str], listed: tuple[str, ...]) -> list[str]:
+    """The report's "Skipped" section: the skipped rows the tables above (``listed``) do not
+    show, with why (none when there are none)."""
+    others = {k: v for k, v in skipped.items() if k not in listed}
+    if not others:
+        return []
+    return ["## Skipped", ""] + [f"- {k}: {v}" for k, v in sorted(others.items())] + [""]
+
+
 def fmt(value: float | None) -> str:
     return "" if value is None else (f"{value:,.0f}" if value >= 100 else f"{value:.2f}")
 
@@ -112,4 +126,4 @@ def fmt_share(value: float | None) -> str:
 
 
 __all__ = ["JUDGE_BAND", "Mark", "figure", "fmt", "fmt_share", "instruction_ratio", "medians",
-           "noise_lines", "order", "pair_ratios", "verdict"]
+           "noise_lines", "order", "pair_ratios", "ratios_text", "skipped_lines", "verdict"]

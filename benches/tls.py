@@ -25,12 +25,10 @@ N requests (connections), dumped, the tree's instructions over N. A Tines build 
 from __future__ import annotations
 
 import argparse
-import shutil
 import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,14 +137,7 @@ pid {workdir}/nginx-tls-{port}.pid;
 error_log stderr warn;
 events {{ worker_connections 12000; }}
 http {{
-    access_log off;
-    keepalive_requests 1000000;
-    keepalive_timeout 300s;
-    client_body_temp_path {workdir}/nginx-tls-{port}-body;
-    proxy_temp_path {workdir}/nginx-tls-{port}-proxy;
-    fastcgi_temp_path {workdir}/nginx-tls-{port}-fastcgi;
-    uwsgi_temp_path {workdir}/nginx-tls-{port}-uwsgi;
-    scgi_temp_path {workdir}/nginx-tls-{port}-scgi;
+""" + paired.NGINX_HTTP + """\
     server {{
         listen 127.0.0.1:{port} ssl;
         ssl_certificate {chain};
@@ -165,7 +156,8 @@ def servers(material: Material) -> list[tuple[Server, App]]:
 
     def nginx(_app: App, port: int, _ready_fd: int | None, workdir: Path) -> list[str]:
         conf = workdir / f"nginx-tls-{port}.conf"
-        conf.write_text(NGINX_TLS_CONF.format(workdir=workdir, port=port, chain=chain, key=key))
+        conf.write_text(NGINX_TLS_CONF.format(workdir=workdir, stem="nginx-tls", port=port, chain=chain,
+                                               key=key))
         return [tool_path("nginx") or "nginx", "-e", "stderr", "-p", str(workdir), "-c", str(conf)]
 
     def granian(app: App, port: int, _ready_fd: int | None, _workdir: Path) -> list[str]:
@@ -326,29 +318,29 @@ def instructions(server: Server, app: App, cell: str, material: Material, bench:
                  scale: float) -> float | None:
     """Instructions of the server's tree per request (connection) in ``cell``, by callgrind;
     None when the run failed (logged)."""
-    out_dir = Path(tempfile.mkdtemp(prefix="tines-tls-callgrind-"))
-    port = free_port()
-    log_path = WORKDIR / f"{server.name}-callgrind-{cell}.log"
-    try:
-        running = start(server, app, port, log_path, paired.environment(), WORKDIR,
-                        probe=https_probe(material), wrapper=paired.callgrind_wrapper(out_dir),
-                        ready_deadline_s=paired.CALLGRIND_READY_S)
-    except StartFailed as error:
-        log(f"callgrind {server.name} {cell}: start: {error}")
-        shutil.rmtree(out_dir, ignore_errors=True)
-        return None
-    try:
-        count = max(10, int(INSTRUCTION_COUNTS[cell] * scale))
-        exactly(bench, material, cell, port, count // 10)
-        pids = [s.pid for s in tree(running.process.pid)]
-        return paired.callgrind_count(
-            pids, lambda requests: exactly(bench, material, cell, port, requests), count, out_dir)
-    except (subprocess.SubprocessError, OSError, RuntimeError) as error:
-        log(f"callgrind {server.name} {cell}: {error}")
-        return None
-    finally:
-        stop(running)
-        shutil.rmtree(out_dir, ignore_errors=True)
+    with paired.callgrind_dir("tls") as out_dir:
+        port = free_port()
+        log_path = WORKDIR / f"{server.name}-callgrind-{cell}.log"
+        try:
+            running = start(server, app, port, log_path, paired.environment(), WORKDIR,
+                            probe=https_probe(material),
+                            wrapper=paired.callgrind_wrapper(out_dir),
+                            ready_deadline_s=paired.CALLGRIND_READY_S)
+        except StartFailed as error:
+            log(f"callgrind {server.name} {cell}: start: {error}")
+            return None
+        try:
+            count = max(10, int(INSTRUCTION_COUNTS[cell] * scale))
+            exactly(bench, material, cell, port, count // 10)
+            pids = [s.pid for s in tree(running.process.pid)]
+            return paired.callgrind_count(
+                pids, lambda requests: exactly(bench, material, cell, port, requests), count,
+                out_dir)
+        except (subprocess.SubprocessError, OSError, RuntimeError) as error:
+            log(f"callgrind {server.name} {cell}: {error}")
+            return None
+        finally:
+            stop(running)
 
 
 def exactly(bench: Path, material: Material, cell: str, port: int, count: int) -> None:

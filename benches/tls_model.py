@@ -14,7 +14,7 @@ import statistics
 from typing import Any
 
 from paired_model import (JUDGE_BAND, Mark, figure, fmt, fmt_share, instruction_ratio, medians,
-                    noise_lines, order, pair_ratios, verdict)
+                          noise_lines, order, pair_ratios, ratios_text, skipped_lines, verdict)
 
 TINES_ROWS = ("tines-prefork-tls", "tines-event-tls")
 PEER_ROWS = ("nginx-tls", "granian-tls", "uvicorn-tls")
@@ -77,11 +77,9 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, dict[str, float]],
             ratios = pair_ratios(results, mark.cell, row, mark.peer)
             result, why = verdict(mark, ratios, instruction_ratio(counts, mark.cell, row, mark.peer))
             out.append(f"| {mark.cell} | {row} | {mark.peer} | {mark.ratio} | "
-                       f"{', '.join(f'{r:.3f}' for r in ratios)} | {result} | {why} |")
+                       f"{ratios_text(ratios)} | {result} | {why} |")
     out.append("")
-    others = {k: v for k, v in skipped.items() if k not in TINES_ROWS}
-    if others:
-        out += ["## Skipped", ""] + [f"- {k}: {v}" for k, v in sorted(others.items())] + [""]
+    out += skipped_lines(skipped, TINES_ROWS)
     return "\n".join(out)
 
 
