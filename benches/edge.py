@@ -385,7 +385,7 @@ def notes(arguments: argparse.Namespace) -> list[str]:
         "keep-alive, connections per cell: "
         + ", ".join(f"{cell} {n}" for cell, n in em.CONNECTIONS.items()),
         f"{arguments.runs} rounds per cell, rows' order turned by one each round; verdict: "
-        "median of per-round ratios of server CPU per request (tls_model's rules), callgrind "
+        "median of per-round ratios of server CPU per request (paired_model's rules), callgrind "
         "instructions judge within 15% of a mark; the rate limiter's +0.5 µs mark is judged by "
         "instructions, turned into µs at the off row's pace",
         "static files: random bytes (incompressible), nginx `sendfile on; tcp_nopush on;` "

@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                 "knowledge, h2 by ALPN with --cacert the root); HTTP/1.1 baseline: "
                 f"{hm.H1_CONNECTIONS} keep-alive connections",
                 f"{arguments.runs} rounds, order turned by one each round; verdict: median of "
-                "per-round ratios (tls_model's rules), callgrind instructions judge within 15% "
+                "per-round ratios (paired_model's rules), callgrind instructions judge within 15% "
                 "of a mark and always for the mark against HTTP/1.1",
                 "apps: nginx its static OK, Hypercorn the ASGI hello (examples/asgi_hello.py), "
                 "every other row the WSGI hello (examples/hello.py); Tines event MPM, Granian "
