@@ -18,11 +18,11 @@ as WSGI (``app``) and ASGI (``asgi``):
   ``Vary``, no ``Content-Type``).
 """
 
-import asyncio
 import gzip
-import os
 import tempfile
 from urllib.parse import parse_qs
+
+from fifo_gate import gated, gated_async
 
 PAGE = "".join(f"<p>line {n}: the quick brown fox jumps over the lazy dog</p>\n" for n in range(400)).encode()
 BLOCKS = [f"block {n}: {'lorem ipsum dolor sit amet ' * 40}\n".encode() for n in range(6)]
@@ -76,7 +76,7 @@ def app(environ, start_response):
     status, headers, blocks, gate = route(path, environ.get("QUERY_STRING", ""))
     if path == "/short":
         start_response(status, headers)
-        return _gated(blocks, None)
+        return gated(blocks, None)
     if path == "/short-whole" or not blocks:
         start_response(status, headers)
         return blocks
@@ -85,23 +85,7 @@ def app(environ, start_response):
         start_response(status, headers)
         return blocks
     start_response(status, headers)
-    return _gated(blocks, gate)
-
-
-def _gated(blocks, gate):
-    with open(gate, "rb", buffering=0) if gate else _nothing() as fifo:
-        for index, block in enumerate(blocks):
-            if fifo is not None and index > 0:
-                assert fifo.read(1) == b"x"
-            yield block
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *_):
-        return False
+    return gated(blocks, gate)
 
 
 async def asgi(scope, receive, send):
@@ -125,14 +109,6 @@ async def asgi(scope, receive, send):
         await send({"type": "http.response.body", "body": blocks[0]})
         return
     await send({"type": "http.response.start", "status": code, "headers": fields})
-    loop = asyncio.get_running_loop()
-    fifo = open(gate, "rb", buffering=0) if gate else None
-    try:
-        for index, block in enumerate(blocks):
-            if fifo is not None and index > 0:
-                assert await loop.run_in_executor(None, fifo.read, 1) == b"x"
-            await send({"type": "http.response.body", "body": block, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
-    finally:
-        if fifo is not None:
-            fifo.close()
+    async for block in gated_async(blocks, gate):
+        await send({"type": "http.response.body", "body": block, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
