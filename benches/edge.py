@@ -278,8 +278,7 @@ def instructions(row: Row, bench: Path, requests: int,
         counted = row if row.callgrind is None else replace(row, server=row.callgrind)
         try:
             started = start_row(counted, port, f"{row.cell}-{row.server.name}-callgrind",
-                                WORKDIR, upstream_port, wrapper=paired.callgrind_wrapper(out_dir),
-                                ready_deadline_s=paired.CALLGRIND_READY_S)
+                                WORKDIR, upstream_port, **paired.under_callgrind(out_dir))
         except StartFailed as error:
             log(f"callgrind {row.cell} {row.server.name}: start: {error}")
             return None

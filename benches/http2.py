@@ -247,8 +247,7 @@ def instructions(row: Row, material: Material, bench: Path, requests: int) -> fl
         try:
             running = start(row.server, row.app, port, log_path, paired.environment(), WORKDIR,
                             probe=bench_probe(bench, row.protocol, material),
-                            wrapper=paired.callgrind_wrapper(out_dir),
-                            ready_deadline_s=paired.CALLGRIND_READY_S)
+                            **paired.under_callgrind(out_dir))
         except StartFailed as error:
             log(f"callgrind {row.server.name}: start: {error}")
             return None

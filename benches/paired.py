@@ -71,6 +71,12 @@ def callgrind_dir(bench: str) -> Iterator[Path]:
         shutil.rmtree(out_dir, ignore_errors=True)
 
 
+def under_callgrind(out_dir: Path) -> dict[str, Any]:
+    """``servers.start``'s arguments for a server counted by callgrind into ``out_dir``: its
+    wrapper, and the time its start may take under valgrind."""
+    return {"wrapper": callgrind_wrapper(out_dir), "ready_deadline_s": CALLGRIND_READY_S}
+
+
 def control(words: list[str]) -> None:
     subprocess.run(["callgrind_control", *words], check=True, capture_output=True, timeout=120)
 
@@ -171,6 +177,5 @@ def write_report(results_dir: Path, stem: str, schema: str, meta: dict[str, Any]
 
 
 __all__ = ["CALLGRIND_READY_S", "Markdown", "NGINX_HTTP", "add_common_arguments", "begin",
-           "callgrind_count", "callgrind_dir",
-           "callgrind_wrapper", "control", "environment", "exactly", "render_report",
-           "write_report"]
+           "callgrind_count", "callgrind_dir", "callgrind_wrapper", "control", "environment",
+           "exactly", "render_report", "under_callgrind", "write_report"]

@@ -323,9 +323,7 @@ def instructions(server: Server, app: App, cell: str, material: Material, bench:
         log_path = WORKDIR / f"{server.name}-callgrind-{cell}.log"
         try:
             running = start(server, app, port, log_path, paired.environment(), WORKDIR,
-                            probe=https_probe(material),
-                            wrapper=paired.callgrind_wrapper(out_dir),
-                            ready_deadline_s=paired.CALLGRIND_READY_S)
+                            probe=https_probe(material), **paired.under_callgrind(out_dir))
         except StartFailed as error:
             log(f"callgrind {server.name} {cell}: start: {error}")
             return None
