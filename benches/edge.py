@@ -34,7 +34,7 @@ import paired
 from loadgen import Load, LoadFailed, Tool, run_load
 from procfs import cpu_times, tree, tree_cpu_ticks
 from provision import machine_info, tool_path, versions
-from run import BENCH_CPUS, RESULTS, TMP, script, server_figures, settle
+from run import BENCH_CPUS, TMP, script, server_figures, settle
 from servers import (APPS, REPO, App, Running, Server, StartFailed, free_port, start, stop,
                      tines_binary, tines_command, tines_serve_help)
 
@@ -311,10 +311,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     paired.add_common_arguments(parser, "cell", "edge")
     parser.add_argument("--cells", help=f"comma-separated cells of {', '.join(em.CELLS)} "
                                         "(default: all)")
-    parser.add_argument("--instructions", action="store_true",
-                        help="also count instructions per request with callgrind (the marks' rows)")
-    parser.add_argument("--instruction-requests", type=int, default=DEFAULT_INSTRUCTION_REQUESTS,
-                        help="requests counted under callgrind per row (default: %(default)s)")
+    paired.add_instruction_arguments(parser, " (the marks' rows)", DEFAULT_INSTRUCTION_REQUESTS)
     return parser.parse_args(argv)
 
 
@@ -370,11 +367,8 @@ def run_all(arguments: argparse.Namespace, bench: Path, files: Path, started_at:
                      "instruction_requests": (arguments.instruction_requests
                                               if arguments.instructions else None)},
             "notes": notes(arguments)}
-    stem = arguments.out or f"edge-{time.strftime('%Y-%m-%d-%H%M', time.gmtime())}"
-    written = paired.write_report(RESULTS, stem, "tines-bench-edge/1", meta, skipped, results,
-                                  counts, em.markdown)
-    log(f"wrote {written}.md and .json")
-    return 0
+    return paired.write_report(arguments, "edge", meta, skipped, results, counts, em.markdown,
+                               log)
 
 
 def notes(arguments: argparse.Namespace) -> list[str]:

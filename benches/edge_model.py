@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from paired_model import Mark as ClockMark
-from paired_model import fmt, fmt_share, medians, noise_lines, order, pair_ratios, ratios_text
+from paired_model import (count_text, failures_text, fmt, fmt_share, medians, noise_lines, order,
+                          pair_ratios, ratios_text)
 from paired_model import verdict as clock_verdict
 
 STATIC_4K = "static-4k"
@@ -149,12 +150,11 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, dict[str, float]],
                 continue
             middle, spread = medians(results, cell, row)
             good = [r for r in runs if not r.get("failed")]
-            failed = sorted({str(r["failed"]) for r in runs if r.get("failed")})
             rate = statistics.median([float(r["ok_per_sec"]) for r in good]) if good else None
             count = counts.get(row, {}).get(cell)
             out.append(f"| {row} | {fmt(middle)} | {fmt_share(spread)} | {len(good)} | "
                        f"{fmt(rate)} | {fmt(bytes_per_response(results, cell, row))} | "
-                       f"{f'{count:,.0f}' if count else ''} | {'; '.join(failed)[:200]} |")
+                       f"{count_text(count)} | {failures_text(runs)} |")
     out += ["", "## Issue 39's marks", "",
             "| cell | row | against | mark | ratios per round | verdict | why |",
             "| --- | --- | --- | ---: | --- | --- | --- |"]

@@ -40,7 +40,7 @@ import paired
 from loadgen import Load, LoadFailed, Tool, run_load
 from procfs import tree
 from provision import PEERS_VENV, machine_info, peer_versions, tool_path, versions
-from run import RESULTS, TMP, measured, script, settle
+from run import TMP, measured, script, settle
 from servers import (APPS, App, Probe, Server, StartFailed, free_port, http_status, start, stop,
                      tines_binary, tines_command, tines_serve_help)
 from tls import Material, make_material
@@ -278,13 +278,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     paired.add_common_arguments(parser, "row", "http2")
     parser.add_argument("--servers", help=f"comma-separated rows of {', '.join(hm.ROWS)} "
                                           "(default: all)")
-    parser.add_argument("--instructions", action="store_true",
-                        help="also count instructions per request with callgrind")
+    paired.add_instruction_arguments(parser, "", INSTRUCTION_REQUESTS)
     parser.add_argument("--instruction-rows",
                         default=",".join(DEFAULT_INSTRUCTION_ROWS),
                         help="rows counted with --instructions (default: %(default)s)")
-    parser.add_argument("--instruction-requests", type=int, default=INSTRUCTION_REQUESTS,
-                        help="requests counted under callgrind per row (default: %(default)s)")
     return parser.parse_args(argv)
 
 
@@ -343,11 +340,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"Tines: {tines}",
                 f"load average at start: {machine_info()['load_average_at_start']}",
             ]}
-    stem = arguments.out or f"http2-{time.strftime('%Y-%m-%d-%H%M', time.gmtime())}"
-    written = paired.write_report(RESULTS, stem, "tines-bench-http2/1", meta, skipped, results,
-                                  counts, hm.markdown)
-    log(f"wrote {written}.md and .json")
-    return 0
+    return paired.write_report(arguments, "http2", meta, skipped, results, counts, hm.markdown,
+                               log)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from paired_model import Mark as ClockMark
-from paired_model import (fmt, fmt_share, instruction_ratio, medians, noise_lines, order,
-                          pair_ratios, ratios_text, skipped_lines)
+from paired_model import (count_text, failures_text, fmt, fmt_share, instruction_ratio, medians,
+                          noise_lines, order, pair_ratios, ratios_text, skipped_lines)
 from paired_model import verdict as clock_verdict
 
 CELL = "hello"
@@ -101,7 +101,6 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, float],
                 out.append(f"| {row} | {PROTOCOLS[row]} | not run | | | | | | {skipped[row]} |")
             continue
         middle, spread = medians(results, CELL, row)
-        failed = [r["failed"] for r in runs if r.get("failed")]
         good = [r for r in runs if not r.get("failed")]
         rate = statistics.median([float(r["requests_per_sec"]) for r in good]) if good else None
         client = [v for r in good if (v := load_cpu_per_request(r)) is not None]
@@ -109,8 +108,7 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, float],
         out.append(f"| {row} | {PROTOCOLS[row]} | {fmt(middle)} | {fmt_share(spread)} | "
                    f"{len(good)} | {fmt(rate)} | "
                    f"{fmt(statistics.median(client)) if client else ''} | "
-                   f"{f'{count:,.0f}' if count else ''} | "
-                   f"{'; '.join(sorted(set(failed)))[:200]} |")
+                   f"{count_text(count)} | {failures_text(runs)} |")
     out += ["", "## Issue 38's marks", "",
             "| row | against | mark | ratios per round | verdict | why |",
             "| --- | --- | ---: | --- | --- | --- |"]

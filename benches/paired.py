@@ -14,12 +14,13 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from provision import ensure_peers, ensure_tools
-from run import STANDALONE_BENCH, raise_nofile
+from run import RESULTS, STANDALONE_BENCH, raise_nofile
 
 CALLGRIND_READY_S = 300.0
 """How long a server under callgrind may take to be ready (Python's start-up and the app's
@@ -131,6 +132,16 @@ def add_common_arguments(parser: argparse.ArgumentParser, per: str, stem: str) -
                              "run nothing")
 
 
+def add_instruction_arguments(parser: argparse.ArgumentParser, which: str,
+                              requests: int) -> None:
+    """``--instructions`` (callgrind counts of ``which``) and ``--instruction-requests``
+    (``requests`` by default)."""
+    parser.add_argument("--instructions", action="store_true",
+                        help=f"also count instructions per request with callgrind{which}")
+    parser.add_argument("--instruction-requests", type=int, default=requests,
+                        help="requests counted under callgrind per row (default: %(default)s)")
+
+
 def begin(arguments: argparse.Namespace, markdown: Markdown, workdir: Path,
           peers: tuple[str, ...], log: Callable[[str], None]) -> Path | int:
     """The start every paired bench makes (after :func:`add_common_arguments`'s flags are
@@ -163,19 +174,23 @@ def render_report(path: Path, markdown: Markdown) -> None:
         document["results"], document["instructions"], document["skipped"], document["meta"]))
 
 
-def write_report(results_dir: Path, stem: str, schema: str, meta: dict[str, Any],
+def write_report(arguments: argparse.Namespace, name: str, meta: dict[str, Any],
                  skipped: dict[str, str], results: list[dict[str, Any]], counts: Any,
-                 markdown: Markdown) -> Path:
-    """``results_dir/stem.json`` (the whole record) and ``stem.md`` (its report); the path
-    without its suffix."""
-    results_dir.mkdir(parents=True, exist_ok=True)
-    (results_dir / f"{stem}.json").write_text(json.dumps(
-        {"schema": schema, "meta": meta, "skipped": skipped, "results": results,
-         "instructions": counts}, indent=1) + "\n")
-    (results_dir / f"{stem}.md").write_text(markdown(results, counts, skipped, meta))
-    return results_dir / stem
+                 markdown: Markdown, log: Callable[[str], None]) -> int:
+    """``results/STEM.json`` (the whole record, schema ``tines-bench-NAME/1``) and
+    ``STEM.md`` (its report), STEM being ``--out`` or ``NAME-STAMP``; logged. The script's
+    exit status."""
+    stem = arguments.out or f"{name}-{time.strftime('%Y-%m-%d-%H%M', time.gmtime())}"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{stem}.json").write_text(json.dumps(
+        {"schema": f"tines-bench-{name}/1", "meta": meta, "skipped": skipped,
+         "results": results, "instructions": counts}, indent=1) + "\n")
+    (RESULTS / f"{stem}.md").write_text(markdown(results, counts, skipped, meta))
+    log(f"wrote {RESULTS / stem}.md and .json")
+    return 0
 
 
-__all__ = ["CALLGRIND_READY_S", "Markdown", "NGINX_HTTP", "add_common_arguments", "begin",
+__all__ = ["CALLGRIND_READY_S", "Markdown", "NGINX_HTTP", "add_common_arguments",
+           "add_instruction_arguments", "begin",
            "callgrind_count", "callgrind_dir", "callgrind_wrapper", "control", "environment",
            "exactly", "render_report", "under_callgrind", "write_report"]

@@ -103,6 +103,17 @@ def noise_lines(results: list[dict[str, Any]]) -> list[str]:
             "above 0, the clock figures are noisy and the instruction counts judge"]
 
 
+def count_text(count: float | None) -> str:
+    """An instruction count as the reports' tables show it (empty when not counted)."""
+    return f"{count:,.0f}" if count else ""
+
+
+def failures_text(runs: list[dict[str, Any]]) -> str:
+    """Why the failed ones among ``runs`` failed, each reason once (at most 200 characters),
+    for a table's notes."""
+    return "; ".join(sorted({str(r["failed"]) for r in runs if r.get("failed")}))[:200]
+
+
 def ratios_text(ratios: list[float]) -> str:
     """A mark's per-round ratios as the reports list them."""
     return ", ".join(f"{r:.3f}" for r in ratios)
@@ -125,5 +136,5 @@ def fmt_share(value: float | None) -> str:
     return "" if value is None else f"{value:.0%}"
 
 
-__all__ = ["JUDGE_BAND", "Mark", "figure", "fmt", "fmt_share", "instruction_ratio", "medians",
+__all__ = ["JUDGE_BAND", "Mark", "count_text", "failures_text", "figure", "fmt", "fmt_share", "instruction_ratio", "medians",
            "noise_lines", "order", "pair_ratios", "ratios_text", "skipped_lines", "verdict"]

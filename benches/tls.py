@@ -39,7 +39,7 @@ import tls_model as tm
 from loadgen import Load, LoadFailed, Tool, run_load
 from procfs import tree, tree_memory
 from provision import PEERS_VENV, machine_info, tool_path, versions
-from run import RESULTS, TMP, measured, script, settle
+from run import TMP, measured, script, settle
 from servers import (APPS, App, Probe, Server, StartFailed, free_port, start, stop,
                      tines_binary, tines_command, tines_serve_help)
 
@@ -425,11 +425,8 @@ def main(argv: list[str] | None = None) -> int:
                 "uvicorn the ASGI hello (examples/asgi_hello.py)",
                 f"load average at start: {machine_info()['load_average_at_start']}",
             ]}
-    stem = arguments.out or f"tls-{time.strftime('%Y-%m-%d-%H%M', time.gmtime())}"
-    written = paired.write_report(RESULTS, stem, "tines-bench-tls/1", meta, skipped, results,
-                                  counts, tm.markdown)
-    log(f"wrote {written}.md and .json")
-    return 0
+    return paired.write_report(arguments, "tls", meta, skipped, results, counts, tm.markdown,
+                               log)
 
 
 if __name__ == "__main__":

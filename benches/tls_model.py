@@ -13,8 +13,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from paired_model import (JUDGE_BAND, Mark, figure, fmt, fmt_share, instruction_ratio, medians,
-                          noise_lines, order, pair_ratios, ratios_text, skipped_lines, verdict)
+from paired_model import (JUDGE_BAND, Mark, count_text, failures_text, figure, fmt, fmt_share,
+                          instruction_ratio, medians, noise_lines, order, pair_ratios,
+                          ratios_text, skipped_lines, verdict)
 
 TINES_ROWS = ("tines-prefork-tls", "tines-event-tls")
 PEER_ROWS = ("nginx-tls", "granian-tls", "uvicorn-tls")
@@ -56,15 +57,15 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, dict[str, float]],
                 continue
             middle, spread = medians(results, cell, row)
             runs = [r for r in results if r["cell"] == cell and r["server"] == row]
-            failed = [r["failed"] for r in runs if r.get("failed")]
-            notes = "; ".join(sorted(set(failed)))[:200]
+            failed = [r for r in runs if r.get("failed")]
+            notes = failures_text(runs)
             resumed = [float(r["resumed_share"]) for r in runs if r.get("resumed_share") is not None]
             if resumed:
                 notes = (notes + "; " if notes else "") + (
                     f"resumed {statistics.median(resumed):.0%} of handshakes")
             count = counts.get(row, {}).get(cell)
             out.append(f"| {row} | {fmt(middle)} | {fmt_share(spread)} | {len(runs) - len(failed)}"
-                       f" | {f'{count:,.0f}' if count else ''} | {notes} |")
+                       f" | {count_text(count)} | {notes} |")
         out.append("")
     out += ["## Issue 37's marks", "", "| cell | row | against | mark | ratios per round | verdict | why |",
             "| --- | --- | --- | ---: | --- | --- | --- |"]
