@@ -36,7 +36,7 @@ from procfs import cpu_times, tree, tree_cpu_ticks
 from provision import machine_info, tool_path, versions
 from run import BENCH_CPUS, TMP, script, server_figures, settle
 from servers import (APPS, REPO, App, Running, Server, StartFailed, free_port, start, stop,
-                     tines_binary, tines_command, tines_serve_help)
+                     tines_binary, tines_command)
 
 WORKDIR = TMP / "edge"
 DEFAULT_INSTRUCTION_REQUESTS = 10_000
@@ -317,10 +317,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_args(argv)
-    started_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    bench = paired.begin(arguments, em.markdown, WORKDIR, (), log)
-    if isinstance(bench, int):
-        return bench
+    begun = paired.begin(arguments, em.markdown, WORKDIR, (), log)
+    if isinstance(begun, int):
+        return begun
+    bench, started_at = begun
     # The files live outside the repository, world-readable: nginx started by root serves
     # them from an unprivileged worker (nobody), which cannot enter a private checkout.
     files = Path(tempfile.mkdtemp(prefix="tines-edge-static-"))
@@ -333,13 +333,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_all(arguments: argparse.Namespace, bench: Path, files: Path, started_at: str) -> int:
-    help_text: str | None
-    try:
-        help_text = tines_serve_help() if tines_binary().exists() else None
-    except OSError as error:
-        help_text = None
-        log(f"tines serve --help: {error}")
-    skipped = skipped_rows(help_text)
+    skipped = skipped_rows(paired.serve_help(log))
     upstream_port = [0]
     cells = arguments.cells.split(",") if arguments.cells else list(em.CELLS)
     every = [r for r in rows(files, upstream_port) if r.cell in cells]

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from paired_model import Mark as ClockMark
-from paired_model import (count_text, failures_text, fmt, fmt_share, medians, noise_lines, order,
-                          pair_ratios, ratios_text)
+from paired_model import (count_text, failures_text, fmt, fmt_share, judged_text, median_field,
+                          medians, noise_lines, order, pair_ratios, ratios_text)
 from paired_model import verdict as clock_verdict
 
 STATIC_4K = "static-4k"
@@ -150,7 +150,7 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, dict[str, float]],
                 continue
             middle, spread = medians(results, cell, row)
             good = [r for r in runs if not r.get("failed")]
-            rate = statistics.median([float(r["ok_per_sec"]) for r in good]) if good else None
+            rate = median_field(good, "ok_per_sec")
             count = counts.get(row, {}).get(cell)
             out.append(f"| {row} | {fmt(middle)} | {fmt_share(spread)} | {len(good)} | "
                        f"{fmt(rate)} | {fmt(bytes_per_response(results, cell, row))} | "
@@ -167,9 +167,8 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, dict[str, float]],
                        f"{'; '.join(m for m in missing if m)} |")
             continue
         ratios = pair_ratios(results, mark.cell, mark.row, mark.peer)
-        result, why = verdict(mark, results, counts)
         out.append(f"| {mark.cell} | {mark.row} | {mark.peer} | {target} | "
-                   f"{ratios_text(ratios)} | {result} | {why} |")
+                   + judged_text(ratios, verdict(mark, results, counts)))
     out += ["", "## The blog page, compressed (no mark: CPU and bytes)", "",
             "| row | against | CPU ratios per round | median | bytes/response ratio |",
             "| --- | --- | --- | ---: | ---: |"]

@@ -30,7 +30,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from procfs import tree
 from provision import PEERS_VENV, machine_info, peer_versions, tool_path, versions
 from run import TMP, measured, script, settle
 from servers import (APPS, App, Probe, Server, StartFailed, free_port, http_status, start, stop,
-                     tines_binary, tines_command, tines_serve_help)
+                     tines_binary, tines_command)
 from tls import Material, make_material
 
 WORKDIR = TMP / "http2"
@@ -287,18 +286,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_args(argv)
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    bench = paired.begin(arguments, hm.markdown, WORKDIR, PEERS, log)
-    if isinstance(bench, int):
-        return bench
+    begun = paired.begin(arguments, hm.markdown, WORKDIR, PEERS, log)
+    if isinstance(begun, int):
+        return begun
+    bench, started = begun
     material = make_material(WORKDIR / "certs")
-    help_text: str | None
-    try:
-        help_text = tines_serve_help() if tines_binary().exists() else None
-    except OSError as error:
-        help_text = None
-        log(f"tines serve --help: {error}")
-    skipped = skipped_rows(help_text)
+    skipped = skipped_rows(paired.serve_help(log))
     every = rows(material)
     if arguments.servers:
         wanted = set(arguments.servers.split(","))

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from paired_model import Mark as ClockMark
-from paired_model import (count_text, failures_text, fmt, fmt_share, instruction_ratio, medians,
-                          noise_lines, order, pair_ratios, ratios_text, skipped_lines)
+from paired_model import (closing, count_text, failures_text, fmt, fmt_share, instruction_ratio,
+                          judged_text, median_field, medians, noise_lines, order, pair_ratios)
 from paired_model import verdict as clock_verdict
 
 CELL = "hello"
@@ -102,7 +102,7 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, float],
             continue
         middle, spread = medians(results, CELL, row)
         good = [r for r in runs if not r.get("failed")]
-        rate = statistics.median([float(r["requests_per_sec"]) for r in good]) if good else None
+        rate = median_field(good, "requests_per_sec")
         client = [v for r in good if (v := load_cpu_per_request(r)) is not None]
         count = counts.get(row)
         out.append(f"| {row} | {PROTOCOLS[row]} | {fmt(middle)} | {fmt_share(spread)} | "
@@ -119,13 +119,10 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, float],
                        f"{'; '.join(skipped[r] for r in missing)} |")
             continue
         ratios = pair_ratios(results, CELL, mark.row, mark.peer)
-        result, why = verdict(mark, ratios, instruction_ratio(by_instructions, CELL, mark.row,
-                                                              mark.peer))
-        out.append(f"| {mark.row} | {mark.peer} | {mark.ratio} | "
-                   f"{ratios_text(ratios)} | {result} | {why} |")
-    out.append("")
-    out += skipped_lines(skipped, ROWS)
-    return "\n".join(out)
+        judged = verdict(mark, ratios,
+                         instruction_ratio(by_instructions, CELL, mark.row, mark.peer))
+        out.append(f"| {mark.row} | {mark.peer} | {mark.ratio} | " + judged_text(ratios, judged))
+    return closing(out, skipped, ROWS)
 
 
 __all__ = ["CELL", "MARKS", "Mark", "ROWS", "PEER_ROWS", "TINES_ROWS", "TINES_H2_ROWS",

@@ -17,10 +17,11 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 from provision import ensure_peers, ensure_tools
 from run import RESULTS, STANDALONE_BENCH, raise_nofile
+from servers import tines_binary, tines_serve_help
 
 CALLGRIND_READY_S = 300.0
 """How long a server under callgrind may take to be ready (Python's start-up and the app's
@@ -142,13 +143,22 @@ def add_instruction_arguments(parser: argparse.ArgumentParser, which: str,
                         help="requests counted under callgrind per row (default: %(default)s)")
 
 
+class Begun(NamedTuple):
+    """A paired bench under way: its load generator, and when it started (UTC, as the report
+    says it)."""
+
+    bench: Path
+    started: str
+
+
 def begin(arguments: argparse.Namespace, markdown: Markdown, workdir: Path,
-          peers: tuple[str, ...], log: Callable[[str], None]) -> Path | int:
+          peers: tuple[str, ...], log: Callable[[str], None]) -> Begun | int:
     """The start every paired bench makes (after :func:`add_common_arguments`'s flags are
     parsed): nginx and ``peers`` installed unless ``--no-provision``, the open-file limit
-    raised, ``workdir`` made empty. The load generator to run, or the script's exit status
-    when there is nothing to measure: 0 once ``--report-only`` is rendered, 2 when the load
+    raised, ``workdir`` made empty. What it measures with, or the script's exit status when
+    there is nothing to measure: 0 once ``--report-only`` is rendered, 2 when the load
     generator is missing (logged)."""
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if arguments.report_only is not None:
         render_report(arguments.report_only, markdown)
         return 0
@@ -164,7 +174,17 @@ def begin(arguments: argparse.Namespace, markdown: Markdown, workdir: Path,
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    return STANDALONE_BENCH
+    return Begun(STANDALONE_BENCH, started)
+
+
+def serve_help(log: Callable[[str], None]) -> str | None:
+    """``tines serve --help`` of the Tines measured (its flags say which rows it can run), or
+    None when there is no Tines (or its help failed: logged)."""
+    try:
+        return tines_serve_help() if tines_binary().exists() else None
+    except OSError as error:
+        log(f"tines serve --help: {error}")
+        return None
 
 
 def render_report(path: Path, markdown: Markdown) -> None:
@@ -191,6 +211,6 @@ def write_report(arguments: argparse.Namespace, name: str, meta: dict[str, Any],
 
 
 __all__ = ["CALLGRIND_READY_S", "Markdown", "NGINX_HTTP", "add_common_arguments",
-           "add_instruction_arguments", "begin",
+           "add_instruction_arguments", "Begun", "begin",
            "callgrind_count", "callgrind_dir", "callgrind_wrapper", "control", "environment",
-           "exactly", "render_report", "under_callgrind", "write_report"]
+           "exactly", "render_report", "serve_help", "under_callgrind", "write_report"]

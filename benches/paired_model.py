@@ -119,13 +119,24 @@ def ratios_text(ratios: list[float]) -> str:
     return ", ".join(f"{r:.3f}" for r in ratios)
 
 
-def skipped_lines(skipped: dict[str, str], listed: tuple[str, ...]) -> list[str]:
-    """The report's "Skipped" section: the skipped rows the tables above (``listed``) do not
-    show, with why (none when there are none)."""
+def judged_text(ratios: list[float], judged: tuple[str, str]) -> str:
+    """A marks table's last cells: the per-round ratios, the verdict and why."""
+    result, why = judged
+    return f"{ratios_text(ratios)} | {result} | {why} |"
+
+
+def median_field(runs: list[dict[str, Any]], field: str) -> float | None:
+    """The median of ``field`` over ``runs`` (None when there are none)."""
+    return statistics.median([float(r[field]) for r in runs]) if runs else None
+
+
+def closing(out: list[str], skipped: dict[str, str], listed: tuple[str, ...]) -> str:
+    """The report ``out`` ends with: a blank line, then the "Skipped" section (the skipped rows
+    the tables above, ``listed``, do not show, with why), when there are any."""
     others = {k: v for k, v in skipped.items() if k not in listed}
-    if not others:
-        return []
-    return ["## Skipped", ""] + [f"- {k}: {v}" for k, v in sorted(others.items())] + [""]
+    if others:
+        out = [*out, "", "## Skipped", ""] + [f"- {k}: {v}" for k, v in sorted(others.items())]
+    return "\n".join([*out, ""])
 
 
 def fmt(value: float | None) -> str:
@@ -136,5 +147,6 @@ def fmt_share(value: float | None) -> str:
     return "" if value is None else f"{value:.0%}"
 
 
-__all__ = ["JUDGE_BAND", "Mark", "count_text", "failures_text", "figure", "fmt", "fmt_share", "instruction_ratio", "medians",
-           "noise_lines", "order", "pair_ratios", "ratios_text", "skipped_lines", "verdict"]
+__all__ = ["JUDGE_BAND", "Mark", "closing", "count_text", "failures_text", "figure", "fmt",
+           "fmt_share", "instruction_ratio", "judged_text", "median_field", "medians",
+           "noise_lines", "order", "pair_ratios", "ratios_text", "verdict"]

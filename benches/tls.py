@@ -29,7 +29,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from procfs import tree, tree_memory
 from provision import PEERS_VENV, machine_info, tool_path, versions
 from run import TMP, measured, script, settle
 from servers import (APPS, App, Probe, Server, StartFailed, free_port, start, stop,
-                     tines_binary, tines_command, tines_serve_help)
+                     tines_binary, tines_command)
 
 WORKDIR = TMP / "tls"
 PEERS = ("granian", "uvicorn", "uvloop", "httptools")
@@ -371,18 +370,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_args(argv)
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    bench = paired.begin(arguments, tm.markdown, WORKDIR, PEERS, log)
-    if isinstance(bench, int):
-        return bench
+    begun = paired.begin(arguments, tm.markdown, WORKDIR, PEERS, log)
+    if isinstance(begun, int):
+        return begun
+    bench, started = begun
     material = make_material(WORKDIR / "certs")
     rows = servers(material)
-    try:
-        help_text = tines_serve_help()
-    except OSError as error:
-        help_text = ""
-        log(f"tines serve --help: {error}")
-    skipped = skipped_rows(help_text)
+    skipped = skipped_rows(paired.serve_help(log) or "")
     if arguments.servers:
         wanted = set(arguments.servers.split(","))
         rows = [(s, a) for s, a in rows if s.name in wanted]

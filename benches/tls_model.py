@@ -13,9 +13,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from paired_model import (JUDGE_BAND, Mark, count_text, failures_text, figure, fmt, fmt_share,
-                          instruction_ratio, medians, noise_lines, order, pair_ratios,
-                          ratios_text, skipped_lines, verdict)
+from paired_model import (JUDGE_BAND, Mark, closing, count_text, failures_text, figure, fmt,
+                          fmt_share, instruction_ratio, judged_text, medians, noise_lines, order,
+                          pair_ratios, verdict)
 
 TINES_ROWS = ("tines-prefork-tls", "tines-event-tls")
 PEER_ROWS = ("nginx-tls", "granian-tls", "uvicorn-tls")
@@ -76,12 +76,10 @@ def markdown(results: list[dict[str, Any]], counts: dict[str, dict[str, float]],
                            f"{skipped[row]} |")
                 continue
             ratios = pair_ratios(results, mark.cell, row, mark.peer)
-            result, why = verdict(mark, ratios, instruction_ratio(counts, mark.cell, row, mark.peer))
+            judged = verdict(mark, ratios, instruction_ratio(counts, mark.cell, row, mark.peer))
             out.append(f"| {mark.cell} | {row} | {mark.peer} | {mark.ratio} | "
-                       f"{ratios_text(ratios)} | {result} | {why} |")
-    out.append("")
-    out += skipped_lines(skipped, TINES_ROWS)
-    return "\n".join(out)
+                       + judged_text(ratios, judged))
+    return closing(out, skipped, TINES_ROWS)
 
 
 __all__ = ["CELLS", "IDLE_CELL", "IDLE_ROWS", "JUDGE_BAND", "MARKS", "Mark", "PEER_ROWS",
