@@ -12,8 +12,10 @@ client received."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
+import random
 import re
 import subprocess
 from collections.abc import Iterator
@@ -196,3 +198,33 @@ def test_curl_sees_the_logged_bytes_and_the_mod_deflate_atoms(tines_server: Any,
     assert lines[2] == ["/static/big.txt", "206", "1000", "1000", "-", "-", "-"]
     assert plain == len(PAGE)
     assert lines[3] == ["/page", "200", str(plain), str(plain), "-", "-", "-"]
+
+
+@pytest.mark.parametrize("served", SERVED + [("accounting_app:app", "event", "--threads", "2")],
+                         ids=[*SERVED_IDS, "event"])
+def test_large_compressed_bodies_log_what_the_client_received(tines_server: Any, tls_certs: TlsCerts,
+                                                              tmp_path: Path, served: tuple[str, ...]) -> None:
+    """Compressed bodies larger than the socket takes at once (a stream, and a 3 MiB body given
+    whole), in each coding and over each transport: the line is written once the last byte went
+    out (by the slot, or by the poller it was handed to) and shows what the client received."""
+    app = served[0].replace("compress_app", "accounting_app")
+    whole = base64.b64encode(random.Random(39).randbytes(48 * 64 * 1024 * 3 // 4))
+    log = tmp_path / "access.log"
+    server, plain_port = serve_h2c(tines_server, (app, *served[1:]), *tls_args(tls_certs.localhost),
+                                   "--compression", "gzip,br,zstd", "--access-log", str(log),
+                                   "--access-log-format", "json", mode="http1+h2c")
+    received: dict[str, int] = {}
+    for transport in TRANSPORTS:
+        http, base = client(transport, tls_certs, server, plain_port)
+        with http:
+            for path in ("/big", "/big-whole"):
+                for coding in ("gzip", "br", "zstd"):
+                    tag = f"{transport}-{path}-{coding}"
+                    response, raw = fetch(http, "GET", f"{base}{path}?n={tag}", coding, {})
+                    assert response.headers["content-encoding"] == coding, tag
+                    assert len(raw) < len(whole), tag
+                    received[tag] = len(raw)
+    entries = log_entries(log, len(received))
+    logged = {entry["query"].removeprefix("n="): entry for entry in entries}
+    assert {tag: entry["bytes"] for tag, entry in logged.items()} == received
+    assert all(entry["bytes_uncompressed"] == len(whole) for entry in entries)
