@@ -154,6 +154,16 @@ def render(report: dict[str, Any], width: int = 80, colour: bool = False) -> str
              f"{totals.get('refused_connections_per_client', 0)} connections refused, table "
              f"{totals.get('rate_limit_table_entries', 0)}/{totals.get('rate_limit_table_size', 0)} "
              f"({totals.get('rate_limit_evictions', 0)} evicted)")
+    compression = totals.get("compression", {})
+    compressed = compression.get("responses", {})
+    if sum(compressed.values()) or compression.get("skipped") or compression.get("not_accepted"):
+        codings = ", ".join(f"{coding} {count}" for coding, count in compressed.items() if count)
+        before, after = compression.get("bytes_in", 0), compression.get("bytes_out", 0)
+        line(f"compressed {sum(compressed.values())}" + (f" ({codings})" if codings else "")
+             + f"  {human_bytes(before)} -> {human_bytes(after)}"
+             + (f" ({after * 100 // before}%)" if before else "")
+             + f"  left alone {compression.get('skipped', 0)}, "
+             f"unaccepted {compression.get('not_accepted', 0)}")
     if totals.get("h2_connections") or totals.get("h2_streams"):
         line(f"http/2 {totals.get('h2_connections', 0)} conns, "
              f"{totals.get('h2_streams', 0)} streams open")

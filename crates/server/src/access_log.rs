@@ -324,8 +324,11 @@ pub struct LoggedRequest<'a> {
     pub line: RequestLine<'a>,
     /// The response status (0 if none was sent).
     pub status: u16,
-    /// Body bytes sent.
+    /// Body bytes sent: after compression, the compressed bytes (as nginx's
+    /// `$body_bytes_sent` and Apache's `%B` count them), without chunked framing.
     pub body_sent: u64,
+    /// The body's bytes before compression (the app's), for a compressed response only.
+    pub uncompressed: Option<u64>,
     /// The value of the first request header of a name (lower-case), if any.
     pub request_header: &'a dyn Fn(&[u8]) -> Option<&'a [u8]>,
     /// The values of the response headers the format names
@@ -374,6 +377,7 @@ pub struct DeferredLine {
     protocol: Protocol,
     status: u16,
     body_sent: u64,
+    uncompressed: Option<u64>,
     request_headers: Vec<(Vec<u8>, Vec<u8>)>,
     response_headers: Vec<Option<Vec<u8>>>,
     started: Instant,
@@ -400,6 +404,7 @@ impl DeferredLine {
             },
             status: request.status,
             body_sent: request.body_sent,
+            uncompressed: request.uncompressed,
             request_headers: headers
                 .map(|(name, value)| (name.to_vec(), value.to_vec()))
                 .collect(),
@@ -427,6 +432,7 @@ impl DeferredLine {
             },
             status: self.status,
             body_sent: self.body_sent.saturating_sub(unsent),
+            uncompressed: self.uncompressed,
             request_header: &find,
             response_headers: &self.response_headers,
             duration: log
@@ -473,6 +479,9 @@ pub const ATOMS: &[&str] = &[
     "{Name}o",
     "{SSL_PROTOCOL}x",
     "{SSL_CIPHER}x",
+    "{instream}n",
+    "{outstream}n",
+    "{ratio}n",
 ];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -498,6 +507,14 @@ enum Atom {
     TlsProtocol,
     /// The TLS suite's OpenSSL name (`-` on a plain connection).
     TlsCipher,
+    /// A compressed body's bytes before compression (`-` when not compressed): Apache's
+    /// mod_deflate note `instream`.
+    Uncompressed,
+    /// A compressed body's bytes sent (`-` when not compressed): mod_deflate's `outstream`.
+    Compressed,
+    /// `outstream` over `instream`, a whole percentage (`-` when not compressed):
+    /// mod_deflate's `ratio`.
+    CompressionRatio,
     /// A request header, by lower-case name.
     RequestHeader(Vec<u8>),
     /// A response header, by its index in [`Format::response_header_names`].
@@ -645,6 +662,10 @@ impl Format {
             // Apache's `%{SSL_PROTOCOL}x` and `%{SSL_CIPHER}x`, in gunicorn's `%(...)s`.
             "{SSL_PROTOCOL}x" => Atom::TlsProtocol,
             "{SSL_CIPHER}x" => Atom::TlsCipher,
+            // Apache mod_deflate's notes, by the names its documentation's example gives them.
+            "{instream}n" => Atom::Uncompressed,
+            "{outstream}n" => Atom::Compressed,
+            "{ratio}n" => Atom::CompressionRatio,
             _ if name.starts_with('{') && name.ends_with("}i") => {
                 Atom::RequestHeader(header(&name[1..name.len() - 2])?)
             }
@@ -782,6 +803,18 @@ fn write_atom(
         },
         Atom::QueueMicros => push_duration(line, request.queue, |d| d.as_micros()),
         Atom::Pid => push_number(line, pid),
+        Atom::Uncompressed => match request.uncompressed {
+            Some(bytes) => push_number(line, bytes),
+            None => line.push(b'-'),
+        },
+        Atom::Compressed => match request.uncompressed {
+            Some(_) => push_number(line, request.body_sent),
+            None => line.push(b'-'),
+        },
+        Atom::CompressionRatio => match request.uncompressed {
+            Some(bytes) if bytes > 0 => push_number(line, request.body_sent * 100 / bytes),
+            _ => line.push(b'-'),
+        },
         Atom::TlsProtocol => {
             push_field(line, request.tls.map_or("", |tls| tls.protocol).as_bytes())
         }
@@ -853,6 +886,12 @@ fn write_json(line: &mut Vec<u8>, request: &LoggedRequest<'_>, clock: &mut LogCl
     push_number(line, request.status);
     line.extend_from_slice(b",\"bytes\":");
     push_number(line, request.body_sent);
+    // Only on compressed responses, as the TLS fields only on TLS connections: a line of an
+    // uncompressed response is what it was before compression.
+    if let Some(bytes) = request.uncompressed {
+        line.extend_from_slice(b",\"bytes_uncompressed\":");
+        push_number(line, bytes);
+    }
     line.extend_from_slice(b",\"duration_us\":");
     optional_micros(line, request.duration);
     line.extend_from_slice(b",\"queue_us\":");
@@ -910,6 +949,7 @@ mod tests {
             },
             status: 200,
             body_sent: 0,
+            uncompressed: None,
             request_header: &headers,
             response_headers,
             duration: Some(Duration::from_micros(1_234_567)),
@@ -938,6 +978,29 @@ mod tests {
                 .unwrap()
                 .0
         );
+    }
+
+    #[test]
+    fn compression_atoms_show_both_sizes_or_a_dash() {
+        let spec = "%(b)s %(B)s %({instream}n)s %({outstream}n)s %({ratio}n)s";
+        let mut plain = request(&[]);
+        plain.body_sent = 1000;
+        assert_eq!(line_for(spec, &plain), "1000 1000 - - -\n");
+        let mut compressed = request(&[]);
+        compressed.body_sent = 257;
+        compressed.uncompressed = Some(1000);
+        assert_eq!(line_for(spec, &compressed), "257 257 1000 257 25\n");
+        // JSON: `bytes` is what was sent; the size before only on a compressed line.
+        let json = line_for("json", &compressed);
+        assert!(
+            json.contains(",\"bytes\":257,\"bytes_uncompressed\":1000,"),
+            "{json}"
+        );
+        assert!(!line_for("json", &plain).contains("bytes_uncompressed"));
+        // A whole body cut short sends nothing: no ratio of nothing.
+        compressed.uncompressed = Some(0);
+        compressed.body_sent = 0;
+        assert_eq!(line_for(spec, &compressed), "- 0 0 0 -\n");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::access_log::AccessLog;
+use crate::compress::{Coding, Decision};
 use crate::config::WorkerConfig;
 use crate::connection::Lent;
 use crate::control::StopReason;
@@ -246,6 +247,35 @@ impl WorkerShared {
             .take();
         if let Some(hook) = hook {
             hook();
+        }
+    }
+
+    /// Counts a compressed response whose body was finished (ADR 0037): its coding, and its
+    /// body's bytes before (`app_bytes`) and after (`coded_bytes`) compression. Only the
+    /// compressed path calls it.
+    #[cold]
+    pub(crate) fn count_compressed(&self, coding: Coding, app_bytes: u64, coded_bytes: u64) {
+        let counters = &self.slot().compression;
+        let by_coding = match coding {
+            Coding::Gzip => 0,
+            Coding::Brotli => 1,
+            Coding::Zstd => 2,
+        };
+        self.add(&counters[by_coding], 1);
+        self.add(&counters[3], app_bytes);
+        self.add(&counters[4], coded_bytes);
+    }
+
+    /// Counts an app response compression (on) left as it is: by a rule
+    /// ([`Decision::Identity`]), or as the client accepted no coding offered
+    /// ([`Decision::VaryOnly`]). A compressed one is counted when its body ends.
+    #[cold]
+    pub(crate) fn count_left_uncompressed(&self, decision: Decision) {
+        let counters = &self.slot().compression;
+        match decision {
+            Decision::Identity => self.add(&counters[5], 1),
+            Decision::VaryOnly => self.add(&counters[6], 1),
+            Decision::Compress(_) => {}
         }
     }
 

@@ -45,8 +45,8 @@ ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
     ("q", "query string"),
     ("H", "protocol"),
     ("s", "status"),
-    ("b", "body bytes, `-` for none"),
-    ("B", "body bytes"),
+    ("b", "body bytes sent (compressed ones after compression), `-` for none"),
+    ("B", "body bytes sent"),
     ("f", "Referer"),
     ("a", "User-Agent"),
     ("T", "request time in s"),
@@ -59,6 +59,9 @@ ACCESS_LOG_ATOMS: tuple[tuple[str, str], ...] = (
     ("{Name}o", "response header"),
     ("{SSL_PROTOCOL}x", "TLS protocol (`TLSv1.3`), `-` on a plain connection"),
     ("{SSL_CIPHER}x", "TLS cipher suite, OpenSSL's name (`TLS_AES_128_GCM_SHA256`), `-` on a plain connection"),
+    ("{instream}n", "a compressed body's bytes before compression (`b` and `B` are the bytes sent), `-` when not compressed"),
+    ("{outstream}n", "a compressed body's bytes sent, `-` when not compressed"),
+    ("{ratio}n", "`outstream` as a whole percentage of `instream`, `-` when not compressed"),
 )
 """The access log's custom-format atoms, for the docs and ``--help`` (the formatter is Rust's
 ``tines_server::access_log``; a test checks both name the same atoms)."""
@@ -408,7 +411,7 @@ _REGISTRY = (
     # Logging
     Setting("access_log", "Logging", "Access log: a file path, or `-` for stdout. Off when unset. Written by each worker without Python, buffered and appended (`O_APPEND`), so requests never wait on the disk; `USR1` reopens it. Its lines are laid out by `access_log_format`. The client address is the one the app sees as `REMOTE_ADDR`: behind a proxy that `forwarded_allow_ips` trusts, the forwarded one (as gunicorn's `%(h)s` and Apache's mod_remoteip). Responses the server writes itself (400, 408, 413, 414, 431, 503, ...) are logged too, with the request line as received.",
             optional_text, None, ("--access-log", "--access-logfile"), "PATH", worker=True, default_text="off"),
-    Setting("access_log_format", "Logging", "Layout of `access_log` lines: `combined` (Apache's, the same as gunicorn's default), `common`, `json` (one object per line: time, remote_addr, method, path, query, protocol, status, bytes, duration_us, queue_us, pid, referer, user_agent; `null` when unknown; a refused request adds raw_request_line, a TLS connection tls_protocol and tls_cipher), or a custom layout of gunicorn's atoms such as `'%(h)s \"%(r)s\" %(s)s %(D)s'` (`%%` is a percent sign). Atoms: " + "; ".join(f"`{name}` {what}" for name, what in ACCESS_LOG_ATOMS) + ". Checked before the first fork: an unknown atom stops the start with one line.",
+    Setting("access_log_format", "Logging", "Layout of `access_log` lines: `combined` (Apache's, the same as gunicorn's default), `common`, `json` (one object per line: time, remote_addr, method, path, query, protocol, status, bytes, duration_us, queue_us, pid, referer, user_agent; `null` when unknown; a refused request adds raw_request_line, a TLS connection tls_protocol and tls_cipher, a compressed response bytes_uncompressed), or a custom layout of gunicorn's atoms such as `'%(h)s \"%(r)s\" %(s)s %(D)s'` (`%%` is a percent sign). Atoms: " + "; ".join(f"`{name}` {what}" for name, what in ACCESS_LOG_ATOMS) + ". Checked before the first fork: an unknown atom stops the start with one line.",
             text, "combined", ("--access-log-format",), "FORMAT", worker=True),
     Setting("access_log_exclude", "Logging", "Request paths left out of the access log (the path before any `?`): exact, or a prefix when ending with `*` (`/healthz`, `/static/*`), for probe and asset noise. Comma-separated.",
             text, (), ("--access-log-exclude",), "PATHS", worker=True, multiple=True),

@@ -35,3 +35,20 @@ def test_requests_waiting_for_an_app_thread_and_the_mean_a_client_saw() -> None:
     assert loaded[1] == "requests 3  mean 497ms"
     assert loaded[2] == "req/s 1m 0.2   in flight 3  waiting 4 (longest 1.2s)"
     assert loaded[3].startswith("conns 4 open, 1 idle")
+
+
+def test_compression_gets_a_line_only_once_it_counted_something() -> None:
+    plain = render(report()).splitlines()
+    assert not any(line.startswith("compressed") for line in plain)
+    counted = report()
+    counted["totals"]["compression"] = {
+        "responses": {"gzip": 3, "br": 1, "zstd": 0}, "bytes_in": 4096, "bytes_out": 1024,
+        "skipped": 5, "not_accepted": 2}
+    lines = render(counted).splitlines()
+    assert lines[4] == "compressed 4 (gzip 3, br 1)  4.0K -> 1.0K (25%)  left alone 5, unaccepted 2"
+    assert lines[:4] + lines[5:] == plain
+    # Zeros all round (compression off) read as nothing to show.
+    counted["totals"]["compression"] = {
+        "responses": {"gzip": 0, "br": 0, "zstd": 0}, "bytes_in": 0, "bytes_out": 0,
+        "skipped": 0, "not_accepted": 0}
+    assert render(counted).splitlines() == plain

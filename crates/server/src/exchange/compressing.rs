@@ -5,7 +5,9 @@
 //! whole body in hand, one `Content-Length` of the compressed bytes, put in the head at the end.
 //!
 //! The exchange's accounting stays the app's: `declared` and `body_sent` count the bytes the
-//! app gave, before compression. It must not write to the socket itself (`send` does), nor
+//! app gave, before compression; `coded_sent` counts the compressed bytes framed for the
+//! socket (the access log's bytes sent), and a finished body is counted in the scoreboard's
+//! compression counters. It must not write to the socket itself (`send` does), nor
 //! run while the caller holds the GIL (WSGI writes and ASGI sends go detached when compressing).
 
 use std::io;
@@ -80,13 +82,15 @@ impl Exchange {
             304 => declared.flatten(),
             _ => declared.flatten().or(body_length),
         };
-        decide(config, self.target(), facts, || {
+        let decision = decide(config, self.target(), facts, || {
             let accept = self
                 .headers()
                 .filter(|(name, _)| name.eq_ignore_ascii_case(b"accept-encoding"))
                 .map(|(_, value)| value);
             negotiate(accept, &config.codings)
-        })
+        });
+        self.shared.count_left_uncompressed(decision);
+        decision
     }
 
     /// The encoder for `coding` (one the slot kept, or a new one), or `None` when it cannot
@@ -117,6 +121,7 @@ impl Exchange {
             head_end,
             dirty: false,
         }));
+        self.coded_sent = Some(0);
     }
 
     /// Whether the body is being compressed (its writes then belong with the GIL released,
@@ -217,8 +222,14 @@ impl Exchange {
             self.ctx.out.splice(at..at, line);
             self.ctx.out.extend_from_slice(encoded);
             self.framing = ResponseFraming::Length(encoded.len() as u64);
+            self.coded_sent = Some(encoded.len() as u64);
         } else {
             self.take_encoded();
+        }
+        if let Some(compressing) = &self.compressing {
+            let coded = self.coded_sent.unwrap_or(0);
+            self.shared
+                .count_compressed(compressing.encoder.coding(), self.body_sent, coded);
         }
         self.stop_compressing();
         Ok(())
@@ -265,6 +276,9 @@ impl Exchange {
         let encoded = compressing.encoder.output();
         if encoded.is_empty() {
             return;
+        }
+        if let Some(coded) = &mut self.coded_sent {
+            *coded += encoded.len() as u64;
         }
         let out = &mut self.ctx.out;
         if self.framing == ResponseFraming::Chunked {

@@ -149,6 +149,10 @@ pub struct Exchange {
     compressing: Option<Box<compressing::Compressing>>,
     /// The response is never compressed ([`Exchange::keep_identity`]).
     keep_identity: bool,
+    /// Compressed body bytes framed for the socket (`None`: the body is not compressed):
+    /// what the access log shows as the bytes sent, as nginx's `$body_bytes_sent`, while
+    /// `body_sent` stays the app's bytes (the Content-Length accounting).
+    coded_sent: Option<u64>,
 }
 
 impl Exchange {
@@ -241,6 +245,7 @@ impl Exchange {
             decoded_length,
             compressing: None,
             keep_identity: false,
+            coded_sent: None,
         })
     }
 
@@ -422,7 +427,8 @@ impl Exchange {
                 protocol: Protocol::of(self.version(), self.is_h2()),
             },
             status: self.status(),
-            body_sent: self.body_sent(),
+            body_sent: self.coded_sent.unwrap_or(self.body_sent),
+            uncompressed: self.coded_sent.map(|_| self.body_sent),
             request_header: &find,
             response_headers: &response_headers,
             duration,
@@ -516,7 +522,7 @@ impl Exchange {
         self.status
     }
 
-    /// Body bytes sent so far.
+    /// Body bytes the app gave so far (before any compression).
     pub fn body_sent(&self) -> u64 {
         self.body_sent
     }

@@ -248,6 +248,7 @@ impl Exchange {
             self.framing = ResponseFraming::NoBody;
             self.status = 0;
             self.complete_body = false;
+            self.coded_sent = None;
             if self.compressing.is_some() {
                 self.stop_compressing();
             }

@@ -149,6 +149,7 @@ fn account(
         line: RequestLine::Raw(&request_line),
         status: 503,
         body_sent: sent.saturating_sub(head_len as u64),
+        uncompressed: None,
         request_header: &no_headers,
         response_headers: &[],
         duration: log.format().shows_duration().then_some(elapsed),

@@ -206,6 +206,7 @@ fn log_refused(
         },
         status: code,
         body_sent,
+        uncompressed: None,
         request_header: &no_headers,
         response_headers: &[],
         duration: log

@@ -11,7 +11,7 @@
 //! gauges and counters.
 //!
 //! Layout: a [`Header`] of 128 bytes (the master's server-wide fields), `slots` [`Slot`]s of
-//! 192 bytes (three cache lines), then `slots * threads_per_slot`
+//! 256 bytes (four cache lines), then `slots * threads_per_slot`
 //! [`ThreadSlot`]s of 256 bytes, slot `s`'s thread `t` at index `s * threads_per_slot + t`;
 //! then the request counters ([`metrics`]): one [`RequestMetrics`] block per app thread (the
 //! same order), one per slot (the responses the server writes itself), and last the
@@ -39,7 +39,8 @@ pub mod thread;
 
 pub use metrics::{Counted, MetricsReading, RequestMetrics};
 pub use records::{
-    ExitReading, Header, Retired, Slot, SlotReading, Totals, MEMORY_UNKNOWN, RECENT_EXITS,
+    Compression, ExitReading, Header, Retired, Slot, SlotReading, Totals, COMPRESSION_COUNTERS,
+    MEMORY_UNKNOWN, RECENT_EXITS,
 };
 pub(crate) use states::slot_enum;
 pub use states::{ExitReason, WorkerState};
@@ -286,7 +287,10 @@ impl Scoreboard {
             &slot.refused_connections,
             &slot.queued,
             &slot.queued_since_ns,
-        ] {
+        ]
+        .into_iter()
+        .chain(&slot.compression)
+        {
             counter.store(0, Ordering::Relaxed);
         }
         slot.active.store(0, Ordering::Relaxed);
@@ -364,7 +368,10 @@ impl Scoreboard {
             (&slot.rate_limited, &retired.rate_limited),
             (&slot.rate_evictions, &retired.rate_evictions),
             (&slot.refused_connections, &retired.refused_connections),
-        ] {
+        ]
+        .into_iter()
+        .chain(slot.compression.iter().zip(&retired.compression))
+        {
             to.fetch_add(from.swap(0, Ordering::Relaxed), Ordering::Relaxed);
         }
         let reason = ExitReason::from_u32(slot.exit_reason.load(Ordering::Relaxed));
@@ -429,6 +436,12 @@ impl Scoreboard {
                 refused_connections: retired.refused_connections.load(Ordering::Relaxed),
                 rate_entries: self.header().rate_entries.load(Ordering::Relaxed),
                 rate_capacity: self.header().rate_capacity.load(Ordering::Relaxed),
+                compression: Compression::from_counters(
+                    retired
+                        .compression
+                        .each_ref()
+                        .map(|counter| counter.load(Ordering::Relaxed)),
+                ),
                 ..Totals::default()
             };
             for (total, exits) in totals.exits.iter_mut().zip(retired.exits.iter()) {
@@ -446,6 +459,11 @@ impl Scoreboard {
                 totals.rate_limited += slot.rate_limited.load(Ordering::Relaxed);
                 totals.rate_evictions += slot.rate_evictions.load(Ordering::Relaxed);
                 totals.refused_connections += slot.refused_connections.load(Ordering::Relaxed);
+                totals.compression.add(&Compression::from_counters(
+                    slot.compression
+                        .each_ref()
+                        .map(|counter| counter.load(Ordering::Relaxed)),
+                ));
                 if slot.pid.load(Ordering::Relaxed) != 0 {
                     totals.in_flight += u64::from(slot.active.load(Ordering::Relaxed));
                     totals.connections += slot.connections.load(Ordering::Relaxed);
@@ -616,8 +634,8 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_three_cache_lines() {
-        assert_eq!(std::mem::size_of::<Slot>(), 192);
+    fn slots_are_four_cache_lines() {
+        assert_eq!(std::mem::size_of::<Slot>(), 256);
         assert_eq!(std::mem::align_of::<Slot>(), 64);
         assert_eq!(std::mem::offset_of!(Slot, exit_reason), 64);
         // The last field of the second line: it is full.
@@ -628,6 +646,8 @@ mod tests {
         // The pool's queue is on the third line too, never on the first (the requests').
         assert_eq!(std::mem::offset_of!(Slot, queued), 168);
         assert_eq!(std::mem::offset_of!(Slot, queued_since_ns), 176);
+        // The compression counters have the fourth line to themselves.
+        assert_eq!(std::mem::offset_of!(Slot, compression), 192);
     }
 
     #[test]
@@ -636,14 +656,14 @@ mod tests {
         assert_eq!(board.threads_per_slot(), 4);
         let first = board.thread_slot(0, 0).unwrap() as *const ThreadSlot as usize;
         let last = board.thread_slot(2, 3).unwrap() as *const ThreadSlot as usize;
-        assert_eq!(first - board.base.as_ptr() as usize, 3 * 192);
+        assert_eq!(first - board.base.as_ptr() as usize, 3 * 256);
         assert_eq!(last - first, 11 * 256);
         assert!(board.thread_slot(2, 4).is_none());
         assert!(board.thread_slot(3, 0).is_none());
         assert_eq!(std::mem::size_of::<Retired>(), 23 * 64);
         assert_eq!(
             Scoreboard::mapping_len(3, 4),
-            Some(128 + 3 * 192 + 12 * 256 + 15 * 704 + 23 * 64)
+            Some(128 + 3 * 256 + 12 * 256 + 15 * 704 + 23 * 64)
         );
         let metrics = board.thread_metrics(0, 0).unwrap() as *const RequestMetrics as usize;
         assert_eq!(metrics - last, 256);
@@ -709,6 +729,40 @@ mod tests {
         first.h2_stream_opened();
         board.claim(0, 12, 2);
         assert_eq!(board.read(0).unwrap().h2_streams, 0);
+    }
+
+    #[test]
+    fn compression_counters_are_summed_and_outlive_their_worker() {
+        let board = Scoreboard::new(2, 1).unwrap();
+        board.claim(0, 100, 1);
+        board.claim(1, 101, 1);
+        for (slot, counts) in [
+            (0, [2, 1, 0, 900, 300, 4, 1]),
+            (1, [1, 0, 3, 100, 60, 0, 2]),
+        ] {
+            for (counter, count) in board.slot(slot).unwrap().compression.iter().zip(counts) {
+                counter.store(count, Ordering::Relaxed);
+            }
+        }
+        let expected = Compression {
+            responses: [3, 1, 3],
+            bytes_in: 1000,
+            bytes_out: 360,
+            skipped: 4,
+            not_accepted: 3,
+        };
+        assert_eq!(board.totals().compression, expected);
+        assert_eq!(board.totals().compression.compressed(), 7);
+        board.retire(0, 100, 0);
+        assert_eq!(board.totals().compression, expected);
+        board.claim(0, 102, 1);
+        assert_eq!(board.totals().compression, expected);
+        assert!(board
+            .slot(0)
+            .unwrap()
+            .compression
+            .iter()
+            .all(|c| c.load(Ordering::Relaxed) == 0));
     }
 
     #[test]

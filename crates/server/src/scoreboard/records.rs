@@ -48,6 +48,7 @@ pub struct Retired {
     /// Workers reaped, by [`ExitReason`] value.
     pub(super) exits: [AtomicU64; 16],
     pub(super) refused_connections: AtomicU64,
+    pub(super) compression: [AtomicU64; COMPRESSION_COUNTERS],
     pub(super) metrics: RequestMetrics,
     pub(super) recent: [ExitRecord; RECENT_EXITS],
 }
@@ -118,12 +119,66 @@ pub struct Totals {
     pub rate_entries: u64,
     /// The rate-limit table's size in entries (0: no table).
     pub rate_capacity: u64,
+    /// The compression counters ([`Compression`]).
+    pub compression: Compression,
+}
+
+/// How many compression counters a slot has ([`Slot::compression`]).
+pub const COMPRESSION_COUNTERS: usize = 7;
+
+/// The compression counters (ADR 0037), in [`Slot::compression`]'s order: responses whose
+/// compressed body was finished, by coding; the bytes of those bodies before (the app's) and
+/// after compression (sent, without chunked framing); app responses compression left as
+/// they were by a rule (type, size, status, `Content-Encoding`, `no-transform`, an excluded
+/// path), and those it would have compressed but the client accepted no coding offered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Compression {
+    /// Compressed responses by coding: gzip, br, zstd.
+    pub responses: [u64; 3],
+    /// Their bodies' bytes before compression.
+    pub bytes_in: u64,
+    /// Their bodies' bytes after compression.
+    pub bytes_out: u64,
+    /// Responses a rule left uncompressed.
+    pub skipped: u64,
+    /// Responses that qualified, to a client that accepted no coding offered.
+    pub not_accepted: u64,
+}
+
+impl Compression {
+    /// The counters as [`Slot::compression`] lays them out.
+    pub fn from_counters(counters: [u64; COMPRESSION_COUNTERS]) -> Compression {
+        let [gzip, br, zstd, bytes_in, bytes_out, skipped, not_accepted] = counters;
+        Compression {
+            responses: [gzip, br, zstd],
+            bytes_in,
+            bytes_out,
+            skipped,
+            not_accepted,
+        }
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Compression) {
+        for (total, count) in self.responses.iter_mut().zip(other.responses) {
+            *total += count;
+        }
+        self.bytes_in += other.bytes_in;
+        self.bytes_out += other.bytes_out;
+        self.skipped += other.skipped;
+        self.not_accepted += other.not_accepted;
+    }
+
+    /// Compressed responses, every coding.
+    pub fn compressed(&self) -> u64 {
+        self.responses.iter().sum()
+    }
 }
 
 /// A memory figure the master could not read (PSS and USS under `user`: docs/status.md).
 pub const MEMORY_UNKNOWN: u64 = u64::MAX;
 
-/// One worker's slot. `#[repr(C)]`, 64-byte aligned, three cache lines: the first holds what
+/// One worker's slot. `#[repr(C)]`, 64-byte aligned, four cache lines: the first holds what
 /// the worker writes per request, the second what the master writes (exit reason, memory)
 /// and what a dump leaves (the flag, the interpreter probe's time), so the master's writes
 /// never take the line the worker's requests use; the third the HTTP/2 gauges (written per
@@ -132,8 +187,9 @@ pub const MEMORY_UNKNOWN: u64 = u64::MAX;
 /// atomic before the status output showed it; the oldest request's time, which only the
 /// loop writes, per turn and only while requests wait: an app thread's pop does the one
 /// `fetch_sub` it did before; measured in benches/results/2026-11-28-issue40-status-queue.md;
-/// a prefork HTTP/1.1 request never touches that line), and room for more (the size test in
-/// `mod.rs` says how big a slot is).
+/// a prefork HTTP/1.1 request never touches that line); the fourth the compression counters
+/// (written only by responses compression looked at, so never with compression off), and
+/// room for more (the size test in `mod.rs` says how big a slot is).
 #[repr(C, align(64))]
 pub struct Slot {
     /// Worker pid (0 when free).
@@ -206,6 +262,12 @@ pub struct Slot {
     /// take no wait from a slot whose [`Slot::queued`] is 0.
     pub queued_since_ns: AtomicU64,
     pub(super) _reserved: [AtomicU64; 1],
+    /// The compression counters, in [`Compression`]'s order (gzip, br and zstd responses,
+    /// bytes in, bytes out, skipped, not accepted): written by the exchange, per compressed
+    /// response when its body is finished, and per response left alone, only when
+    /// compression is on.
+    pub compression: [AtomicU64; COMPRESSION_COUNTERS],
+    pub(super) _reserved_compression: [AtomicU64; 1],
 }
 
 /// A snapshot of one slot, for readers.

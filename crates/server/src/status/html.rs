@@ -171,6 +171,29 @@ pub fn render(snap: &Snapshot, refresh: u64) -> String {
             "rate-limit table entries / size",
         );
     }
+    let compression = &totals.compression;
+    if compression.compressed() > 0 || compression.skipped > 0 || compression.not_accepted > 0 {
+        let [gzip, br, zstd] = compression.responses;
+        card(
+            &mut out,
+            format!("{gzip} / {br} / {zstd}"),
+            "compressed responses: gzip / br / zstd",
+        );
+        card(
+            &mut out,
+            format!(
+                "{} \u{2192} {}",
+                human_bytes(compression.bytes_in),
+                human_bytes(compression.bytes_out)
+            ),
+            "compressed bodies: before \u{2192} after",
+        );
+        card(
+            &mut out,
+            format!("{} / {}", compression.skipped, compression.not_accepted),
+            "left uncompressed: by a rule / client accepted no coding",
+        );
+    }
     card(&mut out, totals.accepted.to_string(), "accepted");
     card(&mut out, human_bytes(totals.bytes_in), "received");
     card(&mut out, human_bytes(totals.bytes_out), "sent");

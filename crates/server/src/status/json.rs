@@ -63,7 +63,9 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
          \"connections\":{},\"connections_idle\":{},\"h2_connections\":{},\
          \"h2_streams\":{},\"rate_limited\":{},\"rate_limit_evictions\":{},\
          \"rate_limit_table_entries\":{},\"rate_limit_table_size\":{},\
-         \"refused_connections_per_client\":{},\"duration_sum_s\":{:.6},\"queue_wait_sum_s\":{:.6},\
+         \"refused_connections_per_client\":{},\
+         \"compression\":{{\"responses\":{{\"gzip\":{},\"br\":{},\"zstd\":{}}},\
+         \"bytes_in\":{},\"bytes_out\":{},\"skipped\":{},\"not_accepted\":{}}},\"duration_sum_s\":{:.6},\"queue_wait_sum_s\":{:.6},\
          \"queued\":{},\"queued_wait_ms\":{:.3},\"mean_response_ms\":{:.3}}}",
         totals.accepted,
         totals.bytes_in,
@@ -78,6 +80,13 @@ pub fn render(snap: &Snapshot) -> Vec<u8> {
         totals.rate_entries,
         totals.rate_capacity,
         totals.refused_connections,
+        totals.compression.responses[0],
+        totals.compression.responses[1],
+        totals.compression.responses[2],
+        totals.compression.bytes_in,
+        totals.compression.bytes_out,
+        totals.compression.skipped,
+        totals.compression.not_accepted,
         metrics.duration_sum_us as f64 / 1e6,
         metrics.wait_sum_us as f64 / 1e6,
         totals.queued,

@@ -254,6 +254,53 @@ mod tests {
     }
 
     #[test]
+    fn every_page_sums_the_compression_counters() {
+        let board = Scoreboard::new(2, 1).unwrap();
+        board.claim(0, 41, 1);
+        board.claim(1, 42, 1);
+        let snap = Snapshot::take(&board, "thread", Shown::Whole, &mut History::default());
+        // Off (nothing counted): every sample present at 0, no cards on the page.
+        let text = prometheus::render(&snap, false);
+        assert!(text.contains("tines_compressed_responses_total{coding=\"zstd\"} 0\n"));
+        assert!(!html::render(&snap, 0).contains("compressed responses"));
+        for (slot, counts) in [
+            (0, [2, 1, 0, 900, 300, 4, 1]),
+            (1, [1, 0, 3, 100, 60, 0, 2]),
+        ] {
+            for (counter, count) in board.slot(slot).unwrap().compression.iter().zip(counts) {
+                counter.store(count, Ordering::Relaxed);
+            }
+        }
+        let snap = Snapshot::take(&board, "thread", Shown::Whole, &mut History::default());
+        let json = String::from_utf8(json::render(&snap)).unwrap();
+        assert!(
+            json.contains(
+                "\"compression\":{\"responses\":{\"gzip\":3,\"br\":1,\"zstd\":3},\
+                 \"bytes_in\":1000,\"bytes_out\":360,\"skipped\":4,\"not_accepted\":3},"
+            ),
+            "{json}"
+        );
+        let text = prometheus::render(&snap, false);
+        for line in [
+            "tines_compressed_responses_total{coding=\"gzip\"} 3\n",
+            "tines_compressed_responses_total{coding=\"br\"} 1\n",
+            "tines_compressed_responses_total{coding=\"zstd\"} 3\n",
+            "tines_compression_in_bytes_total 1000\n",
+            "tines_compression_out_bytes_total 360\n",
+            "tines_compression_skipped_total{reason=\"rule\"} 4\n",
+            "tines_compression_skipped_total{reason=\"not_accepted\"} 3\n",
+        ] {
+            assert!(text.contains(line), "{line}{text}");
+        }
+        let page = html::render(&snap, 0);
+        assert!(
+            page.contains("<b>3 / 1 / 3</b><span>compressed responses: gzip / br / zstd</span>"),
+            "{page}"
+        );
+        assert!(page.contains("<b>1000 B \u{2192} 360 B</b>"), "{page}");
+    }
+
+    #[test]
     fn requests_waiting_for_an_app_thread_are_not_idle_connections() {
         let board = Scoreboard::new(2, 1).unwrap();
         board.claim(0, 41, 1);

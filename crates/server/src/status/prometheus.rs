@@ -8,7 +8,7 @@ use super::snapshot::{restarts, Snapshot};
 use crate::scoreboard::metrics::{
     MetricsReading, BUCKETS, DURATION_BOUNDS_US, METHODS, STATUS_CLASSES, WAIT_BOUNDS_US,
 };
-use crate::scoreboard::WorkerState;
+use crate::scoreboard::{Compression, WorkerState};
 
 /// The content type of the classic text format.
 pub const TEXT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -110,6 +110,50 @@ fn requests(exposition: &mut Exposition, metrics: &MetricsReading) {
                 metrics.requests[method][class],
             );
         }
+    }
+}
+
+/// The compression counters (ADR 0037): every coding's and reason's sample is present, 0 or
+/// not (with compression off, all are 0).
+fn compression(e: &mut Exposition, counts: &Compression) {
+    e.family(
+        "tines_compressed_responses_total",
+        "counter",
+        "App responses whose compressed body was finished, by content coding.",
+    );
+    for (coding, count) in ["gzip", "br", "zstd"].into_iter().zip(counts.responses) {
+        e.sample(
+            "tines_compressed_responses_total",
+            &format!("coding=\"{coding}\""),
+            count,
+        );
+    }
+    e.single(
+        "tines_compression_in_bytes_total",
+        "counter",
+        "Body bytes of the compressed responses before compression (the app's).",
+        counts.bytes_in,
+    );
+    e.single(
+        "tines_compression_out_bytes_total",
+        "counter",
+        "Body bytes of the compressed responses after compression (sent, without chunked framing).",
+        counts.bytes_out,
+    );
+    e.family(
+        "tines_compression_skipped_total",
+        "counter",
+        "App responses sent uncompressed with compression on: by a rule (type, size, status, Content-Encoding, no-transform, excluded path), or because the client accepted no coding offered.",
+    );
+    for (reason, count) in [
+        ("rule", counts.skipped),
+        ("not_accepted", counts.not_accepted),
+    ] {
+        e.sample(
+            "tines_compression_skipped_total",
+            &format!("reason=\"{reason}\""),
+            count,
+        );
     }
 }
 
@@ -230,6 +274,7 @@ pub fn render(snap: &Snapshot, openmetrics: bool) -> String {
         "Connections closed at accept by max_connections_per_client.",
         totals.refused_connections,
     );
+    compression(e, &totals.compression);
     e.single(
         "tines_connections_accepted_total",
         "counter",
