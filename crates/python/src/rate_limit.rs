@@ -98,10 +98,9 @@ impl PyClientConnections {
         connections_per_worker: usize,
         old_side: usize,
     ) -> PyResult<Self> {
-        let inner = ClientConnections::adopt(fd, slots, connections_per_worker, old_side)
-            .map_err(|err| {
-                PyOSError::new_err(format!("cannot adopt the connection counts: {err}"))
-            })?;
+        let inner = ClientConnections::adopt(fd, slots, connections_per_worker, old_side).map_err(
+            |err| PyOSError::new_err(format!("cannot adopt the connection counts: {err}")),
+        )?;
         Ok(PyClientConnections {
             inner: Arc::new(inner),
         })

@@ -69,7 +69,10 @@ impl SharedMapping {
 
     fn map(len: usize, memfd: Option<OwnedFd>) -> io::Result<Self> {
         if len == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "an empty mapping"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an empty mapping",
+            ));
         }
         let (flags, fd) = match &memfd {
             Some(memfd) => (libc::MAP_SHARED, memfd.as_raw_fd()),

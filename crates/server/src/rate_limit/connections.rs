@@ -147,7 +147,9 @@ impl ClientConnections {
             || header.slots.load(Ordering::Relaxed) != slots as u64
             || header.per_slot.load(Ordering::Relaxed) != per_slot as u64
         {
-            return Err(bad("the passed fd holds no connection counts of this layout".into()));
+            return Err(bad(
+                "the passed fd holds no connection counts of this layout".into(),
+            ));
         }
         let seed = header.seed.load(Ordering::Relaxed);
         let counts = Self::over(mapping, slots, per_slot, seed, 1 - old_side);
@@ -155,13 +157,7 @@ impl ClientConnections {
         Ok(counts)
     }
 
-    fn over(
-        mapping: SharedMapping,
-        slots: usize,
-        per_slot: usize,
-        seed: u64,
-        side: usize,
-    ) -> Self {
+    fn over(mapping: SharedMapping, slots: usize, per_slot: usize, seed: u64, side: usize) -> Self {
         // SAFETY: the regions follow the header inside the mapping (mapping_len counts them).
         let base = unsafe { mapping.ptr().cast::<Header>().add(1).cast::<Entry>() };
         ClientConnections {
@@ -385,8 +381,8 @@ mod tests {
             })
             .collect();
         // SAFETY: dup of a valid fd.
-        let new = ClientConnections::adopt(unsafe { libc::dup(old.fd()) }, 2, 8, old.side())
-            .unwrap();
+        let new =
+            ClientConnections::adopt(unsafe { libc::dup(old.fd()) }, 2, 8, old.side()).unwrap();
         assert_eq!((new.side(), new.seed()), (1, 0xabc));
         // The new master's worker in slot 0 (the old one's slot 0 is another region).
         assert_eq!(new.open(0, a, 2), Opened::Refused);

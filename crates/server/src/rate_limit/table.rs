@@ -652,7 +652,8 @@ mod tests {
         assert_eq!(tat_of(word), tat_of(words[index]));
         assert_ne!(word, words[index]);
         // So the stale CAS a racing worker of the old key would make fails.
-        assert!(table.entry(index)
+        assert!(table
+            .entry(index)
             .word
             .compare_exchange(words[index], 0, Ordering::AcqRel, Ordering::Relaxed)
             .is_err());
