@@ -1,7 +1,8 @@
 //! Shared memory the master makes before it forks, so that every worker maps the same pages:
-//! one [`SharedMapping`] (`MAP_SHARED`, zero-filled), anonymous, or in a memfd that a new
-//! master can map again after an exec (USR2 passes the fd). The rate limits' table and their
-//! connection counts live in memfds (ADR 0038); the scoreboard in an anonymous mapping.
+//! one [`SharedMapping`] (`MAP_SHARED`, zero-filled) of a memfd that a new master can map
+//! again after an exec (USR2 passes the fd). The rate limits' table and their connection
+//! counts live in them (ADR 0038). (The scoreboard still makes its own anonymous mapping: it
+//! is never passed on, and moving it here is another change.)
 //!
 //! Must not: interpret the bytes (the owners lay out their atomics in them), grow or move a
 //! mapping, or be used per request: every call here is a syscall.
@@ -11,12 +12,12 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
-/// One shared, read-write mapping of a fixed length, unmapped on drop (the memfd, if any,
+/// One shared, read-write mapping of a memfd, of a fixed length, unmapped on drop (the memfd
 /// closed with it).
 pub struct SharedMapping {
     ptr: NonNull<u8>,
     len: usize,
-    memfd: Option<OwnedFd>,
+    memfd: OwnedFd,
 }
 
 // SAFETY: the mapping is plain memory; its owners access it only through atomics.
@@ -25,11 +26,6 @@ unsafe impl Send for SharedMapping {}
 unsafe impl Sync for SharedMapping {}
 
 impl SharedMapping {
-    /// `len` zeroed bytes in an anonymous shared mapping (inherited at fork, gone at exec).
-    pub fn anonymous(len: usize) -> io::Result<Self> {
-        Self::map(len, None)
-    }
-
     /// `len` zeroed bytes in a new memfd named `name` (close-on-exec), mapped shared: the fd
     /// can be passed to another program, which maps the same pages with [`Self::adopt`].
     pub fn memfd(name: &CStr, len: usize) -> io::Result<Self> {
@@ -46,7 +42,7 @@ impl SharedMapping {
         if unsafe { libc::ftruncate(memfd.as_raw_fd(), size) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        Self::map(len, Some(memfd))
+        Self::map(len, memfd)
     }
 
     /// Maps the whole of the memfd `fd` (passed by an old master), which this object then
@@ -64,28 +60,24 @@ impl SharedMapping {
             .ok()
             .filter(|&len| len > 0)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "an empty fd"))?;
-        Self::map(len, Some(memfd))
+        Self::map(len, memfd)
     }
 
-    fn map(len: usize, memfd: Option<OwnedFd>) -> io::Result<Self> {
+    fn map(len: usize, memfd: OwnedFd) -> io::Result<Self> {
         if len == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "an empty mapping",
             ));
         }
-        let (flags, fd) = match &memfd {
-            Some(memfd) => (libc::MAP_SHARED, memfd.as_raw_fd()),
-            None => (libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1),
-        };
-        // SAFETY: a shared mapping with no address hint; the result is checked.
+        // SAFETY: a shared mapping of the memfd with no address hint; the result is checked.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                fd,
+                libc::MAP_SHARED,
+                memfd.as_raw_fd(),
                 0,
             )
         };
@@ -114,9 +106,9 @@ impl SharedMapping {
         self.len == 0
     }
 
-    /// The memfd (close-on-exec; an upgrade dups it for the new master); None when anonymous.
-    pub fn fd(&self) -> Option<RawFd> {
-        self.memfd.as_ref().map(AsRawFd::as_raw_fd)
+    /// The memfd (close-on-exec; an upgrade dups it for the new master).
+    pub fn fd(&self) -> RawFd {
+        self.memfd.as_raw_fd()
     }
 }
 
@@ -140,13 +132,11 @@ mod tests {
         // SAFETY: inside the mapping.
         unsafe { first.ptr().as_ptr().add(100).write_volatile(7) };
         // SAFETY: dup of a valid fd.
-        let copy = unsafe { libc::dup(first.fd().unwrap()) };
+        let copy = unsafe { libc::dup(first.fd()) };
         let second = SharedMapping::adopt(copy).unwrap();
         assert_eq!(second.len(), 4096);
         // SAFETY: inside the mapping.
         assert_eq!(unsafe { second.ptr().as_ptr().add(100).read_volatile() }, 7);
-        let anonymous = SharedMapping::anonymous(64).unwrap();
-        assert_eq!(anonymous.fd(), None);
-        assert!(SharedMapping::anonymous(0).is_err());
+        assert!(SharedMapping::memfd(c"tines-test", 0).is_err());
     }
 }

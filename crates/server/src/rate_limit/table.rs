@@ -41,9 +41,11 @@
 //! is made.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::shm::SharedMapping;
 
 /// Entries probed from a key's home before one is evicted (two cache lines).
 pub const PROBE: usize = 8;
@@ -159,10 +161,10 @@ impl Bucket {
 /// The shared table (see the module doc). The master keeps one; forked workers use the same
 /// object, its mapping inherited.
 pub struct RateTable {
+    mapping: SharedMapping,
     header: NonNull<TableHeader>,
     entries: NonNull<Entry>,
     capacity: usize,
-    memfd: OwnedFd,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics.
@@ -185,19 +187,8 @@ impl RateTable {
             .ok_or_else(|| {
                 io::Error::new(io::ErrorKind::InvalidInput, "rate-limit table too large")
             })?;
-        // SAFETY: a NUL-terminated name; the flags are valid.
-        let fd = unsafe { libc::memfd_create(c"tines-rate-limit".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh fd this function owns from here on.
-        let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let len = mapping_len(capacity);
-        // SAFETY: a valid fd; a length that fits (capacity was bounded by the caller).
-        if unsafe { libc::ftruncate(memfd.as_raw_fd(), len as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let table = Self::map(memfd, capacity)?;
+        let mapping = SharedMapping::memfd(c"tines-rate-limit", mapping_len(capacity))?;
+        let table = Self::over(mapping, capacity);
         table.header().seed.store(seed | 1, Ordering::Relaxed);
         table
             .header()
@@ -211,26 +202,19 @@ impl RateTable {
     /// owns; refused (the fd closed) unless it holds a table of exactly `entries` entries once
     /// rounded as [`RateTable::create`] rounds them.
     pub fn adopt(fd: RawFd, entries: usize) -> io::Result<Self> {
-        // SAFETY: the caller hands over an fd it owns.
-        let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mapping = SharedMapping::adopt(fd)?;
         let capacity = entries.max(PROBE).next_power_of_two();
-        // SAFETY: `stat` is a valid out-pointer.
-        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid fd and out-pointer.
-        if unsafe { libc::fstat(memfd.as_raw_fd(), &mut stat) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if stat.st_size as usize != mapping_len(capacity) {
+        if mapping.len() != mapping_len(capacity) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
                     "the passed table has {} bytes, not the {} of {capacity} entries",
-                    stat.st_size,
+                    mapping.len(),
                     mapping_len(capacity)
                 ),
             ));
         }
-        let table = Self::map(memfd, capacity)?;
+        let table = Self::over(mapping, capacity);
         let header = table.header();
         if header.magic.load(Ordering::Acquire) != MAGIC
             || header.capacity.load(Ordering::Relaxed) != capacity as u64
@@ -243,32 +227,16 @@ impl RateTable {
         Ok(table)
     }
 
-    fn map(memfd: OwnedFd, capacity: usize) -> io::Result<Self> {
-        let len = mapping_len(capacity);
-        // SAFETY: a shared mapping of the whole memfd; the result is checked.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                memfd.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let header =
-            NonNull::new(ptr.cast::<TableHeader>()).expect("mmap returned null without MAP_FAILED");
+    fn over(mapping: SharedMapping, capacity: usize) -> Self {
+        let header = mapping.ptr().cast::<TableHeader>();
         // SAFETY: the entries follow the header inside the mapping (mapping_len counts them).
         let entries = unsafe { header.add(1).cast::<Entry>() };
-        Ok(RateTable {
+        RateTable {
+            mapping,
             header,
             entries,
             capacity,
-            memfd,
-        })
+        }
     }
 
     fn header(&self) -> &TableHeader {
@@ -289,12 +257,12 @@ impl RateTable {
 
     /// The bytes mapped (fixed at creation).
     pub fn mapped_bytes(&self) -> usize {
-        mapping_len(self.capacity)
+        self.mapping.len()
     }
 
     /// The memfd (for handing to a new master).
     pub fn fd(&self) -> RawFd {
-        self.memfd.as_raw_fd()
+        self.mapping.fd()
     }
 
     /// The keyed hash's seed.
@@ -414,15 +382,6 @@ impl RateTable {
                 Ok(_) => return Some(decision),
                 Err(current) => word = current,
             }
-        }
-    }
-}
-
-impl Drop for RateTable {
-    fn drop(&mut self) {
-        // SAFETY: exactly what mmap returned; no reference outlives self.
-        unsafe {
-            libc::munmap(self.header.as_ptr().cast(), mapping_len(self.capacity));
         }
     }
 }
