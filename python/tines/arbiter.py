@@ -127,6 +127,10 @@ class Arbiter(Master):
                     time.monotonic(), self.cfg, self.generation.memory_merge))
                 self.duty("upgrade", lambda: self.carry_out_upgrade(self.upgrade.turn(
                     len(self.workers), self.cfg.graceful_timeout, time.monotonic())))
+                if self.upgrade.old_master_left():
+                    # Its workers are gone: a count they left (killed with connections open)
+                    # must not hold a client back here.
+                    rate_limits.forget_other_side(self.fleet.client_connections)
                 self.duty("start workers", self.manage_workers)
                 self.duty("status process", self.start_status)
         except Stop as stop:

@@ -7,7 +7,7 @@ is forked, so every worker maps the same pages. The master keeps it for its whol
 (HUP) keeps every client's bucket, and an upgrade passes it on. Likewise the per-client
 connection counts of ``max_connections_per_client`` (``ensure_connections``): kept across a
 reload, passed on USR2 with the side the old master's workers write
-(``tines.upgrade.ENV_CONNECTIONS``), forgotten on that side when a new master fails.
+(``tines.upgrade.ENV_CONNECTIONS``), forgotten on the other side when the other master is gone.
 
 Must not: check requests (the workers' Rust code does), or make a table when no limit is set
 (off costs nothing: no mapping).
@@ -86,7 +86,8 @@ def passed_connections(counts: Any) -> tuple[int, int] | None:
 
 
 def forget_other_side(counts: Any) -> None:
-    """A new master failed: forget what its workers counted (on the side this master's do not
+    """The other master of an upgrade is gone with its workers (a new master that failed, or the
+    old master after the hand-over): forget what they counted (on the side this master's do not
     write), so that no count of a connection that is gone holds a client back."""
     if counts is not None:
         counts.clear_side(1 - counts.side)

@@ -227,6 +227,8 @@ class Upgrade:
         self.client_connections = take_counts(env.pop(ENV_CONNECTIONS, None))
         """The old master's connection counts' memfd and side (``tines.rate_limits`` adopts
         them); None: none were passed."""
+        self.old_master_gone = False
+        """``old_master_left`` said so already."""
         ready = env.pop(ENV_READY_FD, None)
         old = env.pop(ENV_OLD_MASTER, None)
         unlink = env.pop(ENV_UNLINK, None)
@@ -501,6 +503,14 @@ class Upgrade:
     def old_master_alive(self) -> bool:
         """This is the new master of an upgrade and its old master has not exited yet."""
         return self.old_master is not None and os.getppid() == self.old_master
+
+    def old_master_left(self) -> bool:
+        """True once: at the first look after this new master's old master exited. Its workers
+        are gone with it (reaped, killed at its exit, or by their parent-death signal)."""
+        if self.old_master is None or self.old_master_gone or self.old_master_alive():
+            return False
+        self.old_master_gone = True
+        return True
 
     def inherited_fds(self) -> list[int]:
         """The readiness pipe's ends this master holds (a forked worker closes them, so the

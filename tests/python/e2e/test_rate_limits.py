@@ -557,6 +557,31 @@ def test_the_connection_cap_holds_across_an_upgrade_while_old_connections_stay_o
     fresh.close()
 
 
+def test_connections_of_a_killed_old_master_are_forgotten_by_the_new_one(
+        tines_server: Any, gate: tuple[socket.socket, str]) -> None:
+    listener, path = gate
+    server = tines_server("gate:app", "-w", "1", "--mpm", "thread", "--threads", "2",
+                          "--max-connections-per-client", "2", "--graceful-timeout", "300",
+                          env={"GATE_SOCKET": path})
+    held, gates = [], []
+    for _ in range(2):
+        sock = connect(server.port, "127.0.0.2")
+        sock.sendall(b"GET /hold HTTP/1.1\r\nHost: t\r\n\r\n")
+        gates.append(listener.accept()[0])
+        held.append(sock)
+    server.signal(signal.SIGUSR2)
+    server.wait_for_log(r"upgrade: new master \d+ is ready")
+    server.wait_for_log(r"retired by the master: draining")
+    assert answered(server.port, "127.0.0.2") == 0
+    # The old master is killed: its worker dies with it (parent-death signal), its two
+    # connections with their counts never given back; the new master forgets them.
+    os.kill(server.pid, signal.SIGKILL)
+    server.proc.wait(30)
+    wait_until(lambda: answered(server.port, "127.0.0.2") == 200, what="the dead workers' counts forgotten")
+    for sock in [*held, *gates]:
+        sock.close()
+
+
 def kept_open(port: int, source: str) -> socket.socket | None:
     """A keep-alive connection from ``source`` whose first request was answered (so it is
     counted, and stays open); None when it was closed unanswered (refused)."""
