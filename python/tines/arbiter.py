@@ -127,6 +127,10 @@ class Arbiter(Master):
                     time.monotonic(), self.cfg, self.generation.memory_merge))
                 self.duty("upgrade", lambda: self.carry_out_upgrade(self.upgrade.turn(
                     len(self.workers), self.cfg.graceful_timeout, time.monotonic())))
+                if self.upgrade.old_master_left():
+                    # Its workers are gone: a count they left (killed with connections open)
+                    # must not hold a client back here.
+                    rate_limits.forget_other_side(self.fleet.client_connections)
                 self.duty("start workers", self.manage_workers)
                 self.duty("status process", self.start_status)
         except Stop as stop:
@@ -387,6 +391,8 @@ class Arbiter(Master):
             self.notifier.main_pid(self.pid)
             self.notifier.ready(self.status_text())
         if decision.failed:
+            # The failed new master's workers are gone: what they counted goes with them.
+            rate_limits.forget_other_side(self.fleet.client_connections)
             self.reload_finished(False)  # READY=1 again after a HUP with --preload's RELOADING=1
         if decision.leave:
             raise Stop(EXIT_OK)
@@ -395,7 +401,8 @@ class Arbiter(Master):
         """Start a new master (USR2, HUP with --preload), handing it the listeners."""
         passed = upgrade.Inheritance(pid=self.pid, listeners=self.listeners, status=self.status.listeners(),
                                      notify_socket=self.notifier.address, ticket_secret=self.ticket_secret,
-                                     rate_table_fd=None if self.fleet.rate_table is None else self.fleet.rate_table.fd)
+                                     rate_table_fd=None if self.fleet.rate_table is None else self.fleet.rate_table.fd,
+                                     client_connections=rate_limits.passed_connections(self.fleet.client_connections))
         return self.upgrade.start(why, self.announced, passed)
 
     def start_status(self) -> None:

@@ -330,6 +330,9 @@ class Fleet:
             except ChildProcessError:
                 pass
             self.workers.pop(worker.pid, None)
+            if self.client_connections is not None:
+                # As in reaped(): a new master of an upgrade counts on in the same mapping.
+                self.client_connections.clear(worker.slot)
             reaped(worker)
 
 

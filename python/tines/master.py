@@ -154,7 +154,8 @@ class Master:
         scoreboard.set_generation(self.generation.number)
         # Before the first fork, so every worker maps the same buckets (ADR 0038).
         self.fleet.rate_table = rate_limits.ensure(cfg, None, self.upgrade.rate_table_fd, scoreboard)
-        self.fleet.client_connections = rate_limits.ensure_connections(cfg, None, scoreboard)
+        self.fleet.client_connections = rate_limits.ensure_connections(cfg, None, scoreboard,
+                                                                       self.upgrade.client_connections)
         self.fleet.watchdog = watchdog.Watchdog(cfg, scoreboard)
         self.wakeup.open()
         self.fleet.open_pipes()

@@ -8,7 +8,9 @@ listener marked cleartext is named ``plain``, ``h2c`` or ``http1+h2c``, so it ke
 secret (a sealed memfd named in ``_TINES_UPGRADE_TICKET_FD``: the new master's ticket keys are
 its old master's, so tickets resume across the upgrade; never the secret itself in the
 environment, which ``/proc/PID/environ`` shows), the rate limits' shared table (its memfd named in
-``_TINES_UPGRADE_RATE_TABLE_FD``: the new master's workers count in the same buckets), the readiness pipe (an inherited fd named in
+``_TINES_UPGRADE_RATE_TABLE_FD``: the new master's workers count in the same buckets), the
+per-client connection counts (``_TINES_UPGRADE_CONNECTIONS``: their memfd and the side the old
+master's workers count on; the new master's count on the other and see both), the readiness pipe (an inherited fd named in
 ``_TINES_UPGRADE_READY_FD``: the new master writes one byte to it once all its workers are
 ready), the hand-over (this master retires its workers
 with the drain and exits 0), the rollback (the new master exits before ready: this master never
@@ -55,6 +57,10 @@ ENV_TICKET_FD = "_TINES_UPGRADE_TICKET_FD"
 ENV_RATE_TABLE_FD = "_TINES_UPGRADE_RATE_TABLE_FD"
 """The fd of the rate limits' shared table (a memfd, ``tines.rate_limits``): the new master maps
 the same buckets, so a client's limit holds across the upgrade."""
+ENV_CONNECTIONS = "_TINES_UPGRADE_CONNECTIONS"
+"""``FD:SIDE``: the memfd of ``max_connections_per_client``'s counts (``tines.rate_limits``) and
+the side the old master's workers write: connections open on them keep counting against the new
+master's admissions until they close."""
 LISTEN_FDNAME = "tines"
 """The name of each passed listener in ``LISTEN_FDNAMES`` (sd_listen_fds_with_names(3)), but
 for the cleartext ones (``tines.sockets.Listener.fdname``: ``plain``, ``h2c``, ``http1+h2c``)."""
@@ -100,6 +106,8 @@ class Inheritance:
     """The TLS ticket secret (``ENV_TICKET_FD``); empty: none is passed."""
     rate_table_fd: int | None = None
     """The rate limits' table's memfd (``ENV_RATE_TABLE_FD``); None: this master has none."""
+    client_connections: tuple[int, int] | None = None
+    """The connection counts' memfd and this master's side (``ENV_CONNECTIONS``); None: none."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +171,16 @@ def take_secret(fd_text: str | None) -> bytes | None:
     return secret
 
 
+def take_counts(text: str | None) -> tuple[int, int] | None:
+    """The connection counts' fd and the old master's side that ``ENV_CONNECTIONS`` names (the fd
+    made close-on-exec); None when there are none (or the value is not ``FD:SIDE``)."""
+    fd_text, colon, side = (text or "").partition(":")
+    if not colon or side not in ("0", "1"):
+        return None
+    fd = take_fd(fd_text)
+    return None if fd is None else (fd, int(side))
+
+
 def take_fd(fd_text: str | None) -> int | None:
     """The inherited fd ``fd_text`` names, made close-on-exec (the workers' forks keep it, a
     later upgrade passes its own copy); None when there is none or it is not an open fd."""
@@ -206,6 +224,11 @@ class Upgrade:
         self.rate_table_fd = take_fd(env.pop(ENV_RATE_TABLE_FD, None))
         """The old master's rate-limit table's memfd (``tines.rate_limits`` adopts it); None:
         none was passed."""
+        self.client_connections = take_counts(env.pop(ENV_CONNECTIONS, None))
+        """The old master's connection counts' memfd and side (``tines.rate_limits`` adopts
+        them); None: none were passed."""
+        self.old_master_gone = False
+        """``old_master_left`` said so already."""
         ready = env.pop(ENV_READY_FD, None)
         old = env.pop(ENV_OLD_MASTER, None)
         unlink = env.pop(ENV_UNLINK, None)
@@ -340,12 +363,15 @@ class Upgrade:
             # Then the rate limits' table, if any (ENV_RATE_TABLE_FD): the same memfd, so both
             # masters' workers share the buckets during the overlap and after.
             table = [passed.rate_table_fd] if passed.rate_table_fd is not None else []
+            # Then the connection counts, if any (ENV_CONNECTIONS), likewise shared.
+            counts = [passed.client_connections[0]] if passed.client_connections is not None else []
             sources = ([listener.fileno() for listener in passed.listeners] + [ready_write] + status + ticket
-                       + table)
+                       + table + counts)
             ready_target = SD_LISTEN_FDS_START + len(passed.listeners)
             status_target = ready_target + len(status)
             ticket_target = status_target + len(ticket)
-            last_target = ticket_target + len(table)
+            table_target = ticket_target + len(table)
+            last_target = table_target + len(counts)
             # Out of the way first, so no target number clobbers a source.
             moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, last_target + 1) for fd in sources]
             for index, fd in enumerate(moved):
@@ -364,7 +390,9 @@ class Upgrade:
                 ENV_READY_FD: str(ready_target),
                 **({ENV_STATUS_FD: str(status_target)} if status else {}),
                 **({ENV_TICKET_FD: str(ticket_target)} if ticket else {}),
-                **({ENV_RATE_TABLE_FD: str(last_target)} if table else {}),
+                **({ENV_RATE_TABLE_FD: str(table_target)} if table else {}),
+                **({ENV_CONNECTIONS: f"{last_target}:{passed.client_connections[1]}"}
+                   if passed.client_connections is not None else {}),
                 ENV_OLD_MASTER: str(passed.pid),
                 ENV_UNLINK: json.dumps([path for _, path in self.kept_unlink]),
             })
@@ -475,6 +503,14 @@ class Upgrade:
     def old_master_alive(self) -> bool:
         """This is the new master of an upgrade and its old master has not exited yet."""
         return self.old_master is not None and os.getppid() == self.old_master
+
+    def old_master_left(self) -> bool:
+        """True once: at the first look after this new master's old master exited. Its workers
+        are gone with it (reaped, killed at its exit, or by their parent-death signal)."""
+        if self.old_master is None or self.old_master_gone or self.old_master_alive():
+            return False
+        self.old_master_gone = True
+        return True
 
     def inherited_fds(self) -> list[int]:
         """The readiness pipe's ends this master holds (a forked worker closes them, so the

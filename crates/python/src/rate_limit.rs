@@ -67,7 +67,9 @@ impl PyRateTable {
 
 /// `tines._core.ClientConnections(slots, connections_per_worker, seed)`: every worker's
 /// per-client connection counts for `max_connections_per_client`, one region per scoreboard
-/// slot, made by the master before the first fork; `clear(slot)` when it reaps a worker.
+/// slot, made by the master before the first fork (in a memfd); `clear(slot)` when it reaps a
+/// worker; `ClientConnections.adopt(fd, slots, connections_per_worker, old_side)` maps the
+/// counts an old master passed on USR2 (its workers' connections keep counting).
 #[pyclass(name = "ClientConnections", module = "tines._core", frozen)]
 pub struct PyClientConnections {
     pub(crate) inner: Arc<ClientConnections>,
@@ -86,8 +88,43 @@ impl PyClientConnections {
         })
     }
 
+    /// Maps the counts in the memfd `fd` (which the object then owns and closes) an old
+    /// master passed, whose workers write side `old_side`; OSError when its layout is not
+    /// this master's (`fd` closed all the same).
+    #[staticmethod]
+    fn adopt(
+        fd: i32,
+        slots: usize,
+        connections_per_worker: usize,
+        old_side: usize,
+    ) -> PyResult<Self> {
+        let inner = ClientConnections::adopt(fd, slots, connections_per_worker, old_side).map_err(
+            |err| PyOSError::new_err(format!("cannot adopt the connection counts: {err}")),
+        )?;
+        Ok(PyClientConnections {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The memfd (close-on-exec; an upgrade dups it for the new master).
+    #[getter]
+    fn fd(&self) -> i32 {
+        self.inner.fd()
+    }
+
+    /// The side (0 or 1) this master's workers count on (passed on USR2 with the fd).
+    #[getter]
+    fn side(&self) -> usize {
+        self.inner.side()
+    }
+
     /// Forgets what the worker in `slot` counted (it was reaped: nothing it held is open).
     fn clear(&self, slot: usize) {
         self.inner.clear(slot);
+    }
+
+    /// Forgets every count of `side` (a failed new master's: its workers are gone).
+    fn clear_side(&self, side: usize) {
+        self.inner.clear_side(side);
     }
 }

@@ -1,7 +1,8 @@
 //! The Tines worker runtime: everything a worker process does once the app is loaded, with
 //! no knowledge of Python. The `python` crate implements [`App`] for WSGI.
 //!
-//! Layers, from the bottom: [`io`] (non-blocking syscalls), [`poller`] (epoll), [`clock`]
+//! Layers, from the bottom: [`io`] (non-blocking syscalls), [`shm`] (shared mappings of a
+//! memfd the master makes before it forks, which a new master maps again), [`poller`] (epoll), [`clock`]
 //! (UTC dates for the logs, the monotonic clock as last read), [`control`] (signals, life pipe),
 //! [`tls`] (rustls sessions, the certificates and keys, session tickets, what a handshake
 //! tells the app), [`h2`] (an HTTP/2 connection over its socket, the `h2` crate driven by our
@@ -48,6 +49,7 @@ pub mod rate_limit;
 pub mod reactor;
 pub mod scoreboard;
 pub mod shared;
+pub mod shm;
 mod slot;
 pub mod spool;
 pub mod static_files;

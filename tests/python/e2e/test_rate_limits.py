@@ -515,6 +515,87 @@ def test_a_killed_worker_s_connections_are_not_counted_after_it(tines_server: An
         sock.close()
 
 
+def test_the_connection_cap_holds_across_an_upgrade_while_old_connections_stay_open(
+        tines_server: Any, gate: tuple[socket.socket, str]) -> None:
+    listener, path = gate
+    server = tines_server("gate:app", "-w", "1", "--mpm", "thread", "--threads", "2",
+                          "--max-connections-per-client", "2", "--graceful-timeout", "300",
+                          env={"GATE_SOCKET": path})
+    (old_worker,) = server.worker_pids()
+    # Two connections of 127.0.0.2, each with a request held in the old worker's app: they
+    # stay open through its drain until the test lets them go.
+    held, gates = [], []
+    for _ in range(2):
+        sock = connect(server.port, "127.0.0.2")
+        sock.sendall(b"GET /hold HTTP/1.1\r\nHost: t\r\n\r\n")
+        app_side, _ = listener.accept()
+        assert app_side.recv(64).split()[0] == str(old_worker).encode()
+        held.append(sock)
+        gates.append(app_side)
+    assert answered(server.port, "127.0.0.2") == 0
+    server.signal(signal.SIGUSR2)
+    server.wait_for_log(r"max_connections_per_client: kept the old master's connection counts")
+    server.wait_for_log(r"upgrade: new master \d+ is ready")
+    server.wait_for_log(r"retired by the master: draining")  # the old worker accepts no more
+    # The new master's worker counts the old one's connections: the third is refused.
+    assert answered(server.port, "127.0.0.2") == 0
+    new_worker = int(get(server.port, source="127.0.0.3")[2])
+    assert new_worker != old_worker
+    # One old connection ends (its response, then the drain's close): its count is given back.
+    gates.pop(0).close()
+    status, _, body = parse(read_all(held.pop(0)))[0]
+    assert (status, int(body)) == (200, old_worker)
+    # One old connection and one new one are the cap (the new one admitted once the closed
+    # one's count is back, and a probe's own, given back as it closes): one more is refused.
+    fresh = wait_until(lambda: kept_open(server.port, "127.0.0.2"), what="the closed connection's count back")
+    assert answered(server.port, "127.0.0.2") == 0
+    # The last old connection ends; the old master's worker and then the master exit.
+    gates.pop().close()
+    assert parse(read_all(held.pop()))[0][0] == 200
+    assert server.proc.wait(60) == 0
+    wait_until(lambda: answered(server.port, "127.0.0.2") == 200, what="a second connection admitted")
+    fresh.close()
+
+
+def test_connections_of_a_killed_old_master_are_forgotten_by_the_new_one(
+        tines_server: Any, gate: tuple[socket.socket, str]) -> None:
+    listener, path = gate
+    server = tines_server("gate:app", "-w", "1", "--mpm", "thread", "--threads", "2",
+                          "--max-connections-per-client", "2", "--graceful-timeout", "300",
+                          env={"GATE_SOCKET": path})
+    held, gates = [], []
+    for _ in range(2):
+        sock = connect(server.port, "127.0.0.2")
+        sock.sendall(b"GET /hold HTTP/1.1\r\nHost: t\r\n\r\n")
+        gates.append(listener.accept()[0])
+        held.append(sock)
+    server.signal(signal.SIGUSR2)
+    server.wait_for_log(r"upgrade: new master \d+ is ready")
+    server.wait_for_log(r"retired by the master: draining")
+    assert answered(server.port, "127.0.0.2") == 0
+    # The old master is killed: its worker dies with it (parent-death signal), its two
+    # connections with their counts never given back; the new master forgets them.
+    os.kill(server.pid, signal.SIGKILL)
+    server.proc.wait(30)
+    wait_until(lambda: answered(server.port, "127.0.0.2") == 200, what="the dead workers' counts forgotten")
+    for sock in [*held, *gates]:
+        sock.close()
+
+
+def kept_open(port: int, source: str) -> socket.socket | None:
+    """A keep-alive connection from ``source`` whose first request was answered (so it is
+    counted, and stays open); None when it was closed unanswered (refused)."""
+    sock = connect(port, source)
+    try:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        if sock.recv(65536).startswith(b"HTTP/1.1 200 "):
+            return sock
+    except ConnectionResetError:
+        pass  # closed unanswered, the request unread
+    sock.close()
+    return None
+
+
 @pytest.mark.parametrize("flag, value, fragment", [
     ("--rate-limit", "10/h", "rate_limit"),
     ("--rate-limit", "0/s", "rate_limit"),

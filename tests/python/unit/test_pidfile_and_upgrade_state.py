@@ -78,11 +78,21 @@ def test_upgrade_takes_what_the_old_master_passed_out_of_the_environment(tmp_pat
     read, write = os.pipe()
     try:
         environ = {upgrade.ENV_READY_FD: str(write), upgrade.ENV_OLD_MASTER: "4242",
-                   upgrade.ENV_UNLINK: '["/run/a.sock", "/run/b.sock"]', "OTHER": "kept"}
+                   upgrade.ENV_UNLINK: '["/run/a.sock", "/run/b.sock"]', "OTHER": "kept",
+                   upgrade.ENV_CONNECTIONS: f"{read}:1"}
+        os.set_inheritable(read, True)
         state = upgrade.Upgrade(upgrade.Invocation((), str(tmp_path)), "tines.pid", environ)
         assert environ == {"OTHER": "kept"}
         assert state.old_master == 4242 and state.ready_write == write
         assert not os.get_inheritable(write)
+        # The connection counts' fd and the old master's side (the fd made close-on-exec).
+        assert state.client_connections == (read, 1) and not os.get_inheritable(read)
+        assert upgrade.take_counts(f"{read}:2") is None and upgrade.take_counts(str(read)) is None
+        # The old master (this test's parent stands in for it) is alive: not left.
+        state.old_master = os.getppid()
+        assert not state.old_master_left()
+        state.old_master = 4242
+        assert state.old_master_left() and not state.old_master_left()  # said once
         assert state.unlink_paths == ["/run/a.sock", "/run/b.sock"]
         assert state.pid_file is not None and state.pid_file.path == str(tmp_path / "tines.pid")
         state.tell_old_master_ready()

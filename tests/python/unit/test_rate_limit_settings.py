@@ -111,3 +111,37 @@ def test_settings_that_do_nothing_beside_the_others_are_named() -> None:
     assert line.startswith("rate_limit_burst (cli) is ignored without rate_limit")
     lines = ignored_settings(load({"rate_limit_allow": "10.0.0.0/8", "rate_limit_ipv6_prefix": "56"}, {}))
     assert [line.split()[0] for line in lines] == ["rate_limit_allow", "rate_limit_ipv6_prefix"]
+
+
+def test_an_upgrade_adopts_the_old_master_s_connection_counts_on_the_other_side(caplog: Any) -> None:
+    board = Board()
+    cfg = load({"max_connections_per_client": "3"}, {})
+    old = rate_limits.ensure_connections(cfg, None, board)
+    assert rate_limits.passed_connections(old) == (old.fd, 0)
+    assert rate_limits.passed_connections(None) is None
+    adopted = rate_limits.ensure_connections(cfg, None, board, (os.dup(old.fd), old.side))
+    assert adopted is not old and adopted.side == 1
+    # Other regions (another max_connections): fresh counts, and a line that says why.
+    wider = load({"max_connections_per_client": "3", "max_connections": "5000"}, {})
+    fresh = rate_limits.ensure_connections(wider, None, board, (os.dup(old.fd), old.side))
+    assert fresh.side == 0
+    assert "the old master's counts are not used" in caplog.text
+    # Settings without a cap: the passed fd is closed, not kept.
+    fd = os.dup(old.fd)
+    assert rate_limits.ensure_connections(load({}, {}), None, board, (fd, 0)) is None
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+def test_a_failed_new_master_s_side_is_forgotten() -> None:
+    class Counts:
+        side = 1
+        cleared: list[int] = []
+
+        def clear_side(self, side: int) -> None:
+            self.cleared.append(side)
+
+    counts = Counts()
+    rate_limits.forget_other_side(counts)
+    assert counts.cleared == [0]
+    rate_limits.forget_other_side(None)
