@@ -29,7 +29,10 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use tines_proto::websocket::Handshake;
+use tines_server::exchange::{BlockEnd, EncoderLoan};
+use tines_server::Exchange;
 use tines_server::mpm::bridge::{AsyncEvent, AsyncReactor};
+use tines_server::work_pool::WorkPool;
 
 pub use request::Request;
 pub use waiter::Ready;
@@ -87,7 +90,18 @@ pub struct AsgiWorker {
     max_response_buffer: u64,
     /// Parts of the scope made once and reused (see [`ScopeCache`]).
     cache: ScopeCache,
+    /// The threads that compress response blocks off the loop (issue 39's follow-up, ADR
+    /// 0037): made by `start` when compression is on, else never. Results are keyed by
+    /// token and carry their loan's serial.
+    pool: Option<WorkPool<(u64, EncoderLoan)>>,
+    /// The last loan's serial: a result is taken back only by the request that lent it (a
+    /// token is reused by the next connection once a request ends).
+    loans: std::cell::Cell<u64>,
 }
+
+/// Threads of the compression pool: a few, as a worker's loop rarely has more compressed
+/// responses streaming at once than cores to spare, and each block waits for one thread only.
+const POOL_THREADS: usize = 2;
 
 #[pymethods]
 impl AsgiWorker {
@@ -123,6 +137,8 @@ impl AsgiWorker {
             done: None,
             max_response_buffer,
             cache: ScopeCache::new(root_path),
+            pool: None,
+            loans: std::cell::Cell::new(0),
         })
     }
 
@@ -148,9 +164,53 @@ impl AsgiWorker {
         self.schedule_turn = Some((call_soon, turn));
         self.state = state;
         self.done = Some(Py::new(py, Ready::none())?);
+        if self.reactor.config().compression.is_on() && self.pool.is_none() {
+            self.pool = Some(
+                WorkPool::new(POOL_THREADS, "tines-pool")
+                    .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))?,
+            );
+        }
         self.reactor
             .start()
             .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))
+    }
+
+    /// The fd the loop watches for compressed blocks coming back from the pool (then it
+    /// calls `pool_done`); None when compression is off (no pool).
+    fn pool_fileno(&self) -> Option<i32> {
+        self.pool.as_ref().map(WorkPool::fd)
+    }
+
+    /// Takes back the blocks the pool compressed: each goes out on its connection, and the
+    /// `send` that waited for it returns (unless a slow client holds it).
+    fn pool_done(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let back: Vec<(Py<Request>, u64, EncoderLoan)> = {
+            let this = slf.borrow();
+            let Some(pool) = &this.pool else {
+                return Ok(());
+            };
+            let mut done = Vec::new();
+            pool.take_done(&mut done);
+            done.into_iter()
+                .filter_map(|(token, (serial, loan))| {
+                    match this.requests.get(&(token as usize)) {
+                        Some(InFlight::Http(request)) => Some((request.clone_ref(py), serial, loan)),
+                        // The request ended meanwhile: its encoder is dropped.
+                        _ => None,
+                    }
+                })
+                .collect()
+        };
+        for (request, serial, loan) in back {
+            // One connection's failure ends that connection only.
+            let result = request.borrow_mut(py).loan_back(py, serial, loan);
+            if let Err(err) = result {
+                err.print(py);
+                request.borrow_mut(py).on_gone(py)?;
+            }
+        }
+        Ok(())
     }
 
     /// Seconds the loop may wait before the next turn if the fd stays quiet.
@@ -396,6 +456,28 @@ impl AsgiWorker {
             Some(done) => Ok(done.clone_ref(py).into_any()),
             None => ready(py, py.None().into_bound(py)),
         }
+    }
+
+    /// Lends the encoder of `exchange`'s compressed response, with its next block (`data`
+    /// ended by `end`), to the pool: on the thread of `token`, after its earlier blocks.
+    /// Returns the loan's serial; None when nothing was lent (no pool: compression is off;
+    /// or the exchange writes this block itself, `Exchange::lend_block`).
+    fn lend(
+        &self,
+        token: usize,
+        exchange: &mut Exchange,
+        data: &[u8],
+        end: BlockEnd,
+    ) -> Option<u64> {
+        let pool = self.pool.as_ref()?;
+        let mut loan = exchange.lend_block(data, end)?;
+        let serial = self.loans.get() + 1;
+        self.loans.set(serial);
+        pool.submit(token as u64, move || {
+            loan.run();
+            (serial, loan)
+        });
+        Some(serial)
     }
 
     /// A new future of the loop (for a `receive` or a `send` that must wait).

@@ -11,6 +11,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 use tines_proto::response::{check_app_header, AppHeader};
+use tines_server::exchange::{BlockEnd, EncoderLoan};
 use tines_server::Exchange;
 
 use super::waiter::{ready, Waiter};
@@ -56,6 +57,12 @@ pub struct Request {
     /// The last progress: dispatch, or the app's last `receive` or `send` (for
     /// `request_timeout`, which counts time without progress, as for WSGI).
     progress: Instant,
+    /// The serial of this response's block out in the compression pool: the exchange is not
+    /// touched for the response until it comes back ([`Request::loan_back`]).
+    loan: Option<u64>,
+    /// Body the app sent while a block was out (a `send` not awaited, or another task's),
+    /// and how its last message ended: lent, in order, when the block comes back.
+    backlog: Option<(Vec<u8>, BlockEnd)>,
 }
 
 impl Request {
@@ -78,6 +85,8 @@ impl Request {
             trailer_fields: Vec::new(),
             gone: false,
             progress: Instant::now(),
+            loan: None,
+            backlog: None,
         }
     }
 }
@@ -216,27 +225,28 @@ impl Request {
                     Response::Body => {}
                 }
                 let trailers = self.trailers;
-                let exchange = self.exchange_mut()?;
-                let compressing = exchange.is_compressing();
-                let mut write = || {
-                    exchange.write_body(body).and_then(|()| {
-                        if more {
-                            exchange.flush()
-                        } else if trailers {
-                            // Kept (as far as the buffer holds it) for the trailers' one write.
-                            Ok(())
-                        } else {
-                            exchange.finish()
-                        }
-                    })
-                };
-                // Compressing is CPU work: done with the GIL released (ADR 0037), so that the
-                // worker's other Python threads run meanwhile; the send writes without waiting.
-                let written = if compressing {
-                    py.detach(write)
+                let end = if more {
+                    BlockEnd::Flush
+                } else if trailers {
+                    BlockEnd::Write
                 } else {
-                    write()
+                    BlockEnd::Finish
                 };
+                if self.loan.is_some() || self.exchange_mut()?.is_compressing() {
+                    // Compressed: the block goes to the pool, off the loop (issue 39's
+                    // follow-up, ADR 0037), and the send returns once it is sent.
+                    if let Some(waiting) = self.send_compressed(py, body, end)? {
+                        if !more {
+                            self.response = if trailers {
+                                Response::Trailers
+                            } else {
+                                Response::Complete
+                            };
+                        }
+                        return Ok(waiting);
+                    }
+                }
+                let written = self.write_inline(py, body, end);
                 if !more {
                     self.response = if trailers {
                         Response::Trailers
@@ -277,7 +287,15 @@ impl Request {
         let Some(mut exchange) = self.exchange.take() else {
             return Ok(None);
         };
+        let block_out = self.loan.take().is_some();
+        self.backlog = None;
         let problem = match self.response {
+            // A block still in the pool (the app's task was cancelled while its send waited):
+            // the response cannot be completed, the connection closes.
+            _ if block_out => {
+                exchange.abort();
+                Some("the app returned while a block of its compressed response was still being compressed (connection closed)")
+            }
             Response::Complete => None,
             Response::Trailers => {
                 let _ = exchange.finish_with_trailers(&self.trailer_refs());
@@ -393,6 +411,13 @@ impl Request {
         if more {
             return self.waiter.done(py);
         }
+        if self.loan.is_some() || self.exchange_mut()?.is_compressing() {
+            // Ending a compressed stream is work: in the pool, the fields kept for its end.
+            if let Some(waiting) = self.send_compressed(py, b"", BlockEnd::Finish)? {
+                self.response = Response::Complete;
+                return Ok(waiting);
+            }
+        }
         let fields = std::mem::take(&mut self.trailer_fields);
         let refs: Vec<(&[u8], &[u8])> = fields
             .iter()
@@ -481,6 +506,10 @@ impl Request {
         now: Instant,
         timeout: Duration,
     ) -> PyResult<()> {
+        // A block in the pool is the server's time, not the client's.
+        if self.loan.is_some() {
+            return Ok(());
+        }
         if !self
             .waiter
             .send_overdue(self.exchange.as_deref_mut(), now, timeout)
@@ -495,8 +524,132 @@ impl Request {
         self.on_gone(py)
     }
 
+    /// A compressed body's block (`data` ended by `end`) sent off the loop: lent to the pool
+    /// with the response's encoder, or, while a block is out, kept to follow it. Returns the
+    /// send's awaitable (done once the block is sent), or None when the block is not lent
+    /// (see `AsgiWorker::lend`) and the caller writes it here.
+    fn send_compressed(
+        &mut self,
+        py: Python<'_>,
+        data: &[u8],
+        end: BlockEnd,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        if self.loan.is_some() {
+            match &mut self.backlog {
+                Some((kept, kept_end)) => {
+                    kept.extend_from_slice(data);
+                    *kept_end = (*kept_end).max(end);
+                }
+                None => self.backlog = Some((data.to_vec(), end)),
+            }
+        } else if !self.lend(py, data, end) {
+            return Ok(None);
+        }
+        self.waiter
+            .wait_block(py, self.exchange.as_deref_mut())
+            .map(Some)
+    }
+
+    /// Lends the next block to the worker's pool; false when it was not lent.
+    fn lend(&mut self, py: Python<'_>, data: &[u8], end: BlockEnd) -> bool {
+        let Some(exchange) = self.exchange.as_deref_mut() else {
+            return false;
+        };
+        self.loan = self
+            .waiter
+            .worker
+            .borrow(py)
+            .lend(self.waiter.token, exchange, data, end);
+        self.loan.is_some()
+    }
+
+    /// Writes a block here, on the loop (with the GIL released when compressing: ADR 0037):
+    /// `data`, then what `end` asks.
+    fn write_inline(&mut self, py: Python<'_>, data: &[u8], end: BlockEnd) -> std::io::Result<()> {
+        let fields = if end == BlockEnd::Finish && self.trailers {
+            std::mem::take(&mut self.trailer_fields)
+        } else {
+            Vec::new()
+        };
+        let refs: Vec<(&[u8], &[u8])> = fields
+            .iter()
+            .map(|(name, value)| (name.as_slice(), value.as_slice()))
+            .collect();
+        let trailers = self.trailers;
+        let Some(exchange) = self.exchange.as_deref_mut() else {
+            return Ok(());
+        };
+        let compressing = exchange.is_compressing();
+        let mut write = || {
+            exchange.write_body(data).and_then(|()| match end {
+                BlockEnd::Flush => exchange.flush(),
+                // Kept (as far as the buffer holds it) for the trailers' one write.
+                BlockEnd::Write => Ok(()),
+                BlockEnd::Finish if trailers => exchange.finish_with_trailers(&refs),
+                BlockEnd::Finish => exchange.finish(),
+            })
+        };
+        // Compressing is CPU work: done with the GIL released (ADR 0037), so that the
+        // worker's other Python threads run meanwhile; the send writes without waiting.
+        if compressing {
+            py.detach(write)
+        } else {
+            write()
+        }
+    }
+
+    /// A block the pool compressed (`serial`: the loan it answers) goes out; the block the app
+    /// sent meanwhile, if any, is lent next; else the waiting `send` returns (unless a slow
+    /// client holds it, as for any send). A loan this request no longer waits for (it ended,
+    /// or its client went away) is dropped.
+    pub(super) fn loan_back(
+        &mut self,
+        py: Python<'_>,
+        serial: u64,
+        loan: EncoderLoan,
+    ) -> PyResult<()> {
+        if self.loan != Some(serial) {
+            return Ok(());
+        }
+        self.loan = None;
+        if self.gone {
+            return Ok(());
+        }
+        let finishing = loan.end() == BlockEnd::Finish && self.trailers;
+        let fields = if finishing {
+            std::mem::take(&mut self.trailer_fields)
+        } else {
+            Vec::new()
+        };
+        let refs: Vec<(&[u8], &[u8])> = fields
+            .iter()
+            .map(|(name, value)| (name.as_slice(), value.as_slice()))
+            .collect();
+        let Some(exchange) = self.exchange.as_deref_mut() else {
+            return Ok(());
+        };
+        let mut result = exchange.take_back_block(loan, finishing.then_some(refs.as_slice()));
+        if result.is_ok() {
+            if let Some((data, end)) = self.backlog.take() {
+                if self.lend(py, &data, end) {
+                    return Ok(());
+                }
+                result = self.write_inline(py, &data, end);
+            }
+        }
+        if let Err(err) = result {
+            self.gone = true;
+            return self.waiter.fail_send(py, &err.to_string());
+        }
+        self.on_written(py)
+    }
+
     /// Output the app waited for was written: a waiting `send` may return.
     pub(super) fn on_written(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.loan.is_some() {
+            // The send waits for its block too: checked when the block is back.
+            return Ok(());
+        }
         if self.waiter.on_written(py, self.exchange.as_deref_mut())? {
             // The client's wait is over: the app's time counts again from now.
             self.progress = Instant::now();

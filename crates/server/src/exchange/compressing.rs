@@ -204,6 +204,16 @@ impl Exchange {
             .encoder
             .finish()
             .inspect_err(|_| self.keep_alive = false)?;
+        self.frame_ended();
+        Ok(())
+    }
+
+    /// Frames the output of a finished encoder (see [`Exchange::end_encoding`]) and gives the
+    /// encoder back to the slot.
+    fn frame_ended(&mut self) {
+        let Some(compressing) = self.compressing.as_mut() else {
+            return;
+        };
         if compressing.whole {
             let encoded = compressing.encoder.output();
             let mut line = Vec::with_capacity(32);
@@ -221,7 +231,6 @@ impl Exchange {
             self.take_encoded();
         }
         self.stop_compressing();
-        Ok(())
     }
 
     /// Whether the body being compressed ends short of the app's Content-Length (asked at
@@ -318,5 +327,153 @@ impl Exchange {
             done += n as u64;
         }
         Ok(done)
+    }
+}
+
+/// What a lent block ends with ([`Exchange::lend_block`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum BlockEnd {
+    /// Nothing: more body follows, and the block may wait in the buffer (`write_body`; ASGI's
+    /// last body message before its trailers).
+    Write,
+    /// A sync flush, and the block is sent (`write_body` then `flush`: a streamed block).
+    Flush,
+    /// The stream's end, and the response is complete (`write_body` then `finish`).
+    Finish,
+}
+
+/// A compressed response's encoder, lent with its next block to a thread that is not the
+/// event loop's (issue 39's follow-up: ASGI compresses off the loop). The exchange stays on
+/// the loop and is not touched for this response until [`Exchange::take_back_block`]; the
+/// borrower only runs [`EncoderLoan::run`], which touches nothing but the encoder and the
+/// block.
+pub struct EncoderLoan {
+    compressing: Box<Compressing>,
+    input: Vec<u8>,
+    end: BlockEnd,
+    result: io::Result<()>,
+}
+
+impl EncoderLoan {
+    /// Compresses the block (its bytes, then its end: a sync flush, or the stream's end); the
+    /// output waits in the encoder for the exchange to frame.
+    pub fn run(&mut self) {
+        let compressing = &mut self.compressing;
+        let input = &self.input;
+        let end = self.end;
+        self.result = (|| {
+            if !input.is_empty() {
+                compressing.encoder.write(input)?;
+                compressing.dirty = true;
+            }
+            match end {
+                BlockEnd::Write => {}
+                BlockEnd::Flush => {
+                    if !compressing.whole && compressing.dirty {
+                        compressing.dirty = false;
+                        compressing.encoder.flush()?;
+                    }
+                }
+                BlockEnd::Finish => compressing.encoder.finish()?,
+            }
+            Ok(())
+        })();
+    }
+
+    /// What the block ends with.
+    pub fn end(&self) -> BlockEnd {
+        self.end
+    }
+
+    /// Adds `data` and a later end to a block not yet lent (a second `send` that came while
+    /// the first's block was out): one block, in the order the app sent them.
+    pub fn extend(&mut self, data: &[u8], end: BlockEnd) {
+        self.input.extend_from_slice(data);
+        self.end = self.end.max(end);
+    }
+}
+
+impl Exchange {
+    /// Lends the encoder of this compressed response with its next block, `data` ended by
+    /// `end` (what [`Exchange::write_body`] and then [`Exchange::flush`] or
+    /// [`Exchange::finish`] would do here, to run elsewhere): the body's accounting is done
+    /// now, the compressing by [`EncoderLoan::run`], the framing and sending by
+    /// [`Exchange::take_back_block`]. Until then the caller must not use the exchange for
+    /// this response. None when this block is not lent but written here, as it was: the
+    /// response is not compressed, has no body (`HEAD`), has not begun, or ends short of its
+    /// Content-Length (cut off here, [`Exchange::finish`]).
+    pub fn lend_block(&mut self, data: &[u8], end: BlockEnd) -> Option<EncoderLoan> {
+        if self.compressing.is_none()
+            || self.discards_body()
+            || !matches!(self.phase, Phase::Buffered | Phase::Committed)
+        {
+            return None;
+        }
+        let taken = match self.declared {
+            Some(declared) => (data.len() as u64).min(declared.saturating_sub(self.body_sent)),
+            None => data.len() as u64,
+        };
+        if end == BlockEnd::Finish
+            && self
+                .declared
+                .is_some_and(|declared| self.body_sent + taken < declared)
+        {
+            return None;
+        }
+        let data = self.allowed(data);
+        self.body_sent += data.len() as u64;
+        let compressing = self.compressing.take()?;
+        Some(EncoderLoan {
+            compressing,
+            input: data.to_vec(),
+            end,
+            result: Ok(()),
+        })
+    }
+
+    /// A block made by a lent encoder (a loan of this exchange's response, run) in the
+    /// response: framed as the head announced and sent as its end asks (a flushed block
+    /// now; the response's end, with `trailers` as its trailer section when given). The
+    /// encoder is back (and, at the end, back in the slot for its next response).
+    pub fn take_back_block(
+        &mut self,
+        loan: EncoderLoan,
+        trailers: Option<&[(&[u8], &[u8])]>,
+    ) -> io::Result<()> {
+        let EncoderLoan {
+            compressing,
+            end,
+            result,
+            ..
+        } = loan;
+        self.compressing = Some(compressing);
+        if let Err(err) = result {
+            self.keep_alive = false;
+            return Err(err);
+        }
+        match end {
+            BlockEnd::Write => {
+                if self.compressing.as_ref().is_some_and(|c| c.whole) {
+                    return Ok(());
+                }
+                self.take_encoded();
+                if self.ctx.out.len() >= OUT_BUFFER_LIMIT {
+                    return self.emit_buffered(Phase::Committed);
+                }
+                Ok(())
+            }
+            BlockEnd::Flush => {
+                self.take_encoded();
+                if self.ctx.out.is_empty() || !matches!(self.phase, Phase::Buffered | Phase::Committed)
+                {
+                    return Ok(());
+                }
+                self.emit_buffered(Phase::Committed)
+            }
+            BlockEnd::Finish => {
+                self.frame_ended();
+                self.close_body(trailers)
+            }
+        }
     }
 }
