@@ -30,9 +30,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use tines_proto::websocket::Handshake;
 use tines_server::exchange::{BlockEnd, EncoderLoan};
-use tines_server::Exchange;
 use tines_server::mpm::bridge::{AsyncEvent, AsyncReactor};
 use tines_server::work_pool::WorkPool;
+use tines_server::Exchange;
 
 pub use request::Request;
 pub use waiter::Ready;
@@ -195,7 +195,9 @@ impl AsgiWorker {
             done.into_iter()
                 .filter_map(|(token, (serial, loan))| {
                     match this.requests.get(&(token as usize)) {
-                        Some(InFlight::Http(request)) => Some((request.clone_ref(py), serial, loan)),
+                        Some(InFlight::Http(request)) => {
+                            Some((request.clone_ref(py), serial, loan))
+                        }
                         // The request ended meanwhile: its encoder is dropped.
                         _ => None,
                     }

@@ -464,7 +464,8 @@ impl Exchange {
             }
             BlockEnd::Flush => {
                 self.take_encoded();
-                if self.ctx.out.is_empty() || !matches!(self.phase, Phase::Buffered | Phase::Committed)
+                if self.ctx.out.is_empty()
+                    || !matches!(self.phase, Phase::Buffered | Phase::Committed)
                 {
                     return Ok(());
                 }
