@@ -359,3 +359,42 @@ def test_asgi_compresses_off_its_loop(tines_server: Any) -> None:
     with httpx.Client(timeout=20) as http:
         assert http.get(f"http://127.0.0.1:{plain.port}/page").status_code == 200
     assert pool_threads(plain_worker) == []
+
+
+def test_asgi_compressed_blocks_then_trailers_end_the_stream(tines_server: Any) -> None:
+    """A compressed ASGI stream with trailers (the blocks, then the stream's end with the
+    trailer section, made off the loop): each block arrives as its own chunk, the gzip stream
+    decodes whole and is complete, and the trailers follow the last chunk; the connection then
+    serves the next request."""
+    server = tines_server(ASGI, "-w", "1", "--compression", "gzip")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as conn:
+        conn.sendall(b"GET /offloop-trailers HTTP/1.1\r\nHost: x\r\nTE: trailers\r\nAccept-Encoding: gzip\r\n\r\n")
+        answer = b""
+        while not answer.endswith(b"x-two: 2\r\n\r\n"):
+            piece = conn.recv(65536)
+            assert piece, answer
+            answer += piece
+        head, _, body = answer.partition(b"\r\n\r\n")
+        fields = head.lower().split(b"\r\n")
+        assert b"content-encoding: gzip" in fields and b"transfer-encoding: chunked" in fields
+        chunks = []
+        while True:
+            size_line, _, body = body.partition(b"\r\n")
+            size = int(size_line, 16)
+            if size == 0:
+                break
+            chunks.append(body[:size])
+            body = body[size + 2:]
+        assert body == b"x-one: 1\r\nx-two: 2\r\n\r\n"
+        decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        # One chunk per block, each decoding to the app's block alone (a sync flush); the last
+        # chunk ends the gzip stream.
+        decoded = [decoder.decompress(chunk) for chunk in chunks]
+        assert decoded == [*BLOCKS, b""] and decoder.eof
+        conn.sendall(b"GET /small HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = b""
+        while not reply.endswith(b"s" * 100):
+            piece = conn.recv(65536)
+            assert piece, reply
+            reply += piece
+        assert reply.startswith(b"HTTP/1.1 200")

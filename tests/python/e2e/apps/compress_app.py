@@ -24,6 +24,8 @@ ASGI only (issue 39's follow-up: compression off the loop):
   ``send``, each schedules a callback on its loop (``call_soon``) and notes, once its sends
   returned, whether that callback ran while they were pending (so the loop ran while the
   blocks compressed) or not yet (the sends never gave the loop back);
+- ``/offloop-trailers``: ``BLOCKS`` as ``more_body`` messages, an empty last one, then two
+  ``http.response.trailers`` messages (``x-one``, then ``x-two``);
 - ``/observed``: those notes in order, as ``ran``/``held`` words (then forgotten).
 """
 
@@ -146,6 +148,15 @@ async def asgi(scope, receive, send):
         return
     if scope["path"] in ("/offloop", "/offloop-stream"):
         await off_loop(scope["path"], send)
+        return
+    if scope["path"] == "/offloop-trailers":
+        await send({"type": "http.response.start", "status": 200, "trailers": True,
+                    "headers": [(b"content-type", b"text/plain")]})
+        for block in BLOCKS:
+            await send({"type": "http.response.body", "body": block, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        await send({"type": "http.response.trailers", "headers": [(b"x-one", b"1")], "more_trailers": True})
+        await send({"type": "http.response.trailers", "headers": [(b"x-two", b"2")]})
         return
     if scope["path"] == "/observed":
         body = " ".join(OBSERVED).encode()
