@@ -93,10 +93,20 @@ pub struct AsgiWorker {
     /// The threads that compress response blocks off the loop (issue 39's follow-up, ADR
     /// 0037): made by `start` when compression is on, else never. Results are keyed by
     /// token and carry their loan's serial.
-    pool: Option<WorkPool<(u64, EncoderLoan)>>,
+    pool: Option<WorkPool<Back>>,
+    /// Requests under a static mount whose lookups the pool warms, by token.
+    parked: HashMap<usize, Box<Exchange>>,
     /// The last loan's serial: a result is taken back only by the request that lent it (a
     /// token is reused by the next connection once a request ends).
     loans: std::cell::Cell<u64>,
+}
+
+/// What the pool gives back.
+enum Back {
+    /// A compressed block: the serial of its loan, and the loan.
+    Block(u64, EncoderLoan),
+    /// The lookups of the parked request on this token ran.
+    Warmed,
 }
 
 /// Threads of the compression pool: a few, as a worker's loop rarely has more compressed
@@ -138,6 +148,7 @@ impl AsgiWorker {
             max_response_buffer,
             cache: ScopeCache::new(root_path),
             pool: None,
+            parked: HashMap::new(),
             loans: std::cell::Cell::new(0),
         })
     }
@@ -164,11 +175,15 @@ impl AsgiWorker {
         self.schedule_turn = Some((call_soon, turn));
         self.state = state;
         self.done = Some(Py::new(py, Ready::none())?);
-        if self.reactor.config().compression.is_on() && self.pool.is_none() {
+        let statics = !self.reactor.config().statics.mounts.is_empty();
+        if (self.reactor.config().compression.is_on() || statics) && self.pool.is_none() {
             self.pool = Some(
                 WorkPool::new(POOL_THREADS, "tines-pool")
                     .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))?,
             );
+            if statics {
+                self.reactor.hand_cold_opens();
+            }
         }
         self.reactor
             .start()
@@ -186,23 +201,33 @@ impl AsgiWorker {
     fn pool_done(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let back: Vec<(Py<Request>, u64, EncoderLoan)> = {
-            let this = slf.borrow();
-            let Some(pool) = &this.pool else {
-                return Ok(());
-            };
+            let mut this = slf.borrow_mut();
             let mut done = Vec::new();
-            pool.take_done(&mut done);
-            done.into_iter()
-                .filter_map(|(token, (serial, loan))| {
-                    match this.requests.get(&(token as usize)) {
-                        Some(InFlight::Http(request)) => {
-                            Some((request.clone_ref(py), serial, loan))
+            if let Some(pool) = &this.pool {
+                pool.take_done(&mut done);
+            }
+            let mut blocks = Vec::new();
+            let mut turn = false;
+            for (token, back) in done {
+                let token = token as usize;
+                match back {
+                    Back::Block(serial, loan) => {
+                        // A request that ended meanwhile: its encoder is dropped.
+                        if let Some(InFlight::Http(request)) = this.requests.get(&token) {
+                            blocks.push((request.clone_ref(py), serial, loan));
                         }
-                        // The request ended meanwhile: its encoder is dropped.
-                        _ => None,
                     }
-                })
-                .collect()
+                    Back::Warmed => {
+                        if let Some(exchange) = this.parked.remove(&token) {
+                            turn |= this.reactor.route_warmed(token, exchange);
+                        }
+                    }
+                }
+            }
+            if turn {
+                this.schedule_turn(py)?;
+            }
+            blocks
         };
         for (request, serial, loan) in back {
             // One connection's failure ends that connection only.
@@ -383,6 +408,21 @@ impl AsgiWorker {
                         }
                     }
                 }
+                AsyncEvent::Cold {
+                    token,
+                    exchange,
+                    warm,
+                } => {
+                    // Given out only to a worker with a pool (`hand_cold_opens`).
+                    let worker = &mut *this;
+                    if let Some(pool) = &worker.pool {
+                        worker.parked.insert(token, exchange);
+                        pool.submit(token as u64, move || {
+                            warm.run();
+                            Back::Warmed
+                        });
+                    }
+                }
                 AsyncEvent::Written(token) => notes.push((token, Note::Written)),
                 AsyncEvent::Gone(token) => notes.push((token, Note::Gone)),
                 AsyncEvent::Readable(token) => notes.push((token, Note::Readable)),
@@ -477,7 +517,7 @@ impl AsgiWorker {
         self.loans.set(serial);
         pool.submit(token as u64, move || {
             loan.run();
-            (serial, loan)
+            Back::Block(serial, loan)
         });
         Some(serial)
     }
