@@ -11,8 +11,10 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 use tines_proto::response::{check_app_header, AppHeader};
-use tines_server::exchange::{BlockEnd, EncoderLoan};
+use tines_server::exchange::BlockEnd;
 use tines_server::Exchange;
+
+mod offload;
 
 use super::waiter::{ready, Waiter};
 use super::{body_of, header_pairs, status_line, AsgiWorker, ClientDisconnected};
@@ -524,45 +526,6 @@ impl Request {
         self.on_gone(py)
     }
 
-    /// A compressed body's block (`data` ended by `end`) sent off the loop: lent to the pool
-    /// with the response's encoder, or, while a block is out, kept to follow it. Returns the
-    /// send's awaitable (done once the block is sent), or None when the block is not lent
-    /// (see `AsgiWorker::lend`) and the caller writes it here.
-    fn send_compressed(
-        &mut self,
-        py: Python<'_>,
-        data: &[u8],
-        end: BlockEnd,
-    ) -> PyResult<Option<Py<PyAny>>> {
-        if self.loan.is_some() {
-            match &mut self.backlog {
-                Some((kept, kept_end)) => {
-                    kept.extend_from_slice(data);
-                    *kept_end = (*kept_end).max(end);
-                }
-                None => self.backlog = Some((data.to_vec(), end)),
-            }
-        } else if !self.lend(py, data, end) {
-            return Ok(None);
-        }
-        self.waiter
-            .wait_block(py, self.exchange.as_deref_mut())
-            .map(Some)
-    }
-
-    /// Lends the next block to the worker's pool; false when it was not lent.
-    fn lend(&mut self, py: Python<'_>, data: &[u8], end: BlockEnd) -> bool {
-        let Some(exchange) = self.exchange.as_deref_mut() else {
-            return false;
-        };
-        self.loan = self
-            .waiter
-            .worker
-            .borrow(py)
-            .lend(self.waiter.token, exchange, data, end);
-        self.loan.is_some()
-    }
-
     /// Writes a block here, on the loop (with the GIL released when compressing: ADR 0037):
     /// `data`, then what `end` asks.
     fn write_inline(&mut self, py: Python<'_>, data: &[u8], end: BlockEnd) -> std::io::Result<()> {
@@ -596,52 +559,6 @@ impl Request {
         } else {
             write()
         }
-    }
-
-    /// A block the pool compressed (`serial`: the loan it answers) goes out; the block the app
-    /// sent meanwhile, if any, is lent next; else the waiting `send` returns (unless a slow
-    /// client holds it, as for any send). A loan this request no longer waits for (it ended,
-    /// or its client went away) is dropped.
-    pub(super) fn loan_back(
-        &mut self,
-        py: Python<'_>,
-        serial: u64,
-        loan: EncoderLoan,
-    ) -> PyResult<()> {
-        if self.loan != Some(serial) {
-            return Ok(());
-        }
-        self.loan = None;
-        if self.gone {
-            return Ok(());
-        }
-        let finishing = loan.end() == BlockEnd::Finish && self.trailers;
-        let fields = if finishing {
-            std::mem::take(&mut self.trailer_fields)
-        } else {
-            Vec::new()
-        };
-        let refs: Vec<(&[u8], &[u8])> = fields
-            .iter()
-            .map(|(name, value)| (name.as_slice(), value.as_slice()))
-            .collect();
-        let Some(exchange) = self.exchange.as_deref_mut() else {
-            return Ok(());
-        };
-        let mut result = exchange.take_back_block(loan, finishing.then_some(refs.as_slice()));
-        if result.is_ok() {
-            if let Some((data, end)) = self.backlog.take() {
-                if self.lend(py, &data, end) {
-                    return Ok(());
-                }
-                result = self.write_inline(py, &data, end);
-            }
-        }
-        if let Err(err) = result {
-            self.gone = true;
-            return self.waiter.fail_send(py, &err.to_string());
-        }
-        self.on_written(py)
     }
 
     /// Output the app waited for was written: a waiting `send` may return.
