@@ -478,3 +478,141 @@ impl Exchange {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compress::CompressionConfig;
+    use crate::connection::{Connection, Readiness};
+    use crate::listener::{Local, Peer};
+    use crate::scoreboard::Scoreboard;
+    use crate::shared::WorkerShared;
+    use crate::transport::Transport;
+    use crate::{App, WorkerConfig};
+    use std::io::Read;
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    use std::sync::Arc;
+
+    const BLOCKS: [&[u8]; 3] = [
+        b"data: one one one one one one one one\n\n",
+        b"data: two two two two two two two two\n\n",
+        b"data: three three three three three\n\n",
+    ];
+
+    /// Streams `BLOCKS`, each lent to another thread with its encoder and taken back in turn,
+    /// as the ASGI bridge does with its pool; then the end, lent too.
+    struct Lending;
+
+    impl App for Lending {
+        fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
+            exchange
+                .begin_response(
+                    b"200 OK",
+                    [(&b"Content-Type"[..], &b"text/event-stream"[..])],
+                    None,
+                )
+                .unwrap();
+            assert!(exchange.is_compressing());
+            let ends = BLOCKS
+                .iter()
+                .map(|block| (*block, BlockEnd::Flush))
+                .chain([(&b""[..], BlockEnd::Finish)]);
+            for (block, end) in ends {
+                let mut loan = exchange.lend_block(block, end).expect("lent");
+                assert!(!exchange.is_compressing(), "the encoder is out");
+                let loan = std::thread::spawn(move || {
+                    loan.run();
+                    loan
+                })
+                .join()
+                .unwrap();
+                exchange.take_back_block(loan, None).unwrap();
+            }
+            assert!(
+                !exchange.is_compressing(),
+                "the encoder went back to the slot"
+            );
+            assert!(exchange.lend_block(b"late", BlockEnd::Finish).is_none());
+            exchange
+        }
+    }
+
+    #[test]
+    fn blocks_lent_to_another_thread_leave_in_order_each_decodable_then_the_end() {
+        let config = WorkerConfig {
+            compression: CompressionConfig {
+                codings: vec![crate::compress::Coding::Gzip],
+                ..CompressionConfig::default()
+            },
+            ..WorkerConfig::default()
+        };
+        let shared = Arc::new(WorkerShared::new(
+            config,
+            vec![Local::Unix(String::new())],
+            None,
+            Arc::new(Scoreboard::new(1, 1).unwrap()),
+            0,
+            u64::MAX,
+            None,
+        ));
+        let (mut client, server) = UnixStream::pair().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let limits = shared.config.limits;
+        let mut conn = Connection::new(Transport::Plain(OwnedFd::from(server)), Peer::Unix, 0);
+        std::io::Write::write_all(
+            &mut client,
+            b"GET /events HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+        assert!(matches!(conn.on_readable(&limits), Readiness::HeadComplete));
+        let ctx = Box::new(crate::exchange::SlotContext::new());
+        let (kept, _) = crate::slot::serve_connection(conn, ctx, &Lending, &shared, None);
+        drop(kept);
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).unwrap();
+        let end = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&answer[..end]).to_lowercase();
+        assert!(head.contains("content-encoding: gzip"), "{head}");
+        assert!(head.contains("transfer-encoding: chunked"), "{head}");
+        // One chunk per block, each decoding to its block alone; the last chunk ends the
+        // gzip stream; then the last-chunk marker.
+        let mut body = &answer[end..];
+        let mut chunks = Vec::new();
+        loop {
+            let line = body.windows(2).position(|w| w == b"\r\n").unwrap();
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&body[..line]).unwrap(), 16).unwrap();
+            body = &body[line + 2..];
+            if size == 0 {
+                assert_eq!(body, b"\r\n");
+                break;
+            }
+            chunks.push(body[..size].to_vec());
+            body = &body[size + 2..];
+        }
+        assert_eq!(chunks.len(), BLOCKS.len() + 1);
+        let mut inflate = flate2::Decompress::new(false);
+        let mut gzip_body = Vec::new();
+        for (index, chunk) in chunks.iter().enumerate() {
+            // The 10-byte gzip header leads the first chunk; the stream is raw deflate after.
+            let data = if index == 0 { &chunk[10..] } else { &chunk[..] };
+            let mut out = Vec::with_capacity(4096);
+            inflate
+                .decompress_vec(data, &mut out, flate2::FlushDecompress::Sync)
+                .unwrap();
+            if index < BLOCKS.len() {
+                assert_eq!(out, BLOCKS[index], "block {index} decodes alone");
+            } else {
+                assert!(out.is_empty());
+                gzip_body = chunk.clone();
+            }
+        }
+        // The last chunk carries the end of deflate and the CRC and length trailer.
+        let total: usize = BLOCKS.iter().map(|b| b.len()).sum();
+        assert_eq!(
+            &gzip_body[gzip_body.len() - 4..],
+            &(total as u32).to_le_bytes()
+        );
+    }
+}
