@@ -307,6 +307,35 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_lookup_of_a_name_never_looked_up_would_block_until_it_was() {
+        let dir = std::env::temp_dir().join(format!("tines-cached-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("made"), b"x").unwrap();
+        let dir_fd = std::fs::File::open(&dir).unwrap();
+        let flags = libc::O_PATH | libc::O_CLOEXEC;
+        for beneath in [true, false] {
+            let name = std::ffi::CString::new(format!("never-{beneath}")).unwrap();
+            // No dentry, cached or negative: the lookup would ask the file system.
+            let cold = open_cached(dir_fd.as_raw_fd(), &name, flags, beneath).unwrap_err();
+            assert_eq!(cold.kind(), io::ErrorKind::WouldBlock, "{beneath}");
+            // Looked up once (a negative dentry now), the cache answers.
+            let missing = open_beneath(dir_fd.as_raw_fd(), &name, flags).unwrap_err();
+            assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+            let cached = open_cached(dir_fd.as_raw_fd(), &name, flags, beneath).unwrap_err();
+            assert_eq!(cached.kind(), io::ErrorKind::NotFound, "{beneath}");
+            // A file just made has its dentry.
+            assert!(open_cached(dir_fd.as_raw_fd(), c"made", flags, beneath).is_ok());
+        }
+        // Confined: a name leading out is never opened. The cache does not answer a `..` under
+        // RESOLVE_BENEATH (EAGAIN: cold, so the pool's lookup proper refuses it, EXDEV).
+        let out = open_cached(dir_fd.as_raw_fd(), c"../", flags, true).unwrap_err();
+        assert_eq!(out.kind(), io::ErrorKind::WouldBlock);
+        let out = open_beneath(dir_fd.as_raw_fd(), c"../", flags).unwrap_err();
+        assert_eq!(out.raw_os_error(), Some(libc::EXDEV));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_mount_matches_its_prefix_and_what_is_under_it_only() {
         let config = config(&["/static", "/media/"]);
         assert_eq!(
