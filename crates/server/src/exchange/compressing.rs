@@ -384,13 +384,6 @@ impl EncoderLoan {
     pub fn end(&self) -> BlockEnd {
         self.end
     }
-
-    /// Adds `data` and a later end to a block not yet lent (a second `send` that came while
-    /// the first's block was out): one block, in the order the app sent them.
-    pub fn extend(&mut self, data: &[u8], end: BlockEnd) {
-        self.input.extend_from_slice(data);
-        self.end = self.end.max(end);
-    }
 }
 
 impl Exchange {
