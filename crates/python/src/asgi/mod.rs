@@ -11,7 +11,10 @@
 //! request whose body is buffered (all of them, ADR 0008) and a response the socket or the
 //! response store takes; an asyncio future only to wait for the client (a slow reader:
 //! backpressure; or `http.disconnect`). Sends never block the loop (`never_wait` exchanges):
-//! the reactor writes what the socket did not take.
+//! the reactor writes what the socket did not take. CPU and disk work is not the loop's either
+//! (issue 39's follow-up): a compressed body's blocks are compressed, and cold static lookups
+//! made, on the worker's pool (`tines_server::work_pool`), whose eventfd the loop watches
+//! (`pool_fileno`, `pool_done`); a compressed `send` waits for its block as for a slow reader.
 //!
 //! The Python side (`tines.asgi`) owns the loop, lifespan, the task per request, timeouts and
 //! logging; this module owns the per-request objects and every byte.
@@ -90,9 +93,9 @@ pub struct AsgiWorker {
     max_response_buffer: u64,
     /// Parts of the scope made once and reused (see [`ScopeCache`]).
     cache: ScopeCache,
-    /// The threads that compress response blocks off the loop (issue 39's follow-up, ADR
-    /// 0037): made by `start` when compression is on, else never. Results are keyed by
-    /// token and carry their loan's serial.
+    /// The threads that compress response blocks and warm cold static lookups off the loop
+    /// (issue 39's follow-up, ADRs 0036 and 0037): made by `start` when compression is on or
+    /// a static mount is set, else never. Results are keyed by token.
     pool: Option<WorkPool<Back>>,
     /// Requests under a static mount whose lookups the pool warms, by token.
     parked: HashMap<usize, Box<Exchange>>,
@@ -109,8 +112,9 @@ enum Back {
     Warmed,
 }
 
-/// Threads of the compression pool: a few, as a worker's loop rarely has more compressed
-/// responses streaming at once than cores to spare, and each block waits for one thread only.
+/// Threads of the pool: a few, as a worker's loop rarely has more compressed responses
+/// streaming (or cold lookups waiting) at once than cores to spare, and each job waits for one
+/// thread only.
 const POOL_THREADS: usize = 2;
 
 #[pymethods]
