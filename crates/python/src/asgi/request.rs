@@ -120,9 +120,11 @@ impl Request {
     }
 
     /// Seconds since the request last made progress (dispatch, a `receive`, a `send`); 0
-    /// while a `send` waits for the client to read (the client's time, not the app's).
+    /// while a `send` waits for the client to read (the client's time, not the app's). A block
+    /// in the compression pool is the server's time: it counts, so that `request_timeout`
+    /// still ends a request whose block never comes back.
     fn idle_seconds(&self) -> f64 {
-        if self.waiter.sending() {
+        if self.waiter.sending() && self.loan.is_none() {
             return 0.0;
         }
         self.progress.elapsed().as_secs_f64()
