@@ -2,7 +2,8 @@
 //! no knowledge of Python. The `python` crate implements [`App`] for WSGI.
 //!
 //! Layers, from the bottom: [`io`] (non-blocking syscalls), [`shm`] (shared mappings of a
-//! memfd the master makes before it forks, which a new master maps again), [`poller`] (epoll), [`clock`]
+//! memfd the master makes before it forks, which a new master maps again), [`work_pool`] (a few
+//! threads an event loop hands CPU work to, results back through an eventfd), [`poller`] (epoll), [`clock`]
 //! (UTC dates for the logs, the monotonic clock as last read), [`control`] (signals, life pipe),
 //! [`tls`] (rustls sessions, the certificates and keys, session tickets, what a handshake
 //! tells the app), [`h2`] (an HTTP/2 connection over its socket, the `h2` crate driven by our
@@ -59,6 +60,7 @@ pub mod tls;
 pub mod transport;
 pub mod trusted_proxies;
 pub mod websocket;
+pub mod work_pool;
 pub mod worker;
 
 pub use config::{Mpm, WorkerConfig};

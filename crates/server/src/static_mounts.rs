@@ -138,6 +138,53 @@ pub fn open_beneath(dir: RawFd, name: &CStr, flags: libc::c_int) -> io::Result<O
     })
 }
 
+/// [`open_beneath`] (`beneath`; else unconfined, for `static_follow_symlinks`) answered from
+/// the dentry cache only (`RESOLVE_CACHED`, Linux 5.12): `WouldBlock` (EAGAIN) when the lookup
+/// would need the disk (issue 39's follow-up: the ASGI loop then hands it to its pool), never
+/// retried. A kernel without `RESOLVE_CACHED` (EINVAL) is looked up as [`open_beneath`] does.
+pub fn open_cached(
+    dir: RawFd,
+    name: &CStr,
+    flags: libc::c_int,
+    beneath: bool,
+) -> io::Result<OwnedFd> {
+    // SAFETY: open_how is plain data; zeroed then filled (it is non-exhaustive).
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = flags as u64;
+    how.resolve = libc::RESOLVE_CACHED;
+    if beneath {
+        how.resolve |= libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    }
+    // SAFETY: the pointers are valid for the call; the size is the struct's.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            name.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    } as libc::c_int;
+    if fd >= 0 {
+        // SAFETY: a fresh descriptor that nobody else owns.
+        return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EINVAL) {
+        return Err(err);
+    }
+    if beneath {
+        return open_beneath(dir, name, flags);
+    }
+    // SAFETY: name is NUL-terminated and outlives the call.
+    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor that nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Opens for reading (non-blocking, no controlling terminal, closed on exec) the file that
 /// `path`, an `O_PATH` descriptor, refers to: the very same file (the kernel follows the
 /// descriptor's `/proc/self/fd/N` link to it, not a name), so a caller that `fstat`ed `path`
@@ -257,6 +304,35 @@ mod tests {
                 .collect(),
             ..StaticConfig::default()
         }
+    }
+
+    #[test]
+    fn a_cached_lookup_of_a_name_never_looked_up_would_block_until_it_was() {
+        let dir = std::env::temp_dir().join(format!("tines-cached-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("made"), b"x").unwrap();
+        let dir_fd = std::fs::File::open(&dir).unwrap();
+        let flags = libc::O_PATH | libc::O_CLOEXEC;
+        for beneath in [true, false] {
+            let name = std::ffi::CString::new(format!("never-{beneath}")).unwrap();
+            // No dentry, cached or negative: the lookup would ask the file system.
+            let cold = open_cached(dir_fd.as_raw_fd(), &name, flags, beneath).unwrap_err();
+            assert_eq!(cold.kind(), io::ErrorKind::WouldBlock, "{beneath}");
+            // Looked up once (a negative dentry now), the cache answers.
+            let missing = open_beneath(dir_fd.as_raw_fd(), &name, flags).unwrap_err();
+            assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+            let cached = open_cached(dir_fd.as_raw_fd(), &name, flags, beneath).unwrap_err();
+            assert_eq!(cached.kind(), io::ErrorKind::NotFound, "{beneath}");
+            // A file just made has its dentry.
+            assert!(open_cached(dir_fd.as_raw_fd(), c"made", flags, beneath).is_ok());
+        }
+        // Confined: a name leading out is never opened. The cache does not answer a `..` under
+        // RESOLVE_BENEATH (EAGAIN: cold, so the pool's lookup proper refuses it, EXDEV).
+        let out = open_cached(dir_fd.as_raw_fd(), c"../", flags, true).unwrap_err();
+        assert_eq!(out.kind(), io::ErrorKind::WouldBlock);
+        let out = open_beneath(dir_fd.as_raw_fd(), c"../", flags).unwrap_err();
+        assert_eq!(out.raw_os_error(), Some(libc::EXDEV));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -311,3 +311,90 @@ def test_a_304_carries_the_etag_and_vary_its_200_would(served_server: Any, tls_c
             assert response.status_code == 304
             assert response.headers["etag"] == '"page-v1"'
             assert response.headers.get_list("vary") == ["Cookie"]
+
+
+LARGE = b"".join(f"line {n}: the quick brown fox jumps over the lazy dog\n".encode() for n in range(10_000))[:512 * 1024]
+
+
+def pool_threads(pid: int) -> list[str]:
+    """The names of ``pid``'s threads of the compression pool (``tines-pool-N``)."""
+    names = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/comm") as handle:
+            name = handle.read().strip()
+        if name.startswith("tines-pool"):
+            names.append(name)
+    return sorted(names)
+
+
+def test_asgi_compresses_off_its_loop(tines_server: Any) -> None:
+    """Issue 39's follow-up: an ASGI worker compresses on its pool's threads, never on its loop.
+    The app schedules a callback on its loop just before a large compressed ``send`` (one 512
+    KiB message; then two streamed blocks sent before either is awaited): the callback runs
+    while the send is pending, so the loop was free while the block compressed. Uncompressed
+    (identity), the same sends never give the loop back (no hand-off). The pool's threads live
+    in the worker only, never in the master; without compression there is no pool."""
+    server = tines_server(ASGI, "-w", "1", "--compression", "gzip,br,zstd")
+    [worker] = server.worker_pids()
+    base = f"http://127.0.0.1:{server.port}"
+    with httpx.Client(timeout=20) as http:
+        order = []
+        for path in ("/offloop", "/offloop-stream"):
+            for accept, coding in (("gzip", "gzip"), ("br", "br"), ("zstd", "zstd"), ("identity", None)):
+                response, raw = fetch(http, "GET", f"{base}{path}", accept)
+                assert response.status_code == 200
+                assert response.headers.get("content-encoding") == coding, (path, accept)
+                assert decode(coding, raw) == LARGE, (path, accept)
+                if path == "/offloop" and coding:
+                    # A body in one message: compressed whole, its length in the head.
+                    assert int(response.headers["content-length"]) == len(raw) < len(LARGE) // 4
+                order.append((path, coding))
+        observed = http.get(f"{base}/observed").text.split()
+    expected = ["ran" if coding else "held" for _, coding in order]
+    assert list(zip(order, observed)) == list(zip(order, expected))
+    assert pool_threads(worker) == ["tines-pool-0", "tines-pool-1"]
+    assert pool_threads(server.pid) == []
+    plain = tines_server(ASGI, "-w", "1")
+    [plain_worker] = plain.worker_pids()
+    with httpx.Client(timeout=20) as http:
+        assert http.get(f"http://127.0.0.1:{plain.port}/page").status_code == 200
+    assert pool_threads(plain_worker) == []
+
+
+def test_asgi_compressed_blocks_then_trailers_end_the_stream(tines_server: Any) -> None:
+    """A compressed ASGI stream with trailers (the blocks, then the stream's end with the
+    trailer section, made off the loop): each block arrives as its own chunk, the gzip stream
+    decodes whole and is complete, and the trailers follow the last chunk; the connection then
+    serves the next request."""
+    server = tines_server(ASGI, "-w", "1", "--compression", "gzip")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as conn:
+        conn.sendall(b"GET /offloop-trailers HTTP/1.1\r\nHost: x\r\nTE: trailers\r\nAccept-Encoding: gzip\r\n\r\n")
+        answer = b""
+        while not answer.endswith(b"x-two: 2\r\n\r\n"):
+            piece = conn.recv(65536)
+            assert piece, answer
+            answer += piece
+        head, _, body = answer.partition(b"\r\n\r\n")
+        fields = head.lower().split(b"\r\n")
+        assert b"content-encoding: gzip" in fields and b"transfer-encoding: chunked" in fields
+        chunks = []
+        while True:
+            size_line, _, body = body.partition(b"\r\n")
+            size = int(size_line, 16)
+            if size == 0:
+                break
+            chunks.append(body[:size])
+            body = body[size + 2:]
+        assert body == b"x-one: 1\r\nx-two: 2\r\n\r\n"
+        decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        # One chunk per block, each decoding to the app's block alone (a sync flush); the last
+        # chunk ends the gzip stream.
+        decoded = [decoder.decompress(chunk) for chunk in chunks]
+        assert decoded == [*BLOCKS, b""] and decoder.eof
+        conn.sendall(b"GET /small HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = b""
+        while not reply.endswith(b"s" * 100):
+            piece = conn.recv(65536)
+            assert piece, reply
+            reply += piece
+        assert reply.startswith(b"HTTP/1.1 200")

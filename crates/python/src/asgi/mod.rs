@@ -11,7 +11,10 @@
 //! request whose body is buffered (all of them, ADR 0008) and a response the socket or the
 //! response store takes; an asyncio future only to wait for the client (a slow reader:
 //! backpressure; or `http.disconnect`). Sends never block the loop (`never_wait` exchanges):
-//! the reactor writes what the socket did not take.
+//! the reactor writes what the socket did not take. CPU and disk work is not the loop's either
+//! (issue 39's follow-up): a compressed body's blocks are compressed, and cold static lookups
+//! made, on the worker's pool (`tines_server::work_pool`), whose eventfd the loop watches
+//! (`pool_fileno`, `pool_done`); a compressed `send` waits for its block as for a slow reader.
 //!
 //! The Python side (`tines.asgi`) owns the loop, lifespan, the task per request, timeouts and
 //! logging; this module owns the per-request objects and every byte.
@@ -29,7 +32,10 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use tines_proto::websocket::Handshake;
+use tines_server::exchange::{BlockEnd, EncoderLoan};
 use tines_server::mpm::bridge::{AsyncEvent, AsyncReactor};
+use tines_server::work_pool::WorkPool;
+use tines_server::Exchange;
 
 pub use request::Request;
 pub use waiter::Ready;
@@ -87,7 +93,29 @@ pub struct AsgiWorker {
     max_response_buffer: u64,
     /// Parts of the scope made once and reused (see [`ScopeCache`]).
     cache: ScopeCache,
+    /// The threads that compress response blocks and warm cold static lookups off the loop
+    /// (issue 39's follow-up, ADRs 0036 and 0037): made by `start` when compression is on or
+    /// a static mount is set, else never. Results are keyed by token.
+    pool: Option<WorkPool<Back>>,
+    /// Requests under a static mount whose lookups the pool warms, by token.
+    parked: HashMap<usize, Box<Exchange>>,
+    /// The last loan's serial: a result is taken back only by the request that lent it (a
+    /// token is reused by the next connection once a request ends).
+    loans: std::cell::Cell<u64>,
 }
+
+/// What the pool gives back.
+enum Back {
+    /// A compressed block: the serial of its loan, and the loan.
+    Block(u64, EncoderLoan),
+    /// The lookups of the parked request on this token ran.
+    Warmed,
+}
+
+/// Threads of the pool: a few, as a worker's loop rarely has more compressed responses
+/// streaming (or cold lookups waiting) at once than cores to spare, and each job waits for one
+/// thread only.
+const POOL_THREADS: usize = 2;
 
 #[pymethods]
 impl AsgiWorker {
@@ -123,6 +151,9 @@ impl AsgiWorker {
             done: None,
             max_response_buffer,
             cache: ScopeCache::new(root_path),
+            pool: None,
+            parked: HashMap::new(),
+            loans: std::cell::Cell::new(0),
         })
     }
 
@@ -148,9 +179,69 @@ impl AsgiWorker {
         self.schedule_turn = Some((call_soon, turn));
         self.state = state;
         self.done = Some(Py::new(py, Ready::none())?);
+        let statics = !self.reactor.config().statics.mounts.is_empty();
+        if (self.reactor.config().compression.is_on() || statics) && self.pool.is_none() {
+            self.pool = Some(
+                WorkPool::new(POOL_THREADS, "tines-pool")
+                    .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))?,
+            );
+            if statics {
+                self.reactor.hand_cold_opens();
+            }
+        }
         self.reactor
             .start()
             .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))
+    }
+
+    /// The fd the loop watches for compressed blocks coming back from the pool (then it
+    /// calls `pool_done`); None when compression is off (no pool).
+    fn pool_fileno(&self) -> Option<i32> {
+        self.pool.as_ref().map(WorkPool::fd)
+    }
+
+    /// Takes back the blocks the pool compressed: each goes out on its connection, and the
+    /// `send` that waited for it returns (unless a slow client holds it).
+    fn pool_done(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let back: Vec<(Py<Request>, u64, EncoderLoan)> = {
+            let mut this = slf.borrow_mut();
+            let mut done = Vec::new();
+            if let Some(pool) = &this.pool {
+                pool.take_done(&mut done);
+            }
+            let mut blocks = Vec::new();
+            let mut turn = false;
+            for (token, back) in done {
+                let token = token as usize;
+                match back {
+                    Back::Block(serial, loan) => {
+                        // A request that ended meanwhile: its encoder is dropped.
+                        if let Some(InFlight::Http(request)) = this.requests.get(&token) {
+                            blocks.push((request.clone_ref(py), serial, loan));
+                        }
+                    }
+                    Back::Warmed => {
+                        if let Some(exchange) = this.parked.remove(&token) {
+                            turn |= this.reactor.route_warmed(token, exchange);
+                        }
+                    }
+                }
+            }
+            if turn {
+                this.schedule_turn(py)?;
+            }
+            blocks
+        };
+        for (request, serial, loan) in back {
+            // One connection's failure ends that connection only.
+            let result = request.borrow_mut(py).loan_back(py, serial, loan);
+            if let Err(err) = result {
+                err.print(py);
+                request.borrow_mut(py).on_gone(py)?;
+            }
+        }
+        Ok(())
     }
 
     /// Seconds the loop may wait before the next turn if the fd stays quiet.
@@ -321,6 +412,21 @@ impl AsgiWorker {
                         }
                     }
                 }
+                AsyncEvent::Cold {
+                    token,
+                    exchange,
+                    warm,
+                } => {
+                    // Given out only to a worker with a pool (`hand_cold_opens`).
+                    let worker = &mut *this;
+                    if let Some(pool) = &worker.pool {
+                        worker.parked.insert(token, exchange);
+                        pool.submit(token as u64, move || {
+                            warm.run();
+                            Back::Warmed
+                        });
+                    }
+                }
                 AsyncEvent::Written(token) => notes.push((token, Note::Written)),
                 AsyncEvent::Gone(token) => notes.push((token, Note::Gone)),
                 AsyncEvent::Readable(token) => notes.push((token, Note::Readable)),
@@ -396,6 +502,28 @@ impl AsgiWorker {
             Some(done) => Ok(done.clone_ref(py).into_any()),
             None => ready(py, py.None().into_bound(py)),
         }
+    }
+
+    /// Lends the encoder of `exchange`'s compressed response, with its next block (`data`
+    /// ended by `end`), to the pool: on the thread of `token`, after its earlier blocks.
+    /// Returns the loan's serial; None when nothing was lent (no pool: compression is off;
+    /// or the exchange writes this block itself, `Exchange::lend_block`).
+    fn lend(
+        &self,
+        token: usize,
+        exchange: &mut Exchange,
+        data: &[u8],
+        end: BlockEnd,
+    ) -> Option<u64> {
+        let pool = self.pool.as_ref()?;
+        let mut loan = exchange.lend_block(data, end)?;
+        let serial = self.loans.get() + 1;
+        self.loans.set(serial);
+        pool.submit(token as u64, move || {
+            loan.run();
+            Back::Block(serial, loan)
+        });
+        Some(serial)
     }
 
     /// A new future of the loop (for a `receive` or a `send` that must wait).

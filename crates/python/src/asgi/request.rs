@@ -11,7 +11,10 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 use tines_proto::response::{check_app_header, AppHeader};
+use tines_server::exchange::BlockEnd;
 use tines_server::Exchange;
+
+mod offload;
 
 use super::waiter::{ready, Waiter};
 use super::{body_of, header_pairs, status_line, AsgiWorker, ClientDisconnected};
@@ -56,6 +59,12 @@ pub struct Request {
     /// The last progress: dispatch, or the app's last `receive` or `send` (for
     /// `request_timeout`, which counts time without progress, as for WSGI).
     progress: Instant,
+    /// The serial of this response's block out in the compression pool: the exchange is not
+    /// touched for the response until it comes back ([`Request::loan_back`]).
+    loan: Option<u64>,
+    /// Body the app sent while a block was out (a `send` not awaited, or another task's),
+    /// and how its last message ended: lent, in order, when the block comes back.
+    backlog: Option<(Vec<u8>, BlockEnd)>,
 }
 
 impl Request {
@@ -78,6 +87,8 @@ impl Request {
             trailer_fields: Vec::new(),
             gone: false,
             progress: Instant::now(),
+            loan: None,
+            backlog: None,
         }
     }
 }
@@ -109,9 +120,11 @@ impl Request {
     }
 
     /// Seconds since the request last made progress (dispatch, a `receive`, a `send`); 0
-    /// while a `send` waits for the client to read (the client's time, not the app's).
+    /// while a `send` waits for the client to read (the client's time, not the app's). A block
+    /// in the compression pool is the server's time: it counts, so that `request_timeout`
+    /// still ends a request whose block never comes back.
     fn idle_seconds(&self) -> f64 {
-        if self.waiter.sending() {
+        if self.waiter.sending() && self.loan.is_none() {
             return 0.0;
         }
         self.progress.elapsed().as_secs_f64()
@@ -216,27 +229,28 @@ impl Request {
                     Response::Body => {}
                 }
                 let trailers = self.trailers;
-                let exchange = self.exchange_mut()?;
-                let compressing = exchange.is_compressing();
-                let mut write = || {
-                    exchange.write_body(body).and_then(|()| {
-                        if more {
-                            exchange.flush()
-                        } else if trailers {
-                            // Kept (as far as the buffer holds it) for the trailers' one write.
-                            Ok(())
-                        } else {
-                            exchange.finish()
-                        }
-                    })
-                };
-                // Compressing is CPU work: done with the GIL released (ADR 0037), so that the
-                // worker's other Python threads run meanwhile; the send writes without waiting.
-                let written = if compressing {
-                    py.detach(write)
+                let end = if more {
+                    BlockEnd::Flush
+                } else if trailers {
+                    BlockEnd::Write
                 } else {
-                    write()
+                    BlockEnd::Finish
                 };
+                if self.loan.is_some() || self.exchange_mut()?.is_compressing() {
+                    // Compressed: the block goes to the pool, off the loop (issue 39's
+                    // follow-up, ADR 0037), and the send returns once it is sent.
+                    if let Some(waiting) = self.send_compressed(py, body, end)? {
+                        if !more {
+                            self.response = if trailers {
+                                Response::Trailers
+                            } else {
+                                Response::Complete
+                            };
+                        }
+                        return Ok(waiting);
+                    }
+                }
+                let written = self.write_inline(py, body, end);
                 if !more {
                     self.response = if trailers {
                         Response::Trailers
@@ -277,7 +291,15 @@ impl Request {
         let Some(mut exchange) = self.exchange.take() else {
             return Ok(None);
         };
+        let block_out = self.loan.take().is_some();
+        self.backlog = None;
         let problem = match self.response {
+            // A block still in the pool (the app's task was cancelled while its send waited):
+            // the response cannot be completed, the connection closes.
+            _ if block_out => {
+                exchange.abort();
+                Some("the app returned while a block of its compressed response was still being compressed (connection closed)")
+            }
             Response::Complete => None,
             Response::Trailers => {
                 let _ = exchange.finish_with_trailers(&self.trailer_refs());
@@ -393,6 +415,13 @@ impl Request {
         if more {
             return self.waiter.done(py);
         }
+        if self.loan.is_some() || self.exchange_mut()?.is_compressing() {
+            // Ending a compressed stream is work: in the pool, the fields kept for its end.
+            if let Some(waiting) = self.send_compressed(py, b"", BlockEnd::Finish)? {
+                self.response = Response::Complete;
+                return Ok(waiting);
+            }
+        }
         let fields = std::mem::take(&mut self.trailer_fields);
         let refs: Vec<(&[u8], &[u8])> = fields
             .iter()
@@ -481,6 +510,10 @@ impl Request {
         now: Instant,
         timeout: Duration,
     ) -> PyResult<()> {
+        // A block in the pool is the server's time, not the client's.
+        if self.loan.is_some() {
+            return Ok(());
+        }
         if !self
             .waiter
             .send_overdue(self.exchange.as_deref_mut(), now, timeout)
@@ -495,8 +528,47 @@ impl Request {
         self.on_gone(py)
     }
 
+    /// Writes a block here, on the loop (with the GIL released when compressing: ADR 0037):
+    /// `data`, then what `end` asks.
+    fn write_inline(&mut self, py: Python<'_>, data: &[u8], end: BlockEnd) -> std::io::Result<()> {
+        let fields = if end == BlockEnd::Finish && self.trailers {
+            std::mem::take(&mut self.trailer_fields)
+        } else {
+            Vec::new()
+        };
+        let refs: Vec<(&[u8], &[u8])> = fields
+            .iter()
+            .map(|(name, value)| (name.as_slice(), value.as_slice()))
+            .collect();
+        let trailers = self.trailers;
+        let Some(exchange) = self.exchange.as_deref_mut() else {
+            return Ok(());
+        };
+        let compressing = exchange.is_compressing();
+        let mut write = || {
+            exchange.write_body(data).and_then(|()| match end {
+                BlockEnd::Flush => exchange.flush(),
+                // Kept (as far as the buffer holds it) for the trailers' one write.
+                BlockEnd::Write => Ok(()),
+                BlockEnd::Finish if trailers => exchange.finish_with_trailers(&refs),
+                BlockEnd::Finish => exchange.finish(),
+            })
+        };
+        // Compressing is CPU work: done with the GIL released (ADR 0037), so that the
+        // worker's other Python threads run meanwhile; the send writes without waiting.
+        if compressing {
+            py.detach(write)
+        } else {
+            write()
+        }
+    }
+
     /// Output the app waited for was written: a waiting `send` may return.
     pub(super) fn on_written(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.loan.is_some() {
+            // The send waits for its block too: checked when the block is back.
+            return Ok(());
+        }
         if self.waiter.on_written(py, self.exchange.as_deref_mut())? {
             // The client's wait is over: the app's time counts again from now.
             self.progress = Instant::now();

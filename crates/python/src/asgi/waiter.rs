@@ -249,6 +249,23 @@ impl Waiter {
         false
     }
 
+    /// A `send` whose compressed block is in the pool: a future, released once the block is
+    /// back and sent ([`Waiter::on_written`]); the one already waiting, if any (the block
+    /// follows that send's).
+    pub(super) fn wait_block<O: Output>(
+        &mut self,
+        py: Python<'_>,
+        output: Option<&mut O>,
+    ) -> PyResult<Py<PyAny>> {
+        if let Some(waiting) = &self.send {
+            return Ok(waiting.clone_ref(py));
+        }
+        let future = self.worker.borrow(py).new_future(py)?;
+        self.send = Some(future.clone_ref(py));
+        self.progress = (Instant::now(), output.map_or(0, |output| output.written()));
+        Ok(future)
+    }
+
     /// After a `send` handed `output` over: done at once unless more than
     /// `max_response_buffer` waits for the client; then a future settled once it is written
     /// ([`Waiter::on_written`]).

@@ -209,6 +209,16 @@ impl Exchange {
             .encoder
             .finish()
             .inspect_err(|_| self.keep_alive = false)?;
+        self.frame_ended();
+        Ok(())
+    }
+
+    /// Frames the output of a finished encoder (see [`Exchange::end_encoding`]) and gives the
+    /// encoder back to the slot.
+    fn frame_ended(&mut self) {
+        let Some(compressing) = self.compressing.as_mut() else {
+            return;
+        };
         if compressing.whole {
             let encoded = compressing.encoder.output();
             let mut line = Vec::with_capacity(32);
@@ -232,7 +242,6 @@ impl Exchange {
                 .count_compressed(compressing.encoder.coding(), self.body_sent, coded);
         }
         self.stop_compressing();
-        Ok(())
     }
 
     /// Whether the body being compressed ends short of the app's Content-Length (asked at
@@ -332,5 +341,285 @@ impl Exchange {
             done += n as u64;
         }
         Ok(done)
+    }
+}
+
+/// What a lent block ends with ([`Exchange::lend_block`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum BlockEnd {
+    /// Nothing: more body follows, and the block may wait in the buffer (`write_body`; ASGI's
+    /// last body message before its trailers).
+    Write,
+    /// A sync flush, and the block is sent (`write_body` then `flush`: a streamed block).
+    Flush,
+    /// The stream's end, and the response is complete (`write_body` then `finish`).
+    Finish,
+}
+
+/// A compressed response's encoder, lent with its next block to a thread that is not the
+/// event loop's (issue 39's follow-up: ASGI compresses off the loop). The exchange stays on
+/// the loop and is not touched for this response until [`Exchange::take_back_block`]; the
+/// borrower only runs [`EncoderLoan::run`], which touches nothing but the encoder and the
+/// block.
+pub struct EncoderLoan {
+    compressing: Box<Compressing>,
+    input: Vec<u8>,
+    end: BlockEnd,
+    result: io::Result<()>,
+}
+
+impl EncoderLoan {
+    /// Compresses the block (its bytes, then its end: a sync flush, or the stream's end); the
+    /// output waits in the encoder for the exchange to frame.
+    pub fn run(&mut self) {
+        let compressing = &mut self.compressing;
+        let input = &self.input;
+        let end = self.end;
+        self.result = (|| {
+            if !input.is_empty() {
+                compressing.encoder.write(input)?;
+                compressing.dirty = true;
+            }
+            match end {
+                BlockEnd::Write => {}
+                BlockEnd::Flush => {
+                    if !compressing.whole && compressing.dirty {
+                        compressing.dirty = false;
+                        compressing.encoder.flush()?;
+                    }
+                }
+                BlockEnd::Finish => compressing.encoder.finish()?,
+            }
+            Ok(())
+        })();
+    }
+
+    /// What the block ends with.
+    pub fn end(&self) -> BlockEnd {
+        self.end
+    }
+}
+
+impl Exchange {
+    /// Lends the encoder of this compressed response with its next block, `data` ended by
+    /// `end` (what [`Exchange::write_body`] and then [`Exchange::flush`] or
+    /// [`Exchange::finish`] would do here, to run elsewhere): the body's accounting is done
+    /// now, the compressing by [`EncoderLoan::run`], the framing and sending by
+    /// [`Exchange::take_back_block`]. Until then the caller must not use the exchange for
+    /// this response. None when this block is not lent but written here, as it was: the
+    /// response is not compressed, has no body (`HEAD`), has not begun, or ends short of its
+    /// Content-Length (cut off here, [`Exchange::finish`]).
+    pub fn lend_block(&mut self, data: &[u8], end: BlockEnd) -> Option<EncoderLoan> {
+        if self.compressing.is_none()
+            || self.discards_body()
+            || !matches!(self.phase, Phase::Buffered | Phase::Committed)
+        {
+            return None;
+        }
+        let taken = match self.declared {
+            Some(declared) => (data.len() as u64).min(declared.saturating_sub(self.body_sent)),
+            None => data.len() as u64,
+        };
+        if end == BlockEnd::Finish
+            && self
+                .declared
+                .is_some_and(|declared| self.body_sent + taken < declared)
+        {
+            return None;
+        }
+        let data = self.allowed(data);
+        self.body_sent += data.len() as u64;
+        let compressing = self.compressing.take()?;
+        Some(EncoderLoan {
+            compressing,
+            input: data.to_vec(),
+            end,
+            result: Ok(()),
+        })
+    }
+
+    /// A block made by a lent encoder (a loan of this exchange's response, run) in the
+    /// response: framed as the head announced and sent as its end asks (a flushed block
+    /// now; the response's end, with `trailers` as its trailer section when given). The
+    /// encoder is back (and, at the end, back in the slot for its next response).
+    pub fn take_back_block(
+        &mut self,
+        loan: EncoderLoan,
+        trailers: Option<&[(&[u8], &[u8])]>,
+    ) -> io::Result<()> {
+        let EncoderLoan {
+            compressing,
+            end,
+            result,
+            ..
+        } = loan;
+        self.compressing = Some(compressing);
+        if let Err(err) = result {
+            self.keep_alive = false;
+            return Err(err);
+        }
+        match end {
+            BlockEnd::Write => {
+                if self.compressing.as_ref().is_some_and(|c| c.whole) {
+                    return Ok(());
+                }
+                self.take_encoded();
+                if self.ctx.out.len() >= OUT_BUFFER_LIMIT {
+                    return self.emit_buffered(Phase::Committed);
+                }
+                Ok(())
+            }
+            BlockEnd::Flush => {
+                self.take_encoded();
+                if self.ctx.out.is_empty()
+                    || !matches!(self.phase, Phase::Buffered | Phase::Committed)
+                {
+                    return Ok(());
+                }
+                self.emit_buffered(Phase::Committed)
+            }
+            BlockEnd::Finish => {
+                self.frame_ended();
+                self.close_body(trailers)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compress::CompressionConfig;
+    use crate::connection::{Connection, Readiness};
+    use crate::listener::{Local, Peer};
+    use crate::scoreboard::Scoreboard;
+    use crate::shared::WorkerShared;
+    use crate::transport::Transport;
+    use crate::{App, WorkerConfig};
+    use std::io::Read;
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    use std::sync::Arc;
+
+    const BLOCKS: [&[u8]; 3] = [
+        b"data: one one one one one one one one\n\n",
+        b"data: two two two two two two two two\n\n",
+        b"data: three three three three three\n\n",
+    ];
+
+    /// Streams `BLOCKS`, each lent to another thread with its encoder and taken back in turn,
+    /// as the ASGI bridge does with its pool; then the end, lent too.
+    struct Lending;
+
+    impl App for Lending {
+        fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
+            exchange
+                .begin_response(
+                    b"200 OK",
+                    [(&b"Content-Type"[..], &b"text/event-stream"[..])],
+                    None,
+                )
+                .unwrap();
+            assert!(exchange.is_compressing());
+            let ends = BLOCKS
+                .iter()
+                .map(|block| (*block, BlockEnd::Flush))
+                .chain([(&b""[..], BlockEnd::Finish)]);
+            for (block, end) in ends {
+                let mut loan = exchange.lend_block(block, end).expect("lent");
+                assert!(!exchange.is_compressing(), "the encoder is out");
+                let loan = std::thread::spawn(move || {
+                    loan.run();
+                    loan
+                })
+                .join()
+                .unwrap();
+                exchange.take_back_block(loan, None).unwrap();
+            }
+            assert!(
+                !exchange.is_compressing(),
+                "the encoder went back to the slot"
+            );
+            assert!(exchange.lend_block(b"late", BlockEnd::Finish).is_none());
+            exchange
+        }
+    }
+
+    #[test]
+    fn blocks_lent_to_another_thread_leave_in_order_each_decodable_then_the_end() {
+        let config = WorkerConfig {
+            compression: CompressionConfig {
+                codings: vec![crate::compress::Coding::Gzip],
+                ..CompressionConfig::default()
+            },
+            ..WorkerConfig::default()
+        };
+        let shared = Arc::new(WorkerShared::new(
+            config,
+            vec![Local::Unix(String::new())],
+            None,
+            Arc::new(Scoreboard::new(1, 1).unwrap()),
+            0,
+            u64::MAX,
+            None,
+        ));
+        let (mut client, server) = UnixStream::pair().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let limits = shared.config.limits;
+        let mut conn = Connection::new(Transport::Plain(OwnedFd::from(server)), Peer::Unix, 0);
+        std::io::Write::write_all(
+            &mut client,
+            b"GET /events HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+        assert!(matches!(conn.on_readable(&limits), Readiness::HeadComplete));
+        let ctx = Box::new(crate::exchange::SlotContext::new());
+        let (kept, _) = crate::slot::serve_connection(conn, ctx, &Lending, &shared, None);
+        drop(kept);
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).unwrap();
+        let end = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&answer[..end]).to_lowercase();
+        assert!(head.contains("content-encoding: gzip"), "{head}");
+        assert!(head.contains("transfer-encoding: chunked"), "{head}");
+        // One chunk per block, each decoding to its block alone; the last chunk ends the
+        // gzip stream; then the last-chunk marker.
+        let mut body = &answer[end..];
+        let mut chunks = Vec::new();
+        loop {
+            let line = body.windows(2).position(|w| w == b"\r\n").unwrap();
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&body[..line]).unwrap(), 16).unwrap();
+            body = &body[line + 2..];
+            if size == 0 {
+                assert_eq!(body, b"\r\n");
+                break;
+            }
+            chunks.push(body[..size].to_vec());
+            body = &body[size + 2..];
+        }
+        assert_eq!(chunks.len(), BLOCKS.len() + 1);
+        let mut inflate = flate2::Decompress::new(false);
+        let mut gzip_body = Vec::new();
+        for (index, chunk) in chunks.iter().enumerate() {
+            // The 10-byte gzip header leads the first chunk; the stream is raw deflate after.
+            let data = if index == 0 { &chunk[10..] } else { &chunk[..] };
+            let mut out = Vec::with_capacity(4096);
+            inflate
+                .decompress_vec(data, &mut out, flate2::FlushDecompress::Sync)
+                .unwrap();
+            if index < BLOCKS.len() {
+                assert_eq!(out, BLOCKS[index], "block {index} decodes alone");
+            } else {
+                assert!(out.is_empty());
+                gzip_body = chunk.clone();
+            }
+        }
+        // The last chunk carries the end of deflate and the CRC and length trailer.
+        let total: usize = BLOCKS.iter().map(|b| b.len()).sum();
+        assert_eq!(
+            &gzip_body[gzip_body.len() - 4..],
+            &(total as u32).to_le_bytes()
+        );
     }
 }

@@ -45,6 +45,7 @@ mod response;
 mod send;
 mod timeout;
 
+pub use compressing::{BlockEnd, EncoderLoan};
 pub use context::{SlotContext, OUT_BUFFER_LIMIT};
 pub use response::ResponseError;
 pub(crate) use timeout::pay_owed;

@@ -392,10 +392,7 @@ impl Exchange {
             }
             self.end_encoding()?;
         }
-        if self.framing == ResponseFraming::Chunked {
-            self.ctx.out.extend_from_slice(LAST_CHUNK);
-        }
-        self.end_body()
+        self.close_body(None)
     }
 
     /// Completes the response with trailer fields (ASGI's `http.response.trailers`): a chunked
@@ -416,15 +413,26 @@ impl Exchange {
             }
             self.end_encoding()?;
         }
+        self.close_body(Some(trailers))
+    }
+
+    /// Ends the body whose last bytes are buffered: the last chunk (with `trailers`, when
+    /// given, as its trailer section), then [`Exchange::end_body`].
+    pub(super) fn close_body(&mut self, trailers: Option<&[(&[u8], &[u8])]>) -> io::Result<()> {
         if self.framing == ResponseFraming::Chunked {
-            let out = &mut self.ctx.out;
-            out.extend_from_slice(b"0\r\n");
-            for &(name, value) in trailers {
-                if check_app_header(name, value) == Ok(AppHeader::Plain) {
-                    encode_header(out, name, value);
+            match trailers {
+                None => self.ctx.out.extend_from_slice(LAST_CHUNK),
+                Some(trailers) => {
+                    let out = &mut self.ctx.out;
+                    out.extend_from_slice(b"0\r\n");
+                    for &(name, value) in trailers {
+                        if check_app_header(name, value) == Ok(AppHeader::Plain) {
+                            encode_header(out, name, value);
+                        }
+                    }
+                    out.extend_from_slice(b"\r\n");
                 }
             }
-            out.extend_from_slice(b"\r\n");
         }
         self.end_body()
     }

@@ -30,7 +30,7 @@ use crate::exchange::{Exchange, SlotContext};
 use crate::mpm::app_threads::lock;
 use crate::reactor::{Dispatch, Driver, Reactor};
 use crate::shared::WorkerShared;
-use crate::static_files::Routed;
+use crate::static_files::{Routed, Warm};
 use crate::transport::Link;
 use crate::websocket::WsSession;
 
@@ -126,6 +126,17 @@ pub enum AsyncEvent {
     Gone(usize),
     /// This handed-out connection's socket became readable (a WebSocket's frames).
     Readable(usize),
+    /// A request under a static mount whose names are not all in the dentry cache (only
+    /// after [`AsyncReactor::hand_cold_opens`]): run `warm` off the loop, then give the
+    /// exchange back with [`AsyncReactor::route_warmed`]. Nothing is answered yet.
+    Cold {
+        /// Names its connection.
+        token: usize,
+        /// The request, its response not started.
+        exchange: Box<Exchange>,
+        /// The lookups to run where waiting for the disk holds no loop.
+        warm: Warm,
+    },
 }
 
 /// A worker's reactor, run turn by turn by an event loop on the same thread.
@@ -149,6 +160,11 @@ pub struct AsyncReactor {
     #[allow(clippy::vec_box)]
     shells: Vec<Option<Box<Connection>>>,
     started: bool,
+    /// Static lookups are tried in the dentry cache first and a cold one handed out
+    /// ([`AsyncReactor::hand_cold_opens`]).
+    cold_opens_out: bool,
+    /// Requests routed to the app after their cold lookups (`route_warmed`), for the next turn.
+    again: Vec<AsyncEvent>,
 }
 
 impl AsyncReactor {
@@ -173,6 +189,8 @@ impl AsyncReactor {
             made: 0,
             shells: Vec::new(),
             started: false,
+            cold_opens_out: false,
+            again: Vec::new(),
         }
     }
 
@@ -220,6 +238,7 @@ impl AsyncReactor {
         out.extend(lock(&self.written).drain(..).map(AsyncEvent::Written));
         out.extend(self.driver.readable.drain(..).map(AsyncEvent::Readable));
         out.extend(self.driver.gone.drain(..).map(AsyncEvent::Gone));
+        out.append(&mut self.again);
         let mut ready = std::mem::take(&mut self.driver.ready);
         for (token, mut conn) in ready.drain(..) {
             let ctx = self.spare.pop().unwrap_or_else(|| {
@@ -260,10 +279,27 @@ impl AsyncReactor {
                 self.complete(token, exchange);
                 continue;
             }
-            // A static answer (ADR 0036): its file work runs with the interpreter released.
+            // A static answer (ADR 0036): its file work runs with the interpreter released;
+            // with cold opens handed out, names are looked up in the dentry cache only, and a
+            // request needing the disk goes out to be warmed (issue 39's follow-up).
             let driver = &mut self.driver;
             let mut release = |work: &mut dyn FnMut()| driver.off_interpreter(work);
-            match crate::static_files::route(exchange, Some(&mut release)) {
+            let routed = if self.cold_opens_out {
+                match crate::static_files::route_cached(exchange, Some(&mut release)) {
+                    Ok(routed) => routed,
+                    Err((exchange, warm)) => {
+                        out.push(AsyncEvent::Cold {
+                            token,
+                            exchange,
+                            warm,
+                        });
+                        continue;
+                    }
+                }
+            } else {
+                crate::static_files::route(exchange, Some(&mut release))
+            };
+            match routed {
                 Routed::Served(exchange) => {
                     self.end(token, exchange, false);
                     continue;
@@ -276,6 +312,33 @@ impl AsyncReactor {
         }
         self.driver.ready = ready;
         Ok(stopped)
+    }
+
+    /// Has static lookups tried in the dentry cache first, a request whose names are not there
+    /// given out as [`AsyncEvent::Cold`] (the caller has threads to warm them on).
+    pub fn hand_cold_opens(&mut self) {
+        self.cold_opens_out = true;
+    }
+
+    /// Routes again a request given out as [`AsyncEvent::Cold`] once its `warm` ran: answered
+    /// from the cache now (or, evicted again meanwhile, looked up here as without cold opens
+    /// handed out), or, a miss for the app, handed to it in the next turn. True when a turn
+    /// is needed (the event loop then schedules one).
+    pub fn route_warmed(&mut self, token: usize, exchange: Box<Exchange>) -> bool {
+        let driver = &mut self.driver;
+        let mut release = |work: &mut dyn FnMut()| driver.off_interpreter(work);
+        let routed = match crate::static_files::route_cached(exchange, Some(&mut release)) {
+            Ok(routed) => routed,
+            Err((exchange, _)) => crate::static_files::route(exchange, Some(&mut release)),
+        };
+        match routed {
+            Routed::Served(exchange) => self.end(token, exchange, false),
+            Routed::App(exchange) => {
+                self.shared.request_spends_budget();
+                self.again.push(AsyncEvent::Request { token, exchange });
+                true
+            }
+        }
     }
 
     /// Ends a request: completes its exchange (an unfinished response is finished, or a 500

@@ -10,8 +10,11 @@
 //! leave refused by the kernel) as `O_PATH` descriptors, which open nothing (a device's driver
 //! never sees an open, a FIFO never blocks), then `fstat`ed: only a regular file is then opened
 //! for reading, through its descriptor ([`static_mounts::reopen`]). The opens and `fstat`s run
-//! on the caller's thread (the slot's; for ASGI the event loop's), with the app's interpreter
-//! released.
+//! on the caller's thread (the slot's), with the app's interpreter released. The ASGI bridge,
+//! whose thread is its event loop's, asks with [`route_cached`] (issue 39's follow-up): names
+//! are then looked up in the dentry cache only (`RESOLVE_CACHED`), and one that would need the
+//! disk gives the exchange back, unanswered, with the [`Warm`] work that brings its names into
+//! the cache on another thread.
 //!
 //! It must not decide framing or write to the socket itself: the exchange does both.
 
@@ -22,7 +25,10 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use std::sync::Arc;
+
 use crate::exchange::Exchange;
+use crate::shared::WorkerShared;
 use crate::static_mounts;
 use path::{name_under_mount, target_path, Named};
 use rules::{
@@ -53,7 +59,65 @@ pub fn route(exchange: Box<Exchange>, release: Option<Release<'_>>) -> Routed {
     if exchange.statics().mounts.is_empty() {
         return Routed::App(exchange);
     }
-    route_mounted(exchange, release)
+    match route_mounted(exchange, release, false) {
+        Ok(routed) => routed,
+        // Lookups that may use the disk are never cold.
+        Err(exchange) => Routed::App(exchange),
+    }
+}
+
+/// [`route`] with names looked up in the dentry cache only: `Err` when one is not there (a
+/// cold cache), with the exchange unanswered (nothing written) and the [`Warm`] work to run
+/// elsewhere before routing it again.
+#[inline]
+pub fn route_cached(
+    exchange: Box<Exchange>,
+    release: Option<Release<'_>>,
+) -> Result<Routed, (Box<Exchange>, Warm)> {
+    if exchange.statics().mounts.is_empty() {
+        return Ok(Routed::App(exchange));
+    }
+    route_mounted(exchange, release, true).map_err(|exchange| {
+        let (mount, prefix_len) = matched(&exchange).expect("a cold lookup is under a mount");
+        let path = target_path(exchange.target()).expect("checked by matched");
+        let warm = Warm {
+            shared: exchange.shared_handle(),
+            mount,
+            rest: path[prefix_len..].to_vec(),
+            accept: header(&exchange, b"accept-encoding").map(<[u8]>::to_vec),
+        };
+        (exchange, warm)
+    })
+}
+
+/// The lookups of a request whose names were not all in the dentry cache, to run on a thread
+/// that may wait for the disk: the same names looked up (the file, the index, the
+/// precompressed siblings `Accept-Encoding` asks for) and dropped, so that routing the request
+/// again finds them cached.
+pub struct Warm {
+    shared: Arc<WorkerShared>,
+    mount: usize,
+    rest: Vec<u8>,
+    accept: Option<Vec<u8>>,
+}
+
+impl Warm {
+    /// Looks the names up (may wait for the disk).
+    pub fn run(&self) {
+        let statics = &self.shared.config.statics;
+        let dir = statics.mounts[self.mount].dir_fd();
+        if let Found::File { name, .. } = find(&self.rest, statics, dir, false) {
+            if is_compressible(mime_type(&name)) {
+                let _ = sibling(
+                    dir,
+                    statics.follow_symlinks,
+                    &name,
+                    self.accept.as_deref(),
+                    false,
+                );
+            }
+        }
+    }
 }
 
 /// An open representation: its file and its validators.
@@ -66,10 +130,14 @@ struct Opened {
 /// descriptor (opening nothing): with `openat2` confined to `dir`
 /// ([`static_mounts::open_beneath`]), or, when `follow` (symlinks may leave the mount), a
 /// plain `openat` (`name` holds no `..` and is relative, so only a symlink can lead out).
-fn look_up(dir: RawFd, name: &[u8], follow: bool) -> io::Result<OwnedFd> {
+/// `cached`: from the dentry cache only ([`static_mounts::open_cached`]).
+fn look_up(dir: RawFd, name: &[u8], follow: bool, cached: bool) -> io::Result<OwnedFd> {
     let c_name = CString::new(if name.is_empty() { &b"."[..] } else { name })
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     let flags = libc::O_PATH | libc::O_CLOEXEC;
+    if cached {
+        return static_mounts::open_cached(dir, &c_name, flags, !follow);
+    }
     if !follow {
         return static_mounts::open_beneath(dir, &c_name, flags);
     }
@@ -100,11 +168,58 @@ fn stat(fd: &OwnedFd) -> io::Result<(libc::mode_t, Validators)> {
     ))
 }
 
+/// A cached-only lookup (`cached`) that failed for want of the dentry cache.
+fn cold(cached: bool, err: &io::Error) -> bool {
+    cached && err.kind() == io::ErrorKind::WouldBlock
+}
+
+/// What [`open_regular`] found.
+enum Opening {
+    Opened(Opened),
+    /// Missing, refused, or not a regular file.
+    Missing,
+    /// Not in the dentry cache (a `cached` lookup).
+    Cold,
+}
+
 /// Opens `name` beneath `dir` when it is a regular file (and only then).
-fn open_regular(dir: RawFd, name: &[u8], follow: bool) -> Option<Opened> {
-    let path = look_up(dir, name, follow).ok()?;
-    let (kind, validators) = stat(&path).ok()?;
-    opened(kind, &path, validators)
+fn open_regular(dir: RawFd, name: &[u8], follow: bool, cached: bool) -> Opening {
+    let path = match look_up(dir, name, follow, cached) {
+        Ok(path) => path,
+        Err(err) if cold(cached, &err) => return Opening::Cold,
+        Err(_) => return Opening::Missing,
+    };
+    let Ok((kind, validators)) = stat(&path) else {
+        return Opening::Missing;
+    };
+    match opened(kind, &path, validators) {
+        Some(opened) => Opening::Opened(opened),
+        None => Opening::Missing,
+    }
+}
+
+/// The precompressed sibling of `name` that `accept` (the request's `Accept-Encoding`) prefers
+/// and the mount holds, opened; `Err` when a `cached` lookup was cold.
+fn sibling(
+    dir: RawFd,
+    follow: bool,
+    name: &[u8],
+    accept: Option<&[u8]>,
+    cached: bool,
+) -> Result<Option<(Opened, rules::Encoding)>, ()> {
+    let mut sibling = Vec::with_capacity(name.len() + 4);
+    for candidate in preference(accepted(accept)) {
+        sibling.clear();
+        sibling.extend_from_slice(name);
+        sibling.push(b'.');
+        sibling.extend_from_slice(candidate.suffix());
+        match open_regular(dir, &sibling, follow, cached) {
+            Opening::Opened(opened) => return Ok(Some((opened, candidate))),
+            Opening::Missing => {}
+            Opening::Cold => return Err(()),
+        }
+    }
+    Ok(None)
 }
 
 /// The regular file `path` (of type `kind`) opened for reading; `None` for any other type.
@@ -124,16 +239,21 @@ enum Found {
     Redirect,
     /// Nothing servable (missing, refused, not a regular file, a directory without index).
     Miss,
+    /// A name not in the dentry cache (a `cached` lookup): nothing decided.
+    Cold,
 }
 
 /// What the mount whose directory is `dir` holds for `rest`, the path after its prefix.
-fn find(rest: &[u8], statics: &crate::config::StaticConfig, dir: RawFd) -> Found {
+/// `cached`: names from the dentry cache only.
+fn find(rest: &[u8], statics: &crate::config::StaticConfig, dir: RawFd, cached: bool) -> Found {
     let Named::Path { relative, slash } = name_under_mount(rest, statics.hidden) else {
         return Found::Miss;
     };
     let follow = statics.follow_symlinks;
-    let Ok(path) = look_up(dir, &relative, follow) else {
-        return Found::Miss;
+    let path = match look_up(dir, &relative, follow, cached) {
+        Ok(path) => path,
+        Err(err) if cold(cached, &err) => return Found::Cold,
+        Err(_) => return Found::Miss,
     };
     let Ok((kind, validators)) = stat(&path) else {
         return Found::Miss;
@@ -158,9 +278,10 @@ fn find(rest: &[u8], statics: &crate::config::StaticConfig, dir: RawFd) -> Found
                 name.push(b'/');
             }
             name.extend_from_slice(index);
-            match open_regular(dir, &name, follow) {
-                Some(opened) => Found::File { name, opened },
-                None => Found::Miss,
+            match open_regular(dir, &name, follow, cached) {
+                Opening::Opened(opened) => Found::File { name, opened },
+                Opening::Missing => Found::Miss,
+                Opening::Cold => Found::Cold,
             }
         }
         // A FIFO, socket or device; or a file asked for as a directory (`a.css/`).
@@ -176,12 +297,17 @@ fn matched(exchange: &Exchange) -> Option<(usize, usize)> {
 }
 
 /// [`route`] with mounts: a request outside them costs a prefix comparison per mount and
-/// nothing else; one under a mount is answered, or is a miss for the app. Never inlined: the
+/// nothing else; one under a mount is answered, or is a miss for the app; `Err` (`cached`
+/// lookups only) when a name was not in the dentry cache, nothing answered. Never inlined: the
 /// slot's loop keeps only [`route`]'s branch.
 #[inline(never)]
-fn route_mounted(mut exchange: Box<Exchange>, release: Option<Release<'_>>) -> Routed {
+fn route_mounted(
+    mut exchange: Box<Exchange>,
+    release: Option<Release<'_>>,
+    cached: bool,
+) -> Result<Routed, Box<Exchange>> {
     let Some((index, prefix_len)) = matched(&exchange) else {
-        return Routed::App(exchange);
+        return Ok(Routed::App(exchange));
     };
     // Held while the exchange writes (it borrows the settings and the mount's descriptor).
     let shared = exchange.shared_handle();
@@ -190,44 +316,55 @@ fn route_mounted(mut exchange: Box<Exchange>, release: Option<Release<'_>>) -> R
     let method = exchange.method();
     if method != b"GET" && method != b"HEAD" {
         if statics.miss_to_app {
-            return Routed::App(exchange);
+            return Ok(Routed::App(exchange));
         }
         small(
             &mut exchange,
             b"405 Method Not Allowed",
             &[(b"Allow", b"GET, HEAD")],
         );
-        return Routed::Served(exchange);
+        return Ok(Routed::Served(exchange));
     }
-    let mut served = false;
-    let mut work = || served = answer(&mut exchange, statics, mount, prefix_len);
+    let mut answered = Answered::App;
+    let mut work = || answered = answer(&mut exchange, statics, mount, prefix_len, cached);
     match release {
         Some(release) => release(&mut work),
         None => work(),
     }
-    if served {
-        Routed::Served(exchange)
-    } else {
-        Routed::App(exchange)
+    match answered {
+        Answered::Served => Ok(Routed::Served(exchange)),
+        Answered::App => Ok(Routed::App(exchange)),
+        Answered::Cold => Err(exchange),
     }
 }
 
+/// What [`answer`] did.
+enum Answered {
+    Served,
+    /// A miss for the app.
+    App,
+    /// A name was not in the dentry cache: nothing answered.
+    Cold,
+}
+
 /// Finds and answers what the mount holds for `exchange`'s path (whose first `prefix_len`
-/// bytes are the mount's prefix). False when it is a miss for the app.
+/// bytes are the mount's prefix); `cached`: names from the dentry cache only.
 fn answer(
     exchange: &mut Exchange,
     statics: &crate::config::StaticConfig,
     mount: &crate::static_mounts::Mount,
     prefix_len: usize,
-) -> bool {
+    cached: bool,
+) -> Answered {
     let target = exchange.target();
     let path = target_path(target).expect("checked by the caller");
-    let found = find(&path[prefix_len..], statics, mount.dir_fd());
+    let found = find(&path[prefix_len..], statics, mount.dir_fd(), cached);
     match found {
-        Found::Miss if statics.miss_to_app => false,
+        Found::Cold => Answered::Cold,
+        Found::Miss if statics.miss_to_app => Answered::App,
         Found::Miss => {
             small(exchange, b"404 Not Found", &[]);
-            true
+            Answered::Served
         }
         Found::Redirect => {
             let query = target.iter().position(|&b| b == b'?');
@@ -241,7 +378,7 @@ fn answer(
                 b"301 Moved Permanently",
                 &[(b"Location", &location)],
             );
-            true
+            Answered::Served
         }
         Found::File { name, opened } => {
             let cache_control = if carries_content_hash(&name) {
@@ -249,15 +386,19 @@ fn answer(
             } else {
                 &statics.cache_control
             };
-            answer_file(
+            if answer_file(
                 exchange,
                 mount.dir_fd(),
                 statics.follow_symlinks,
                 &name,
                 opened,
                 cache_control,
-            );
-            true
+                cached,
+            ) {
+                Answered::Served
+            } else {
+                Answered::Cold
+            }
         }
     }
 }
@@ -287,7 +428,8 @@ fn header<'e>(exchange: &'e Exchange, name: &[u8]) -> Option<&'e [u8]> {
 }
 
 /// Answers with the file `name` (opened as `identity`), or the precompressed sibling the
-/// request's `Accept-Encoding` prefers: 200, 206, 304 or 416.
+/// request's `Accept-Encoding` prefers: 200, 206, 304 or 416. False, nothing answered, when a
+/// `cached` lookup of a sibling was cold.
 fn answer_file(
     exchange: &mut Exchange,
     dir: RawFd,
@@ -295,7 +437,8 @@ fn answer_file(
     name: &[u8],
     identity: Opened,
     cache_control: &[u8],
-) {
+    cached: bool,
+) -> bool {
     // Never compressed on the fly (whatever `compression` says): the file goes out with
     // sendfile, a text file is compressed ahead by its sibling, and a 304's ETag stays the
     // 200's.
@@ -305,18 +448,14 @@ fn answer_file(
     let mut encoding = None;
     let mut chosen = identity;
     if compressible {
-        let weights = accepted(header(exchange, b"accept-encoding"));
-        let mut sibling = Vec::with_capacity(name.len() + 4);
-        for candidate in preference(weights) {
-            sibling.clear();
-            sibling.extend_from_slice(name);
-            sibling.push(b'.');
-            sibling.extend_from_slice(candidate.suffix());
-            if let Some(opened) = open_regular(dir, &sibling, follow) {
+        let accept = header(exchange, b"accept-encoding");
+        match sibling(dir, follow, name, accept, cached) {
+            Ok(Some((opened, candidate))) => {
                 chosen = opened;
                 encoding = Some(candidate);
-                break;
             }
+            Ok(None) => {}
+            Err(()) => return false,
         }
     }
     let validators = chosen.validators;
@@ -348,7 +487,7 @@ fn answer_file(
         {
             let _ = exchange.finish();
         }
-        return;
+        return true;
     }
     headers.push((b"Content-Type", mime.as_bytes()));
     if let Some(encoding) = encoding {
@@ -443,7 +582,7 @@ fn answer_file(
                     if exchange.write_body(head.as_bytes()).is_err()
                         || exchange.send_file(file, *first, last - first + 1).is_err()
                     {
-                        return;
+                        return true;
                     }
                 }
                 let _ = exchange.write_body(closing.as_bytes());
@@ -451,4 +590,5 @@ fn answer_file(
             }
         }
     }
+    true
 }

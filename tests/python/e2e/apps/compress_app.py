@@ -16,6 +16,17 @@ as WSGI (``app``) and ASGI (``asgi``):
   last body message);
 - ``/not-modified`` and ``/private/not-modified``: a 304 as frameworks send it (``ETag``,
   ``Vary``, no ``Content-Type``).
+
+ASGI only (issue 39's follow-up: compression off the loop):
+
+- ``/offloop``: ``LARGE`` (512 KiB of text) in one body message; ``/offloop-stream``: two
+  ``more_body`` blocks sent before either is awaited, then the end. Before the first body
+  ``send``, each schedules a callback on its loop (``call_soon``) and notes, once its sends
+  returned, whether that callback ran while they were pending (so the loop ran while the
+  blocks compressed) or not yet (the sends never gave the loop back);
+- ``/offloop-trailers``: ``BLOCKS`` as ``more_body`` messages, an empty last one, then two
+  ``http.response.trailers`` messages (``x-one``, then ``x-two``);
+- ``/observed``: those notes in order, as ``ran``/``held`` words (then forgotten).
 """
 
 import gzip
@@ -88,8 +99,54 @@ def app(environ, start_response):
     return gated(blocks, gate)
 
 
+LARGE = b"".join(f"line {n}: the quick brown fox jumps over the lazy dog\n".encode() for n in range(10_000))[:512 * 1024]
+OBSERVED = []
+
+
+async def off_loop(path, send):
+    """``/offloop`` and ``/offloop-stream`` (see the module's docstring)."""
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    state = {"pending": True, "seen": "held"}
+
+    def look():
+        if state["pending"]:
+            state["seen"] = "ran"
+
+    asyncio.get_running_loop().call_soon(look)
+    if path == "/offloop":
+        await send({"type": "http.response.body", "body": LARGE})
+    else:
+        half = len(LARGE) // 2
+        first = send({"type": "http.response.body", "body": LARGE[:half], "more_body": True})
+        second = send({"type": "http.response.body", "body": LARGE[half:], "more_body": True})
+        await first
+        await second
+    state["pending"] = False
+    OBSERVED.append(state["seen"])
+    if path != "/offloop":
+        await send({"type": "http.response.body", "body": b""})
+
+
 async def asgi(scope, receive, send):
     if scope["type"] != "http":
+        return
+    if scope["path"] in ("/offloop", "/offloop-stream"):
+        await off_loop(scope["path"], send)
+        return
+    if scope["path"] == "/offloop-trailers":
+        await send({"type": "http.response.start", "status": 200, "trailers": True,
+                    "headers": [(b"content-type", b"text/plain")]})
+        for block in BLOCKS:
+            await send({"type": "http.response.body", "body": block, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        await send({"type": "http.response.trailers", "headers": [(b"x-one", b"1")], "more_trailers": True})
+        await send({"type": "http.response.trailers", "headers": [(b"x-two", b"2")]})
+        return
+    if scope["path"] == "/observed":
+        body = " ".join(OBSERVED).encode()
+        OBSERVED.clear()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": body})
         return
     status, headers, blocks, gate = route(scope["path"], scope["query_string"].decode())
     code = int(status.split()[0])
