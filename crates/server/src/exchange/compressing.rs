@@ -470,6 +470,11 @@ impl Exchange {
                 Ok(())
             }
             BlockEnd::Flush => {
+                // A whole body (its Content-Length set at the end) sends nothing before its
+                // end, as the inline flush does: the head waits for the length.
+                if self.compressing.as_ref().is_some_and(|c| c.whole) {
+                    return Ok(());
+                }
                 self.take_encoded();
                 if self.ctx.out.is_empty()
                     || !matches!(self.phase, Phase::Buffered | Phase::Committed)
@@ -545,8 +550,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn blocks_lent_to_another_thread_leave_in_order_each_decodable_then_the_end() {
+    /// Serves `GET /events` (gzip accepted) with `app` on a socket pair: the client's answer.
+    fn answer_of(app: &dyn App) -> Vec<u8> {
         let config = WorkerConfig {
             compression: CompressionConfig {
                 codings: vec![crate::compress::Coding::Gzip],
@@ -574,10 +579,69 @@ mod tests {
         .unwrap();
         assert!(matches!(conn.on_readable(&limits), Readiness::HeadComplete));
         let ctx = Box::new(crate::exchange::SlotContext::new());
-        let (kept, _) = crate::slot::serve_connection(conn, ctx, &Lending, &shared, None);
+        let (kept, _) = crate::slot::serve_connection(conn, ctx, app, &shared, None);
         drop(kept);
         let mut answer = Vec::new();
         client.read_to_end(&mut answer).unwrap();
+        answer
+    }
+
+    /// Lends `BODY` (its length announced, so compressed whole) in two blocks, the first
+    /// ended by a flush, as an ASGI app's `more_body` message would be.
+    struct LendingWhole;
+
+    /// Above `compression_min_size` (1024) together, so that it is compressed.
+    const BODY: [&[u8]; 2] = [&[b'a'; 700], &[b'b'; 700]];
+
+    impl App for LendingWhole {
+        fn serve(&self, mut exchange: Box<Exchange>) -> Box<Exchange> {
+            let length = BODY.iter().map(|part| part.len() as u64).sum();
+            exchange
+                .begin_response(
+                    b"200 OK",
+                    [(&b"Content-Type"[..], &b"text/plain"[..])],
+                    Some(length),
+                )
+                .unwrap();
+            for (part, end) in BODY.iter().zip([BlockEnd::Flush, BlockEnd::Finish]) {
+                let mut loan = exchange.lend_block(part, end).expect("lent");
+                loan.run();
+                exchange.take_back_block(loan, None).unwrap();
+            }
+            exchange
+        }
+    }
+
+    #[test]
+    fn a_flush_lent_with_a_whole_body_sends_nothing_before_its_end() {
+        let answer = answer_of(&LendingWhole);
+        let end = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&answer[..end]).to_lowercase();
+        assert_eq!(head.matches("http/1.1 200").count(), 1, "{head}");
+        assert!(head.contains("content-encoding: gzip"), "{head}");
+        assert!(!head.contains("transfer-encoding"), "{head}");
+        let length: usize = head
+            .lines()
+            .find_map(|line| line.strip_prefix("content-length: "))
+            .expect("a Content-Length")
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(
+            answer.len() - end,
+            length,
+            "the length is the compressed body's"
+        );
+        let mut decoded = Vec::new();
+        flate2::read::GzDecoder::new(&answer[end..])
+            .read_to_end(&mut decoded)
+            .unwrap();
+        assert_eq!(decoded, BODY.concat());
+    }
+
+    #[test]
+    fn blocks_lent_to_another_thread_leave_in_order_each_decodable_then_the_end() {
+        let answer = answer_of(&Lending);
         let end = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
         let head = String::from_utf8_lossy(&answer[..end]).to_lowercase();
         assert!(head.contains("content-encoding: gzip"), "{head}");
