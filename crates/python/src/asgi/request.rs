@@ -65,6 +65,10 @@ pub struct Request {
     /// Body the app sent while a block was out (a `send` not awaited, or another task's),
     /// and how its last message ended: lent, in order, when the block comes back.
     backlog: Option<(Vec<u8>, BlockEnd)>,
+    /// The app returned while its response's last block was in the pool (all of its body
+    /// handed over, a `send` it did not await): the request ends once the block is back and
+    /// sent ([`Request::loan_back`]), or its client is gone.
+    returned: bool,
 }
 
 impl Request {
@@ -89,6 +93,7 @@ impl Request {
             progress: Instant::now(),
             loan: None,
             backlog: None,
+            returned: false,
         }
     }
 }
@@ -288,22 +293,33 @@ impl Request {
     /// what"), if anything: none started (a 500 is sent; nothing said when the client was gone
     /// first), or it stopped before its last body message (the connection closes).
     fn end(&mut self, py: Python<'_>) -> PyResult<Option<String>> {
+        if self.returned {
+            return Ok(None);
+        }
+        // All of the body was handed over, its last block still in the pool (the app did not
+        // await that `send`, or another task does): the response is delivered when it is back.
+        // A cancelled or failed app aborted it already (`fail_with`), a gone client too.
+        if self.loan.is_some() && matches!(self.response, Response::Complete | Response::Trailers) {
+            self.returned = true;
+            self.waiter
+                .answer_receive(py, || Ok(disconnect_message(py)?.into_any()))?;
+            return Ok(
+                (self.response == Response::Trailers).then(|| self.complaint(TRAILERS_MISSING))
+            );
+        }
         let Some(mut exchange) = self.exchange.take() else {
             return Ok(None);
         };
-        let block_out = self.loan.take().is_some();
-        self.backlog = None;
+        if self.loan.take().is_some() {
+            // The app returned before its last body message, a block of it in the pool.
+            self.backlog = None;
+            exchange.abort();
+        }
         let problem = match self.response {
-            // A block still in the pool (the app's task was cancelled while its send waited):
-            // the response cannot be completed, the connection closes.
-            _ if block_out => {
-                exchange.abort();
-                Some("the app returned while a block of its compressed response was still being compressed (connection closed)")
-            }
             Response::Complete => None,
             Response::Trailers => {
                 let _ = exchange.finish_with_trailers(&self.trailer_refs());
-                Some("the app returned before its last http.response.trailers message (the trailers sent so far end the response)")
+                Some(TRAILERS_MISSING)
             }
             Response::None => {
                 exchange.fail(500);
@@ -327,22 +343,27 @@ impl Request {
                 String::from_utf8_lossy(exchange.target())
             )
         });
-        self.response = Response::Complete;
-        self.waiter
-            .answer_receive(py, || Ok(disconnect_message(py)?.into_any()))?;
-        self.waiter.release_send(py)?;
-        let token = self.waiter.token;
-        let mut worker = self.waiter.worker.borrow_mut(py);
-        worker.requests.remove(&token);
-        if worker.reactor.complete(token, exchange) {
-            worker.schedule_turn(py)?;
-        }
+        self.let_go(py, exchange)?;
         Ok(complaint)
     }
 }
 
+/// What `end` says of a response whose trailers did not all come.
+const TRAILERS_MISSING: &str = "the app returned before its last http.response.trailers message (the trailers sent so far end the response)";
+
 impl Request {
     fn fail_with(&mut self, status: u16) {
+        if self.loan.is_some() {
+            // Cancelled (or failed) with a block in the pool: the response cannot be whole,
+            // the connection closes; the block is dropped when it comes back.
+            self.loan = None;
+            self.backlog = None;
+            if let Some(exchange) = self.exchange.as_mut() {
+                exchange.abort();
+            }
+            self.response = Response::Complete;
+            return;
+        }
         if self.response == Response::Complete {
             return;
         }
@@ -486,10 +507,15 @@ impl Request {
     /// hold it for `send_timeout`, for a response that cannot be whole anyway.
     pub(super) fn on_gone(&mut self, py: Python<'_>) -> PyResult<()> {
         self.gone = true;
-        if matches!(
-            self.response,
-            Response::Started | Response::Body | Response::Trailers
-        ) {
+        // A block in the pool is dropped when it comes back (its serial no longer awaited).
+        let block_out = self.loan.take().is_some();
+        self.backlog = None;
+        if block_out
+            || matches!(
+                self.response,
+                Response::Started | Response::Body | Response::Trailers
+            )
+        {
             if let Some(exchange) = self.exchange.as_mut() {
                 exchange.abandon();
             }
@@ -498,7 +524,34 @@ impl Request {
         self.waiter
             .answer_receive(py, || Ok(disconnect_message(py)?.into_any()))?;
         self.waiter
-            .fail_send(py, "the client closed the connection")
+            .fail_send(py, "the client closed the connection")?;
+        if self.returned {
+            // The app returned already: nothing else ends the request.
+            if let Some(exchange) = self.exchange.take() {
+                self.let_go(py, exchange)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The request is over: its connection goes back to the reactor with `exchange`.
+    fn let_go(&mut self, py: Python<'_>, exchange: Box<Exchange>) -> PyResult<()> {
+        self.response = Response::Complete;
+        self.waiter
+            .answer_receive(py, || Ok(disconnect_message(py)?.into_any()))?;
+        self.waiter.release_send(py)?;
+        let token = self.waiter.token;
+        let mut worker = self.waiter.worker.borrow_mut(py);
+        worker.requests.remove(&token);
+        if worker.reactor.complete(token, exchange) {
+            worker.schedule_turn(py)?;
+        }
+        Ok(())
+    }
+
+    /// "METHOD target: `problem`", for the error log.
+    fn complaint(&self, problem: &str) -> String {
+        format!("{}: {problem}", self.describe())
     }
 
     /// A `send` that waited `timeout` with the client taking nothing: the response is cut

@@ -249,6 +249,22 @@ impl Waiter {
         false
     }
 
+    /// The future of a `send` that waits, to share. One the app cancelled (a timeout around
+    /// its `send`, a cancel scope) is done: it is dropped, so that the next `send` gets a new
+    /// one, not the cancellation (what the cancelled `send` handed over is sent all the same).
+    fn send_waiting(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        if let Some(future) = &self.send {
+            if future
+                .bind(py)
+                .call_method0(intern!(py, "done"))?
+                .is_truthy()?
+            {
+                self.send = None;
+            }
+        }
+        Ok(self.send.as_ref().map(|future| future.clone_ref(py)))
+    }
+
     /// A `send` whose compressed block is in the pool: a future, released once the block is
     /// back and sent ([`Waiter::on_written`]); the one already waiting, if any (the block
     /// follows that send's).
@@ -257,8 +273,8 @@ impl Waiter {
         py: Python<'_>,
         output: Option<&mut O>,
     ) -> PyResult<Py<PyAny>> {
-        if let Some(waiting) = &self.send {
-            return Ok(waiting.clone_ref(py));
+        if let Some(waiting) = self.send_waiting(py)? {
+            return Ok(waiting);
         }
         let future = self.worker.borrow(py).new_future(py)?;
         self.send = Some(future.clone_ref(py));
@@ -274,11 +290,11 @@ impl Waiter {
         py: Python<'_>,
         output: Option<&mut O>,
     ) -> PyResult<Py<PyAny>> {
-        if let Some(waiting) = &self.send {
+        if let Some(waiting) = self.send_waiting(py)? {
             // Another task's `send` already waits on this connection (a broadcaster beside the
             // handler): this one waits for the same release or failure, and the wait's
             // progress mark is not renewed by a send the client took nothing of.
-            return Ok(waiting.clone_ref(py));
+            return Ok(waiting);
         }
         let worker = self.worker.borrow(py);
         let Some(output) = output else {

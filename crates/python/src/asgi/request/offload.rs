@@ -8,7 +8,7 @@
 use pyo3::prelude::*;
 use tines_server::exchange::{BlockEnd, EncoderLoan};
 
-use super::Request;
+use super::{Request, Response};
 
 impl Request {
     /// A compressed body's block (`data` ended by `end`) sent off the loop: lent to the pool
@@ -91,8 +91,28 @@ impl Request {
         }
         if let Err(err) = result {
             self.gone = true;
-            return self.waiter.fail_send(py, &err.to_string());
+            self.waiter.fail_send(py, &err.to_string())?;
+        } else {
+            self.on_written(py)?;
         }
-        self.on_written(py)
+        if self.returned {
+            self.end_returned(py)?;
+        }
+        Ok(())
+    }
+
+    /// The app returned while its last block was in the pool (`Request::end`): now that it is
+    /// back and sent, the request ends (the trailers sent so far end a response whose last
+    /// trailers message never came; a failed write closes the connection).
+    fn end_returned(&mut self, py: Python<'_>) -> PyResult<()> {
+        let Some(mut exchange) = self.exchange.take() else {
+            return Ok(());
+        };
+        if self.gone {
+            exchange.abort();
+        } else if self.response == Response::Trailers {
+            let _ = exchange.finish_with_trailers(&self.trailer_refs());
+        }
+        self.let_go(py, exchange)
     }
 }
