@@ -89,9 +89,9 @@ impl Request {
                 result = self.write_inline(py, &data, end);
             }
         }
-        if let Err(err) = result {
-            self.gone = true;
-            self.waiter.fail_send(py, &err.to_string())?;
+        if result.is_err() {
+            // The block cannot reach the client: as when it is seen gone (nothing logged).
+            self.on_gone(py)?;
         } else {
             self.on_written(py)?;
         }
