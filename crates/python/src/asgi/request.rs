@@ -4,7 +4,7 @@
 //! `http.response.trailers` messages of the trailers extension), and its end, which gives the
 //! connection back to the reactor.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
@@ -14,6 +14,7 @@ use tines_proto::response::{check_app_header, AppHeader};
 use tines_server::exchange::BlockEnd;
 use tines_server::Exchange;
 
+mod gone;
 mod offload;
 
 use super::waiter::{ready, Waiter};
@@ -498,87 +499,6 @@ impl Request {
             .map_err(|err| PyValueError::new_err(format!("bad response head: {err}")))?;
         self.response = Response::Body;
         Ok(())
-    }
-
-    /// The client went away: a waiting `receive` gets `http.disconnect`, a waiting `send`
-    /// raises `ClientDisconnected`, as every later one does (ADR 0023). A response cut short
-    /// by it drops what it queued now (its memory and disk back, the connection closes when
-    /// the app returns): a client that only shut its side and reads nothing would otherwise
-    /// hold it for `send_timeout`, for a response that cannot be whole anyway.
-    pub(super) fn on_gone(&mut self, py: Python<'_>) -> PyResult<()> {
-        self.gone = true;
-        // A block in the pool is dropped when it comes back (its serial no longer awaited).
-        let block_out = self.loan.take().is_some();
-        self.backlog = None;
-        if block_out
-            || matches!(
-                self.response,
-                Response::Started | Response::Body | Response::Trailers
-            )
-        {
-            if let Some(exchange) = self.exchange.as_mut() {
-                exchange.abandon();
-            }
-            self.response = Response::Complete;
-        }
-        self.waiter
-            .answer_receive(py, || Ok(disconnect_message(py)?.into_any()))?;
-        self.waiter
-            .fail_send(py, "the client closed the connection")?;
-        if self.returned {
-            // The app returned already: nothing else ends the request.
-            if let Some(exchange) = self.exchange.take() {
-                self.let_go(py, exchange)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The request is over: its connection goes back to the reactor with `exchange`.
-    fn let_go(&mut self, py: Python<'_>, exchange: Box<Exchange>) -> PyResult<()> {
-        self.response = Response::Complete;
-        self.waiter
-            .answer_receive(py, || Ok(disconnect_message(py)?.into_any()))?;
-        self.waiter.release_send(py)?;
-        let token = self.waiter.token;
-        let mut worker = self.waiter.worker.borrow_mut(py);
-        worker.requests.remove(&token);
-        if worker.reactor.complete(token, exchange) {
-            worker.schedule_turn(py)?;
-        }
-        Ok(())
-    }
-
-    /// "METHOD target: `problem`", for the error log.
-    fn complaint(&self, problem: &str) -> String {
-        format!("{}: {problem}", self.describe())
-    }
-
-    /// A `send` that waited `timeout` with the client taking nothing: the response is cut
-    /// (what is queued dropped, the connection closes when the app returns) and the client
-    /// is treated as gone.
-    pub(super) fn expire_send(
-        &mut self,
-        py: Python<'_>,
-        now: Instant,
-        timeout: Duration,
-    ) -> PyResult<()> {
-        // A block in the pool is the server's time, not the client's.
-        if self.loan.is_some() {
-            return Ok(());
-        }
-        if !self
-            .waiter
-            .send_overdue(self.exchange.as_deref_mut(), now, timeout)
-        {
-            return Ok(());
-        }
-        // Cut short even when complete: what is queued cannot reach a client that reads nothing.
-        if let Some(exchange) = self.exchange.as_mut() {
-            exchange.abandon();
-        }
-        self.response = Response::Complete;
-        self.on_gone(py)
     }
 
     /// Writes a block here, on the loop (with the GIL released when compressing: ADR 0037):
