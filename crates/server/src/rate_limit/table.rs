@@ -742,5 +742,13 @@ mod tests {
         // SAFETY: dup of a valid fd.
         let copy = unsafe { libc::dup(table.fd()) };
         assert!(RateTable::adopt(copy, 4096).is_err());
+        // So is a table of another layout version (2: its TATs in microseconds).
+        table
+            .header()
+            .magic
+            .store(0x7469_6e65_7372_6c02, Ordering::Release);
+        // SAFETY: dup of a valid fd.
+        let copy = unsafe { libc::dup(table.fd()) };
+        assert!(RateTable::adopt(copy, 64).is_err());
     }
 }
