@@ -37,6 +37,8 @@ impl Exchange {
         }
         self.begin_client_wait();
         let result = self.emit_parts(parts, last);
+        let chunked = self.framing == ResponseFraming::Chunked;
+        self.wire.emitted(parts, chunked, self.handed_over);
         let total = if result.is_ok() {
             parts.iter().map(|part| part.len() as u64).sum()
         } else {
@@ -268,6 +270,7 @@ impl Exchange {
         };
         // The rest of the range, if any, is queued for the poller.
         self.handed_over |= !self.parts.output().is_empty();
+        self.wire.file_bytes(sent, chunked, self.handed_over);
         if result.is_err() {
             self.parts.output().discard();
         }
