@@ -37,14 +37,10 @@ impl Exchange {
         }
         self.begin_client_wait();
         let result = self.emit_parts(parts, last);
+        let total = parts.iter().map(|part| part.len() as u64).sum();
         let chunked = self.framing == ResponseFraming::Chunked;
-        self.wire.emitted(parts, chunked, self.handed_over);
-        let total = if result.is_ok() {
-            parts.iter().map(|part| part.len() as u64).sum()
-        } else {
-            0
-        };
-        self.end_client_wait(total);
+        self.wire.emitted(parts, total, chunked, self.handed_over);
+        self.end_client_wait(if result.is_ok() { total } else { 0 });
         result
     }
 

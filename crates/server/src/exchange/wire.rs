@@ -52,15 +52,15 @@ impl Default for WireMap {
 }
 
 impl WireMap {
-    /// `parts` were emitted (written or queued) as the response's next bytes; `chunked`: its
-    /// body is chunked; `queued`: the response has been handed over to the poller, so these
-    /// bytes (and every later one) are read for their framing.
-    pub(crate) fn emitted(&mut self, parts: &[&[u8]], chunked: bool, queued: bool) {
+    /// `parts` (`len` bytes) were emitted (written or queued) as the response's next bytes;
+    /// `chunked`: its body is chunked; `queued`: the response has been handed over to the
+    /// poller, so these bytes (and every later one) are read for their framing.
+    pub(crate) fn emitted(&mut self, parts: &[&[u8]], len: u64, chunked: bool, queued: bool) {
         self.tracking |= queued;
         if !self.tracking {
             // Every write of a response ends on a frame boundary (its head whole, whole
             // chunks; `file_bytes` says where a file's chunk ends): nothing to read.
-            self.emitted += parts.iter().map(|part| part.len() as u64).sum::<u64>();
+            self.emitted += len;
             self.state = if chunked { Scan::Size(0) } else { Scan::Body };
             return;
         }
@@ -209,7 +209,7 @@ mod tests {
         for handed_over_at in 0..parts.len() {
             let mut map = WireMap::default();
             for (index, part) in parts.iter().enumerate() {
-                map.emitted(&[part], true, index >= handed_over_at);
+                map.emitted(&[part], part.len() as u64, true, index >= handed_over_at);
             }
             let queued: usize = parts[handed_over_at..].iter().map(|p| p.len()).sum();
             for unsent in 0..=queued {
@@ -229,9 +229,14 @@ mod tests {
         let body = body_bytes();
         for split in 1..whole.len() {
             let mut map = WireMap::default();
-            map.emitted(&[&whole[..split / 2], &whole[split / 2..split]], true, true);
+            map.emitted(
+                &[&whole[..split / 2], &whole[split / 2..split]],
+                split as u64,
+                true,
+                true,
+            );
             for byte in &whole[split..] {
-                map.emitted(&[std::slice::from_ref(byte)], true, true);
+                map.emitted(&[std::slice::from_ref(byte)], 1, true, true);
             }
             for unsent in 0..=whole.len() {
                 let want = body[whole.len() - unsent..].iter().filter(|&&b| b).count();
@@ -248,9 +253,9 @@ mod tests {
     fn a_file_s_chunk_and_a_body_of_known_length_count_their_bytes() {
         // A chunk whose data went by sendfile, queued: its line written, data and CRLF not.
         let mut map = WireMap::default();
-        map.emitted(&[HEAD, b"4\r\n"], true, false);
+        map.emitted(&[HEAD, b"4\r\n"], HEAD.len() as u64 + 3, true, false);
         map.file_bytes(4, true, true);
-        map.emitted(&[b"\r\n0\r\n\r\n"], true, true);
+        map.emitted(&[b"\r\n0\r\n\r\n"], 7, true, true);
         assert_eq!(map.body_unsent(7), 0);
         assert_eq!(map.body_unsent(9), 2);
         assert_eq!(map.body_unsent(11), 4);
@@ -265,7 +270,9 @@ mod tests {
         assert_eq!(map.body_unsent(10), 6);
         // Nothing queued: nothing read, nothing recorded.
         let mut map = WireMap::default();
-        map.emitted(&chunked_response(), true, false);
+        let parts = chunked_response();
+        let len = parts.iter().map(|part| part.len() as u64).sum();
+        map.emitted(&parts, len, true, false);
         assert!(map.framing.is_empty());
         assert_eq!(map.body_unsent(0), 0);
     }
