@@ -261,11 +261,8 @@ mod tests {
         assert_eq!(map.body_unsent(11), 4);
         // Content-Length: the head partly unsent, then every body byte.
         let mut map = WireMap::default();
-        map.emitted(
-            &[b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n", b"abcdef"],
-            false,
-            true,
-        );
+        let head: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n";
+        map.emitted(&[head, b"abcdef"], head.len() as u64 + 6, false, true);
         assert_eq!(map.body_unsent(6), 6);
         assert_eq!(map.body_unsent(10), 6);
         // Nothing queued: nothing read, nothing recorded.
