@@ -1,5 +1,5 @@
 //! A request target's path as the server's path rules see it (`rate_limit_paths`,
-//! `compression_exclude_paths`): the path of an origin- or absolute-form target, its query
+//! `compression_exclude_paths`, `stream_body_paths`): the path of an origin- or absolute-form target, its query
 //! and fragment cut, percent-decoded once, repeated `/` collapsed; and the prefix match on a
 //! segment boundary those rules use. The rules must see the path the app routes on, or
 //! `http://host/login`, `/%6cogin` or `//login` would slip past a `/login` rule.
@@ -9,9 +9,11 @@
 //! the side its rule cannot be escaped by (the rate limits count it under their strictest
 //! rule; compression leaves it uncompressed).
 //!
-//! It is also the one decoder of the server's other path readers: `stream_body_paths` takes
-//! [`target_path`] (the raw path) and static files [`decode_name`] (decoded once into a name,
-//! refusing what a file name must not hold), so that every rule reads a target alike.
+//! It is also the one decoder of static files, which take [`target_path`] (the raw path) and
+//! [`decode_name`] (decoded once into a name, refusing what a file name must not hold), so
+//! that every rule reads a target alike. `stream_body_paths` compares the normal form as a
+//! byte prefix (`/up` holds `/upload`), the other rules on a segment boundary
+//! ([`NormalPath::is_under`]).
 //!
 //! Must not allocate: the decoded bytes are produced as they are compared ([`decode_name`]
 //! writes into its caller's buffer).

@@ -169,9 +169,11 @@ pub fn worker_config(settings: &Bound<'_, PyDict>) -> PyResult<WorkerConfig> {
         // Made absolute by the registry (the system's temporary directory when unset).
         request_buffer_dir: get::<String>(settings, "request_buffer_dir")?.into(),
         buffer_disk_total: get(settings, "buffer_disk_total")?,
+        // In normal form, as the request paths they are compared with (`/a%20b`, `//a` name
+        // `/a b`, `/a`); one with none (no leading `/`, a `?`) is kept as written.
         stream_body_paths: get::<Vec<String>>(settings, "stream_body_paths")?
             .into_iter()
-            .map(String::into_bytes)
+            .map(|path| tines_proto::normal_prefix(path.as_bytes()).unwrap_or(path.into_bytes()))
             .collect(),
         response_buffer_total: get(settings, "response_buffer_total")?,
         keepalive_timeout: seconds(settings, "keepalive_timeout")?,

@@ -415,7 +415,9 @@ impl DeferredLine {
         }
     }
 
-    /// Writes the line to `log`, `unsent` bytes of the response never having been written.
+    /// Writes the line to `log`, `unsent` bytes of the response's body (as sent: compressed
+    /// when it is; not its head or chunk framing) never having been written. The bytes sent,
+    /// and `{ratio}n`'s output side, are what is left.
     pub fn write(self, log: &AccessLog, unsent: u64) {
         let find = |name: &[u8]| {
             self.request_headers

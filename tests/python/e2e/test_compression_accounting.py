@@ -17,6 +17,8 @@ import gzip
 import json
 import random
 import re
+import socket
+import struct
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -228,3 +230,63 @@ def test_large_compressed_bodies_log_what_the_client_received(tines_server: Any,
     logged = {entry["query"].removeprefix("n="): entry for entry in entries}
     assert {tag: entry["bytes"] for tag, entry in logged.items()} == received
     assert all(entry["bytes_uncompressed"] == len(whole) for entry in entries)
+
+
+def chunk_payload(raw: bytes) -> bytes:
+    """The body bytes (chunk data, framing excluded) in ``raw``, the start of a chunked body,
+    with a chunk cut short by what of it was received."""
+    payload, at = b"", 0
+    while True:
+        line_end = raw.find(b"\r\n", at)
+        if line_end < 0:
+            return payload
+        size = int(raw[at:line_end].split(b";")[0], 16)
+        data = raw[line_end + 2:line_end + 2 + size]
+        payload += data
+        if size == 0 or len(data) < size:
+            return payload
+        at = line_end + 2 + size + 2
+
+
+@pytest.mark.parametrize("read_all", [True, False], ids=["read-all", "reset"])
+def test_a_slow_reader_s_line_counts_only_body_bytes(tines_server: Any, tmp_path: Path,
+                                                      read_all: bool) -> None:
+    """A chunked gzip stream whose exchange ends with most of it queued for the poller (the
+    client reads nothing until then): its deferred line's bytes are body bytes only (chunk
+    data, not the head or chunk lines). Read to the end, they are exactly the chunk data the
+    client received; reset after 256 KiB, at least the chunk data it received (more went into
+    the kernel's buffers) and less than the whole."""
+    log = tmp_path / "access.log"
+    server = tines_server("accounting_app:app", "-w", "1", "--compression", "gzip", "--access-log", str(log),
+                          "--access-log-format", "json", "--status-bind", "127.0.0.1:0")
+    port = status_port(server)
+    client = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+    client.sendall(b"GET /big HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n")
+
+    def finished() -> bool:
+        report = json.loads(httpx.get(f"http://127.0.0.1:{port}/status.json").content)
+        return bool(report["workers"]) and report["workers"][0]["requests"] == 1
+
+    wait_until(finished, what="the exchange to end with the stream queued for the poller")
+    raw = b""
+    while read_all or len(raw) < 256 * 1024:
+        chunk = client.recv(65536)
+        if not chunk:
+            break
+        raw += chunk
+    if not read_all:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower() and b"content-encoding: gzip" in head.lower()
+    data = chunk_payload(body)
+    received = len(data)
+    entry = log_entries(log, 1)[0]
+    assert entry["status"] == 200
+    if read_all:
+        assert body.endswith(b"\r\n0\r\n\r\n")
+        assert entry["bytes"] == received
+        assert len(gzip.decompress(data)) == entry["bytes_uncompressed"]
+    else:
+        assert received <= entry["bytes"] < entry["bytes_uncompressed"], (received, entry)

@@ -260,13 +260,17 @@ def test_a_body_that_stalls_before_dispatch_gets_408(tines_server: Any, mpm: str
     assert response.status == 408
 
 
+# Every spelling of a path under the prefix streams: it is matched in normal form (decoded
+# once, `//` collapsed, an absolute form's path), as the rate limits and compression read paths.
+@pytest.mark.parametrize("target", [b"/stream/up?x=1", b"/%73tream/up?x=1", b"//stream//up",
+                                    b"http://t/stream/up#f"])
 def test_a_stream_body_path_lets_the_app_read_the_first_bytes_before_the_body_is_complete(
-        tines_server: Any) -> None:
+        tines_server: Any, target: bytes) -> None:
     server = tines_server(APP, "-w", "1", "--stream-body-paths", "/stream/")
     with connect(server.port) as sock:
         # Only the first ten of a hundred bytes: the response can only come if the app runs
         # before the body is complete.
-        sock.sendall(b"POST /stream/up?x=1 HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789")
+        sock.sendall(b"POST " + target + b" HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789")
         reader = Reader(sock)
         response = reader.response()
         assert (response.status, response.body) == (200, b"first 0123456789")

@@ -14,7 +14,8 @@
 //! `response` (the head, the response framing, the app's Content-Length honoured exactly),
 //! `send` (how the bytes reach the socket: at once, or handed to the poller),
 //! `keepalive` (whether the connection is kept, draining an unread body) and `timeout` (a
-//! request the master judged timed out: its 503, paid once). One write per
+//! request the master judged timed out: its 503, paid once), `wire` (which queued bytes of a
+//! response the poller finishes are body, for its access-log line). One write per
 //! response where possible: the head and small bodies are gathered in the slot's output buffer
 //! and sent with one `sendmsg`.
 //!
@@ -44,6 +45,7 @@ mod keepalive;
 mod response;
 mod send;
 mod timeout;
+mod wire;
 
 pub use compressing::{BlockEnd, EncoderLoan};
 pub use context::{SlotContext, OUT_BUFFER_LIMIT};
@@ -154,6 +156,9 @@ pub struct Exchange {
     /// what the access log shows as the bytes sent, as nginx's `$body_bytes_sent`, while
     /// `body_sent` stays the app's bytes (the Content-Length accounting).
     coded_sent: Option<u64>,
+    /// Which of the response's bytes on the wire are body (read only once it is handed
+    /// over): the deferred access-log line takes only the body's unsent bytes off.
+    wire: wire::WireMap,
 }
 
 impl Exchange {
@@ -247,6 +252,7 @@ impl Exchange {
             compressing: None,
             keep_identity: false,
             coded_sent: None,
+            wire: wire::WireMap::default(),
         })
     }
 
@@ -439,12 +445,15 @@ impl Exchange {
         if let Some(output) = output {
             // Written once the poller has sent the rest, or the connection dropped it: with
             // the body bytes that really went out, and the time until then.
+            // `unsent` counts every queued byte never written: head and chunk framing too;
+            // the line takes off only the body's share of them.
             let deferred = DeferredLine::new(&request, self.headers(), self.started);
             let shared = Arc::clone(&self.shared);
+            let wire = std::mem::take(&mut self.wire);
             output.with(|pending| {
                 pending.when_written(Box::new(move |unsent| {
                     if let Some(log) = &shared.access_log {
-                        deferred.write(log, unsent);
+                        deferred.write(log, wire.body_unsent(unsent));
                     }
                 }))
             });

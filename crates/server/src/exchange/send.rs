@@ -37,12 +37,10 @@ impl Exchange {
         }
         self.begin_client_wait();
         let result = self.emit_parts(parts, last);
-        let total = if result.is_ok() {
-            parts.iter().map(|part| part.len() as u64).sum()
-        } else {
-            0
-        };
-        self.end_client_wait(total);
+        let total = parts.iter().map(|part| part.len() as u64).sum();
+        let chunked = self.framing == ResponseFraming::Chunked;
+        self.wire.emitted(parts, total, chunked, self.handed_over);
+        self.end_client_wait(if result.is_ok() { total } else { 0 });
         result
     }
 
@@ -268,6 +266,7 @@ impl Exchange {
         };
         // The rest of the range, if any, is queued for the poller.
         self.handed_over |= !self.parts.output().is_empty();
+        self.wire.file_bytes(sent, chunked, self.handed_over);
         if result.is_err() {
             self.parts.output().discard();
         }

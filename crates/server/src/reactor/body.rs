@@ -81,24 +81,31 @@ pub(super) enum BodyStep {
     Refuse(u16),
 }
 
-/// The path of a request target as `stream_body_paths` compares it: its raw path
-/// (`tines_proto::path::target_path`, the one reading every path rule shares: origin-form, or
-/// the path of an absolute-form one, without its query), matched as sent, not decoded. A
-/// target with no path (`*`) is compared whole.
-pub(crate) fn target_path(target: &[u8]) -> &[u8] {
-    tines_proto::path::target_path(target).unwrap_or(target)
+/// The path of a request target as `stream_body_paths` compares it: its normal form
+/// (`tines_proto::NormalPath`, the reading every path rule shares: origin-form, or the path
+/// of an `http(s)` absolute-form one, cut at `?` or `#`, percent-decoded once, repeated `/`
+/// collapsed), so that `/%75pload` and `//upload` are `/upload`. `None` when it has no single
+/// reading (a bad escape, an encoded `/` or NUL, a dot segment, no path at all: `*`, another
+/// scheme's absolute form): such a body is read before dispatch, never streamed.
+pub(crate) fn stream_path(target: &[u8]) -> Option<tines_proto::NormalPath<'_>> {
+    tines_proto::NormalPath::of(target).ok()
 }
 
-/// True when `target` is on one of `stream_body_paths`: its body streams through the app.
+/// True when `target` is on one of `stream_body_paths`: its path's normal form
+/// ([`stream_path`]) starts with one of them (a byte prefix, as the setting always matched:
+/// `/up` holds `/upload`). Decodes as it compares: no allocation; nothing at all when the
+/// setting is empty.
 pub(crate) fn streams_body(target: &[u8], config: &WorkerConfig) -> bool {
     if config.stream_body_paths.is_empty() {
         return false;
     }
-    let path = target_path(target);
-    config
-        .stream_body_paths
-        .iter()
-        .any(|prefix| path.starts_with(prefix))
+    let Some(path) = stream_path(target) else {
+        return false;
+    };
+    config.stream_body_paths.iter().any(|prefix| {
+        let mut bytes = path.bytes();
+        prefix.iter().all(|&want| bytes.next() == Some(want))
+    })
 }
 
 /// True when the request whose head `conn` holds has a body the loop must read before it is
@@ -390,17 +397,8 @@ impl LogLimit {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_path_of_a_target_leaves_out_the_query_and_the_scheme_and_authority() {
-        assert_eq!(target_path(b"/upload/big?x=1"), b"/upload/big");
-        assert_eq!(target_path(b"http://example.com/upload?x"), b"/upload");
-        assert_eq!(target_path(b"http://example.com"), b"/");
-        assert_eq!(target_path(b"/a?b=http://c/d"), b"/a");
-        assert_eq!(target_path(b"*"), b"*");
-    }
-
     /// A target's path as each of its three readers decodes it: the rate limits' and
-    /// compression's normal form, `stream_body_paths`' raw path put in that form, and the name
+    /// compression's normal form, `stream_body_paths`' reading ([`stream_path`]), and the name
     /// static files open under a mount at `/` (hidden names allowed). `None`: refused.
     fn three_readings(target: &[u8]) -> [Option<Vec<u8>>; 3] {
         use crate::static_files::path::{name_under_mount, target_path as static_path, Named};
@@ -409,24 +407,21 @@ mod tests {
                 .ok()
                 .map(|path| path.bytes().collect::<Vec<u8>>())
         };
-        let streamed = target_path(target);
-        let named = static_path(target).and_then(|raw| {
-            assert_eq!(raw, streamed, "one raw path");
-            match name_under_mount(raw, true) {
-                Named::Path { relative, slash } => {
-                    let mut name = b"/".to_vec();
-                    if !relative.is_empty() {
-                        name.extend_from_slice(&relative);
-                        if slash {
-                            name.push(b'/');
-                        }
+        let streamed = stream_path(target).map(|path| path.bytes().collect::<Vec<u8>>());
+        let named = static_path(target).and_then(|raw| match name_under_mount(raw, true) {
+            Named::Path { relative, slash } => {
+                let mut name = b"/".to_vec();
+                if !relative.is_empty() {
+                    name.extend_from_slice(&relative);
+                    if slash {
+                        name.push(b'/');
                     }
-                    Some(name)
                 }
-                Named::Refused => None,
+                Some(name)
             }
+            Named::Refused => None,
         });
-        [normal(target), normal(streamed), named]
+        [normal(target), streamed, named]
     }
 
     #[test]
@@ -512,5 +507,39 @@ mod tests {
         assert!(!streams_body(b"/uploads", &config));
         assert!(!streams_body(b"/other?/upload/", &config));
         assert!(!streams_body(b"/upload/x", &WorkerConfig::default()));
+    }
+
+    /// `stream_body_paths` reads a target as the rate limits and compression's excluded paths
+    /// do: every spelling of `/upload` streams; a target with no single reading is buffered.
+    #[test]
+    fn every_spelling_of_a_stream_body_path_streams() {
+        let config = WorkerConfig {
+            stream_body_paths: vec![b"/upload".to_vec()],
+            ..WorkerConfig::default()
+        };
+        for target in [
+            "/upload",
+            "/uploads/x",
+            "/%75pload",
+            "//upload",
+            "/upload#frag",
+            "http://example.com/upload?x=1",
+            "HTTPS://example.com:8443//%75pload/a",
+        ] {
+            assert!(streams_body(target.as_bytes(), &config), "{target}");
+        }
+        for target in [
+            "/up",
+            "/other/upload",
+            "/x?/upload",
+            "/up%6Coad%2Fx",
+            "/upload/../x",
+            "/%zz/upload",
+            "*",
+            "ftp://example.com/upload",
+            "http://example.com?/upload",
+        ] {
+            assert!(!streams_body(target.as_bytes(), &config), "{target}");
+        }
     }
 }

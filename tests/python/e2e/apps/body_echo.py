@@ -3,7 +3,8 @@
 Every path but ``/stream/...``, ``/ignore`` and ``/hold`` reads all of ``wsgi.input`` in blocks (an
 upload of any size costs the app no memory) and answers
 ``<bytes read> <CONTENT_LENGTH or -> <HTTP_TRANSFER_ENCODING or ->``. ``/stream/...`` reads
-ten bytes and answers them at once (with ``--stream-body-paths /stream`` it runs before the
+ten bytes and answers them at once, however its path is spelt (``//stream//up``; with
+``--stream-body-paths /stream`` it runs before the
 body is complete). ``/ignore`` answers ``ignored`` without reading the body. ``/hold`` first waits at a gate like ``gate.py``'s (``GATE_SOCKET``) until
 the test closes it, its body unread (a body in a file keeps its file until read or done).
 """
@@ -11,6 +12,7 @@ the test closes it, its body unread (a body in a file keeps its file until read 
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -20,7 +22,7 @@ BLOCK = 1 << 20
 
 def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
     stream = environ["wsgi.input"]
-    if environ["PATH_INFO"].startswith("/stream/"):
+    if re.sub("/+", "/", environ["PATH_INFO"]).startswith("/stream/"):
         body = b"first " + stream.read(10)
     elif environ["PATH_INFO"] == "/ignore":
         body = b"ignored"
