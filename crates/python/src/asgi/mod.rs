@@ -93,9 +93,10 @@ pub struct AsgiWorker {
     max_response_buffer: u64,
     /// Parts of the scope made once and reused (see [`ScopeCache`]).
     cache: ScopeCache,
-    /// The threads that compress response blocks and warm cold static lookups off the loop
-    /// (issue 39's follow-up, ADRs 0036 and 0037): made by `start` when compression is on or
-    /// a static mount is set, else never. Results are keyed by token.
+    /// The threads that compress response blocks (its lanes, with compression on) and warm
+    /// cold static lookups (its apart threads, with a static mount) off the loop (issue 39's
+    /// follow-up, ADRs 0036 and 0037): made by `start` when either is set, else never.
+    /// Results are keyed by token.
     pool: Option<WorkPool<Back>>,
     /// Requests under a static mount whose lookups the pool warms, by token.
     parked: HashMap<usize, Box<Exchange>>,
@@ -112,10 +113,15 @@ enum Back {
     Warmed,
 }
 
-/// Threads of the pool: a few, as a worker's loop rarely has more compressed responses
-/// streaming (or cold lookups waiting) at once than cores to spare, and each job waits for one
-/// thread only.
-const POOL_THREADS: usize = 2;
+/// The pool's lanes, which compress (with compression on): a few, as a worker's loop rarely
+/// has more compressed responses streaming at once than cores to spare, and each block waits
+/// for its own lane only.
+const POOL_LANES: usize = 2;
+
+/// The pool's apart threads, which warm cold static lookups (with a static mount). Apart from
+/// the lanes so that a lookup that waits for ever (a hung NFS server) delays no compressed
+/// block; two, so that one such lookup does not hold every other cold lookup behind it.
+const POOL_LOOKUPS: usize = 2;
 
 #[pymethods]
 impl AsgiWorker {
@@ -180,9 +186,12 @@ impl AsgiWorker {
         self.state = state;
         self.done = Some(Py::new(py, Ready::none())?);
         let statics = !self.reactor.config().statics.mounts.is_empty();
-        if (self.reactor.config().compression.is_on() || statics) && self.pool.is_none() {
+        let compression = self.reactor.config().compression.is_on();
+        if (compression || statics) && self.pool.is_none() {
+            let lanes = if compression { POOL_LANES } else { 0 };
+            let lookups = if statics { POOL_LOOKUPS } else { 0 };
             self.pool = Some(
-                WorkPool::new(POOL_THREADS, "tines-pool")
+                WorkPool::new(lanes, lookups, "tines-pool")
                     .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))?,
             );
             if statics {
@@ -194,14 +203,16 @@ impl AsgiWorker {
             .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))
     }
 
-    /// The fd the loop watches for compressed blocks coming back from the pool (then it
-    /// calls `pool_done`); None when compression is off (no pool).
+    /// The fd the loop watches for compressed blocks and warmed lookups coming back from the
+    /// pool (then it calls `pool_done`); None when there is no pool (compression off and no
+    /// static mount).
     fn pool_fileno(&self) -> Option<i32> {
         self.pool.as_ref().map(WorkPool::fd)
     }
 
     /// Takes back the blocks the pool compressed: each goes out on its connection, and the
-    /// `send` that waited for it returns (unless a slow client holds it).
+    /// `send` that waited for it returns (unless a slow client holds it); and routes again the
+    /// requests whose lookups it warmed.
     fn pool_done(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let back: Vec<(Py<Request>, u64, EncoderLoan)> = {
@@ -417,11 +428,13 @@ impl AsgiWorker {
                     exchange,
                     warm,
                 } => {
-                    // Given out only to a worker with a pool (`hand_cold_opens`).
+                    // Given out only to a worker whose pool has apart threads
+                    // (`hand_cold_opens`): a lookup that never returns holds its own request
+                    // only, never a lane (compressed blocks) nor the worker's exit.
                     let worker = &mut *this;
                     if let Some(pool) = &worker.pool {
                         worker.parked.insert(token, exchange);
-                        pool.submit(token as u64, move || {
+                        pool.submit_apart(token as u64, move || {
                             warm.run();
                             Back::Warmed
                         });
@@ -505,9 +518,10 @@ impl AsgiWorker {
     }
 
     /// Lends the encoder of `exchange`'s compressed response, with its next block (`data`
-    /// ended by `end`), to the pool: on the thread of `token`, after its earlier blocks.
-    /// Returns the loan's serial; None when nothing was lent (no pool: compression is off;
-    /// or the exchange writes this block itself, `Exchange::lend_block`).
+    /// ended by `end`), to the pool: on the lane of `token`, after its earlier blocks.
+    /// Returns the loan's serial; None when nothing was lent (no pool; or the exchange writes
+    /// this block itself, `Exchange::lend_block`: always with compression off, so a pool made
+    /// for a static mount alone, which has no lanes, is never asked).
     fn lend(
         &self,
         token: usize,
