@@ -22,11 +22,11 @@
 //! no connection, no Python), and it is made only in a worker that needs it (never in the
 //! master, which starts no threads).
 
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 /// A job: its key, and the work whose result is listed for the caller.
@@ -37,8 +37,20 @@ type Job<T> = (u64, Box<dyn FnOnce() -> T + Send>);
 struct Done<T> {
     list: Mutex<Vec<(u64, T)>>,
     wake: OwnedFd,
-    /// Set when the pool is dropped: apart threads then list nothing more and run no more jobs.
-    closed: AtomicBool,
+}
+
+/// The apart threads' one queue: None once the pool is dropped (they then run and list
+/// nothing more). A job wakes one waiting thread only (`notify_one`): no idle sibling is
+/// woken to wait again.
+struct Apart<T> {
+    queue: Mutex<Option<VecDeque<Job<T>>>>,
+    ready: Condvar,
+}
+
+impl<T> Apart<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<VecDeque<Job<T>>>> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl<T> Done<T> {
@@ -66,7 +78,7 @@ impl<T> Done<T> {
 pub struct WorkPool<T: Send + 'static> {
     lanes: Vec<Sender<Job<T>>>,
     /// The apart threads' one queue (None: the pool has none).
-    apart: Option<Sender<Job<T>>>,
+    apart: Option<Arc<Apart<T>>>,
     done: Arc<Done<T>>,
     /// The lanes' threads, joined on drop (the apart threads are never joined).
     threads: Vec<JoinHandle<()>>,
@@ -87,7 +99,6 @@ impl<T: Send + 'static> WorkPool<T> {
         let done = Arc::new(Done {
             list: Mutex::new(Vec::new()),
             wake,
-            closed: AtomicBool::new(false),
         });
         let mut pool = WorkPool {
             lanes: Vec::new(),
@@ -109,17 +120,21 @@ impl<T: Send + 'static> WorkPool<T> {
             pool.threads.push(thread);
         }
         if apart > 0 {
-            let (send, receive) = channel::<Job<T>>();
-            let receive = Arc::new(Mutex::new(receive));
+            let queue = Arc::new(Apart {
+                queue: Mutex::new(Some(VecDeque::new())),
+                ready: Condvar::new(),
+            });
+            // Set first: a failed spawn drops the pool, which then closes the queue for the
+            // threads already started.
+            pool.apart = Some(Arc::clone(&queue));
             for i in 0..apart {
-                let receive = Arc::clone(&receive);
+                let queue = Arc::clone(&queue);
                 let done = Arc::clone(&pool.done);
                 // Detached: the handle is dropped, the thread ends on its own.
                 std::thread::Builder::new()
                     .name(format!("{name}-io{i}"))
-                    .spawn(move || run_apart(&receive, &done))?;
+                    .spawn(move || run_apart(&queue, &done))?;
             }
-            pool.apart = Some(send);
         }
         Ok(pool)
     }
@@ -140,9 +155,11 @@ impl<T: Send + 'static> WorkPool<T> {
     /// Runs `work` on the next free apart thread, in no order with any other job: for work
     /// that may block for long (panics if the pool has no apart threads).
     pub fn submit_apart(&self, key: u64, work: impl FnOnce() -> T + Send + 'static) {
-        let queue = self.apart.as_ref().expect("a pool with apart threads");
-        // The receiver lives while any apart thread does, and they end only after the drop.
-        let _ = queue.send((key, Box::new(work)));
+        let apart = self.apart.as_ref().expect("a pool with apart threads");
+        if let Some(queue) = apart.lock().as_mut() {
+            queue.push_back((key, Box::new(work)));
+        }
+        apart.ready.notify_one();
     }
 
     /// Moves the results listed so far into `into` (in the order each key's lane jobs were
@@ -167,21 +184,29 @@ impl<T: Send + 'static> WorkPool<T> {
     }
 }
 
-/// An apart thread: takes the next job of the shared queue (one thread waits on the queue at
-/// a time, the others on its lock; a thread running a job holds neither) until the pool is
-/// dropped.
-fn run_apart<T>(receive: &Mutex<Receiver<Job<T>>>, done: &Done<T>) {
+/// An apart thread: takes the next job of the shared queue, runs it with no lock held, lists
+/// its result; ends once the pool is dropped.
+fn run_apart<T>(apart: &Apart<T>, done: &Done<T>) {
     loop {
-        let next = receive
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .recv();
-        let Ok((key, work)) = next else { return };
-        if done.closed.load(Ordering::Acquire) {
-            return;
-        }
+        let (key, work) = {
+            let mut queue = apart.lock();
+            loop {
+                match queue.as_mut() {
+                    None => return,
+                    Some(jobs) => match jobs.pop_front() {
+                        Some(job) => break job,
+                        None => {
+                            queue = apart
+                                .ready
+                                .wait(queue)
+                                .unwrap_or_else(PoisonError::into_inner);
+                        }
+                    },
+                }
+            }
+        };
         let result = work();
-        if done.closed.load(Ordering::Acquire) {
+        if apart.lock().is_none() {
             return;
         }
         done.push(key, result);
@@ -192,8 +217,12 @@ impl<T: Send + 'static> Drop for WorkPool<T> {
     /// Ends the lanes once their queued jobs are done, and leaves the apart threads: one held
     /// by a job that never returns must not hold the worker's exit.
     fn drop(&mut self) {
-        self.done.closed.store(true, Ordering::Release);
-        self.apart = None;
+        if let Some(apart) = self.apart.take() {
+            // The queued jobs are dropped here, unrun; waiting threads wake and end.
+            let queued = apart.lock().take();
+            drop(queued);
+            apart.ready.notify_all();
+        }
         self.lanes.clear();
         for thread in self.threads.drain(..) {
             let _ = thread.join();
@@ -344,8 +373,9 @@ mod tests {
         // Returns though the apart job is still held (joining it would never return).
         drop(pool);
         assert_eq!(lane.try_recv(), Ok(()));
-        // Released: its thread ends, dropping the queued job (its sender with it) unrun.
-        open.send(()).unwrap();
+        // The queued job was dropped (its sender with it) unrun.
         assert_eq!(queued.recv(), Err(std::sync::mpsc::RecvError));
+        // Released: the held job returns, its thread ends (a test process leaks no thread).
+        open.send(()).unwrap();
     }
 }
