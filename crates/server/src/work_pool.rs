@@ -88,6 +88,7 @@ impl<T: Send + 'static> WorkPool<T> {
     /// Starts `lanes` lane threads, named `{name}-{i}`, and `apart` apart threads, named
     /// `{name}-io{i}` (what `/proc/PID/task/*/comm` shows: keep `name` within 11 bytes).
     /// Either may be zero (a caller with no such jobs); then submitting such a job panics.
+    /// Returns once every thread runs under its name (`/proc` shows them all from then on).
     pub fn new(lanes: usize, apart: usize, name: &str) -> io::Result<WorkPool<T>> {
         // SAFETY: eventfd takes no pointer; a valid fd is owned from here on.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
@@ -106,12 +107,17 @@ impl<T: Send + 'static> WorkPool<T> {
             done,
             threads: Vec::new(),
         };
+        // Each thread says it runs (the name is set by the thread itself, as it starts).
+        let (running, started) = channel::<()>();
         for i in 0..lanes {
             let (send, receive) = channel::<Job<T>>();
             let done = Arc::clone(&pool.done);
+            let running = running.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .spawn(move || {
+                    let _ = running.send(());
+                    drop(running);
                     for (key, work) in receive {
                         done.push(key, work());
                     }
@@ -130,12 +136,20 @@ impl<T: Send + 'static> WorkPool<T> {
             for i in 0..apart {
                 let queue = Arc::clone(&queue);
                 let done = Arc::clone(&pool.done);
+                let running = running.clone();
                 // Detached: the handle is dropped, the thread ends on its own.
                 std::thread::Builder::new()
                     .name(format!("{name}-io{i}"))
-                    .spawn(move || run_apart(&queue, &done))?;
+                    .spawn(move || {
+                        let _ = running.send(());
+                        drop(running);
+                        run_apart(&queue, &done)
+                    })?;
             }
         }
+        drop(running);
+        // Ends once every thread has said so (each drops its sender then).
+        for () in started {}
         Ok(pool)
     }
 
