@@ -29,6 +29,7 @@ ASGI only (issue 39's follow-up: compression off the loop):
 - ``/observed``: those notes in order, as ``ran``/``held`` words (then forgotten).
 """
 
+import asyncio
 import gzip
 import tempfile
 from urllib.parse import parse_qs
