@@ -93,10 +93,9 @@ pub struct AsgiWorker {
     max_response_buffer: u64,
     /// Parts of the scope made once and reused (see [`ScopeCache`]).
     cache: ScopeCache,
-    /// The threads that compress response blocks (its lanes, with compression on) and warm
-    /// cold static lookups (its apart threads, with a static mount) off the loop (issue 39's
-    /// follow-up, ADRs 0036 and 0037): made by `start` when either is set, else never.
-    /// Results are keyed by token.
+    /// The threads that compress blocks (lanes, compression on) and warm cold static lookups
+    /// (apart, a static mount) off the loop (ADRs 0036, 0037): made by `start` when either is
+    /// set, else never. Results are keyed by token.
     pool: Option<WorkPool<Back>>,
     /// Requests under a static mount whose lookups the pool warms, by token.
     parked: HashMap<usize, Box<Exchange>>,
@@ -113,14 +112,10 @@ enum Back {
     Warmed,
 }
 
-/// The pool's lanes, which compress (with compression on): a few, as a worker's loop rarely
-/// has more compressed responses streaming at once than cores to spare, and each block waits
-/// for its own lane only.
+/// The pool's lanes (compression on; a loop rarely streams more compressed responses at once
+/// than cores to spare) and apart threads (a static mount: cold lookups, apart so that one
+/// that hangs delays no compressed block; two, so that it does not hold every other lookup).
 const POOL_LANES: usize = 2;
-
-/// The pool's apart threads, which warm cold static lookups (with a static mount). Apart from
-/// the lanes so that a lookup that waits for ever (a hung NFS server) delays no compressed
-/// block; two, so that one such lookup does not hold every other cold lookup behind it.
 const POOL_LOOKUPS: usize = 2;
 
 #[pymethods]
@@ -203,16 +198,14 @@ impl AsgiWorker {
             .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))
     }
 
-    /// The fd the loop watches for compressed blocks and warmed lookups coming back from the
-    /// pool (then it calls `pool_done`); None when there is no pool (compression off and no
-    /// static mount).
+    /// The fd the loop watches for results of the pool (then it calls `pool_done`); None when
+    /// there is no pool (compression off and no static mount).
     fn pool_fileno(&self) -> Option<i32> {
         self.pool.as_ref().map(WorkPool::fd)
     }
 
-    /// Takes back the blocks the pool compressed: each goes out on its connection, and the
-    /// `send` that waited for it returns (unless a slow client holds it); and routes again the
-    /// requests whose lookups it warmed.
+    /// Takes back the blocks the pool compressed (each goes out, its `send` returns unless a
+    /// slow client holds it), and routes again the requests whose lookups it warmed.
     fn pool_done(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let back: Vec<(Py<Request>, u64, EncoderLoan)> = {
@@ -428,9 +421,7 @@ impl AsgiWorker {
                     exchange,
                     warm,
                 } => {
-                    // Given out only to a worker whose pool has apart threads
-                    // (`hand_cold_opens`): a lookup that never returns holds its own request
-                    // only, never a lane (compressed blocks) nor the worker's exit.
+                    // Only with a static mount (`hand_cold_opens`): a hung lookup holds no lane.
                     let worker = &mut *this;
                     if let Some(pool) = &worker.pool {
                         worker.parked.insert(token, exchange);
@@ -520,8 +511,7 @@ impl AsgiWorker {
     /// Lends the encoder of `exchange`'s compressed response, with its next block (`data`
     /// ended by `end`), to the pool: on the lane of `token`, after its earlier blocks.
     /// Returns the loan's serial; None when nothing was lent (no pool; or the exchange writes
-    /// this block itself, `Exchange::lend_block`: always with compression off, so a pool made
-    /// for a static mount alone, which has no lanes, is never asked).
+    /// it itself, `Exchange::lend_block`: always with compression off, when it has no lanes).
     fn lend(
         &self,
         token: usize,
