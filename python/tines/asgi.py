@@ -189,7 +189,8 @@ class Server:
         self.loop.call_later(self.tick_interval, self.tick)
         self.worker.start(self.loop.create_future, self.loop.call_soon, self.turn, state)
         self.loop.add_reader(self.worker.fileno(), self.turn)
-        # Compressed blocks come back from the worker's pool (compression on only).
+        # Compressed blocks and warmed static lookups come back from the worker's pool (there
+        # is one with compression on or a static mount set).
         pool = self.worker.pool_fileno()
         if pool is not None:
             self.loop.add_reader(pool, self.worker.pool_done)

@@ -3,7 +3,8 @@
 //!
 //! Layers, from the bottom: [`io`] (non-blocking syscalls), [`shm`] (shared mappings of a
 //! memfd the master makes before it forks, which a new master maps again), [`work_pool`] (a few
-//! threads an event loop hands CPU work to, results back through an eventfd), [`poller`] (epoll), [`clock`]
+//! threads an event loop hands work to: CPU work on keyed lanes, lookups that may block apart;
+//! results back through an eventfd), [`poller`] (epoll), [`clock`]
 //! (UTC dates for the logs, the monotonic clock as last read), [`control`] (signals, life pipe),
 //! [`tls`] (rustls sessions, the certificates and keys, session tickets, what a handshake
 //! tells the app), [`h2`] (an HTTP/2 connection over its socket, the `h2` crate driven by our

@@ -1,8 +1,9 @@
 """Issue 39's follow-up: an ASGI worker's static lookups never wait for the disk on its event
 loop. Names are first looked up in the dentry cache only (``openat2`` with ``RESOLVE_CACHED``);
 one that is not there (a name never looked up has no dentry, cached or negative, whatever the
-file system) goes to the worker's pool (``tines-pool-N`` threads), which looks it up, and the
-request is routed again once it is back: answered the same.
+file system) goes to the worker's pool (its lookup threads, ``tines-pool-ioN``, apart from the
+compression lanes), which looks it up, and the request is routed again once it is back: answered
+the same.
 
 The pool's work is observed as its threads' context switches (``/proc/PID/task/TID/status``): a
 pool thread blocked on its queue is never scheduled, so its count moves only when it ran a job.
@@ -41,7 +42,7 @@ def test_cold_static_lookups_run_on_the_pool_warm_ones_on_the_loop(
     server = tines_server(ASGI, "-w", "1", "--static", f"/static={site}")
     [worker] = server.worker_pids()
     base = f"http://127.0.0.1:{server.port}"
-    assert sorted(pool_switches(worker)) == ["tines-pool-0", "tines-pool-1"]
+    assert sorted(pool_switches(worker)) == ["tines-pool-io0", "tines-pool-io1"]
     assert pool_switches(server.pid) == {}
     missing = f"/static/missing-{uuid.uuid4().hex}.txt"
     with httpx.Client(timeout=20) as http:

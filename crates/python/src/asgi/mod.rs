@@ -93,9 +93,9 @@ pub struct AsgiWorker {
     max_response_buffer: u64,
     /// Parts of the scope made once and reused (see [`ScopeCache`]).
     cache: ScopeCache,
-    /// The threads that compress response blocks and warm cold static lookups off the loop
-    /// (issue 39's follow-up, ADRs 0036 and 0037): made by `start` when compression is on or
-    /// a static mount is set, else never. Results are keyed by token.
+    /// The threads that compress blocks (lanes, compression on) and warm cold static lookups
+    /// (apart, a static mount) off the loop (ADRs 0036, 0037): made by `start` when either is
+    /// set, else never. Results are keyed by token.
     pool: Option<WorkPool<Back>>,
     /// Requests under a static mount whose lookups the pool warms, by token.
     parked: HashMap<usize, Box<Exchange>>,
@@ -112,10 +112,11 @@ enum Back {
     Warmed,
 }
 
-/// Threads of the pool: a few, as a worker's loop rarely has more compressed responses
-/// streaming (or cold lookups waiting) at once than cores to spare, and each job waits for one
-/// thread only.
-const POOL_THREADS: usize = 2;
+/// The pool's lanes (compression on; a loop rarely streams more compressed responses at once
+/// than cores to spare) and apart threads (a static mount: cold lookups, apart so that one
+/// that hangs delays no compressed block; two, so that it does not hold every other lookup).
+const POOL_LANES: usize = 2;
+const POOL_LOOKUPS: usize = 2;
 
 #[pymethods]
 impl AsgiWorker {
@@ -180,9 +181,12 @@ impl AsgiWorker {
         self.state = state;
         self.done = Some(Py::new(py, Ready::none())?);
         let statics = !self.reactor.config().statics.mounts.is_empty();
-        if (self.reactor.config().compression.is_on() || statics) && self.pool.is_none() {
+        let compression = self.reactor.config().compression.is_on();
+        if (compression || statics) && self.pool.is_none() {
+            let lanes = if compression { POOL_LANES } else { 0 };
+            let lookups = if statics { POOL_LOOKUPS } else { 0 };
             self.pool = Some(
-                WorkPool::new(POOL_THREADS, "tines-pool")
+                WorkPool::new(lanes, lookups, "tines-pool")
                     .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))?,
             );
             if statics {
@@ -194,14 +198,14 @@ impl AsgiWorker {
             .map_err(|err| PyOSError::new_err(format!("worker failed: {err}")))
     }
 
-    /// The fd the loop watches for compressed blocks coming back from the pool (then it
-    /// calls `pool_done`); None when compression is off (no pool).
+    /// The fd the loop watches for results of the pool (then it calls `pool_done`); None when
+    /// there is no pool (compression off and no static mount).
     fn pool_fileno(&self) -> Option<i32> {
         self.pool.as_ref().map(WorkPool::fd)
     }
 
-    /// Takes back the blocks the pool compressed: each goes out on its connection, and the
-    /// `send` that waited for it returns (unless a slow client holds it).
+    /// Takes back the blocks the pool compressed (each goes out, its `send` returns unless a
+    /// slow client holds it), and routes again the requests whose lookups it warmed.
     fn pool_done(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let back: Vec<(Py<Request>, u64, EncoderLoan)> = {
@@ -417,11 +421,11 @@ impl AsgiWorker {
                     exchange,
                     warm,
                 } => {
-                    // Given out only to a worker with a pool (`hand_cold_opens`).
+                    // Only with a static mount (`hand_cold_opens`): a hung lookup holds no lane.
                     let worker = &mut *this;
                     if let Some(pool) = &worker.pool {
                         worker.parked.insert(token, exchange);
-                        pool.submit(token as u64, move || {
+                        pool.submit_apart(token as u64, move || {
                             warm.run();
                             Back::Warmed
                         });
@@ -505,9 +509,9 @@ impl AsgiWorker {
     }
 
     /// Lends the encoder of `exchange`'s compressed response, with its next block (`data`
-    /// ended by `end`), to the pool: on the thread of `token`, after its earlier blocks.
-    /// Returns the loan's serial; None when nothing was lent (no pool: compression is off;
-    /// or the exchange writes this block itself, `Exchange::lend_block`).
+    /// ended by `end`), to the pool: on the lane of `token`, after its earlier blocks.
+    /// Returns the loan's serial; None when nothing was lent (no pool; or the exchange writes
+    /// it itself, `Exchange::lend_block`: always with compression off, when it has no lanes).
     fn lend(
         &self,
         token: usize,
