@@ -7,7 +7,9 @@ the same.
 
 The pool's work is observed as its threads' context switches (``/proc/PID/task/TID/status``): a
 pool thread blocked on its queue is never scheduled, so its count moves only when it ran a job.
-An event count, not a duration."""
+An event count, not a duration. A thread that has just handed its result back is still on its way
+to its queue's wait (where its count moves once more), so counts are read settled: every pool
+thread asleep, and the same counts twice in a row."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from conftest import Server
+from conftest import Server, wait_until
 
 ASGI = "static_app:asgi"
 CSS = b"body { color: #123456 }\n" * 200
@@ -32,6 +34,25 @@ def pool_switches(pid: int) -> dict[str, int]:
             fields = dict(line.split(":\t") for line in (task / "status").read_text().splitlines() if ":\t" in line)
             counts[name] = int(fields["voluntary_ctxt_switches"]) + int(fields["nonvoluntary_ctxt_switches"])
     return counts
+
+
+def settled_switches(pid: int) -> dict[str, int]:
+    """``pool_switches`` once every pool thread sleeps on its queue (the state ``S``) and two
+    reads in a row agree: a thread that ran a job has finished counting it."""
+    def asleep() -> bool:
+        return all(line.split()[1] == "S"
+                   for task in Path(f"/proc/{pid}/task").iterdir()
+                   if (task / "comm").read_text().startswith("tines-pool")
+                   for line in (task / "status").read_text().splitlines() if line.startswith("State:"))
+    seen: list[dict[str, int]] = []
+
+    def steady() -> bool:
+        if not asleep():
+            return False
+        seen.append(pool_switches(pid))
+        return len(seen) > 1 and seen[-1] == seen[-2]
+    wait_until(steady, what="the pool's threads asleep")
+    return seen[-1]
 
 
 def test_cold_static_lookups_run_on_the_pool_warm_ones_on_the_loop(
@@ -49,16 +70,16 @@ def test_cold_static_lookups_run_on_the_pool_warm_ones_on_the_loop(
         # a.css's dentry is cached (the file was just made), its .br sibling's name never
         # looked up: cold, so the pool looks it up; a miss never looked up is cold too.
         for path, accept, status, body in (("/static/a.css", "br", 200, CSS), (missing, "", 404, b"Not Found\n")):
-            before = pool_switches(worker)
+            before = settled_switches(worker)
             response = http.get(f"{base}{path}", headers={"Accept-Encoding": accept})
             assert (response.status_code, response.content) == (status, body), path
             assert "content-encoding" not in response.headers
-            ran = pool_switches(worker)
+            ran = settled_switches(worker)
             assert sum(ran.values()) > sum(before.values()), (path, before, ran)
             # Asked again: every name is in the cache now (a negative dentry for what is
             # missing), answered on the loop, the pool untouched.
             response = http.get(f"{base}{path}", headers={"Accept-Encoding": accept})
             assert (response.status_code, response.content) == (status, body), path
-            assert pool_switches(worker) == ran, path
+            assert settled_switches(worker) == ran, path
         # The app still gets what is not under a mount.
         assert http.get(f"{base}/elsewhere").text.startswith("app /elsewhere ")
