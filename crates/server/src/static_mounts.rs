@@ -115,27 +115,36 @@ fn retry_eagain<T>(tries: u32, mut open: impl FnMut() -> io::Result<T>) -> io::R
 /// kernel; `RESOLVE_NO_MAGICLINKS`: no `/proc/*/fd` jumps), `EAGAIN` retried
 /// ([`EAGAIN_TRIES`]).
 pub fn open_beneath(dir: RawFd, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+    let how = open_how(flags, libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS);
+    retry_eagain(EAGAIN_TRIES, || openat2(dir, name, &how))
+}
+
+/// An `open_how` for `openat2` with `flags` and `resolve`.
+fn open_how(flags: libc::c_int, resolve: u64) -> libc::open_how {
     // SAFETY: open_how is plain data; zeroed then filled (it is non-exhaustive).
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = flags as u64;
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
-    retry_eagain(EAGAIN_TRIES, || {
-        // SAFETY: the pointers are valid for the call; the size is the struct's.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dir,
-                name.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        } as libc::c_int;
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor that nobody else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    })
+    how.resolve = resolve;
+    how
+}
+
+/// One `openat2` call: the descriptor, or the call's error.
+fn openat2(dir: RawFd, name: &CStr, how: &libc::open_how) -> io::Result<OwnedFd> {
+    // SAFETY: the pointers are valid for the call; the size is the struct's.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            name.as_ptr(),
+            how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    } as libc::c_int;
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor that nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// [`open_beneath`] (`beneath`; else unconfined, for `static_follow_symlinks`) answered from
@@ -148,28 +157,14 @@ pub fn open_cached(
     flags: libc::c_int,
     beneath: bool,
 ) -> io::Result<OwnedFd> {
-    // SAFETY: open_how is plain data; zeroed then filled (it is non-exhaustive).
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = flags as u64;
-    how.resolve = libc::RESOLVE_CACHED;
+    let mut resolve = libc::RESOLVE_CACHED;
     if beneath {
-        how.resolve |= libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+        resolve |= libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
     }
-    // SAFETY: the pointers are valid for the call; the size is the struct's.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir,
-            name.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    } as libc::c_int;
-    if fd >= 0 {
-        // SAFETY: a fresh descriptor that nobody else owns.
-        return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
-    }
-    let err = io::Error::last_os_error();
+    let err = match openat2(dir, name, &open_how(flags, resolve)) {
+        Ok(fd) => return Ok(fd),
+        Err(err) => err,
+    };
     if err.raw_os_error() != Some(libc::EINVAL) {
         return Err(err);
     }

@@ -175,15 +175,7 @@ impl Waiter {
     /// Whether a `receive` waits. One the app cancelled (a timeout around it) left a done
     /// future: it no longer counts, and nothing may be taken from an inbox for it.
     pub(super) fn receiving(&mut self, py: Python<'_>) -> PyResult<bool> {
-        if let Some(future) = &self.receive {
-            if future
-                .bind(py)
-                .call_method0(intern!(py, "done"))?
-                .is_truthy()?
-            {
-                self.receive = None;
-            }
-        }
+        drop_if_done(py, &mut self.receive)?;
         Ok(self.receive.is_some())
     }
 
@@ -253,15 +245,7 @@ impl Waiter {
     /// its `send`, a cancel scope) is done: it is dropped, so that the next `send` gets a new
     /// one, not the cancellation (what the cancelled `send` handed over is sent all the same).
     fn send_waiting(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        if let Some(future) = &self.send {
-            if future
-                .bind(py)
-                .call_method0(intern!(py, "done"))?
-                .is_truthy()?
-            {
-                self.send = None;
-            }
-        }
+        drop_if_done(py, &mut self.send)?;
         Ok(self.send.as_ref().map(|future| future.clone_ref(py)))
     }
 
@@ -332,4 +316,19 @@ impl Waiter {
         }
         self.release_send(py)
     }
+}
+
+/// Empties `slot` when its future is done: one the app cancelled (a timeout around its
+/// `receive` or `send`) no longer counts as waiting.
+fn drop_if_done(py: Python<'_>, slot: &mut Option<Py<PyAny>>) -> PyResult<()> {
+    if let Some(future) = slot {
+        if future
+            .bind(py)
+            .call_method0(intern!(py, "done"))?
+            .is_truthy()?
+        {
+            *slot = None;
+        }
+    }
+    Ok(())
 }

@@ -18,6 +18,7 @@
 //!
 //! It must not decide framing or write to the socket itself: the exchange does both.
 
+mod open_cache;
 pub(crate) mod path;
 mod rules;
 
@@ -122,7 +123,7 @@ impl Warm {
 
 /// An open representation: its file and its validators.
 struct Opened {
-    file: OwnedFd,
+    file: std::rc::Rc<OwnedFd>,
     validators: Validators,
 }
 
@@ -151,7 +152,7 @@ fn look_up(dir: RawFd, name: &[u8], follow: bool, cached: bool) -> io::Result<Ow
 }
 
 /// What `fstat` says of a looked-up file: its type and validators.
-fn stat(fd: &OwnedFd) -> io::Result<(libc::mode_t, Validators)> {
+fn stat(fd: &OwnedFd) -> io::Result<(libc::mode_t, Validators, open_cache::FileId)> {
     // SAFETY: stat is plain data, all zeroes a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fd is open; st is a valid stat to fill.
@@ -165,6 +166,7 @@ fn stat(fd: &OwnedFd) -> io::Result<(libc::mode_t, Validators)> {
             mtime_nsec: st.st_mtime_nsec,
             size: st.st_size as u64,
         },
+        (st.st_dev as u64, st.st_ino as u64),
     ))
 }
 
@@ -189,10 +191,10 @@ fn open_regular(dir: RawFd, name: &[u8], follow: bool, cached: bool) -> Opening 
         Err(err) if cold(cached, &err) => return Opening::Cold,
         Err(_) => return Opening::Missing,
     };
-    let Ok((kind, validators)) = stat(&path) else {
+    let Ok((kind, validators, id)) = stat(&path) else {
         return Opening::Missing;
     };
-    match opened(kind, &path, validators) {
+    match open_cache::opened(kind, &path, validators, id) {
         Some(opened) => Opening::Opened(opened),
         None => Opening::Missing,
     }
@@ -222,15 +224,6 @@ fn sibling(
     Ok(None)
 }
 
-/// The regular file `path` (of type `kind`) opened for reading; `None` for any other type.
-fn opened(kind: libc::mode_t, path: &OwnedFd, validators: Validators) -> Option<Opened> {
-    if kind != libc::S_IFREG {
-        return None;
-    }
-    let file = static_mounts::reopen(path).ok()?;
-    Some(Opened { file, validators })
-}
-
 /// What the mount holds for a request, found before anything is answered.
 enum Found {
     /// A regular file: its name beneath the mount (the index's, for a directory) and the file.
@@ -255,11 +248,11 @@ fn find(rest: &[u8], statics: &crate::config::StaticConfig, dir: RawFd, cached: 
         Err(err) if cold(cached, &err) => return Found::Cold,
         Err(_) => return Found::Miss,
     };
-    let Ok((kind, validators)) = stat(&path) else {
+    let Ok((kind, validators, id)) = stat(&path) else {
         return Found::Miss;
     };
     match kind {
-        libc::S_IFREG if !slash => match opened(kind, &path, validators) {
+        libc::S_IFREG if !slash => match open_cache::opened(kind, &path, validators, id) {
             Some(opened) => Found::File {
                 name: relative,
                 opened,
